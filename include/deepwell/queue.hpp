@@ -1,0 +1,380 @@
+// The client side of the queue protocol, written once for CPU threads and GPU
+// threads (BaM section 3.3, with DESIGN.md's protocol rules).
+//
+// Submission: a thread holding a command id takes a ticket (an atomic counter
+// in client memory); ticket t owns SQ slot t mod N. Holding a command id
+// guarantees the slot is free: fewer than N commands are ever outstanding and
+// the controller fetches in order. The thread writes its command, fences at
+// system scope, and marks the slot ready with t + 1. Whoever then holds the
+// tail lock sweeps the tail over every consecutive ready slot and writes one
+// doorbell for the batch (coalescing). A thread leaves only once the tail has
+// passed its ticket, so no command is ever left behind unpublished.
+//
+// Completion: one elected poller at a time (a try-lock in client memory) reads
+// completions by phase tag, moves each into its command id's slot in client
+// memory, and writes the CQ head doorbell once per batch. Waiters spin on
+// their own slot, in client memory, and take a turn as poller when nobody
+// is. Any thread may consume any completion, so a thread that left never
+// blocks the queue.
+//
+// Command ids and their staging buffers come from a lock-free pool (Vyukov's
+// bounded MPMC ring) and go back only after the completion was consumed and
+// the data copied out. A waiter whose deadline passes abandons its command
+// id; the poller returns it to the pool when its completion finally arrives,
+// since the controller may still write into that staging buffer until then.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "deepwell/config.hpp"
+#include "deepwell/nvme.hpp"
+#include "deepwell/queue_layout.hpp"
+#include "deepwell/shared_atomic.hpp"
+#include "deepwell/status.hpp"
+
+namespace deepwell {
+
+// Client-private counters, each on its own line. Lives in client memory
+// (device memory for GPU clients, host memory for CPU clients).
+struct alignas(128) qp_client_counters {
+  alignas(128) uint32_t sq_ticket;  // next submission ticket
+  alignas(128) uint32_t sq_tail;    // tickets published through the doorbell
+  uint32_t sq_lock;
+  alignas(128) uint32_t cq_lock;    // held by the elected poller
+  uint32_t cq_head;                 // completions consumed (monotonic)
+  alignas(128) uint32_t pool_head;  // command id pool: next to take
+  alignas(128) uint32_t pool_tail;  // command id pool: next to return
+};
+
+struct pool_cell {
+  uint32_t seq;
+  uint32_t cid;
+};
+
+// One per command id: where the poller leaves the completion for its owner.
+struct alignas(16) completion_slot {
+  uint32_t state;  // completion_slot_state
+  uint16_t status;
+  uint16_t reserved;
+  uint32_t dw0;
+  uint32_t dw1;
+};
+
+enum completion_slot_state : uint32_t { slot_pending = 0, slot_done = 1, slot_abandoned = 2 };
+
+// Client-memory geometry of one queue pair's client state: counters, ready
+// marks (one per SQ slot), the pool ring and the completion slots.
+struct client_state_layout {
+  uint64_t ready_offset, pool_offset, slots_offset, total_bytes;
+  uint32_t pool_capacity;  // a power of two >= depth
+};
+
+inline uint32_t next_pow2(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+inline client_state_layout compute_client_layout(const qp_geometry& g) {
+  client_state_layout l{};
+  l.pool_capacity = next_pow2(g.depth());
+  l.ready_offset = align_up(sizeof(qp_client_counters), 128);
+  l.pool_offset = align_up(l.ready_offset + uint64_t(g.sq_entries) * sizeof(uint32_t), 128);
+  l.slots_offset = align_up(l.pool_offset + uint64_t(l.pool_capacity) * sizeof(pool_cell), 128);
+  l.total_bytes = align_up(l.slots_offset + uint64_t(g.depth()) * sizeof(completion_slot), 128);
+  return l;
+}
+
+// Fills a host buffer of l.total_bytes with the initial client state (all
+// command ids in the pool). GPU clients copy it into device memory.
+inline void init_client_state(void* mem, const qp_geometry& g, const client_state_layout& l) {
+  std::memset(mem, 0, l.total_bytes);
+  auto* base = static_cast<uint8_t*>(mem);
+  auto* cells = reinterpret_cast<pool_cell*>(base + l.pool_offset);
+  const uint32_t depth = g.depth();
+  for (uint32_t i = 0; i < l.pool_capacity; ++i) {
+    cells[i].seq = i < depth ? i + 1 : i;  // i < depth: holds cid i, ready to take at position i
+    cells[i].cid = i;
+  }
+  auto* c = reinterpret_cast<qp_client_counters*>(base);
+  c->pool_head = 0;
+  c->pool_tail = depth;
+}
+
+// The result of waiting for one command.
+struct wait_result {
+  request_status status;
+  uint32_t dw0 = 0;
+  uint32_t dw1 = 0;
+};
+
+// A trivially copyable view of one queue pair for one client, passed by value
+// to kernels (the cuCollections `ref` pattern). Pointers are in the client's
+// address space: device-mapped pointers for a GPU client.
+class queue_ref {
+ public:
+  // Shared with the controller.
+  qp_header* header = nullptr;
+  nvme::command* sq = nullptr;
+  nvme::completion* cq = nullptr;
+  uint8_t* staging = nullptr;
+  // Client memory.
+  qp_client_counters* counters = nullptr;
+  uint32_t* ready = nullptr;
+  pool_cell* pool = nullptr;
+  completion_slot* slots = nullptr;
+  // Geometry, from the client's own copy (not read back from shared memory).
+  uint32_t sq_entries = 0;
+  uint32_t cq_entries = 0;
+  uint32_t depth = 0;
+  uint32_t pool_capacity = 0;
+  uint32_t slot_bytes = 0;
+
+  // ---- command ids and staging buffers ----
+
+  DW_HD bool try_acquire_cid(uint16_t& cid) const {
+    const uint32_t mask = pool_capacity - 1;
+    client_atomic<uint32_t> head(counters->pool_head);
+    uint32_t pos = head.load(memory_order_relaxed);
+    for (;;) {
+      pool_cell& cell = pool[pos & mask];
+      const uint32_t seq = client_atomic<uint32_t>(cell.seq).load(memory_order_acquire);
+      const int32_t dif = int32_t(seq - (pos + 1));
+      if (dif == 0) {
+        if (head.compare_exchange_weak(pos, pos + 1, memory_order_relaxed)) {
+          cid = uint16_t(cell.cid);
+          client_atomic<uint32_t>(cell.seq).store(pos + mask + 1, memory_order_release);
+          return true;
+        }
+      } else if (dif < 0) {
+        return false;  // empty
+      } else {
+        pos = head.load(memory_order_relaxed);
+      }
+    }
+  }
+
+  // Spins (polling completions meanwhile, so that ids come back) until an id
+  // is free, the deadline passes, or the queue stops.
+  DW_HD request_status acquire_cid(uint16_t& cid, uint64_t deadline_ns) const {
+    for (uint32_t i = 0;; ++i) {
+      if (try_acquire_cid(cid)) return {};
+      try_poll();
+      if ((i & 63) == 63) {
+        if (!running()) return request_status::client(client_code::controller_lost);
+        if (now_ns() > deadline_ns) return request_status::client(client_code::timeout);
+      }
+      spin_pause();
+    }
+  }
+
+  DW_HD void release_cid(uint16_t cid) const {
+    const uint32_t mask = pool_capacity - 1;
+    client_atomic<uint32_t> tail(counters->pool_tail);
+    uint32_t pos = tail.load(memory_order_relaxed);
+    for (;;) {
+      pool_cell& cell = pool[pos & mask];
+      const uint32_t seq = client_atomic<uint32_t>(cell.seq).load(memory_order_acquire);
+      const int32_t dif = int32_t(seq - pos);
+      if (dif == 0) {
+        if (tail.compare_exchange_weak(pos, pos + 1, memory_order_relaxed)) {
+          cell.cid = cid;
+          client_atomic<uint32_t>(cell.seq).store(pos + 1, memory_order_release);
+          return;
+        }
+      } else {
+        // dif < 0 would mean more ids returned than exist: cannot happen.
+        pos = tail.load(memory_order_relaxed);
+      }
+    }
+  }
+
+  DW_HD uint8_t* buffer(uint16_t cid) const { return staging + uint64_t(cid) * slot_bytes; }
+  DW_HD uint64_t buffer_offset(uint16_t cid) const { return uint64_t(cid) * slot_bytes; }
+
+  // ---- submission ----
+
+  // Publishes `cmd` under `cid`. The caller filled every field but the cid;
+  // data buffers are staging offsets (buffer_offset(cid)).
+  DW_HD void submit(uint16_t cid, nvme::command cmd) const {
+    cmd.cid = cid;  // its completion slot is already pending: consume and abandon leave it so
+    const uint32_t mask = sq_entries - 1;
+    const uint32_t t = client_atomic<uint32_t>(counters->sq_ticket).fetch_add(1, memory_order_relaxed);
+    write_command(sq + (t & mask), cmd);
+    system_fence();  // the command reaches host memory before anyone rings for it
+    client_atomic<uint32_t>(ready[t & mask]).store(t + 1, memory_order_release);
+    publish_until(t);
+  }
+
+  // ---- completion ----
+
+  // One poller pass, if no other thread is polling. Returns completions moved.
+  DW_HD uint32_t try_poll(uint32_t max = 0xFFFFFFFFu) const {
+    client_atomic<uint32_t> lock(counters->cq_lock);
+    uint32_t expected = 0;
+    if (lock.load(memory_order_relaxed) != 0 || !lock.compare_exchange_strong(expected, 1, memory_order_acquire))
+      return 0;
+    const uint32_t n = poll_locked(max);
+    lock.store(0, memory_order_release);
+    return n;
+  }
+
+  // True once the completion for `cid` is in its slot.
+  DW_HD bool is_done(uint16_t cid) const {
+    return client_atomic<uint32_t>(slots[cid].state).load(memory_order_relaxed) == slot_done;
+  }
+
+  // Takes the completion out of `cid`'s slot if it is there.
+  DW_HD bool try_consume(uint16_t cid, wait_result& out) const {
+    // System scope: the staging data the controller wrote is read next, and
+    // this SM's L1 may hold lines of an earlier use of the same buffer.
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system> state(slots[cid].state);
+    if (state.load(memory_order_acquire) != slot_done) return false;
+    out.status = request_status::from_nvme(nvme::status(slots[cid].status));
+    out.dw0 = slots[cid].dw0;
+    out.dw1 = slots[cid].dw1;
+    state.store(slot_pending, memory_order_relaxed);  // ready for the id's next use
+    return true;
+  }
+
+  // Waits for `cid`'s completion until the deadline. On timeout or a lost
+  // controller the id is abandoned (the poller frees it if its completion
+  // ever arrives): the caller must not touch or release it.
+  DW_HD wait_result wait(uint16_t cid, uint64_t deadline_ns) const {
+    wait_result r;
+    for (uint32_t i = 0;; ++i) {
+      if (try_consume(cid, r)) return r;
+      if (try_poll() != 0) continue;
+      if ((i & 63) == 63) {
+        const bool lost = !running();
+        if (lost || now_ns() > deadline_ns) {
+          try_poll();  // completions posted before the stop still count
+          if (try_consume(cid, r)) return r;
+          if (abandon(cid)) {
+            r.status = request_status::client(lost ? client_code::controller_lost : client_code::timeout);
+            return r;
+          }
+          if (try_consume(cid, r)) return r;  // it arrived while abandoning
+        }
+      }
+      spin_pause();
+    }
+  }
+
+  // False once the controller failed this queue or stopped.
+  DW_HD bool running() const {
+    return shared_load_relaxed(&header->state) == uint32_t(queue_state::running);
+  }
+
+ private:
+  DW_HD static void write_command(nvme::command* dst, const nvme::command& src) {
+#if DW_DEVICE_CODE
+    // Four 16-byte stores: one PCIe write burst for the whole entry.
+    const uint4* s = reinterpret_cast<const uint4*>(&src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) d[i] = s[i];
+#else
+    std::memcpy(static_cast<void*>(dst), &src, sizeof(src));
+#endif
+  }
+
+  // Returns once the doorbell covers ticket t, sweeping the tail if this
+  // thread gets the lock.
+  DW_HD void publish_until(uint32_t t) const {
+    client_atomic<uint32_t> tail(counters->sq_tail);
+    client_atomic<uint32_t> lock(counters->sq_lock);
+    const uint32_t mask = sq_entries - 1;
+    for (;;) {
+      if (int32_t(tail.load(memory_order_acquire) - t) > 0) return;
+      uint32_t expected = 0;
+      if (lock.load(memory_order_relaxed) == 0 && lock.compare_exchange_strong(expected, 1, memory_order_acquire)) {
+        const uint32_t start = tail.load(memory_order_relaxed);
+        uint32_t end = start;
+        while (client_atomic<uint32_t>(ready[end & mask]).load(memory_order_acquire) == end + 1) ++end;
+        if (end != start) {
+          shared_store_release(&header->sq_tail_doorbell, end & mask);
+          tail.store(end, memory_order_release);
+        }
+        lock.store(0, memory_order_release);
+        continue;
+      }
+      spin_pause(32);
+    }
+  }
+
+  DW_HD uint32_t poll_locked(uint32_t max) const {
+    client_atomic<uint32_t> head_ref(counters->cq_head);
+    uint32_t head = head_ref.load(memory_order_relaxed);
+    const uint32_t mask = cq_entries - 1;
+    const uint32_t log2n = 31 - log2_floor_clz(cq_entries);
+    uint32_t n = 0;
+    while (n < max) {
+      nvme::completion* e = cq + (head & mask);
+      const uint32_t expected_phase = ((head >> log2n) & 1) ^ 1;  // the controller's first pass writes 1
+      const uint32_t dw3 = shared_load_acquire(&e->dw3);
+      if (nvme::cqe_phase(dw3) != expected_phase) break;
+      const uint16_t cid = nvme::cqe_cid(dw3);
+      ++head;
+      ++n;
+      if (cid >= depth) continue;  // the controller never does this; ignore rather than corrupt
+      completion_slot& s = slots[cid];
+      s.status = uint16_t(dw3 >> 17);
+      s.dw0 = shared_load_relaxed(&e->dw0);
+      s.dw1 = shared_load_relaxed(&e->dw1);
+      uint32_t prev = slot_pending;
+      client_atomic<uint32_t> state(s.state);
+      if (!state.compare_exchange_strong(prev, slot_done, memory_order_release, memory_order_relaxed)) {
+        if (prev == slot_abandoned) {  // its waiter gave up: the id is free only now
+          state.store(slot_pending, memory_order_relaxed);
+          release_cid(cid);
+        }
+      }
+    }
+    if (n != 0) {
+      head_ref.store(head, memory_order_relaxed);
+      shared_store_release(&header->cq_head_doorbell, head & mask);
+    }
+    return n;
+  }
+
+  DW_HD bool abandon(uint16_t cid) const {
+    uint32_t prev = slot_pending;
+    return client_atomic<uint32_t>(slots[cid].state)
+        .compare_exchange_strong(prev, slot_abandoned, memory_order_relaxed);
+  }
+
+  DW_HD static uint32_t log2_floor_clz(uint32_t v) {
+#if DW_DEVICE_CODE
+    return uint32_t(__clz(int(v)));
+#else
+    return uint32_t(__builtin_clz(v));
+#endif
+  }
+};
+
+// Builds a view over a queue pair's shared memory (`shared`, as mapped in the
+// client's address space) and the client's state memory (`client`).
+inline queue_ref make_queue_ref(void* shared, void* client, const qp_geometry& g) {
+  const qp_layout sl = compute_layout(g);
+  const client_state_layout cl = compute_client_layout(g);
+  auto* s = static_cast<uint8_t*>(shared);
+  auto* c = static_cast<uint8_t*>(client);
+  queue_ref q;
+  q.header = reinterpret_cast<qp_header*>(s);
+  q.sq = reinterpret_cast<nvme::command*>(s + sl.sq_offset);
+  q.cq = reinterpret_cast<nvme::completion*>(s + sl.cq_offset);
+  q.staging = s + sl.staging_offset;
+  q.counters = reinterpret_cast<qp_client_counters*>(c);
+  q.ready = reinterpret_cast<uint32_t*>(c + cl.ready_offset);
+  q.pool = reinterpret_cast<pool_cell*>(c + cl.pool_offset);
+  q.slots = reinterpret_cast<completion_slot*>(c + cl.slots_offset);
+  q.sq_entries = g.sq_entries;
+  q.cq_entries = g.cq_entries;
+  q.depth = g.depth();
+  q.pool_capacity = cl.pool_capacity;
+  q.slot_bytes = g.slot_bytes;
+  return q;
+}
+
+}  // namespace deepwell

@@ -1,0 +1,72 @@
+// Loads and stores of fields shared between a client (CPU thread or GPU
+// thread) and the controller. DESIGN.md: such fields have a single writer and
+// are never read-modify-written (CPU-GPU atomics on host memory are not
+// supported on our machines); ordering comes from acquire/release at system
+// scope (ld.acquire.sys / st.release.sys on the GPU).
+#pragma once
+#include <cuda/atomic>
+#include <cstdint>
+#include <ctime>
+
+#include "deepwell/config.hpp"
+
+namespace deepwell {
+
+using cuda::std::memory_order_acquire;
+using cuda::std::memory_order_relaxed;
+using cuda::std::memory_order_release;
+
+template <class T>
+DW_HD DW_FORCEINLINE T shared_load_acquire(const T* p) {
+  return cuda::atomic_ref<T, cuda::thread_scope_system>(*const_cast<T*>(p)).load(memory_order_acquire);
+}
+template <class T>
+DW_HD DW_FORCEINLINE T shared_load_relaxed(const T* p) {
+  return cuda::atomic_ref<T, cuda::thread_scope_system>(*const_cast<T*>(p)).load(memory_order_relaxed);
+}
+template <class T>
+DW_HD DW_FORCEINLINE void shared_store_release(T* p, T v) {
+  cuda::atomic_ref<T, cuda::thread_scope_system>(*p).store(v, memory_order_release);
+}
+template <class T>
+DW_HD DW_FORCEINLINE void shared_store_relaxed(T* p, T v) {
+  cuda::atomic_ref<T, cuda::thread_scope_system>(*p).store(v, memory_order_relaxed);
+}
+
+// A full fence at system scope: orders a thread's earlier stores to host
+// memory (a command) before its later stores (a ready mark another thread
+// will turn into a doorbell write).
+DW_HD DW_FORCEINLINE void system_fence() { cuda::atomic_thread_fence(cuda::std::memory_order_seq_cst, cuda::thread_scope_system); }
+
+// Client-private atomics (tickets, locks, pools): client memory only, never
+// shared with the controller. Device scope on the GPU is enough for them.
+template <class T>
+using client_atomic = cuda::atomic_ref<T, cuda::thread_scope_device>;
+
+// A pause inside spin loops.
+DW_HD DW_FORCEINLINE void spin_pause(unsigned ns = 64) {
+#if DW_DEVICE_CODE
+  __nanosleep(ns);
+#else
+  (void)ns;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+#endif
+}
+
+// Nanoseconds from a monotonic clock: %globaltimer on the GPU,
+// CLOCK_MONOTONIC on the host. Deadlines in waits are expressed with it.
+DW_HD DW_FORCEINLINE uint64_t now_ns() {
+#if DW_DEVICE_CODE
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#else
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+#endif
+}
+
+}  // namespace deepwell

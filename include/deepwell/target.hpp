@@ -1,0 +1,86 @@
+// Targets: where a dataset's bytes live. A file (regular file or block
+// device, buffered or O_DIRECT, optionally starting at a byte offset inside
+// the file), host memory, or a fault-injecting wrapper around another target
+// for tests. All I/O is asynchronous through the calling poller's io_engine;
+// a target may also complete at once (host memory), calling `done` before
+// returning.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepwell/io_engine.hpp"
+
+namespace deepwell {
+
+class target {
+ public:
+  virtual ~target() = default;
+  // Bytes in the dataset. Reads past it (inside the last partial block) give zeros.
+  virtual uint64_t size() const = 0;
+  virtual bool writable() const = 0;
+  // Offset and length alignment every request must have (O_DIRECT: from
+  // statx(STATX_DIOALIGN)); 1 when there is none.
+  virtual uint32_t io_alignment() const = 0;
+  // Buffer address alignment every request must have; 1 when there is none.
+  virtual uint32_t memory_alignment() const = 0;
+  // "file /data/x (O_DIRECT, offset 4096)": for messages.
+  virtual std::string describe() const = 0;
+  // Host memory holding the whole dataset, when there is such (host-memory
+  // targets): lets readers bypass the controller. nullptr otherwise.
+  virtual void* host_pointer() const { return nullptr; }
+
+  // [offset, offset + len) of the dataset. Results: len on success, or a
+  // negative errno (-EIO for a short transfer that is not at the end of
+  // the dataset, -ENOSPC, ...). Reads that run past size() succeed, with the
+  // bytes past the end zeroed.
+  virtual void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) = 0;
+  virtual void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua,
+                     io_callback done) = 0;
+  // Makes completed writes durable; reports write errors that buffered
+  // writes only surface at fsync.
+  virtual void flush(io_engine& io, io_callback done) = 0;
+};
+
+struct file_options {
+  bool direct = false;      // O_DIRECT
+  bool writable = false;    // O_RDWR instead of O_RDONLY
+  bool create = false;      // create (with create_size bytes past `offset`) if missing
+  uint64_t create_size = 0;
+  uint64_t offset = 0;      // the dataset starts here inside the file (a header before it)
+  uint64_t length = 0;      // dataset bytes; 0: up to the end of the file / device
+};
+
+// Opens a regular file or block device. Throws deepwell::error naming the
+// path and the reason (missing file, offset past the end, O_DIRECT offset
+// not aligned to the device's alignment, ...).
+std::shared_ptr<target> open_file_target(const std::string& path, const file_options& opts = {});
+
+// Host memory owned by the target (zeroed), or caller-owned memory that must
+// outlive the target.
+std::shared_ptr<target> make_host_memory_target(uint64_t bytes, bool writable = true);
+std::shared_ptr<target> wrap_host_memory(void* data, uint64_t bytes, bool writable);
+
+// Fault injection for tests: requests overlapping a rule's byte range fail,
+// come back short, or are delayed. A rule fires `count` times (0: always).
+struct fault_rule {
+  enum kind_t { fail_read, fail_write, fail_flush, short_read, short_write, delay } kind = fail_read;
+  uint64_t offset = 0;
+  uint64_t length = UINT64_MAX;
+  int error = 5;            // errno for fail_* (default EIO)
+  uint64_t delay_ns = 0;    // for delay: applies to reads and writes
+  uint32_t count = 0;
+};
+
+class fault_target : public target {
+ public:
+  virtual void add_rule(const fault_rule& r) = 0;
+  virtual void clear_rules() = 0;
+  // Requests each rule has fired on so far.
+  virtual uint64_t fired() const = 0;
+};
+
+std::shared_ptr<fault_target> make_fault_target(std::shared_ptr<target> inner);
+
+}  // namespace deepwell

@@ -65,7 +65,7 @@ enum status_type : uint8_t {
 struct status {
   uint16_t value = 0;
 
-  DW_HD constexpr status() = default;
+  constexpr status() = default;
   DW_HD constexpr explicit status(uint16_t v) : value(v) {}
   DW_HD constexpr status(status_type sct, uint8_t sc, bool dnr = true)
       : value(static_cast<uint16_t>(sc | (uint16_t(sct) << 8) | (dnr && (sc | sct) ? 1u << 14 : 0u))) {}

@@ -164,7 +164,7 @@ class queue_ref {
         if (!running()) return request_status::client(client_code::controller_lost);
         if (now_ns() > deadline_ns) return request_status::client(client_code::timeout);
       }
-      spin_pause();
+      backoff(i);
     }
   }
 
@@ -257,7 +257,7 @@ class queue_ref {
           if (try_consume(cid, r)) return r;  // it arrived while abandoning
         }
       }
-      spin_pause();
+      backoff(i);
     }
   }
 
@@ -285,7 +285,7 @@ class queue_ref {
     client_atomic<uint32_t> tail(counters->sq_tail);
     client_atomic<uint32_t> lock(counters->sq_lock);
     const uint32_t mask = sq_entries - 1;
-    for (;;) {
+    for (uint32_t i = 0;; ++i) {
       if (int32_t(tail.load(memory_order_acquire) - t) > 0) return;
       uint32_t expected = 0;
       if (lock.load(memory_order_relaxed) == 0 && lock.compare_exchange_strong(expected, 1, memory_order_acquire)) {
@@ -299,7 +299,7 @@ class queue_ref {
         lock.store(0, memory_order_release);
         continue;
       }
-      spin_pause(32);
+      backoff(i);
     }
   }
 

@@ -7,6 +7,9 @@
 #include <cuda/atomic>
 #include <cstdint>
 #include <ctime>
+#if !defined(__CUDA_ARCH__)
+#include <sched.h>
+#endif
 
 #include "deepwell/config.hpp"
 
@@ -52,6 +55,20 @@ DW_HD DW_FORCEINLINE void spin_pause(unsigned ns = 64) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
+#endif
+}
+
+// The i-th wait of a spin loop. CPU threads yield after a short spin: CPU
+// clients may outnumber cores (CI has two) and the controller's pollers
+// must get to run.
+DW_HD DW_FORCEINLINE void backoff(uint32_t i) {
+#if DW_DEVICE_CODE
+  __nanosleep(i < 16 ? 32 : 200);
+#else
+  if (i < 64)
+    spin_pause();
+  else
+    sched_yield();
 #endif
 }
 

@@ -83,4 +83,8 @@ class fault_target : public target {
 
 std::shared_ptr<fault_target> make_fault_target(std::shared_ptr<target> inner);
 
+// Moves no data; every request succeeds at once. Measures the controller's
+// own cost per request.
+std::shared_ptr<target> make_null_target(uint64_t bytes);
+
 }  // namespace deepwell

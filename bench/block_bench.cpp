@@ -1,0 +1,295 @@
+// Block benchmark with CPU clients: raw I/O through the controller's queues,
+// no cache (BaM's block benchmark). Random or sequential, read or write,
+// 512 B to 64 KiB, client threads, queue depth per thread, queue pairs and
+// poller threads; data in a null target (the controller's own cost), host
+// memory, or a file (page cache or O_DIRECT). Beside it, in the same run, a
+// plain io_uring loop over the same file with as many threads as the
+// controller has pollers: the number to beat. Prints a table line and
+// writes JSON.
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "deepwell/controller.hpp"
+#include "deepwell/error.hpp"
+#include "deepwell/host_client.hpp"
+
+using namespace deepwell;
+using json = nlohmann::json;
+
+namespace {
+
+struct options {
+  std::string location = "hostmem";  // null | hostmem | file
+  std::string path;
+  bool direct = false;
+  uint64_t size = 1ull << 30;
+  uint32_t block = 4096;
+  unsigned threads = 4;
+  unsigned depth = 32;  // commands in flight per client thread
+  unsigned queues = 4;
+  unsigned pollers = 1;
+  unsigned queue_entries = 1024;
+  std::string op = "read";        // read | write
+  std::string pattern = "random";  // random | seq
+  double seconds = 3.0;
+  bool baseline = true;
+  std::string json_path;
+  std::string commit = "unknown";
+  std::string backend = "auto";
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// Each client thread keeps `depth` commands in flight on its queue pair.
+struct client_result {
+  uint64_t requests = 0, errors = 0;
+};
+
+void client_loop(const queue_ref& q, const options& o, uint32_t nsid, uint64_t blocks, unsigned thread_index,
+                 std::atomic<bool>& stop, client_result& out) {
+  std::mt19937_64 rng(thread_index * 1000003ull + 17);
+  const bool write = o.op == "write";
+  const uint32_t per = o.block;
+  uint64_t seq = (blocks / o.threads) * thread_index;
+  auto next_lba = [&] { return o.pattern == "seq" ? (seq++ % blocks) : rng() % blocks; };
+  std::vector<uint16_t> ids;
+  const uint64_t forever = now_ns() + 3600ull * 1000000000ull;
+  for (unsigned i = 0; i < o.depth; ++i) {
+    uint16_t cid;
+    if (!q.acquire_cid(cid, forever).ok()) break;
+    ids.push_back(cid);
+    const uint64_t lba = next_lba();
+    q.submit(cid, write ? nvme::make_write(nsid, lba, 1, q.buffer_offset(cid))
+                        : nvme::make_read(nsid, lba, 1, q.buffer_offset(cid)));
+  }
+  (void)per;
+  size_t i = 0;
+  while (!ids.empty()) {
+    const uint16_t cid = ids[i];
+    wait_result r = q.wait(cid, now_ns() + 30ull * 1000000000ull);
+    if (r.status.code == client_code::timeout || r.status.code == client_code::controller_lost) {
+      ++out.errors;
+      ids.erase(ids.begin() + long(i));
+      if (i >= ids.size()) i = 0;
+      continue;
+    }
+    ++out.requests;
+    if (!r.status.ok()) ++out.errors;
+    if (stop.load(std::memory_order_relaxed)) {
+      q.release_cid(cid);
+      ids.erase(ids.begin() + long(i));
+      if (i >= ids.size()) i = 0;
+      continue;
+    }
+    const uint64_t lba = next_lba();
+    q.submit(cid, write ? nvme::make_write(nsid, lba, 1, q.buffer_offset(cid))
+                        : nvme::make_read(nsid, lba, 1, q.buffer_offset(cid)));
+    i = (i + 1) % ids.size();
+  }
+}
+
+// The plain io_uring loop: `threads` threads, each with `depth` random reads
+// of `block` bytes in flight, one ring per thread, no controller.
+json uring_baseline(const options& o, unsigned threads) {
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> total{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> ts;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (unsigned t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      int fd = open(o.path.c_str(), O_RDONLY | (o.direct ? O_DIRECT : 0));
+      io_uring ring;
+      if (fd < 0 || io_uring_queue_init(o.depth * 2, &ring, 0) != 0) {
+        failed = 1;
+        if (fd >= 0) close(fd);
+        return;
+      }
+      std::vector<void*> bufs(o.depth);
+      for (auto& b : bufs) b = aligned_alloc(4096, o.block);
+      std::mt19937_64 rng(t * 31 + 5);
+      const uint64_t blocks = o.size / o.block;
+      uint64_t n = 0;
+      for (unsigned i = 0; i < o.depth; ++i) {
+        io_uring_sqe* s = io_uring_get_sqe(&ring);
+        io_uring_prep_read(s, fd, bufs[i], o.block, (rng() % blocks) * o.block);
+        io_uring_sqe_set_data64(s, i);
+      }
+      io_uring_submit(&ring);
+      unsigned inflight = o.depth;
+      while (inflight) {
+        io_uring_cqe* c;
+        if (io_uring_wait_cqe(&ring, &c) != 0) break;
+        const unsigned i = unsigned(io_uring_cqe_get_data64(c));
+        if (c->res != int(o.block)) failed = 1;
+        io_uring_cqe_seen(&ring, c);
+        ++n;
+        if (stop.load(std::memory_order_relaxed)) {
+          --inflight;
+          continue;
+        }
+        io_uring_sqe* s = io_uring_get_sqe(&ring);
+        io_uring_prep_read(s, fd, bufs[i], o.block, (rng() % blocks) * o.block);
+        io_uring_sqe_set_data64(s, i);
+        io_uring_submit(&ring);
+      }
+      total += n;
+      io_uring_queue_exit(&ring);
+      for (auto b : bufs) free(b);
+      close(fd);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
+  stop = true;
+  for (auto& t : ts) t.join();
+  const double secs = seconds_since(t0);
+  json j;
+  j["threads"] = threads;
+  j["depth_per_thread"] = o.depth;
+  j["requests"] = total.load();
+  j["iops"] = double(total.load()) / secs;
+  j["gbps"] = double(total.load()) * o.block / secs / 1e9;
+  j["ok"] = failed.load() == 0;
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  CLI::App app{"deepwell block benchmark (CPU clients through the controller)"};
+  app.add_option("--location", o.location, "null | hostmem | file")->check(CLI::IsMember({"null", "hostmem", "file"}));
+  app.add_option("--path", o.path, "file for --location file (created and filled if missing or short)");
+  app.add_flag("--direct", o.direct, "O_DIRECT");
+  app.add_option("--size", o.size, "dataset bytes");
+  app.add_option("--block", o.block, "bytes per request (512..65536)");
+  app.add_option("--threads", o.threads, "client threads");
+  app.add_option("--depth", o.depth, "commands in flight per client thread");
+  app.add_option("--queues", o.queues, "queue pairs (client threads share them round robin)");
+  app.add_option("--pollers", o.pollers, "controller poller threads");
+  app.add_option("--queue-entries", o.queue_entries, "SQ and CQ entries per queue pair");
+  app.add_option("--op", o.op, "read | write")->check(CLI::IsMember({"read", "write"}));
+  app.add_option("--pattern", o.pattern, "random | seq")->check(CLI::IsMember({"random", "seq"}));
+  app.add_option("--seconds", o.seconds, "duration of each measurement");
+  app.add_option("--baseline", o.baseline, "also run the plain io_uring loop (file location)");
+  app.add_option("--backend", o.backend, "auto | uring | threads")->check(CLI::IsMember({"auto", "uring", "threads"}));
+  app.add_option("--json", o.json_path, "append the result as one JSON line to this file");
+  app.add_option("--commit", o.commit, "commit hash to record");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (o.location == "file" && o.path.empty()) throw error("--location file needs --path");
+    if (o.threads == 0 || o.depth == 0 || o.queues == 0) throw error("--threads, --depth and --queues must be > 0");
+    o.size = o.size / o.block * o.block;
+    controller_config cc;
+    cc.pollers = o.pollers;
+    cc.backend = o.backend == "uring" ? io_backend::uring : o.backend == "threads" ? io_backend::threads : io_backend::automatic;
+    controller ctl(cc);
+    std::shared_ptr<target> t;
+    if (o.location == "null") {
+      t = make_null_target(o.size);
+    } else if (o.location == "hostmem") {
+      t = make_host_memory_target(o.size, true);
+    } else {
+      // Create and fill the file with a deterministic pattern if needed.
+      int fd = open(o.path.c_str(), O_RDWR | O_CREAT, 0644);
+      if (fd < 0) throw error(errno_message("open " + o.path, errno));
+      off_t cur = lseek(fd, 0, SEEK_END);
+      if (uint64_t(cur) < o.size) {
+        std::vector<uint64_t> chunk(1 << 17);
+        for (uint64_t off = uint64_t(cur) / (8 << 17) * (8 << 17); off < o.size; off += chunk.size() * 8) {
+          for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = (off / 8 + i) * 0x9E3779B97F4A7C15ull;
+          if (pwrite(fd, chunk.data(), chunk.size() * 8, off_t(off)) < 0) throw error(errno_message("fill " + o.path, errno));
+        }
+        fsync(fd);
+      }
+      close(fd);
+      file_options fo;
+      fo.direct = o.direct;
+      fo.writable = o.op == "write";
+      fo.length = o.size;
+      t = open_file_target(o.path, fo);
+    }
+    const uint32_t nsid = ctl.add_namespace({t, o.block, o.op != "write"});
+    std::vector<std::unique_ptr<host_queue_client>> clients;
+    qp_geometry g{o.queue_entries, o.queue_entries, o.block};
+    for (unsigned i = 0; i < o.queues; ++i) clients.push_back(std::make_unique<host_queue_client>(ctl.create_queue_pair(g)));
+    const uint64_t blocks = o.size / o.block;
+
+    std::atomic<bool> stop{false};
+    std::vector<client_result> results(o.threads);
+    std::vector<std::thread> ts;
+    const double cpu0 = process_cpu_seconds();
+    const double poll0 = ctl.poller_cpu_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (unsigned i = 0; i < o.threads; ++i)
+      ts.emplace_back([&, i] { client_loop(clients[i % o.queues]->ref(), o, nsid, blocks, i, stop, results[i]); });
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
+    stop = true;
+    for (auto& th : ts) th.join();
+    const double secs = seconds_since(t0);
+    const double poll_cpu = ctl.poller_cpu_seconds() - poll0;
+    const double all_cpu = process_cpu_seconds() - cpu0;
+    uint64_t reqs = 0, errs = 0;
+    for (auto& r : results) {
+      reqs += r.requests;
+      errs += r.errors;
+    }
+    json j;
+    j["benchmark"] = "block";
+    j["clients"] = "cpu";
+    j["commit"] = o.commit;
+    j["config"] = {{"location", o.location}, {"path", o.path},     {"direct", o.direct},   {"size", o.size},
+                   {"block", o.block},       {"threads", o.threads}, {"depth", o.depth},   {"queues", o.queues},
+                   {"pollers", o.pollers},   {"op", o.op},           {"pattern", o.pattern}, {"seconds", o.seconds},
+                   {"backend", ctl.backend_name()}};
+    j["metrics"] = {{"requests", reqs},
+                    {"errors", errs},
+                    {"iops", reqs / secs},
+                    {"gbps", double(reqs) * o.block / secs / 1e9},
+                    {"poller_cpu_seconds", poll_cpu},
+                    {"process_cpu_seconds", all_cpu},
+                    {"controller_ns_per_request", reqs ? poll_cpu / double(reqs) * 1e9 : 0.0},
+                    {"requests_per_poller_second", poll_cpu > 0 ? double(reqs) / poll_cpu : 0.0}};
+    ctl.stop();
+    if (o.location == "file" && o.baseline && o.op == "read") {
+      json b = uring_baseline(o, o.pollers);
+      j["baselines"]["uring_loop_same_cores"] = b;
+      j["ratios"]["ctrl_vs_uring_same_cores"] = double(j["metrics"]["iops"]) / double(b["iops"]);
+    }
+    std::printf("block %s %s %s bs=%u threads=%u depth=%u queues=%u pollers=%u: %.0f IOPS %.2f GB/s, %.0f ns controller CPU/request, errors %llu",
+                o.location.c_str(), o.op.c_str(), o.pattern.c_str(), o.block, o.threads, o.depth, o.queues, o.pollers,
+                double(j["metrics"]["iops"]), double(j["metrics"]["gbps"]), double(j["metrics"]["controller_ns_per_request"]),
+                (unsigned long long)errs);
+    if (j.contains("ratios")) std::printf(", vs io_uring loop %.2f", double(j["ratios"]["ctrl_vs_uring_same_cores"]));
+    std::printf("\n");
+    if (!o.json_path.empty()) {
+      std::ofstream f(o.json_path, std::ios::app);
+      f << j.dump() << "\n";
+    }
+    return errs == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "block_bench: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,216 @@
+// Block benchmark with GPU clients: every GPU thread issues requests through
+// the controller's queues (no cache), BaM's block benchmark on deepwell's
+// software controller. Beside it, in the same run, the host link's ceiling
+// (cudaMemcpy host-to-device, pinned, 1 GiB). Prints one line and appends
+// JSON.
+#include <cuda_runtime.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "deepwell/controller.hpp"
+#include "deepwell/error.hpp"
+#include "deepwell/gpu_client.hpp"
+
+using namespace deepwell;
+using json = nlohmann::json;
+
+namespace {
+
+struct counters {
+  unsigned long long ok, failed, checksum;
+};
+
+__global__ void block_kernel(const queue_ref* qs, unsigned nq, uint32_t nsid, uint64_t blocks, uint32_t block_bytes,
+                             unsigned per_thread, bool write, bool sequential, counters* out) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint64_t nthreads = uint64_t(gridDim.x) * blockDim.x;
+  const queue_ref q = qs[(tid / 32) % nq];
+  uint64_t x = tid * 0x9E3779B97F4A7C15ull + 7;
+  unsigned long long ok = 0, failed = 0, sum = 0;
+  for (unsigned i = 0; i < per_thread; ++i) {
+    uint64_t lba;
+    if (sequential) {
+      lba = (uint64_t(i) * nthreads + tid) % blocks;
+    } else {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      lba = x % blocks;
+    }
+    const uint64_t deadline = now_ns() + 30'000'000'000ull;
+    uint16_t cid;
+    if (!q.acquire_cid(cid, deadline).ok()) {
+      ++failed;
+      break;
+    }
+    const uint64_t off = q.buffer_offset(cid);
+    q.submit(cid, write ? nvme::make_write(nsid, lba, 1, off) : nvme::make_read(nsid, lba, 1, off));
+    wait_result r = q.wait(cid, deadline);
+    if (r.status.code == client_code::timeout || r.status.code == client_code::controller_lost) {
+      ++failed;
+      break;
+    }
+    if (r.status.ok()) {
+      ++ok;
+      if (!write) sum += *reinterpret_cast<const unsigned long long*>(q.buffer(cid));  // touch the data
+    } else {
+      ++failed;
+    }
+    q.release_cid(cid);
+  }
+  atomicAdd(&out->ok, ok);
+  atomicAdd(&out->failed, failed);
+  atomicAdd(&out->checksum, sum);
+}
+
+double h2d_gbps() {
+  const size_t bytes = 1ull << 30;
+  void *h, *d;
+  check_cuda(cudaMallocHost(&h, bytes), "cudaMallocHost");
+  check_cuda(cudaMalloc(&d, bytes), "cudaMalloc");
+  memset(h, 1, bytes);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+  float best = 1e30f;
+  for (int i = 0; i < 5; ++i) {
+    cudaEventRecord(a);
+    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    best = std::min(best, ms);
+  }
+  cudaFreeHost(h);
+  cudaFree(d);
+  return bytes / (best * 1e-3) / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string location = "hostmem", path, op = "read", pattern = "random", json_path, commit = "unknown";
+  bool direct = false;
+  uint64_t size = 1ull << 30;
+  uint32_t block = 4096;
+  unsigned threads = 1 << 16, per_thread = 16, queues = 32, entries = 1024, pollers = 4;
+  CLI::App app{"deepwell block benchmark with GPU clients"};
+  app.add_option("--location", location, "null | hostmem | file")->check(CLI::IsMember({"null", "hostmem", "file"}));
+  app.add_option("--path", path, "file for --location file (created if missing)");
+  app.add_flag("--direct", direct, "O_DIRECT");
+  app.add_option("--size", size, "dataset bytes");
+  app.add_option("--block", block, "bytes per request");
+  app.add_option("--threads", threads, "GPU threads");
+  app.add_option("--per-thread", per_thread, "requests per GPU thread");
+  app.add_option("--queues", queues, "queue pairs");
+  app.add_option("--queue-entries", entries, "entries per SQ/CQ");
+  app.add_option("--pollers", pollers, "controller poller threads");
+  app.add_option("--op", op, "read | write")->check(CLI::IsMember({"read", "write"}));
+  app.add_option("--pattern", pattern, "random | seq")->check(CLI::IsMember({"random", "seq"}));
+  app.add_option("--json", json_path, "append the result as one JSON line");
+  app.add_option("--commit", commit, "commit hash to record");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    size = size / block * block;
+    controller_config cc;
+    cc.pollers = pollers;
+    controller ctl(cc);
+    std::shared_ptr<target> t;
+    if (location == "null") {
+      t = make_null_target(size);
+    } else if (location == "hostmem") {
+      t = make_host_memory_target(size, true);
+    } else {
+      if (path.empty()) throw error("--location file needs --path");
+      int fd = open(path.c_str(), O_RDWR | O_CREAT, 0644);
+      if (fd < 0) throw error(errno_message("open " + path, errno));
+      if (uint64_t(lseek(fd, 0, SEEK_END)) < size) {
+        std::vector<uint64_t> chunk(1 << 17);
+        for (uint64_t off = 0; off < size; off += chunk.size() * 8) {
+          for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = (off / 8 + i) * 0x9E3779B97F4A7C15ull;
+          if (pwrite(fd, chunk.data(), chunk.size() * 8, off_t(off)) < 0) throw error(errno_message("fill", errno));
+        }
+        fsync(fd);
+      }
+      close(fd);
+      file_options fo;
+      fo.direct = direct;
+      fo.writable = op == "write";
+      fo.length = size;
+      t = open_file_target(path, fo);
+    }
+    const uint32_t nsid = ctl.add_namespace({t, block, op != "write"});
+    std::vector<std::unique_ptr<gpu_queue_client>> clients;
+    std::vector<queue_ref> refs;
+    for (unsigned i = 0; i < queues; ++i) {
+      clients.push_back(std::make_unique<gpu_queue_client>(ctl.create_queue_pair({entries, entries, block})));
+      refs.push_back(clients.back()->ref());
+    }
+    queue_ref* d_refs;
+    counters* d_out;
+    check_cuda(cudaMalloc(&d_refs, sizeof(queue_ref) * queues), "cudaMalloc");
+    check_cuda(cudaMemcpy(d_refs, refs.data(), sizeof(queue_ref) * queues, cudaMemcpyHostToDevice), "cudaMemcpy");
+    check_cuda(cudaMalloc(&d_out, sizeof(counters)), "cudaMalloc");
+    const unsigned tpb = 256;
+    const unsigned grid = (threads + tpb - 1) / tpb;
+    // Warm-up: a short run, then the measured one.
+    cudaMemset(d_out, 0, sizeof(counters));
+    block_kernel<<<grid, tpb>>>(d_refs, queues, nsid, size / block, block, 1, op == "write", pattern == "seq", d_out);
+    check_cuda(cudaDeviceSynchronize(), "warm-up kernel");
+    cudaMemset(d_out, 0, sizeof(counters));
+    const double cpu0 = ctl.poller_cpu_seconds();
+    const auto t0 = std::chrono::steady_clock::now();
+    block_kernel<<<grid, tpb>>>(d_refs, queues, nsid, size / block, block, per_thread, op == "write", pattern == "seq",
+                                d_out);
+    check_cuda(cudaGetLastError(), "launch");
+    check_cuda(cudaDeviceSynchronize(), "kernel");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu = ctl.poller_cpu_seconds() - cpu0;
+    counters c{};
+    cudaMemcpy(&c, d_out, sizeof(c), cudaMemcpyDeviceToHost);
+    ctl.stop();
+    clients.clear();
+    cudaFree(d_refs);
+    cudaFree(d_out);
+    const double link = h2d_gbps();
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, 0);
+    const double gbps = double(c.ok) * block / secs / 1e9;
+    json j;
+    j["benchmark"] = "block";
+    j["clients"] = "gpu";
+    j["commit"] = commit;
+    j["device"] = prop.name;
+    j["config"] = {{"location", location}, {"direct", direct}, {"size", size}, {"block", block},
+                   {"threads", threads},   {"per_thread", per_thread}, {"queues", queues}, {"queue_entries", entries},
+                   {"pollers", pollers},   {"op", op}, {"pattern", pattern}, {"backend", ctl.backend_name()},
+                   {"path_kind", "controller"}};
+    j["metrics"] = {{"requests", c.ok},
+                    {"failed", c.failed},
+                    {"seconds", secs},
+                    {"iops", c.ok / secs},
+                    {"gbps", gbps},
+                    {"poller_cpu_seconds", cpu},
+                    {"controller_ns_per_request", c.ok ? cpu / c.ok * 1e9 : 0.0},
+                    {"controller_cores", cpu / secs}};
+    j["ceilings"] = {{"h2d_memcpy_gbps", link}};
+    j["ratios"] = {{"vs_h2d", gbps / link}};
+    std::printf("gpu block %s %s %s bs=%u threads=%u queues=%u pollers=%u: %.2f M IOPS %.2f GB/s (%.2f of H2D %.1f GB/s), %.2f controller cores, failed %llu\n",
+                location.c_str(), op.c_str(), pattern.c_str(), block, threads, queues, pollers, c.ok / secs / 1e6, gbps,
+                gbps / link, link, cpu / secs, c.failed);
+    if (!json_path.empty()) std::ofstream(json_path, std::ios::app) << j.dump() << "\n";
+    return c.failed == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_block_bench: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,600 @@
+#include "deepwell/controller.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "deepwell/detail/command_check.hpp"
+#include "deepwell/error.hpp"
+#include "deepwell/shared_atomic.hpp"
+
+namespace deepwell {
+
+queue_counters& queue_counters::operator+=(const queue_counters& o) {
+  commands += o.commands;
+  reads += o.reads;
+  writes += o.writes;
+  flushes += o.flushes;
+  bytes_read += o.bytes_read;
+  bytes_written += o.bytes_written;
+  errors += o.errors;
+  return *this;
+}
+
+// ---------------------------------------------------------------------------
+// Namespaces
+
+struct controller::ns_entry {
+  detail::ns_limits limits;
+  namespace_info info;
+  std::shared_ptr<target> data;
+};
+
+// ---------------------------------------------------------------------------
+// Queue pair state private to the poller that serves it.
+
+namespace {
+
+// Counters with a single writer (the poller) and any number of readers.
+struct shared_counter {
+  std::atomic<uint64_t> v{0};
+  void add(uint64_t n) { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t get() const { return v.load(std::memory_order_relaxed); }
+};
+
+struct pending_completion {
+  nvme::completion cqe;
+  bool owns_cid;  // clears the cid's outstanding bit when posted
+};
+
+}  // namespace
+
+struct queue_pair::impl {
+  // Trusted geometry (the controller's copy; never read back from shared memory).
+  qp_header* header = nullptr;
+  nvme::command* sq = nullptr;
+  nvme::completion* cq = nullptr;
+  uint8_t* staging = nullptr;
+  uint32_t sq_entries = 0, cq_entries = 0;
+  detail::queue_limits limits;
+
+  // Poller-private progress.
+  uint32_t sq_head = 0;
+  uint32_t cq_tail = 0;
+  uint32_t phase = 1;
+  bool failed = false;
+  std::vector<uint64_t> cid_busy = std::vector<uint64_t>(65536 / 64);  // outstanding command ids
+
+  // Completions waiting for room in the CQ (a ring: never more than cq_entries).
+  std::vector<pending_completion> pending;
+  uint32_t pending_head = 0, pending_count = 0;
+
+  // Commands fetched and not yet posted; the controller stops fetching at
+  // cq_entries - 1 so that every fetched command has room to complete.
+  std::atomic<uint32_t> outstanding{0};
+
+  shared_counter commands, reads, writes, flushes, bytes_read, bytes_written, errors;
+
+  bool cid_is_busy(uint16_t cid) const { return (cid_busy[cid / 64] >> (cid % 64)) & 1; }
+  void set_cid(uint16_t cid, bool busy) {
+    const uint64_t bit = uint64_t(1) << (cid % 64);
+    cid_busy[cid / 64] = busy ? (cid_busy[cid / 64] | bit) : (cid_busy[cid / 64] & ~bit);
+  }
+};
+
+queue_pair::queue_pair(uint32_t id, const qp_geometry& g, shared_region region)
+    : id_(id), geometry_(g), region_(std::move(region)), impl_(std::make_unique<impl>()) {}
+queue_pair::~queue_pair() = default;
+
+queue_state queue_pair::state() const { return queue_state(shared_load_acquire(&header()->state)); }
+
+queue_counters queue_pair::counters() const {
+  queue_counters c;
+  c.commands = impl_->commands.get();
+  c.reads = impl_->reads.get();
+  c.writes = impl_->writes.get();
+  c.flushes = impl_->flushes.get();
+  c.bytes_read = impl_->bytes_read.get();
+  c.bytes_written = impl_->bytes_written.get();
+  c.errors = impl_->errors.get();
+  return c;
+}
+
+// ---------------------------------------------------------------------------
+// Pollers
+
+namespace {
+
+// One command on its way through a target; pooled per poller.
+struct command_context;
+
+}  // namespace
+
+struct controller::poller {
+  controller* owner = nullptr;
+  unsigned index = 0;
+  std::unique_ptr<io_engine> io;
+  std::thread thread;
+  std::atomic<clockid_t> cpu_clock{};
+  std::atomic<bool> cpu_clock_valid{false};
+  std::atomic<double> final_cpu_seconds{0.0};
+
+  std::mutex incoming_mutex;
+  std::vector<std::shared_ptr<queue_pair>> incoming;  // handed over by create_queue_pair
+  std::atomic<bool> has_incoming{false};
+  std::vector<std::shared_ptr<queue_pair>> queues;    // owned by the poller thread
+
+  struct context {
+    poller* p;
+    queue_pair::impl* q;
+    uint16_t cid;
+    uint8_t opcode;
+    uint32_t bytes;
+    context* next_free;
+  };
+  std::vector<std::unique_ptr<context[]>> context_blocks;
+  context* free_contexts = nullptr;
+  bool draining = false;  // stop(): every completion becomes an abort
+
+  void run();
+  unsigned fetch(queue_pair::impl& q);
+  void execute(queue_pair::impl& q, const nvme::command& c);
+  void complete(queue_pair::impl& q, uint16_t cid, nvme::status s, bool owns_cid, uint32_t dw0 = 0,
+                uint32_t dw1 = 0);
+  unsigned post(queue_pair::impl& q);
+  void fail_queue(queue_pair::impl& q, queue_failure why);
+  void adopt_incoming();
+  void drain();
+  context* alloc_context();
+  void free_context(context* c);
+  static void on_io_done(void* ctx, int64_t result);
+  const ns_entry* ns(uint32_t nsid) const;
+};
+
+const controller::ns_entry* controller::poller::ns(uint32_t nsid) const {
+  const uint32_t n = owner->ns_count_.load(std::memory_order_acquire);
+  if (nsid == 0 || nsid > n) return nullptr;
+  return owner->namespaces_[nsid - 1].get();
+}
+
+controller::poller::context* controller::poller::alloc_context() {
+  if (!free_contexts) {
+    // Grows in blocks; bounded by the sum of queue depths, so steady state
+    // never allocates.
+    constexpr size_t block = 256;
+    context_blocks.push_back(std::make_unique<context[]>(block));
+    context* b = context_blocks.back().get();
+    for (size_t i = 0; i < block; ++i) {
+      b[i].next_free = free_contexts;
+      free_contexts = &b[i];
+    }
+  }
+  context* c = free_contexts;
+  free_contexts = c->next_free;
+  return c;
+}
+
+void controller::poller::free_context(context* c) {
+  c->next_free = free_contexts;
+  free_contexts = c;
+}
+
+void controller::poller::fail_queue(queue_pair::impl& q, queue_failure why) {
+  if (q.failed) return;
+  q.failed = true;
+  shared_store_relaxed(&q.header->failure, uint32_t(why));
+  shared_store_release(&q.header->state, uint32_t(queue_state::failed));
+}
+
+void controller::poller::complete(queue_pair::impl& q, uint16_t cid, nvme::status s, bool owns_cid, uint32_t dw0,
+                                  uint32_t dw1) {
+  if (draining) s = nvme::sc::aborted_sq_deleted;
+  if (!s.ok()) q.errors.add(1);
+  pending_completion& p = q.pending[(q.pending_head + q.pending_count) % q.pending.size()];
+  p.cqe.dw0 = dw0;
+  p.cqe.dw1 = dw1;
+  p.cqe.sq_id = 0;
+  p.cqe.dw3 = nvme::make_cqe_dw3(cid, 0, s);  // phase set when posted
+  p.owns_cid = owns_cid;
+  ++q.pending_count;
+}
+
+unsigned controller::poller::post(queue_pair::impl& q) {
+  if (q.pending_count == 0 || q.failed) return 0;
+  const uint32_t head = shared_load_acquire(&q.header->cq_head_doorbell);
+  if (head >= q.cq_entries) {
+    fail_queue(q, queue_failure::bad_cq_doorbell);
+    return 0;
+  }
+  const uint32_t mask = q.cq_entries - 1;
+  unsigned n = 0;
+  while (q.pending_count != 0 && ((q.cq_tail + 1) & mask) != head) {
+    pending_completion& p = q.pending[q.pending_head];
+    nvme::completion* e = q.cq + q.cq_tail;
+    shared_store_relaxed(&e->dw0, p.cqe.dw0);
+    shared_store_relaxed(&e->dw1, p.cqe.dw1);
+    // sq_head and sq_id share a dword.
+    shared_store_relaxed(reinterpret_cast<uint32_t*>(&e->sq_head), q.sq_head & 0xFFFFu);
+    const uint16_t cid = nvme::cqe_cid(p.cqe.dw3);
+    if (p.owns_cid) q.set_cid(cid, false);
+    shared_store_release(&e->dw3, p.cqe.dw3 | (q.phase << 16));
+    q.pending_head = (q.pending_head + 1) % uint32_t(q.pending.size());
+    --q.pending_count;
+    q.outstanding.store(q.outstanding.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    if (++q.cq_tail == q.cq_entries) {
+      q.cq_tail = 0;
+      q.phase ^= 1;
+    }
+    ++n;
+  }
+  return n;
+}
+
+void controller::poller::on_io_done(void* ctx, int64_t result) {
+  auto* c = static_cast<context*>(ctx);
+  poller* p = c->p;
+  queue_pair::impl& q = *c->q;
+  nvme::status s = nvme::sc::success;
+  if (result < 0 || (c->opcode != nvme::op_flush && uint64_t(result) != c->bytes)) {
+    const int err = result < 0 ? int(-result) : EIO;  // a short transfer is an I/O error
+    if (err == ENOSPC || err == EDQUOT)
+      s = nvme::sc::capacity_exceeded;
+    else if (err == EROFS)
+      s = nvme::sc::write_to_read_only;
+    else if (err == EFAULT)
+      s = nvme::sc::data_transfer_error;
+    else if (err == EINVAL)
+      s = nvme::sc::internal_error;
+    else if (c->opcode == nvme::op_read)
+      s = nvme::sc::unrecovered_read_error;
+    else
+      s = nvme::sc::write_fault;  // writes and flushes
+  } else if (c->opcode == nvme::op_read) {
+    q.bytes_read.add(c->bytes);
+  } else if (c->opcode == nvme::op_write) {
+    q.bytes_written.add(c->bytes);
+  }
+  p->complete(q, c->cid, s, true);
+  p->free_context(c);
+}
+
+void controller::poller::execute(queue_pair::impl& q, const nvme::command& c) {
+  q.commands.add(1);
+  q.outstanding.store(q.outstanding.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (q.cid_is_busy(c.cid)) {
+    complete(q, c.cid, nvme::sc::cid_conflict, false);
+    return;
+  }
+  q.set_cid(c.cid, true);
+  if (draining) {
+    complete(q, c.cid, nvme::sc::aborted_sq_deleted, true);
+    return;
+  }
+  detail::checked_command cc;
+  const nvme::status s = detail::check_command(
+      c, q.limits,
+      [](const void* self, uint32_t nsid) -> const detail::ns_limits* {
+        const ns_entry* e = static_cast<const poller*>(self)->ns(nsid);
+        return e ? &e->limits : nullptr;
+      },
+      this, cc);
+  if (!s.ok()) {
+    complete(q, c.cid, s, true);
+    return;
+  }
+  const ns_entry& n = *ns(cc.nsid);
+  switch (cc.opcode) {
+    case nvme::op_identify: {
+      nvme::identify_namespace id{};
+      id.nsze = id.ncap = id.nuse = n.info.blocks;
+      id.nlbaf = 0;
+      id.flbas = 0;
+      id.nsattr = n.info.read_only ? 1 : 0;
+      id.lbaf[0] = uint32_t(std::countr_zero(n.info.block_size)) << 16;
+      id.dw_bytes = n.info.bytes;
+      id.dw_block_size = n.info.block_size;
+      std::memcpy(q.staging + cc.buffer_offset, &id, sizeof(id));
+      complete(q, c.cid, nvme::sc::success, true);
+      return;
+    }
+    case nvme::op_read: {
+      q.reads.add(1);
+      context* ctx = alloc_context();
+      *ctx = context{this, &q, c.cid, cc.opcode, cc.bytes, nullptr};
+      n.data->read(*io, q.staging + cc.buffer_offset, cc.bytes, cc.byte_offset, io_callback{&on_io_done, ctx});
+      return;
+    }
+    case nvme::op_write: {
+      q.writes.add(1);
+      context* ctx = alloc_context();
+      *ctx = context{this, &q, c.cid, cc.opcode, cc.bytes, nullptr};
+      n.data->write(*io, q.staging + cc.buffer_offset, cc.bytes, cc.byte_offset, cc.fua,
+                    io_callback{&on_io_done, ctx});
+      return;
+    }
+    case nvme::op_flush: {
+      q.flushes.add(1);
+      context* ctx = alloc_context();
+      *ctx = context{this, &q, c.cid, cc.opcode, 0, nullptr};
+      n.data->flush(*io, io_callback{&on_io_done, ctx});
+      return;
+    }
+  }
+}
+
+unsigned controller::poller::fetch(queue_pair::impl& q) {
+  if (q.failed) return 0;
+  const uint32_t tail = shared_load_acquire(&q.header->sq_tail_doorbell);
+  if (tail >= q.sq_entries) {
+    fail_queue(q, queue_failure::bad_sq_doorbell);
+    return 0;
+  }
+  const uint32_t limit = q.cq_entries - 1;
+  unsigned n = 0;
+  while (q.sq_head != tail && q.outstanding.load(std::memory_order_relaxed) < limit) {
+    // Copy once; everything after works on the copy, so a client rewriting
+    // the slot cannot change a command after it was checked.
+    nvme::command c;
+    std::memcpy(&c, static_cast<const void*>(q.sq + q.sq_head), sizeof(c));
+    q.sq_head = (q.sq_head + 1) & (q.sq_entries - 1);
+    execute(q, c);
+    ++n;
+  }
+  return n;
+}
+
+void controller::poller::adopt_incoming() {
+  std::lock_guard<std::mutex> lock(incoming_mutex);
+  for (auto& qp : incoming) queues.push_back(std::move(qp));
+  incoming.clear();
+  has_incoming.store(false, std::memory_order_relaxed);
+  if (owner->cfg_.register_buffers && io->in_flight() == 0) {
+    // Fixed buffers spare the kernel a page-table walk per request. The
+    // engine falls back to plain buffers when RLIMIT_MEMLOCK says no.
+    std::vector<iovec> iov;
+    for (auto& qp : queues) iov.push_back(iovec{qp->impl_->staging, size_t(qp->impl_->limits.staging_bytes)});
+    io->unregister_buffers();
+    io->register_buffers(iov.data(), unsigned(iov.size()));
+  }
+}
+
+void controller::poller::run() {
+  clockid_t cid;
+  if (pthread_getcpuclockid(pthread_self(), &cid) == 0) {
+    cpu_clock.store(cid);
+    cpu_clock_valid.store(true);
+  }
+  const uint64_t spin_ns = uint64_t(owner->cfg_.spin_us) * 1000;
+  const uint64_t max_sleep_ns = uint64_t(owner->cfg_.max_sleep_us) * 1000;
+  uint64_t last_work = now_ns();
+  uint64_t sleep_ns = 1000;
+  while (!owner->stopping_.load(std::memory_order_acquire)) {
+    if (has_incoming.load(std::memory_order_relaxed)) adopt_incoming();
+    unsigned work = 0;
+    for (auto& qp : queues) work += fetch(*qp->impl_);
+    io->submit();
+    work += io->reap();
+    for (auto& qp : queues) work += post(*qp->impl_);
+    if (work != 0) {
+      last_work = now_ns();
+      sleep_ns = 1000;
+      continue;
+    }
+    const uint64_t t = now_ns();
+    if (io->in_flight() != 0) {
+      // Waiting for storage: block briefly in the kernel, then look at the
+      // doorbells again.
+      io->wait(20000);
+      continue;
+    }
+    if (t - last_work < spin_ns) {
+      spin_pause();
+      continue;
+    }
+    // Idle: sleep in growing steps so an idle controller costs nothing, while
+    // the first request after a pause waits at most max_sleep_us.
+    timespec ts{0, long(sleep_ns)};
+    nanosleep(&ts, nullptr);
+    sleep_ns = std::min(sleep_ns * 2, max_sleep_ns);
+  }
+  drain();
+  timespec ts;
+  if (cpu_clock_valid.load() && clock_gettime(cpu_clock.load(), &ts) == 0)
+    final_cpu_seconds.store(double(ts.tv_sec) + ts.tv_nsec * 1e-9);
+  cpu_clock_valid.store(false);
+}
+
+void controller::poller::drain() {
+  if (has_incoming.load()) adopt_incoming();
+  draining = true;
+  const uint64_t deadline = now_ns() + uint64_t(owner->cfg_.stop_timeout_ms) * 1000000ull;
+  for (;;) {
+    unsigned work = 0;
+    for (auto& qp : queues) work += fetch(*qp->impl_);  // aborted at once: draining
+    io->submit();
+    work += io->reap();
+    for (auto& qp : queues) work += post(*qp->impl_);
+    bool pending = io->in_flight() != 0;
+    for (auto& qp : queues) pending |= (!qp->impl_->failed && qp->impl_->pending_count != 0);
+    if (!pending && work == 0) break;
+    if (now_ns() > deadline) break;
+    if (io->in_flight() != 0)
+      io->wait(1000000);
+    else if (work == 0)
+      sched_yield();
+  }
+  for (auto& qp : queues) {
+    if (!qp->impl_->failed) shared_store_release(&qp->impl_->header->state, uint32_t(queue_state::stopped));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// controller
+
+controller::controller(controller_config cfg)
+    : cfg_(cfg), namespaces_(std::make_unique<std::unique_ptr<ns_entry>[]>(max_namespaces)) {
+  if (cfg_.pollers == 0) throw error("controller needs at least one poller thread (pollers = 0)");
+  io_backend backend = cfg_.backend == io_backend::automatic ? backend_from_env() : cfg_.backend;
+  for (unsigned i = 0; i < cfg_.pollers; ++i) {
+    auto p = std::make_unique<poller>();
+    p->owner = this;
+    p->index = i;
+    p->io = make_io_engine(backend, cfg_.io_depth);
+    pollers_.push_back(std::move(p));
+  }
+  for (auto& p : pollers_) p->thread = std::thread([q = p.get()] { q->run(); });
+}
+
+controller::~controller() { stop(); }
+
+void controller::stop() {
+  if (stopping_.exchange(true)) {
+    for (auto& p : pollers_)
+      if (p->thread.joinable()) p->thread.join();
+    return;
+  }
+  for (auto& p : pollers_)
+    if (p->thread.joinable()) p->thread.join();
+}
+
+uint32_t controller::add_namespace(const namespace_config& cfg) {
+  if (!cfg.data) throw error("add_namespace: no target given");
+  const uint32_t bs = cfg.block_size;
+  if (bs < 512 || bs > 65536 || (bs & (bs - 1)) != 0)
+    throw error("unsupported block size " + std::to_string(bs) +
+                ": must be a power of two from 512 to 65536 bytes");
+  const uint32_t align = cfg.data->io_alignment();
+  if (align > 1 && bs % align != 0)
+    throw error("block size " + std::to_string(bs) + " is smaller than (or not a multiple of) the direct-I/O alignment " +
+                std::to_string(align) + " of " + cfg.data->describe());
+  const bool read_only = cfg.read_only || !cfg.data->writable();
+  const uint64_t bytes = cfg.data->size();
+  if (bytes == 0) throw error("dataset " + cfg.data->describe() + " is empty");
+  if (!read_only && bytes % bs != 0)
+    throw error("writable dataset " + cfg.data->describe() + " has " + std::to_string(bytes) +
+                " bytes, not a whole number of " + std::to_string(bs) +
+                "-byte blocks (only read-only datasets may end in a partial block)");
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint32_t n = ns_count_.load();
+  if (n == max_namespaces) throw error("too many namespaces (at most " + std::to_string(max_namespaces) + ")");
+  auto e = std::make_unique<ns_entry>();
+  e->data = cfg.data;
+  e->limits.block_size = bs;
+  e->limits.blocks = (bytes + bs - 1) / bs;
+  e->limits.read_only = read_only;
+  e->limits.memory_alignment = std::max<uint32_t>(1, cfg.data->memory_alignment());
+  e->info = namespace_info{n + 1, bs, e->limits.blocks, bytes, read_only, cfg.data->describe()};
+  namespaces_[n] = std::move(e);
+  ns_count_.store(n + 1, std::memory_order_release);
+  return n + 1;
+}
+
+namespace_info controller::info(uint32_t nsid) const {
+  const uint32_t n = ns_count_.load(std::memory_order_acquire);
+  if (nsid == 0 || nsid > n)
+    throw error("no namespace " + std::to_string(nsid) + " (this controller has " + std::to_string(n) + ")");
+  return namespaces_[nsid - 1]->info;
+}
+
+uint32_t controller::namespace_count() const { return ns_count_.load(std::memory_order_acquire); }
+
+void* controller::host_pointer(uint32_t nsid) const {
+  const uint32_t n = ns_count_.load(std::memory_order_acquire);
+  if (nsid == 0 || nsid > n) return nullptr;
+  return namespaces_[nsid - 1]->data->host_pointer();
+}
+
+std::shared_ptr<queue_pair> controller::create_queue_pair(const qp_geometry& g) {
+  auto pow2 = [](uint32_t v) { return v >= 2 && v <= 65536 && (v & (v - 1)) == 0; };
+  if (!pow2(g.sq_entries) || !pow2(g.cq_entries))
+    throw error("queue entries must be powers of two from 2 to 65536 (got SQ " + std::to_string(g.sq_entries) +
+                ", CQ " + std::to_string(g.cq_entries) + ")");
+  if (g.slot_bytes == 0 || g.slot_bytes % 512 != 0)
+    throw error("staging slot size " + std::to_string(g.slot_bytes) + " is not a positive multiple of 512 bytes");
+  if (stopping_.load()) throw error("create_queue_pair: the controller is stopped");
+  const qp_layout l = compute_layout(g);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint32_t qid = next_qid_++;
+  auto region = shared_region::create(l.total_bytes, "deepwell-qp" + std::to_string(qid));
+  auto* h = static_cast<qp_header*>(region.data());
+  h->magic = qp_magic;
+  h->version = qp_version;
+  h->qid = qid;
+  h->sq_entries = g.sq_entries;
+  h->cq_entries = g.cq_entries;
+  h->depth = g.depth();
+  h->slot_bytes = g.slot_bytes;
+  h->sq_offset = l.sq_offset;
+  h->cq_offset = l.cq_offset;
+  h->staging_offset = l.staging_offset;
+  h->staging_bytes = l.staging_bytes;
+  h->total_bytes = l.total_bytes;
+  h->state = uint32_t(queue_state::running);
+  std::shared_ptr<queue_pair> qp(new queue_pair(qid, g, std::move(region)));
+  auto& im = *qp->impl_;
+  auto* base = static_cast<uint8_t*>(qp->base());
+  im.header = h;
+  im.sq = reinterpret_cast<nvme::command*>(base + l.sq_offset);
+  im.cq = reinterpret_cast<nvme::completion*>(base + l.cq_offset);
+  im.staging = base + l.staging_offset;
+  im.sq_entries = g.sq_entries;
+  im.cq_entries = g.cq_entries;
+  im.limits.staging_bytes = l.staging_bytes;
+  im.limits.max_transfer = g.slot_bytes;
+  im.pending.resize(g.cq_entries);
+  queues_.push_back(qp);
+  poller& p = *pollers_[(qid - 1) % pollers_.size()];
+  {
+    std::lock_guard<std::mutex> l2(p.incoming_mutex);
+    p.incoming.push_back(qp);
+    p.has_incoming.store(true, std::memory_order_release);
+  }
+  return qp;
+}
+
+std::string controller::backend_name() const { return pollers_.empty() ? "none" : pollers_[0]->io->name(); }
+
+double controller::poller_cpu_seconds() const {
+  double s = 0;
+  for (auto& p : pollers_) {
+    timespec ts;
+    if (p->cpu_clock_valid.load() && clock_gettime(p->cpu_clock.load(), &ts) == 0)
+      s += double(ts.tv_sec) + ts.tv_nsec * 1e-9;
+    else
+      s += p->final_cpu_seconds.load();
+  }
+  return s;
+}
+
+queue_counters controller::total_counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  queue_counters c;
+  for (auto& q : queues_) c += q->counters();
+  return c;
+}
+
+std::string controller::dump() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::ostringstream o;
+  o << "controller: " << pollers_.size() << " poller(s), backend " << backend_name() << ", "
+    << ns_count_.load() << " namespace(s)" << (stopping_.load() ? ", stopped" : "") << "\n";
+  for (auto& q : queues_) {
+    const qp_header* h = q->header();
+    const queue_counters c = q->counters();
+    o << "  qp " << q->id() << ": state " << shared_load_relaxed(&h->state) << " failure "
+      << shared_load_relaxed(&h->failure) << ", sq " << q->geometry().sq_entries << " tail doorbell "
+      << shared_load_relaxed(&h->sq_tail_doorbell) << ", cq " << q->geometry().cq_entries << " head doorbell "
+      << shared_load_relaxed(&h->cq_head_doorbell) << ", outstanding "
+      << q->impl_->outstanding.load(std::memory_order_relaxed) << ", commands " << c.commands << " errors "
+      << c.errors << " read " << c.bytes_read << " B written " << c.bytes_written << " B\n";
+  }
+  return o.str();
+}
+
+}  // namespace deepwell

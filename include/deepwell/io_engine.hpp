@@ -36,6 +36,11 @@ enum class io_backend { automatic, uring, threads };
 
 class io_engine {
  public:
+  // Waits until no operation still touches its buffer (io_uring: in-kernel
+  // operations are cancelled where possible and their completions awaited;
+  // threads: the workers finish what was queued). Callbacks of operations
+  // not reaped by then are never called, so drain first (in_flight() == 0)
+  // when they matter.
   virtual ~io_engine() = default;
   virtual const char* name() const = 0;  // "io_uring" or "threads"
   // Queues an operation; it starts at the next submit() at the latest.
@@ -44,6 +49,7 @@ class io_engine {
   // Runs the callbacks of finished operations without blocking; returns how many.
   virtual unsigned reap() = 0;
   // Blocks until an operation finishes or timeout_ns passes (then reap()).
+  // Submits queued operations first; returns at once when none is in flight.
   virtual void wait(uint64_t timeout_ns) = 0;
   // Operations queued or running, not yet reaped.
   virtual unsigned in_flight() const = 0;

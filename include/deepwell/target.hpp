@@ -14,6 +14,8 @@
 
 namespace deepwell {
 
+// A target must outlive the requests it has in flight (their completions
+// call back into it).
 class target {
  public:
   virtual ~target() = default;
@@ -64,6 +66,11 @@ std::shared_ptr<target> wrap_host_memory(void* data, uint64_t bytes, bool writab
 
 // Fault injection for tests: requests overlapping a rule's byte range fail,
 // come back short, or are delayed. A rule fires `count` times (0: always).
+// fail_flush matches every flush, whatever its range. short_read and
+// short_write move half the bytes and report that short count (result <
+// len): the fault target does not retry, the caller must treat it as an
+// error. A delay holds a read or write back by delay_ns (a timer on the
+// caller's engine), then the other rules apply to it.
 struct fault_rule {
   enum kind_t { fail_read, fail_write, fail_flush, short_read, short_write, delay } kind = fail_read;
   uint64_t offset = 0;
@@ -81,6 +88,8 @@ class fault_target : public target {
   virtual uint64_t fired() const = 0;
 };
 
+// host_pointer() of the result is nullptr even over host memory, so that no
+// reader bypasses the faults.
 std::shared_ptr<fault_target> make_fault_target(std::shared_ptr<target> inner);
 
 // Moves no data; every request succeeds at once. Measures the controller's

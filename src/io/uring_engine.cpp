@@ -1,0 +1,252 @@
+// The io_uring engine: one ring per poller thread, driven only by that
+// thread. Operations that find no room (SQ full, or as many in the kernel as
+// the CQ can hold) wait in an overflow list that submit() drains, so queue()
+// never drops an operation and never blocks.
+#include <liburing.h>
+
+#include <cerrno>
+#include <cstdint>
+
+#include "deepwell/error.hpp"
+#include "engines.hpp"
+#include "op_fifo.hpp"
+#include "op_pool.hpp"
+
+namespace deepwell::detail {
+namespace {
+
+struct uring_op {
+  io_op op;
+  // A timer's duration: the kernel reads it until the timer's CQE arrives,
+  // so it lives in the record rather than on queue()'s stack.
+  __kernel_timespec timeout{};
+  int64_t result = 0;  // for operations finished without the kernel
+  uring_op* next = nullptr;
+};
+
+constexpr unsigned reap_batch = 32;
+
+bool transient_submit_error(int ret) {
+  // EAGAIN: out of kernel resources for now; EBUSY: completions are backed
+  // up; EINTR: a signal. The SQEs stay in the ring for the next submit.
+  return ret == -EAGAIN || ret == -EBUSY || ret == -EINTR;
+}
+
+class uring_engine final : public io_engine {
+ public:
+  explicit uring_engine(unsigned depth) : pool_(depth) {
+    io_uring_params p{};
+    p.flags = IORING_SETUP_CLAMP;
+    int ret = io_uring_queue_init_params(depth, &ring_, &p);
+    if (ret < 0) throw error(errno_message("io_uring_queue_init(" + std::to_string(depth) + ")", -ret));
+    cq_capacity_ = p.cq_entries;
+  }
+
+  ~uring_engine() override { drain_kernel(); io_uring_queue_exit(&ring_); }
+
+  const char* name() const override { return "io_uring"; }
+
+  void queue(const io_op& op) override {
+    uring_op* r = pool_.take();
+    r->op = op;
+    ++in_flight_;
+    if ((op.kind == io_op::read || op.kind == io_op::write) && op.offset > max_io_offset) {
+      r->result = -EINVAL;
+      finished_locally_.push_back(r);
+      return;
+    }
+    // Keep the order: nothing overtakes what is already waiting.
+    if (!overflow_.empty() || !try_prepare(r)) overflow_.push_back(r);
+  }
+
+  void submit() override {
+    for (;;) {
+      unsigned moved = move_overflow_to_sq();
+      submit_sq();
+      // Stop when the overflow is empty, or nothing more can move (the CQ
+      // is at capacity, or the kernel did not take the SQEs this time).
+      if (overflow_.empty() || moved == 0) break;
+    }
+  }
+
+  unsigned reap() override {
+    unsigned total = 0;
+    struct finished {
+      io_callback done;
+      int64_t result;
+    };
+    for (;;) {
+      io_uring_cqe* cqes[reap_batch];
+      finished batch[reap_batch];
+      unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, reap_batch);
+      unsigned ours = 0;
+      for (unsigned i = 0; i < n; ++i) {
+        auto* r = static_cast<uring_op*>(io_uring_cqe_get_data(cqes[i]));
+        if (!r || cqes[i]->user_data == LIBURING_UDATA_TIMEOUT) continue;  // internal
+        int64_t res = cqes[i]->res;
+        // A pure timer (count 0) reports its expiry as -ETIME.
+        if (r->op.kind == io_op::timer && res == -ETIME) res = 0;
+        batch[ours++] = {r->op.done, res};
+        --in_kernel_;
+        release(r);
+      }
+      io_uring_cq_advance(&ring_, n);
+      // Callbacks run after the records are back in the pool and the CQ is
+      // advanced: they may queue follow-up operations.
+      for (unsigned i = 0; i < ours; ++i) batch[i].done(batch[i].result);
+      total += ours;
+      if (n < reap_batch) break;
+    }
+    total += reap_finished_locally();
+    return total;
+  }
+
+  void wait(uint64_t timeout_ns) override {
+    if (!overflow_.empty() || io_uring_sq_ready(&ring_) > 0) submit();
+    if (!finished_locally_.empty() || in_kernel_ == 0) return;  // nothing to wait for
+    __kernel_timespec ts{};
+    ts.tv_sec = static_cast<int64_t>(timeout_ns / 1000000000u);
+    ts.tv_nsec = static_cast<long long>(timeout_ns % 1000000000u);
+    io_uring_cqe* cqe = nullptr;
+    // -ETIME (timed out) and -EINTR are both fine: the caller reaps next.
+    (void)io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+  }
+
+  unsigned in_flight() const override { return in_flight_; }
+
+  bool register_buffers(const iovec* iov, unsigned n) override {
+    unregister_buffers();
+    if (n == 0) return false;
+    int ret = io_uring_register_buffers(&ring_, iov, n);
+    if (ret < 0) return false;  // ENOMEM (RLIMIT_MEMLOCK), EPERM, EINVAL, ...
+    registered_buffers_ = n;
+    return true;
+  }
+
+  void unregister_buffers() override {
+    if (registered_buffers_ == 0) return;
+    io_uring_unregister_buffers(&ring_);
+    registered_buffers_ = 0;
+  }
+
+ private:
+  // False when there is no room: the SQ stays full even after a submit, or
+  // the kernel already holds as many operations as the CQ has entries
+  // (never more, so no completion can overflow the CQ).
+  bool try_prepare(uring_op* r) {
+    if (in_kernel_ >= cq_capacity_) return false;
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (!sqe) {
+      submit_sq();
+      sqe = io_uring_get_sqe(&ring_);
+      if (!sqe) return false;
+    }
+    prepare(sqe, r);
+    ++in_kernel_;
+    return true;
+  }
+
+  void prepare(io_uring_sqe* sqe, uring_op* r) {
+    const io_op& op = r->op;
+    const bool fixed = op.buf_index >= 0 && unsigned(op.buf_index) < registered_buffers_;
+    switch (op.kind) {
+      case io_op::read:
+        if (fixed)
+          io_uring_prep_read_fixed(sqe, op.fd, op.buf, op.len, op.offset, op.buf_index);
+        else
+          io_uring_prep_read(sqe, op.fd, op.buf, op.len, op.offset);
+        sqe->rw_flags = op.rw_flags;
+        break;
+      case io_op::write:
+        if (fixed)
+          io_uring_prep_write_fixed(sqe, op.fd, op.buf, op.len, op.offset, op.buf_index);
+        else
+          io_uring_prep_write(sqe, op.fd, op.buf, op.len, op.offset);
+        sqe->rw_flags = op.rw_flags;
+        break;
+      case io_op::fsync:
+        io_uring_prep_fsync(sqe, op.fd, IORING_FSYNC_DATASYNC);
+        break;
+      case io_op::timer:
+        r->timeout.tv_sec = static_cast<int64_t>(op.delay_ns / 1000000000u);
+        r->timeout.tv_nsec = static_cast<long long>(op.delay_ns % 1000000000u);
+        io_uring_prep_timeout(sqe, &r->timeout, 0, 0);
+        break;
+    }
+    io_uring_sqe_set_data(sqe, r);
+  }
+
+  unsigned move_overflow_to_sq() {
+    unsigned moved = 0;
+    while (!overflow_.empty() && try_prepare(overflow_.front())) {
+      overflow_.pop_front();
+      ++moved;
+    }
+    return moved;
+  }
+
+  void submit_sq() {
+    if (io_uring_sq_ready(&ring_) == 0) return;
+    int ret = io_uring_submit(&ring_);
+    if (ret < 0 && !transient_submit_error(ret)) throw error(errno_message("io_uring_submit", -ret));
+  }
+
+  unsigned reap_finished_locally() {
+    op_fifo<uring_op> list;
+    list.splice_back(finished_locally_);
+    unsigned n = 0;
+    while (uring_op* r = list.pop_front()) {
+      io_callback done = r->op.done;
+      int64_t res = r->result;
+      release(r);
+      done(res);
+      ++n;
+    }
+    return n;
+  }
+
+  void release(uring_op* r) {
+    pool_.give(r);
+    --in_flight_;
+  }
+
+  // Operations in the kernel may still write into caller buffers, so the
+  // ring is not closed before each has completed. Their callbacks are not
+  // called: what they would call into may already be gone. Cancelling
+  // first ends timers (and anything else that can wait) promptly.
+  void drain_kernel() {
+    if (io_uring_sq_ready(&ring_) > 0) (void)io_uring_submit(&ring_);
+    unsigned pending = in_kernel_ - io_uring_sq_ready(&ring_);  // never-submitted SQEs won't complete
+    if (pending == 0) return;
+    if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) {
+      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+      io_uring_sqe_set_data(sqe, nullptr);
+      (void)io_uring_submit(&ring_);
+    }
+    while (pending > 0) {
+      io_uring_cqe* cqe = nullptr;
+      int ret = io_uring_wait_cqe(&ring_, &cqe);
+      if (ret == -EINTR) continue;
+      if (ret < 0) break;
+      if (io_uring_cqe_get_data(cqe) && cqe->user_data != LIBURING_UDATA_TIMEOUT) --pending;
+      io_uring_cqe_seen(&ring_, cqe);
+    }
+  }
+
+  io_uring ring_{};
+  unsigned cq_capacity_ = 0;
+  unsigned in_kernel_ = 0;  // SQEs prepared whose CQE has not been reaped yet
+  unsigned in_flight_ = 0;  // queued and not reaped, wherever they are
+  unsigned registered_buffers_ = 0;
+  op_pool<uring_op> pool_;
+  op_fifo<uring_op> overflow_;          // waiting for room in the SQ / CQ
+  op_fifo<uring_op> finished_locally_;  // rejected before reaching the kernel
+};
+
+}  // namespace
+
+std::unique_ptr<io_engine> make_uring_engine(unsigned queue_depth) {
+  return std::make_unique<uring_engine>(queue_depth ? queue_depth : 1);
+}
+
+}  // namespace deepwell::detail

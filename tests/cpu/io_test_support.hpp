@@ -1,0 +1,177 @@
+// Helpers for the io_engine and target tests: scratch files, a data pattern
+// that names its own file offset, completion records, and a loop that
+// drives an engine until callbacks arrive (with a deadline, so a lost
+// completion fails a test instead of hanging it).
+#pragma once
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepwell/io_engine.hpp"
+
+namespace deepwell::test {
+
+// A disk-backed directory: /tmp may be tmpfs, where O_DIRECT may not work.
+inline std::string scratch_dir() {
+  if (const char* d = std::getenv("DEEPWELL_TEST_DIR")) return d;
+  if (access("/var/tmp", W_OK) == 0) return "/var/tmp";
+  return ".";
+}
+
+// A file that exists for the test's lifetime.
+class temp_file {
+ public:
+  temp_file() {
+    std::string tmpl = scratch_dir() + "/deepwell-test-XXXXXX";
+    int fd = mkstemp(tmpl.data());
+    if (fd < 0) throw std::runtime_error("mkstemp in " + scratch_dir() + " failed");
+    ::close(fd);
+    path_ = tmpl;
+  }
+  ~temp_file() { ::unlink(path_.c_str()); }
+  temp_file(const temp_file&) = delete;
+  temp_file& operator=(const temp_file&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The pattern: each 8-byte word is a hash of its file offset, so any byte
+// in the wrong place (or from the wrong offset) is noticed.
+inline uint64_t pattern_word(uint64_t word_offset) {
+  uint64_t x = word_offset + 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+inline uint8_t pattern_byte(uint64_t file_offset) {
+  return static_cast<uint8_t>(pattern_word(file_offset & ~uint64_t(7)) >> (8 * (file_offset & 7)));
+}
+
+inline void fill_pattern(void* buf, uint64_t file_offset, size_t len) {
+  auto* p = static_cast<uint8_t*>(buf);
+  for (size_t i = 0; i < len; ++i) p[i] = pattern_byte(file_offset + i);
+}
+
+// Index of the first byte that differs from the pattern, or -1.
+inline int64_t pattern_mismatch(const void* buf, uint64_t file_offset, size_t len) {
+  auto* p = static_cast<const uint8_t*>(buf);
+  for (size_t i = 0; i < len; ++i)
+    if (p[i] != pattern_byte(file_offset + i)) return static_cast<int64_t>(i);
+  return -1;
+}
+
+inline std::vector<uint8_t> pattern(uint64_t file_offset, size_t len) {
+  std::vector<uint8_t> v(len);
+  fill_pattern(v.data(), file_offset, len);
+  return v;
+}
+
+// Writes `bytes` at offset 0 of `path` (replacing the file's contents).
+inline void write_file(const std::string& path, const void* bytes, size_t len) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CREAT, 0644);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::pwrite(fd, bytes, len, 0), static_cast<ssize_t>(len));
+  ::close(fd);
+}
+
+inline std::vector<uint8_t> read_file(const std::string& path, uint64_t offset, size_t len) {
+  std::vector<uint8_t> v(len);
+  int fd = ::open(path.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0) << path;
+  EXPECT_EQ(::pread(fd, v.data(), len, static_cast<off_t>(offset)), static_cast<ssize_t>(len));
+  ::close(fd);
+  return v;
+}
+
+// Memory aligned for O_DIRECT.
+struct aligned_buffer {
+  explicit aligned_buffer(size_t len, size_t align = 4096) : size(len) {
+    void* p = nullptr;
+    if (posix_memalign(&p, align, len ? len : 1) != 0) throw std::bad_alloc();
+    data.reset(static_cast<uint8_t*>(p));
+    std::memset(p, 0, len);
+  }
+  struct freer {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, freer> data;
+  size_t size;
+  uint8_t* get() const { return data.get(); }
+};
+
+// One awaited completion.
+struct completion {
+  static constexpr int64_t not_yet = INT64_MIN;
+  int64_t result = not_yet;
+  unsigned calls = 0;
+  bool done() const { return calls > 0; }
+  io_callback callback() { return {&on_done, this}; }
+  static void on_done(void* ctx, int64_t r) {
+    auto* c = static_cast<completion*>(ctx);
+    c->result = r;
+    ++c->calls;
+  }
+};
+
+using namespace std::chrono_literals;
+
+// Submits, reaps and waits until `finished()` or the deadline; returns
+// whether `finished()` became true.
+inline bool drive(io_engine& io, const std::function<bool()>& finished,
+                  std::chrono::milliseconds deadline = 10000ms) {
+  auto until = std::chrono::steady_clock::now() + deadline;
+  for (;;) {
+    io.submit();
+    io.reap();
+    if (finished()) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    io.wait(1000000);  // 1 ms
+  }
+}
+
+inline bool drive(io_engine& io, completion& c, std::chrono::milliseconds deadline = 10000ms) {
+  return drive(io, [&] { return c.done(); }, deadline);
+}
+
+inline const char* backend_name(io_backend b) {
+  switch (b) {
+    case io_backend::uring:
+      return "uring";
+    case io_backend::threads:
+      return "threads";
+    default:
+      return "automatic";
+  }
+}
+
+// Tests run once per backend; the io_uring run is skipped where io_uring
+// is unavailable (seccomp, io_uring_disabled).
+class per_backend : public testing::TestWithParam<io_backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == io_backend::uring && !io_uring_available())
+      GTEST_SKIP() << "io_uring is not available in this process";
+  }
+  std::unique_ptr<io_engine> make_engine(unsigned depth = 64) const { return make_io_engine(GetParam(), depth); }
+};
+
+struct backend_param_name {
+  std::string operator()(const testing::TestParamInfo<io_backend>& info) const {
+    return backend_name(info.param);
+  }
+};
+
+}  // namespace deepwell::test

@@ -4,6 +4,7 @@
 // never drops an operation and never blocks.
 #include <liburing.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 
@@ -215,14 +216,19 @@ class uring_engine final : public io_engine {
   // called: what they would call into may already be gone. Cancelling
   // first ends timers (and anything else that can wait) promptly.
   void drain_kernel() {
-    if (io_uring_sq_ready(&ring_) > 0) (void)io_uring_submit(&ring_);
-    unsigned pending = in_kernel_ - io_uring_sq_ready(&ring_);  // never-submitted SQEs won't complete
-    if (pending == 0) return;
+    if (in_kernel_ == 0) return;
+    bool cancel_queued = false;
     if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) {
-      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);  // Linux 5.19+; harmless before
       io_uring_sqe_set_data(sqe, nullptr);
-      (void)io_uring_submit(&ring_);
+      cancel_queued = true;
     }
+    (void)io_uring_submit(&ring_);
+    // SQEs the kernel did not take will never complete; the cancel SQE,
+    // queued last, is among them if any are left.
+    unsigned unsubmitted = io_uring_sq_ready(&ring_);
+    if (cancel_queued && unsubmitted > 0) --unsubmitted;
+    unsigned pending = in_kernel_ - std::min(in_kernel_, unsubmitted);
     while (pending > 0) {
       io_uring_cqe* cqe = nullptr;
       int ret = io_uring_wait_cqe(&ring_, &cqe);

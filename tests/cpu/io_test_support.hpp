@@ -14,10 +14,18 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "deepwell/io_engine.hpp"
+
+namespace deepwell {
+// So that test names read "GetParam() = threads", not raw bytes (found by ADL).
+inline void PrintTo(io_backend b, std::ostream* os) {
+  *os << (b == io_backend::uring ? "uring" : b == io_backend::threads ? "threads" : "automatic");
+}
+}  // namespace deepwell
 
 namespace deepwell::test {
 

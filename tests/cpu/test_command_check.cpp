@@ -66,7 +66,7 @@ TEST(CommandCheck, RejectsEachBadField) {
   c = nvme::make_identify_namespace(1, 0);
   c.cdw10 = 2;
   EXPECT_EQ(check(c), sc::invalid_field);
-  EXPECT_EQ(check(nvme::make_identify_namespace(1, 15 * 8192 + 8)), sc::data_transfer_error);
+  EXPECT_EQ(check(nvme::make_identify_namespace(1, 15 * 8192 + 4100)), sc::data_transfer_error);
 }
 
 TEST(CommandCheck, MemoryAlignmentOfTheTargetIsEnforced) {

@@ -4,6 +4,8 @@
 // never drops an operation and never blocks.
 #include <liburing.h>
 
+#include <vector>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -121,6 +123,7 @@ class uring_engine final : public io_engine {
     int ret = io_uring_register_buffers(&ring_, iov, n);
     if (ret < 0) return false;  // ENOMEM (RLIMIT_MEMLOCK), EPERM, EINVAL, ...
     registered_buffers_ = n;
+    registered_iov_.assign(iov, iov + n);
     return true;
   }
 
@@ -128,6 +131,7 @@ class uring_engine final : public io_engine {
     if (registered_buffers_ == 0) return;
     io_uring_unregister_buffers(&ring_);
     registered_buffers_ = 0;
+    registered_iov_.clear();
   }
 
  private:
@@ -147,20 +151,33 @@ class uring_engine final : public io_engine {
     return true;
   }
 
+  int registered_index(const void* buf, uint32_t len) const {
+    const auto* p = static_cast<const uint8_t*>(buf);
+    for (size_t i = 0; i < registered_iov_.size(); ++i) {
+      const auto* b = static_cast<const uint8_t*>(registered_iov_[i].iov_base);
+      if (p >= b && p + len <= b + registered_iov_[i].iov_len) return int(i);
+    }
+    return -1;
+  }
+
   void prepare(io_uring_sqe* sqe, uring_op* r) {
     const io_op& op = r->op;
-    const bool fixed = op.buf_index >= 0 && unsigned(op.buf_index) < registered_buffers_;
+    // Callers (targets) need not know buffer indices: a buffer inside a
+    // registered region (the controller registers each queue pair's
+    // staging) is found by address.
+    const int index = op.buf_index >= 0 ? op.buf_index : registered_index(op.buf, op.len);
+    const bool fixed = index >= 0 && unsigned(index) < registered_buffers_;
     switch (op.kind) {
       case io_op::read:
         if (fixed)
-          io_uring_prep_read_fixed(sqe, op.fd, op.buf, op.len, op.offset, op.buf_index);
+          io_uring_prep_read_fixed(sqe, op.fd, op.buf, op.len, op.offset, index);
         else
           io_uring_prep_read(sqe, op.fd, op.buf, op.len, op.offset);
         sqe->rw_flags = op.rw_flags;
         break;
       case io_op::write:
         if (fixed)
-          io_uring_prep_write_fixed(sqe, op.fd, op.buf, op.len, op.offset, op.buf_index);
+          io_uring_prep_write_fixed(sqe, op.fd, op.buf, op.len, op.offset, index);
         else
           io_uring_prep_write(sqe, op.fd, op.buf, op.len, op.offset);
         sqe->rw_flags = op.rw_flags;
@@ -244,6 +261,7 @@ class uring_engine final : public io_engine {
   unsigned in_kernel_ = 0;  // SQEs prepared whose CQE has not been reaped yet
   unsigned in_flight_ = 0;  // queued and not reaped, wherever they are
   unsigned registered_buffers_ = 0;
+  std::vector<iovec> registered_iov_;
   op_pool<uring_op> pool_;
   op_fifo<uring_op> overflow_;          // waiting for room in the SQ / CQ
   op_fifo<uring_op> finished_locally_;  // rejected before reaching the kernel

@@ -17,3 +17,10 @@
 #endif
 
 #define DW_FORCEINLINE inline __attribute__((always_inline))
+
+// Loop unrolling hint understood by nvcc; nothing for the host compiler.
+#if defined(__CUDACC__)
+#define DW_UNROLL _Pragma("unroll")
+#else
+#define DW_UNROLL
+#endif

@@ -42,6 +42,8 @@ struct alignas(128) qp_client_counters {
   uint32_t sq_lock;
   alignas(128) uint32_t cq_lock;    // held by the elected poller
   uint32_t cq_head;                 // completions consumed (monotonic)
+  uint32_t lost;                    // the poller saw the queue failed or stopped
+  uint64_t state_checked_ns;        // when the poller last read the queue state
   alignas(128) uint32_t pool_head;  // command id pool: next to take
   alignas(128) uint32_t pool_tail;  // command id pool: next to return
 };
@@ -52,12 +54,13 @@ struct pool_cell {
 };
 
 // One per command id: where the poller leaves the completion for its owner.
-struct alignas(16) completion_slot {
+// Completion dwords 0-1 are not carried: none of deepwell's commands returns
+// a command-specific result, and each would cost the GPU poller another read
+// across the host link.
+struct alignas(8) completion_slot {
   uint32_t state;  // completion_slot_state
   uint16_t status;
   uint16_t reserved;
-  uint32_t dw0;
-  uint32_t dw1;
 };
 
 enum completion_slot_state : uint32_t { slot_pending = 0, slot_done = 1, slot_abandoned = 2 };
@@ -104,8 +107,6 @@ inline void init_client_state(void* mem, const qp_geometry& g, const client_stat
 // The result of waiting for one command.
 struct wait_result {
   request_status status;
-  uint32_t dw0 = 0;
-  uint32_t dw1 = 0;
 };
 
 // A trivially copyable view of one queue pair for one client, passed by value
@@ -161,7 +162,7 @@ class queue_ref {
       if (try_acquire_cid(cid)) return {};
       try_poll();
       if ((i & 63) == 63) {
-        if (!running()) return request_status::client(client_code::controller_lost);
+        if (lost()) return request_status::client(client_code::controller_lost);
         if (now_ns() > deadline_ns) return request_status::client(client_code::timeout);
       }
       backoff(i);
@@ -201,8 +202,9 @@ class queue_ref {
     const uint32_t mask = sq_entries - 1;
     const uint32_t t = client_atomic<uint32_t>(counters->sq_ticket).fetch_add(1, memory_order_relaxed);
     write_command(sq + (t & mask), cmd);
-    system_fence();  // the command reaches host memory before anyone rings for it
-    client_atomic<uint32_t>(ready[t & mask]).store(t + 1, memory_order_release);
+    // Release at system scope: the command reaches host memory before the
+    // mark that lets any thread ring the doorbell for it.
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(ready[t & mask]).store(t + 1, memory_order_release);
     publish_until(t);
   }
 
@@ -231,8 +233,6 @@ class queue_ref {
     cuda::atomic_ref<uint32_t, cuda::thread_scope_system> state(slots[cid].state);
     if (state.load(memory_order_acquire) != slot_done) return false;
     out.status = request_status::from_nvme(nvme::status(slots[cid].status));
-    out.dw0 = slots[cid].dw0;
-    out.dw1 = slots[cid].dw1;
     state.store(slot_pending, memory_order_relaxed);  // ready for the id's next use
     return true;
   }
@@ -246,12 +246,12 @@ class queue_ref {
       if (try_consume(cid, r)) return r;
       if (try_poll() != 0) continue;
       if ((i & 63) == 63) {
-        const bool lost = !running();
-        if (lost || now_ns() > deadline_ns) {
+        const bool gone = lost();
+        if (gone || now_ns() > deadline_ns) {
           try_poll();  // completions posted before the stop still count
           if (try_consume(cid, r)) return r;
           if (abandon(cid)) {
-            r.status = request_status::client(lost ? client_code::controller_lost : client_code::timeout);
+            r.status = request_status::client(gone ? client_code::controller_lost : client_code::timeout);
             return r;
           }
           if (try_consume(cid, r)) return r;  // it arrived while abandoning
@@ -261,10 +261,15 @@ class queue_ref {
     }
   }
 
-  // False once the controller failed this queue or stopped.
+  // False once the controller failed this queue or stopped (a read across
+  // the host link: spin loops use lost() instead).
   DW_HD bool running() const {
     return shared_load_relaxed(&header->state) == uint32_t(queue_state::running);
   }
+
+  // True once the poller has seen the queue failed or stopped. Client
+  // memory: thousands of waiting GPU threads must not each poll host memory.
+  DW_HD bool lost() const { return client_atomic<uint32_t>(counters->lost).load(memory_order_relaxed) != 0; }
 
  private:
   DW_HD static void write_command(nvme::command* dst, const nvme::command& src) {
@@ -291,7 +296,9 @@ class queue_ref {
       if (lock.load(memory_order_relaxed) == 0 && lock.compare_exchange_strong(expected, 1, memory_order_acquire)) {
         const uint32_t start = tail.load(memory_order_relaxed);
         uint32_t end = start;
-        while (client_atomic<uint32_t>(ready[end & mask]).load(memory_order_acquire) == end + 1) ++end;
+        while (cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(ready[end & mask]).load(memory_order_acquire) ==
+               end + 1)
+          ++end;
         if (end != start) {
           shared_store_release(&header->sq_tail_doorbell, end & mask);
           tail.store(end, memory_order_release);
@@ -303,39 +310,64 @@ class queue_ref {
     }
   }
 
+  // Reads completions in batches: the phase tags of up to `batch` entries
+  // are loaded together (relaxed, so the reads cross the host link in
+  // parallel), then one acquire fence orders what follows. The queue state
+  // is read only when a pass finds nothing, and at most every 20 us.
   DW_HD uint32_t poll_locked(uint32_t max) const {
+    constexpr uint32_t batch = 8;
     client_atomic<uint32_t> head_ref(counters->cq_head);
     uint32_t head = head_ref.load(memory_order_relaxed);
     const uint32_t mask = cq_entries - 1;
     const uint32_t log2n = 31 - log2_floor_clz(cq_entries);
     uint32_t n = 0;
     while (n < max) {
-      nvme::completion* e = cq + (head & mask);
-      const uint32_t expected_phase = ((head >> log2n) & 1) ^ 1;  // the controller's first pass writes 1
-      const uint32_t dw3 = shared_load_acquire(&e->dw3);
-      if (nvme::cqe_phase(dw3) != expected_phase) break;
-      const uint16_t cid = nvme::cqe_cid(dw3);
-      ++head;
-      ++n;
-      if (cid >= depth) continue;  // the controller never does this; ignore rather than corrupt
-      completion_slot& s = slots[cid];
-      s.status = uint16_t(dw3 >> 17);
-      s.dw0 = shared_load_relaxed(&e->dw0);
-      s.dw1 = shared_load_relaxed(&e->dw1);
-      uint32_t prev = slot_pending;
-      client_atomic<uint32_t> state(s.state);
-      if (!state.compare_exchange_strong(prev, slot_done, memory_order_release, memory_order_relaxed)) {
-        if (prev == slot_abandoned) {  // its waiter gave up: the id is free only now
-          state.store(slot_pending, memory_order_relaxed);
-          release_cid(cid);
-        }
+      uint32_t dw3[batch];
+DW_UNROLL
+      for (uint32_t k = 0; k < batch; ++k) dw3[k] = shared_load_relaxed(&cq[(head + k) & mask].dw3);
+      uint32_t ready_count = 0;
+DW_UNROLL
+      for (uint32_t k = 0; k < batch; ++k) {
+        const uint32_t expected_phase = (((head + k) >> log2n) & 1) ^ 1;  // the controller's first pass writes 1
+        if (ready_count == k && nvme::cqe_phase(dw3[k]) == expected_phase) ++ready_count;
       }
+      if (ready_count == 0) break;
+      cuda::atomic_thread_fence(memory_order_acquire, cuda::thread_scope_system);
+      for (uint32_t k = 0; k < ready_count; ++k) deliver(dw3[k]);
+      head += ready_count;
+      n += ready_count;
+      if (ready_count < batch) break;
     }
     if (n != 0) {
       head_ref.store(head, memory_order_relaxed);
       shared_store_release(&header->cq_head_doorbell, head & mask);
+    } else {
+      check_state();
     }
     return n;
+  }
+
+  DW_HD void deliver(uint32_t dw3) const {
+    const uint16_t cid = nvme::cqe_cid(dw3);
+    if (cid >= depth) return;  // the controller never does this; ignore rather than corrupt
+    completion_slot& s = slots[cid];
+    s.status = uint16_t(dw3 >> 17);
+    uint32_t prev = slot_pending;
+    client_atomic<uint32_t> state(s.state);
+    if (!state.compare_exchange_strong(prev, slot_done, memory_order_release, memory_order_relaxed)) {
+      if (prev == slot_abandoned) {  // its waiter gave up: the id is free only now
+        state.store(slot_pending, memory_order_relaxed);
+        release_cid(cid);
+      }
+    }
+  }
+
+  DW_HD void check_state() const {
+    client_atomic<uint64_t> checked(counters->state_checked_ns);
+    const uint64_t t = now_ns();
+    if (t - checked.load(memory_order_relaxed) < 20000) return;
+    checked.store(t, memory_order_relaxed);
+    if (!running()) client_atomic<uint32_t>(counters->lost).store(1, memory_order_relaxed);
   }
 
   DW_HD bool abandon(uint16_t cid) const {

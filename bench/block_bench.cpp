@@ -24,6 +24,7 @@
 #include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/host_client.hpp"
+#include "uring_loop.hpp"
 
 using namespace deepwell;
 using json = nlohmann::json;
@@ -106,71 +107,6 @@ void client_loop(const queue_ref& q, const options& o, uint32_t nsid, uint64_t b
                         : nvme::make_read(nsid, lba, 1, q.buffer_offset(cid)));
     i = (i + 1) % ids.size();
   }
-}
-
-// The plain io_uring loop: `threads` threads, each with `depth` random reads
-// of `block` bytes in flight, one ring per thread, no controller.
-json uring_baseline(const options& o, unsigned threads) {
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> total{0};
-  std::atomic<int> failed{0};
-  std::vector<std::thread> ts;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (unsigned t = 0; t < threads; ++t) {
-    ts.emplace_back([&, t] {
-      int fd = open(o.path.c_str(), O_RDONLY | (o.direct ? O_DIRECT : 0));
-      io_uring ring;
-      if (fd < 0 || io_uring_queue_init(o.depth * 2, &ring, 0) != 0) {
-        failed = 1;
-        if (fd >= 0) close(fd);
-        return;
-      }
-      std::vector<void*> bufs(o.depth);
-      for (auto& b : bufs) b = aligned_alloc(4096, o.block);
-      std::mt19937_64 rng(t * 31 + 5);
-      const uint64_t blocks = o.size / o.block;
-      uint64_t n = 0;
-      for (unsigned i = 0; i < o.depth; ++i) {
-        io_uring_sqe* s = io_uring_get_sqe(&ring);
-        io_uring_prep_read(s, fd, bufs[i], o.block, (rng() % blocks) * o.block);
-        io_uring_sqe_set_data64(s, i);
-      }
-      io_uring_submit(&ring);
-      unsigned inflight = o.depth;
-      while (inflight) {
-        io_uring_cqe* c;
-        if (io_uring_wait_cqe(&ring, &c) != 0) break;
-        const unsigned i = unsigned(io_uring_cqe_get_data64(c));
-        if (c->res != int(o.block)) failed = 1;
-        io_uring_cqe_seen(&ring, c);
-        ++n;
-        if (stop.load(std::memory_order_relaxed)) {
-          --inflight;
-          continue;
-        }
-        io_uring_sqe* s = io_uring_get_sqe(&ring);
-        io_uring_prep_read(s, fd, bufs[i], o.block, (rng() % blocks) * o.block);
-        io_uring_sqe_set_data64(s, i);
-        io_uring_submit(&ring);
-      }
-      total += n;
-      io_uring_queue_exit(&ring);
-      for (auto b : bufs) free(b);
-      close(fd);
-    });
-  }
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
-  stop = true;
-  for (auto& t : ts) t.join();
-  const double secs = seconds_since(t0);
-  json j;
-  j["threads"] = threads;
-  j["depth_per_thread"] = o.depth;
-  j["requests"] = total.load();
-  j["iops"] = double(total.load()) / secs;
-  j["gbps"] = double(total.load()) * o.block / secs / 1e9;
-  j["ok"] = failed.load() == 0;
-  return j;
 }
 
 }  // namespace
@@ -273,7 +209,7 @@ int main(int argc, char** argv) {
                     {"requests_per_poller_second", poll_cpu > 0 ? double(reqs) / poll_cpu : 0.0}};
     ctl.stop();
     if (o.location == "file" && o.baseline && o.op == "read") {
-      json b = uring_baseline(o, o.pollers);
+      json b = uring_loop(o.path, o.direct, o.size, o.block, o.depth, o.pollers, o.seconds);
       j["baselines"]["uring_loop_same_cores"] = b;
       j["ratios"]["ctrl_vs_uring_same_cores"] = double(j["metrics"]["iops"]) / double(b["iops"]);
     }

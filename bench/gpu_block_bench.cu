@@ -17,6 +17,7 @@
 #include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/gpu_client.hpp"
+#include "uring_loop.hpp"
 
 using namespace deepwell;
 using json = nlohmann::json;
@@ -204,6 +205,16 @@ int main(int argc, char** argv) {
                     {"controller_cores", cpu / secs}};
     j["ceilings"] = {{"h2d_memcpy_gbps", link}};
     j["ratios"] = {{"vs_h2d", gbps / link}};
+    if (location == "file" && op == "read") {
+      // The storage path without deepwell: an io_uring loop over the same
+      // file, block size and per-core depth, on as many cores as pollers.
+      const unsigned depth = std::max(1u, std::min(256u, unsigned(uint64_t(queues) * (entries - 1) / pollers)));
+      json b = uring_loop(path, direct, size, block, depth, pollers, std::max(2.0, secs));
+      j["baselines"]["uring_loop_same_cores"] = b;
+      j["ratios"]["vs_uring_loop_same_cores"] = (c.ok / secs) / double(b["iops"]);
+      std::printf("  io_uring loop, %u threads, depth %u: %.2f M IOPS; deepwell/loop = %.2f\n", pollers, depth,
+                  double(b["iops"]) / 1e6, double(j["ratios"]["vs_uring_loop_same_cores"]));
+    }
     std::printf("gpu block %s %s %s bs=%u threads=%u queues=%u pollers=%u: %.2f M IOPS %.2f GB/s (%.2f of H2D %.1f GB/s), %.2f controller cores, failed %llu\n",
                 location.c_str(), op.c_str(), pattern.c_str(), block, threads, queues, pollers, c.ok / secs / 1e6, gbps,
                 gbps / link, link, cpu / secs, c.failed);

@@ -324,7 +324,7 @@ class queue_ref {
     while (n < max) {
       uint32_t dw3[batch];
 DW_UNROLL
-      for (uint32_t k = 0; k < batch; ++k) dw3[k] = shared_load_relaxed(&cq[(head + k) & mask].dw3);
+      for (uint32_t k = 0; k < batch; ++k) dw3[k] = load_phase_word(&cq[(head + k) & mask].dw3);
       uint32_t ready_count = 0;
 DW_UNROLL
       for (uint32_t k = 0; k < batch; ++k) {
@@ -332,7 +332,9 @@ DW_UNROLL
         if (ready_count == k && nvme::cqe_phase(dw3[k]) == expected_phase) ++ready_count;
       }
       if (ready_count == 0) break;
+#if DW_DEVICE_CODE
       cuda::atomic_thread_fence(memory_order_acquire, cuda::thread_scope_system);
+#endif
       for (uint32_t k = 0; k < ready_count; ++k) deliver(dw3[k]);
       head += ready_count;
       n += ready_count;
@@ -345,6 +347,17 @@ DW_UNROLL
       check_state();
     }
     return n;
+  }
+
+  // On the GPU the batch's loads are relaxed, so they cross the link
+  // together, and one fence follows. On the CPU an acquire load costs
+  // nothing extra (x86) and is what ThreadSanitizer understands.
+  DW_HD static uint32_t load_phase_word(const uint32_t* p) {
+#if DW_DEVICE_CODE
+    return shared_load_relaxed(p);
+#else
+    return shared_load_acquire(p);
+#endif
   }
 
   DW_HD void deliver(uint32_t dw3) const {

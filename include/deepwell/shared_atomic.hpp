@@ -15,6 +15,7 @@
 
 namespace deepwell {
 
+using cuda::std::memory_order_acq_rel;
 using cuda::std::memory_order_acquire;
 using cuda::std::memory_order_relaxed;
 using cuda::std::memory_order_release;

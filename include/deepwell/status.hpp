@@ -3,6 +3,7 @@
 // (a deadline passed, the queue or controller is gone, the cache is full).
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "deepwell/config.hpp"
 #include "deepwell/nvme.hpp"
@@ -17,6 +18,7 @@ enum class client_code : uint16_t {
   cache_exhausted = 4,  // no cache slot could be had before the deadline
   out_of_range = 5,     // an element index outside the array
   invalid_argument = 6,
+  read_only = 7,        // a write to a read-only dataset
 };
 
 struct request_status {
@@ -36,5 +38,7 @@ struct request_status {
 };
 
 const char* client_code_name(client_code c);
+// "NVMe error: Unrecovered Read Error", "timeout", "ok": for messages.
+std::string describe(request_status s);
 
 }  // namespace deepwell

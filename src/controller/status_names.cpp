@@ -43,8 +43,14 @@ const char* client_code_name(client_code c) {
     case client_code::cache_exhausted: return "cache exhausted";
     case client_code::out_of_range: return "index out of range";
     case client_code::invalid_argument: return "invalid argument";
+    case client_code::read_only: return "dataset is read-only";
   }
   return "unknown";
+}
+
+std::string describe(request_status s) {
+  if (s.code == client_code::nvme_error) return std::string("NVMe error: ") + nvme::status_name(s.nvme);
+  return client_code_name(s.code);
 }
 
 }  // namespace deepwell

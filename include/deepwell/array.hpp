@@ -1,0 +1,261 @@
+// array_ref<T>: a dataset seen as an array of T through the page cache. A
+// trivially copyable view: kernels take it by value, CPU threads share it.
+//
+//   __global__ void gather(deepwell::array_ref<float> a, const uint64_t* idx, float* out, int n) {
+//     int i = blockIdx.x * blockDim.x + threadIdx.x;
+//     if (i < n) out[i] = a[idx[i]];   // a hit in HBM, or a fetch through the controller
+//   }
+//
+// On the GPU the threads of a warp that touch the same page share one
+// lookup (and one fetch). Every access reports failures: `try_read` and
+// `write` return a status; `a[i]` returns T{} on failure and sets the
+// cache's error flag, which the host reads after the kernel.
+//
+// The warp-collective calls (read, write, page, read_range, write_range)
+// must be called by all lanes that are active together, as any CUDA *_sync
+// call; in divergent code each converged group coalesces on its own.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+#include "deepwell/cache.hpp"
+
+namespace deepwell {
+
+// One page of an array, pinned in the cache for as long as the handle is
+// held: elements of the page are read (and written) with no further lookups.
+// Reading never marks the page dirty; write() does. Call release() once.
+template <class T>
+class page_handle {
+ public:
+  DW_HD bool ok() const { return status_.ok(); }
+  DW_HD request_status status() const { return status_; }
+  // Array indices [first(), first() + count()) are in this page.
+  DW_HD uint64_t first() const { return first_; }
+  DW_HD uint32_t count() const { return count_; }
+  DW_HD bool contains(uint64_t i) const { return i - first_ < count_; }
+  DW_HD const T& operator[](uint64_t i) const { return base_[i - first_]; }
+  DW_HD const T* data() const { return base_; }
+  DW_HD void write(uint64_t i, const T& v) {
+    base_[i - first_] = v;
+    dirty_ = true;
+  }
+  DW_HD void release() {
+    if (status_.ok() && cache_.state) cache_.unpin(slot_, dirty_);
+    status_ = request_status::client(client_code::invalid_argument);
+  }
+
+ private:
+  template <class>
+  friend class array_ref;
+  cache_ref cache_{};
+  T* base_ = nullptr;
+  uint64_t first_ = 0;
+  uint32_t count_ = 0;
+  uint32_t slot_ = ~0u;
+  bool dirty_ = false;
+  request_status status_{};
+};
+
+template <class T>
+class array_ref {
+  static_assert(std::is_trivially_copyable_v<T>, "array_ref<T> needs a trivially copyable T");
+
+ public:
+  cache_ref cache{};
+  uint32_t dataset = 0;
+  uint64_t n = 0;
+  bool read_only = false;
+
+  DW_HD uint64_t size() const { return n; }
+
+  // ---- reads ----
+  DW_HD T operator[](uint64_t i) const { return try_read(i, nullptr); }
+
+  DW_HD T try_read(uint64_t i, request_status* status) const {
+#if DW_DEVICE_CODE
+    return read(gpu_warp{}, i, status);
+#else
+    return read(one_lane{}, i, status);
+#endif
+  }
+
+  template <class Warp>
+  DW_HD T read(const Warp& w, uint64_t i, request_status* status) const {
+    const bool in = i < n;
+    const uint64_t byte = in ? i * sizeof(T) : 0;
+    const warp_pin p = cache.acquire(w, in, make_key(dataset, byte >> cache.page_shift));
+    const request_status s = in ? p.status : request_status::client(client_code::out_of_range);
+    T v{};
+    if (s.ok()) v = *reinterpret_cast<const T*>(cache.page_data(p.slot) + (byte & (cache.page_size - 1)));
+    cache.release(w, p, false);
+    cache.set_error(s);
+    if (status) *status = s;
+    return v;
+  }
+
+  // ---- writes (the page is fetched first, then marked dirty) ----
+  DW_HD request_status write(uint64_t i, const T& v) const {
+#if DW_DEVICE_CODE
+    return write(gpu_warp{}, i, v);
+#else
+    return write(one_lane{}, i, v);
+#endif
+  }
+
+  template <class Warp>
+  DW_HD request_status write(const Warp& w, uint64_t i, const T& v) const {
+    const bool in = i < n && !read_only;
+    const uint64_t byte = in ? i * sizeof(T) : 0;
+    const warp_pin p = cache.acquire(w, in, make_key(dataset, byte >> cache.page_shift));
+    const request_status s = in ? p.status
+                                : request_status::client(read_only && i < n ? client_code::read_only
+                                                                            : client_code::out_of_range);
+    if (s.ok()) *reinterpret_cast<T*>(cache.page_data(p.slot) + (byte & (cache.page_size - 1))) = v;
+    cache.release(w, p, s.ok());
+    cache.set_error(s);
+    return s;
+  }
+
+  // ---- a pinned page: reference reuse across the elements of one page ----
+  DW_HD page_handle<T> page(uint64_t i) const {
+#if DW_DEVICE_CODE
+    return page(gpu_warp{}, i);
+#else
+    return page(one_lane{}, i);
+#endif
+  }
+
+  template <class Warp>
+  DW_HD page_handle<T> page(const Warp& w, uint64_t i) const {
+    const bool in = i < n;
+    const uint64_t byte = in ? i * sizeof(T) : 0;
+    const uint64_t pg = byte >> cache.page_shift;
+    const warp_pin p = cache.acquire(w, in, make_key(dataset, pg));
+    page_handle<T> h;
+    h.status_ = in ? p.status : request_status::client(client_code::out_of_range);
+    // Every lane gets a pin of its own, so each releases its handle alone.
+    if (p.owner) cache.add_pins(p.slot, popcount32(p.peers) - 1);
+    w.sync(p.mask);
+    if (h.status_.ok()) {
+      const uint64_t per_page = cache.page_size / sizeof(T);
+      h.cache_ = cache;
+      h.slot_ = p.slot;
+      h.base_ = reinterpret_cast<T*>(cache.page_data(p.slot));
+      h.first_ = pg * per_page;
+      h.count_ = uint32_t(n - h.first_ < per_page ? n - h.first_ : per_page);
+    }
+    cache.set_error(h.status_);
+    return h;
+  }
+
+  // ---- bulk copies: the whole warp moves a range, one page per lane in flight ----
+
+  // Copies elements [begin, begin + count) to dst (global or shared
+  // memory). All lanes pass the same arguments.
+  template <class Warp>
+  DW_HD request_status read_range(const Warp& w, T* dst, uint64_t begin, uint64_t count) const {
+    return range(w, dst, begin, count, false);
+  }
+  template <class Warp>
+  DW_HD request_status write_range(const Warp& w, const T* src, uint64_t begin, uint64_t count) const {
+    if (read_only) return request_status::client(client_code::read_only);
+    return range(w, const_cast<T*>(src), begin, count, true);
+  }
+  DW_HD request_status read_range(T* dst, uint64_t begin, uint64_t count) const {
+#if DW_DEVICE_CODE
+    return read_range(gpu_warp{}, dst, begin, count);
+#else
+    return read_range(one_lane{}, dst, begin, count);
+#endif
+  }
+  DW_HD request_status write_range(const T* src, uint64_t begin, uint64_t count) const {
+#if DW_DEVICE_CODE
+    return write_range(gpu_warp{}, src, begin, count);
+#else
+    return write_range(one_lane{}, src, begin, count);
+#endif
+  }
+
+  // ---- prefetch: start fetching the page of element i, do not wait ----
+  DW_HD void prefetch(uint64_t i) const {
+    if (i >= n) return;
+#if DW_DEVICE_CODE
+    const uint32_t hint = gpu_warp{}.queue_hint();
+#else
+    const uint32_t hint = one_lane{}.queue_hint();
+#endif
+    cache.prefetch(make_key(dataset, (i * sizeof(T)) >> cache.page_shift), hint);
+  }
+
+ private:
+  template <class Warp>
+  DW_HD request_status range(const Warp& w, T* mem, uint64_t begin, uint64_t count, bool to_cache) const {
+    if (begin > n || count > n - begin) {
+      cache.set_error(request_status::client(client_code::out_of_range));
+      return request_status::client(client_code::out_of_range);
+    }
+    if (count == 0) return {};
+    const unsigned mask = w.active();
+    const unsigned lanes = popcount32(mask);
+    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+    const uint64_t b0 = begin * sizeof(T), b1 = (begin + count) * sizeof(T);
+    const uint64_t p0 = b0 >> cache.page_shift, p1 = (b1 - 1) >> cache.page_shift;
+    request_status result{};
+    for (uint64_t base = p0; base <= p1; base += lanes) {
+      const uint64_t mine = base + rank;
+      const warp_pin p = cache.acquire(w, mine <= p1, make_key(dataset, mine), 0);
+      const unsigned have = w.ballot(mask, mine <= p1 && p.status.ok());
+      const unsigned bad = w.ballot(mask, mine <= p1 && !p.status.ok());
+      if (bad && result.ok())
+        result = request_status::unpack(w.shfl(mask, p.status.pack(), lowest_lane(bad)));
+      else if (bad)
+        (void)w.shfl(mask, 0, lowest_lane(bad));
+      for (unsigned m = have; m; m &= m - 1) {
+        const unsigned l = lowest_lane(m);
+        const uint32_t s = w.shfl(mask, p.slot, l);
+        const uint64_t pg = base + popcount32(mask & ((1u << l) - 1));
+        const uint64_t lo = b0 > (pg << cache.page_shift) ? b0 : (pg << cache.page_shift);
+        const uint64_t hi = b1 < ((pg + 1) << cache.page_shift) ? b1 : ((pg + 1) << cache.page_shift);
+        uint8_t* page = cache.page_data(s) + (lo & (cache.page_size - 1));
+        uint8_t* other = reinterpret_cast<uint8_t*>(mem) + (lo - b0);
+        if (to_cache)
+          copy_bytes(w, mask, page, other, uint32_t(hi - lo));
+        else
+          copy_bytes(w, mask, other, page, uint32_t(hi - lo));
+      }
+      if (have && w.lane() == lowest_lane(have))
+        client_atomic<unsigned long long>(cache.shard(w).accesses).fetch_add(popcount32(have), memory_order_relaxed);
+      cache.release(w, p, to_cache && p.status.ok() && mine <= p1);
+    }
+    cache.set_error(result);
+    return result;
+  }
+
+  // All lanes of mask copy `bytes` together: 16-byte words when both ends
+  // allow, else 4-byte or single bytes.
+  template <class Warp>
+  DW_HD static void copy_bytes(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* src, uint32_t bytes) {
+    const unsigned lanes = popcount32(mask);
+    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+    const uintptr_t a = uintptr_t(dst) | uintptr_t(src) | bytes;
+#if DW_DEVICE_CODE
+    if ((a & 15) == 0) {
+      for (uint32_t i = rank; i < bytes / 16; i += lanes)
+        reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    } else if ((a & 3) == 0) {
+      for (uint32_t i = rank; i < bytes / 4; i += lanes)
+        reinterpret_cast<uint32_t*>(dst)[i] = reinterpret_cast<const uint32_t*>(src)[i];
+    } else {
+      for (uint32_t i = rank; i < bytes; i += lanes) dst[i] = src[i];
+    }
+#else
+    (void)a;
+    const uint32_t chunk = (bytes + lanes - 1) / lanes;
+    const uint32_t from = rank * chunk;
+    if (from < bytes) std::memcpy(dst + from, src + from, bytes - from < chunk ? bytes - from : chunk);
+#endif
+  }
+};
+
+}  // namespace deepwell

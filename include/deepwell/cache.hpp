@@ -1,0 +1,730 @@
+// The page cache's device-side (and CPU-side) logic: a trivially copyable
+// view, cache_ref, that kernels get by value (the cuCollections `ref`
+// pattern). Written once for GPU warps and CPU threads.
+//
+// Pages live in slots; a slot's state word (cache_layout.hpp) counts pins and
+// carries its flags. The directory maps a page's key to its slot. The rules
+// that keep it correct:
+//  - One page, at most one slot: a key enters the directory only under its
+//    bucket's lock, after checking it is not there; it leaves only when its
+//    slot is evicted, after any write-back has completed, so a page is never
+//    re-read while its write-back is in flight (NVMe may reorder the two).
+//  - A slot is reused only when nobody pins it: the evictor's CAS requires a
+//    zero pin count. A pinner learns what it pinned from the value its
+//    fetch_add returns, and checks the slot's key only after seeing it valid
+//    (or failed): a slot may be reassigned between reading the directory and
+//    pinning, and the key is rewritten before the new fill is published.
+//  - One fetch per missing page: the thread that inserted the key fetches;
+//    others find the entry, pin the slot and wait for it to turn valid.
+//  - CLOCK with a use bit: the hand is one counter; a slot whose use bit is
+//    set gets a second chance. Evictions run in parallel, each on the slot
+//    its own CAS claimed.
+//  - No hold-and-wait on command ids: a warp never waits for a command id
+//    while it holds one (see acquire), so queues cannot deadlock however
+//    many warps share them.
+//  - Every wait has a deadline and ends with a status.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "deepwell/cache_layout.hpp"
+#include "deepwell/queue.hpp"
+#include "deepwell/warp.hpp"
+
+namespace deepwell {
+
+// What acquire hands each lane: the slot holding its page, pinned once for
+// the lanes of the warp that asked for the same page (the leader owns the
+// pin), or the status that explains why not.
+struct warp_pin {
+  uint32_t slot = ~0u;
+  request_status status{};
+  unsigned mask = 0;    // the lanes that called acquire together
+  unsigned leader = 0;  // the lane that owns the pin of this lane's page
+  unsigned peers = 0;   // the lanes that asked for this lane's page
+  bool owner = false;   // this lane is that leader and holds a pin
+};
+
+class cache_ref {
+ public:
+  uint8_t* data = nullptr;  // slots x page_size
+  uint32_t* state = nullptr;
+  uint64_t* slot_key = nullptr;
+  uint32_t* slot_io = nullptr;  // orphan fill: queue << 16 | cid; failed fill: the packed status
+  uint64_t* dir_keys = nullptr;
+  uint32_t* dir_slots = nullptr;
+  uint32_t* dir_locks = nullptr;
+  unsigned long long* clock = nullptr;
+  uint32_t* error_word = nullptr;  // the first error any access met (packed request_status), 0 if none
+  cache_stats_shard* stats = nullptr;
+  const queue_ref* queues = nullptr;
+  const dataset_desc* datasets = nullptr;
+  uint32_t nslots = 0;
+  uint32_t nbuckets = 0;
+  uint32_t page_size = 0;
+  uint32_t page_shift = 0;
+  uint32_t nqueues = 0;
+  uint32_t max_datasets = 0;
+  uint64_t timeout_ns = 0;
+
+  DW_HD uint8_t* page_data(uint32_t s) const { return data + (uint64_t(s) << page_shift); }
+  DW_HD uint64_t deadline() const { return now_ns() + timeout_ns; }
+
+  // Records the first error (for the host to see after the kernel).
+  DW_HD void set_error(request_status s) const {
+    if (s.ok()) return;
+    uint32_t expected = 0;
+    client_atomic<uint32_t> e(*error_word);
+    if (e.load(memory_order_relaxed) == 0) e.compare_exchange_strong(expected, s.pack(), memory_order_relaxed);
+  }
+
+  // ---- the warp-level acquire ----
+
+  // Every lane of the calling warp (as `w` sees it) calls this together.
+  // Lanes with `want` set get their page's slot pinned (one pin per
+  // distinct page, owned by the lowest lane asking for it); the leaders
+  // fetch missing pages in rounds, all of a round's reads in flight at
+  // once, and the whole warp copies each fetched page in from staging (or
+  // straight from host memory: the direct tier).
+  template <class Warp>
+  DW_HD warp_pin acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses = 1) const {
+    warp_pin out;
+    out.mask = w.active();
+    const unsigned lane = w.lane();
+    const unsigned peers = w.match_any(out.mask, want ? key : empty_key);
+    out.peers = peers;
+    out.leader = lowest_lane(peers);
+    const bool lead = want && lane == out.leader;
+    const uint64_t dl = deadline();
+    cache_stats_shard& sh = shard(w);
+    fill_job job;
+    job.key = key;
+    job.qhint = w.queue_hint();
+    job.step = lead ? step_probe : step_done;
+    if (lead) client_atomic<unsigned long long>(sh.accesses).fetch_add(accesses * popcount32(peers), memory_order_relaxed);
+    for (uint32_t round = 0;; ++round) {
+      bool progress = false;
+      if (job.step == step_probe) progress |= probe(job, sh);
+      if (job.step == step_issue) progress |= issue(job);
+      if (job.step == step_fill && job.has_io) await_io(job, dl);
+      // The warp copies every page its leaders fetched this round.
+      w.sync(out.mask);
+      unsigned fills = w.ballot(out.mask, job.step == step_fill);
+      while (fills) {
+        const unsigned f = lowest_lane(fills);
+        fills &= fills - 1;
+        const uint32_t s = w.shfl(out.mask, job.slot, f);
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(shfl64(w, out.mask, uint64_t(job.src), f));
+        const uint32_t bytes = w.shfl(out.mask, job.bytes, f);
+        copy_in(w, out.mask, page_data(s), src, bytes);
+        w.sync(out.mask);
+        if (lane == f) finish_fill(job, sh);
+      }
+      // Pages other threads are fetching (this warp holds no command id now).
+      if (job.step == step_wait) progress |= await_other(job, sh);
+      const bool pending = job.step == step_probe || job.step == step_issue || job.step == step_wait;
+      if (pending && now_ns() > dl) give_up(job);
+      if (!w.ballot(out.mask, job.step != step_done && job.step != step_failed)) break;
+      if (!progress) backoff(round);
+    }
+    out.slot = w.shfl(out.mask, job.slot, out.leader);
+    out.status = request_status::unpack(w.shfl(out.mask, job.status.pack(), out.leader));
+    out.owner = lead && job.step == step_done;
+    if (!want) out.status = request_status::client(client_code::invalid_argument);
+    // The leader's acquire (pin or fill) ordered the page's data; the lanes
+    // that read it are ordered after it by this barrier.
+    w.sync(out.mask);
+    return out;
+  }
+
+  // Drops the warp's pins (all lanes of pin.mask call it). `dirty`: some
+  // lane wrote to its page.
+  template <class Warp>
+  DW_HD void release(const Warp& w, const warp_pin& p, bool dirty) const {
+    const unsigned wrote = w.ballot(p.mask, dirty);  // also orders every lane's access before the unpin
+    w.sync(p.mask);
+    if (p.owner) unpin(p.slot, (wrote & p.peers) != 0);
+  }
+
+  // Adds `n` pins to a slot this thread already pinned (page handles give
+  // every lane its own pin).
+  DW_HD void add_pins(uint32_t s, uint32_t n) const {
+    if (n) client_atomic<uint32_t>(state[s]).fetch_add(n, memory_order_relaxed);
+  }
+
+  // Drops one pin; `dirty` marks the page for write-back first.
+  DW_HD void unpin(uint32_t s, bool dirty = false) const {
+    client_atomic<uint32_t> st(state[s]);
+    if (dirty && !(st.load(memory_order_relaxed) & slot_state::dirty))
+      st.fetch_or(slot_state::dirty, memory_order_relaxed);
+    st.fetch_sub(1, memory_order_release);
+  }
+
+  // ---- prefetch ----
+
+  // Starts fetching `key` if it is neither cached nor being fetched, and
+  // returns without waiting. The fill is finished by the first thread that
+  // touches the page, or by the clock. Best effort: gives up rather than
+  // waits (no command id, no free slot).
+  DW_HD void prefetch(uint64_t key, uint32_t qhint) const {
+    const dataset_desc& d = datasets[key_dataset(key)];
+    if (d.direct) return;  // the direct tier has no I/O latency to hide
+    const uint32_t b = bucket_of(key);
+    if (dir_find(key, b) >= 0) return;
+    const dir_insert_result ins = dir_insert(key, b);
+    if (!ins.inserted) return;
+    uint32_t s = claim_slot(qhint);
+    if (s == ~0u) {
+      dir_remove(key, dir_pending);
+      return;
+    }
+    cache_stats_shard& sh = stats[qhint % cache_stats_shards];
+    client_atomic<uint64_t>(slot_key[s]).store(key, memory_order_relaxed);
+    client_atomic<uint32_t>(dir_slots[ins.entry]).store(s, memory_order_release);
+    const uint32_t qi = qhint % nqueues;
+    const queue_ref& q = queues[qi];
+    uint16_t cid;
+    if (!q.try_acquire_cid(cid)) {
+      // Without a command id there is nothing to start: hand the slot back.
+      dir_remove(key, s);
+      client_atomic<uint32_t>(state[s]).fetch_sub(slot_state::busy + 1, memory_order_release);
+      return;
+    }
+    uint32_t nlb;
+    const uint64_t lba = page_lba(d, key, nlb);
+    client_atomic<unsigned long long>(sh.misses).fetch_add(1, memory_order_relaxed);
+    client_atomic<unsigned long long>(sh.bytes_read).fetch_add(uint64_t(nlb) * d.block_size, memory_order_relaxed);
+    q.submit(cid, nvme::make_read(d.nsid, lba, nlb, q.buffer_offset(cid)));
+    client_atomic<uint32_t>(slot_io[s]).store(qi << 16 | cid, memory_order_relaxed);
+    client_atomic<uint32_t>(state[s]).fetch_add(slot_state::orphan - 1, memory_order_release);  // unpin, orphaned
+  }
+
+  // ---- write-back ----
+
+  // Writes one slot back if it is valid and dirty (single thread). A failed
+  // write-back leaves the page dirty and returns the error.
+  DW_HD request_status flush_slot(uint32_t s, uint32_t qhint) const {
+    client_atomic<uint32_t> st(state[s]);
+    const uint32_t old = st.fetch_add(1, memory_order_acq_rel);
+    if (!(old & slot_state::valid) || (old & (slot_state::busy | slot_state::evict | slot_state::error)) ||
+        !(old & slot_state::dirty)) {
+      st.fetch_sub(1, memory_order_release);
+      return {};
+    }
+    // One write-back of a page at a time: two in flight could land in
+    // either order and leave the older data on storage.
+    const uint64_t dl = deadline();
+    for (uint32_t i = 0; st.fetch_or(slot_state::writeback, memory_order_acquire) & slot_state::writeback; ++i) {
+      if (now_ns() > dl) {
+        st.fetch_sub(1, memory_order_release);
+        return request_status::client(client_code::timeout);
+      }
+      backoff(i);
+    }
+    request_status r{};
+    if (st.load(memory_order_acquire) & slot_state::dirty) {
+      st.fetch_and(~slot_state::dirty, memory_order_acq_rel);
+      r = write_back(s, qhint, false, stats[qhint % cache_stats_shards]);
+      if (!r.ok()) st.fetch_or(slot_state::dirty, memory_order_relaxed);
+    }
+    st.fetch_and(~slot_state::writeback, memory_order_release);
+    st.fetch_sub(1, memory_order_release);
+    return r;
+  }
+
+  // ---- internals (public so that tests and the host owner can use them) ----
+
+  enum step_t : uint32_t {
+    step_done = 0,    // pinned (or nothing to do)
+    step_probe = 1,   // look the key up; insert it if missing
+    step_issue = 2,   // hold a slot for the key; need a command id to read it
+    step_fill = 3,    // read submitted (has_io) or direct: copy in, publish
+    step_wait = 4,    // pinned a slot another thread is filling
+    step_failed = 5,  // status says why
+  };
+
+  struct fill_job {
+    uint64_t key = empty_key;
+    uint32_t step = step_done;
+    uint32_t slot = ~0u;
+    uint32_t qhint = 0;
+    uint32_t queue = 0;
+    uint16_t cid = 0;
+    bool has_io = false;
+    bool mine = true;  // the slot's key is the one asked for (false: an adopted orphan of another key)
+    const uint8_t* src = nullptr;
+    uint32_t bytes = 0;
+    uint32_t spins = 0;
+    request_status status{};
+  };
+
+  DW_HD static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+  }
+  DW_HD uint32_t bucket_of(uint64_t key) const { return uint32_t(mix64(key)) & (nbuckets - 1); }
+
+  template <class Warp>
+  DW_HD cache_stats_shard& shard(const Warp& w) const {
+    return stats[w.queue_hint() % cache_stats_shards];
+  }
+
+  // The first LBA of the page of `key` and its block count (the last page
+  // of a dataset may hold fewer blocks).
+  DW_HD uint64_t page_lba(const dataset_desc& d, uint64_t key, uint32_t& nlb) const {
+    const uint64_t lba = key_page(key) * d.blocks_per_page;
+    const uint64_t left = d.blocks - lba;
+    nlb = left < d.blocks_per_page ? uint32_t(left) : d.blocks_per_page;
+    return lba;
+  }
+
+  DW_HD int64_t dir_find(uint64_t key, uint32_t b) const {
+    const uint64_t base = uint64_t(b) * dir_ways;
+    for (uint32_t w = 0; w < dir_ways; ++w)
+      if (client_atomic<uint64_t>(dir_keys[base + w]).load(memory_order_acquire) == key) return int64_t(base + w);
+    return -1;
+  }
+
+  DW_HD void lock_bucket(uint32_t b) const {
+    client_atomic<uint32_t> l(dir_locks[b]);
+    for (uint32_t i = 0;; ++i) {
+      uint32_t expected = 0;
+      if (l.load(memory_order_relaxed) == 0 && l.compare_exchange_strong(expected, 1, memory_order_acquire)) return;
+      backoff(i);  // holders only scan one bucket: the wait is short
+    }
+  }
+  DW_HD void unlock_bucket(uint32_t b) const { client_atomic<uint32_t>(dir_locks[b]).store(0, memory_order_release); }
+
+  struct dir_insert_result {
+    int64_t entry = -1;
+    bool inserted = false;
+    bool full = false;
+  };
+
+  // Reserves an entry for `key` (slot pending) unless the key is there.
+  DW_HD dir_insert_result dir_insert(uint64_t key, uint32_t b) const {
+    dir_insert_result r;
+    lock_bucket(b);
+    r.entry = dir_find(key, b);
+    if (r.entry < 0) {
+      const uint64_t base = uint64_t(b) * dir_ways;
+      for (uint32_t w = 0; w < dir_ways; ++w) {
+        client_atomic<uint64_t> k(dir_keys[base + w]);
+        if (k.load(memory_order_relaxed) == empty_key) {
+          client_atomic<uint32_t>(dir_slots[base + w]).store(dir_pending, memory_order_relaxed);
+          k.store(key, memory_order_release);
+          r.entry = int64_t(base + w);
+          r.inserted = true;
+          break;
+        }
+      }
+      r.full = !r.inserted;
+    }
+    unlock_bucket(b);
+    return r;
+  }
+
+  // Removes `key`'s entry if it still points to `slot` (or is pending).
+  DW_HD void dir_remove(uint64_t key, uint32_t slot) const {
+    const uint32_t b = bucket_of(key);
+    const uint64_t base = uint64_t(b) * dir_ways;
+    lock_bucket(b);
+    for (uint32_t w = 0; w < dir_ways; ++w) {
+      client_atomic<uint64_t> k(dir_keys[base + w]);
+      if (k.load(memory_order_relaxed) == key &&
+          client_atomic<uint32_t>(dir_slots[base + w]).load(memory_order_relaxed) == slot) {
+        k.store(empty_key, memory_order_release);
+        break;
+      }
+    }
+    unlock_bucket(b);
+  }
+
+  // One lookup of the leader's key; on a miss, inserts it, claims a slot
+  // and starts the fetch. Bounded work: returns with step_probe to try
+  // again next round. True if it changed the step.
+  DW_HD bool probe(fill_job& j, cache_stats_shard& sh) const {
+    const uint32_t b = bucket_of(j.key);
+    for (uint32_t i = 0; i < 8; ++i) {
+      const int64_t e = dir_find(j.key, b);
+      if (e >= 0) {
+        const uint32_t s = client_atomic<uint32_t>(dir_slots[e]).load(memory_order_acquire);
+        if (s == dir_pending) return false;  // its inserter is claiming a slot
+        client_atomic<uint32_t> st(state[s]);
+        const uint32_t old = st.fetch_add(1, memory_order_acq_rel);
+        if ((old & slot_state::valid) && !(old & slot_state::evict)) {
+          if (client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed) == j.key) {
+            if (!(old & slot_state::use)) st.fetch_or(slot_state::use, memory_order_relaxed);
+            client_atomic<unsigned long long>(sh.hits).fetch_add(1, memory_order_relaxed);
+            j.slot = s;
+            j.step = step_done;
+            return true;
+          }
+        } else if ((old & slot_state::busy) && !(old & slot_state::evict)) {
+          client_atomic<unsigned long long>(sh.waits).fetch_add(1, memory_order_relaxed);
+          j.slot = s;
+          j.step = step_wait;
+          return true;
+        }
+        st.fetch_sub(1, memory_order_release);  // evicting, failed, free, or reused for another key
+        return false;
+      }
+      const dir_insert_result ins = dir_insert(j.key, b);
+      if (ins.full) {
+        if (!evict_from_bucket(b, j.qhint)) return false;
+        continue;
+      }
+      if (!ins.inserted) continue;  // another thread inserted it meanwhile: look again
+      const uint32_t s = claim_slot(j.qhint);
+      if (s == ~0u) {
+        dir_remove(j.key, dir_pending);
+        return false;
+      }
+      client_atomic<uint64_t>(slot_key[s]).store(j.key, memory_order_relaxed);
+      client_atomic<uint32_t>(dir_slots[ins.entry]).store(s, memory_order_release);
+      j.slot = s;
+      j.mine = true;
+      const dataset_desc& d = datasets[key_dataset(j.key)];
+      const uint64_t off = key_page(j.key) << page_shift;
+      client_atomic<unsigned long long>(sh.misses).fetch_add(1, memory_order_relaxed);
+      if (d.direct) {
+        const uint64_t left = d.bytes - off;
+        j.bytes = left < page_size ? uint32_t(left) : page_size;
+        j.src = d.direct + off;
+        j.has_io = false;
+        j.step = step_fill;
+        client_atomic<unsigned long long>(sh.direct_fills).fetch_add(1, memory_order_relaxed);
+        client_atomic<unsigned long long>(sh.bytes_read).fetch_add(j.bytes, memory_order_relaxed);
+        return true;
+      }
+      j.step = step_issue;
+      return true;
+    }
+    return false;
+  }
+
+  // Reads the leader's page into staging if a command id is free now.
+  DW_HD bool issue(fill_job& j) const {
+    j.queue = j.qhint % nqueues;
+    const queue_ref& q = queues[j.queue];
+    uint16_t cid;
+    if (!q.try_acquire_cid(cid)) {
+      q.try_poll();  // completions of others free ids
+      return false;
+    }
+    const dataset_desc& d = datasets[key_dataset(j.key)];
+    uint32_t nlb;
+    const uint64_t lba = page_lba(d, j.key, nlb);
+    j.cid = cid;
+    j.has_io = true;
+    j.bytes = nlb * d.block_size;
+    q.submit(cid, nvme::make_read(d.nsid, lba, nlb, q.buffer_offset(cid)));
+    client_atomic<unsigned long long>(stats[j.qhint % cache_stats_shards].bytes_read)
+        .fetch_add(j.bytes, memory_order_relaxed);
+    j.step = step_fill;
+    return true;
+  }
+
+  // Waits for the leader's read. On failure the fill fails (the slot is
+  // marked failed and leaves the directory).
+  DW_HD void await_io(fill_job& j, uint64_t dl) const {
+    const queue_ref& q = queues[j.queue];
+    const wait_result r = q.wait(j.cid, dl);
+    if (r.status.code == client_code::timeout || r.status.code == client_code::controller_lost) {
+      j.has_io = false;  // the id is abandoned: the poller frees it when its completion arrives
+      fail_fill(j, r.status);
+      return;
+    }
+    if (!r.status.ok()) {
+      q.release_cid(j.cid);
+      j.has_io = false;
+      fail_fill(j, r.status);
+      return;
+    }
+    j.src = q.buffer(j.cid);
+  }
+
+  // After the warp copied the page in: publish it, free the command id.
+  DW_HD void finish_fill(fill_job& j, cache_stats_shard&) const {
+    if (j.has_io) {
+      queues[j.queue].release_cid(j.cid);
+      j.has_io = false;
+    }
+    // One release RMW: whoever sees `valid` sees the data. busy is set and
+    // valid and use are clear here, so the sum changes just those bits.
+    client_atomic<uint32_t> st(state[j.slot]);
+    st.fetch_add(slot_state::valid + slot_state::use - slot_state::busy, memory_order_release);
+    if (j.mine) {
+      j.step = step_done;
+    } else {  // an adopted orphan of another page: done with it, look for ours
+      st.fetch_sub(1, memory_order_release);
+      j.slot = ~0u;
+      j.step = step_probe;
+    }
+  }
+
+  DW_HD void fail_fill(fill_job& j, request_status why) const {
+    client_atomic<unsigned long long>(stats[j.qhint % cache_stats_shards].errors).fetch_add(1, memory_order_relaxed);
+    const uint64_t k = client_atomic<uint64_t>(slot_key[j.slot]).load(memory_order_relaxed);
+    dir_remove(k, j.slot);
+    client_atomic<uint32_t>(slot_io[j.slot]).store(why.pack(), memory_order_relaxed);
+    // error set, busy cleared, the filler's pin dropped: one release RMW, so
+    // a waiter that sees `error` also sees the status in slot_io.
+    client_atomic<uint32_t>(state[j.slot]).fetch_add(slot_state::error - slot_state::busy - 1, memory_order_release);
+    j.slot = ~0u;
+    if (j.mine) {
+      j.status = why;
+      j.step = step_failed;
+    } else {
+      j.step = step_probe;
+    }
+  }
+
+  // The leader pinned a slot another thread is filling: wait (bounded per
+  // round) until it is valid or failed, then check it holds our key.
+  DW_HD bool await_other(fill_job& j, cache_stats_shard&) const {
+    client_atomic<uint32_t> st(state[j.slot]);
+    for (uint32_t i = 0; i < 256; ++i) {
+      const uint32_t v = st.load(memory_order_acquire);
+      if (v & slot_state::valid) {
+        if (client_atomic<uint64_t>(slot_key[j.slot]).load(memory_order_relaxed) == j.key) {
+          j.step = step_done;
+        } else {
+          st.fetch_sub(1, memory_order_release);
+          j.slot = ~0u;
+          j.step = step_probe;
+        }
+        return true;
+      }
+      if ((v & slot_state::error) || !(v & slot_state::busy)) {
+        if ((v & slot_state::error) &&
+            client_atomic<uint64_t>(slot_key[j.slot]).load(memory_order_relaxed) == j.key) {
+          j.status = request_status::unpack(client_atomic<uint32_t>(slot_io[j.slot]).load(memory_order_relaxed));
+          j.step = step_failed;
+        } else {
+          j.step = step_probe;  // abandoned (a prefetch without an id) or reused for another key
+        }
+        st.fetch_sub(1, memory_order_release);
+        j.slot = ~0u;
+        return true;
+      }
+      if ((v & slot_state::orphan) && take_orphan(j.slot)) {
+        // Its reader left after submitting: finish its fill ourselves.
+        const uint32_t io = client_atomic<uint32_t>(slot_io[j.slot]).load(memory_order_relaxed);
+        const uint64_t k = client_atomic<uint64_t>(slot_key[j.slot]).load(memory_order_relaxed);
+        const dataset_desc& d = datasets[key_dataset(k)];
+        uint32_t nlb;
+        (void)page_lba(d, k, nlb);
+        j.queue = io >> 16;
+        j.cid = uint16_t(io & 0xFFFF);
+        j.has_io = true;
+        j.bytes = nlb * d.block_size;
+        j.mine = k == j.key;
+        j.step = step_fill;  // awaited and copied next round
+        return true;
+      }
+      spin_pause();
+    }
+    return false;
+  }
+
+  DW_HD bool take_orphan(uint32_t s) const {
+    return client_atomic<uint32_t>(state[s]).fetch_and(~slot_state::orphan, memory_order_acq_rel) & slot_state::orphan;
+  }
+
+  // Ends a leader's job at its deadline.
+  DW_HD void give_up(fill_job& j) const {
+    if (j.step == step_issue) {
+      fail_fill(j, request_status::client(client_code::timeout));
+      j.status = request_status::client(client_code::timeout);
+      j.step = step_failed;
+      return;
+    }
+    if (j.step == step_wait) {
+      client_atomic<uint32_t>(state[j.slot]).fetch_sub(1, memory_order_release);
+      j.slot = ~0u;
+      j.status = request_status::client(client_code::timeout);
+    } else {
+      j.status = request_status::client(client_code::cache_exhausted);
+    }
+    j.step = step_failed;
+  }
+
+  // Copies a page's `bytes` into a slot, all lanes of `mask` together, and
+  // zeroes the rest of the page.
+  template <class Warp>
+  DW_HD void copy_in(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* src, uint32_t bytes) const {
+    const unsigned n = popcount32(mask);
+    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+#if DW_DEVICE_CODE
+    // 16-byte loads that skip L1 (the staging buffer is reused).
+    const uint32_t vec = bytes / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    for (uint32_t i = rank; i < vec; i += n) d[i] = __ldcv(s + i);
+    if (bytes < page_size)  // the last page of a dataset: the rest is zeros
+      for (uint32_t i = vec * 16 + rank; i < page_size; i += n) dst[i] = i < bytes ? src[i] : uint8_t(0);
+#else
+    if (n == 1) {
+      std::memcpy(dst, src, bytes);
+      std::memset(dst + bytes, 0, page_size - bytes);
+      return;
+    }
+    for (uint32_t i = rank * 16; i < page_size; i += n * 16) {
+      const uint32_t len = 16;
+      if (i + len <= bytes) {
+        std::memcpy(dst + i, src + i, len);
+      } else {
+        for (uint32_t k = 0; k < len; ++k) dst[i + k] = i + k < bytes ? src[i + k] : 0;
+      }
+    }
+#endif
+  }
+
+  // Copies a page from its slot to staging and writes it (single thread).
+  // `try_only`: give up at once when no command id is free.
+  DW_HD request_status write_back(uint32_t s, uint32_t qhint, bool try_only, cache_stats_shard& sh) const {
+    const uint64_t key = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+    const dataset_desc& d = datasets[key_dataset(key)];
+    uint32_t nlb;
+    const uint64_t lba = page_lba(d, key, nlb);
+    const uint32_t qi = qhint % nqueues;
+    const queue_ref& q = queues[qi];
+    const uint64_t dl = deadline();
+    uint16_t cid;
+    if (try_only) {
+      if (!q.try_acquire_cid(cid)) return request_status::client(client_code::cache_exhausted);
+    } else {
+      const request_status a = q.acquire_cid(cid, dl);
+      if (!a.ok()) return a;
+    }
+    const uint32_t bytes = nlb * d.block_size;
+#if DW_DEVICE_CODE
+    const uint4* src = reinterpret_cast<const uint4*>(page_data(s));
+    uint4* dst = reinterpret_cast<uint4*>(q.buffer(cid));
+    for (uint32_t i = 0; i < bytes / 16; ++i) dst[i] = src[i];
+#else
+    std::memcpy(q.buffer(cid), page_data(s), bytes);
+#endif
+    q.submit(cid, nvme::make_write(d.nsid, lba, nlb, q.buffer_offset(cid)));
+    const wait_result r = q.wait(cid, dl);
+    if (r.status.code == client_code::timeout || r.status.code == client_code::controller_lost) {
+      client_atomic<unsigned long long>(sh.errors).fetch_add(1, memory_order_relaxed);
+      return r.status;  // id abandoned
+    }
+    q.release_cid(cid);
+    if (r.status.ok()) {
+      client_atomic<unsigned long long>(sh.writebacks).fetch_add(1, memory_order_relaxed);
+      client_atomic<unsigned long long>(sh.bytes_written).fetch_add(bytes, memory_order_relaxed);
+    } else {
+      client_atomic<unsigned long long>(sh.errors).fetch_add(1, memory_order_relaxed);
+      set_error(r.status);
+    }
+    return r.status;
+  }
+
+  // The caller set `evict` on a valid slot with its CAS: write it back if
+  // dirty and take it out of the directory. False (evict cleared again) if
+  // the write-back could not be done now or failed: the page stays dirty.
+  DW_HD bool evict_claimed(uint32_t s, uint32_t st_at_claim, uint32_t qhint) const {
+    client_atomic<uint32_t> st(state[s]);
+    cache_stats_shard& sh = stats[qhint % cache_stats_shards];
+    if (st_at_claim & slot_state::dirty) {
+      const request_status r = write_back(s, qhint, true, sh);
+      if (!r.ok()) {
+        st.fetch_and(~slot_state::evict, memory_order_release);
+        return false;
+      }
+      st.fetch_and(~slot_state::dirty, memory_order_relaxed);
+    }
+    const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+    dir_remove(k, s);  // only now may the page be read again
+    client_atomic<uint64_t>(slot_key[s]).store(empty_key, memory_order_relaxed);
+    st.fetch_and(~slot_state::valid, memory_order_relaxed);
+    client_atomic<unsigned long long>(sh.evictions).fetch_add(1, memory_order_relaxed);
+    return true;
+  }
+
+  // Tries to evict one page of a full directory bucket.
+  DW_HD bool evict_from_bucket(uint32_t b, uint32_t qhint) const {
+    const uint64_t base = uint64_t(b) * dir_ways;
+    for (uint32_t w = 0; w < dir_ways; ++w) {
+      if (client_atomic<uint64_t>(dir_keys[base + w]).load(memory_order_acquire) == empty_key) return true;
+      const uint32_t s = client_atomic<uint32_t>(dir_slots[base + w]).load(memory_order_acquire);
+      if (s == dir_pending) continue;
+      client_atomic<uint32_t> st(state[s]);
+      uint32_t v = st.load(memory_order_relaxed);
+      if ((v & slot_state::ref_mask) || !(v & slot_state::valid) ||
+          (v & (slot_state::busy | slot_state::evict | slot_state::writeback)))
+        continue;
+      if (!st.compare_exchange_strong(v, v | slot_state::evict, memory_order_acquire)) continue;
+      if (!evict_claimed(s, v, qhint)) continue;
+      st.fetch_sub(slot_state::evict, memory_order_release);  // free
+      return true;
+    }
+    return false;
+  }
+
+  // CLOCK: returns a slot pinned once by the caller and marked busy, or
+  // ~0u after two sweeps without one.
+  DW_HD uint32_t claim_slot(uint32_t qhint) const {
+    client_atomic<unsigned long long> hand(*clock);
+    const uint64_t limit = 2ull * nslots + 32;
+    for (uint64_t n = 0; n < limit; ++n) {
+      const uint32_t s = uint32_t(hand.fetch_add(1, memory_order_relaxed) % nslots);
+      client_atomic<uint32_t> st(state[s]);
+      uint32_t v = st.load(memory_order_relaxed);
+      if (v & slot_state::ref_mask) continue;
+      if (v & slot_state::busy) {
+        if ((v & slot_state::orphan) && take_orphan(s)) adopt_orphan(s, qhint);
+        continue;
+      }
+      if (v & (slot_state::evict | slot_state::writeback)) continue;
+      if (v & slot_state::valid) {
+        if (v & slot_state::use) {
+          st.fetch_and(~slot_state::use, memory_order_relaxed);
+          continue;
+        }
+        if (!st.compare_exchange_strong(v, v | slot_state::evict, memory_order_acquire)) continue;
+        if (!evict_claimed(s, v, qhint)) continue;
+        st.fetch_add(slot_state::busy + 1 - slot_state::evict, memory_order_acq_rel);
+        return s;
+      }
+      // Free, or its last fill failed.
+      if (st.compare_exchange_strong(v, slot_state::busy + 1, memory_order_acquire)) return s;
+    }
+    return ~0u;
+  }
+
+  // Finishes an orphaned prefetch the clock came across (single thread).
+  DW_HD void adopt_orphan(uint32_t s, uint32_t qhint) const {
+    client_atomic<uint32_t>(state[s]).fetch_add(1, memory_order_acquire);
+    fill_job j;
+    j.qhint = qhint;
+    j.slot = s;
+    const uint32_t io = client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed);
+    j.key = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+    const dataset_desc& d = datasets[key_dataset(j.key)];
+    uint32_t nlb;
+    (void)page_lba(d, j.key, nlb);
+    j.queue = io >> 16;
+    j.cid = uint16_t(io & 0xFFFF);
+    j.has_io = true;
+    j.bytes = nlb * d.block_size;
+    j.mine = true;
+    j.step = step_fill;
+    await_io(j, deadline());
+    if (j.step != step_fill) return;  // failed: the slot is marked and unpinned
+    copy_in(one_lane{}, 1u, page_data(s), j.src, j.bytes);
+    finish_fill(j, stats[qhint % cache_stats_shards]);
+    client_atomic<uint32_t> st(state[s]);
+    st.fetch_and(~slot_state::use, memory_order_relaxed);  // not used yet: first to go
+    st.fetch_sub(1, memory_order_release);
+  }
+};
+
+}  // namespace deepwell

@@ -1,0 +1,135 @@
+// The page cache's memory, as kernels and CPU threads see it: page slots,
+// one state word and one key per slot, a translation directory sized by the
+// cache (not the dataset), datasets, statistics. The host owner
+// (page_cache.hpp) allocates all of it in device memory for GPU clients or in
+// host memory for CPU clients; cache_ref (cache.hpp) is the view.
+#pragma once
+#include <cstdint>
+
+#include "deepwell/config.hpp"
+
+namespace deepwell {
+
+// A slot's state word. Low bits count pins (references); the flags above
+// them say what the slot holds. Pinning is a fetch_add of 1, so a thread
+// learns the state at the moment it pinned from the value it gets back, and
+// transitions that others may race with change flag bits only with
+// arithmetic or bitwise atomics, never by storing a whole word.
+namespace slot_state {
+constexpr uint32_t ref_mask = 0x00FFFFFFu;
+constexpr uint32_t valid = 1u << 24;      // holds the page of slot_key
+constexpr uint32_t busy = 1u << 25;       // being filled; the filler owns it
+constexpr uint32_t evict = 1u << 26;      // claimed by an evictor: write-back / reuse under way
+constexpr uint32_t dirty = 1u << 27;      // written since the last write-back
+constexpr uint32_t use = 1u << 28;        // CLOCK's second-chance bit, set on access
+constexpr uint32_t error = 1u << 29;      // the last fill failed; the slot is free to reclaim
+constexpr uint32_t orphan = 1u << 30;     // a fill whose I/O was started by a thread that left (prefetch)
+constexpr uint32_t writeback = 1u << 31;  // a flush is writing this page back
+}  // namespace slot_state
+
+// Keys: dataset id in the top 16 bits, page number below.
+constexpr uint64_t empty_key = ~0ull;
+constexpr uint32_t key_page_bits = 48;
+DW_HD constexpr uint64_t make_key(uint32_t dataset, uint64_t page) { return uint64_t(dataset) << key_page_bits | page; }
+DW_HD constexpr uint32_t key_dataset(uint64_t key) { return uint32_t(key >> key_page_bits); }
+DW_HD constexpr uint64_t key_page(uint64_t key) { return key & ((1ull << key_page_bits) - 1); }
+
+// The directory: buckets of `dir_ways` entries (a key and a slot index). A
+// key lives only in its home bucket; inserts and removals take the bucket's
+// lock, lookups take none (the slot's own key and state are checked after
+// pinning it). Sized at four entries per slot, a bucket rarely fills; when
+// one does, the inserter evicts one of the bucket's own pages.
+constexpr uint32_t dir_ways = 16;
+constexpr uint32_t dir_pending = ~0u;  // entry reserved by an inserter that has no slot yet
+
+// One dataset served through the cache: a namespace of the controller.
+struct dataset_desc {
+  uint32_t nsid = 0;
+  uint32_t block_size = 0;
+  uint32_t blocks_per_page = 0;
+  uint32_t read_only = 0;
+  uint64_t bytes = 0;    // dataset length (the last page may be partial)
+  uint64_t blocks = 0;   // namespace blocks
+  uint64_t pages = 0;
+  const uint8_t* direct = nullptr;  // the dataset in host memory, readable by this client: the direct tier
+};
+
+// Statistics, sharded so that warps on different SMs do not contend on one
+// line; the host sums the shards.
+struct alignas(128) cache_stats_shard {
+  unsigned long long accesses;       // element accesses (reads, writes, handles, bulk copies per page)
+  unsigned long long hits;           // page lookups that found the page valid
+  unsigned long long misses;         // pages fetched (read from the dataset)
+  unsigned long long waits;          // lookups that found the page being fetched by another thread
+  unsigned long long evictions;      // valid pages evicted
+  unsigned long long writebacks;     // dirty pages written back (eviction or flush)
+  unsigned long long bytes_read;     // bytes fetched into the cache
+  unsigned long long bytes_written;  // bytes written back
+  unsigned long long direct_fills;   // fills from host memory with no controller round trip
+  unsigned long long errors;         // failed fills and write-backs
+};
+constexpr uint32_t cache_stats_shards = 32;
+
+struct cache_stats {
+  uint64_t accesses = 0, hits = 0, misses = 0, waits = 0, evictions = 0, writebacks = 0, bytes_read = 0,
+           bytes_written = 0, direct_fills = 0, errors = 0;
+  double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0.0; }
+};
+
+inline cache_stats sum_stats(const cache_stats_shard* s, uint32_t n) {
+  cache_stats t;
+  for (uint32_t i = 0; i < n; ++i) {
+    t.accesses += s[i].accesses;
+    t.hits += s[i].hits;
+    t.misses += s[i].misses;
+    t.waits += s[i].waits;
+    t.evictions += s[i].evictions;
+    t.writebacks += s[i].writebacks;
+    t.bytes_read += s[i].bytes_read;
+    t.bytes_written += s[i].bytes_written;
+    t.direct_fills += s[i].direct_fills;
+    t.errors += s[i].errors;
+  }
+  return t;
+}
+
+// Where each part lives inside the cache's one allocation of metadata (the
+// page data is a separate allocation).
+struct cache_geometry {
+  uint32_t page_size = 0;
+  uint32_t slots = 0;
+  uint32_t buckets = 0;  // a power of two
+  uint32_t queues = 0;
+  uint32_t max_datasets = 0;
+};
+
+struct cache_meta_layout {
+  uint64_t state, slot_key, slot_io, dir_keys, dir_slots, dir_locks, clock, error, stats, queues, datasets, total;
+};
+
+DW_HD constexpr uint64_t cache_align(uint64_t v) { return (v + 127) / 128 * 128; }
+
+inline cache_meta_layout compute_cache_layout(const cache_geometry& g, uint64_t queue_ref_bytes) {
+  cache_meta_layout l{};
+  uint64_t o = 0;
+  auto take = [&o](uint64_t bytes) {
+    const uint64_t at = o;
+    o = cache_align(o + bytes);
+    return at;
+  };
+  l.state = take(uint64_t(g.slots) * 4);
+  l.slot_key = take(uint64_t(g.slots) * 8);
+  l.slot_io = take(uint64_t(g.slots) * 4);
+  l.dir_keys = take(uint64_t(g.buckets) * dir_ways * 8);
+  l.dir_slots = take(uint64_t(g.buckets) * dir_ways * 4);
+  l.dir_locks = take(uint64_t(g.buckets) * 4);
+  l.clock = take(8);
+  l.error = take(4);
+  l.stats = take(sizeof(cache_stats_shard) * cache_stats_shards);
+  l.queues = take(queue_ref_bytes * g.queues);
+  l.datasets = take(sizeof(dataset_desc) * g.max_datasets);
+  l.total = o;
+  return l;
+}
+
+}  // namespace deepwell

@@ -1,0 +1,258 @@
+// The page cache's host side: configuration checks, the metadata image,
+// datasets, and the CPU backend (slots in host memory, CPU threads as
+// clients). The GPU backend is src/cuda/gpu_page_cache.cu.
+#include "deepwell/page_cache.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+namespace deepwell {
+
+namespace {
+
+bool is_pow2(uint64_t v) { return v && !(v & (v - 1)); }
+
+uint32_t log2u(uint32_t v) {
+  uint32_t s = 0;
+  while ((1u << s) < v) ++s;
+  return s;
+}
+
+}  // namespace
+
+page_cache::page_cache(controller& ctl, const cache_config& cfg, bool gpu) : ctl_(ctl), cfg_(cfg), gpu_(gpu) {
+  if (!is_pow2(cfg_.page_size) || cfg_.page_size < 512 || cfg_.page_size > 65536)
+    throw error("page cache: page size " + std::to_string(cfg_.page_size) +
+                " is not a power of two from 512 to 65536 bytes");
+  if (cfg_.capacity_bytes < cfg_.page_size)
+    throw error("page cache: capacity " + std::to_string(cfg_.capacity_bytes) + " bytes holds no page of " +
+                std::to_string(cfg_.page_size) + " bytes");
+  const uint64_t slots = cfg_.capacity_bytes / cfg_.page_size;
+  if (slots >= (1ull << 31)) throw error("page cache: " + std::to_string(slots) + " pages is more than 2^31");
+  if (cfg_.queue_pairs == 0) cfg_.queue_pairs = gpu ? 64 : 4;
+  if (cfg_.queue_pairs > 65535) throw error("page cache: at most 65535 queue pairs");
+  if (!is_pow2(cfg_.queue_entries) || cfg_.queue_entries < 4 || cfg_.queue_entries > 65536)
+    throw error("page cache: queue entries " + std::to_string(cfg_.queue_entries) +
+                " is not a power of two from 4 to 65536");
+  if (cfg_.max_datasets == 0 || cfg_.max_datasets > 65535)
+    throw error("page cache: max_datasets must be 1 to 65535");
+  if (cfg_.timeout_ns == 0) throw error("page cache: timeout_ns must be positive");
+  geo_.page_size = cfg_.page_size;
+  geo_.slots = uint32_t(slots);
+  // Four directory entries per slot: a bucket of 16 then holds 4 on
+  // average and almost never fills.
+  uint64_t buckets = 1;
+  while (buckets * dir_ways < 4 * slots) buckets <<= 1;
+  geo_.buckets = uint32_t(buckets);
+  geo_.queues = cfg_.queue_pairs;
+  geo_.max_datasets = cfg_.max_datasets;
+  layout_ = compute_cache_layout(geo_, sizeof(queue_ref));
+  qp_geometry control_geometry{4, 4, 4096};
+  control_ = std::make_unique<host_queue_client>(ctl_.create_queue_pair(control_geometry));
+}
+
+page_cache::~page_cache() = default;
+
+std::vector<uint8_t> page_cache::initial_metadata(const std::vector<queue_ref>& queues) const {
+  std::vector<uint8_t> img(layout_.total, 0);
+  std::memset(img.data() + layout_.slot_key, 0xFF, uint64_t(geo_.slots) * 8);
+  std::memset(img.data() + layout_.dir_keys, 0xFF, uint64_t(geo_.buckets) * dir_ways * 8);
+  std::memcpy(img.data() + layout_.queues, queues.data(), queues.size() * sizeof(queue_ref));
+  std::memcpy(img.data() + layout_.datasets, datasets_.data(), datasets_.size() * sizeof(dataset_desc));
+  return img;
+}
+
+void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue_ref>& queues) {
+  ref_.data = data;
+  ref_.state = reinterpret_cast<uint32_t*>(meta + layout_.state);
+  ref_.slot_key = reinterpret_cast<uint64_t*>(meta + layout_.slot_key);
+  ref_.slot_io = reinterpret_cast<uint32_t*>(meta + layout_.slot_io);
+  ref_.dir_keys = reinterpret_cast<uint64_t*>(meta + layout_.dir_keys);
+  ref_.dir_slots = reinterpret_cast<uint32_t*>(meta + layout_.dir_slots);
+  ref_.dir_locks = reinterpret_cast<uint32_t*>(meta + layout_.dir_locks);
+  ref_.clock = reinterpret_cast<unsigned long long*>(meta + layout_.clock);
+  ref_.error_word = reinterpret_cast<uint32_t*>(meta + layout_.error);
+  ref_.stats = reinterpret_cast<cache_stats_shard*>(meta + layout_.stats);
+  ref_.queues = reinterpret_cast<const queue_ref*>(meta + layout_.queues);
+  ref_.datasets = reinterpret_cast<const dataset_desc*>(meta + layout_.datasets);
+  ref_.nslots = geo_.slots;
+  ref_.nbuckets = geo_.buckets;
+  ref_.page_size = geo_.page_size;
+  ref_.page_shift = log2u(geo_.page_size);
+  ref_.nqueues = uint32_t(queues.size());
+  ref_.max_datasets = geo_.max_datasets;
+  ref_.timeout_ns = cfg_.timeout_ns;
+}
+
+uint32_t page_cache::add_dataset(uint32_t nsid) {
+  const namespace_info info = ctl_.info(nsid);  // throws for an unknown namespace
+  if (info.block_size > geo_.page_size)
+    throw error("page cache: namespace " + std::to_string(nsid) + " has " + std::to_string(info.block_size) +
+                "-byte blocks, larger than the cache's " + std::to_string(geo_.page_size) +
+                "-byte pages (a page must hold whole blocks)");
+  if (datasets_.size() >= geo_.max_datasets)
+    throw error("page cache: already serves " + std::to_string(datasets_.size()) + " datasets (max_datasets)");
+  if (info.bytes == 0) throw error("page cache: namespace " + std::to_string(nsid) + " is empty");
+  dataset_desc d;
+  d.nsid = nsid;
+  d.block_size = info.block_size;
+  d.blocks_per_page = geo_.page_size / info.block_size;
+  d.read_only = info.read_only ? 1 : 0;
+  d.bytes = info.bytes;
+  d.blocks = info.blocks;
+  d.pages = (info.bytes + geo_.page_size - 1) / geo_.page_size;
+  d.direct = cfg_.direct ? direct_pointer(nsid) : nullptr;
+  const uint32_t id = uint32_t(datasets_.size());
+  datasets_.push_back(d);
+  write_dataset(id, d);
+  return id;
+}
+
+const dataset_desc& page_cache::dataset(uint32_t id) const {
+  if (id >= datasets_.size()) throw error("page cache: no dataset " + std::to_string(id));
+  return datasets_[id];
+}
+
+void page_cache::check_capacity(uint64_t resident_warps) const {
+  const uint64_t need = resident_warps * pages_per_warp;
+  if (geo_.slots < need)
+    throw error("page cache of " + std::to_string(geo_.slots) + " pages is too small for " +
+                std::to_string(resident_warps) + " resident warps: they may pin " + std::to_string(need) +
+                " pages at once (" + std::to_string(pages_per_warp) + " each); give it at least " +
+                std::to_string(need * geo_.page_size) + " bytes or launch fewer warps");
+}
+
+request_status page_cache::flush_namespaces() {
+  std::set<uint32_t> done;
+  request_status first{};
+  for (const dataset_desc& d : datasets_) {
+    if (d.read_only || !done.insert(d.nsid).second) continue;
+    const request_status r = control_->flush(d.nsid, cfg_.timeout_ns);
+    if (!r.ok() && first.ok()) first = r;
+  }
+  return first;
+}
+
+std::string page_cache::dump() const {
+  const cache_stats s = stats();
+  std::ostringstream o;
+  o << "page cache: " << (gpu_ ? "GPU" : "CPU") << ", " << geo_.slots << " pages of " << geo_.page_size
+    << " bytes, " << geo_.buckets << " directory buckets, " << geo_.queues << " queue pairs, " << datasets_.size()
+    << " datasets\n"
+    << "  accesses " << s.accesses << ", hits " << s.hits << ", misses " << s.misses << ", waits " << s.waits
+    << ", evictions " << s.evictions << ", write-backs " << s.writebacks << ", errors " << s.errors << "\n"
+    << "  first error: " << describe(last_error()) << "\n"
+    << ctl_.dump();
+  return o.str();
+}
+
+// ---------------------------------------------------------------------------
+// CPU backend
+
+namespace {
+
+class host_page_cache final : public page_cache {
+ public:
+  host_page_cache(controller& ctl, const cache_config& cfg) : page_cache(ctl, cfg, false) {
+    qp_geometry g{cfg_.queue_entries, cfg_.queue_entries, geo_.page_size};
+    std::vector<queue_ref> refs;
+    for (uint32_t i = 0; i < cfg_.queue_pairs; ++i) {
+      clients_.push_back(std::make_unique<host_queue_client>(ctl_.create_queue_pair(g)));
+      refs.push_back(clients_.back()->ref());
+    }
+    meta_ = static_cast<uint8_t*>(std::aligned_alloc(128, layout_.total));
+    const uint64_t data_bytes = uint64_t(geo_.slots) * geo_.page_size;
+    data_ = static_cast<uint8_t*>(std::aligned_alloc(4096, (data_bytes + 4095) / 4096 * 4096));
+    if (!meta_ || !data_) {
+      std::free(meta_);
+      std::free(data_);
+      throw error("page cache: out of host memory for " + std::to_string(data_bytes) + " bytes of pages");
+    }
+    const std::vector<uint8_t> img = initial_metadata(refs);
+    std::memcpy(meta_, img.data(), img.size());
+    refs_ = refs;
+    build_ref(meta_, data_, refs);
+  }
+  ~host_page_cache() override {
+    std::free(meta_);
+    std::free(data_);
+  }
+
+  request_status flush() override {
+    request_status first{};
+    for (uint32_t s = 0; s < geo_.slots; ++s) {
+      const request_status r = ref_.flush_slot(s, s);
+      if (!r.ok() && first.ok()) first = r;
+    }
+    const request_status n = flush_namespaces();
+    return first.ok() ? n : first;
+  }
+
+  request_status clear() override {
+    // Prefetches nobody read still hold command ids: finish them first.
+    for (uint32_t s = 0; s < geo_.slots; ++s)
+      if ((ref_.state[s] & slot_state::orphan) && ref_.take_orphan(s)) ref_.adopt_orphan(s, s);
+    const request_status r = flush();
+    // Slot states, keys and the directory start over; statistics, the error
+    // flag, queues and datasets stay. Pages that failed to write back are
+    // kept: dropping them would lose data.
+    for (uint32_t s = 0; s < geo_.slots; ++s) {
+      const uint32_t st = ref_.state[s];
+      if (st & slot_state::dirty) continue;
+      if (st & slot_state::valid) ref_.dir_keys[find_entry(s)] = empty_key;
+      ref_.state[s] = 0;
+      ref_.slot_key[s] = empty_key;
+    }
+    return r;
+  }
+
+  cache_stats stats() const override {
+    std::vector<cache_stats_shard> copy(cache_stats_shards);
+    for (uint32_t i = 0; i < cache_stats_shards; ++i) {
+      auto* src = reinterpret_cast<unsigned long long*>(&ref_.stats[i]);
+      auto* dst = reinterpret_cast<unsigned long long*>(&copy[i]);
+      for (size_t k = 0; k < sizeof(cache_stats_shard) / 8; ++k)
+        dst[k] = client_atomic<unsigned long long>(src[k]).load(memory_order_relaxed);
+    }
+    return sum_stats(copy.data(), cache_stats_shards);
+  }
+  void reset_stats() override { std::memset(static_cast<void*>(ref_.stats), 0, sizeof(cache_stats_shard) * cache_stats_shards); }
+  request_status last_error() const override {
+    return request_status::unpack(client_atomic<uint32_t>(*ref_.error_word).load(memory_order_relaxed));
+  }
+  void clear_error() override { client_atomic<uint32_t>(*ref_.error_word).store(0, memory_order_relaxed); }
+
+ protected:
+  void write_dataset(uint32_t id, const dataset_desc& d) override {
+    std::memcpy(meta_ + layout_.datasets + id * sizeof(dataset_desc), &d, sizeof(d));
+  }
+  const uint8_t* direct_pointer(uint32_t nsid) override {
+    return static_cast<const uint8_t*>(ctl_.host_pointer(nsid));
+  }
+
+ private:
+  // The directory entry that maps slot s (valid, so present).
+  uint64_t find_entry(uint32_t s) const {
+    const uint64_t key = ref_.slot_key[s];
+    const uint64_t base = uint64_t(ref_.bucket_of(key)) * dir_ways;
+    for (uint32_t w = 0; w < dir_ways; ++w)
+      if (ref_.dir_keys[base + w] == key && ref_.dir_slots[base + w] == s) return base + w;
+    throw error("page cache: directory lost the entry of slot " + std::to_string(s));
+  }
+
+  std::vector<std::unique_ptr<host_queue_client>> clients_;
+  std::vector<queue_ref> refs_;
+  uint8_t* meta_ = nullptr;
+  uint8_t* data_ = nullptr;
+};
+
+}  // namespace
+
+std::shared_ptr<page_cache> make_host_page_cache(controller& ctl, const cache_config& cfg) {
+  return std::make_shared<host_page_cache>(ctl, cfg);
+}
+
+}  // namespace deepwell

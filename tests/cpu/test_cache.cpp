@@ -1,0 +1,550 @@
+// The page cache and array_ref with CPU threads as clients: reads verified
+// against the data (every 8-byte word a hash of its offset), eviction under
+// pressure, one fetch per page, writes + flush + re-read through POSIX, no
+// re-read before a write-back completes, errors as statuses, deadlines, and
+// the warp-coalescing path on the CPU warp emulator.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "deepwell/page_cache.hpp"
+#include "test_util.hpp"
+#include "warp_emulator.hpp"
+
+using namespace deepwell;
+namespace sc = deepwell::nvme::sc;
+
+namespace {
+
+constexpr uint64_t seed = 11;
+
+uint64_t expected(uint64_t i, uint64_t s = seed) { return test::pattern_word(i * 8, s); }
+
+// A scratch file (on disk: /var/tmp) removed at the end of the test.
+class scratch_file {
+ public:
+  explicit scratch_file(uint64_t bytes, uint64_t s = seed) {
+    std::string tmpl = std::string(access("/var/tmp", W_OK) == 0 ? "/var/tmp" : ".") + "/deepwell-cache-XXXXXX";
+    const int fd = mkstemp(tmpl.data());
+    if (fd < 0) throw std::runtime_error("mkstemp failed");
+    path_ = tmpl;
+    std::vector<uint8_t> buf(1 << 20);
+    for (uint64_t off = 0; off < bytes; off += buf.size()) {
+      const uint64_t n = std::min<uint64_t>(buf.size(), bytes - off);
+      test::fill_pattern(buf.data(), n, off, s);
+      if (pwrite(fd, buf.data(), n, off_t(off)) != ssize_t(n)) throw std::runtime_error("pwrite failed");
+    }
+    ::close(fd);
+  }
+  ~scratch_file() { ::unlink(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::shared_ptr<target> pattern_memory(uint64_t bytes, bool writable, uint64_t s = seed) {
+  auto t = make_host_memory_target(bytes, writable);
+  test::fill_pattern(t->host_pointer(), bytes, 0, s);
+  return t;
+}
+
+cache_config small_cache(uint64_t pages, uint32_t page_size = 4096) {
+  cache_config c;
+  c.page_size = page_size;
+  c.capacity_bytes = pages * page_size;
+  c.queue_pairs = 2;
+  c.queue_entries = 64;
+  c.timeout_ns = 20ull * 1000000000ull;
+  return c;
+}
+
+controller_config two_pollers() {
+  controller_config c;
+  c.pollers = 2;
+  return c;
+}
+
+}  // namespace
+
+TEST(CacheSetup, BadConfigurationsGetClearErrors) {
+  controller ctl;
+  auto expect_error = [](auto&& f, const std::string& part) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected one mentioning '" << part << "'";
+    } catch (const error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  cache_config c = small_cache(16);
+  c.page_size = 3000;
+  expect_error([&] { make_host_page_cache(ctl, c); }, "3000");
+  c.page_size = 256;
+  expect_error([&] { make_host_page_cache(ctl, c); }, "256");
+  c.page_size = 1 << 17;
+  expect_error([&] { make_host_page_cache(ctl, c); }, "131072");
+  c = small_cache(16);
+  c.capacity_bytes = 1000;
+  expect_error([&] { make_host_page_cache(ctl, c); }, "1000");
+  c = small_cache(16);
+  c.queue_entries = 100;
+  expect_error([&] { make_host_page_cache(ctl, c); }, "100");
+
+  // A page smaller than the dataset's blocks.
+  const uint32_t big_blocks = ctl.add_namespace({pattern_memory(1 << 20, false), 8192, true});
+  auto cache = make_host_page_cache(ctl, small_cache(16, 4096));
+  expect_error([&] { cache->add_dataset(big_blocks); }, "8192");
+  expect_error([&] { cache->add_dataset(99); }, "99");
+  // Elements that would straddle pages, and a dataset not made of whole elements.
+  const uint32_t ns = ctl.add_namespace({pattern_memory(4096 * 4 + 8, false), 512, true});
+  struct elem24 {
+    uint8_t b[24];
+  };
+  expect_error([&] { array<elem24> a(cache, ns); }, "24");
+  struct elem16 {
+    uint8_t b[16];
+  };
+  expect_error([&] { array<elem16> a(cache, ns); }, "16");
+  // Too small for the warps that would use it.
+  expect_error([&] { cache->check_capacity(1); }, "16 pages");
+  EXPECT_NO_THROW(cache->check_capacity(0));
+}
+
+TEST(Cache, RandomAndSequentialReadsUnderEvictionMatchTheFile) {
+  const uint64_t bytes = 64ull << 20 / test::scale_div;
+  scratch_file f(bytes);
+  controller ctl(two_pollers());
+  const uint32_t ns = ctl.add_namespace({open_file_target(f.path()), 4096, true});
+  auto cache = make_host_page_cache(ctl, small_cache(bytes / 4096 / 100));  // 1% of the data
+  array<uint64_t> a(cache, ns);
+  ASSERT_EQ(a.size(), bytes / 8);
+  const auto ref = a.ref();
+  const unsigned threads = 64;
+  const uint64_t per_thread = 4000 / test::scale_div;
+  std::atomic<uint64_t> bad{0}, failed{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      for (uint64_t k = 0; k < per_thread; ++k) {
+        uint64_t i;
+        if (t % 8 == 0)
+          i = (t * per_thread + k) % ref.size();  // sequential threads
+        else
+          i = rng() % ref.size();
+        request_status s;
+        const uint64_t v = ref.try_read(i, &s);
+        if (!s.ok()) ++failed;
+        else if (v != expected(i)) ++bad;
+      }
+    });
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_EQ(bad.load(), 0u);
+  const cache_stats st = cache->stats();
+  EXPECT_EQ(st.accesses, threads * per_thread);
+  EXPECT_GT(st.misses, 0u);
+  EXPECT_GT(st.evictions, 0u);
+  EXPECT_EQ(st.errors, 0u);
+  EXPECT_TRUE(cache->last_error().ok());
+}
+
+TEST(Cache, ConcurrentReadersOfOnePageFetchItOnce) {
+  controller ctl;
+  // Behind a fault target (with no rules) so the controller serves it, not the direct tier.
+  const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(1 << 20, false)), 4096, true});
+  auto cache = make_host_page_cache(ctl, small_cache(64));
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  std::atomic<uint64_t> bad{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < 64; ++t)
+    pool.emplace_back([&, t] {
+      for (uint64_t k = 0; k < 200; ++k) {
+        const uint64_t i = 5 * 512 + (t * 7 + k) % 512;  // page 5
+        request_status s;
+        if (ref.try_read(i, &s) != expected(i) || !s.ok()) ++bad;
+      }
+    });
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(cache->stats().misses, 1u);
+  EXPECT_EQ(ctl.total_counters().reads, 1u);
+}
+
+TEST(Cache, WritesFlushAndRereadThroughPosix) {
+  const uint64_t bytes = 8ull << 20;
+  scratch_file f(bytes);
+  controller ctl(two_pollers());
+  file_options o;
+  o.writable = true;
+  const uint32_t ns = ctl.add_namespace({open_file_target(f.path(), o), 4096, false});
+  auto cache = make_host_page_cache(ctl, small_cache(64));  // 256 KiB: dirty pages get evicted
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  const unsigned threads = 16;
+  std::atomic<uint64_t> failed{0};
+  std::vector<std::thread> pool;
+  // Each thread rewrites every 3rd element of its own stripe with seed 99.
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      const uint64_t per = ref.size() / threads;
+      for (uint64_t i = (t * per + 2) / 3 * 3; i < (t + 1) * per; i += 3)
+        if (!ref.write(i, expected(i, 99)).ok()) ++failed;
+    });
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(failed.load(), 0u);
+  const request_status fl = a.flush();
+  EXPECT_TRUE(fl.ok()) << describe(fl);
+  const cache_stats st = cache->stats();
+  EXPECT_GT(st.evictions, 0u);
+  EXPECT_GT(st.writebacks, 0u);
+  // Byte for byte through plain POSIX reads.
+  std::vector<uint64_t> file(bytes / 8);
+  const int fd = ::open(f.path().c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pread(fd, file.data(), bytes, 0), ssize_t(bytes));
+  ::close(fd);
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < file.size(); ++i) bad += file[i] != (i % 3 == 0 ? expected(i, 99) : expected(i));
+  EXPECT_EQ(bad, 0u);
+  // And through the cache again, after emptying it.
+  ASSERT_TRUE(cache->clear().ok());
+  for (uint64_t i = 0; i < ref.size(); i += 97) ASSERT_EQ(ref[i], i % 3 == 0 ? expected(i, 99) : expected(i)) << i;
+}
+
+TEST(Cache, NoReReadBeforeWriteBackCompletes) {
+  controller ctl(two_pollers());
+  auto mem = pattern_memory(1 << 20, true);
+  auto faults = make_fault_target(mem);
+  fault_rule slow;
+  slow.kind = fault_rule::delay;
+  slow.offset = 0;
+  slow.length = 4096;  // page 0: its write-back (and reads) take 50 ms
+  slow.delay_ns = 50'000'000;
+  faults->add_rule(slow);
+  const uint32_t ns = ctl.add_namespace({faults, 4096, false});
+  auto cache = make_host_page_cache(ctl, small_cache(2));
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  const uint64_t x = 0x1234567890abcdefull;
+  ASSERT_TRUE(ref.write(0, x).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> stale{0}, reads{0};
+  std::thread reader([&] {
+    while (!stop) {
+      request_status s;
+      const uint64_t v = ref.try_read(0, &s);
+      ASSERT_TRUE(s.ok()) << describe(s);
+      stale += v != x;
+      ++reads;
+    }
+  });
+  // Touch other pages so that page 0 is evicted (and written back, slowly)
+  // while the reader keeps asking for it.
+  for (uint64_t p = 1; p < 40; ++p) ASSERT_EQ(ref[p * 512], expected(p * 512));
+  stop = true;
+  reader.join();
+  EXPECT_EQ(stale.load(), 0u);
+  EXPECT_GT(reads.load(), 0u);
+  EXPECT_GT(cache->stats().writebacks, 0u);
+  EXPECT_EQ(static_cast<uint64_t*>(mem->host_pointer())[0], x);
+}
+
+TEST(Cache, FaultInjectedReadErrorsReachTheReader) {
+  controller ctl;
+  auto faults = make_fault_target(pattern_memory(1 << 20, false));
+  fault_rule r;
+  r.kind = fault_rule::fail_read;
+  r.offset = 3 * 4096;
+  r.length = 2 * 4096;
+  faults->add_rule(r);
+  const uint32_t ns = ctl.add_namespace({faults, 4096, true});
+  auto cache = make_host_page_cache(ctl, small_cache(16));
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  request_status s;
+  EXPECT_EQ(ref.try_read(3 * 512 + 1, &s), 0u);
+  EXPECT_EQ(s.code, client_code::nvme_error);
+  EXPECT_EQ(s.nvme, sc::unrecovered_read_error);
+  EXPECT_EQ(ref.try_read(4 * 512, &s), 0u);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(ref.try_read(2 * 512, &s), expected(2 * 512));
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(cache->last_error().code, client_code::nvme_error);
+  EXPECT_EQ(ref.try_read(uint64_t(1) << 40, &s), 0u);
+  EXPECT_EQ(s.code, client_code::out_of_range);
+  // Errors are not sticky: once the fault is gone the page reads.
+  faults->clear_rules();
+  EXPECT_EQ(ref.try_read(3 * 512 + 1, &s), expected(3 * 512 + 1));
+  EXPECT_TRUE(s.ok()) << describe(s);
+}
+
+TEST(Cache, FailedWriteBackStaysDirtyAndFlushReportsIt) {
+  controller ctl;
+  auto mem = pattern_memory(1 << 20, true);
+  auto faults = make_fault_target(mem);
+  const uint32_t ns = ctl.add_namespace({faults, 4096, false});
+  auto cache = make_host_page_cache(ctl, small_cache(16));
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  ASSERT_TRUE(ref.write(10, 42).ok());
+  fault_rule r;
+  r.kind = fault_rule::fail_write;
+  faults->add_rule(r);
+  const request_status f1 = a.flush();
+  EXPECT_EQ(f1.nvme, sc::write_fault) << describe(f1);
+  EXPECT_EQ(ref[10], 42u);  // still cached, still dirty
+  faults->clear_rules();
+  const request_status f2 = a.flush();
+  EXPECT_TRUE(f2.ok()) << describe(f2);
+  EXPECT_EQ(static_cast<uint64_t*>(mem->host_pointer())[10], 42u);
+  EXPECT_EQ(ref.write(0, 1).code, client_code::ok);
+  // A read-only dataset refuses writes at once.
+  const uint32_t ro = ctl.add_namespace({pattern_memory(1 << 16, false), 4096, true});
+  array<uint64_t> b(cache, ro);
+  EXPECT_EQ(b.ref().write(0, 1).code, client_code::read_only);
+}
+
+TEST(Cache, StoppedControllerEndsAccessesWithAStatus) {
+  controller ctl;
+  const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(1 << 20, false)), 4096, true});
+  cache_config c = small_cache(16);
+  c.timeout_ns = 5ull * 1000000000ull;
+  auto cache = make_host_page_cache(ctl, c);
+  array<uint64_t> a(cache, ns);
+  ASSERT_EQ(a.ref()[0], expected(0));
+  ctl.stop();
+  const auto t0 = std::chrono::steady_clock::now();
+  request_status s;
+  a.ref().try_read(100 * 512, &s);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(s.code == client_code::controller_lost || s.nvme == sc::aborted_sq_deleted) << describe(s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(4));
+  EXPECT_EQ(a.ref()[0], expected(0));  // cached pages still read
+}
+
+TEST(Cache, ExhaustedCacheEndsWithAStatusAtTheDeadline) {
+  controller ctl;
+  const uint32_t ns = ctl.add_namespace({pattern_memory(1 << 20, false), 4096, true});
+  cache_config c = small_cache(2);
+  c.timeout_ns = 200'000'000;
+  auto cache = make_host_page_cache(ctl, c);
+  array<uint64_t> a(cache, ns);
+  auto h0 = a.ref().page(0);
+  auto h1 = a.ref().page(512);
+  ASSERT_TRUE(h0.ok() && h1.ok());
+  request_status s;
+  a.ref().try_read(2 * 512, &s);
+  EXPECT_EQ(s.code, client_code::cache_exhausted);
+  h0.release();
+  EXPECT_EQ(a.ref().try_read(2 * 512, &s), expected(2 * 512));
+  EXPECT_TRUE(s.ok());
+  h1.release();
+}
+
+TEST(Cache, PageHandlesReuseOnePinAndOnlyWritesDirty) {
+  controller ctl;
+  const uint32_t ns = ctl.add_namespace({pattern_memory(1 << 20, true), 4096, false});
+  auto cache = make_host_page_cache(ctl, small_cache(16));
+  array<uint64_t> a(cache, ns);
+  auto h = a.ref().page(700);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h.first(), 512u);
+  EXPECT_EQ(h.count(), 512u);
+  for (uint64_t i = h.first(); i < h.first() + h.count(); ++i) ASSERT_EQ(h[i], expected(i));
+  h.release();
+  ASSERT_TRUE(cache->flush().ok());
+  EXPECT_EQ(cache->stats().writebacks, 0u);  // reading through a handle leaves the page clean
+  auto w = a.ref().page(700);
+  w.write(701, 5);
+  w.release();
+  ASSERT_TRUE(cache->flush().ok());
+  EXPECT_EQ(cache->stats().writebacks, 1u);
+  EXPECT_EQ(a.ref()[701], 5u);
+}
+
+TEST(Cache, PrefetchedPagesAreFoundOrAdoptedByTheClock) {
+  controller ctl(two_pollers());
+  const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(4 << 20, false)), 4096, true});
+  auto cache = make_host_page_cache(ctl, small_cache(8));
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  for (uint64_t p = 0; p < 4; ++p) ref.prefetch(p * 512);
+  EXPECT_EQ(cache->stats().misses, 4u);
+  for (uint64_t p = 0; p < 4; ++p) ASSERT_EQ(ref[p * 512 + 3], expected(p * 512 + 3));
+  EXPECT_EQ(cache->stats().misses, 4u);  // no page fetched twice
+  // Prefetches nobody reads: the clock finishes and evicts them.
+  for (uint64_t p = 100; p < 108; ++p) ref.prefetch(p * 512);
+  for (uint64_t p = 200; p < 260; ++p) ASSERT_EQ(ref[p * 512], expected(p * 512));
+  EXPECT_TRUE(cache->last_error().ok());
+  EXPECT_TRUE(cache->clear().ok());
+}
+
+TEST(Cache, DirectTierReadsHostMemoryWithoutTheController) {
+  controller ctl;
+  const uint32_t ns = ctl.add_namespace({pattern_memory(4 << 20, false), 4096, true});
+  auto cache = make_host_page_cache(ctl, small_cache(32));
+  array<uint64_t> a(cache, ns);
+  for (uint64_t i = 0; i < a.size(); i += 61) ASSERT_EQ(a.ref()[i], expected(i));
+  const cache_stats st = cache->stats();
+  EXPECT_GT(st.misses, 0u);
+  EXPECT_EQ(st.direct_fills, st.misses);
+  EXPECT_EQ(ctl.total_counters().reads, 0u);
+}
+
+TEST(Cache, SeveralArraysShareOneCacheAndTheLastPageMayBePartial) {
+  controller ctl;
+  scratch_file f(10000, 5);  // 10000 bytes: the last 4 KiB page holds 1808
+  const uint32_t a_ns = ctl.add_namespace({open_file_target(f.path()), 512, true});
+  const uint32_t b_ns = ctl.add_namespace({make_fault_target(pattern_memory(1 << 20, false, 6)), 4096, true});
+  auto cache = make_host_page_cache(ctl, small_cache(8));
+  array<uint64_t> a(cache, a_ns);
+  array<uint32_t> b(cache, b_ns);
+  ASSERT_EQ(a.size(), 1250u);
+  for (uint64_t i = 0; i < a.size(); ++i) ASSERT_EQ(a.ref()[i], expected(i, 5)) << i;
+  for (uint64_t i = 0; i < b.size(); i += 37) {
+    const uint64_t w = test::pattern_word(i * 4 / 8 * 8, 6);
+    ASSERT_EQ(b.ref()[i], uint32_t(i % 2 ? w >> 32 : w)) << i;
+  }
+}
+
+// ---- the warp path, on the CPU warp emulator ----
+
+namespace {
+
+struct warp_case {
+  const char* name;
+  unsigned mask;
+  unsigned lanes_per_page;  // 0: every lane its own random page
+};
+
+class CacheWarp : public ::testing::TestWithParam<warp_case> {};
+
+std::string warp_case_name(const ::testing::TestParamInfo<warp_case>& i) { return i.param.name; }
+
+}  // namespace
+
+TEST_P(CacheWarp, CoalescedReadsMatchAndFetchEachPageOnce) {
+  const warp_case wc = GetParam();
+  controller ctl(two_pollers());
+  const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(8 << 20, false)), 4096, true});
+  auto cache = make_host_page_cache(ctl, small_cache(4096));  // all of it: first touches are the misses
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  std::atomic<uint64_t> bad{0};
+  std::vector<uint64_t> pages_seen(2048, 0);
+  const unsigned rounds = 40 / unsigned(test::scale_div) + 2;
+  test::run_warp(wc.mask, 0, [&](test::emulated_warp w) {
+    std::mt19937_64 rng(w.lane());
+    for (unsigned r = 0; r < rounds; ++r) {
+      uint64_t page;
+      if (wc.lanes_per_page == 0) page = rng() % 2048;
+      else page = (r * 32 + w.lane() / wc.lanes_per_page) % 2048;
+      const uint64_t i = page * 512 + rng() % 512;
+      request_status s;
+      const uint64_t v = ref.read(w, i, &s);
+      if (!s.ok() || v != expected(i)) ++bad;
+      __atomic_store_n(&pages_seen[page], 1, __ATOMIC_RELAXED);
+    }
+  });
+  EXPECT_EQ(bad.load(), 0u);
+  uint64_t distinct = 0;
+  for (auto p : pages_seen) distinct += p;
+  const cache_stats st = cache->stats();
+  EXPECT_EQ(st.misses, distinct);
+  EXPECT_EQ(st.accesses, uint64_t(__builtin_popcount(wc.mask)) * rounds);
+}
+
+INSTANTIATE_TEST_SUITE_P(Lanes, CacheWarp,
+                         ::testing::Values(warp_case{"AllLanesOnePage", 0xFFFFFFFFu, 32},
+                                           warp_case{"AllLanesDifferentPages", 0xFFFFFFFFu, 1},
+                                           warp_case{"FourLanesPerPage", 0xFFFFFFFFu, 4},
+                                           warp_case{"RandomPages", 0xFFFFFFFFu, 0},
+                                           warp_case{"OneLane", 0x00000100u, 1},
+                                           warp_case{"SevenLanes", 0x80421805u, 2}),
+                         warp_case_name);
+
+TEST(CacheWarpPressure, FourWarpsOnATightCacheReadAndWriteCorrectly) {
+  controller ctl(two_pollers());
+  auto mem = pattern_memory(4 << 20, true);
+  const uint32_t ns = ctl.add_namespace({make_fault_target(mem), 4096, false});
+  auto cache = make_host_page_cache(ctl, small_cache(4 * 32 + 8));  // barely above 4 warps x 32 pages
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  std::atomic<uint64_t> bad{0};
+  const unsigned rounds = 30 / unsigned(test::scale_div) + 2;
+  std::vector<std::thread> warps;
+  for (uint32_t wid = 0; wid < 4; ++wid)
+    warps.emplace_back([&, wid] {
+      test::run_warp(0xFFFFFFFFu, wid, [&](test::emulated_warp w) {
+        std::mt19937_64 rng(wid * 32 + w.lane());
+        for (unsigned r = 0; r < rounds; ++r) {
+          // Reads anywhere; writes only to this lane's own elements (i % 128 == wid * 32 + lane).
+          const uint64_t i = (rng() % (a.size() / 128)) * 128 + wid * 32 + w.lane();
+          request_status s;
+          const uint64_t v = ref.read(w, i, &s);
+          if (!s.ok() || (v != expected(i) && v != expected(i, 77))) ++bad;
+          if (!ref.write(w, i, expected(i, 77)).ok()) ++bad;
+        }
+      });
+    });
+  for (auto& t : warps) t.join();
+  EXPECT_EQ(bad.load(), 0u);
+  ASSERT_TRUE(cache->flush().ok());
+  EXPECT_GT(cache->stats().evictions, 0u);
+  // Every element is either untouched or rewritten, none torn or misplaced.
+  const auto* m = static_cast<const uint64_t*>(mem->host_pointer());
+  uint64_t wrong = 0, rewritten = 0;
+  for (uint64_t i = 0; i < a.size(); ++i) {
+    rewritten += m[i] == expected(i, 77);
+    wrong += m[i] != expected(i) && m[i] != expected(i, 77);
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_GT(rewritten, 0u);
+}
+
+TEST(CacheWarpRange, BulkCopiesAndPageHandlesAcrossPages) {
+  controller ctl(two_pollers());
+  const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(2 << 20, true)), 4096, false});
+  auto cache = make_host_page_cache(ctl, small_cache(64));
+  array<uint32_t> a(cache, ns);
+  const auto ref = a.ref();
+  auto word = [](uint64_t i) {
+    const uint64_t w = test::pattern_word(i / 2 * 8, seed);
+    return uint32_t(i % 2 ? w >> 32 : w);
+  };
+  const uint64_t begin = 1000, count = 1024 * 40 + 3;  // unaligned, 41 pages
+  std::vector<uint32_t> out(count, 0);
+  std::atomic<uint64_t> bad{0};
+  test::run_warp(0xFFFFFFFFu, 0, [&](test::emulated_warp w) {
+    if (!ref.read_range(w, out.data(), begin, count).ok()) ++bad;
+    auto h = ref.page(w, begin + w.lane() * 1024);
+    if (!h.ok()) ++bad;
+    else
+      for (uint64_t i = h.first(); i < h.first() + h.count(); i += 101)
+        if (h[i] != word(i)) ++bad;
+    h.release();
+  });
+  EXPECT_EQ(bad.load(), 0u);
+  for (uint64_t k = 0; k < count; ++k) ASSERT_EQ(out[k], word(begin + k)) << k;
+  EXPECT_EQ(ref.read_range(out.data(), a.size() - 2, 3).code, client_code::out_of_range);
+  // And back: write a range, read it through the cache and the target.
+  std::vector<uint32_t> in(5000);
+  for (uint64_t k = 0; k < in.size(); ++k) in[k] = uint32_t(k * 2654435761u);
+  test::run_warp(0x0000FFFFu, 1, [&](test::emulated_warp w) {
+    if (!ref.write_range(w, in.data(), 3001, in.size()).ok()) ++bad;
+  });
+  EXPECT_EQ(bad.load(), 0u);
+  ASSERT_TRUE(cache->flush().ok());
+  for (uint64_t k = 0; k < in.size(); ++k) ASSERT_EQ(ref[3001 + k], in[k]) << k;
+  EXPECT_EQ(ref[3000], word(3000));
+  EXPECT_EQ(ref[3001 + in.size()], word(3001 + in.size()));
+}

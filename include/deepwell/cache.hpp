@@ -414,6 +414,10 @@ class cache_ref {
     uint16_t cid;
     if (!q.try_acquire_cid(cid)) {
       q.try_poll();  // completions of others free ids
+      if (q.lost()) {  // ids of commands sent after a stop never come back
+        fail_fill(j, request_status::client(client_code::controller_lost));
+        return true;
+      }
       return false;
     }
     const dataset_desc& d = datasets[key_dataset(j.key)];

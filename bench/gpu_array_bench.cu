@@ -1,0 +1,324 @@
+// array_ref through the GPU page cache, measured beside the machine's
+// ceilings in the same run:
+//   hit-elem   all-hit random 8-byte reads a[i] (the dataset fits in the cache)
+//   hit-page   all-hit random whole pages through page handles (16-byte loads)
+//   miss       all-miss: every page read once per pass (a permutation), the
+//              cache emptied between passes; one element per page read with
+//              a[i], so each warp fetches 32 pages together. Run both
+//              direct (warps read the host-memory dataset, no controller)
+//              and through the controller.
+// Ceilings: HBM read (warps reading random 4 KiB blocks of device memory
+// with 16-byte loads; bytes counted = blocks x 4096) and cudaMemcpy
+// host-to-device (pinned, 1 GiB). Prints a line per measurement and appends
+// one JSON line per measurement.
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "deepwell/gpu_launch.hpp"
+#include "deepwell/page_cache.hpp"
+
+using namespace deepwell;
+using json = nlohmann::json;
+
+namespace {
+
+__device__ uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+__global__ void hit_elem_kernel(array_ref<uint64_t> a, unsigned per_thread, unsigned long long* sink,
+                                unsigned long long* failed) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint64_t sum = 0, bad = 0;
+  for (unsigned k = 0; k < per_thread; ++k) {
+    const uint64_t i = mix(tid * per_thread + k) % a.size();
+    request_status s;
+    sum += a.try_read(i, &s);
+    bad += !s.ok();
+  }
+  if (sum == 42) atomicAdd(sink, 1ull);
+  if (bad) atomicAdd(failed, bad);
+}
+
+// Each lane pins a random page; the warp then reads each of the 32 pages
+// with 16-byte loads.
+__global__ void hit_page_kernel(array_ref<uint64_t> a, unsigned per_thread, unsigned long long* sink,
+                                unsigned long long* failed) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const unsigned lane = threadIdx.x & 31;
+  const uint64_t per_page = a.cache.page_size / 8, pages = a.size() / per_page;
+  uint4 acc = make_uint4(0, 0, 0, 0);
+  uint64_t bad = 0;
+  for (unsigned k = 0; k < per_thread; ++k) {
+    page_handle<uint64_t> h = a.page((mix(tid * per_thread + k) % pages) * per_page);
+    bad += !h.ok();
+    const uint4* mine = reinterpret_cast<const uint4*>(h.data());
+    for (unsigned l = 0; l < 32; ++l) {
+      const uint4* p = reinterpret_cast<const uint4*>(__shfl_sync(0xFFFFFFFFu, uint64_t(mine), l));
+      if (!p) continue;
+      for (unsigned v = lane; v < a.cache.page_size / 16; v += 32) {
+        const uint4 x = p[v];
+        acc.x ^= x.x;
+        acc.y ^= x.y;
+        acc.z ^= x.z;
+        acc.w ^= x.w;
+      }
+    }
+    __syncwarp();
+    h.release();
+  }
+  if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 42) atomicAdd(sink, 1ull);
+  if (bad) atomicAdd(failed, bad);
+}
+
+// One element of each of `count` pages, in a permuted order (pages is a
+// power of two; the multiplier is odd).
+__global__ void miss_kernel(array_ref<uint64_t> a, uint64_t first, uint64_t count, uint64_t pages,
+                            unsigned long long* sink, unsigned long long* failed) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (tid >= count) return;
+  const uint64_t page = ((first + tid) * 0x9E3779B97F4A7C15ull) & (pages - 1);
+  const uint64_t per_page = a.cache.page_size / 8;
+  request_status s;
+  const uint64_t v = a.try_read(page * per_page + (tid % per_page), &s);
+  if (!s.ok()) atomicAdd(failed, 1ull);
+  if (v == 42) atomicAdd(sink, 1ull);
+}
+
+__global__ void hbm_read_kernel(const uint4* data, uint64_t blocks, unsigned per_warp, unsigned long long* sink) {
+  const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const unsigned lane = threadIdx.x & 31;
+  uint4 acc = make_uint4(0, 0, 0, 0);
+  for (unsigned k = 0; k < per_warp; ++k) {
+    const uint4* b = data + (mix(warp * per_warp + k) % blocks) * 256;
+    for (unsigned v = lane; v < 256; v += 32) {
+      const uint4 x = b[v];
+      acc.x ^= x.x;
+      acc.y ^= x.y;
+      acc.z ^= x.z;
+      acc.w ^= x.w;
+    }
+  }
+  if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 42) atomicAdd(sink, 1ull);
+}
+
+struct timer {
+  cudaEvent_t a, b;
+  timer() {
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+  }
+  void start() { cudaEventRecord(a); }
+  double stop() {
+    cudaEventRecord(b);
+    check_cuda(cudaEventSynchronize(b), "kernel");
+    float ms;
+    cudaEventElapsedTime(&ms, a, b);
+    return ms * 1e-3;
+  }
+};
+
+double h2d_gbps() {
+  const size_t bytes = 1ull << 30;
+  void *h, *d;
+  check_cuda(cudaMallocHost(&h, bytes), "cudaMallocHost");
+  check_cuda(cudaMalloc(&d, bytes), "cudaMalloc");
+  memset(h, 1, bytes);
+  timer t;
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    t.start();
+    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    best = std::min(best, t.stop());
+  }
+  cudaFreeHost(h);
+  cudaFree(d);
+  return bytes / best / 1e9;
+}
+
+double hbm_read_gbps(unsigned grid, unsigned block) {
+  const uint64_t bytes = 4ull << 30, blocks = bytes / 4096;
+  uint4* d;
+  unsigned long long* sink;
+  check_cuda(cudaMalloc(&d, bytes), "cudaMalloc");
+  check_cuda(cudaMalloc(&sink, 8), "cudaMalloc");
+  cudaMemset(d, 1, bytes);
+  const unsigned per_warp = 64;
+  timer t;
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    t.start();
+    hbm_read_kernel<<<grid, block>>>(d, blocks, per_warp, sink);
+    best = std::min(best, t.stop());
+  }
+  cudaFree(d);
+  cudaFree(sink);
+  return double(grid) * block / 32 * per_warp * 4096 / best / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path, commit = "unknown";
+  unsigned pollers = 12, queues = 128, entries = 512, blocks_per_sm = 8, tpb = 256;
+  uint64_t hit_data = 1ull << 30, miss_data = 4ull << 30, cache_bytes = 2ull << 30;
+  std::vector<uint32_t> page_sizes{4096, 512};
+  CLI::App app{"deepwell array_ref benchmark (GPU page cache)"};
+  app.add_option("--pollers", pollers, "controller poller threads");
+  app.add_option("--queues", queues, "cache queue pairs");
+  app.add_option("--queue-entries", entries, "entries per queue");
+  app.add_option("--blocks-per-sm", blocks_per_sm, "thread blocks per SM");
+  app.add_option("--hit-data", hit_data, "dataset bytes for all-hit runs (must fit in the cache)");
+  app.add_option("--miss-data", miss_data, "dataset bytes for all-miss runs (a power of two)");
+  app.add_option("--cache", cache_bytes, "cache bytes");
+  app.add_option("--page-sizes", page_sizes, "page sizes for the miss runs");
+  app.add_option("--json", json_path, "append results as JSON lines");
+  app.add_option("--commit", commit, "commit hash to record");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    const unsigned grid = prop.multiProcessorCount * blocks_per_sm;
+    const double link = h2d_gbps();
+    const double hbm = hbm_read_gbps(grid, tpb);
+    std::printf("ceilings: cudaMemcpy H2D %.1f GB/s, HBM random 4 KiB reads %.1f GB/s\n", link, hbm);
+    unsigned long long *sink, *failed;
+    check_cuda(cudaMalloc(&sink, 8), "cudaMalloc");
+    check_cuda(cudaMalloc(&failed, 8), "cudaMalloc");
+    std::vector<json> out;
+    auto emit = [&](json j) {
+      j["benchmark"] = "array";
+      j["commit"] = commit;
+      j["device"] = prop.name;
+      j["ceilings"] = {{"h2d_memcpy_gbps", link}, {"hbm_random_4k_read_gbps", hbm}};
+      if (!json_path.empty()) std::ofstream(json_path, std::ios::app) << j.dump() << "\n";
+    };
+
+    // ---- all-hit ----
+    {
+      controller_config cc;
+      cc.pollers = 2;
+      controller ctl(cc);
+      auto data = make_host_memory_target(hit_data, false);
+      const uint32_t ns = ctl.add_namespace({data, 4096, true});
+      cache_config cfg;
+      cfg.page_size = 4096;
+      cfg.capacity_bytes = cache_bytes;
+      cfg.queue_pairs = 16;
+      auto cache = make_gpu_page_cache(ctl, cfg);
+      array<uint64_t> a(cache, ns);
+      check_launch(*cache, hit_elem_kernel, grid, tpb);
+      const uint64_t pages = hit_data / 4096;
+      miss_kernel<<<unsigned((pages + 255) / 256), 256>>>(a.ref(), 0, pages, pages, sink, failed);  // warm: all in
+      check_cuda(cudaDeviceSynchronize(), "warm-up");
+      cudaMemset(failed, 0, 8);
+      timer t;
+      const unsigned per_thread = 64;
+      cache->reset_stats();
+      t.start();
+      hit_elem_kernel<<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
+      const double s1 = t.stop();
+      const cache_stats st1 = cache->stats();
+      const double elems = double(grid) * tpb * per_thread;
+      const double elem_gbps = elems * 8 / s1 / 1e9;
+      cache->reset_stats();
+      const unsigned pages_per_thread = 4;
+      t.start();
+      hit_page_kernel<<<grid, tpb>>>(a.ref(), pages_per_thread, sink, failed);
+      const double s2 = t.stop();
+      const cache_stats st2 = cache->stats();
+      const double page_gbps = double(grid) * tpb * pages_per_thread * 4096 / s2 / 1e9;
+      unsigned long long f = 0;
+      cudaMemcpy(&f, failed, 8, cudaMemcpyDeviceToHost);
+      std::printf("all-hit: a[i] 8 B random %.0f M/s = %.1f GB/s (%.3f of HBM), page handles %.1f GB/s (%.3f of HBM), "
+                  "hit rates %.4f / %.4f, failed %llu\n",
+                  elems / s1 / 1e6, elem_gbps, elem_gbps / hbm, page_gbps, page_gbps / hbm, st1.hit_rate(),
+                  st2.hit_rate(), f);
+      json j;
+      j["config"] = {{"mode", "all-hit"}, {"page_size", 4096}, {"elem_bytes", 8}, {"data_bytes", hit_data},
+                     {"cache_bytes", cache_bytes}, {"grid", grid}, {"block", tpb}, {"per_thread", per_thread},
+                     {"pages_per_thread", pages_per_thread}, {"location", "hostmem"}};
+      j["metrics"] = {{"elem_reads_per_s", elems / s1}, {"elem_gbps", elem_gbps}, {"page_gbps", page_gbps},
+                      {"hit_rate_elem", st1.hit_rate()}, {"hit_rate_page", st2.hit_rate()}, {"failed", f}};
+      j["ratios"] = {{"hit_elem_vs_hbm_read", elem_gbps / hbm}, {"hit_page_vs_hbm_read", page_gbps / hbm}};
+      emit(j);
+    }
+
+    // ---- all-miss, direct and through the controller ----
+    controller_config cc;
+    cc.pollers = pollers;
+    controller ctl(cc);
+    auto data = make_host_memory_target(miss_data, false);
+    {
+      auto* p = static_cast<uint64_t*>(data->host_pointer());
+      for (uint64_t i = 0; i < miss_data / 8; i += 512) p[i] = i;  // touch every page
+    }
+    const uint32_t ns_direct = ctl.add_namespace({data, 512, true});
+    for (uint32_t page : page_sizes) {
+      for (bool direct : {true, false}) {
+        cache_config cfg;
+        cfg.page_size = page;
+        cfg.capacity_bytes = std::min<uint64_t>(cache_bytes, uint64_t(page) * (1u << 20));
+        cfg.queue_pairs = queues;
+        cfg.queue_entries = entries;
+        cfg.direct = direct;
+        auto cache = make_gpu_page_cache(ctl, cfg);
+        array<uint64_t> a(cache, ns_direct);
+        const uint64_t pages = miss_data / page;
+        const uint64_t per_pass = std::min<uint64_t>(cache->slots() / 2, pages);
+        cudaMemset(failed, 0, 8);
+        // Warm-up pass, then measured passes with the cache emptied before each.
+        double secs = 0, cpu = 0;
+        uint64_t misses = 0;
+        for (int pass = 0; pass < 4; ++pass) {
+          if (!cache->clear().ok()) throw error("clear failed");
+          cache->reset_stats();
+          const double c0 = ctl.poller_cpu_seconds();
+          timer t;
+          t.start();
+          miss_kernel<<<unsigned((per_pass + 255) / 256), 256>>>(a.ref(), uint64_t(pass) * per_pass, per_pass, pages,
+                                                                   sink, failed);
+          const double s = t.stop();
+          if (pass == 0) continue;
+          secs += s;
+          cpu += ctl.poller_cpu_seconds() - c0;
+          misses += cache->stats().misses;
+        }
+        unsigned long long f = 0;
+        cudaMemcpy(&f, failed, 8, cudaMemcpyDeviceToHost);
+        const double gbps = double(misses) * page / secs / 1e9, miops = misses / secs / 1e6;
+        const char* path = direct ? "direct" : "controller";
+        std::printf("all-miss %u B pages, %s: %.2f M pages/s = %.1f GB/s (%.3f of H2D), controller %.2f cores, "
+                    "failed %llu\n",
+                    page, path, miops, gbps, gbps / link, cpu / secs, f);
+        json j;
+        j["config"] = {{"mode", "all-miss"}, {"page_size", page}, {"data_bytes", miss_data},
+                       {"cache_bytes", cfg.capacity_bytes}, {"pages_per_pass", per_pass}, {"passes", 3},
+                       {"path", path}, {"location", "hostmem"}, {"pollers", pollers}, {"queues", queues},
+                       {"queue_entries", entries}};
+        j["metrics"] = {{"misses", misses},  {"seconds", secs},       {"miops", miops},  {"gbps", gbps},
+                        {"failed", f},       {"controller_cores", cpu / secs},
+                        {"controller_cores_per_10gbps", gbps > 0 ? cpu / secs / (gbps / 10) : 0.0}};
+        const std::string key = std::string("miss") + (page == 4096 ? "4k" : std::to_string(page)) + "_hostmem_" +
+                                (direct ? "direct" : "ctrl") + "_vs_h2d";
+        j["ratios"] = {{key, gbps / link}};
+        emit(j);
+      }
+    }
+    cudaFree(sink);
+    cudaFree(failed);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_array_bench: %s\n", e.what());
+    return 2;
+  }
+}

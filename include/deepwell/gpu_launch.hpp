@@ -1,0 +1,36 @@
+// Launch-time checks for kernels that use a GPU page cache (CUDA code only).
+// A warp may pin up to pages_per_warp pages at once, so the cache must hold
+// that many pages for every warp that can be resident together, or warps
+// could wait on each other for slots until their deadlines.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "deepwell/gpu_client.hpp"
+#include "deepwell/page_cache.hpp"
+
+namespace deepwell {
+
+// Warps of `kernel` that can be resident at once with this launch shape.
+template <class Kernel>
+uint64_t resident_warps(Kernel kernel, uint64_t grid_blocks, int block_threads, size_t shared_bytes = 0) {
+  int device = 0, sms = 0, per_sm = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, shared_bytes),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  const uint64_t blocks = std::min<uint64_t>(grid_blocks, uint64_t(per_sm) * uint64_t(sms));
+  return blocks * uint64_t((block_threads + 31) / 32);
+}
+
+// Throws deepwell::error, naming the numbers, if `cache` is too small for
+// this launch.
+template <class Kernel>
+void check_launch(const page_cache& cache, Kernel kernel, uint64_t grid_blocks, int block_threads,
+                  size_t shared_bytes = 0) {
+  cache.check_capacity(resident_warps(kernel, grid_blocks, block_threads, shared_bytes));
+}
+
+}  // namespace deepwell

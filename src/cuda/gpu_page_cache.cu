@@ -1,0 +1,195 @@
+// The GPU backend of the page cache: slots and metadata in device memory,
+// GPU queue clients (queue pairs pinned and mapped), the direct tier's host
+// memory registered and mapped, and kernels for flush and clear. Host-side
+// reads of counters go through a non-blocking stream, so dump() works while
+// a kernel that uses the cache is still running.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "deepwell/gpu_client.hpp"
+#include "deepwell/page_cache.hpp"
+
+namespace deepwell {
+
+namespace {
+
+// Host memory registered for the direct tier, counted per address: caches
+// on the same dataset share one registration, and the last one out
+// unregisters it.
+std::mutex registrations_mutex;
+std::map<void*, unsigned> registrations;
+
+bool register_shared(void* p, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(registrations_mutex);
+  auto it = registrations.find(p);
+  if (it != registrations.end()) {
+    ++it->second;
+    return true;
+  }
+  if (cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) != cudaSuccess) {
+    (void)cudaGetLastError();  // e.g. registered by someone else: then we do not own it
+    return false;
+  }
+  registrations[p] = 1;
+  return true;
+}
+
+void unregister_shared(void* p) {
+  std::lock_guard<std::mutex> lock(registrations_mutex);
+  auto it = registrations.find(p);
+  if (it == registrations.end() || --it->second) return;
+  cudaHostUnregister(p);
+  registrations.erase(it);
+}
+
+__global__ void flush_slots(cache_ref c, uint32_t* first_error) {
+  for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.nslots; s += gridDim.x * blockDim.x) {
+    const request_status r = c.flush_slot(s, s);
+    if (!r.ok()) atomicCAS(first_error, 0u, r.pack());
+  }
+}
+
+__global__ void adopt_orphans(cache_ref c) {
+  for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.nslots; s += gridDim.x * blockDim.x)
+    if ((c.state[s] & slot_state::orphan) && c.take_orphan(s)) c.adopt_orphan(s, s);
+}
+
+// Empties every clean slot (no kernel may use the cache meanwhile).
+__global__ void clear_slots(cache_ref c) {
+  for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.nslots; s += gridDim.x * blockDim.x) {
+    const uint32_t st = c.state[s];
+    if (st & slot_state::dirty) continue;  // its write-back failed: keep the data
+    if (st & slot_state::valid) {
+      const uint64_t key = c.slot_key[s];
+      const uint64_t base = uint64_t(c.bucket_of(key)) * dir_ways;
+      for (uint32_t w = 0; w < dir_ways; ++w)
+        if (c.dir_keys[base + w] == key && c.dir_slots[base + w] == s) c.dir_keys[base + w] = empty_key;
+    }
+    c.state[s] = 0;
+    c.slot_key[s] = empty_key;
+  }
+}
+
+class gpu_page_cache final : public page_cache {
+ public:
+  gpu_page_cache(controller& ctl, const cache_config& cfg) : page_cache(ctl, cfg, true) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    qp_geometry g{cfg_.queue_entries, cfg_.queue_entries, geo_.page_size};
+    std::vector<queue_ref> refs;
+    for (uint32_t i = 0; i < cfg_.queue_pairs; ++i) {
+      clients_.push_back(std::make_unique<gpu_queue_client>(ctl_.create_queue_pair(g)));
+      refs.push_back(clients_.back()->ref());
+    }
+    const uint64_t data_bytes = uint64_t(geo_.slots) * geo_.page_size;
+    check_cuda(cudaMalloc(&meta_, layout_.total), "cudaMalloc of the page cache's metadata");
+    const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&data_), data_bytes);
+    if (e != cudaSuccess)
+      throw error("page cache: cannot allocate " + std::to_string(data_bytes) + " bytes of GPU memory for " +
+                  std::to_string(geo_.slots) + " pages: " + cudaGetErrorString(e));
+    const std::vector<uint8_t> img = initial_metadata(refs);
+    check_cuda(cudaMemcpy(meta_, img.data(), img.size(), cudaMemcpyHostToDevice), "cudaMemcpy of cache metadata");
+    build_ref(static_cast<uint8_t*>(meta_), data_, refs);
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&flush_error_), sizeof(uint32_t)), "cudaMalloc");
+  }
+
+  ~gpu_page_cache() override {
+    cudaStreamSynchronize(stream_);
+    for (void* p : registered_) unregister_shared(p);
+    cudaFree(flush_error_);
+    cudaFree(data_);
+    cudaFree(meta_);
+    cudaStreamDestroy(stream_);
+  }
+
+  request_status flush() override {
+    check_cuda(cudaMemsetAsync(flush_error_, 0, sizeof(uint32_t), stream_), "cudaMemsetAsync");
+    const unsigned blocks = (geo_.slots + 255) / 256;
+    flush_slots<<<blocks < 4096 ? blocks : 4096, 256, 0, stream_>>>(ref_, flush_error_);
+    check_cuda(cudaGetLastError(), "flush kernel launch");
+    uint32_t packed = 0;
+    check_cuda(cudaMemcpyAsync(&packed, flush_error_, sizeof(packed), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
+    check_cuda(cudaStreamSynchronize(stream_), "flush kernel");
+    const request_status n = flush_namespaces();
+    const request_status first = request_status::unpack(packed);
+    return first.ok() ? n : first;
+  }
+
+  request_status clear() override {
+    const unsigned blocks = (geo_.slots + 255) / 256;
+    const unsigned grid = blocks < 4096 ? blocks : 4096;
+    adopt_orphans<<<grid, 256, 0, stream_>>>(ref_);
+    check_cuda(cudaGetLastError(), "orphan kernel launch");
+    const request_status r = flush();
+    clear_slots<<<grid, 256, 0, stream_>>>(ref_);
+    check_cuda(cudaGetLastError(), "clear kernel launch");
+    check_cuda(cudaStreamSynchronize(stream_), "clear kernel");
+    return r;
+  }
+
+  cache_stats stats() const override {
+    std::vector<cache_stats_shard> s(cache_stats_shards);
+    check_cuda(cudaMemcpyAsync(s.data(), ref_.stats, sizeof(cache_stats_shard) * cache_stats_shards,
+                               cudaMemcpyDeviceToHost, stream_),
+               "cudaMemcpy of cache statistics");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    return sum_stats(s.data(), cache_stats_shards);
+  }
+  void reset_stats() override {
+    check_cuda(cudaMemsetAsync(ref_.stats, 0, sizeof(cache_stats_shard) * cache_stats_shards, stream_), "cudaMemset");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+  request_status last_error() const override {
+    uint32_t v = 0;
+    check_cuda(cudaMemcpyAsync(&v, ref_.error_word, 4, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    return request_status::unpack(v);
+  }
+  void clear_error() override {
+    check_cuda(cudaMemsetAsync(ref_.error_word, 0, 4, stream_), "cudaMemset");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+ protected:
+  void write_dataset(uint32_t id, const dataset_desc& d) override {
+    check_cuda(cudaMemcpy(reinterpret_cast<uint8_t*>(meta_) + layout_.datasets + id * sizeof(dataset_desc), &d,
+                          sizeof(d), cudaMemcpyHostToDevice),
+               "cudaMemcpy of a dataset descriptor");
+  }
+
+  // The direct tier: the namespace's host memory, registered and mapped so
+  // that warps read it over the host link with no controller round trip.
+  // Falls back to the controller (nullptr) if it cannot be registered.
+  const uint8_t* direct_pointer(uint32_t nsid) override {
+    void* p = ctl_.host_pointer(nsid);
+    if (!p) return nullptr;
+    const uint64_t bytes = (ctl_.info(nsid).bytes + 4095) / 4096 * 4096;
+    if (register_shared(p, bytes)) registered_.push_back(p);
+    // Not registered by us: usable only if someone else registered it mapped.
+    void* dev = nullptr;
+    if (cudaHostGetDevicePointer(&dev, p, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return static_cast<const uint8_t*>(dev);
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  std::vector<std::unique_ptr<gpu_queue_client>> clients_;
+  std::vector<void*> registered_;
+  void* meta_ = nullptr;
+  uint8_t* data_ = nullptr;
+  uint32_t* flush_error_ = nullptr;
+};
+
+}  // namespace
+
+std::shared_ptr<page_cache> make_gpu_page_cache(controller& ctl, const cache_config& cfg) {
+  return std::make_shared<gpu_page_cache>(ctl, cfg);
+}
+
+}  // namespace deepwell

@@ -1,0 +1,407 @@
+// The page cache and array_ref from GPU kernels: the CPU suite's scenarios
+// (random and sequential reads verified against the data under eviction,
+// writes + flush + POSIX re-read, fault-injected errors as statuses, a
+// controller stopped under a running kernel), warp cases (all lanes one page,
+// all different, mixed; 1, 7 and 32 active lanes), page handles, bulk copies,
+// prefetch, staging reuse with a tiny queue, and the launch-size check.
+#include <cuda_runtime.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "../common/pattern.hpp"
+#include "deepwell/gpu_launch.hpp"
+#include "deepwell/page_cache.hpp"
+
+using namespace deepwell;
+namespace sc = deepwell::nvme::sc;
+
+namespace {
+
+#define CUDA_OK(x) ASSERT_EQ(cudaError_t(x), cudaSuccess) << #x << ": " << cudaGetErrorString(cudaError_t(x))
+
+constexpr uint64_t seed = 21;
+
+DW_HD uint64_t expected(uint64_t i, uint64_t s = seed) { return test::pattern_word(i * 8, s); }
+
+std::shared_ptr<target> pattern_memory(uint64_t bytes, bool writable, uint64_t s = seed) {
+  auto t = make_host_memory_target(bytes, writable);
+  auto* p = static_cast<uint64_t*>(t->host_pointer());
+  for (uint64_t i = 0; i < bytes / 8; ++i) p[i] = test::pattern_word(i * 8, s);
+  return t;
+}
+
+struct scratch_file {
+  std::string path;
+  explicit scratch_file(uint64_t bytes, uint64_t s = seed) {
+    std::string tmpl = "/var/tmp/deepwell-gpu-cache-XXXXXX";
+    const int fd = mkstemp(tmpl.data());
+    if (fd < 0) throw std::runtime_error("mkstemp failed");
+    path = tmpl;
+    std::vector<uint64_t> buf(1 << 17);
+    for (uint64_t off = 0; off < bytes; off += buf.size() * 8) {
+      const uint64_t n = std::min<uint64_t>(buf.size() * 8, bytes - off);
+      for (uint64_t w = 0; w < n / 8; ++w) buf[w] = test::pattern_word(off + w * 8, s);
+      if (pwrite(fd, buf.data(), n, off_t(off)) != ssize_t(n)) throw std::runtime_error("pwrite failed");
+    }
+    ::close(fd);
+  }
+  ~scratch_file() { ::unlink(path.c_str()); }
+};
+
+struct counts {
+  unsigned long long ok, bad, failed;
+  unsigned int last_status;
+};
+
+struct device_counts {
+  counts* d = nullptr;
+  device_counts() {
+    check_cuda(cudaMalloc(&d, sizeof(counts)), "cudaMalloc");
+    check_cuda(cudaMemset(d, 0, sizeof(counts)), "cudaMemset");
+  }
+  ~device_counts() { cudaFree(d); }
+  counts get() const {
+    counts c{};
+    check_cuda(cudaMemcpy(&c, d, sizeof(c), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return c;
+  }
+};
+
+__device__ void tally(counts* c, request_status s, bool good) {
+  if (!s.ok()) {
+    atomicAdd(&c->failed, 1ull);
+    c->last_status = s.pack();
+  } else {
+    atomicAdd(good ? &c->ok : &c->bad, 1ull);
+  }
+}
+
+__device__ uint64_t xorshift(uint64_t& x) {
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return x;
+}
+
+// Random reads (or, with `sequential`, consecutive elements per thread).
+__global__ void read_kernel(array_ref<uint64_t> a, unsigned per_thread, bool sequential, counts* c) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint64_t x = tid * 0x9E3779B97F4A7C15ull + 1;
+  for (unsigned k = 0; k < per_thread; ++k) {
+    const uint64_t i = sequential ? (tid * per_thread + k) % a.size() : xorshift(x) % a.size();
+    request_status s;
+    const uint64_t v = a.try_read(i, &s);
+    tally(c, s, v == expected(i));
+  }
+}
+
+cache_config gpu_cache(uint64_t bytes, uint32_t page = 4096) {
+  cache_config c;
+  c.page_size = page;
+  c.capacity_bytes = bytes;
+  c.queue_pairs = 32;
+  c.queue_entries = 256;
+  c.timeout_ns = 60ull * 1000000000ull;
+  return c;
+}
+
+controller_config pollers(unsigned n) {
+  controller_config c;
+  c.pollers = n;
+  return c;
+}
+
+}  // namespace
+
+TEST(GpuCache, MillionThreadsRandomReadsThroughTheController) {
+  controller ctl(pollers(4));
+  const uint64_t bytes = 256ull << 20;
+  // A fault target with no rules: served by the controller, not the direct tier.
+  const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(bytes, false)), 4096, true});
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(64ull << 20));
+  array<uint64_t> a(cache, ns);
+  device_counts c;
+  const unsigned threads = 1u << 20;
+  check_launch(*cache, read_kernel, threads / 256, 256);
+  read_kernel<<<threads / 256, 256>>>(a.ref(), 4, false, c.d);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  const counts r = c.get();
+  EXPECT_EQ(r.ok, 4ull * threads);
+  EXPECT_EQ(r.bad, 0u);
+  EXPECT_EQ(r.failed, 0u) << describe(request_status::unpack(r.last_status));
+  const cache_stats st = cache->stats();
+  EXPECT_EQ(st.accesses, 4ull * threads);
+  EXPECT_GT(st.evictions, 0u);
+  EXPECT_EQ(st.direct_fills, 0u);
+  EXPECT_TRUE(cache->last_error().ok());
+}
+
+TEST(GpuCache, DirectTierRandomAndSequentialReads) {
+  controller ctl(pollers(2));
+  const uint64_t bytes = 256ull << 20;
+  const uint32_t ns = ctl.add_namespace({pattern_memory(bytes, false), 4096, true});
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(64ull << 20));
+  array<uint64_t> a(cache, ns);
+  for (bool seq : {false, true}) {
+    device_counts c;
+    read_kernel<<<2048, 256>>>(a.ref(), 8, seq, c.d);
+    CUDA_OK(cudaDeviceSynchronize());
+    const counts r = c.get();
+    EXPECT_EQ(r.ok, 8ull * 2048 * 256) << "sequential=" << seq;
+    EXPECT_EQ(r.bad + r.failed, 0u);
+  }
+  const cache_stats st = cache->stats();
+  EXPECT_EQ(st.direct_fills, st.misses);
+  EXPECT_EQ(ctl.total_counters().reads, 0u);
+}
+
+TEST(GpuCache, FileAtOnePercentCacheWithATinyQueueReusingStaging) {
+  const uint64_t bytes = 1ull << 30;
+  scratch_file f(bytes);
+  controller ctl(pollers(4));
+  const uint32_t ns = ctl.add_namespace({open_file_target(f.path), 4096, true});
+  cache_config cc = gpu_cache(bytes / 100);  // 2621 pages
+  cc.queue_pairs = 4;
+  cc.queue_entries = 8;  // 7 staging buffers per queue: reused all the time
+  auto cache = make_gpu_page_cache(ctl, cc);
+  array<uint64_t> a(cache, ns);
+  device_counts c;
+  const unsigned blocks = 20, threads = 128;  // 80 warps x 32 pages fit in 2621
+  check_launch(*cache, read_kernel, blocks, threads);
+  read_kernel<<<blocks, threads>>>(a.ref(), 200, false, c.d);
+  CUDA_OK(cudaDeviceSynchronize());
+  const counts r = c.get();
+  EXPECT_EQ(r.ok, 200ull * blocks * threads);
+  EXPECT_EQ(r.bad, 0u);
+  EXPECT_EQ(r.failed, 0u) << describe(request_status::unpack(r.last_status));
+  EXPECT_GT(cache->stats().evictions, 0u);
+}
+
+namespace {
+
+// lane l of each warp reads an element of page `page_of(l)`; inactive lanes
+// (not in `mask`) return before the access.
+__global__ void warp_case_kernel(array_ref<uint64_t> a, unsigned mask, unsigned lanes_per_page, counts* c) {
+  const unsigned lane = threadIdx.x & 31;
+  const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (!((mask >> lane) & 1)) return;
+  const uint64_t page = (warp * 32 + lane / lanes_per_page) % (a.size() / 512);
+  const uint64_t i = page * 512 + (lane * 37) % 512;
+  request_status s;
+  const uint64_t v = a.try_read(i, &s);
+  tally(c, s, v == expected(i));
+}
+
+}  // namespace
+
+TEST(GpuCache, WarpCasesCoalesceAndFetchEachPageOnce) {
+  controller ctl(pollers(2));
+  const uint64_t bytes = 64ull << 20;  // 16384 pages
+  const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(bytes, false)), 4096, true});
+  struct wc {
+    const char* name;
+    unsigned mask, lanes_per_page;
+  };
+  for (const wc w : {wc{"all-one-page", 0xFFFFFFFFu, 32}, wc{"all-different", 0xFFFFFFFFu, 1},
+                     wc{"mixed", 0xFFFFFFFFu, 4}, wc{"one-lane", 0x00010000u, 1}, wc{"seven-lanes", 0x80421805u, 2},
+                     wc{"32-lanes-pairs", 0xFFFFFFFFu, 2}}) {
+    auto cache = make_gpu_page_cache(ctl, gpu_cache(bytes));  // holds it all: every fetch is a first touch
+    array<uint64_t> a(cache, ns);
+    device_counts c;
+    const unsigned warps = 256;
+    warp_case_kernel<<<warps / 4, 128>>>(a.ref(), w.mask, w.lanes_per_page, c.d);
+    CUDA_OK(cudaDeviceSynchronize());
+    const counts r = c.get();
+    const unsigned active = __builtin_popcount(w.mask);
+    EXPECT_EQ(r.ok, uint64_t(warps) * active) << w.name;
+    EXPECT_EQ(r.bad + r.failed, 0u) << w.name;
+    // Distinct pages: each warp's active lanes cover page groups lane / lanes_per_page.
+    std::vector<bool> seen(bytes / 4096, false);
+    for (uint64_t wi = 0; wi < warps; ++wi)
+      for (unsigned l = 0; l < 32; ++l)
+        if (w.mask >> l & 1) seen[(wi * 32 + l / w.lanes_per_page) % seen.size()] = true;
+    uint64_t distinct = 0;
+    for (bool b : seen) distinct += b;
+    const cache_stats st = cache->stats();
+    EXPECT_EQ(st.misses, distinct) << w.name;
+    EXPECT_EQ(st.accesses, uint64_t(warps) * active) << w.name;
+  }
+}
+
+namespace {
+
+__global__ void write_kernel(array_ref<uint64_t> a, uint64_t stride, counts* c) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (uint64_t i = tid * stride; i < a.size(); i += uint64_t(gridDim.x) * blockDim.x * stride)
+    tally(c, a.write(i, expected(i, 99)), true);
+}
+
+}  // namespace
+
+TEST(GpuCache, WritesFlushAndRereadThroughPosix) {
+  const uint64_t bytes = 64ull << 20;
+  scratch_file f(bytes);
+  controller ctl(pollers(4));
+  file_options o;
+  o.writable = true;
+  const uint32_t ns = ctl.add_namespace({open_file_target(f.path, o), 4096, false});
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(16ull << 20));  // dirty pages get evicted
+  array<uint64_t> a(cache, ns);
+  device_counts c;
+  write_kernel<<<64, 256>>>(a.ref(), 3, c.d);
+  CUDA_OK(cudaDeviceSynchronize());
+  const counts r = c.get();
+  EXPECT_EQ(r.failed, 0u) << describe(request_status::unpack(r.last_status));
+  EXPECT_EQ(r.ok, (bytes / 8 + 2) / 3);
+  const request_status fl = cache->flush();
+  EXPECT_TRUE(fl.ok()) << describe(fl);
+  EXPECT_GT(cache->stats().writebacks, 0u);
+  std::vector<uint64_t> file(bytes / 8);
+  const int fd = ::open(f.path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pread(fd, file.data(), bytes, 0), ssize_t(bytes));
+  ::close(fd);
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < file.size(); ++i) bad += file[i] != (i % 3 == 0 ? expected(i, 99) : expected(i));
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(GpuCache, FaultInjectedErrorsReachThreadsAsStatuses) {
+  controller ctl(pollers(2));
+  auto faults = make_fault_target(pattern_memory(64ull << 20, false));
+  fault_rule rule;
+  rule.kind = fault_rule::fail_read;
+  rule.offset = 0;
+  rule.length = 32ull << 20;  // the first half fails
+  faults->add_rule(rule);
+  const uint32_t ns = ctl.add_namespace({faults, 4096, true});
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(16ull << 20));
+  array<uint64_t> a(cache, ns);
+  device_counts c;
+  read_kernel<<<256, 256>>>(a.ref(), 4, false, c.d);
+  CUDA_OK(cudaDeviceSynchronize());
+  const counts r = c.get();
+  EXPECT_GT(r.failed, 0u);
+  EXPECT_GT(r.ok, 0u);
+  EXPECT_EQ(r.bad, 0u);
+  EXPECT_EQ(r.ok + r.failed, 4ull * 256 * 256);
+  const request_status e = cache->last_error();
+  EXPECT_EQ(e.nvme, sc::unrecovered_read_error) << describe(e);
+}
+
+namespace {
+
+__global__ void read_until_failure(array_ref<uint64_t> a, counts* c) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint64_t x = tid + 12345;
+  for (int k = 0; k < 100000; ++k) {
+    const uint64_t i = xorshift(x) % a.size();
+    request_status s;
+    const uint64_t v = a.try_read(i, &s);
+    tally(c, s, v == expected(i));
+    if (!s.ok()) return;
+  }
+}
+
+}  // namespace
+
+TEST(GpuCache, ControllerStoppedUnderARunningKernelEndsItWithStatuses) {
+  controller ctl(pollers(2));
+  const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(256ull << 20, false)), 4096, true});
+  cache_config cc = gpu_cache(8ull << 20);
+  cc.timeout_ns = 10ull * 1000000000ull;
+  auto cache = make_gpu_page_cache(ctl, cc);
+  array<uint64_t> a(cache, ns);
+  device_counts c;
+  read_until_failure<<<64, 128>>>(a.ref(), c.d);
+  CUDA_OK(cudaGetLastError());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  ctl.stop();
+  CUDA_OK(cudaDeviceSynchronize());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const counts r = c.get();
+  EXPECT_EQ(r.bad, 0u);
+  EXPECT_GT(r.ok, 0u);
+  EXPECT_EQ(r.failed, 64u * 128u);  // every thread ended with a status
+  EXPECT_LT(secs, 9.0);
+}
+
+namespace {
+
+// Each warp copies its own 3-page window (unaligned) with read_range, checks
+// it, then pins a page with a handle and reads every element through it.
+__global__ void range_kernel(array_ref<uint64_t> a, uint64_t* scratch, counts* c) {
+  const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const unsigned lane = threadIdx.x & 31;
+  const uint64_t begin = (warp * 1537 + 13) % (a.size() - 2000);
+  uint64_t* mine = scratch + warp * 1500;
+  const request_status s = a.read_range(mine, begin, 1500);
+  __syncwarp();
+  for (unsigned k = lane; k < 1500; k += 32) tally(c, s, mine[k] == expected(begin + k));
+  page_handle<uint64_t> h = a.page(begin + lane * 40);
+  bool good = h.ok();
+  for (uint64_t i = h.first(); good && i < h.first() + h.count(); ++i) good = h[i] == expected(i);
+  tally(c, h.status(), good);
+  h.release();
+}
+
+__global__ void prefetch_kernel(array_ref<uint64_t> a, uint64_t pages) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (tid < pages) a.prefetch(tid * 512);
+}
+
+}  // namespace
+
+TEST(GpuCache, BulkCopiesPageHandlesAndPrefetch) {
+  controller ctl(pollers(2));
+  const uint64_t bytes = 64ull << 20;
+  const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(bytes, false)), 4096, true});
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(32ull << 20));
+  array<uint64_t> a(cache, ns);
+  const unsigned blocks = 64, threads = 128, warps = blocks * threads / 32;
+  uint64_t* scratch = nullptr;
+  CUDA_OK(cudaMalloc(&scratch, sizeof(uint64_t) * 1500 * warps));
+  device_counts c;
+  range_kernel<<<blocks, threads>>>(a.ref(), scratch, c.d);
+  CUDA_OK(cudaDeviceSynchronize());
+  counts r = c.get();
+  EXPECT_EQ(r.ok, uint64_t(warps) * 1500 + uint64_t(blocks) * threads);
+  EXPECT_EQ(r.bad + r.failed, 0u) << describe(request_status::unpack(r.last_status));
+  cudaFree(scratch);
+
+  // Prefetch 64 pages of an emptied cache, read 8 of them: all hits. The
+  // 56 never read are finished by clear().
+  ASSERT_TRUE(cache->clear().ok());
+  cache->reset_stats();
+  prefetch_kernel<<<1, 64>>>(a.ref(), 64);
+  CUDA_OK(cudaDeviceSynchronize());
+  const uint64_t fetched = cache->stats().misses;
+  EXPECT_GT(fetched, 0u);
+  device_counts c2;
+  read_kernel<<<16, 256>>>(a.ref(), 1, true, c2.d);  // thread t reads element t: pages 0..7
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(c2.get().ok, 16u * 256u);
+  EXPECT_EQ(cache->stats().misses, fetched);  // nothing fetched twice
+  EXPECT_TRUE(cache->clear().ok());
+}
+
+TEST(GpuCache, LaunchCheckNamesTheNumbers) {
+  controller ctl;
+  const uint32_t ns = ctl.add_namespace({pattern_memory(1 << 20, false), 4096, true});
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(64 * 4096));
+  array<uint64_t> a(cache, ns);
+  EXPECT_NO_THROW(check_launch(*cache, read_kernel, 1, 64));
+  try {
+    check_launch(*cache, read_kernel, 1000, 256);
+    ADD_FAILURE() << "no error for a launch too large for the cache";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("64 pages"), std::string::npos) << e.what();
+  }
+}

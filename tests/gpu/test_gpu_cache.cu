@@ -120,10 +120,11 @@ controller_config pollers(unsigned n) {
 
 TEST(GpuCache, MillionThreadsRandomReadsThroughTheController) {
   controller ctl(pollers(4));
-  const uint64_t bytes = 256ull << 20;
+  const uint64_t bytes = 1ull << 30;
   // A fault target with no rules: served by the controller, not the direct tier.
   const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(bytes, false)), 4096, true});
-  auto cache = make_gpu_page_cache(ctl, gpu_cache(64ull << 20));
+  // A million threads keep about 3000 warps resident: 32 pages each.
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(448ull << 20));
   array<uint64_t> a(cache, ns);
   device_counts c;
   const unsigned threads = 1u << 20;
@@ -144,10 +145,11 @@ TEST(GpuCache, MillionThreadsRandomReadsThroughTheController) {
 
 TEST(GpuCache, DirectTierRandomAndSequentialReads) {
   controller ctl(pollers(2));
-  const uint64_t bytes = 256ull << 20;
+  const uint64_t bytes = 1ull << 30;
   const uint32_t ns = ctl.add_namespace({pattern_memory(bytes, false), 4096, true});
-  auto cache = make_gpu_page_cache(ctl, gpu_cache(64ull << 20));
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(448ull << 20));
   array<uint64_t> a(cache, ns);
+  check_launch(*cache, read_kernel, 2048, 256);
   for (bool seq : {false, true}) {
     device_counts c;
     read_kernel<<<2048, 256>>>(a.ref(), 8, seq, c.d);
@@ -215,6 +217,7 @@ TEST(GpuCache, WarpCasesCoalesceAndFetchEachPageOnce) {
     array<uint64_t> a(cache, ns);
     device_counts c;
     const unsigned warps = 256;
+    check_launch(*cache, warp_case_kernel, warps / 4, 128);
     warp_case_kernel<<<warps / 4, 128>>>(a.ref(), w.mask, w.lanes_per_page, c.d);
     CUDA_OK(cudaDeviceSynchronize());
     const counts r = c.get();
@@ -254,7 +257,8 @@ TEST(GpuCache, WritesFlushAndRereadThroughPosix) {
   auto cache = make_gpu_page_cache(ctl, gpu_cache(16ull << 20));  // dirty pages get evicted
   array<uint64_t> a(cache, ns);
   device_counts c;
-  write_kernel<<<64, 256>>>(a.ref(), 3, c.d);
+  check_launch(*cache, write_kernel, 32, 128);
+  write_kernel<<<32, 128>>>(a.ref(), 3, c.d);
   CUDA_OK(cudaDeviceSynchronize());
   const counts r = c.get();
   EXPECT_EQ(r.failed, 0u) << describe(request_status::unpack(r.last_status));
@@ -281,16 +285,17 @@ TEST(GpuCache, FaultInjectedErrorsReachThreadsAsStatuses) {
   rule.length = 32ull << 20;  // the first half fails
   faults->add_rule(rule);
   const uint32_t ns = ctl.add_namespace({faults, 4096, true});
-  auto cache = make_gpu_page_cache(ctl, gpu_cache(16ull << 20));
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(32ull << 20));
   array<uint64_t> a(cache, ns);
   device_counts c;
-  read_kernel<<<256, 256>>>(a.ref(), 4, false, c.d);
+  check_launch(*cache, read_kernel, 64, 128);
+  read_kernel<<<64, 128>>>(a.ref(), 16, false, c.d);
   CUDA_OK(cudaDeviceSynchronize());
   const counts r = c.get();
   EXPECT_GT(r.failed, 0u);
   EXPECT_GT(r.ok, 0u);
   EXPECT_EQ(r.bad, 0u);
-  EXPECT_EQ(r.ok + r.failed, 4ull * 256 * 256);
+  EXPECT_EQ(r.ok + r.failed, 16ull * 64 * 128);
   const request_status e = cache->last_error();
   EXPECT_EQ(e.nvme, sc::unrecovered_read_error) << describe(e);
 }
@@ -314,11 +319,12 @@ __global__ void read_until_failure(array_ref<uint64_t> a, counts* c) {
 TEST(GpuCache, ControllerStoppedUnderARunningKernelEndsItWithStatuses) {
   controller ctl(pollers(2));
   const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(256ull << 20, false)), 4096, true});
-  cache_config cc = gpu_cache(8ull << 20);
+  cache_config cc = gpu_cache(40ull << 20);
   cc.timeout_ns = 10ull * 1000000000ull;
   auto cache = make_gpu_page_cache(ctl, cc);
   array<uint64_t> a(cache, ns);
   device_counts c;
+  check_launch(*cache, read_until_failure, 64, 128);
   read_until_failure<<<64, 128>>>(a.ref(), c.d);
   CUDA_OK(cudaGetLastError());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -369,6 +375,7 @@ TEST(GpuCache, BulkCopiesPageHandlesAndPrefetch) {
   uint64_t* scratch = nullptr;
   CUDA_OK(cudaMalloc(&scratch, sizeof(uint64_t) * 1500 * warps));
   device_counts c;
+  check_launch(*cache, range_kernel, blocks, threads);
   range_kernel<<<blocks, threads>>>(a.ref(), scratch, c.d);
   CUDA_OK(cudaDeviceSynchronize());
   counts r = c.get();

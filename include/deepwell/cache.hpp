@@ -106,19 +106,26 @@ class cache_ref {
       bool progress = false;
       if (job.step == step_probe) progress |= probe(job, sh);
       if (job.step == step_issue) progress |= issue(job);
-      if (job.step == step_fill && job.has_io) await_io(job, dl);
-      // The warp copies every page its leaders fetched this round.
-      w.sync(out.mask);
-      unsigned fills = w.ballot(out.mask, job.step == step_fill);
-      while (fills) {
-        const unsigned f = lowest_lane(fills);
-        fills &= fills - 1;
-        const uint32_t s = w.shfl(out.mask, job.slot, f);
-        const uint8_t* src = reinterpret_cast<const uint8_t*>(shfl64(w, out.mask, uint64_t(job.src), f));
-        const uint32_t bytes = w.shfl(out.mask, job.bytes, f);
-        copy_in(w, out.mask, page_data(s), src, bytes);
+      // The warp copies each page in as soon as its read completes, so that
+      // command ids (the in-flight budget) go back early.
+      for (uint32_t spin = 0;; ++spin) {
+        if (job.step == step_fill && job.has_io && !job.src) poll_io(job, dl);
         w.sync(out.mask);
-        if (lane == f) finish_fill(job, sh);
+        unsigned fills = w.ballot(out.mask, job.step == step_fill && job.src);
+        const bool any = fills != 0;
+        while (fills) {
+          const unsigned f = lowest_lane(fills);
+          fills &= fills - 1;
+          const uint32_t s = w.shfl(out.mask, job.slot, f);
+          const uint8_t* src = reinterpret_cast<const uint8_t*>(shfl64(w, out.mask, uint64_t(job.src), f));
+          const uint32_t bytes = w.shfl(out.mask, job.bytes, f);
+          copy_in(w, out.mask, page_data(s), src, bytes);
+          w.sync(out.mask);
+          if (lane == f) finish_fill(job, sh);
+        }
+        if (!w.ballot(out.mask, job.step == step_fill)) break;
+        progress |= any;
+        if (!any) backoff(spin);
       }
       // Pages other threads are fetching (this warp holds no command id now).
       if (job.step == step_wait) progress |= await_other(job, sh);
@@ -425,6 +432,7 @@ class cache_ref {
     const uint64_t lba = page_lba(d, j.key, nlb);
     j.cid = cid;
     j.has_io = true;
+    j.src = nullptr;  // set once the read completes
     j.bytes = nlb * d.block_size;
     q.submit(cid, nvme::make_read(d.nsid, lba, nlb, q.buffer_offset(cid)));
     client_atomic<unsigned long long>(stats[j.qhint % cache_stats_shards].bytes_read)
@@ -433,11 +441,20 @@ class cache_ref {
     return true;
   }
 
-  // Waits for the leader's read. On failure the fill fails (the slot is
-  // marked failed and leaves the directory).
-  DW_HD void await_io(fill_job& j, uint64_t dl) const {
+  // Checks once whether the leader's read completed: sets src (the staging
+  // buffer) when it did, fails the fill when it failed.
+  DW_HD void poll_io(fill_job& j, uint64_t dl) const {
+    wait_result r;
+    if (queues[j.queue].try_wait(j.cid, dl, r)) io_done(j, r);
+  }
+
+  // Waits for the leader's read (single thread).
+  DW_HD void await_io(fill_job& j, uint64_t dl) const { io_done(j, queues[j.queue].wait(j.cid, dl)); }
+
+  // The read's outcome. On failure the fill fails (the slot is marked
+  // failed and leaves the directory).
+  DW_HD void io_done(fill_job& j, const wait_result& r) const {
     const queue_ref& q = queues[j.queue];
-    const wait_result r = q.wait(j.cid, dl);
     if (r.status.code == client_code::timeout || r.status.code == client_code::controller_lost) {
       j.has_io = false;  // the id is abandoned: the poller frees it when its completion arrives
       fail_fill(j, r.status);
@@ -526,6 +543,7 @@ class cache_ref {
         j.queue = io >> 16;
         j.cid = uint16_t(io & 0xFFFF);
         j.has_io = true;
+        j.src = nullptr;
         j.bytes = nlb * d.block_size;
         j.mine = k == j.key;
         j.step = step_fill;  // awaited and copied next round
@@ -566,10 +584,21 @@ class cache_ref {
     const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
 #if DW_DEVICE_CODE
     // 16-byte loads that skip L1 (the staging buffer is reused).
+    // All of a lane's loads of a batch are issued before its stores, so a
+    // page crosses the host link in one round trip, not one per chunk.
+    constexpr uint32_t batch = 8;
     const uint32_t vec = bytes / 16;
     const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(dst);
-    for (uint32_t i = rank; i < vec; i += n) d[i] = __ldcv(s + i);
+    for (uint32_t base = rank; base < vec; base += n * batch) {
+      uint4 r[batch];
+#pragma unroll
+      for (uint32_t k = 0; k < batch; ++k)
+        if (base + k * n < vec) r[k] = __ldcv(s + base + k * n);
+#pragma unroll
+      for (uint32_t k = 0; k < batch; ++k)
+        if (base + k * n < vec) d[base + k * n] = r[k];
+    }
     if (bytes < page_size)  // the last page of a dataset: the rest is zeros
       for (uint32_t i = vec * 16 + rank; i < page_size; i += n) dst[i] = i < bytes ? src[i] : uint8_t(0);
 #else
@@ -610,7 +639,15 @@ class cache_ref {
 #if DW_DEVICE_CODE
     const uint4* src = reinterpret_cast<const uint4*>(page_data(s));
     uint4* dst = reinterpret_cast<uint4*>(q.buffer(cid));
-    for (uint32_t i = 0; i < bytes / 16; ++i) dst[i] = src[i];
+    for (uint32_t i = 0; i < bytes / 16; i += 8) {
+      uint4 r[8];
+#pragma unroll
+      for (uint32_t k = 0; k < 8; ++k)
+        if (i + k < bytes / 16) r[k] = src[i + k];
+#pragma unroll
+      for (uint32_t k = 0; k < 8; ++k)
+        if (i + k < bytes / 16) dst[i + k] = r[k];
+    }
 #else
     std::memcpy(q.buffer(cid), page_data(s), bytes);
 #endif

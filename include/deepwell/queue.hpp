@@ -261,6 +261,25 @@ class queue_ref {
     }
   }
 
+  // One step of wait(), for callers that poll several commands: true once
+  // `r` holds cid's outcome (with the same rules: on timeout or a lost
+  // controller the id is abandoned and must not be touched or released).
+  DW_HD bool try_wait(uint16_t cid, uint64_t deadline_ns, wait_result& r) const {
+    if (try_consume(cid, r)) return true;
+    if (try_poll() != 0 && try_consume(cid, r)) return true;
+    const bool gone = lost();
+    if (gone || now_ns() > deadline_ns) {
+      try_poll();
+      if (try_consume(cid, r)) return true;
+      if (abandon(cid)) {
+        r.status = request_status::client(gone ? client_code::controller_lost : client_code::timeout);
+        return true;
+      }
+      return try_consume(cid, r);  // it arrived while abandoning
+    }
+    return false;
+  }
+
   // False once the controller failed this queue or stopped (a read across
   // the host link: spin loops use lost() instead).
   DW_HD bool running() const {

@@ -1,0 +1,68 @@
+// The README's example: gather rows of a file far larger than the cache
+// into GPU memory, by random indices, through array_ref. Writes its own data
+// file (float i at index i), checks every gathered value, prints the cache's
+// statistics.   examples/gather [path] [million floats]
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "deepwell/gpu_launch.hpp"
+#include "deepwell/page_cache.hpp"
+
+__global__ void gather(deepwell::array_ref<float> feats, const uint64_t* idx, float* out, uint64_t n) {
+  const uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = feats[idx[i]];  // an HBM hit, or a fetch from storage
+}
+
+int main(int argc, char** argv) try {
+  const std::string path = argc > 1 ? argv[1] : "/var/tmp/deepwell-gather.bin";
+  const uint64_t count = (argc > 2 ? std::stoull(argv[2]) : 256) << 20;  // floats in the file
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) throw deepwell::error("cannot create " + path);
+    std::vector<float> chunk(1 << 20);
+    for (uint64_t i = 0; i < count; i += chunk.size()) {
+      for (size_t k = 0; k < chunk.size(); ++k) chunk[k] = float((i + k) % 16777216);
+      std::fwrite(chunk.data(), sizeof(float), chunk.size(), f);
+    }
+    std::fclose(f);
+  }
+  deepwell::controller ctl;
+  const uint32_t ns = ctl.add_namespace({deepwell::open_file_target(path), 4096, true});
+  auto cache = deepwell::make_gpu_page_cache(ctl, {.page_size = 4096, .capacity_bytes = 256ull << 20});
+  deepwell::array<float> feats(cache, ns);
+
+  const uint64_t n = 1 << 22, blocks = (n + 255) / 256;
+  std::vector<uint64_t> idx(n);
+  std::mt19937_64 rng(1);
+  for (auto& i : idx) i = rng() % feats.size();
+  uint64_t* d_idx;
+  float* d_out;
+  deepwell::check_cuda(cudaMalloc(&d_idx, n * 8), "cudaMalloc");
+  deepwell::check_cuda(cudaMalloc(&d_out, n * 4), "cudaMalloc");
+  cudaMemcpy(d_idx, idx.data(), n * 8, cudaMemcpyHostToDevice);
+  deepwell::check_launch(*cache, gather, blocks, 256);
+  gather<<<blocks, 256>>>(feats.ref(), d_idx, d_out, n);
+  deepwell::check_cuda(cudaDeviceSynchronize(), "gather kernel");
+  if (auto e = cache->last_error(); !e.ok()) throw deepwell::error("gather: " + deepwell::describe(e));
+
+  std::vector<float> out(n);
+  cudaMemcpy(out.data(), d_out, n * 4, cudaMemcpyDeviceToHost);
+  uint64_t wrong = 0;
+  for (uint64_t i = 0; i < n; ++i) wrong += out[i] != float(idx[i] % 16777216);
+  const deepwell::cache_stats s = cache->stats();
+  std::printf("gathered %llu floats from a %.1f GiB file through a 256 MiB cache: %llu wrong; "
+              "hits %llu, misses %llu (hit rate %.3f), evictions %llu\n",
+              (unsigned long long)n, count * 4.0 / (1 << 30), (unsigned long long)wrong, (unsigned long long)s.hits,
+              (unsigned long long)s.misses, s.hit_rate(), (unsigned long long)s.evictions);
+  cudaFree(d_idx);
+  cudaFree(d_out);
+  unlink(path.c_str());
+  return wrong == 0 ? 0 : 1;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "gather: %s\n", e.what());
+  return 2;
+}

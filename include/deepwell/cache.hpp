@@ -289,20 +289,15 @@ class cache_ref {
     return lba;
   }
 
-  // All 16 keys are loaded before any is compared, so the loads are in
-  // flight together (one round trip to L2, not one per way). Relaxed is
-  // enough: a lookup is a hint, checked against the slot's own state and
-  // key after pinning it; the slot index is read with acquire.
+  // Inserts fill a bucket from its first way, so the scan stops at the
+  // first match (measured on an H100: faster than loading all 16 keys, or
+  // the first four, together). Relaxed is enough: a lookup is a hint,
+  // checked against the slot's own state and key after pinning it.
   DW_HD int64_t dir_find(uint64_t key, uint32_t b) const {
     const uint64_t base = uint64_t(b) * dir_ways;
-    uint64_t k[dir_ways];
-DW_UNROLL
-    for (uint32_t w = 0; w < dir_ways; ++w) k[w] = client_atomic<uint64_t>(dir_keys[base + w]).load(memory_order_relaxed);
-    int64_t found = -1;
-DW_UNROLL
     for (uint32_t w = 0; w < dir_ways; ++w)
-      if (k[w] == key) found = int64_t(base + w);
-    return found;
+      if (client_atomic<uint64_t>(dir_keys[base + w]).load(memory_order_relaxed) == key) return int64_t(base + w);
+    return -1;
   }
 
   DW_HD void lock_bucket(uint32_t b) const {

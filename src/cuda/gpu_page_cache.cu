@@ -94,12 +94,16 @@ class gpu_page_cache final : public page_cache {
     check_cuda(cudaMemcpy(meta_, img.data(), img.size(), cudaMemcpyHostToDevice), "cudaMemcpy of cache metadata");
     build_ref(static_cast<uint8_t*>(meta_), data_, refs);
     check_cuda(cudaMalloc(reinterpret_cast<void**>(&flush_error_), sizeof(uint32_t)), "cudaMalloc");
+    // Pinned, so that reading counters back is a true async copy on our
+    // non-blocking stream and never waits for a running kernel.
+    check_cuda(cudaMallocHost(&readback_, sizeof(cache_stats_shard) * cache_stats_shards + 128), "cudaMallocHost");
   }
 
   ~gpu_page_cache() override {
     cudaStreamSynchronize(stream_);
     for (void* p : registered_) unregister_shared(p);
     cudaFree(flush_error_);
+    cudaFreeHost(readback_);
     cudaFree(data_);
     cudaFree(meta_);
     cudaStreamDestroy(stream_);
@@ -131,22 +135,24 @@ class gpu_page_cache final : public page_cache {
   }
 
   cache_stats stats() const override {
-    std::vector<cache_stats_shard> s(cache_stats_shards);
-    check_cuda(cudaMemcpyAsync(s.data(), ref_.stats, sizeof(cache_stats_shard) * cache_stats_shards,
-                               cudaMemcpyDeviceToHost, stream_),
+    std::lock_guard<std::mutex> lock(readback_mutex_);
+    auto* s = static_cast<cache_stats_shard*>(readback_);
+    check_cuda(cudaMemcpyAsync(s, ref_.stats, sizeof(cache_stats_shard) * cache_stats_shards, cudaMemcpyDeviceToHost,
+                               stream_),
                "cudaMemcpy of cache statistics");
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    return sum_stats(s.data(), cache_stats_shards);
+    return sum_stats(s, cache_stats_shards);
   }
   void reset_stats() override {
     check_cuda(cudaMemsetAsync(ref_.stats, 0, sizeof(cache_stats_shard) * cache_stats_shards, stream_), "cudaMemset");
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   request_status last_error() const override {
-    uint32_t v = 0;
-    check_cuda(cudaMemcpyAsync(&v, ref_.error_word, 4, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
+    std::lock_guard<std::mutex> lock(readback_mutex_);
+    auto* v = static_cast<uint32_t*>(readback_);
+    check_cuda(cudaMemcpyAsync(v, ref_.error_word, 4, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    return request_status::unpack(v);
+    return request_status::unpack(*v);
   }
   void clear_error() override {
     check_cuda(cudaMemsetAsync(ref_.error_word, 0, 4, stream_), "cudaMemset");
@@ -184,6 +190,8 @@ class gpu_page_cache final : public page_cache {
   void* meta_ = nullptr;
   uint8_t* data_ = nullptr;
   uint32_t* flush_error_ = nullptr;
+  void* readback_ = nullptr;  // pinned
+  mutable std::mutex readback_mutex_;
 };
 
 }  // namespace

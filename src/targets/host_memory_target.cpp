@@ -1,5 +1,6 @@
 // A dataset in host memory: requests are plain copies, completed before
 // read()/write() return, so no engine work is involved.
+#include "../common/staging_copy.hpp"
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -35,7 +36,7 @@ class host_memory_target final : public target {
   void read(io_engine&, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
     if (offset + len < offset) return done(-EINVAL);
     const uint64_t valid = offset < size_ ? std::min<uint64_t>(len, size_ - offset) : 0;
-    if (valid) std::memcpy(buf, data_ + offset, valid);
+    if (valid) detail::copy_to_staging(buf, data_ + offset, valid);
     if (valid < len) std::memset(static_cast<char*>(buf) + valid, 0, len - valid);
     done(len);
   }

@@ -328,6 +328,13 @@ TEST(GpuCache, ControllerStoppedUnderARunningKernelEndsItWithStatuses) {
   read_until_failure<<<64, 128>>>(a.ref(), c.d);
   CUDA_OK(cudaGetLastError());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // A watchdog's dump works while the kernel runs (a non-blocking stream).
+  const auto d0 = std::chrono::steady_clock::now();
+  const std::string dump = cache->dump();
+  EXPECT_NE(dump.find("page cache: GPU"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("misses"), std::string::npos) << dump;
+  EXPECT_LT(std::chrono::steady_clock::now() - d0, std::chrono::seconds(2));
+  EXPECT_EQ(cudaStreamQuery(0), cudaErrorNotReady);  // the kernel was still running
   const auto t0 = std::chrono::steady_clock::now();
   ctl.stop();
   CUDA_OK(cudaDeviceSynchronize());

@@ -6,12 +6,16 @@
 //              cache emptied between passes; one element per page read with
 //              a[i], so each warp fetches 32 pages together. Run both
 //              direct (warps read the host-memory dataset, no controller)
-//              and through the controller.
+//              and through the controller, for a host-memory dataset and
+//              for a file in the page cache (direct: a registered read-only
+//              mapping of the file).
 // Ceilings: HBM read (warps reading random 4 KiB blocks of device memory
 // with 16-byte loads; bytes counted = blocks x 4096) and cudaMemcpy
 // host-to-device (pinned, 1 GiB). Prints a line per measurement and appends
 // one JSON line per measurement.
 #include <cuda_runtime.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -168,7 +172,7 @@ double hbm_read_gbps(unsigned grid, unsigned block) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, commit = "unknown";
+  std::string json_path, commit = "unknown", file_path = "/var/tmp/deepwell-array-bench.dat";
   unsigned pollers = 12, queues = 128, entries = 512, blocks_per_sm = 8, tpb = 256;
   uint64_t hit_data = 1ull << 30, miss_data = 4ull << 30, cache_bytes = 2ull << 30;
   std::vector<uint32_t> page_sizes{4096, 512};
@@ -181,6 +185,7 @@ int main(int argc, char** argv) {
   app.add_option("--miss-data", miss_data, "dataset bytes for all-miss runs (a power of two)");
   app.add_option("--cache", cache_bytes, "cache bytes");
   app.add_option("--page-sizes", page_sizes, "page sizes for the miss runs");
+  app.add_option("--file", file_path, "file for the page-cache runs (written if smaller than --miss-data; '' skips them)");
   app.add_option("--json", json_path, "append results as JSON lines");
   app.add_option("--commit", commit, "commit hash to record");
   CLI11_PARSE(app, argc, argv);
@@ -262,8 +267,29 @@ int main(int argc, char** argv) {
       auto* p = static_cast<uint64_t*>(data->host_pointer());
       for (uint64_t i = 0; i < miss_data / 8; i += 512) p[i] = i;  // touch every page
     }
-    const uint32_t ns_direct = ctl.add_namespace({data, 512, true});
+    struct location {
+      const char* name;
+      uint32_t nsid;
+    };
+    std::vector<location> locations{{"hostmem", ctl.add_namespace({data, 512, true})}};
+    if (!file_path.empty()) {
+      const int fd = ::open(file_path.c_str(), O_RDWR | O_CREAT, 0644);
+      if (fd < 0) throw error(errno_message("open " + file_path, errno));
+      if (uint64_t(lseek(fd, 0, SEEK_END)) < miss_data) {
+        std::vector<uint64_t> chunk(1 << 17);
+        for (uint64_t off = 0; off < miss_data; off += chunk.size() * 8) {
+          for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = off / 8 + i;
+          if (pwrite(fd, chunk.data(), chunk.size() * 8, off_t(off)) < 0) throw error(errno_message("write", errno));
+        }
+      }
+      ::close(fd);
+      file_options fo;
+      fo.length = miss_data;
+      locations.push_back({"pagecache", ctl.add_namespace({open_file_target(file_path, fo), 512, true})});
+    }
+    for (const location& loc : locations)
     for (uint32_t page : page_sizes) {
+      if (std::string(loc.name) == "pagecache" && page != 4096) continue;
       for (bool direct : {true, false}) {
         cache_config cfg;
         cfg.page_size = page;
@@ -271,8 +297,10 @@ int main(int argc, char** argv) {
         cfg.queue_pairs = queues;
         cfg.queue_entries = entries;
         cfg.direct = direct;
+        cfg.direct_files = cache_config::file_tier::always;  // the file was just written: it is resident
         auto cache = make_gpu_page_cache(ctl, cfg);
-        array<uint64_t> a(cache, ns_direct);
+        array<uint64_t> a(cache, loc.nsid);
+        if (direct && cache->dataset(0).direct == nullptr) throw error(std::string("no direct tier for ") + loc.name);
         const uint64_t pages = miss_data / page;
         const uint64_t per_pass = std::min<uint64_t>(cache->slots() / 2, pages);
         cudaMemset(failed, 0, 8);
@@ -297,19 +325,19 @@ int main(int argc, char** argv) {
         cudaMemcpy(&f, failed, 8, cudaMemcpyDeviceToHost);
         const double gbps = double(misses) * page / secs / 1e9, miops = misses / secs / 1e6;
         const char* path = direct ? "direct" : "controller";
-        std::printf("all-miss %u B pages, %s: %.2f M pages/s = %.1f GB/s (%.3f of H2D), controller %.2f cores, "
+        std::printf("all-miss %s %u B pages, %s: %.2f M pages/s = %.1f GB/s (%.3f of H2D), controller %.2f cores, "
                     "failed %llu\n",
-                    page, path, miops, gbps, gbps / link, cpu / secs, f);
+                    loc.name, page, path, miops, gbps, gbps / link, cpu / secs, f);
         json j;
         j["config"] = {{"mode", "all-miss"}, {"page_size", page}, {"data_bytes", miss_data},
                        {"cache_bytes", cfg.capacity_bytes}, {"pages_per_pass", per_pass}, {"passes", 3},
-                       {"path", path}, {"location", "hostmem"}, {"pollers", pollers}, {"queues", queues},
+                       {"path", path}, {"location", loc.name}, {"pollers", pollers}, {"queues", queues},
                        {"queue_entries", entries}};
         j["metrics"] = {{"misses", misses},  {"seconds", secs},       {"miops", miops},  {"gbps", gbps},
                         {"failed", f},       {"controller_cores", cpu / secs},
                         {"controller_cores_per_10gbps", gbps > 0 ? cpu / secs / (gbps / 10) : 0.0}};
-        const std::string key = std::string("miss") + (page == 4096 ? "4k" : std::to_string(page)) + "_hostmem_" +
-                                (direct ? "direct" : "ctrl") + "_vs_h2d";
+        const std::string key = std::string("miss") + (page == 4096 ? "4k" : std::to_string(page)) + "_" + loc.name +
+                                "_" + (direct ? "direct" : "ctrl") + "_vs_h2d";
         j["ratios"] = {{key, gbps / link}};
         emit(j);
       }

@@ -106,6 +106,9 @@ class controller {
   // Host memory holding the namespace's data, if its target has it (the
   // direct tier: readers may bypass the controller). nullptr otherwise.
   void* host_pointer(uint32_t nsid) const;
+  // A read-only mapping of the namespace's file, if its target is a file
+  // (the direct tier for data in the page cache). nullptr otherwise.
+  std::shared_ptr<host_mapping> map_readonly(uint32_t nsid) const;
 
   // Creates a queue pair served by one of the pollers (round robin).
   // Entries: powers of two, 2 to 65536; slot_bytes: a multiple of 512.

@@ -28,6 +28,10 @@ struct cache_config {
   uint32_t queue_entries = 512;           // per queue pair (a power of two)
   uint64_t timeout_ns = 30ull * 1000000000ull;  // deadline of every wait inside an access
   bool direct = true;                     // read datasets held in host memory directly (no controller round trip)
+  // Read-only file datasets through a registered read-only mapping of the
+  // file: never; when every page is in the page cache at add_dataset
+  // (resident); or always (registration then reads and pins the whole file).
+  enum class file_tier { never, resident, always } direct_files = file_tier::resident;
   uint32_t max_datasets = 64;
 };
 
@@ -80,7 +84,11 @@ class page_cache {
   // Host image of metadata (initial state), written to the cache's memory by the backend.
   std::vector<uint8_t> initial_metadata(const std::vector<queue_ref>& queues) const;
   virtual void write_dataset(uint32_t id, const dataset_desc& d) = 0;
-  virtual const uint8_t* direct_pointer(uint32_t nsid) = 0;
+  // Host memory as this cache's clients address it (registered and mapped
+  // for a GPU), or nullptr if it cannot be used.
+  virtual const uint8_t* direct_pointer(void* host, uint64_t bytes, bool read_only) = 0;
+  // The direct tier of namespace nsid, if any.
+  const uint8_t* direct_source(uint32_t nsid, const namespace_info& info);
   // NVMe Flush of every writable dataset through the control queue.
   request_status flush_namespaces();
 
@@ -91,6 +99,7 @@ class page_cache {
   cache_meta_layout layout_{};
   cache_ref ref_{};
   std::vector<dataset_desc> datasets_;
+  std::vector<std::shared_ptr<host_mapping>> mappings_;  // file mappings the direct tier reads (outlive registrations)
   std::unique_ptr<host_queue_client> control_;  // flushes and identify from the host
 };
 

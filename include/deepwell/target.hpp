@@ -14,6 +14,23 @@
 
 namespace deepwell {
 
+// A read-only view of a dataset's bytes in host memory: a MAP_SHARED,
+// PROT_READ mapping of a file (its page cache). `data` is dataset byte 0;
+// [base, base + base_bytes) is the whole page-aligned mapping (what a GPU
+// registers). `resident` is the fraction of its pages in memory when it was
+// made (mincore). Unmapped when the last reference goes.
+struct host_mapping {
+  const uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  void* base = nullptr;
+  uint64_t base_bytes = 0;
+  double resident = 0;
+  host_mapping() = default;
+  host_mapping(const host_mapping&) = delete;
+  host_mapping& operator=(const host_mapping&) = delete;
+  ~host_mapping();
+};
+
 // A target must outlive the requests it has in flight (their completions
 // call back into it).
 class target {
@@ -32,6 +49,9 @@ class target {
   // Host memory holding the whole dataset, when there is such (host-memory
   // targets): lets readers bypass the controller. nullptr otherwise.
   virtual void* host_pointer() const { return nullptr; }
+  // A read-only mapping of the dataset, where the target can make one (files
+  // and block devices); nullptr otherwise.
+  virtual std::shared_ptr<host_mapping> map_readonly() const { return nullptr; }
 
   // [offset, offset + len) of the dataset. Results: len on success, or a
   // negative errno (-EIO for a short transfer that is not at the end of

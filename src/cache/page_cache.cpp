@@ -104,11 +104,23 @@ uint32_t page_cache::add_dataset(uint32_t nsid) {
   d.bytes = info.bytes;
   d.blocks = info.blocks;
   d.pages = (info.bytes + geo_.page_size - 1) / geo_.page_size;
-  d.direct = cfg_.direct ? direct_pointer(nsid) : nullptr;
+  d.direct = direct_source(nsid, info);
   const uint32_t id = uint32_t(datasets_.size());
   datasets_.push_back(d);
   write_dataset(id, d);
   return id;
+}
+
+const uint8_t* page_cache::direct_source(uint32_t nsid, const namespace_info& info) {
+  if (!cfg_.direct) return nullptr;
+  if (void* p = ctl_.host_pointer(nsid)) return direct_pointer(p, (info.bytes + 4095) / 4096 * 4096, false);
+  if (!info.read_only || cfg_.direct_files == cache_config::file_tier::never) return nullptr;
+  std::shared_ptr<host_mapping> m = ctl_.map_readonly(nsid);
+  if (!m || (cfg_.direct_files == cache_config::file_tier::resident && m->resident < 1.0)) return nullptr;
+  const uint8_t* base = direct_pointer(m->base, m->base_bytes, true);
+  if (!base) return nullptr;
+  mappings_.push_back(m);
+  return base + (m->data - static_cast<const uint8_t*>(m->base));
 }
 
 const dataset_desc& page_cache::dataset(uint32_t id) const {
@@ -229,9 +241,7 @@ class host_page_cache final : public page_cache {
   void write_dataset(uint32_t id, const dataset_desc& d) override {
     std::memcpy(meta_ + layout_.datasets + id * sizeof(dataset_desc), &d, sizeof(d));
   }
-  const uint8_t* direct_pointer(uint32_t nsid) override {
-    return static_cast<const uint8_t*>(ctl_.host_pointer(nsid));
-  }
+  const uint8_t* direct_pointer(void* host, uint64_t, bool) override { return static_cast<const uint8_t*>(host); }
 
  private:
   // The directory entry that maps slot s (valid, so present).

@@ -23,14 +23,16 @@ namespace {
 std::mutex registrations_mutex;
 std::map<void*, unsigned> registrations;
 
-bool register_shared(void* p, uint64_t bytes) {
+bool register_shared(void* p, uint64_t bytes, bool read_only) {
   std::lock_guard<std::mutex> lock(registrations_mutex);
   auto it = registrations.find(p);
   if (it != registrations.end()) {
     ++it->second;
     return true;
   }
-  if (cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) != cudaSuccess) {
+  // A PROT_READ file mapping can only be registered read-only.
+  const unsigned flags = cudaHostRegisterMapped | cudaHostRegisterPortable | (read_only ? cudaHostRegisterReadOnly : 0);
+  if (cudaHostRegister(p, bytes, flags) != cudaSuccess) {
     (void)cudaGetLastError();  // e.g. registered by someone else: then we do not own it
     return false;
   }
@@ -166,14 +168,12 @@ class gpu_page_cache final : public page_cache {
                "cudaMemcpy of a dataset descriptor");
   }
 
-  // The direct tier: the namespace's host memory, registered and mapped so
-  // that warps read it over the host link with no controller round trip.
-  // Falls back to the controller (nullptr) if it cannot be registered.
-  const uint8_t* direct_pointer(uint32_t nsid) override {
-    void* p = ctl_.host_pointer(nsid);
-    if (!p) return nullptr;
-    const uint64_t bytes = (ctl_.info(nsid).bytes + 4095) / 4096 * 4096;
-    if (register_shared(p, bytes)) registered_.push_back(p);
+  // The direct tier: host memory (a host-memory namespace, or a read-only
+  // file mapping) registered and mapped so that warps read it over the host
+  // link with no controller round trip. Falls back to the controller
+  // (nullptr) if it cannot be registered.
+  const uint8_t* direct_pointer(void* p, uint64_t bytes, bool read_only) override {
+    if (register_shared(p, bytes, read_only)) registered_.push_back(p);
     // Not registered by us: usable only if someone else registered it mapped.
     void* dev = nullptr;
     if (cudaHostGetDevicePointer(&dev, p, 0) != cudaSuccess) {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,6 +63,27 @@ class file_target final : public target {
   bool writable() const override { return writable_; }
   uint32_t io_alignment() const override { return layout_.io_alignment; }
   uint32_t memory_alignment() const override { return layout_.memory_alignment; }
+
+  std::shared_ptr<host_mapping> map_readonly() const override {
+    if (layout_.size == 0) return nullptr;
+    const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+    const uint64_t start = layout_.data_offset / page * page;
+    const uint64_t len = layout_.data_offset - start + layout_.size;
+    void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd_, off_t(start));
+    if (p == MAP_FAILED) return nullptr;
+    auto m = std::make_shared<host_mapping>();
+    m->base = p;
+    m->base_bytes = (len + page - 1) / page * page;
+    m->data = static_cast<const uint8_t*>(p) + (layout_.data_offset - start);
+    m->bytes = layout_.size;
+    std::vector<unsigned char> vec(m->base_bytes / page);
+    if (::mincore(p, len, vec.data()) == 0) {
+      uint64_t in = 0;
+      for (unsigned char v : vec) in += v & 1;
+      m->resident = double(in) / double(vec.size());
+    }
+    return m;
+  }
 
   std::string describe() const override {
     std::string d = "file " + path_ + " (" + (direct_ ? "O_DIRECT" : "buffered");

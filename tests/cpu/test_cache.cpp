@@ -123,8 +123,11 @@ TEST(Cache, RandomAndSequentialReadsUnderEvictionMatchTheFile) {
   controller ctl(two_pollers());
   const uint32_t ns = ctl.add_namespace({open_file_target(f.path()), 4096, true});
   // 1% of the data (163 pages); under ThreadSanitizer a quarter of the data
-  // and 128 pages, still two per thread.
-  auto cache = make_host_page_cache(ctl, small_cache(std::max<uint64_t>(bytes / 4096 / 100, 128)));
+  // and 128 pages, still two per thread. Through the controller, not the
+  // file's mapping.
+  cache_config cc = small_cache(std::max<uint64_t>(bytes / 4096 / 100, 128));
+  cc.direct_files = cache_config::file_tier::never;
+  auto cache = make_host_page_cache(ctl, cc);
   array<uint64_t> a(cache, ns);
   ASSERT_EQ(a.size(), bytes / 8);
   const auto ref = a.ref();
@@ -400,6 +403,30 @@ TEST(Cache, DirectTierReadsHostMemoryWithoutTheController) {
   EXPECT_GT(st.misses, 0u);
   EXPECT_EQ(st.direct_fills, st.misses);
   EXPECT_EQ(ctl.total_counters().reads, 0u);
+}
+
+TEST(Cache, DirectTierReadsResidentFilesThroughAMapping) {
+  scratch_file f((4 << 20) + 1000);  // just written: every page is in the page cache
+  controller ctl;
+  file_options o;
+  o.offset = 1000;  // a header before the data: the mapping starts on the page below
+  const uint32_t ns = ctl.add_namespace({open_file_target(f.path(), o), 512, true});
+  for (auto tier : {cache_config::file_tier::resident, cache_config::file_tier::never}) {
+    cache_config cc = small_cache(64);
+    cc.direct_files = tier;
+    auto cache = make_host_page_cache(ctl, cc);
+    array<uint64_t> a(cache, ns);
+    ASSERT_EQ(a.size(), (4u << 20) / 8);
+    for (uint64_t i = 0; i < a.size(); i += 37) ASSERT_EQ(a.ref()[i], test::pattern_word(1000 + i * 8, seed)) << i;
+    const cache_stats st = cache->stats();
+    if (tier == cache_config::file_tier::resident) {
+      EXPECT_EQ(st.direct_fills, st.misses);
+      EXPECT_EQ(ctl.total_counters().reads, 0u);
+    } else {
+      EXPECT_EQ(st.direct_fills, 0u);
+      EXPECT_EQ(ctl.total_counters().reads, st.misses);
+    }
+  }
 }
 
 TEST(Cache, SeveralArraysShareOneCacheAndTheLastPageMayBePartial) {

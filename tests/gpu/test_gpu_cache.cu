@@ -163,12 +163,33 @@ TEST(GpuCache, DirectTierRandomAndSequentialReads) {
   EXPECT_EQ(ctl.total_counters().reads, 0u);
 }
 
+TEST(GpuCache, DirectTierReadsAResidentFileThroughARegisteredMapping) {
+  const uint64_t bytes = 256ull << 20;
+  scratch_file f(bytes);  // just written: resident in the page cache
+  controller ctl(pollers(2));
+  const uint32_t ns = ctl.add_namespace({open_file_target(f.path), 4096, true});
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(64ull << 20));
+  array<uint64_t> a(cache, ns);
+  device_counts c;
+  check_launch(*cache, read_kernel, 256, 256);
+  read_kernel<<<256, 256>>>(a.ref(), 8, false, c.d);
+  CUDA_OK(cudaDeviceSynchronize());
+  const counts r = c.get();
+  EXPECT_EQ(r.ok, 8ull * 256 * 256);
+  EXPECT_EQ(r.bad + r.failed, 0u);
+  const cache_stats st = cache->stats();
+  EXPECT_GT(st.misses, 0u);
+  EXPECT_EQ(st.direct_fills, st.misses);
+  EXPECT_EQ(ctl.total_counters().reads, 0u);
+}
+
 TEST(GpuCache, FileAtOnePercentCacheWithATinyQueueReusingStaging) {
   const uint64_t bytes = 1ull << 30;
   scratch_file f(bytes);
   controller ctl(pollers(4));
   const uint32_t ns = ctl.add_namespace({open_file_target(f.path), 4096, true});
   cache_config cc = gpu_cache(bytes / 100);  // 2621 pages
+  cc.direct_files = cache_config::file_tier::never;  // through the controller, not the file's mapping
   cc.queue_pairs = 4;
   cc.queue_entries = 8;  // 7 staging buffers per queue: reused all the time
   auto cache = make_gpu_page_cache(ctl, cc);

@@ -1,0 +1,11 @@
+#include <sys/mman.h>
+
+#include "deepwell/target.hpp"
+
+namespace deepwell {
+
+host_mapping::~host_mapping() {
+  if (base) ::munmap(base, base_bytes);
+}
+
+}  // namespace deepwell

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <vector>
 
 #include "deepwell/gpu_launch.hpp"
@@ -176,6 +177,8 @@ int main(int argc, char** argv) {
   unsigned pollers = 12, queues = 128, entries = 512, blocks_per_sm = 8, tpb = 256;
   uint64_t hit_data = 1ull << 30, miss_data = 4ull << 30, cache_bytes = 2ull << 30;
   std::vector<uint32_t> page_sizes{4096, 512};
+  std::vector<std::string> paths{"direct", "controller"};
+  bool skip_hit = false, with_null = false;
   CLI::App app{"deepwell array_ref benchmark (GPU page cache)"};
   app.add_option("--pollers", pollers, "controller poller threads");
   app.add_option("--queues", queues, "cache queue pairs");
@@ -185,6 +188,9 @@ int main(int argc, char** argv) {
   app.add_option("--miss-data", miss_data, "dataset bytes for all-miss runs (a power of two)");
   app.add_option("--cache", cache_bytes, "cache bytes");
   app.add_option("--page-sizes", page_sizes, "page sizes for the miss runs");
+  app.add_option("--paths", paths, "miss paths to run: direct, controller");
+  app.add_flag("--skip-hit", skip_hit, "skip the all-hit runs");
+  app.add_flag("--null", with_null, "also run the controller path over a null target (no data copy)");
   app.add_option("--file", file_path, "file for the page-cache runs (written if smaller than --miss-data; '' skips them)");
   app.add_option("--json", json_path, "append results as JSON lines");
   app.add_option("--commit", commit, "commit hash to record");
@@ -209,7 +215,7 @@ int main(int argc, char** argv) {
     };
 
     // ---- all-hit ----
-    {
+    if (!skip_hit) {
       controller_config cc;
       cc.pollers = 2;
       controller ctl(cc);
@@ -272,6 +278,9 @@ int main(int argc, char** argv) {
       uint32_t nsid;
     };
     std::vector<location> locations{{"hostmem", ctl.add_namespace({data, 512, true})}};
+    // The null target moves no data: the controller path's cost without the
+    // copy into staging (pages hold garbage; the miss kernel does not check).
+    if (with_null) locations.push_back({"null", ctl.add_namespace({make_null_target(miss_data), 512, true})});
     if (!file_path.empty()) {
       const int fd = ::open(file_path.c_str(), O_RDWR | O_CREAT, 0644);
       if (fd < 0) throw error(errno_message("open " + file_path, errno));
@@ -289,8 +298,10 @@ int main(int argc, char** argv) {
     }
     for (const location& loc : locations)
     for (uint32_t page : page_sizes) {
-      if (std::string(loc.name) == "pagecache" && page != 4096) continue;
+      if (std::string(loc.name) != "hostmem" && page != 4096) continue;
       for (bool direct : {true, false}) {
+        if (direct && std::string(loc.name) == "null") continue;
+        if (std::find(paths.begin(), paths.end(), direct ? "direct" : "controller") == paths.end()) continue;
         cache_config cfg;
         cfg.page_size = page;
         cfg.capacity_bytes = std::min<uint64_t>(cache_bytes, uint64_t(page) * (1u << 20));

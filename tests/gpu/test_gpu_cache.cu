@@ -384,6 +384,13 @@ __global__ void range_kernel(array_ref<uint64_t> a, uint64_t* scratch, counts* c
   for (uint64_t i = h.first(); good && i < h.first() + h.count(); ++i) good = h[i] == expected(i);
   tally(c, h.status(), good);
   h.release();
+  // And into shared memory: 700 elements across a page boundary.
+  __shared__ uint64_t tile[4][700];
+  uint64_t* t = tile[(threadIdx.x / 32) % 4];
+  const uint64_t b2 = (warp * 911 + 300) % (a.size() - 700);
+  const request_status s2 = a.read_range(t, b2, 700);
+  __syncwarp();
+  for (unsigned k = lane; k < 700; k += 32) tally(c, s2, t[k] == expected(b2 + k));
 }
 
 __global__ void prefetch_kernel(array_ref<uint64_t> a, uint64_t pages) {
@@ -407,7 +414,7 @@ TEST(GpuCache, BulkCopiesPageHandlesAndPrefetch) {
   range_kernel<<<blocks, threads>>>(a.ref(), scratch, c.d);
   CUDA_OK(cudaDeviceSynchronize());
   counts r = c.get();
-  EXPECT_EQ(r.ok, uint64_t(warps) * 1500 + uint64_t(blocks) * threads);
+  EXPECT_EQ(r.ok, uint64_t(warps) * (1500 + 700) + uint64_t(blocks) * threads);
   EXPECT_EQ(r.bad + r.failed, 0u) << describe(request_status::unpack(r.last_status));
   cudaFree(scratch);
 

@@ -27,8 +27,10 @@
 
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/page_cache.hpp"
+#include "ceilings.cuh"
 
 using namespace deepwell;
+using deepwell::bench::h2d_gbps;
 using json = nlohmann::json;
 
 namespace {
@@ -131,24 +133,6 @@ struct timer {
     return ms * 1e-3;
   }
 };
-
-double h2d_gbps() {
-  const size_t bytes = 1ull << 30;
-  void *h, *d;
-  check_cuda(cudaMallocHost(&h, bytes), "cudaMallocHost");
-  check_cuda(cudaMalloc(&d, bytes), "cudaMalloc");
-  memset(h, 1, bytes);
-  timer t;
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    t.start();
-    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-    best = std::min(best, t.stop());
-  }
-  cudaFreeHost(h);
-  cudaFree(d);
-  return bytes / best / 1e9;
-}
 
 double hbm_read_gbps(unsigned grid, unsigned block) {
   const uint64_t bytes = 4ull << 30, blocks = bytes / 4096;

@@ -18,8 +18,10 @@
 #include "deepwell/error.hpp"
 #include "deepwell/gpu_client.hpp"
 #include "uring_loop.hpp"
+#include "ceilings.cuh"
 
 using namespace deepwell;
+using deepwell::bench::h2d_gbps;
 using json = nlohmann::json;
 
 namespace {
@@ -69,31 +71,6 @@ __global__ void block_kernel(const queue_ref* qs, unsigned nq, uint32_t nsid, ui
   atomicAdd(&out->ok, ok);
   atomicAdd(&out->failed, failed);
   atomicAdd(&out->checksum, sum);
-}
-
-double h2d_gbps() {
-  const size_t bytes = 1ull << 30;
-  void *h, *d;
-  check_cuda(cudaMallocHost(&h, bytes), "cudaMallocHost");
-  check_cuda(cudaMalloc(&d, bytes), "cudaMalloc");
-  memset(h, 1, bytes);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-  float best = 1e30f;
-  for (int i = 0; i < 5; ++i) {
-    cudaEventRecord(a);
-    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    best = std::min(best, ms);
-  }
-  cudaFreeHost(h);
-  cudaFree(d);
-  return bytes / (best * 1e-3) / 1e9;
 }
 
 }  // namespace

@@ -101,7 +101,6 @@ class cache_ref {
     job.key = key;
     job.qhint = w.queue_hint();
     job.step = lead ? step_probe : step_done;
-    if (lead) client_atomic<unsigned long long>(sh.accesses).fetch_add(accesses * popcount32(peers), memory_order_relaxed);
     for (uint32_t round = 0;; ++round) {
       bool progress = false;
       if (job.step == step_probe) progress |= probe(job, sh);
@@ -133,6 +132,16 @@ class cache_ref {
       if (pending && now_ns() > dl) give_up(job);
       if (!w.ballot(out.mask, job.step != step_done && job.step != step_failed)) break;
       if (!progress) backoff(round);
+    }
+    // Accesses and hits are counted once per warp, not once per leader: in a
+    // random all-hit pattern every lane leads, and 64 atomics on one
+    // statistics line per warp access cost more than the lookups.
+    const unsigned wanted = w.ballot(out.mask, want);
+    const unsigned hits = w.ballot(out.mask, lead && job.hit);
+    if (lane == lowest_lane(out.mask)) {
+      if (wanted && accesses)
+        client_atomic<unsigned long long>(sh.accesses).fetch_add(uint64_t(accesses) * popcount32(wanted), memory_order_relaxed);
+      if (hits) client_atomic<unsigned long long>(sh.hits).fetch_add(popcount32(hits), memory_order_relaxed);
     }
     out.slot = w.shfl(out.mask, job.slot, out.leader);
     out.status = request_status::unpack(w.shfl(out.mask, job.status.pack(), out.leader));
@@ -259,6 +268,7 @@ class cache_ref {
     uint16_t cid = 0;
     bool has_io = false;
     bool mine = true;  // the slot's key is the one asked for (false: an adopted orphan of another key)
+    bool hit = false;   // found valid at the first look (counted by acquire)
     const uint8_t* src = nullptr;
     uint32_t bytes = 0;
     uint32_t spins = 0;
@@ -370,7 +380,7 @@ class cache_ref {
         if ((old & slot_state::valid) && !(old & slot_state::evict)) {
           if (client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed) == j.key) {
             if (!(old & slot_state::use)) st.fetch_or(slot_state::use, memory_order_relaxed);
-            client_atomic<unsigned long long>(sh.hits).fetch_add(1, memory_order_relaxed);
+            j.hit = true;
             j.slot = s;
             j.step = step_done;
             return true;

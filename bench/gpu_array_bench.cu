@@ -42,8 +42,11 @@ __device__ uint64_t mix(uint64_t x) {
   return x;
 }
 
-__global__ void hit_elem_kernel(array_ref<uint64_t> a, unsigned per_thread, unsigned long long* sink,
-                                unsigned long long* failed) {
+// The lookup is inlined into each kernel and costs about 165 registers: one
+// block of 256 threads per SM. The _lb variants cap registers at 128
+// (__launch_bounds__(256, 2)) to measure what occupancy buys.
+__device__ __forceinline__ void hit_elem_body(array_ref<uint64_t> a, unsigned per_thread, unsigned long long* sink,
+                                              unsigned long long* failed) {
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   uint64_t sum = 0, bad = 0;
   for (unsigned k = 0; k < per_thread; ++k) {
@@ -54,6 +57,14 @@ __global__ void hit_elem_kernel(array_ref<uint64_t> a, unsigned per_thread, unsi
   }
   if (sum == 42) atomicAdd(sink, 1ull);
   if (bad) atomicAdd(failed, bad);
+}
+__global__ void hit_elem_kernel(array_ref<uint64_t> a, unsigned per_thread, unsigned long long* sink,
+                                unsigned long long* failed) {
+  hit_elem_body(a, per_thread, sink, failed);
+}
+__global__ void __launch_bounds__(256, 2) hit_elem_kernel_lb(array_ref<uint64_t> a, unsigned per_thread,
+                                                             unsigned long long* sink, unsigned long long* failed) {
+  hit_elem_body(a, per_thread, sink, failed);
 }
 
 // Each lane pins a random page; the warp then reads each of the 32 pages
@@ -89,8 +100,8 @@ __global__ void hit_page_kernel(array_ref<uint64_t> a, unsigned per_thread, unsi
 
 // One element of each of `count` pages, in a permuted order (pages is a
 // power of two; the multiplier is odd).
-__global__ void miss_kernel(array_ref<uint64_t> a, uint64_t first, uint64_t count, uint64_t pages,
-                            unsigned long long* sink, unsigned long long* failed) {
+__device__ __forceinline__ void miss_body(array_ref<uint64_t> a, uint64_t first, uint64_t count, uint64_t pages,
+                                          unsigned long long* sink, unsigned long long* failed) {
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (tid >= count) return;
   const uint64_t page = ((first + tid) * 0x9E3779B97F4A7C15ull) & (pages - 1);
@@ -99,6 +110,15 @@ __global__ void miss_kernel(array_ref<uint64_t> a, uint64_t first, uint64_t coun
   const uint64_t v = a.try_read(page * per_page + (tid % per_page), &s);
   if (!s.ok()) atomicAdd(failed, 1ull);
   if (v == 42) atomicAdd(sink, 1ull);
+}
+__global__ void miss_kernel(array_ref<uint64_t> a, uint64_t first, uint64_t count, uint64_t pages,
+                            unsigned long long* sink, unsigned long long* failed) {
+  miss_body(a, first, count, pages, sink, failed);
+}
+__global__ void __launch_bounds__(256, 2) miss_kernel_lb(array_ref<uint64_t> a, uint64_t first, uint64_t count,
+                                                         uint64_t pages, unsigned long long* sink,
+                                                         unsigned long long* failed) {
+  miss_body(a, first, count, pages, sink, failed);
 }
 
 __global__ void hbm_read_kernel(const uint4* data, uint64_t blocks, unsigned per_warp, unsigned long long* sink) {
@@ -162,7 +182,7 @@ int main(int argc, char** argv) {
   uint64_t hit_data = 1ull << 30, miss_data = 4ull << 30, cache_bytes = 2ull << 30;
   std::vector<uint32_t> page_sizes{4096, 512};
   std::vector<std::string> paths{"direct", "controller"};
-  bool skip_hit = false, with_null = false;
+  bool skip_hit = false, with_null = false, bounded = false;
   CLI::App app{"deepwell array_ref benchmark (GPU page cache)"};
   app.add_option("--pollers", pollers, "controller poller threads");
   app.add_option("--queues", queues, "cache queue pairs");
@@ -175,6 +195,7 @@ int main(int argc, char** argv) {
   app.add_option("--paths", paths, "miss paths to run: direct, controller");
   app.add_flag("--skip-hit", skip_hit, "skip the all-hit runs");
   app.add_flag("--null", with_null, "also run the controller path over a null target (no data copy)");
+  app.add_flag("--launch-bounds", bounded, "use the kernels capped at 128 registers (2 blocks of 256 per SM)");
   app.add_option("--file", file_path, "file for the page-cache runs (written if smaller than --miss-data; '' skips them)");
   app.add_option("--json", json_path, "append results as JSON lines");
   app.add_option("--commit", commit, "commit hash to record");
@@ -211,7 +232,7 @@ int main(int argc, char** argv) {
       cfg.queue_pairs = 16;
       auto cache = make_gpu_page_cache(ctl, cfg);
       array<uint64_t> a(cache, ns);
-      check_launch(*cache, hit_elem_kernel, grid, tpb);
+      check_launch(*cache, bounded ? hit_elem_kernel_lb : hit_elem_kernel, grid, tpb);
       const uint64_t pages = hit_data / 4096;
       miss_kernel<<<unsigned((pages + 255) / 256), 256>>>(a.ref(), 0, pages, pages, sink, failed);  // warm: all in
       check_cuda(cudaDeviceSynchronize(), "warm-up");
@@ -220,7 +241,10 @@ int main(int argc, char** argv) {
       const unsigned per_thread = 64;
       cache->reset_stats();
       t.start();
-      hit_elem_kernel<<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
+      if (bounded)
+        hit_elem_kernel_lb<<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
+      else
+        hit_elem_kernel<<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
       const double s1 = t.stop();
       const cache_stats st1 = cache->stats();
       const double elems = double(grid) * tpb * per_thread;
@@ -239,7 +263,7 @@ int main(int argc, char** argv) {
                   elems / s1 / 1e6, elem_gbps, elem_gbps / hbm, page_gbps, page_gbps / hbm, st1.hit_rate(),
                   st2.hit_rate(), f);
       json j;
-      j["config"] = {{"mode", "all-hit"}, {"page_size", 4096}, {"elem_bytes", 8}, {"data_bytes", hit_data},
+      j["config"] = {{"mode", "all-hit"}, {"launch_bounds_256_2", bounded}, {"page_size", 4096}, {"elem_bytes", 8}, {"data_bytes", hit_data},
                      {"cache_bytes", cache_bytes}, {"grid", grid}, {"block", tpb}, {"per_thread", per_thread},
                      {"pages_per_thread", pages_per_thread}, {"location", "hostmem"}};
       j["metrics"] = {{"elem_reads_per_s", elems / s1}, {"elem_gbps", elem_gbps}, {"page_gbps", page_gbps},
@@ -308,8 +332,12 @@ int main(int argc, char** argv) {
           const double c0 = ctl.poller_cpu_seconds();
           timer t;
           t.start();
-          miss_kernel<<<unsigned((per_pass + 255) / 256), 256>>>(a.ref(), uint64_t(pass) * per_pass, per_pass, pages,
-                                                                   sink, failed);
+          if (bounded)
+            miss_kernel_lb<<<unsigned((per_pass + 255) / 256), 256>>>(a.ref(), uint64_t(pass) * per_pass, per_pass,
+                                                                      pages, sink, failed);
+          else
+            miss_kernel<<<unsigned((per_pass + 255) / 256), 256>>>(a.ref(), uint64_t(pass) * per_pass, per_pass,
+                                                                   pages, sink, failed);
           const double s = t.stop();
           if (pass == 0) continue;
           secs += s;
@@ -324,7 +352,7 @@ int main(int argc, char** argv) {
                     "failed %llu\n",
                     loc.name, page, path, miops, gbps, gbps / link, cpu / secs, f);
         json j;
-        j["config"] = {{"mode", "all-miss"}, {"page_size", page}, {"data_bytes", miss_data},
+        j["config"] = {{"mode", "all-miss"}, {"launch_bounds_256_2", bounded}, {"page_size", page}, {"data_bytes", miss_data},
                        {"cache_bytes", cfg.capacity_bytes}, {"pages_per_pass", per_pass}, {"passes", 3},
                        {"path", path}, {"location", loc.name}, {"pollers", pollers}, {"queues", queues},
                        {"queue_entries", entries}};

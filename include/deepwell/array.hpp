@@ -73,11 +73,7 @@ class array_ref {
   DW_HD T operator[](uint64_t i) const { return try_read(i, nullptr); }
 
   DW_HD T try_read(uint64_t i, request_status* status) const {
-#if DW_DEVICE_CODE
-    return read(gpu_warp{}, i, status);
-#else
-    return read(one_lane{}, i, status);
-#endif
+    return read(this_thread_warp{}, i, status);
   }
 
   template <class Warp>
@@ -96,11 +92,7 @@ class array_ref {
 
   // ---- writes (the page is fetched first, then marked dirty) ----
   DW_HD request_status write(uint64_t i, const T& v) const {
-#if DW_DEVICE_CODE
-    return write(gpu_warp{}, i, v);
-#else
-    return write(one_lane{}, i, v);
-#endif
+    return write(this_thread_warp{}, i, v);
   }
 
   template <class Warp>
@@ -119,11 +111,7 @@ class array_ref {
 
   // ---- a pinned page: reference reuse across the elements of one page ----
   DW_HD page_handle<T> page(uint64_t i) const {
-#if DW_DEVICE_CODE
-    return page(gpu_warp{}, i);
-#else
-    return page(one_lane{}, i);
-#endif
+    return page(this_thread_warp{}, i);
   }
 
   template <class Warp>
@@ -163,29 +151,16 @@ class array_ref {
     return range(w, const_cast<T*>(src), begin, count, true);
   }
   DW_HD request_status read_range(T* dst, uint64_t begin, uint64_t count) const {
-#if DW_DEVICE_CODE
-    return read_range(gpu_warp{}, dst, begin, count);
-#else
-    return read_range(one_lane{}, dst, begin, count);
-#endif
+    return read_range(this_thread_warp{}, dst, begin, count);
   }
   DW_HD request_status write_range(const T* src, uint64_t begin, uint64_t count) const {
-#if DW_DEVICE_CODE
-    return write_range(gpu_warp{}, src, begin, count);
-#else
-    return write_range(one_lane{}, src, begin, count);
-#endif
+    return write_range(this_thread_warp{}, src, begin, count);
   }
 
   // ---- prefetch: start fetching the page of element i, do not wait ----
   DW_HD void prefetch(uint64_t i) const {
     if (i >= n) return;
-#if DW_DEVICE_CODE
-    const uint32_t hint = gpu_warp{}.queue_hint();
-#else
-    const uint32_t hint = one_lane{}.queue_hint();
-#endif
-    cache.prefetch(make_key(dataset, (i * sizeof(T)) >> cache.page_shift), hint);
+    cache.prefetch(make_key(dataset, (i * sizeof(T)) >> cache.page_shift), this_thread_warp{}.queue_hint());
   }
 
  private:

@@ -64,7 +64,6 @@ class cache_ref {
   uint32_t page_size = 0;
   uint32_t page_shift = 0;
   uint32_t nqueues = 0;
-  uint32_t max_datasets = 0;
   uint64_t timeout_ns = 0;
 
   DW_HD uint8_t* page_data(uint32_t s) const { return data + (uint64_t(s) << page_shift); }
@@ -120,14 +119,14 @@ class cache_ref {
           const uint32_t bytes = w.shfl(out.mask, job.bytes, f);
           copy_in(w, out.mask, page_data(s), src, bytes);
           w.sync(out.mask);
-          if (lane == f) finish_fill(job, sh);
+          if (lane == f) finish_fill(job);
         }
         if (!w.ballot(out.mask, job.step == step_fill)) break;
         progress |= any;
         if (!any) backoff(spin);
       }
       // Pages other threads are fetching (this warp holds no command id now).
-      if (job.step == step_wait) progress |= await_other(job, sh);
+      if (job.step == step_wait) progress |= await_other(job);
       const bool pending = job.step == step_probe || job.step == step_issue || job.step == step_wait;
       if (pending && now_ns() > dl) give_up(job);
       if (!w.ballot(out.mask, job.step != step_done && job.step != step_failed)) break;
@@ -194,7 +193,6 @@ class cache_ref {
       dir_remove(key, dir_pending);
       return;
     }
-    cache_stats_shard& sh = stats[qhint % cache_stats_shards];
     client_atomic<uint64_t>(slot_key[s]).store(key, memory_order_relaxed);
     client_atomic<uint32_t>(dir_slots[ins.entry]).store(s, memory_order_release);
     const uint32_t qi = qhint % nqueues;
@@ -206,11 +204,8 @@ class cache_ref {
       client_atomic<uint32_t>(state[s]).fetch_sub(slot_state::busy + 1, memory_order_release);
       return;
     }
-    uint32_t nlb;
-    const uint64_t lba = page_lba(d, key, nlb);
-    client_atomic<unsigned long long>(sh.misses).fetch_add(1, memory_order_relaxed);
-    client_atomic<unsigned long long>(sh.bytes_read).fetch_add(uint64_t(nlb) * d.block_size, memory_order_relaxed);
-    q.submit(cid, nvme::make_read(d.nsid, lba, nlb, q.buffer_offset(cid)));
+    client_atomic<unsigned long long>(shard_of(qhint).misses).fetch_add(1, memory_order_relaxed);
+    start_read(q, cid, key, qhint);
     client_atomic<uint32_t>(slot_io[s]).store(qi << 16 | cid, memory_order_relaxed);
     client_atomic<uint32_t>(state[s]).fetch_add(slot_state::orphan - 1, memory_order_release);  // unpin, orphaned
   }
@@ -240,7 +235,7 @@ class cache_ref {
     request_status r{};
     if (st.load(memory_order_acquire) & slot_state::dirty) {
       st.fetch_and(~slot_state::dirty, memory_order_acq_rel);
-      r = write_back(s, qhint, false, stats[qhint % cache_stats_shards]);
+      r = write_back(s, qhint, false, shard_of(qhint));
       if (!r.ok()) st.fetch_or(slot_state::dirty, memory_order_relaxed);
     }
     st.fetch_and(~slot_state::writeback, memory_order_release);
@@ -268,10 +263,9 @@ class cache_ref {
     uint16_t cid = 0;
     bool has_io = false;
     bool mine = true;  // the slot's key is the one asked for (false: an adopted orphan of another key)
-    bool hit = false;   // found valid at the first look (counted by acquire)
+    bool hit = false;   // found valid by probe (counted once per warp by acquire)
     const uint8_t* src = nullptr;
     uint32_t bytes = 0;
-    uint32_t spins = 0;
     request_status status{};
   };
 
@@ -285,9 +279,22 @@ class cache_ref {
   }
   DW_HD uint32_t bucket_of(uint64_t key) const { return uint32_t(mix64(key)) & (nbuckets - 1); }
 
+  DW_HD cache_stats_shard& shard_of(uint32_t qhint) const { return stats[qhint % cache_stats_shards]; }
   template <class Warp>
   DW_HD cache_stats_shard& shard(const Warp& w) const {
-    return stats[w.queue_hint() % cache_stats_shards];
+    return shard_of(w.queue_hint());
+  }
+
+  // Submits the read of `key`'s page into cid's staging buffer; returns the
+  // bytes it reads (the last page of a dataset may be short).
+  DW_HD uint32_t start_read(const queue_ref& q, uint16_t cid, uint64_t key, uint32_t qhint) const {
+    const dataset_desc& d = datasets[key_dataset(key)];
+    uint32_t nlb;
+    const uint64_t lba = page_lba(d, key, nlb);
+    q.submit(cid, nvme::make_read(d.nsid, lba, nlb, q.buffer_offset(cid)));
+    const uint32_t bytes = nlb * d.block_size;
+    client_atomic<unsigned long long>(shard_of(qhint).bytes_read).fetch_add(bytes, memory_order_relaxed);
+    return bytes;
   }
 
   // The first LBA of the page of `key` and its block count (the last page
@@ -441,16 +448,10 @@ class cache_ref {
       }
       return false;
     }
-    const dataset_desc& d = datasets[key_dataset(j.key)];
-    uint32_t nlb;
-    const uint64_t lba = page_lba(d, j.key, nlb);
     j.cid = cid;
     j.has_io = true;
     j.src = nullptr;  // set once the read completes
-    j.bytes = nlb * d.block_size;
-    q.submit(cid, nvme::make_read(d.nsid, lba, nlb, q.buffer_offset(cid)));
-    client_atomic<unsigned long long>(stats[j.qhint % cache_stats_shards].bytes_read)
-        .fetch_add(j.bytes, memory_order_relaxed);
+    j.bytes = start_read(q, cid, j.key, j.qhint);
     j.step = step_fill;
     return true;
   }
@@ -484,7 +485,7 @@ class cache_ref {
   }
 
   // After the warp copied the page in: publish it, free the command id.
-  DW_HD void finish_fill(fill_job& j, cache_stats_shard&) const {
+  DW_HD void finish_fill(fill_job& j) const {
     if (j.has_io) {
       queues[j.queue].release_cid(j.cid);
       j.has_io = false;
@@ -503,7 +504,7 @@ class cache_ref {
   }
 
   DW_HD void fail_fill(fill_job& j, request_status why) const {
-    client_atomic<unsigned long long>(stats[j.qhint % cache_stats_shards].errors).fetch_add(1, memory_order_relaxed);
+    client_atomic<unsigned long long>(shard_of(j.qhint).errors).fetch_add(1, memory_order_relaxed);
     const uint64_t k = client_atomic<uint64_t>(slot_key[j.slot]).load(memory_order_relaxed);
     dir_remove(k, j.slot);
     client_atomic<uint32_t>(slot_io[j.slot]).store(why.pack(), memory_order_relaxed);
@@ -521,7 +522,7 @@ class cache_ref {
 
   // The leader pinned a slot another thread is filling: wait (bounded per
   // round) until it is valid or failed, then check it holds our key.
-  DW_HD bool await_other(fill_job& j, cache_stats_shard&) const {
+  DW_HD bool await_other(fill_job& j) const {
     client_atomic<uint32_t> st(state[j.slot]);
     for (uint32_t i = 0; i < 256; ++i) {
       const uint32_t v = st.load(memory_order_acquire);
@@ -548,19 +549,9 @@ class cache_ref {
         return true;
       }
       if ((v & slot_state::orphan) && take_orphan(j.slot)) {
-        // Its reader left after submitting: finish its fill ourselves.
-        const uint32_t io = client_atomic<uint32_t>(slot_io[j.slot]).load(memory_order_relaxed);
-        const uint64_t k = client_atomic<uint64_t>(slot_key[j.slot]).load(memory_order_relaxed);
-        const dataset_desc& d = datasets[key_dataset(k)];
-        uint32_t nlb;
-        (void)page_lba(d, k, nlb);
-        j.queue = io >> 16;
-        j.cid = uint16_t(io & 0xFFFF);
-        j.has_io = true;
-        j.src = nullptr;
-        j.bytes = nlb * d.block_size;
-        j.mine = k == j.key;
-        j.step = step_fill;  // awaited and copied next round
+        // Its reader left after submitting: finish its fill ourselves
+        // (awaited and copied next round).
+        j.mine = adopt_io(j, j.slot) == j.key;
         return true;
       }
       spin_pause();
@@ -572,12 +563,27 @@ class cache_ref {
     return client_atomic<uint32_t>(state[s]).fetch_and(~slot_state::orphan, memory_order_acq_rel) & slot_state::orphan;
   }
 
+  // After take_orphan(s): makes j the filler of the orphan's read (its
+  // queue and command id are in slot_io). Returns the slot's key.
+  DW_HD uint64_t adopt_io(fill_job& j, uint32_t s) const {
+    const uint32_t io = client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed);
+    const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+    uint32_t nlb;
+    (void)page_lba(datasets[key_dataset(k)], k, nlb);
+    j.slot = s;
+    j.queue = io >> 16;
+    j.cid = uint16_t(io & 0xFFFF);
+    j.has_io = true;
+    j.src = nullptr;
+    j.bytes = nlb * datasets[key_dataset(k)].block_size;
+    j.step = step_fill;
+    return k;
+  }
+
   // Ends a leader's job at its deadline.
   DW_HD void give_up(fill_job& j) const {
     if (j.step == step_issue) {
-      fail_fill(j, request_status::client(client_code::timeout));
-      j.status = request_status::client(client_code::timeout);
-      j.step = step_failed;
+      fail_fill(j, request_status::client(client_code::timeout));  // our own key: ends failed with this status
       return;
     }
     if (j.step == step_wait) {
@@ -687,7 +693,7 @@ class cache_ref {
   // the write-back could not be done now or failed: the page stays dirty.
   DW_HD bool evict_claimed(uint32_t s, uint32_t st_at_claim, uint32_t qhint) const {
     client_atomic<uint32_t> st(state[s]);
-    cache_stats_shard& sh = stats[qhint % cache_stats_shards];
+    cache_stats_shard& sh = shard_of(qhint);
     if (st_at_claim & slot_state::dirty) {
       const request_status r = write_back(s, qhint, true, sh);
       if (!r.ok()) {
@@ -760,25 +766,33 @@ class cache_ref {
     client_atomic<uint32_t>(state[s]).fetch_add(1, memory_order_acquire);
     fill_job j;
     j.qhint = qhint;
-    j.slot = s;
-    const uint32_t io = client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed);
-    j.key = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
-    const dataset_desc& d = datasets[key_dataset(j.key)];
-    uint32_t nlb;
-    (void)page_lba(d, j.key, nlb);
-    j.queue = io >> 16;
-    j.cid = uint16_t(io & 0xFFFF);
-    j.has_io = true;
-    j.bytes = nlb * d.block_size;
-    j.mine = true;
-    j.step = step_fill;
+    j.key = adopt_io(j, s);
     await_io(j, deadline());
     if (j.step != step_fill) return;  // failed: the slot is marked and unpinned
     copy_in(one_lane{}, 1u, page_data(s), j.src, j.bytes);
-    finish_fill(j, stats[qhint % cache_stats_shards]);
+    finish_fill(j);
     client_atomic<uint32_t> st(state[s]);
     st.fetch_and(~slot_state::use, memory_order_relaxed);  // not used yet: first to go
     st.fetch_sub(1, memory_order_release);
+  }
+
+  // ---- clear() (no access may run meanwhile) ----
+
+  // Finishes slot s if it is an orphaned prefetch (it holds a command id).
+  DW_HD void finish_orphan(uint32_t s) const {
+    if ((client_atomic<uint32_t>(state[s]).load(memory_order_relaxed) & slot_state::orphan) && take_orphan(s))
+      adopt_orphan(s, s);
+  }
+
+  // Empties slot s and its directory entry unless it is dirty (its
+  // write-back failed: dropping it would lose data).
+  DW_HD void drop_clean(uint32_t s) const {
+    client_atomic<uint32_t> st(state[s]);
+    const uint32_t v = st.load(memory_order_relaxed);
+    if (v & slot_state::dirty) return;
+    if (v & slot_state::valid) dir_remove(client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed), s);
+    st.store(0, memory_order_relaxed);
+    client_atomic<uint64_t>(slot_key[s]).store(empty_key, memory_order_relaxed);
   }
 };
 

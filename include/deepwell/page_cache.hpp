@@ -79,8 +79,6 @@ class page_cache {
   // Lays out metadata in `meta` (as the clients see it) and page data in
   // `data`; `queues` are the clients' views of the cache's queue pairs.
   void build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue_ref>& queues);
-  cache_geometry geometry() const { return geo_; }
-  cache_meta_layout layout() const { return layout_; }
   // Host image of metadata (initial state), written to the cache's memory by the backend.
   std::vector<uint8_t> initial_metadata(const std::vector<queue_ref>& queues) const;
   virtual void write_dataset(uint32_t id, const dataset_desc& d) = 0;

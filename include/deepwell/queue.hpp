@@ -243,20 +243,7 @@ class queue_ref {
   DW_HD wait_result wait(uint16_t cid, uint64_t deadline_ns) const {
     wait_result r;
     for (uint32_t i = 0;; ++i) {
-      if (try_consume(cid, r)) return r;
-      if (try_poll() != 0) continue;
-      if ((i & 63) == 63) {
-        const bool gone = lost();
-        if (gone || now_ns() > deadline_ns) {
-          try_poll();  // completions posted before the stop still count
-          if (try_consume(cid, r)) return r;
-          if (abandon(cid)) {
-            r.status = request_status::client(gone ? client_code::controller_lost : client_code::timeout);
-            return r;
-          }
-          if (try_consume(cid, r)) return r;  // it arrived while abandoning
-        }
-      }
+      if (wait_step(cid, deadline_ns, r, (i & 63) == 63)) return r;  // the clock is read every 64th pass
       backoff(i);
     }
   }
@@ -265,19 +252,7 @@ class queue_ref {
   // `r` holds cid's outcome (with the same rules: on timeout or a lost
   // controller the id is abandoned and must not be touched or released).
   DW_HD bool try_wait(uint16_t cid, uint64_t deadline_ns, wait_result& r) const {
-    if (try_consume(cid, r)) return true;
-    if (try_poll() != 0 && try_consume(cid, r)) return true;
-    const bool gone = lost();
-    if (gone || now_ns() > deadline_ns) {
-      try_poll();
-      if (try_consume(cid, r)) return true;
-      if (abandon(cid)) {
-        r.status = request_status::client(gone ? client_code::controller_lost : client_code::timeout);
-        return true;
-      }
-      return try_consume(cid, r);  // it arrived while abandoning
-    }
-    return false;
+    return wait_step(cid, deadline_ns, r, true);
   }
 
   // False once the controller failed this queue or stopped (a read across
@@ -291,6 +266,23 @@ class queue_ref {
   DW_HD bool lost() const { return client_atomic<uint32_t>(counters->lost).load(memory_order_relaxed) != 0; }
 
  private:
+  // One pass of waiting for cid: consume, poll, and (when `check_end`)
+  // abandon the id if the controller is lost or the deadline passed.
+  DW_HD bool wait_step(uint16_t cid, uint64_t deadline_ns, wait_result& r, bool check_end) const {
+    if (try_consume(cid, r)) return true;
+    if (try_poll() != 0 && try_consume(cid, r)) return true;
+    if (!check_end) return false;
+    const bool gone = lost();
+    if (!gone && now_ns() <= deadline_ns) return false;
+    try_poll();  // completions posted before the stop still count
+    if (try_consume(cid, r)) return true;
+    if (abandon(cid)) {
+      r.status = request_status::client(gone ? client_code::controller_lost : client_code::timeout);
+      return true;
+    }
+    return try_consume(cid, r);  // it arrived while abandoning
+  }
+
   DW_HD static void write_command(nvme::command* dst, const nvme::command& src) {
 #if DW_DEVICE_CODE
     // Four 16-byte stores: one PCIe write burst for the whole entry.

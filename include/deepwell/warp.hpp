@@ -34,13 +34,7 @@ struct gpu_warp {
     return l;
   }
   DW_DEVICE unsigned active() const { return __activemask(); }
-  DW_DEVICE unsigned match_any(unsigned mask, uint64_t key) const {
-#if DW_DEVICE_CODE
-    return __match_any_sync(mask, key);
-#else
-    return mask;
-#endif
-  }
+  DW_DEVICE unsigned match_any(unsigned mask, uint64_t key) const { return __match_any_sync(mask, key); }
   DW_DEVICE unsigned ballot(unsigned mask, bool p) const { return __ballot_sync(mask, p); }
   DW_DEVICE uint32_t shfl(unsigned mask, uint32_t v, unsigned src) const { return __shfl_sync(mask, v, int(src)); }
   DW_DEVICE void sync(unsigned mask) const { __syncwarp(mask); }
@@ -53,6 +47,14 @@ struct gpu_warp {
     return sm * 8 + (warp & 7);
   }
 };
+#endif
+
+// The warp policy of the calling thread, for use inside DW_HD function
+// bodies: the real warp in device code, one lane on the host.
+#if DW_DEVICE_CODE
+using this_thread_warp = gpu_warp;
+#else
+using this_thread_warp = one_lane;
 #endif
 
 // 64-bit values through a 32-bit shuffle.

@@ -83,7 +83,6 @@ void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue
   ref_.page_size = geo_.page_size;
   ref_.page_shift = log2u(geo_.page_size);
   ref_.nqueues = uint32_t(queues.size());
-  ref_.max_datasets = geo_.max_datasets;
   ref_.timeout_ns = cfg_.timeout_ns;
 }
 
@@ -185,7 +184,6 @@ class host_page_cache final : public page_cache {
     }
     const std::vector<uint8_t> img = initial_metadata(refs);
     std::memcpy(meta_, img.data(), img.size());
-    refs_ = refs;
     build_ref(meta_, data_, refs);
   }
   ~host_page_cache() override {
@@ -205,19 +203,11 @@ class host_page_cache final : public page_cache {
 
   request_status clear() override {
     // Prefetches nobody read still hold command ids: finish them first.
-    for (uint32_t s = 0; s < geo_.slots; ++s)
-      if ((ref_.state[s] & slot_state::orphan) && ref_.take_orphan(s)) ref_.adopt_orphan(s, s);
+    for (uint32_t s = 0; s < geo_.slots; ++s) ref_.finish_orphan(s);
     const request_status r = flush();
-    // Slot states, keys and the directory start over; statistics, the error
-    // flag, queues and datasets stay. Pages that failed to write back are
-    // kept: dropping them would lose data.
-    for (uint32_t s = 0; s < geo_.slots; ++s) {
-      const uint32_t st = ref_.state[s];
-      if (st & slot_state::dirty) continue;
-      if (st & slot_state::valid) ref_.dir_keys[find_entry(s)] = empty_key;
-      ref_.state[s] = 0;
-      ref_.slot_key[s] = empty_key;
-    }
+    // Slots and the directory start over; statistics, the error flag, queues
+    // and datasets stay, and so do pages whose write-back failed.
+    for (uint32_t s = 0; s < geo_.slots; ++s) ref_.drop_clean(s);
     return r;
   }
 
@@ -244,17 +234,7 @@ class host_page_cache final : public page_cache {
   const uint8_t* direct_pointer(void* host, uint64_t, bool) override { return static_cast<const uint8_t*>(host); }
 
  private:
-  // The directory entry that maps slot s (valid, so present).
-  uint64_t find_entry(uint32_t s) const {
-    const uint64_t key = ref_.slot_key[s];
-    const uint64_t base = uint64_t(ref_.bucket_of(key)) * dir_ways;
-    for (uint32_t w = 0; w < dir_ways; ++w)
-      if (ref_.dir_keys[base + w] == key && ref_.dir_slots[base + w] == s) return base + w;
-    throw error("page cache: directory lost the entry of slot " + std::to_string(s));
-  }
-
   std::vector<std::unique_ptr<host_queue_client>> clients_;
-  std::vector<queue_ref> refs_;
   uint8_t* meta_ = nullptr;
   uint8_t* data_ = nullptr;
 };

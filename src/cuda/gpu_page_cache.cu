@@ -57,23 +57,13 @@ __global__ void flush_slots(cache_ref c, uint32_t* first_error) {
 
 __global__ void adopt_orphans(cache_ref c) {
   for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.nslots; s += gridDim.x * blockDim.x)
-    if ((c.state[s] & slot_state::orphan) && c.take_orphan(s)) c.adopt_orphan(s, s);
+    c.finish_orphan(s);
 }
 
 // Empties every clean slot (no kernel may use the cache meanwhile).
 __global__ void clear_slots(cache_ref c) {
-  for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.nslots; s += gridDim.x * blockDim.x) {
-    const uint32_t st = c.state[s];
-    if (st & slot_state::dirty) continue;  // its write-back failed: keep the data
-    if (st & slot_state::valid) {
-      const uint64_t key = c.slot_key[s];
-      const uint64_t base = uint64_t(c.bucket_of(key)) * dir_ways;
-      for (uint32_t w = 0; w < dir_ways; ++w)
-        if (c.dir_keys[base + w] == key && c.dir_slots[base + w] == s) c.dir_keys[base + w] = empty_key;
-    }
-    c.state[s] = 0;
-    c.slot_key[s] = empty_key;
-  }
+  for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.nslots; s += gridDim.x * blockDim.x)
+    c.drop_clean(s);
 }
 
 class gpu_page_cache final : public page_cache {

@@ -23,24 +23,21 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <algorithm>
+#include <map>
 #include <vector>
 
+#include "bench_common.cuh"
+#include "ceilings.cuh"
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/page_cache.hpp"
-#include "ceilings.cuh"
 
 using namespace deepwell;
 using deepwell::bench::h2d_gbps;
+using deepwell::bench::mix;
+using deepwell::bench::timer;
 using json = nlohmann::json;
 
 namespace {
-
-__device__ uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return x;
-}
 
 // The lookup is inlined into each kernel and costs about 165 registers: one
 // block of 256 threads per SM. The _lb variants cap registers at 128
@@ -121,13 +118,18 @@ __global__ void __launch_bounds__(256, 2) miss_kernel_lb(array_ref<uint64_t> a, 
   miss_body(a, first, count, pages, sink, failed);
 }
 
-__global__ void hbm_read_kernel(const uint4* data, uint64_t blocks, unsigned per_warp, unsigned long long* sink) {
+// Warps reading random blocks of `block_bytes` (a multiple of 512) with
+// 16-byte loads: from device memory (the HBM ceiling) or from pinned host
+// memory (zero-copy, EMOGI's way).
+__global__ void block_read_kernel(const uint4* data, uint64_t blocks, uint32_t block_bytes, unsigned per_warp,
+                                  unsigned long long* sink) {
   const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const unsigned lane = threadIdx.x & 31;
+  const uint32_t vecs = block_bytes / 16;
   uint4 acc = make_uint4(0, 0, 0, 0);
   for (unsigned k = 0; k < per_warp; ++k) {
-    const uint4* b = data + (mix(warp * per_warp + k) % blocks) * 256;
-    for (unsigned v = lane; v < 256; v += 32) {
+    const uint4* b = data + (mix(warp * per_warp + k) % blocks) * vecs;
+    for (unsigned v = lane; v < vecs; v += 32) {
       const uint4 x = b[v];
       acc.x ^= x.x;
       acc.y ^= x.y;
@@ -138,40 +140,128 @@ __global__ void hbm_read_kernel(const uint4* data, uint64_t blocks, unsigned per
   if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 42) atomicAdd(sink, 1ull);
 }
 
-struct timer {
-  cudaEvent_t a, b;
-  timer() {
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-  }
-  void start() { cudaEventRecord(a); }
-  double stop() {
-    cudaEventRecord(b);
-    check_cuda(cudaEventSynchronize(b), "kernel");
-    float ms;
-    cudaEventElapsedTime(&ms, a, b);
-    return ms * 1e-3;
-  }
-};
-
-double hbm_read_gbps(unsigned grid, unsigned block) {
-  const uint64_t bytes = 4ull << 30, blocks = bytes / 4096;
-  uint4* d;
+// Random block reads of `bytes` at `data`: best of three, GB/s counted as
+// blocks x block_bytes.
+double block_read_gbps(const void* data, uint64_t bytes, uint32_t block_bytes, unsigned grid, unsigned tpb) {
   unsigned long long* sink;
-  check_cuda(cudaMalloc(&d, bytes), "cudaMalloc");
   check_cuda(cudaMalloc(&sink, 8), "cudaMalloc");
-  cudaMemset(d, 1, bytes);
-  const unsigned per_warp = 64;
+  const uint64_t warps = uint64_t(grid) * tpb / 32;
+  const unsigned per_warp = unsigned(std::max<uint64_t>(1, (1ull << 30) / (warps * block_bytes)));
   timer t;
   double best = 1e30;
   for (int i = 0; i < 3; ++i) {
     t.start();
-    hbm_read_kernel<<<grid, block>>>(d, blocks, per_warp, sink);
+    block_read_kernel<<<grid, tpb>>>(static_cast<const uint4*>(data), bytes / block_bytes, block_bytes, per_warp, sink);
+    best = std::min(best, t.stop());
+  }
+  cudaFree(sink);
+  return double(warps) * per_warp * block_bytes / best / 1e9;
+}
+
+double hbm_read_gbps(unsigned grid, unsigned tpb) {
+  const uint64_t bytes = 4ull << 30;
+  void* d;
+  check_cuda(cudaMalloc(&d, bytes), "cudaMalloc");
+  cudaMemset(d, 1, bytes);
+  const double g = block_read_gbps(d, bytes, 4096, grid, tpb);
+  cudaFree(d);
+  return g;
+}
+
+// Elements of 4 to 64 bytes for the all-hit per-element runs.
+template <int N>
+struct elem {
+  uint4 v[N / 16];
+};
+template <class T>
+__device__ __forceinline__ uint64_t fold(const T& x) {
+  if constexpr (sizeof(T) <= 8) {
+    return uint64_t(x);
+  } else {
+    uint64_t f = 0;
+    for (int i = 0; i < int(sizeof(T) / 16); ++i) f ^= uint64_t(x.v[i].x) ^ x.v[i].w;
+    return f;
+  }
+}
+
+template <class T>
+__global__ void hit_elem_sized_kernel(array_ref<T> a, unsigned per_thread, unsigned long long* sink,
+                                      unsigned long long* failed) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint64_t sum = 0, bad = 0;
+  for (unsigned k = 0; k < per_thread; ++k) {
+    request_status s;
+    sum += fold(a.try_read(mix(tid * per_thread + k) % a.size(), &s));
+    bad += !s.ok();
+  }
+  if (sum == 42) atomicAdd(sink, 1ull);
+  if (bad) atomicAdd(failed, bad);
+}
+// The same random element reads straight from device memory: the HBM
+// ceiling for reads of that size (each costs at least a 32-byte sector).
+template <class T>
+__global__ void hbm_elem_kernel(const T* d, uint64_t n, unsigned per_thread, unsigned long long* sink) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint64_t sum = 0;
+  for (unsigned k = 0; k < per_thread; ++k) sum += fold(d[mix(tid * per_thread + k) % n]);
+  if (sum == 42) atomicAdd(sink, 1ull);
+}
+
+struct elem_result {
+  double cache_reads_per_s, hbm_reads_per_s, hit_rate;
+  unsigned long long failed;
+};
+
+// All-hit random reads of T-sized elements through a fresh cache holding
+// the whole dataset, and the same reads from device memory.
+template <class T>
+elem_result hit_elem_sized(controller& ctl, uint32_t ns, uint64_t data_bytes, uint64_t cache_bytes, unsigned grid,
+                           unsigned tpb, unsigned long long* sink, unsigned long long* failed) {
+  cache_config cfg;
+  cfg.page_size = 4096;
+  cfg.capacity_bytes = cache_bytes;
+  cfg.queue_pairs = 16;
+  auto cache = make_gpu_page_cache(ctl, cfg);
+  array<T> a(cache, ns);
+  check_launch(*cache, hit_elem_sized_kernel<T>, grid, tpb);
+  const unsigned per_thread = 64;
+  // Warm: every page in, then measure.
+  hit_elem_sized_kernel<T><<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
+  check_cuda(cudaDeviceSynchronize(), "warm-up");
+  cudaMemset(failed, 0, 8);
+  cache->reset_stats();
+  timer t;
+  t.start();
+  hit_elem_sized_kernel<T><<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
+  const double s1 = t.stop();
+  elem_result r{};
+  r.hit_rate = cache->stats().hit_rate();
+  cudaMemcpy(&r.failed, failed, 8, cudaMemcpyDeviceToHost);
+  void* d;
+  check_cuda(cudaMalloc(&d, data_bytes), "cudaMalloc");
+  cudaMemset(d, 1, data_bytes);
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    t.start();
+    hbm_elem_kernel<T><<<grid, tpb>>>(static_cast<const T*>(d), data_bytes / sizeof(T), per_thread, sink);
     best = std::min(best, t.stop());
   }
   cudaFree(d);
-  cudaFree(sink);
-  return double(grid) * block / 32 * per_warp * 4096 / best / 1e9;
+  const double n = double(grid) * tpb * per_thread;
+  r.cache_reads_per_s = n / s1;
+  r.hbm_reads_per_s = n / best;
+  return r;
+}
+
+// Unified memory's answer to the all-miss pattern: the same pages, one
+// element each, from managed memory moved back to the host before each
+// pass. Only where the data fits in GPU memory.
+__global__ void uvm_miss_kernel(const uint64_t* d, uint64_t first, uint64_t count, uint64_t pages, uint32_t page,
+                                unsigned long long* sink) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (tid >= count) return;
+  const uint64_t pg = ((first + tid) * 0x9E3779B97F4A7C15ull) & (pages - 1);
+  if (d[pg * (page / 8) + tid % (page / 8)] == 42) atomicAdd(sink, 1ull);
 }
 
 }  // namespace
@@ -180,7 +270,7 @@ int main(int argc, char** argv) {
   std::string json_path, commit = "unknown", file_path = "/var/tmp/deepwell-array-bench.dat";
   unsigned pollers = 12, queues = 128, entries = 512, blocks_per_sm = 8, tpb = 256;
   uint64_t hit_data = 1ull << 30, miss_data = 4ull << 30, cache_bytes = 2ull << 30;
-  std::vector<uint32_t> page_sizes{4096, 512};
+  std::vector<uint32_t> page_sizes{4096, 512, 65536};
   std::vector<std::string> paths{"direct", "controller"};
   bool skip_hit = false, with_null = false, bounded = false;
   CLI::App app{"deepwell array_ref benchmark (GPU page cache)"};
@@ -270,6 +360,32 @@ int main(int argc, char** argv) {
                       {"hit_rate_elem", st1.hit_rate()}, {"hit_rate_page", st2.hit_rate()}, {"failed", f}};
       j["ratios"] = {{"hit_elem_vs_hbm_read", elem_gbps / hbm}, {"hit_page_vs_hbm_read", page_gbps / hbm}};
       emit(j);
+
+      // Element sizes 4 to 64 bytes, each against the same random reads of
+      // device memory (a ceiling per size, beside the 4 KiB-block one).
+      auto sized = [&](auto tag, unsigned bytes) {
+        using T = decltype(tag);
+        const elem_result r = hit_elem_sized<T>(ctl, ns, hit_data, cache_bytes, grid, tpb, sink, failed);
+        const double gbps = r.cache_reads_per_s * bytes / 1e9;
+        std::printf("all-hit: a[i] %2u B random %.0f M/s = %.1f GB/s (%.3f of HBM blocks; HBM %u B reads %.0f M/s, "
+                    "ratio %.3f), hit rate %.4f, failed %llu\n",
+                    bytes, r.cache_reads_per_s / 1e6, gbps, gbps / hbm, bytes, r.hbm_reads_per_s / 1e6,
+                    r.cache_reads_per_s / r.hbm_reads_per_s, r.hit_rate, r.failed);
+        json e;
+        e["config"] = {{"mode", "all-hit-elem"}, {"page_size", 4096}, {"elem_bytes", bytes}, {"data_bytes", hit_data},
+                       {"cache_bytes", cache_bytes}, {"grid", grid}, {"block", tpb}, {"per_thread", 64},
+                       {"location", "hostmem"}};
+        e["metrics"] = {{"elem_reads_per_s", r.cache_reads_per_s}, {"elem_gbps", gbps}, {"hit_rate", r.hit_rate},
+                        {"failed", r.failed}};
+        e["baselines"] = {{"hbm_elem_reads_per_s", r.hbm_reads_per_s}};
+        e["ratios"] = {{"vs_hbm_read", gbps / hbm}, {"vs_hbm_elem_reads", r.cache_reads_per_s / r.hbm_reads_per_s}};
+        emit(e);
+      };
+      sized(uint32_t{}, 4);
+      sized(uint64_t{}, 8);
+      sized(elem<16>{}, 16);
+      sized(elem<32>{}, 32);
+      sized(elem<64>{}, 64);
     }
 
     // ---- all-miss, direct and through the controller ----
@@ -281,6 +397,57 @@ int main(int argc, char** argv) {
       auto* p = static_cast<uint64_t*>(data->host_pointer());
       for (uint64_t i = 0; i < miss_data / 8; i += 512) p[i] = i;  // touch every page
     }
+    // Baselines on the same host memory, same page sizes: zero-copy warp
+    // reads of random pages (EMOGI), and unified memory where it fits.
+    std::map<uint32_t, double> zero_copy_gbps;
+    {
+      bench::zero_copy_view v(data->host_pointer(), miss_data);
+      for (uint32_t page : page_sizes) {
+        zero_copy_gbps[page] = block_read_gbps(v.device(), miss_data, page, grid, tpb);
+        std::printf("baseline: zero-copy random %u B reads of pinned host memory %.2f M/s = %.1f GB/s (%.3f of H2D)\n",
+                    page, zero_copy_gbps[page] * 1e9 / page / 1e6, zero_copy_gbps[page], zero_copy_gbps[page] / link);
+        json j;
+        j["config"] = {{"mode", "all-miss-baseline"}, {"method", "zero_copy"}, {"page_size", page},
+                       {"data_bytes", miss_data}, {"grid", grid}, {"block", tpb}, {"location", "hostmem"}};
+        j["metrics"] = {{"gbps", zero_copy_gbps[page]}, {"miops", zero_copy_gbps[page] * 1e3 / page}};
+        j["ratios"] = {{"vs_h2d", zero_copy_gbps[page] / link}};
+        emit(j);
+      }
+    }
+    size_t free_mem = 0, total_mem = 0;
+    cudaMemGetInfo(&free_mem, &total_mem);
+    if (miss_data < free_mem / 2) {
+      const uint32_t page = 4096;
+      uint64_t* um;
+      check_cuda(cudaMallocManaged(&um, miss_data), "cudaMallocManaged");
+      bench::fill_pattern(um, miss_data);
+      cudaMemLocation host_loc{};
+      host_loc.type = cudaMemLocationTypeHost;
+      const uint64_t pages = miss_data / page, per_pass = std::min<uint64_t>(pages / 4, 1u << 19);
+      double secs = 0;
+      for (int pass = 0; pass < 4; ++pass) {
+        check_cuda(cudaMemPrefetchAsync(um, miss_data, host_loc, 0, 0), "cudaMemPrefetchAsync");
+        check_cuda(cudaDeviceSynchronize(), "prefetch to host");
+        timer t;
+        t.start();
+        uvm_miss_kernel<<<unsigned((per_pass + 255) / 256), 256>>>(um, uint64_t(pass) * per_pass, per_pass, pages,
+                                                                   page, sink);
+        const double s = t.stop();
+        if (pass > 0) secs += s;
+      }
+      cudaFree(um);
+      const double miops = 3.0 * per_pass / secs / 1e6, gbps = miops * page / 1e3;
+      std::printf("baseline: unified memory, one element of each of %llu random 4 KiB pages per pass: %.2f M pages/s "
+                  "= %.1f GB/s of pages (%.3f of H2D)\n",
+                  (unsigned long long)per_pass, miops, gbps, gbps / link);
+      json j;
+      j["config"] = {{"mode", "all-miss-baseline"}, {"method", "unified_memory"}, {"page_size", page},
+                     {"data_bytes", miss_data}, {"pages_per_pass", per_pass}, {"passes", 3}, {"location", "hostmem"}};
+      j["metrics"] = {{"gbps", gbps}, {"miops", miops}};
+      j["ratios"] = {{"vs_h2d", gbps / link}};
+      emit(j);
+    }
+
     struct location {
       const char* name;
       uint32_t nsid;
@@ -290,16 +457,7 @@ int main(int argc, char** argv) {
     // copy into staging (pages hold garbage; the miss kernel does not check).
     if (with_null) locations.push_back({"null", ctl.add_namespace({make_null_target(miss_data), 512, true})});
     if (!file_path.empty()) {
-      const int fd = ::open(file_path.c_str(), O_RDWR | O_CREAT, 0644);
-      if (fd < 0) throw error(errno_message("open " + file_path, errno));
-      if (uint64_t(lseek(fd, 0, SEEK_END)) < miss_data) {
-        std::vector<uint64_t> chunk(1 << 17);
-        for (uint64_t off = 0; off < miss_data; off += chunk.size() * 8) {
-          for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = off / 8 + i;
-          if (pwrite(fd, chunk.data(), chunk.size() * 8, off_t(off)) < 0) throw error(errno_message("write", errno));
-        }
-      }
-      ::close(fd);
+      bench::ensure_pattern_file(file_path, miss_data);
       file_options fo;
       fo.length = miss_data;
       locations.push_back({"pagecache", ctl.add_namespace({open_file_target(file_path, fo), 512, true})});
@@ -362,6 +520,8 @@ int main(int argc, char** argv) {
         const std::string key = std::string("miss") + (page == 4096 ? "4k" : std::to_string(page)) + "_" + loc.name +
                                 "_" + (direct ? "direct" : "ctrl") + "_vs_h2d";
         j["ratios"] = {{key, gbps / link}};
+        if (std::string(loc.name) == "hostmem" && zero_copy_gbps.count(page))
+          j["ratios"]["vs_zero_copy"] = gbps / zero_copy_gbps[page];
         emit(j);
       }
     }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -17,8 +18,9 @@
 #include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/gpu_client.hpp"
-#include "uring_loop.hpp"
+#include "bench_common.cuh"
 #include "ceilings.cuh"
+#include "uring_loop.hpp"
 
 using namespace deepwell;
 using deepwell::bench::h2d_gbps;
@@ -78,19 +80,23 @@ __global__ void block_kernel(const queue_ref* qs, unsigned nq, uint32_t nsid, ui
 int main(int argc, char** argv) {
   std::string location = "hostmem", path, op = "read", pattern = "random", json_path, commit = "unknown";
   bool direct = false;
-  uint64_t size = 1ull << 30;
-  uint32_t block = 4096;
-  unsigned threads = 1 << 16, per_thread = 16, queues = 32, entries = 1024, pollers = 4;
+  uint64_t size = 1ull << 30, requests = 0, max_bytes = 0, staging_cap = 1ull << 30;
+  std::vector<uint32_t> blocks{4096};
+  std::vector<unsigned> thread_counts{1u << 16};
+  unsigned per_thread = 16, queues = 32, entries = 1024, pollers = 4;
   CLI::App app{"deepwell block benchmark with GPU clients"};
   app.add_option("--location", location, "null | hostmem | file")->check(CLI::IsMember({"null", "hostmem", "file"}));
   app.add_option("--path", path, "file for --location file (created if missing)");
   app.add_flag("--direct", direct, "O_DIRECT");
   app.add_option("--size", size, "dataset bytes");
-  app.add_option("--block", block, "bytes per request");
-  app.add_option("--threads", threads, "GPU threads");
+  app.add_option("--block", blocks, "bytes per request (several: one run each)");
+  app.add_option("--threads", thread_counts, "GPU threads (several: one run each)");
   app.add_option("--per-thread", per_thread, "requests per GPU thread");
+  app.add_option("--requests", requests, "requests per run, spread over the threads (overrides --per-thread)");
+  app.add_option("--max-bytes", max_bytes, "with --requests: at most this many bytes per run (large blocks)");
   app.add_option("--queues", queues, "queue pairs");
-  app.add_option("--queue-entries", entries, "entries per SQ/CQ");
+  app.add_option("--queue-entries", entries, "entries per SQ/CQ (fewer where staging would pass --staging-cap)");
+  app.add_option("--staging-cap", staging_cap, "most bytes of staging buffers per run");
   app.add_option("--pollers", pollers, "controller poller threads");
   app.add_option("--op", op, "read | write")->check(CLI::IsMember({"read", "write"}));
   app.add_option("--pattern", pattern, "random | seq")->check(CLI::IsMember({"random", "seq"}));
@@ -98,7 +104,8 @@ int main(int argc, char** argv) {
   app.add_option("--commit", commit, "commit hash to record");
   CLI11_PARSE(app, argc, argv);
   try {
-    size = size / block * block;
+    const uint32_t largest = *std::max_element(blocks.begin(), blocks.end());
+    size = size / largest * largest;
     controller_config cc;
     cc.pollers = pollers;
     controller ctl(cc);
@@ -109,94 +116,95 @@ int main(int argc, char** argv) {
       t = make_host_memory_target(size, true);
     } else {
       if (path.empty()) throw error("--location file needs --path");
-      int fd = open(path.c_str(), O_RDWR | O_CREAT, 0644);
-      if (fd < 0) throw error(errno_message("open " + path, errno));
-      if (uint64_t(lseek(fd, 0, SEEK_END)) < size) {
-        std::vector<uint64_t> chunk(1 << 17);
-        for (uint64_t off = 0; off < size; off += chunk.size() * 8) {
-          for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = (off / 8 + i) * 0x9E3779B97F4A7C15ull;
-          if (pwrite(fd, chunk.data(), chunk.size() * 8, off_t(off)) < 0) throw error(errno_message("fill", errno));
-        }
-        fsync(fd);
-      }
-      close(fd);
+      bench::ensure_pattern_file(path, size);
       file_options fo;
       fo.direct = direct;
       fo.writable = op == "write";
       fo.length = size;
       t = open_file_target(path, fo);
     }
-    const uint32_t nsid = ctl.add_namespace({t, block, op != "write"});
-    std::vector<std::unique_ptr<gpu_queue_client>> clients;
-    std::vector<queue_ref> refs;
-    for (unsigned i = 0; i < queues; ++i) {
-      clients.push_back(std::make_unique<gpu_queue_client>(ctl.create_queue_pair({entries, entries, block})));
-      refs.push_back(clients.back()->ref());
-    }
-    queue_ref* d_refs;
-    counters* d_out;
-    check_cuda(cudaMalloc(&d_refs, sizeof(queue_ref) * queues), "cudaMalloc");
-    check_cuda(cudaMemcpy(d_refs, refs.data(), sizeof(queue_ref) * queues, cudaMemcpyHostToDevice), "cudaMemcpy");
-    check_cuda(cudaMalloc(&d_out, sizeof(counters)), "cudaMalloc");
-    const unsigned tpb = 256;
-    const unsigned grid = (threads + tpb - 1) / tpb;
-    // Warm-up: a short run, then the measured one.
-    cudaMemset(d_out, 0, sizeof(counters));
-    block_kernel<<<grid, tpb>>>(d_refs, queues, nsid, size / block, block, 1, op == "write", pattern == "seq", d_out);
-    check_cuda(cudaDeviceSynchronize(), "warm-up kernel");
-    cudaMemset(d_out, 0, sizeof(counters));
-    const double cpu0 = ctl.poller_cpu_seconds();
-    const auto t0 = std::chrono::steady_clock::now();
-    block_kernel<<<grid, tpb>>>(d_refs, queues, nsid, size / block, block, per_thread, op == "write", pattern == "seq",
-                                d_out);
-    check_cuda(cudaGetLastError(), "launch");
-    check_cuda(cudaDeviceSynchronize(), "kernel");
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double cpu = ctl.poller_cpu_seconds() - cpu0;
-    counters c{};
-    cudaMemcpy(&c, d_out, sizeof(c), cudaMemcpyDeviceToHost);
-    ctl.stop();
-    clients.clear();
-    cudaFree(d_refs);
-    cudaFree(d_out);
     const double link = h2d_gbps();
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, 0);
-    const double gbps = double(c.ok) * block / secs / 1e9;
-    json j;
-    j["benchmark"] = "block";
-    j["clients"] = "gpu";
-    j["commit"] = commit;
-    j["device"] = prop.name;
-    j["config"] = {{"location", location}, {"direct", direct}, {"size", size}, {"block", block},
-                   {"threads", threads},   {"per_thread", per_thread}, {"queues", queues}, {"queue_entries", entries},
-                   {"pollers", pollers},   {"op", op}, {"pattern", pattern}, {"backend", ctl.backend_name()},
-                   {"path_kind", "controller"}};
-    j["metrics"] = {{"requests", c.ok},
-                    {"failed", c.failed},
-                    {"seconds", secs},
-                    {"iops", c.ok / secs},
-                    {"gbps", gbps},
-                    {"poller_cpu_seconds", cpu},
-                    {"controller_ns_per_request", c.ok ? cpu / c.ok * 1e9 : 0.0},
-                    {"controller_cores", cpu / secs}};
-    j["ceilings"] = {{"h2d_memcpy_gbps", link}};
-    j["ratios"] = {{"vs_h2d", gbps / link}};
-    if (location == "file" && op == "read") {
-      // The storage path without deepwell: an io_uring loop over the same
-      // file, block size and per-core depth, on as many cores as pollers.
-      const unsigned depth = std::max(1u, std::min(256u, unsigned(uint64_t(queues) * (entries - 1) / pollers)));
-      json b = uring_loop(path, direct, size, block, depth, pollers, std::max(2.0, secs));
-      j["baselines"]["uring_loop_same_cores"] = b;
-      j["ratios"]["vs_uring_loop_same_cores"] = (c.ok / secs) / double(b["iops"]);
-      std::printf("  io_uring loop, %u threads, depth %u: %.2f M IOPS; deepwell/loop = %.2f\n", pollers, depth,
-                  double(b["iops"]) / 1e6, double(j["ratios"]["vs_uring_loop_same_cores"]));
+    int status = 0;
+    for (const uint32_t block : blocks) {
+      const uint32_t nsid = ctl.add_namespace({t, block, op != "write"});
+      const unsigned qe = unsigned(std::max<uint64_t>(16, std::min<uint64_t>(entries, staging_cap / (uint64_t(queues) * block))));
+      std::vector<std::unique_ptr<gpu_queue_client>> clients;
+      std::vector<queue_ref> refs;
+      for (unsigned i = 0; i < queues; ++i) {
+        clients.push_back(std::make_unique<gpu_queue_client>(ctl.create_queue_pair({qe, qe, block})));
+        refs.push_back(clients.back()->ref());
+      }
+      queue_ref* d_refs;
+      counters* d_out;
+      check_cuda(cudaMalloc(&d_refs, sizeof(queue_ref) * queues), "cudaMalloc");
+      check_cuda(cudaMemcpy(d_refs, refs.data(), sizeof(queue_ref) * queues, cudaMemcpyHostToDevice), "cudaMemcpy");
+      check_cuda(cudaMalloc(&d_out, sizeof(counters)), "cudaMalloc");
+      for (const unsigned threads : thread_counts) {
+        const uint64_t want = max_bytes ? std::min<uint64_t>(requests, max_bytes / block) : requests;
+        const unsigned pt = requests ? unsigned(std::max<uint64_t>(1, want / threads)) : per_thread;
+        const unsigned tpb = 256;
+        const unsigned grid = (threads + tpb - 1) / tpb;
+        // Warm-up: a short run, then the measured one.
+        cudaMemset(d_out, 0, sizeof(counters));
+        block_kernel<<<grid, tpb>>>(d_refs, queues, nsid, size / block, block, 1, op == "write", pattern == "seq", d_out);
+        check_cuda(cudaDeviceSynchronize(), "warm-up kernel");
+        cudaMemset(d_out, 0, sizeof(counters));
+        const double cpu0 = ctl.poller_cpu_seconds();
+        const auto t0 = std::chrono::steady_clock::now();
+        block_kernel<<<grid, tpb>>>(d_refs, queues, nsid, size / block, block, pt, op == "write", pattern == "seq",
+                                    d_out);
+        check_cuda(cudaGetLastError(), "launch");
+        check_cuda(cudaDeviceSynchronize(), "kernel");
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double cpu = ctl.poller_cpu_seconds() - cpu0;
+        counters c{};
+        cudaMemcpy(&c, d_out, sizeof(c), cudaMemcpyDeviceToHost);
+        const double gbps = double(c.ok) * block / secs / 1e9;
+        json j;
+        j["benchmark"] = "block";
+        j["clients"] = "gpu";
+        j["commit"] = commit;
+        j["device"] = prop.name;
+        j["config"] = {{"location", location}, {"direct", direct}, {"size", size}, {"block", block},
+                       {"threads", threads},   {"per_thread", pt}, {"queues", queues}, {"queue_entries", qe},
+                       {"pollers", pollers},   {"op", op}, {"pattern", pattern}, {"backend", ctl.backend_name()},
+                       {"path_kind", "controller"}};
+        j["metrics"] = {{"requests", c.ok},
+                        {"failed", c.failed},
+                        {"seconds", secs},
+                        {"iops", c.ok / secs},
+                        {"gbps", gbps},
+                        {"poller_cpu_seconds", cpu},
+                        {"controller_ns_per_request", c.ok ? cpu / c.ok * 1e9 : 0.0},
+                        {"controller_cores", cpu / secs},
+                        {"controller_cores_per_10gbps", gbps > 0 ? cpu / secs / (gbps / 10) : 0.0}};
+        j["ceilings"] = {{"h2d_memcpy_gbps", link}};
+        j["ratios"] = {{"vs_h2d", gbps / link}};
+        if (location == "file" && op == "read") {
+          // The storage path without deepwell: an io_uring loop over the same
+          // file, block size and per-core depth, on as many cores as pollers.
+          const unsigned depth = std::max(1u, std::min(256u, unsigned(uint64_t(queues) * (qe - 1) / pollers)));
+          json b = uring_loop(path, direct, size, block, depth, pollers, std::max(2.0, secs));
+          j["baselines"]["uring_loop_same_cores"] = b;
+          j["ratios"]["vs_uring_loop_same_cores"] = (c.ok / secs) / double(b["iops"]);
+          std::printf("  io_uring loop, %u threads, depth %u: %.2f M IOPS; deepwell/loop = %.2f\n", pollers, depth,
+                      double(b["iops"]) / 1e6, double(j["ratios"]["vs_uring_loop_same_cores"]));
+        }
+        std::printf("gpu block %s %s %s bs=%u threads=%u queues=%u pollers=%u: %.2f M IOPS %.2f GB/s (%.2f of H2D %.1f "
+                    "GB/s), %.2f controller cores, failed %llu\n",
+                    location.c_str(), op.c_str(), pattern.c_str(), block, threads, queues, pollers, c.ok / secs / 1e6,
+                    gbps, gbps / link, link, cpu / secs, c.failed);
+        if (!json_path.empty()) std::ofstream(json_path, std::ios::app) << j.dump() << "\n";
+        if (c.failed) status = 1;
+      }
+      clients.clear();
+      cudaFree(d_refs);
+      cudaFree(d_out);
     }
-    std::printf("gpu block %s %s %s bs=%u threads=%u queues=%u pollers=%u: %.2f M IOPS %.2f GB/s (%.2f of H2D %.1f GB/s), %.2f controller cores, failed %llu\n",
-                location.c_str(), op.c_str(), pattern.c_str(), block, threads, queues, pollers, c.ok / secs / 1e6, gbps,
-                gbps / link, link, cpu / secs, c.failed);
-    if (!json_path.empty()) std::ofstream(json_path, std::ios::app) << j.dump() << "\n";
-    return c.failed == 0 ? 0 : 1;
+    ctl.stop();
+    return status;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_block_bench: %s\n", e.what());
     return 2;

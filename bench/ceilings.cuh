@@ -9,9 +9,9 @@
 
 namespace deepwell::bench {
 
-// The host link: cudaMemcpy host-to-device of 1 GiB from pinned memory, best
-// of five, in GB/s.
-inline double h2d_gbps() {
+// The host link: cudaMemcpy of 1 GiB between pinned host memory and the
+// GPU, best of five, in GB/s (host-to-device by default).
+inline double memcpy_gbps(cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
   const size_t bytes = 1ull << 30;
   void *h, *d;
   check_cuda(cudaMallocHost(&h, bytes), "cudaMallocHost");
@@ -20,11 +20,13 @@ inline double h2d_gbps() {
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
-  cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+  void* dst = kind == cudaMemcpyHostToDevice ? d : h;
+  void* src = kind == cudaMemcpyHostToDevice ? h : d;
+  cudaMemcpy(dst, src, bytes, kind);
   float best = 1e30f;
   for (int i = 0; i < 5; ++i) {
     cudaEventRecord(a);
-    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(dst, src, bytes, kind);
     cudaEventRecord(b);
     cudaEventSynchronize(b);
     float ms;
@@ -37,5 +39,7 @@ inline double h2d_gbps() {
   cudaFree(d);
   return bytes / (best * 1e-3) / 1e9;
 }
+inline double h2d_gbps() { return memcpy_gbps(cudaMemcpyHostToDevice); }
+inline double d2h_gbps() { return memcpy_gbps(cudaMemcpyDeviceToHost); }
 
 }  // namespace deepwell::bench

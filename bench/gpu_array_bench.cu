@@ -253,6 +253,23 @@ elem_result hit_elem_sized(controller& ctl, uint32_t ns, uint64_t data_bytes, ui
   return r;
 }
 
+// Each warp overwrites whole pages (a permutation of `count` pages) with
+// write_range from a per-warp pattern; the pages then go back with flush().
+__global__ void write_pages_kernel(array_ref<uint64_t> a, uint64_t count, uint64_t pages, unsigned long long* failed) {
+  const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
+  const uint64_t per_page = a.cache.page_size / 8;
+  __shared__ uint64_t src[8][512];  // one 4 KiB page per warp of a 256-thread block
+  uint64_t* mine = src[(threadIdx.x / 32) & 7];
+  for (uint64_t w = threadIdx.x & 31; w < per_page; w += 32) mine[w] = ~w;
+  __syncwarp();
+  for (uint64_t k = warp; k < count; k += warps) {
+    const uint64_t page = (k * 0x9E3779B97F4A7C15ull) & (pages - 1);
+    if (!a.write_range(gpu_warp{}, mine, page * per_page, per_page).ok() && (threadIdx.x & 31) == 0)
+      atomicAdd(failed, 1ull);
+  }
+}
+
 // Unified memory's answer to the all-miss pattern: the same pages, one
 // element each, from managed memory moved back to the host before each
 // pass. Only where the data fits in GPU memory.
@@ -272,7 +289,7 @@ int main(int argc, char** argv) {
   uint64_t hit_data = 1ull << 30, miss_data = 4ull << 30, cache_bytes = 2ull << 30;
   std::vector<uint32_t> page_sizes{4096, 512, 65536};
   std::vector<std::string> paths{"direct", "controller"};
-  bool skip_hit = false, with_null = false, bounded = false;
+  bool skip_hit = false, skip_write = false, with_null = false, bounded = false;
   CLI::App app{"deepwell array_ref benchmark (GPU page cache)"};
   app.add_option("--pollers", pollers, "controller poller threads");
   app.add_option("--queues", queues, "cache queue pairs");
@@ -284,6 +301,7 @@ int main(int argc, char** argv) {
   app.add_option("--page-sizes", page_sizes, "page sizes for the miss runs");
   app.add_option("--paths", paths, "miss paths to run: direct, controller");
   app.add_flag("--skip-hit", skip_hit, "skip the all-hit runs");
+  app.add_flag("--skip-write", skip_write, "skip the write + flush runs");
   app.add_flag("--null", with_null, "also run the controller path over a null target (no data copy)");
   app.add_flag("--launch-bounds", bounded, "use the kernels capped at 128 registers (2 blocks of 256 per SM)");
   app.add_option("--file", file_path, "file for the page-cache runs (written if smaller than --miss-data; '' skips them)");
@@ -296,6 +314,7 @@ int main(int argc, char** argv) {
     const unsigned grid = prop.multiProcessorCount * blocks_per_sm;
     const double link = h2d_gbps();
     const double hbm = hbm_read_gbps(grid, tpb);
+    const double d2h = bench::d2h_gbps();
     std::printf("ceilings: cudaMemcpy H2D %.1f GB/s, HBM random 4 KiB reads %.1f GB/s\n", link, hbm);
     unsigned long long *sink, *failed;
     check_cuda(cudaMalloc(&sink, 8), "cudaMalloc");
@@ -386,6 +405,62 @@ int main(int argc, char** argv) {
       sized(elem<16>{}, 16);
       sized(elem<32>{}, 32);
       sized(elem<64>{}, 64);
+    }
+
+    // ---- writes: whole pages overwritten in the cache, then flush() ----
+    if (!skip_write) {
+      const uint64_t wdata = 1ull << 30, pages = wdata / 4096;
+      controller_config wc;
+      wc.pollers = pollers;
+      controller wctl(wc);
+      auto wt = make_host_memory_target(wdata, true);
+      const uint32_t wns = wctl.add_namespace({wt, 512, false});
+      for (bool direct : {true, false}) {
+        cache_config cfg;
+        cfg.page_size = 4096;
+        cfg.capacity_bytes = cache_bytes;  // holds every page: write-back happens in flush()
+        cfg.queue_pairs = queues;
+        cfg.queue_entries = entries;
+        cfg.direct = direct;
+        auto cache = make_gpu_page_cache(wctl, cfg);
+        array<uint64_t> a(cache, wns);
+        cudaMemset(failed, 0, 8);
+        double secs = 0, kernel_secs = 0;
+        for (int pass = 0; pass < 3; ++pass) {
+          if (!cache->clear().ok()) throw error("clear failed");
+          cache->reset_stats();
+          timer t;
+          const auto t0 = std::chrono::steady_clock::now();
+          t.start();
+          write_pages_kernel<<<grid, tpb>>>(a.ref(), pages, pages, failed);
+          const double k = t.stop();
+          const request_status fs = cache->flush();
+          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (!fs.ok()) throw error("flush failed: " + describe(fs));
+          if (pass > 0) {
+            secs += s / 2;
+            kernel_secs += k / 2;
+          }
+        }
+        unsigned long long f = 0;
+        cudaMemcpy(&f, failed, 8, cudaMemcpyDeviceToHost);
+        // Check what reached host memory: page p holds ~w at word w.
+        uint64_t wrong = 0;
+        const auto* h = static_cast<const uint64_t*>(wt->host_pointer());
+        for (uint64_t i = 0; i < wdata / 8; i += 4099) wrong += h[i] != ~(i % 512);
+        const double gbps = double(wdata) / secs / 1e9;
+        const char* path = direct ? "direct" : "controller";
+        std::printf("write+flush hostmem 4096 B pages, reads %s: %.1f GB/s of pages written back (%.3f of D2H %.1f), "
+                    "kernel alone %.1f GB/s, failed %llu, wrong words %llu\n",
+                    path, gbps, gbps / d2h, d2h, wdata / kernel_secs / 1e9, f, (unsigned long long)wrong);
+        json j;
+        j["config"] = {{"mode", "write-flush"}, {"page_size", 4096}, {"data_bytes", wdata}, {"cache_bytes", cache_bytes},
+                       {"path", path}, {"location", "hostmem"}, {"pollers", pollers}, {"queues", queues}};
+        j["metrics"] = {{"gbps", gbps}, {"kernel_gbps", wdata / kernel_secs / 1e9}, {"failed", f}, {"wrong", wrong}};
+        j["ceilings_extra"] = {{"d2h_memcpy_gbps", d2h}};
+        j["ratios"] = {{"vs_d2h", gbps / d2h}};
+        emit(j);
+      }
     }
 
     // ---- all-miss, direct and through the controller ----

@@ -32,8 +32,13 @@ struct counters {
   unsigned long long ok, failed, checksum;
 };
 
+// Each thread moves its whole block across the link: reads load every byte
+// of the block from staging after the completion, writes store every byte
+// into staging before the submit (16-byte accesses). With touch_all false
+// only the first word is read (the controller's request rate, with the data
+// left in host memory).
 __global__ void block_kernel(const queue_ref* qs, unsigned nq, uint32_t nsid, uint64_t blocks, uint32_t block_bytes,
-                             unsigned per_thread, bool write, bool sequential, counters* out) {
+                             unsigned per_thread, bool write, bool sequential, bool touch_all, counters* out) {
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t nthreads = uint64_t(gridDim.x) * blockDim.x;
   const queue_ref q = qs[(tid / 32) % nq];
@@ -56,6 +61,12 @@ __global__ void block_kernel(const queue_ref* qs, unsigned nq, uint32_t nsid, ui
       break;
     }
     const uint64_t off = q.buffer_offset(cid);
+    if (write) {
+      uint4* b = reinterpret_cast<uint4*>(q.buffer(cid));
+      const uint32_t n = touch_all ? block_bytes / 16 : 1;
+#pragma unroll 8
+      for (uint32_t v = 0; v < n; ++v) b[v] = make_uint4(uint32_t(lba), uint32_t(lba >> 32), v, uint32_t(tid));
+    }
     q.submit(cid, write ? nvme::make_write(nsid, lba, 1, off) : nvme::make_read(nsid, lba, 1, off));
     wait_result r = q.wait(cid, deadline);
     if (r.status.code == client_code::timeout || r.status.code == client_code::controller_lost) {
@@ -64,7 +75,20 @@ __global__ void block_kernel(const queue_ref* qs, unsigned nq, uint32_t nsid, ui
     }
     if (r.status.ok()) {
       ++ok;
-      if (!write) sum += *reinterpret_cast<const unsigned long long*>(q.buffer(cid));  // touch the data
+      if (!write) {
+        const uint4* b = reinterpret_cast<const uint4*>(q.buffer(cid));
+        const uint32_t n = touch_all ? block_bytes / 16 : 1;
+        uint4 acc = make_uint4(0, 0, 0, 0);
+#pragma unroll 8
+        for (uint32_t v = 0; v < n; ++v) {
+          const uint4 x = b[v];
+          acc.x ^= x.x;
+          acc.y ^= x.y;
+          acc.z ^= x.z;
+          acc.w ^= x.w;
+        }
+        sum += acc.x ^ acc.y ^ acc.z ^ acc.w;
+      }
     } else {
       ++failed;
     }
@@ -78,7 +102,7 @@ __global__ void block_kernel(const queue_ref* qs, unsigned nq, uint32_t nsid, ui
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string location = "hostmem", path, op = "read", pattern = "random", json_path, commit = "unknown";
+  std::string location = "hostmem", path, op = "read", pattern = "random", touch = "all", json_path, commit = "unknown";
   bool direct = false;
   uint64_t size = 1ull << 30, requests = 0, max_bytes = 0, staging_cap = 1ull << 30;
   std::vector<uint32_t> blocks{4096};
@@ -100,6 +124,10 @@ int main(int argc, char** argv) {
   app.add_option("--pollers", pollers, "controller poller threads");
   app.add_option("--op", op, "read | write")->check(CLI::IsMember({"read", "write"}));
   app.add_option("--pattern", pattern, "random | seq")->check(CLI::IsMember({"random", "seq"}));
+  app.add_option("--touch", touch,
+                 "all: the GPU reads (writes) every byte of each block from (into) staging; word: only the first "
+                 "word (the controller's request rate, the data left in host memory)")
+      ->check(CLI::IsMember({"all", "word"}));
   app.add_option("--json", json_path, "append the result as one JSON line");
   app.add_option("--commit", commit, "commit hash to record");
   CLI11_PARSE(app, argc, argv);
@@ -148,13 +176,14 @@ int main(int argc, char** argv) {
         const unsigned grid = (threads + tpb - 1) / tpb;
         // Warm-up: a short run, then the measured one.
         cudaMemset(d_out, 0, sizeof(counters));
-        block_kernel<<<grid, tpb>>>(d_refs, queues, nsid, size / block, block, 1, op == "write", pattern == "seq", d_out);
+        block_kernel<<<grid, tpb>>>(d_refs, queues, nsid, size / block, block, 1, op == "write", pattern == "seq",
+                                    touch == "all", d_out);
         check_cuda(cudaDeviceSynchronize(), "warm-up kernel");
         cudaMemset(d_out, 0, sizeof(counters));
         const double cpu0 = ctl.poller_cpu_seconds();
         const auto t0 = std::chrono::steady_clock::now();
         block_kernel<<<grid, tpb>>>(d_refs, queues, nsid, size / block, block, pt, op == "write", pattern == "seq",
-                                    d_out);
+                                    touch == "all", d_out);
         check_cuda(cudaGetLastError(), "launch");
         check_cuda(cudaDeviceSynchronize(), "kernel");
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -170,7 +199,7 @@ int main(int argc, char** argv) {
         j["config"] = {{"location", location}, {"direct", direct}, {"size", size}, {"block", block},
                        {"threads", threads},   {"per_thread", pt}, {"queues", queues}, {"queue_entries", qe},
                        {"pollers", pollers},   {"op", op}, {"pattern", pattern}, {"backend", ctl.backend_name()},
-                       {"path_kind", "controller"}};
+                       {"path_kind", "controller"}, {"gpu_touches", touch}};
         j["metrics"] = {{"requests", c.ok},
                         {"failed", c.failed},
                         {"seconds", secs},
@@ -192,9 +221,9 @@ int main(int argc, char** argv) {
           std::printf("  io_uring loop, %u threads, depth %u: %.2f M IOPS; deepwell/loop = %.2f\n", pollers, depth,
                       double(b["iops"]) / 1e6, double(j["ratios"]["vs_uring_loop_same_cores"]));
         }
-        std::printf("gpu block %s %s %s bs=%u threads=%u queues=%u pollers=%u: %.2f M IOPS %.2f GB/s (%.2f of H2D %.1f "
+        std::printf("gpu block %s %s %s touch=%s bs=%u threads=%u queues=%u pollers=%u: %.2f M IOPS %.2f GB/s (%.2f of H2D %.1f "
                     "GB/s), %.2f controller cores, failed %llu\n",
-                    location.c_str(), op.c_str(), pattern.c_str(), block, threads, queues, pollers, c.ok / secs / 1e6,
+                    location.c_str(), op.c_str(), pattern.c_str(), touch.c_str(), block, threads, queues, pollers, c.ok / secs / 1e6,
                     gbps, gbps / link, link, cpu / secs, c.failed);
         if (!json_path.empty()) std::ofstream(json_path, std::ios::app) << j.dump() << "\n";
         if (c.failed) status = 1;

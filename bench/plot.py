@@ -32,7 +32,8 @@ def title(summary: dict, what: str) -> str:
 def plot_block(plt, summary: dict, out: str) -> list[str]:
     made = []
     link = summary["ceilings"].get("h2d_memcpy_gbps")
-    threads = sorted(runs(summary, "block", clients="gpu", location="hostmem", block=4096, op="read", pattern="random"),
+    threads = sorted(runs(summary, "block", clients="gpu", location="hostmem", block=4096, op="read", pattern="random",
+                          gpu_touches="all"),
                      key=lambda l: l["config"]["threads"])
     if len(threads) > 1:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -47,7 +48,8 @@ def plot_block(plt, summary: dict, out: str) -> list[str]:
         ax.legend(fontsize=8)
         made.append(save(fig, out, "block-threads.svg"))
     sizes = {}
-    for l in runs(summary, "block", clients="gpu", location="hostmem", threads=131072, op="read", pattern="random"):
+    for l in runs(summary, "block", clients="gpu", location="hostmem", threads=131072, op="read", pattern="random",
+                  gpu_touches="all"):
         sizes[l["config"]["block"]] = l
     if len(sizes) > 1:
         fig, ax = plt.subplots(figsize=(6, 4))

@@ -128,6 +128,12 @@ def summarize(lines: list[Line], commit: str | None = None, config: dict | None 
         if z:
             out["baselines"][f"zero_copy_{name}_gbps"] = get(z, "metrics", "gbps")
             out["baselines"][f"zero_copy_{name}_miops"] = get(z, "metrics", "miops")
+    for path in ("direct", "controller"):
+        w = find(lines, "array", mode="write-flush", path=path)
+        if w:
+            out["metrics"][f"write_flush_4k_{path}_gbps"] = get(w, "metrics", "gbps")
+            out["ratios"][f"write_flush_4k_{path}_vs_d2h"] = get(w, "ratios", "vs_d2h")
+            out["ceilings"]["d2h_memcpy_gbps"] = get(w, "ceilings_extra", "d2h_memcpy_gbps")
     u = find(lines, "array", mode="all-miss-baseline", method="unified_memory", page_size=4096)
     if u:
         out["baselines"]["unified_memory_miss4k_gbps"] = get(u, "metrics", "gbps")
@@ -141,7 +147,8 @@ def summarize(lines: list[Line], commit: str | None = None, config: dict | None 
     if pc:
         out["ratios"]["block_pagecache_vs_uring"] = get(pc, "ratios", "vs_uring_loop_same_cores")
         out["ceilings"]["pagecache_uring_loop_iops"] = get(pc, "baselines", "uring_loop_same_cores", "iops")
-    hb = find(lines, "block", clients="gpu", location="hostmem", block=4096, op="read", pattern="random")
+    hb = find(lines, "block", clients="gpu", location="hostmem", block=4096, op="read", pattern="random",
+              threads=131072, gpu_touches="all")
     if hb:
         out["ratios"]["block_hostmem_4k_vs_h2d"] = get(hb, "ratios", "vs_h2d")
     cpu = find(lines, "block", clients="cpu", location="null")
@@ -152,11 +159,13 @@ def summarize(lines: list[Line], commit: str | None = None, config: dict | None 
     # Gathers: deepwell with its default configuration (the direct tier) on a
     # file in the page cache, against tiling on the same file.
     for loc in ("pagecache", "hostmem", "odirect"):
-        t = find(lines, "gather", location=loc, method="tiling")
+        # The best tiling configuration of the run (each line carries it).
+        t = get(find(lines, "gather", location=loc, method="deepwell"), "baselines", "tiling_best")
         if t:
-            out["baselines"][f"tiling_{loc}_dependent_gbps"] = get(t, "metrics", "dependent_gbps")
-            out["baselines"][f"tiling_{loc}_bulk_gbps"] = get(t, "metrics", "bulk_gbps")
-            out["baselines"][f"tiling_{loc}_bulk_cpu_cores"] = get(t, "metrics", "bulk_cpu_cores")
+            for key in ("dependent_gbps", "bulk_gbps", "dependent_cpu_cores", "bulk_cpu_cores", "dependent_config",
+                        "bulk_config"):
+                if key in t:
+                    out["baselines"][f"tiling_{loc}_{key}"] = t[key]
         for method, path in (("deepwell", "direct"), ("deepwell", "controller"), ("zero_copy", "direct"),
                              ("unified_memory", "faults")):
             g = find(lines, "gather", location=loc, method=method, path=path)

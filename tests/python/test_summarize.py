@@ -30,7 +30,8 @@ LINES = [
          {"dependent_gbps": 5.0, "bulk_gbps": 20.0, "bulk_cpu_cores": 8.0}),
     line("gather", {"location": "pagecache", "method": "deepwell", "path": "direct"},
          {"dependent_gbps": 20.0, "bulk_gbps": 40.0, "bulk_cpu_cores": 0.1, "bad_words": 0,
-          "same_row_ids_as_tiling": True}, {"dependent_vs_tiling": 4.0, "bulk_vs_tiling": 2.0}),
+          "same_row_ids_as_tiling": True}, {"dependent_vs_tiling": 4.0, "bulk_vs_tiling": 2.0},
+         baselines={"tiling_best": {"bulk_gbps": 20.0, "bulk_cpu_cores": 8.0, "bulk_config": "8 threads x 32 rows"}}),
 ]
 
 
@@ -49,6 +50,7 @@ class Summarize(unittest.TestCase):
         self.assertEqual(s["metrics"]["miss512_direct_miops"], 34.0)
         self.assertEqual(s["metrics"]["controller_cores_per_10gbps"], 3.75)
         self.assertEqual(s["baselines"]["tiling_pagecache_bulk_cpu_cores"], 8.0)
+        self.assertEqual(s["baselines"]["tiling_pagecache_bulk_config"], "8 threads x 32 rows")
         self.assertEqual(len(s["runs"]), len(LINES))
         for key in ("commit", "device", "config", "metrics", "ceilings", "baselines", "ratios"):
             self.assertIn(key, s)

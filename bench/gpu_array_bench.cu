@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
   uint64_t hit_data = 1ull << 30, miss_data = 4ull << 30, cache_bytes = 2ull << 30;
   std::vector<uint32_t> page_sizes{4096, 512, 65536};
   std::vector<std::string> paths{"direct", "controller"};
-  bool skip_hit = false, skip_write = false, with_null = false, bounded = false;
+  bool skip_hit = false, skip_write = false, write_first = false, with_null = false, bounded = false;
   CLI::App app{"deepwell array_ref benchmark (GPU page cache)"};
   app.add_option("--pollers", pollers, "controller poller threads");
   app.add_option("--queues", queues, "cache queue pairs");
@@ -302,6 +302,7 @@ int main(int argc, char** argv) {
   app.add_option("--paths", paths, "miss paths to run: direct, controller");
   app.add_flag("--skip-hit", skip_hit, "skip the all-hit runs");
   app.add_flag("--skip-write", skip_write, "skip the write + flush runs");
+  app.add_flag("--write-first", write_first, "run the write + flush runs before the all-miss runs");
   app.add_flag("--null", with_null, "also run the controller path over a null target (no data copy)");
   app.add_flag("--launch-bounds", bounded, "use the kernels capped at 128 registers (2 blocks of 256 per SM)");
   app.add_option("--file", file_path, "file for the page-cache runs (written if smaller than --miss-data; '' skips them)");
@@ -408,7 +409,9 @@ int main(int argc, char** argv) {
     }
 
     // ---- writes: whole pages overwritten in the cache, then flush() ----
-    if (!skip_write) {
+    // (after the miss runs by default: in one run the miss runs that came
+    // after this section measured lower; --write-first keeps that order)
+    auto run_writes = [&] {
       const uint64_t wdata = 1ull << 30, pages = wdata / 4096;
       controller_config wc;
       wc.pollers = pollers;
@@ -461,7 +464,8 @@ int main(int argc, char** argv) {
         j["ratios"] = {{"vs_d2h", gbps / d2h}};
         emit(j);
       }
-    }
+    };
+    if (!skip_write && write_first) run_writes();
 
     // ---- all-miss, direct and through the controller ----
     controller_config cc;
@@ -600,6 +604,7 @@ int main(int argc, char** argv) {
         emit(j);
       }
     }
+    if (!skip_write && !write_first) run_writes();
     cudaFree(sink);
     cudaFree(failed);
     return 0;

@@ -32,11 +32,35 @@ struct counters {
   unsigned long long ok, failed, checksum;
 };
 
-// Each thread moves its whole block across the link: reads load every byte
-// of the block from staging after the completion, writes store every byte
-// into staging before the submit (16-byte accesses). With touch_all false
-// only the first word is read (the controller's request rate, with the data
-// left in host memory).
+// The lanes of a warp that are together move each other's blocks across the
+// link, one block at a time, with 16-byte accesses (coalesced: a lane's own
+// block read by that lane alone would cross PCIe in 16-byte pieces). Reads
+// load every byte from staging after the completion, writes store every
+// byte before the submit. With touch_all false a read loads only the first
+// word (the controller's request rate, the data left in host memory).
+__device__ uint64_t move_blocks(uint8_t* mine, bool have, uint32_t block_bytes, bool write, uint64_t stamp) {
+  const unsigned m = __activemask();
+  const unsigned lane = threadIdx.x & 31;
+  const unsigned rank = __popc(m & ((1u << lane) - 1)), lanes = __popc(m);
+  uint4 acc = make_uint4(0, 0, 0, 0);
+  for (unsigned todo = __ballot_sync(m, have); todo; todo &= todo - 1) {
+    const unsigned l = __ffs(todo) - 1;
+    uint4* b = reinterpret_cast<uint4*>(__shfl_sync(m, reinterpret_cast<uintptr_t>(mine), l));
+    const uint64_t st = __shfl_sync(m, stamp, l);
+    for (uint32_t v = rank; v < block_bytes / 16; v += lanes) {
+      if (write) {
+        b[v] = make_uint4(uint32_t(st), uint32_t(st >> 32), v, 0);
+      } else {
+        const uint4 x = b[v];
+        acc.x ^= x.x;
+        acc.y ^= x.y;
+        acc.z ^= x.z;
+        acc.w ^= x.w;
+      }
+    }
+  }
+  return acc.x ^ acc.y ^ acc.z ^ acc.w;
+}
 __global__ void block_kernel(const queue_ref* qs, unsigned nq, uint32_t nsid, uint64_t blocks, uint32_t block_bytes,
                              unsigned per_thread, bool write, bool sequential, bool touch_all, counters* out) {
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -61,12 +85,7 @@ __global__ void block_kernel(const queue_ref* qs, unsigned nq, uint32_t nsid, ui
       break;
     }
     const uint64_t off = q.buffer_offset(cid);
-    if (write) {
-      uint4* b = reinterpret_cast<uint4*>(q.buffer(cid));
-      const uint32_t n = touch_all ? block_bytes / 16 : 1;
-#pragma unroll 8
-      for (uint32_t v = 0; v < n; ++v) b[v] = make_uint4(uint32_t(lba), uint32_t(lba >> 32), v, uint32_t(tid));
-    }
+    if (write) move_blocks(q.buffer(cid), true, touch_all ? block_bytes : 16, true, lba);
     q.submit(cid, write ? nvme::make_write(nsid, lba, 1, off) : nvme::make_read(nsid, lba, 1, off));
     wait_result r = q.wait(cid, deadline);
     if (r.status.code == client_code::timeout || r.status.code == client_code::controller_lost) {
@@ -75,20 +94,7 @@ __global__ void block_kernel(const queue_ref* qs, unsigned nq, uint32_t nsid, ui
     }
     if (r.status.ok()) {
       ++ok;
-      if (!write) {
-        const uint4* b = reinterpret_cast<const uint4*>(q.buffer(cid));
-        const uint32_t n = touch_all ? block_bytes / 16 : 1;
-        uint4 acc = make_uint4(0, 0, 0, 0);
-#pragma unroll 8
-        for (uint32_t v = 0; v < n; ++v) {
-          const uint4 x = b[v];
-          acc.x ^= x.x;
-          acc.y ^= x.y;
-          acc.z ^= x.z;
-          acc.w ^= x.w;
-        }
-        sum += acc.x ^ acc.y ^ acc.z ^ acc.w;
-      }
+      if (!write) sum += move_blocks(q.buffer(cid), true, touch_all ? block_bytes : 16, false, 0);
     } else {
       ++failed;
     }

@@ -114,8 +114,9 @@ def summarize(lines: list[Line], commit: str | None = None, config: dict | None 
                 out["metrics"][key + "_miops"] = get(m, "metrics", "miops")
                 out["metrics"][key + "_gbps"] = get(m, "metrics", "gbps")
                 out["metrics"][key + "_controller_cores"] = get(m, "metrics", "controller_cores")
-                if loc != "null":
-                    out["ratios"][key + "_vs_h2d"] = get(m, "ratios", key + "_vs_h2d")
+                link = get(m, "ceilings", "h2d_memcpy_gbps")
+                if loc != "null" and link and get(m, "metrics", "gbps") is not None:
+                    out["ratios"][key + "_vs_h2d"] = get(m, "metrics", "gbps") / link
     for key in ("miss4k_hostmem_direct_vs_h2d", "miss4k_hostmem_ctrl_vs_h2d", "miss4k_pagecache_direct_vs_h2d",
                 "miss4k_pagecache_ctrl_vs_h2d"):
         if key not in out["ratios"]:

@@ -212,16 +212,22 @@ struct elem_result {
   unsigned long long failed;
 };
 
+// A cache of 4 KiB pages for the all-hit runs: it holds the whole dataset,
+// so few queues (only the warm-up misses).
+std::shared_ptr<page_cache> make_hit_cache(controller& ctl, uint64_t cache_bytes) {
+  cache_config cfg;
+  cfg.page_size = 4096;
+  cfg.capacity_bytes = cache_bytes;
+  cfg.queue_pairs = 16;
+  return make_gpu_page_cache(ctl, cfg);
+}
+
 // All-hit random reads of T-sized elements through a fresh cache holding
 // the whole dataset, and the same reads from device memory.
 template <class T>
 elem_result hit_elem_sized(controller& ctl, uint32_t ns, uint64_t data_bytes, uint64_t cache_bytes, unsigned grid,
                            unsigned tpb, unsigned long long* sink, unsigned long long* failed) {
-  cache_config cfg;
-  cfg.page_size = 4096;
-  cfg.capacity_bytes = cache_bytes;
-  cfg.queue_pairs = 16;
-  auto cache = make_gpu_page_cache(ctl, cfg);
+  auto cache = make_hit_cache(ctl, cache_bytes);
   array<T> a(cache, ns);
   check_launch(*cache, hit_elem_sized_kernel<T>, grid, tpb);
   const unsigned per_thread = 64;
@@ -336,11 +342,7 @@ int main(int argc, char** argv) {
       controller ctl(cc);
       auto data = make_host_memory_target(hit_data, false);
       const uint32_t ns = ctl.add_namespace({data, 4096, true});
-      cache_config cfg;
-      cfg.page_size = 4096;
-      cfg.capacity_bytes = cache_bytes;
-      cfg.queue_pairs = 16;
-      auto cache = make_gpu_page_cache(ctl, cfg);
+      auto cache = make_hit_cache(ctl, cache_bytes);
       array<uint64_t> a(cache, ns);
       check_launch(*cache, bounded ? hit_elem_kernel_lb : hit_elem_kernel, grid, tpb);
       const uint64_t pages = hit_data / 4096;

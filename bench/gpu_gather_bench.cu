@@ -172,49 +172,63 @@ struct gather_runs {
   }
   unsigned grid_for_warps(uint64_t warps) const { return unsigned((warps * 32 + 255) / 256); }
 
-  // A GPU-side method (deepwell, zero-copy, unified memory): `before` runs
-  // before each repetition, untimed (empties the cache, moves pages back);
-  // `cpu` reads the CPU seconds of the method's own threads (the
-  // controller's pollers), 0 where it has none.
-  template <class Source, class Before, class Cpu>
-  result gpu_dependent(Source src, Before before, Cpu cpu) {
-    result r;
-    cudaMemset(d_bad.p, 0, 8);
+  // Runs `once` reps + 1 times, the first a warm-up, `before` untimed ahead
+  // of each; `once` returns its seconds, `cpu` reads the CPU seconds of the
+  // method's own threads (the controller's pollers, the tiling threads; 0
+  // where it has none). Averages both into r.
+  template <class Before, class Cpu, class Once>
+  void repeat(result& r, Before before, Cpu cpu, Once once) const {
     for (unsigned rep = 0; rep <= reps; ++rep) {
       before();
-      timer t;
       const double c0 = cpu();
-      t.start();
-      chain_kernel<<<grid_for_warps(batch), 256>>>(src, d_start.p, d_out.p, batch, unsigned(hops), s, d_final.p,
-                                                   d_bad.p);
-      const double secs = t.stop();
-      if (rep > 0) {  // the first is a warm-up
+      const double secs = once();
+      if (rep > 0) {
         r.seconds += secs / reps;
         r.cpu_seconds += (cpu() - c0) / reps;
       }
     }
+  }
+  unsigned long long bad_words() const {
+    unsigned long long bad = 0;
+    check_cuda(cudaMemcpy(&bad, d_bad.p, 8, cudaMemcpyDeviceToHost), "read the check count");
+    return bad;
+  }
+  template <class Launch>
+  static double kernel_seconds(Launch launch) {
+    timer t;
+    t.start();
+    launch();
+    return t.stop();
+  }
+  static double wall_seconds(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // The GPU-side methods (deepwell, zero-copy, unified memory): `before`
+  // empties the cache or moves pages back.
+  template <class Source, class Before, class Cpu>
+  result gpu_dependent(Source src, Before before, Cpu cpu) {
+    result r;
+    cudaMemset(d_bad.p, 0, 8);
+    repeat(r, before, cpu, [&] {
+      return kernel_seconds([&] {
+        chain_kernel<<<grid_for_warps(batch), 256>>>(src, d_start.p, d_out.p, batch, unsigned(hops), s, d_final.p,
+                                                     d_bad.p);
+      });
+    });
     r.final_rows.resize(batch);
     cudaMemcpy(r.final_rows.data(), d_final.p, batch * 8, cudaMemcpyDeviceToHost);
-    cudaMemcpy(&r.bad, d_bad.p, 8, cudaMemcpyDeviceToHost);
+    r.bad = bad_words();
     return r;
   }
   template <class Source, class Before, class Cpu>
   result gpu_bulk(Source src, Before before, Cpu cpu, unsigned grid) {
     result r;
     cudaMemset(d_bad.p, 0, 8);
-    for (unsigned rep = 0; rep <= reps; ++rep) {
-      before();
-      timer t;
-      const double c0 = cpu();
-      t.start();
-      bulk_kernel<<<grid, 256>>>(src, d_bulk.p, d_out.p, bulk_rows, s, d_bad.p);
-      const double secs = t.stop();
-      if (rep > 0) {
-        r.seconds += secs / reps;
-        r.cpu_seconds += (cpu() - c0) / reps;
-      }
-    }
-    cudaMemcpy(&r.bad, d_bad.p, 8, cudaMemcpyDeviceToHost);
+    repeat(r, before, cpu, [&] {
+      return kernel_seconds([&] { bulk_kernel<<<grid, 256>>>(src, d_bulk.p, d_out.p, bulk_rows, s, d_bad.p); });
+    });
+    r.bad = bad_words();
     return r;
   }
 
@@ -223,10 +237,11 @@ struct gather_runs {
     cudaMemset(d_bad.p, 0, 8);
     uint64_t* h_rows;
     check_cuda(cudaMallocHost(&h_rows, batch * 8), "cudaMallocHost");
-    for (unsigned rep = 0; rep <= reps; ++rep) {
+    auto restart = [&] {
       std::copy(start.begin(), start.end(), h_rows);
       cudaMemcpy(d_next.p, h_rows, batch * 8, cudaMemcpyHostToDevice);
-      const double c0 = g.cpu_seconds();
+    };
+    repeat(r, restart, [&] { return g.cpu_seconds(); }, [&] {
       const auto t0 = std::chrono::steady_clock::now();
       for (unsigned h = 0; h < hops; ++h) {
         if (!g.gather(h_rows, batch, d_out.p)) r.bad += 1;
@@ -236,38 +251,25 @@ struct gather_runs {
         check_cuda(cudaMemcpy(h_rows, d_final.p, batch * 8, cudaMemcpyDeviceToHost), "cudaMemcpy ids");
         cudaMemcpy(d_next.p, d_final.p, batch * 8, cudaMemcpyDeviceToDevice);
       }
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (rep > 0) {
-        r.seconds += secs / reps;
-        r.cpu_seconds += (g.cpu_seconds() - c0) / reps;
-      }
-    }
+      return wall_seconds(t0);
+    });
     r.final_rows.assign(h_rows, h_rows + batch);
     cudaFreeHost(h_rows);
-    unsigned long long bad = 0;
-    cudaMemcpy(&bad, d_bad.p, 8, cudaMemcpyDeviceToHost);
-    r.bad += bad;
+    r.bad += bad_words();
     return r;
   }
   result tiling_bulk(tiling_gatherer& g) {
     result r;
     cudaMemset(d_bad.p, 0, 8);
-    for (unsigned rep = 0; rep <= reps; ++rep) {
-      const double c0 = g.cpu_seconds();
+    repeat(r, [] {}, [&] { return g.cpu_seconds(); }, [&] {
       const auto t0 = std::chrono::steady_clock::now();
       if (!g.gather(bulk_idx.data(), bulk_rows, d_out.p)) r.bad += 1;
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (rep > 0) {
-        r.seconds += secs / reps;
-        r.cpu_seconds += (g.cpu_seconds() - c0) / reps;
-      }
-    }
+      return wall_seconds(t0);
+    });
     // Checked after the timing (the GPU-side methods check inside their
     // kernels, which costs them HBM time only).
     check_rows_kernel<<<1024, 256>>>(d_out.p, d_bulk.p, bulk_rows, s, d_bad.p);
-    unsigned long long bad = 0;
-    check_cuda(cudaMemcpy(&bad, d_bad.p, 8, cudaMemcpyDeviceToHost), "check");
-    r.bad += bad;
+    r.bad += bad_words();
     return r;
   }
 };

@@ -13,16 +13,11 @@ import json
 import os
 import sys
 
+import summarize  # bench/summarize.py, beside this file
+
 
 def runs(summary: dict, benchmark: str, **config) -> list[dict]:
-    out = []
-    for l in summary.get("runs", []):
-        if l.get("benchmark") != benchmark:
-            continue
-        cfg = l.get("config", {})
-        if all((cfg[k] if k in cfg else l.get(k)) == v for k, v in config.items()):
-            out.append(l)
-    return out
+    return summarize.select(summary.get("runs", []), benchmark, **config)
 
 
 def title(summary: dict, what: str) -> str:

@@ -48,17 +48,19 @@ def load_lines(paths: Iterable[str]) -> list[Line]:
     return lines
 
 
-def find(lines: list[Line], benchmark: str, **config: Any) -> Line | None:
-    """The last line of `benchmark` whose config (or, for keys not in its
-    config, the line itself) has every given value."""
-    hit = None
-    for line in lines:
-        if line.get("benchmark") != benchmark:
-            continue
+def select(lines: list[Line], benchmark: str, **config: Any) -> list[Line]:
+    """The lines of `benchmark` whose config (or, for keys not in its
+    config, the line itself) has every given value, in order."""
+    def matches(line: Line) -> bool:
         cfg = line.get("config", {})
-        if all((cfg[k] if k in cfg else line.get(k)) == v for k, v in config.items()):
-            hit = line
-    return hit
+        return all((cfg[k] if k in cfg else line.get(k)) == v for k, v in config.items())
+    return [l for l in lines if l.get("benchmark") == benchmark and matches(l)]
+
+
+def find(lines: list[Line], benchmark: str, **config: Any) -> Line | None:
+    """The last line that select() picks."""
+    hits = select(lines, benchmark, **config)
+    return hits[-1] if hits else None
 
 
 def get(line: Line | None, *path: str) -> Any:

@@ -1,0 +1,103 @@
+// Graphs on the host: csr_graph (built in memory by generators and
+// converters), write_csr (to a .dwg file), and csr_file (an open, checked,
+// read-only mapping of one). Errors throw deepwell::error naming the file and
+// the problem (truncated, wrong magic, offsets not monotone, id out of range).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepwell/graph/csr_format.hpp"
+
+namespace deepwell::graph {
+
+// Progress on stderr for the long-running tools: a bar on a terminal, one
+// line per phase otherwise. Safe to call from several threads.
+class progress {
+ public:
+  explicit progress(bool enabled = true);
+  ~progress();
+  void phase(const std::string& name, uint64_t total);
+  void advance(uint64_t n);
+  void done();
+
+ private:
+  struct state;
+  std::unique_ptr<state> s_;
+};
+
+// A graph in host memory. Exactly one of nbr32 / nbr64 is used (id_bytes).
+struct csr_graph {
+  uint64_t nodes = 0;
+  uint32_t id_bytes = 4;
+  uint32_t flags = 0;
+  weight_type weights = weight_type::none;
+  std::vector<uint64_t> offsets;  // nodes + 1
+  std::vector<uint32_t> nbr32;
+  std::vector<uint64_t> nbr64;
+  std::vector<uint32_t> wts;      // raw 32-bit weights (uint32 or float bits), one per edge
+  uint64_t seed = 0;
+  std::string origin;
+
+  uint64_t edges() const { return offsets.empty() ? 0 : offsets.back(); }
+  uint64_t neighbour(uint64_t e) const { return id_bytes == 4 ? nbr32[e] : nbr64[e]; }
+};
+
+void write_csr(const std::string& path, const csr_graph& g, progress* p = nullptr);
+
+// Summary statistics (the `info` command).
+struct csr_stats {
+  uint64_t max_degree = 0, max_degree_node = 0, zero_degree = 0, self_loops = 0;
+  double mean_degree = 0;
+};
+
+// An open graph file: the header is checked against the file size at open;
+// check() scans the arrays (offsets monotone and in range, every id < nodes).
+class csr_file {
+ public:
+  explicit csr_file(const std::string& path);
+  ~csr_file();
+  csr_file(const csr_file&) = delete;
+  csr_file& operator=(const csr_file&) = delete;
+
+  const std::string& path() const { return path_; }
+  const csr_header& header() const { return h_; }
+  uint64_t nodes() const { return h_.nodes; }
+  uint64_t edges() const { return h_.edges; }
+  bool symmetric() const { return h_.flags & csr_symmetric; }
+
+  // The mapped sections (the file's page cache).
+  const uint64_t* offsets() const { return reinterpret_cast<const uint64_t*>(base_ + h_.offsets_at); }
+  const void* neighbours() const { return base_ + h_.neighbours_at; }
+  const uint32_t* neighbours32() const;  // throws unless id_bytes == 4
+  const uint32_t* weights() const;       // nullptr when the graph has none
+  uint64_t neighbour(uint64_t e) const {
+    return h_.id_bytes == 4 ? static_cast<const uint32_t*>(neighbours())[e]
+                            : static_cast<const uint64_t*>(neighbours())[e];
+  }
+  uint64_t degree(uint64_t v) const { return offsets()[v + 1] - offsets()[v]; }
+
+  // Byte ranges of the sections in the file (for file targets).
+  uint64_t offsets_bytes() const { return (h_.nodes + 1) * 8; }
+  uint64_t neighbours_bytes() const { return h_.edges * h_.id_bytes; }
+  uint64_t weights_bytes() const { return h_.weights == weight_type::none ? 0 : h_.edges * 4; }
+
+  // Full scan; throws naming the first bad offset or id.
+  void check(unsigned threads = 0, progress* p = nullptr) const;
+  csr_stats stats(unsigned threads = 0) const;
+  // A copy in memory (tests, small graphs).
+  csr_graph load() const;
+
+ private:
+  std::string path_;
+  csr_header h_{};
+  const uint8_t* base_ = nullptr;
+  uint64_t mapped_ = 0;
+};
+
+// Checks a header read from a file of `file_bytes` bytes; throws naming the
+// first problem (`what` names the file in messages).
+void check_header(const csr_header& h, uint64_t file_bytes, const std::string& what);
+
+}  // namespace deepwell::graph

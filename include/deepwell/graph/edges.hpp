@@ -1,0 +1,126 @@
+// How an algorithm reaches a graph's arrays: two small by-value views with
+// the same warp-collective interface, so each algorithm is written once.
+//
+//   memory_graph  plain pointers: device memory (the all-in-GPU baseline),
+//                 pinned host memory mapped for the GPU (zero-copy, EMOGI),
+//                 or host memory for CPU threads.
+//   cached_graph  deepwell arrays: the neighbour (and weight) lists, and the
+//                 offsets unless they are given in memory, through the page
+//                 cache. A warp reads a list a page at a time: one lookup pins
+//                 the page, then every lane reads from it (reference reuse).
+//
+// Collective calls (offsets, for_each_edge) are made by all lanes of the
+// warp together with the same arguments where noted, as the cache requires;
+// for_each_edge's callback runs per lane and must not call collectives.
+#pragma once
+#include <cstdint>
+
+#include "deepwell/array.hpp"
+#include "deepwell/warp.hpp"
+
+namespace deepwell::graph {
+
+// The lanes of `mask` and this lane's rank among them.
+template <class Warp>
+DW_HD DW_FORCEINLINE unsigned lane_rank(const Warp& w, unsigned mask) {
+  return popcount32(mask & ((1u << w.lane()) - 1));
+}
+
+struct memory_graph {
+  uint64_t n = 0;
+  const uint64_t* offsets = nullptr;
+  const uint32_t* nbr = nullptr;
+  const uint32_t* wts = nullptr;
+
+  DW_HD uint64_t nodes() const { return n; }
+
+  // [b, e) of this lane's node v (b = e = 0 when !want).
+  template <class Warp>
+  DW_HD void range(const Warp&, bool want, uint64_t v, uint64_t& b, uint64_t& e) const {
+    b = want ? offsets[v] : 0;
+    e = want ? offsets[v + 1] : 0;
+  }
+
+  // Calls fn(neighbour, weight) for the edges [b, e) (same b, e in every
+  // lane), lanes striding over them; stops after the first stride in which
+  // some lane's fn returned true. Returns the edges looked at.
+  template <bool Weighted, class Warp, class Fn>
+  DW_HD uint64_t for_each_edge(const Warp& w, uint64_t b, uint64_t e, Fn&& fn) const {
+    const unsigned mask = w.active();
+    const unsigned lanes = popcount32(mask), rank = lane_rank(w, mask);
+    for (uint64_t base = b; base < e; base += lanes) {
+      const uint64_t i = base + rank;
+      const bool stop = i < e && fn(nbr[i], Weighted ? wts[i] : 0u);
+      if (w.ballot(mask, stop)) return (base + lanes < e ? base + lanes : e) - b;
+    }
+    return e - b;
+  }
+};
+
+struct cached_graph {
+  uint64_t n = 0;
+  const uint64_t* offsets_mem = nullptr;  // offsets in memory when not null
+  array_ref<uint64_t> offsets{};
+  array_ref<uint32_t> nbr{};
+  array_ref<uint32_t> wts{};
+
+  DW_HD uint64_t nodes() const { return n; }
+
+  template <class Warp>
+  DW_HD void range(const Warp& w, bool want, uint64_t v, uint64_t& b, uint64_t& e) const {
+    if (offsets_mem) {
+      b = want ? offsets_mem[v] : 0;
+      e = want ? offsets_mem[v + 1] : 0;
+      return;
+    }
+    // Collective reads: the lanes' nodes are consecutive, so one or two
+    // page lookups serve the warp. Lanes that want nothing read a wanting
+    // lane's entry (their duplicate requests coalesce with it).
+    const unsigned mask = w.active();
+    const unsigned act = w.ballot(mask, want);
+    if (!act) {
+      b = e = 0;
+      return;
+    }
+    const uint64_t lead = shfl64(w, mask, v, lowest_lane(act));  // every lane shuffles (a collective)
+    const uint64_t vv = want ? v : lead;
+    b = offsets.read(w, vv, nullptr);
+    e = offsets.read(w, vv + 1, nullptr);
+    if (!want) b = e = 0;
+  }
+
+  template <bool Weighted, class Warp, class Fn>
+  DW_HD uint64_t for_each_edge(const Warp& w, uint64_t b, uint64_t e, Fn&& fn) const {
+    const unsigned mask = w.active();
+    const unsigned lanes = popcount32(mask), rank = lane_rank(w, mask);
+    uint64_t i0 = b;
+    while (i0 < e) {
+      page_handle<uint32_t> hn = nbr.page(w, i0);
+      if (!hn.ok()) return i0 - b;  // the cache recorded the error; the host reports it
+      page_handle<uint32_t> hw;
+      if (Weighted) hw = wts.page(w, i0);
+      const uint64_t last = hn.first() + hn.count();
+      const uint64_t end = e < last ? e : last;
+      bool stopped = false;
+      const bool w_ok = !Weighted || hw.ok();
+      if (w_ok) {
+        for (uint64_t base = i0; base < end; base += lanes) {
+          const uint64_t i = base + rank;
+          const bool stop = i < end && fn(hn[i], Weighted ? hw[i] : 0u);
+          if (w.ballot(mask, stop)) {
+            stopped = true;
+            i0 = base + lanes < end ? base + lanes : end;
+            break;
+          }
+        }
+      }
+      hn.release();
+      if (Weighted) hw.release();
+      if (!w_ok || stopped) return i0 - b;
+      i0 = end;
+    }
+    return e - b;
+  }
+};
+
+}  // namespace deepwell::graph

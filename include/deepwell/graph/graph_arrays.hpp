@@ -1,0 +1,36 @@
+// A graph file's sections opened as deepwell datasets: each section (offsets,
+// neighbours, weights) is a namespace on the controller (a file target at
+// the section's offset) served through one page cache as an array. view()
+// gives the cached_graph kernels and CPU threads take by value.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "deepwell/graph/csr_file.hpp"
+#include "deepwell/graph/edges.hpp"
+#include "deepwell/page_cache.hpp"
+
+namespace deepwell::graph {
+
+struct graph_dataset_options {
+  bool direct_io = false;     // O_DIRECT file targets (the local disk, not the page cache)
+  uint32_t block_size = 4096; // namespace block size (<= the cache's page size)
+};
+
+class graph_arrays {
+ public:
+  graph_arrays(controller& ctl, std::shared_ptr<page_cache> cache, const csr_file& f,
+               const graph_dataset_options& o = {});
+  // Offsets through the cache unless `offsets_in_memory` (an address the
+  // clients can read: device memory for GPU clients) is given.
+  cached_graph view(const uint64_t* offsets_in_memory = nullptr) const;
+  page_cache& cache() const { return *cache_; }
+
+ private:
+  std::shared_ptr<page_cache> cache_;
+  uint64_t nodes_ = 0;
+  std::unique_ptr<array<uint64_t>> offsets_;
+  std::unique_ptr<array<uint32_t>> nbr_, wts_;
+};
+
+}  // namespace deepwell::graph

@@ -1,0 +1,310 @@
+// The algorithms' per-warp steps, written once for GPU warps and CPU threads
+// (the cache's warp policies, warp.hpp). A step processes the chunk of nodes
+// [v0, v0 + lanes) of one warp (32 nodes on a GPU, 1 on a CPU thread): the
+// lanes test their own node, then the whole warp walks each selected node's
+// neighbour list together (for_each_edge in edges.hpp). A step returns the
+// edges it looked at (for "bytes the algorithm needed").
+//
+// State arrays live in memory the threads address directly (device memory
+// for GPU steps); every shared access is a relaxed atomic (libcu++), which on
+// the GPU is a plain load or store and keeps the CPU tests race-free.
+#pragma once
+#include <cuda/std/bit>
+#include <cstdint>
+
+#include "deepwell/graph/edges.hpp"
+#include "deepwell/shared_atomic.hpp"
+
+namespace deepwell::graph {
+
+inline constexpr uint32_t not_reached = 0xFFFFFFFFu;
+
+struct step_counters {
+  unsigned long long changed = 0;  // nodes discovered / labels or distances lowered
+  unsigned long long bad_ids = 0;  // neighbour ids >= nodes (a corrupt file)
+  unsigned long long edges = 0;    // edges looked at (the drivers add the steps' results)
+  double sum = 0;                  // PageRank: rank of dangling nodes
+};
+
+template <class T>
+DW_HD DW_FORCEINLINE T ld(const T& x) {
+  return client_atomic<T>(const_cast<T&>(x)).load(memory_order_relaxed);
+}
+template <class T>
+DW_HD DW_FORCEINLINE void st(T& x, T v) {
+  client_atomic<T>(x).store(v, memory_order_relaxed);
+}
+
+// A double summed over the lanes of mask (every lane gets the total).
+template <class Warp>
+DW_HD double warp_sum(const Warp& w, unsigned mask, double x) {
+  const uint64_t bits = cuda::std::bit_cast<uint64_t>(x);
+  double total = 0;
+  for (unsigned m = mask; m; m &= m - 1) total += cuda::std::bit_cast<double>(shfl64(w, mask, bits, lowest_lane(m)));
+  return total;
+}
+
+template <class Warp>
+DW_HD void count(const Warp& w, unsigned mask, unsigned long long* counter, uint32_t mine) {
+  if (mine) client_atomic<unsigned long long>(*counter).fetch_add(mine, memory_order_relaxed);
+  (void)w;
+  (void)mask;
+}
+
+// ---- BFS (level-synchronous; top-down or bottom-up per level) ----
+struct bfs_step {
+  uint32_t* depth = nullptr;
+  uint32_t level = 0;
+  bool bottom_up = false;
+  step_counters* c = nullptr;
+
+  template <class Warp, class G>
+  DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    const unsigned mask = w.active();
+    const uint64_t n = g.nodes();
+    const uint64_t v = v0 + lane_rank(w, mask);
+    const uint32_t dv = v < n ? ld(depth[v]) : 0;
+    const bool mine = v < n && (bottom_up ? dv == not_reached : dv == level);
+    const unsigned act = w.ballot(mask, mine);
+    if (!act) return 0;
+    uint64_t b, e;
+    g.range(w, mine, v, b, e);
+    uint64_t looked = 0;
+    uint32_t found = 0, bad = 0;
+    for (unsigned m = act; m; m &= m - 1) {
+      const unsigned src = lowest_lane(m);
+      const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
+      if (!bottom_up) {
+        looked += g.template for_each_edge<false>(w, vb, ve, [&](uint32_t u, uint32_t) {
+          if (u >= n) {
+            ++bad;
+            return false;
+          }
+          uint32_t expect = not_reached;
+          if (ld(depth[u]) == not_reached &&
+              client_atomic<uint32_t>(depth[u]).compare_exchange_strong(expect, level + 1, memory_order_relaxed))
+            ++found;
+          return false;
+        });
+      } else {
+        // Looks for a parent in the frontier and stops at the first.
+        bool hit = false;
+        looked += g.template for_each_edge<false>(w, vb, ve, [&](uint32_t u, uint32_t) {
+          if (u >= n) {
+            ++bad;
+            return false;
+          }
+          hit = ld(depth[u]) == level;
+          return hit;
+        });
+        const bool any = w.ballot(mask, hit) != 0;
+        if (any && w.lane() == src) {
+          st(depth[v], level + 1);
+          ++found;
+        }
+      }
+    }
+    count(w, mask, &c->changed, found);
+    count(w, mask, &c->bad_ids, bad);
+    return looked;
+  }
+};
+
+// ---- connected components (union-find with path halving; ECL-CC's hooking) ----
+// parent[] starts as the identity; a root is hooked under a smaller root, so
+// after the final find every label is the smallest id of its component.
+struct cc_step {
+  uint32_t* parent = nullptr;
+  bool lower_half = false;  // symmetric and sorted lists: only edges to smaller ids (a prefix of each list)
+  step_counters* c = nullptr;
+
+  DW_HD static uint32_t find(uint32_t* p, uint32_t x) {
+    for (;;) {
+      const uint32_t px = ld(p[x]);
+      if (px == x) return x;
+      const uint32_t gp = ld(p[px]);
+      if (gp != px) st(p[x], gp);  // halving: gp is an ancestor of x, so this only shortens the path
+      x = gp;
+    }
+  }
+  DW_HD static void unite(uint32_t* p, uint32_t a, uint32_t b) {
+    for (;;) {
+      a = find(p, a);
+      b = find(p, b);
+      if (a == b) return;
+      if (a < b) {
+        const uint32_t t = a;
+        a = b;
+        b = t;
+      }
+      uint32_t expect = a;  // hook the larger root a under b, if a is still a root
+      if (client_atomic<uint32_t>(p[a]).compare_exchange_strong(expect, b, memory_order_relaxed)) return;
+    }
+  }
+
+  template <class Warp, class G>
+  DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    const unsigned mask = w.active();
+    const uint64_t n = g.nodes();
+    const uint64_t v = v0 + lane_rank(w, mask);
+    const bool mine = v < n;
+    const unsigned act = w.ballot(mask, mine);
+    uint64_t b, e;
+    g.range(w, mine, v, b, e);
+    uint64_t looked = 0;
+    uint32_t bad = 0;
+    for (unsigned m = act; m; m &= m - 1) {
+      const unsigned src = lowest_lane(m);
+      const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
+      const uint32_t x = w.shfl(mask, uint32_t(v), src);
+      looked += g.template for_each_edge<false>(w, vb, ve, [&](uint32_t u, uint32_t) {
+        if (u >= n) {
+          ++bad;
+          return false;
+        }
+        if (lower_half && u > x) return true;
+        if (u != x) unite(parent, x, u);
+        return false;
+      });
+    }
+    count(w, mask, &c->bad_ids, bad);
+    return looked;
+  }
+};
+
+// Every node's label becomes its root.
+struct cc_finish_step {
+  uint32_t* parent = nullptr;
+  template <class Warp, class G>
+  DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    const uint64_t v = v0 + lane_rank(w, w.active());
+    if (v < g.nodes()) st(parent[v], cc_step::find(parent, uint32_t(v)));
+    return 0;
+  }
+};
+
+// ---- PageRank (push) ----
+// Before each iteration: contrib[v] = rank[v] / degree(v), dangling rank summed.
+struct pr_prepare_step {
+  const float* rank = nullptr;
+  float* contrib = nullptr;
+  uint32_t* degree = nullptr;  // filled on the first call (first = true)
+  bool first = false;
+  step_counters* c = nullptr;
+  template <class Warp, class G>
+  DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    const unsigned mask = w.active();
+    const uint64_t v = v0 + lane_rank(w, mask);
+    const bool mine = v < g.nodes();
+    if (first) {
+      uint64_t b, e;
+      g.range(w, mine, v, b, e);
+      if (mine) degree[v] = uint32_t(e - b);
+    }
+    double dangling = 0;
+    if (mine) {
+      const uint32_t d = degree[v];
+      contrib[v] = d ? rank[v] / float(d) : 0.f;
+      if (!d) dangling = rank[v];
+    }
+    const double total = warp_sum(w, mask, dangling);
+    if (total != 0 && w.lane() == lowest_lane(mask))
+      client_atomic<double>(c->sum).fetch_add(total, memory_order_relaxed);
+    return 0;
+  }
+};
+
+struct pr_push_step {
+  const float* contrib = nullptr;
+  const uint32_t* degree = nullptr;
+  float* next = nullptr;
+  step_counters* c = nullptr;
+  template <class Warp, class G>
+  DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    const unsigned mask = w.active();
+    const uint64_t n = g.nodes();
+    const uint64_t v = v0 + lane_rank(w, mask);
+    const bool mine = v < n && degree[v] != 0;
+    const unsigned act = w.ballot(mask, mine);
+    if (!act) return 0;
+    uint64_t b, e;
+    g.range(w, mine, v, b, e);
+    uint64_t looked = 0;
+    uint32_t bad = 0;
+    for (unsigned m = act; m; m &= m - 1) {
+      const unsigned src = lowest_lane(m);
+      const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
+      const uint32_t x = w.shfl(mask, uint32_t(v), src);
+      const float cx = contrib[x];
+      looked += g.template for_each_edge<false>(w, vb, ve, [&](uint32_t u, uint32_t) {
+        if (u >= n)
+          ++bad;
+        else
+          client_atomic<float>(next[u]).fetch_add(cx, memory_order_relaxed);
+        return false;
+      });
+    }
+    count(w, mask, &c->bad_ids, bad);
+    return looked;
+  }
+};
+
+// rank <- (1 - d) / n + d * (next + dangling / n); next <- 0.
+struct pr_update_step {
+  float* rank = nullptr;
+  float* next = nullptr;
+  float base = 0, damping = 0, dangling_share = 0;  // dangling_share = d * dangling / n
+  template <class Warp, class G>
+  DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    const uint64_t v = v0 + lane_rank(w, w.active());
+    if (v < g.nodes()) {
+      rank[v] = base + damping * ld(next[v]) + dangling_share;
+      st(next[v], 0.f);
+    }
+    return 0;
+  }
+};
+
+// ---- SSSP (Bellman-Ford over a frontier of nodes whose distance fell) ----
+struct sssp_step {
+  unsigned long long* dist = nullptr;
+  const uint32_t* active = nullptr;
+  uint32_t* next_active = nullptr;
+  step_counters* c = nullptr;
+  template <class Warp, class G>
+  DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    const unsigned mask = w.active();
+    const uint64_t n = g.nodes();
+    const uint64_t v = v0 + lane_rank(w, mask);
+    const bool mine = v < n && ld(active[v]) != 0;
+    const unsigned act = w.ballot(mask, mine);
+    if (!act) return 0;
+    uint64_t b, e;
+    g.range(w, mine, v, b, e);
+    uint64_t looked = 0;
+    uint32_t lowered = 0, bad = 0;
+    for (unsigned m = act; m; m &= m - 1) {
+      const unsigned src = lowest_lane(m);
+      const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
+      const uint32_t x = w.shfl(mask, uint32_t(v), src);
+      const unsigned long long dx = ld(dist[x]);
+      looked += g.template for_each_edge<true>(w, vb, ve, [&](uint32_t u, uint32_t wt) {
+        if (u >= n) {
+          ++bad;
+          return false;
+        }
+        const unsigned long long nd = dx + wt;
+        if (nd < ld(dist[u]) && client_atomic<unsigned long long>(dist[u]).fetch_min(nd, memory_order_relaxed) > nd) {
+          st(next_active[u], 1u);
+          ++lowered;
+        }
+        return false;
+      });
+    }
+    count(w, mask, &c->changed, lowered);
+    count(w, mask, &c->bad_ids, bad);
+    return looked;
+  }
+};
+
+}  // namespace deepwell::graph

@@ -1,0 +1,288 @@
+// Reading, checking and writing .dwg graph files.
+#include "deepwell/graph/csr_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "deepwell/error.hpp"
+#include "deepwell/graph/parallel.hpp"
+
+namespace deepwell::graph {
+
+// ---------------------------------------------------------------------------
+// progress
+
+struct progress::state {
+  bool enabled = true;
+  bool tty = false;
+  std::mutex m;
+  std::string name;
+  uint64_t total = 0;
+  std::atomic<uint64_t> done{0};
+  int last_percent = -1;
+  std::chrono::steady_clock::time_point start;
+};
+
+progress::progress(bool enabled) : s_(std::make_unique<state>()) {
+  s_->enabled = enabled;
+  s_->tty = isatty(STDERR_FILENO);
+}
+progress::~progress() { done(); }
+
+void progress::phase(const std::string& name, uint64_t total) {
+  done();
+  std::lock_guard<std::mutex> l(s_->m);
+  s_->name = name;
+  s_->total = total;
+  s_->done = 0;
+  s_->last_percent = -1;
+  s_->start = std::chrono::steady_clock::now();
+}
+
+void progress::advance(uint64_t n) {
+  const uint64_t d = s_->done.fetch_add(n) + n;
+  if (!s_->enabled || !s_->tty || s_->total == 0) return;
+  const int pct = int(std::min<uint64_t>(100, d * 100 / s_->total));
+  std::unique_lock<std::mutex> l(s_->m, std::try_to_lock);
+  if (!l.owns_lock() || pct == s_->last_percent) return;
+  s_->last_percent = pct;
+  const int width = 30, fill = pct * width / 100;
+  std::fprintf(stderr, "\r%-22s [%.*s%*s] %3d%%", s_->name.c_str(), fill, "##############################",
+               width - fill, "", pct);
+  std::fflush(stderr);
+}
+
+void progress::done() {
+  std::lock_guard<std::mutex> l(s_->m);
+  if (s_->name.empty()) return;
+  if (s_->enabled) {
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - s_->start).count();
+    std::fprintf(stderr, "%s%-22s done in %.2f s%s\n", s_->tty ? "\r" : "", s_->name.c_str(), sec,
+                 s_->tty ? "                    " : "");
+  }
+  s_->name.clear();
+}
+
+// ---------------------------------------------------------------------------
+// header checks
+
+void check_header(const csr_header& h, uint64_t file_bytes, const std::string& what) {
+  if (std::memcmp(h.magic, csr_magic, sizeof(csr_magic)) != 0)
+    throw error(what + ": not a deepwell graph file (wrong magic; convert edge lists with `deepwell graph convert`)");
+  if (h.version != csr_version)
+    throw error(what + ": graph format version " + std::to_string(h.version) + ", this build reads version " +
+                std::to_string(csr_version));
+  if (h.header_bytes != csr_header_bytes) throw error(what + ": bad header size " + std::to_string(h.header_bytes));
+  if (h.id_bytes != 4 && h.id_bytes != 8)
+    throw error(what + ": node id width " + std::to_string(h.id_bytes) + " bytes (must be 4 or 8)");
+  if (h.id_bytes == 4 && h.nodes > (uint64_t(1) << 32))
+    throw error(what + ": " + std::to_string(h.nodes) + " nodes do not fit 4-byte ids");
+  if (h.weights != weight_type::none && h.weights != weight_type::u32 && h.weights != weight_type::f32)
+    throw error(what + ": unknown weight type " + std::to_string(uint32_t(h.weights)));
+  if (h.nodes > (uint64_t(1) << 40) || h.edges > (uint64_t(1) << 44))
+    throw error(what + ": implausible size (" + std::to_string(h.nodes) + " nodes, " + std::to_string(h.edges) +
+                " edges): corrupt header");
+  const csr_layout l = layout_for(h.nodes, h.edges, h.id_bytes, h.weights);
+  if (h.offsets_at != l.offsets_at || h.neighbours_at != l.neighbours_at || h.weights_at != l.weights_at ||
+      h.file_bytes != l.file_bytes)
+    throw error(what + ": section offsets in the header do not match the layout for " + std::to_string(h.nodes) +
+                " nodes and " + std::to_string(h.edges) + " edges: corrupt header");
+  if (file_bytes < h.file_bytes)
+    throw error(what + ": truncated: " + std::to_string(file_bytes) + " bytes, the header says " +
+                std::to_string(h.file_bytes));
+}
+
+// ---------------------------------------------------------------------------
+// write
+
+namespace {
+
+struct fd_closer {
+  int fd;
+  ~fd_closer() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void pwrite_all(int fd, const void* p, uint64_t bytes, uint64_t at, const std::string& path, progress* pr) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  while (bytes) {
+    const size_t chunk = size_t(std::min<uint64_t>(bytes, 64u << 20));
+    const ssize_t n = ::pwrite(fd, b, chunk, off_t(at));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw error(errno_message("write " + path, errno));
+    }
+    b += n;
+    at += uint64_t(n);
+    bytes -= uint64_t(n);
+    if (pr) pr->advance(uint64_t(n));
+  }
+}
+
+}  // namespace
+
+void write_csr(const std::string& path, const csr_graph& g, progress* p) {
+  if (g.offsets.size() != g.nodes + 1) throw error("write_csr: offsets has " + std::to_string(g.offsets.size()) +
+                                                   " entries for " + std::to_string(g.nodes) + " nodes");
+  const uint64_t m = g.edges();
+  if ((g.id_bytes == 4 ? g.nbr32.size() : g.nbr64.size()) != m) throw error("write_csr: neighbour array size mismatch");
+  if (g.weights != weight_type::none && g.wts.size() != m) throw error("write_csr: weight array size mismatch");
+  const csr_layout l = layout_for(g.nodes, m, g.id_bytes, g.weights);
+  csr_header h{};
+  std::memcpy(h.magic, csr_magic, sizeof(csr_magic));
+  h.version = csr_version;
+  h.header_bytes = csr_header_bytes;
+  h.nodes = g.nodes;
+  h.edges = m;
+  h.id_bytes = g.id_bytes;
+  h.weights = g.weights;
+  h.flags = g.flags;
+  h.offsets_at = l.offsets_at;
+  h.neighbours_at = l.neighbours_at;
+  h.weights_at = l.weights_at;
+  h.file_bytes = l.file_bytes;
+  h.seed = g.seed;
+  std::snprintf(h.origin, sizeof(h.origin), "%s", g.origin.c_str());
+
+  // Write to a temporary name and rename: an interrupted run never leaves a
+  // file that looks complete.
+  const std::string tmp = path + ".partial";
+  fd_closer f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644)};
+  if (f.fd < 0) throw error(errno_message("create " + tmp, errno));
+  if (::ftruncate(f.fd, off_t(l.file_bytes)) != 0) throw error(errno_message("size " + tmp, errno));
+  if (p) p->phase("write " + std::to_string(l.file_bytes >> 20) + " MiB", l.file_bytes);
+  std::vector<uint8_t> head(csr_header_bytes, 0);
+  std::memcpy(head.data(), &h, sizeof(h));
+  pwrite_all(f.fd, head.data(), head.size(), 0, tmp, p);
+  pwrite_all(f.fd, g.offsets.data(), (g.nodes + 1) * 8, l.offsets_at, tmp, p);
+  if (g.id_bytes == 4)
+    pwrite_all(f.fd, g.nbr32.data(), m * 4, l.neighbours_at, tmp, p);
+  else
+    pwrite_all(f.fd, g.nbr64.data(), m * 8, l.neighbours_at, tmp, p);
+  if (g.weights != weight_type::none) pwrite_all(f.fd, g.wts.data(), m * 4, l.weights_at, tmp, p);
+  if (::close(f.fd) != 0) {
+    f.fd = -1;
+    throw error(errno_message("close " + tmp, errno));
+  }
+  f.fd = -1;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) throw error(errno_message("rename " + tmp + " to " + path, errno));
+  if (p) p->done();
+}
+
+// ---------------------------------------------------------------------------
+// csr_file
+
+csr_file::csr_file(const std::string& path) : path_(path) {
+  fd_closer f{::open(path.c_str(), O_RDONLY)};
+  if (f.fd < 0) throw error(errno_message("open " + path, errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw error(errno_message("stat " + path, errno));
+  if (!S_ISREG(st.st_mode)) throw error(path + ": not a regular file");
+  const uint64_t size = uint64_t(st.st_size);
+  if (size < sizeof(csr_header))
+    throw error(path + ": truncated: " + std::to_string(size) + " bytes, shorter than a graph header");
+  const ssize_t n = ::pread(f.fd, &h_, sizeof(h_), 0);
+  if (n != ssize_t(sizeof(h_))) throw error(errno_message("read " + path, n < 0 ? errno : EIO));
+  check_header(h_, size, path);
+  void* m = ::mmap(nullptr, h_.file_bytes, PROT_READ, MAP_SHARED, f.fd, 0);
+  if (m == MAP_FAILED) throw error(errno_message("mmap " + path, errno));
+  base_ = static_cast<const uint8_t*>(m);
+  mapped_ = h_.file_bytes;
+  const uint64_t* off = offsets();
+  if (off[0] != 0 || off[h_.nodes] != h_.edges) {
+    const std::string msg = path + ": offsets run from " + std::to_string(off[0]) + " to " +
+                            std::to_string(off[h_.nodes]) + ", the header says 0 to " + std::to_string(h_.edges);
+    ::munmap(m, mapped_);
+    throw error(msg);
+  }
+}
+
+csr_file::~csr_file() {
+  if (base_) ::munmap(const_cast<uint8_t*>(base_), mapped_);
+}
+
+const uint32_t* csr_file::neighbours32() const {
+  if (h_.id_bytes != 4) throw error(path_ + ": has 8-byte node ids (this operation needs 4-byte ids)");
+  return static_cast<const uint32_t*>(neighbours());
+}
+
+const uint32_t* csr_file::weights() const {
+  if (h_.weights == weight_type::none) return nullptr;
+  return reinterpret_cast<const uint32_t*>(base_ + h_.weights_at);
+}
+
+void csr_file::check(unsigned threads, progress* p) const {
+  const uint64_t* off = offsets();
+  const uint64_t n = h_.nodes;
+  if (p) p->phase("check", n);
+  detail::parallel_for(n, threads, [&](unsigned, uint64_t b, uint64_t e) {
+    for (uint64_t v = b; v < e; ++v) {
+      if (off[v + 1] < off[v] || off[v + 1] > h_.edges)
+        throw error(path_ + ": offsets of node " + std::to_string(v) + " run from " + std::to_string(off[v]) +
+                    " to " + std::to_string(off[v + 1]) + " (not monotone or past " + std::to_string(h_.edges) +
+                    " edges)");
+      for (uint64_t i = off[v]; i < off[v + 1]; ++i) {
+        const uint64_t u = neighbour(i);
+        if (u >= n)
+          throw error(path_ + ": edge " + std::to_string(i) + " of node " + std::to_string(v) + " points to node " +
+                      std::to_string(u) + ", out of range (" + std::to_string(n) + " nodes)");
+      }
+      if (p && (v & 0xFFFF) == 0) p->advance(std::min<uint64_t>(e - v, 0x10000));
+    }
+  });
+  if (p) p->done();
+}
+
+csr_stats csr_file::stats(unsigned threads) const {
+  const unsigned t = detail::thread_count(threads);
+  std::vector<csr_stats> part(t);
+  const uint64_t* off = offsets();
+  detail::parallel_for(h_.nodes, t, [&](unsigned k, uint64_t b, uint64_t e) {
+    csr_stats s;
+    for (uint64_t v = b; v < e; ++v) {
+      const uint64_t d = off[v + 1] - off[v];
+      if (d > s.max_degree) s.max_degree = d, s.max_degree_node = v;
+      if (d == 0) ++s.zero_degree;
+      for (uint64_t i = off[v]; i < off[v + 1]; ++i) s.self_loops += neighbour(i) == v;
+    }
+    part[k] = s;
+  });
+  csr_stats r;
+  for (const auto& s : part) {
+    if (s.max_degree > r.max_degree) r.max_degree = s.max_degree, r.max_degree_node = s.max_degree_node;
+    r.zero_degree += s.zero_degree;
+    r.self_loops += s.self_loops;
+  }
+  r.mean_degree = h_.nodes ? double(h_.edges) / double(h_.nodes) : 0;
+  return r;
+}
+
+csr_graph csr_file::load() const {
+  csr_graph g;
+  g.nodes = h_.nodes;
+  g.id_bytes = h_.id_bytes;
+  g.flags = h_.flags;
+  g.weights = h_.weights;
+  g.seed = h_.seed;
+  g.origin = std::string(h_.origin, strnlen(h_.origin, sizeof(h_.origin)));
+  g.offsets.assign(offsets(), offsets() + h_.nodes + 1);
+  if (h_.id_bytes == 4)
+    g.nbr32.assign(neighbours32(), neighbours32() + h_.edges);
+  else
+    g.nbr64.assign(static_cast<const uint64_t*>(neighbours()), static_cast<const uint64_t*>(neighbours()) + h_.edges);
+  if (const uint32_t* w = weights()) g.wts.assign(w, w + h_.edges);
+  return g;
+}
+
+}  // namespace deepwell::graph

@@ -1,0 +1,420 @@
+// Graph tools (format, generators, converters, symmetrize, bad files), the
+// CPU references, and the algorithms themselves run by CPU threads: over
+// plain memory and through a small deepwell page cache (the same step code
+// the GPU runs).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "deepwell/graph/algorithms.hpp"
+#include "deepwell/graph/build.hpp"
+#include "deepwell/graph/cpu_exec.hpp"
+#include "deepwell/graph/graph_arrays.hpp"
+#include "deepwell/graph/reference.hpp"
+#include "test_util.hpp"
+
+using namespace deepwell;
+using namespace deepwell::graph;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (testing::TempDir().empty() ? std::string("/tmp/") : testing::TempDir()) + "dw-graph-" +
+         std::to_string(::getpid()) + "-" + name;
+}
+
+struct temp_file {
+  std::string path;
+  explicit temp_file(const std::string& name) : path(temp_path(name)) {}
+  ~temp_file() { ::unlink(path.c_str()); }
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream o(path);
+  o << text;
+}
+
+template <class F>
+void expect_error(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const deepwell::error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+bool has_edge(const csr_graph& g, uint64_t u, uint64_t v) {
+  const auto b = g.nbr32.begin() + int64_t(g.offsets[u]), e = g.nbr32.begin() + int64_t(g.offsets[u + 1]);
+  return std::binary_search(b, e, uint32_t(v));
+}
+
+generator_options kron(unsigned scale, bool weighted = false) {
+  generator_options o;
+  o.scale = scale;
+  o.degree = 8;
+  o.seed = 7;
+  o.weighted = weighted;
+  return o;
+}
+
+}  // namespace
+
+// ---- generators ----
+
+TEST(GraphGenerate, DeterministicWhateverTheThreadCount) {
+  generator_options o = kron(12, true);
+  o.threads = 1;
+  const csr_graph a = generate(o);
+  o.threads = 5;
+  const csr_graph b = generate(o);
+  EXPECT_EQ(a.offsets, b.offsets);
+  EXPECT_EQ(a.nbr32, b.nbr32);
+  EXPECT_EQ(a.wts, b.wts);
+  o.seed = 8;
+  EXPECT_NE(generate(o).nbr32, a.nbr32);
+}
+
+TEST(GraphGenerate, KroneckerIsSymmetricSimpleSortedAndSkewed) {
+  const csr_graph g = generate(kron(12, true));
+  ASSERT_EQ(g.nodes, 4096u);
+  EXPECT_EQ(g.flags, csr_symmetric | csr_sorted | csr_simple);
+  EXPECT_GT(g.edges(), 4096u * 8);  // both directions of most of the 32768 generated edges
+  uint64_t max_deg = 0;
+  for (uint64_t u = 0; u < g.nodes; ++u) {
+    max_deg = std::max(max_deg, g.offsets[u + 1] - g.offsets[u]);
+    for (uint64_t i = g.offsets[u]; i < g.offsets[u + 1]; ++i) {
+      const uint32_t v = g.nbr32[i];
+      ASSERT_NE(v, u) << "self loop";
+      if (i > g.offsets[u]) ASSERT_LT(g.nbr32[i - 1], v) << "unsorted or duplicate";
+      ASSERT_TRUE(has_edge(g, v, u)) << u << "->" << v << " without its reverse";
+      ASSERT_EQ(g.wts[i], generated_weight(u, v, g.seed));
+      ASSERT_GE(g.wts[i], 1u);
+      ASSERT_LE(g.wts[i], 255u);
+    }
+  }
+  // R-MAT's skew: the largest degree far above the mean; uniform graphs are flat.
+  EXPECT_GT(double(max_deg), 10 * double(g.edges()) / double(g.nodes));
+  generator_options u = kron(12);
+  u.kind = generator_options::kind_t::uniform;
+  const csr_graph ug = generate(u);
+  uint64_t umax = 0;
+  for (uint64_t v = 0; v < ug.nodes; ++v) umax = std::max(umax, ug.offsets[v + 1] - ug.offsets[v]);
+  EXPECT_LT(double(umax), 3 * double(ug.edges()) / double(ug.nodes));
+}
+
+TEST(GraphGenerate, BadOptionsAreErrors) {
+  generator_options o = kron(0);
+  expect_error([&] { generate(o); }, "scale 0");
+  o = kron(33);
+  expect_error([&] { generate(o); }, "8-byte ids");
+  o = kron(4);
+  o.a = 0.9;
+  expect_error([&] { generate(o); }, "sum below 1");
+  o = kron(4);
+  o.degree = 0;
+  expect_error([&] { generate(o); }, "degree 0");
+}
+
+TEST(GraphGenerate, EightByteIdsMatchFourByteIds) {
+  generator_options o = kron(10);
+  const csr_graph a = generate(o);
+  o.id_bytes = 8;
+  const csr_graph b = generate(o);
+  ASSERT_EQ(a.offsets, b.offsets);
+  for (uint64_t i = 0; i < a.edges(); ++i) ASSERT_EQ(a.nbr32[i], b.nbr64[i]);
+}
+
+// ---- the file ----
+
+TEST(GraphFile, WriteOpenLoadRoundTrip) {
+  temp_file f("rt.dwg");
+  const csr_graph g = generate(kron(11, true));
+  write_csr(f.path, g);
+  csr_file file(f.path);
+  EXPECT_EQ(file.nodes(), g.nodes);
+  EXPECT_EQ(file.edges(), g.edges());
+  EXPECT_TRUE(file.symmetric());
+  EXPECT_EQ(file.header().offsets_at % csr_section_align, 0u);
+  EXPECT_EQ(file.header().neighbours_at % csr_section_align, 0u);
+  EXPECT_EQ(file.header().weights_at % csr_section_align, 0u);
+  EXPECT_NO_THROW(file.check(3));
+  const csr_graph back = file.load();
+  EXPECT_EQ(back.offsets, g.offsets);
+  EXPECT_EQ(back.nbr32, g.nbr32);
+  EXPECT_EQ(back.wts, g.wts);
+  EXPECT_EQ(std::string(file.header().origin), g.origin);
+  const csr_stats s = file.stats(2);
+  EXPECT_EQ(s.self_loops, 0u);
+  EXPECT_GT(s.max_degree, 0u);
+}
+
+TEST(GraphFile, BadFilesGetClearErrors) {
+  temp_file f("bad.dwg");
+  expect_error([&] { csr_file x(f.path); }, f.path);  // missing
+  write_text(f.path, "1 2\n2 3\n");
+  expect_error([&] { csr_file x(f.path); }, "truncated");  // shorter than a header
+  std::string junk(8192, 'x');
+  write_text(f.path, junk);
+  expect_error([&] { csr_file x(f.path); }, "wrong magic");
+
+  const csr_graph g = generate(kron(10));
+  write_csr(f.path, g);
+  {
+    csr_file ok(f.path);
+    EXPECT_NO_THROW(ok.check());
+  }
+  const uint64_t full = csr_file(f.path).header().file_bytes;
+  ASSERT_EQ(::truncate(f.path.c_str(), off_t(full - 100)), 0);
+  expect_error([&] { csr_file x(f.path); }, "truncated");
+
+  // An id out of range, then a decreasing offset: open succeeds, check names the spot.
+  write_csr(f.path, g);
+  const csr_header h = csr_file(f.path).header();
+  const int fd = ::open(f.path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint32_t bad_id = 5000;
+  ASSERT_EQ(::pwrite(fd, &bad_id, 4, off_t(h.neighbours_at + 4 * 10)), 4);
+  {
+    csr_file x(f.path);
+    expect_error([&] { x.check(); }, "points to node 5000, out of range");
+  }
+  const uint32_t fine = 1;
+  ASSERT_EQ(::pwrite(fd, &fine, 4, off_t(h.neighbours_at + 4 * 10)), 4);
+  const uint64_t backwards = 3;
+  ASSERT_EQ(::pwrite(fd, &backwards, 8, off_t(h.offsets_at + 8 * 500)), 8);
+  {
+    csr_file x(f.path);
+    expect_error([&] { x.check(); }, "not monotone");
+  }
+  const uint64_t wrong_total = 1;
+  ASSERT_EQ(::pwrite(fd, &wrong_total, 8, off_t(h.offsets_at + 8 * h.nodes)), 8);
+  expect_error([&] { csr_file x(f.path); }, "the header says");
+  const uint32_t bad_width = 3;
+  ASSERT_EQ(::pwrite(fd, &bad_width, 4, off_t(offsetof(csr_header, id_bytes))), 4);
+  expect_error([&] { csr_file x(f.path); }, "id width 3");
+  ::close(fd);
+}
+
+// ---- converters ----
+
+TEST(GraphConvert, SnapEdgeListWithCommentsAndWeights) {
+  temp_file t("snap.txt");
+  write_text(t.path,
+             "# Directed graph: test\n"
+             "# FromNodeId\tToNodeId\n"
+             "0\t1\t5\n"
+             "1 2 7\n"
+             "\n"
+             "% another comment style\n"
+             "2 0 1\n"
+             "2 0 9\n"    // a duplicate: the smaller weight stays
+             "3 3 4\n");  // a self loop: dropped
+  const edge_list e = read_edge_list(t.path);
+  EXPECT_EQ(e.nodes, 4u);
+  EXPECT_EQ(e.src.size(), 5u);
+  EXPECT_EQ(e.weights, weight_type::u32);
+  const csr_graph g = build_csr(e, {});
+  EXPECT_EQ(g.offsets, (std::vector<uint64_t>{0, 1, 2, 3, 3}));
+  EXPECT_EQ(g.nbr32, (std::vector<uint32_t>{1, 2, 0}));
+  EXPECT_EQ(g.wts, (std::vector<uint32_t>{5, 7, 1}));
+  EXPECT_FALSE(g.flags & csr_symmetric);
+  build_options so;
+  so.symmetrize = true;
+  const csr_graph s = build_csr(e, so);
+  EXPECT_TRUE(s.flags & csr_symmetric);
+  EXPECT_EQ(s.offsets, (std::vector<uint64_t>{0, 2, 4, 6, 6}));
+  EXPECT_EQ(s.nbr32, (std::vector<uint32_t>{1, 2, 0, 2, 0, 1}));
+  EXPECT_EQ(s.wts, (std::vector<uint32_t>{5, 1, 5, 7, 1, 7}));
+  // symmetrize() of the directed CSR gives the same graph.
+  const csr_graph s2 = symmetrize(g);
+  EXPECT_EQ(s2.offsets, s.offsets);
+  EXPECT_EQ(s2.nbr32, s.nbr32);
+  EXPECT_EQ(s2.wts, s.wts);
+}
+
+TEST(GraphConvert, MatrixMarketGeneralAndSymmetric) {
+  temp_file t("m.mtx");
+  write_text(t.path,
+             "%%MatrixMarket matrix coordinate real symmetric\n"
+             "% comment\n"
+             "3 3 2\n"
+             "2 1 0.5\n"
+             "3 2 1.25\n");
+  const edge_list e = read_edge_list(t.path);
+  EXPECT_TRUE(e.symmetric_input);
+  EXPECT_EQ(e.weights, weight_type::f32);
+  const csr_graph g = build_csr(e, {});
+  EXPECT_TRUE(g.flags & csr_symmetric);
+  EXPECT_EQ(g.nbr32, (std::vector<uint32_t>{1, 0, 2, 1}));
+  float w;
+  std::memcpy(&w, &g.wts[2], 4);
+  EXPECT_EQ(w, 1.25f);
+
+  write_text(t.path, "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 2\n2 1\n");
+  const csr_graph p = build_csr(read_edge_list(t.path), {});
+  EXPECT_EQ(p.nbr32, (std::vector<uint32_t>{1, 0}));
+  EXPECT_EQ(p.weights, weight_type::none);
+}
+
+TEST(GraphConvert, BadTextNamesTheLine) {
+  temp_file t("bad.txt");
+  write_text(t.path, "0 1\n1 x\n");
+  expect_error([&] { read_edge_list(t.path); }, ":2: node id 'x'");
+  write_text(t.path, "0 1\n1 2 3\n");
+  expect_error([&] { read_edge_list(t.path); }, ":2: has 3 fields");
+  write_text(t.path, "0 -1\n");
+  expect_error([&] { read_edge_list(t.path); }, "negative node id");
+  write_text(t.path, "# only comments\n");
+  expect_error([&] { read_edge_list(t.path); }, "no edges");
+  write_text(t.path, "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 3\n");
+  expect_error([&] { read_edge_list(t.path); }, ":3: entry (1, 3) outside");
+  write_text(t.path, "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 2\n");
+  expect_error([&] { read_edge_list(t.path); }, "truncated");
+  write_text(t.path, "%%MatrixMarket matrix array real general\n");
+  expect_error([&] { read_edge_list(t.path); }, "coordinate");
+  expect_error([&] { read_edge_list(t.path + ".missing"); }, ".missing");
+}
+
+// ---- references on graphs small enough to check by hand ----
+
+TEST(GraphReference, HandCheckedAnswers) {
+  // 0-1-2-3 path (weights 4, 1, 1), 0-3 shortcut (weight 10), 4-5 apart, 6 alone.
+  edge_list e;
+  e.nodes = 7;
+  e.src = {0, 1, 2, 0, 4};
+  e.dst = {1, 2, 3, 3, 5};
+  e.w = {4, 1, 1, 10, 2};
+  e.weights = weight_type::u32;
+  build_options o;
+  o.symmetrize = true;
+  const csr_graph g = build_csr(e, o);
+  const csr_view v = view_of(g);
+  EXPECT_EQ(bfs_reference(v, 0), (std::vector<uint32_t>{0, 1, 2, 1, unreached, unreached, unreached}));
+  EXPECT_EQ(cc_reference(v), (std::vector<uint32_t>{0, 0, 0, 0, 4, 4, 6}));
+  EXPECT_EQ(sssp_reference(v, 0),
+            (std::vector<uint64_t>{0, 4, 5, 6, infinite_distance, infinite_distance, infinite_distance}));
+  const std::vector<double> pr = pagerank_reference(v, 30);
+  double sum = 0;
+  for (double x : pr) sum += x;
+  EXPECT_NEAR(sum, 1.0, 1e-9);
+  EXPECT_NEAR(pr[4], pr[5], 1e-12);  // symmetric pair
+  EXPECT_GT(pr[1], pr[6]);           // a connected node outranks an isolated one
+}
+
+// ---- the algorithms, run by CPU threads ----
+
+namespace {
+
+struct graph_case {
+  csr_graph g;
+  csr_view v;
+  std::vector<uint32_t> sources;
+};
+
+graph_case make_case(unsigned scale) {
+  graph_case c{generate(kron(scale, true)), {}, {}};
+  c.v = view_of(c.g);
+  // The highest-degree node and two others that have edges.
+  uint32_t best = 0;
+  for (uint32_t x = 0; x < c.g.nodes; ++x)
+    if (c.g.offsets[x + 1] - c.g.offsets[x] > c.g.offsets[best + 1] - c.g.offsets[best]) best = x;
+  c.sources = {best};
+  for (uint32_t x = 1; x < c.g.nodes && c.sources.size() < 3; x += 97)
+    if (c.g.offsets[x + 1] > c.g.offsets[x]) c.sources.push_back(x);
+  return c;
+}
+
+template <class G>
+void check_all(cpu_exec& x, const G& gv, const graph_case& c) {
+  for (const uint32_t s : c.sources) {
+    const std::vector<uint32_t> want = bfs_reference(c.v, s);
+    for (const bool dir : {false, true}) {
+      bfs_options o;
+      o.source = s;
+      o.direction_optimizing = dir;
+      const bfs_result r = bfs(x, gv, o);
+      ASSERT_EQ(r.depth, want) << "BFS from " << s << (dir ? " (direction-optimizing)" : " (top-down)");
+      EXPECT_EQ(r.reached, uint64_t(std::count_if(want.begin(), want.end(), [](uint32_t d) { return d != unreached; })));
+      EXPECT_EQ(r.stats.bad_ids, 0u);
+    }
+    const sssp_result d = sssp(x, gv, s);
+    const std::vector<uint64_t> dwant = sssp_reference(c.v, s);
+    ASSERT_EQ(d.dist.size(), dwant.size());
+    for (size_t i = 0; i < dwant.size(); ++i) ASSERT_EQ(d.dist[i], dwant[i]) << "SSSP from " << s << ", node " << i;
+  }
+  const cc_result cc = connected_components(x, gv, c.g.flags);
+  ASSERT_EQ(cc.label, cc_reference(c.v));
+  // Lower-half reads look at about half the edges.
+  EXPECT_LT(cc.stats.edges_looked, c.g.edges() * 6 / 10);
+  const cc_result full = connected_components(x, gv, 0u);
+  ASSERT_EQ(full.label, cc.label);
+  EXPECT_EQ(full.stats.edges_looked, c.g.edges());
+
+  pagerank_options po;
+  po.iterations = 15;
+  const pagerank_result pr = pagerank(x, gv, po);
+  const std::vector<double> pwant = pagerank_reference(c.v, 15);
+  double l1 = 0;
+  for (size_t i = 0; i < pwant.size(); ++i) l1 += std::fabs(double(pr.rank[i]) - pwant[i]);
+  EXPECT_LT(l1, 1e-4) << "PageRank L1 distance from the double-precision reference";
+  EXPECT_EQ(pr.stats.edges_looked, uint64_t(po.iterations) * c.g.edges());
+}
+
+}  // namespace
+
+TEST(GraphAlgorithms, CpuThreadsOverMemoryMatchTheReferences) {
+  const graph_case c = make_case(11);
+  memory_graph m{c.g.nodes, c.g.offsets.data(), c.g.nbr32.data(), c.g.wts.data()};
+  cpu_exec x(4);
+  check_all(x, m, c);
+}
+
+TEST(GraphAlgorithms, CpuClientsThroughASmallPageCacheMatchTheReferences) {
+  const bool tsan = test::scale_div > 1;
+  const graph_case c = make_case(tsan ? 11 : 14);
+  temp_file f("cached.dwg");
+  write_csr(f.path, c.g);
+  csr_file file(f.path);
+  controller_config cc;
+  cc.pollers = 2;
+  controller ctl(cc);
+  cache_config k;
+  k.page_size = 4096;
+  k.capacity_bytes = (tsan ? 16 : 24) * 4096;  // far smaller than the graph: constant eviction
+  k.queue_pairs = 2;
+  k.queue_entries = 64;
+  k.direct_files = cache_config::file_tier::never;  // through the controller
+  auto cache = make_host_page_cache(ctl, k);
+  graph_arrays arrays(ctl, cache, file);
+  ASSERT_GT(file.neighbours_bytes(), (tsan ? 1 : 8) * k.capacity_bytes);
+  cpu_exec x(3);
+  check_all(x, arrays.view(), c);  // offsets through the cache too
+  const cache_stats s = cache->stats();
+  EXPECT_GT(s.misses, 0u);
+  EXPECT_GT(s.evictions, 0u);
+  EXPECT_TRUE(cache->last_error().ok()) << describe(cache->last_error());
+  // Offsets from memory, edges through the cache.
+  bfs_options o;
+  o.source = c.sources[0];
+  EXPECT_EQ(bfs(x, arrays.view(c.g.offsets.data()), o).depth, bfs_reference(c.v, o.source));
+}
+
+TEST(GraphAlgorithms, BadSourceAndCorruptIdsAreReported) {
+  const graph_case c = make_case(8);
+  memory_graph m{c.g.nodes, c.g.offsets.data(), c.g.nbr32.data(), c.g.wts.data()};
+  cpu_exec x(2);
+  bfs_options o;
+  o.source = uint32_t(c.g.nodes);
+  expect_error([&] { bfs(x, m, o); }, "out of range");
+  expect_error([&] { sssp(x, m, uint32_t(c.g.nodes + 5)); }, "out of range");
+  std::vector<uint32_t> corrupt = c.g.nbr32;
+  corrupt[3] = uint32_t(c.g.nodes + 10);
+  memory_graph bad{c.g.nodes, c.g.offsets.data(), corrupt.data(), c.g.wts.data()};
+  EXPECT_GT(connected_components(x, bad, 0u).stats.bad_ids, 0u);
+}

@@ -1,0 +1,132 @@
+// The GPU executor for algorithms.hpp: state arrays in device memory, each
+// step a kernel in which every warp takes chunks of 32 consecutive nodes
+// (grid-stride), on one stream. run() returns when the kernel has finished,
+// so the drivers' timings cover the GPU work.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deepwell/error.hpp"
+#include "deepwell/graph/steps.hpp"
+
+namespace deepwell::graph {
+
+inline void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <class G, class Step>
+__global__ void __launch_bounds__(256, 2) step_kernel(G g, Step s, uint64_t n, unsigned long long* edges) {
+  const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
+  uint64_t looked = 0;
+  for (uint64_t v0 = warp * 32; v0 < n; v0 += warps * 32) looked += s(gpu_warp{}, g, v0);
+  if ((threadIdx.x & 31) == 0 && looked) atomicAdd(edges, (unsigned long long)looked);
+}
+
+template <class T>
+__global__ void fill_kernel(T* p, uint64_t n, T v) {
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x)
+    p[i] = v;
+}
+__global__ inline void iota_kernel(uint32_t* p, uint64_t n) {
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += uint64_t(gridDim.x) * blockDim.x)
+    p[i] = uint32_t(i);
+}
+
+class gpu_exec {
+ public:
+  // blocks: of 256 threads; 0 picks two per SM (the launch bound's occupancy).
+  explicit gpu_exec(unsigned blocks = 0) {
+    int dev = 0, sms = 0;
+    cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
+    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    blocks_ = blocks ? blocks : unsigned(2 * sms);
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaMalloc(&c_, sizeof(step_counters)), "cudaMalloc(counters)");
+    cuda_check(cudaMalloc(&edges_, sizeof(unsigned long long)), "cudaMalloc(edge counter)");
+  }
+  ~gpu_exec() {
+    cudaFree(c_);
+    cudaFree(edges_);
+    cudaStreamDestroy(stream_);
+  }
+  gpu_exec(const gpu_exec&) = delete;
+  gpu_exec& operator=(const gpu_exec&) = delete;
+
+  unsigned blocks() const { return blocks_; }
+  unsigned warps() const { return blocks_ * 8; }
+  cudaStream_t stream() const { return stream_; }
+
+  template <class T>
+  class buffer {
+   public:
+    explicit buffer(uint64_t n) {
+      cuda_check(cudaMalloc(&p_, (n ? n : 1) * sizeof(T)), "cudaMalloc(algorithm state)");
+    }
+    ~buffer() { cudaFree(p_); }
+    buffer(buffer&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+    buffer(const buffer&) = delete;
+    T* data() { return p_; }
+
+   private:
+    T* p_ = nullptr;
+  };
+  template <class T>
+  buffer<T> alloc(uint64_t n) {
+    return buffer<T>(n);
+  }
+  template <class T>
+  void fill(T* p, uint64_t n, T v) {
+    fill_kernel<<<1024, 256, 0, stream_>>>(p, n, v);
+    cuda_check(cudaGetLastError(), "fill kernel");
+  }
+  void iota(uint32_t* p, uint64_t n) {
+    iota_kernel<<<1024, 256, 0, stream_>>>(p, n);
+    cuda_check(cudaGetLastError(), "iota kernel");
+  }
+  template <class T>
+  void set(T* p, T v) {
+    cuda_check(cudaMemcpyAsync(p, &v, sizeof(T), cudaMemcpyHostToDevice, stream_), "cudaMemcpy(set)");
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+  template <class T>
+  std::vector<T> download(const T* p, uint64_t n) {
+    std::vector<T> v(n);
+    cuda_check(cudaMemcpyAsync(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(results)");
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    return v;
+  }
+  step_counters* counters() { return c_; }
+  void reset_counters() {
+    cuda_check(cudaMemsetAsync(c_, 0, sizeof(step_counters), stream_), "cudaMemset(counters)");
+  }
+  step_counters read_counters() {
+    step_counters h;
+    cuda_check(cudaMemcpyAsync(&h, c_, sizeof(h), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(counters)");
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    return h;
+  }
+
+  template <class G, class Step>
+  uint64_t run(const G& g, const Step& s, uint64_t n) {
+    cuda_check(cudaMemsetAsync(edges_, 0, sizeof(unsigned long long), stream_), "cudaMemset");
+    step_kernel<<<blocks_, 256, 0, stream_>>>(g, s, n, edges_);
+    cuda_check(cudaGetLastError(), "graph step kernel launch");
+    unsigned long long e = 0;
+    cuda_check(cudaMemcpyAsync(&e, edges_, sizeof(e), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(edges)");
+    cuda_check(cudaStreamSynchronize(stream_), "graph step kernel");
+    return e;
+  }
+
+ private:
+  unsigned blocks_ = 0;
+  cudaStream_t stream_{};
+  step_counters* c_ = nullptr;
+  unsigned long long* edges_ = nullptr;
+};
+
+}  // namespace deepwell::graph

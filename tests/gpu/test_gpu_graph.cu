@@ -1,0 +1,131 @@
+// The graph algorithms on the GPU against the CPU references: over device
+// memory, over pinned host memory (zero-copy), and through a GPU page cache
+// far smaller than the graph (through the controller, and through the file's
+// registered mapping), offsets in device memory or through the cache.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+
+#include "deepwell/graph/algorithms.hpp"
+#include "deepwell/graph/build.hpp"
+#include "deepwell/graph/gpu_exec.cuh"
+#include "deepwell/graph/graph_arrays.hpp"
+#include "deepwell/graph/reference.hpp"
+#include "deepwell/page_cache.hpp"
+
+using namespace deepwell;
+using namespace deepwell::graph;
+
+namespace {
+
+struct graph_fixture {
+  std::string path = "/var/tmp/deepwell-gpu-graph-" + std::to_string(::getpid()) + ".dwg";
+  csr_graph g;
+  csr_view v;
+  uint32_t source = 0;
+  explicit graph_fixture(unsigned scale) {
+    generator_options o;
+    o.scale = scale;
+    o.degree = 16;
+    o.seed = 3;
+    o.weighted = true;
+    g = generate(o);
+    v = view_of(g);
+    for (uint32_t x = 0; x < g.nodes; ++x)
+      if (g.offsets[x + 1] - g.offsets[x] > g.offsets[source + 1] - g.offsets[source]) source = x;
+    write_csr(path, g);
+  }
+  ~graph_fixture() { ::unlink(path.c_str()); }
+};
+
+template <class T>
+struct device_copy {
+  T* p = nullptr;
+  explicit device_copy(const std::vector<T>& h) {
+    cuda_check(cudaMalloc(&p, h.size() * sizeof(T)), "cudaMalloc");
+    cuda_check(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  ~device_copy() { cudaFree(p); }
+};
+
+template <class T>
+struct pinned_copy {
+  T* p = nullptr;
+  explicit pinned_copy(const std::vector<T>& h) {
+    cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&p), h.size() * sizeof(T), cudaHostAllocMapped), "cudaHostAlloc");
+    std::memcpy(p, h.data(), h.size() * sizeof(T));
+  }
+  ~pinned_copy() { cudaFreeHost(p); }
+};
+
+template <class G>
+void check_all(const G& gv, const graph_fixture& f, const char* what, unsigned blocks = 0) {
+  SCOPED_TRACE(what);
+  gpu_exec x(blocks);
+  const std::vector<uint32_t> depth = bfs_reference(f.v, f.source);
+  for (const bool dir : {false, true}) {
+    bfs_options o;
+    o.source = f.source;
+    o.direction_optimizing = dir;
+    const bfs_result r = bfs(x, gv, o);
+    EXPECT_EQ(r.depth, depth) << (dir ? "direction-optimizing BFS" : "top-down BFS");
+    EXPECT_EQ(r.stats.bad_ids, 0u);
+    if (dir) EXPECT_GT(r.bottom_up_levels, 0u);
+  }
+  const std::vector<uint32_t> labels = cc_reference(f.v);
+  EXPECT_EQ(connected_components(x, gv, f.g.flags).label, labels) << "CC, lower-half reads";
+  EXPECT_EQ(connected_components(x, gv, 0u).label, labels) << "CC, every edge";
+  pagerank_options po;
+  po.iterations = 10;
+  const pagerank_result pr = pagerank(x, gv, po);
+  const std::vector<double> want = pagerank_reference(f.v, 10);
+  double l1 = 0;
+  for (size_t i = 0; i < want.size(); ++i) l1 += std::fabs(double(pr.rank[i]) - want[i]);
+  EXPECT_LT(l1, 1e-4) << "PageRank L1 distance from the double-precision reference";
+  const sssp_result d = sssp(x, gv, f.source);
+  const std::vector<uint64_t> dw = sssp_reference(f.v, f.source);
+  ASSERT_EQ(d.dist.size(), dw.size());
+  uint64_t wrong = 0;
+  for (size_t i = 0; i < dw.size(); ++i) wrong += d.dist[i] != dw[i];
+  EXPECT_EQ(wrong, 0u) << "SSSP distances";
+}
+
+}  // namespace
+
+TEST(GpuGraph, AlgorithmsInDeviceMemoryMatchTheReferences) {
+  const graph_fixture f(16);
+  device_copy<uint64_t> off(f.g.offsets);
+  device_copy<uint32_t> nbr(f.g.nbr32), wts(f.g.wts);
+  check_all(memory_graph{f.g.nodes, off.p, nbr.p, wts.p}, f, "device memory");
+}
+
+TEST(GpuGraph, AlgorithmsOverZeroCopyHostMemoryMatchTheReferences) {
+  const graph_fixture f(15);
+  pinned_copy<uint64_t> off(f.g.offsets);
+  pinned_copy<uint32_t> nbr(f.g.nbr32), wts(f.g.wts);
+  check_all(memory_graph{f.g.nodes, off.p, nbr.p, wts.p}, f, "zero-copy");
+}
+
+TEST(GpuGraph, AlgorithmsThroughASmallPageCacheMatchTheReferences) {
+  const graph_fixture f(18);  // ~25 MiB of edges and as much of weights
+  gpu_exec x(16);              // 128 warps: a 16 MiB cache is enough for them
+  for (const auto tier : {cache_config::file_tier::never, cache_config::file_tier::resident}) {
+    controller ctl;
+    cache_config k;
+    k.page_size = 4096;
+    k.capacity_bytes = uint64_t(x.warps()) * 32 * 4096;  // the least a launch of x.warps() warps may have
+    k.direct_files = tier;
+    auto cache = make_gpu_page_cache(ctl, k);
+    cache->check_capacity(x.warps());
+    graph_arrays arrays(ctl, cache, csr_file(f.path));
+    ASSERT_GT(f.g.edges() * 4, k.capacity_bytes);
+    device_copy<uint64_t> off(f.g.offsets);
+    check_all(arrays.view(off.p), f, tier == cache_config::file_tier::never ? "cache via the controller" : "cache via the mapping", 16);
+    check_all(arrays.view(), f, "cache, offsets through the cache too", 16);
+    const cache_stats s = cache->stats();
+    EXPECT_GT(s.evictions, 0u);
+    EXPECT_TRUE(cache->last_error().ok()) << describe(cache->last_error());
+  }
+}

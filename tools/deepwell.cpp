@@ -1,0 +1,189 @@
+// The deepwell command line.
+//
+//   deepwell graph generate --scale 20 --degree 16 [--uniform] [--weights] -o g.dwg
+//   deepwell graph convert edges.txt|matrix.mtx [--symmetrize] -o g.dwg
+//   deepwell graph symmetrize in.dwg -o out.dwg
+//   deepwell graph info g.dwg [--check]
+//   deepwell graph bfs|cc|pagerank|sssp g.dwg [--cache 1G] [--page 4096] [--location pagecache|odirect]
+//                                          [--mode deepwell|zerocopy|memory] [--baselines] [--cpu] [--json F]
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "deepwell/error.hpp"
+#include "deepwell/graph/build.hpp"
+#include "graph_dispatch.hpp"
+#include "graph_options.hpp"
+
+using namespace deepwell;
+using namespace deepwell::graph;
+
+namespace {
+
+// "512M", "2G", "4096", "1.5G" -> bytes.
+uint64_t parse_size(const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (...) {
+    throw error("size '" + s + "' is not a number (examples: 4096, 512M, 2G)");
+  }
+  std::string unit = s.substr(used);
+  double mul = 1;
+  if (unit == "K" || unit == "KiB" || unit == "k") mul = 1024.0;
+  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) throw error("size '" + s + "': unknown unit '" + unit + "' (K, M, G)");
+  if (v <= 0) throw error("size '" + s + "' must be positive");
+  return uint64_t(v * mul);
+}
+
+void print_info(const std::string& path, bool deep, unsigned threads) {
+  csr_file f(path);
+  const csr_header& h = f.header();
+  std::printf("file        %s (%.2f GiB)\n", path.c_str(), double(h.file_bytes) / (1 << 30));
+  std::printf("origin      %s\n", std::string(h.origin, strnlen(h.origin, sizeof h.origin)).c_str());
+  std::printf("nodes       %llu\nedges       %llu (directed entries)\n", (unsigned long long)h.nodes,
+              (unsigned long long)h.edges);
+  std::printf("ids         %u bytes\nweights     %s\n", h.id_bytes,
+              h.weights == weight_type::none ? "none" : h.weights == weight_type::u32 ? "uint32" : "float32");
+  std::printf("flags      %s%s%s\n", h.flags & csr_symmetric ? " symmetric" : " directed",
+              h.flags & csr_sorted ? " sorted" : "", h.flags & csr_simple ? " simple" : "");
+  std::printf("sections    offsets @%llu, neighbours @%llu (%.2f GiB)%s\n", (unsigned long long)h.offsets_at,
+              (unsigned long long)h.neighbours_at, double(f.neighbours_bytes()) / (1 << 30),
+              h.weights_at ? (", weights @" + std::to_string(h.weights_at)).c_str() : "");
+  const csr_stats s = f.stats(threads);
+  std::printf("degree      mean %.2f, max %llu (node %llu), %llu nodes without edges, %llu self loops\n", s.mean_degree,
+              (unsigned long long)s.max_degree, (unsigned long long)s.max_degree_node,
+              (unsigned long long)s.zero_degree, (unsigned long long)s.self_loops);
+  std::printf("page cache  %.1f%% resident\n", 100 * tools::resident_fraction(path));
+  if (deep) {
+    progress p;
+    f.check(threads, &p);
+    std::printf("check       every offset and id in range\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"deepwell: GPU access to data far larger than GPU memory"};
+  app.require_subcommand(1);
+  CLI::App* g = app.add_subcommand("graph", "graphs stored as .dwg CSR files: make them and run algorithms on them");
+  g->require_subcommand(1);
+
+  // generate
+  generator_options go;
+  std::string out;
+  bool uniform = false, directed = false, quiet = false;
+  CLI::App* gen = g->add_subcommand("generate", "a Kronecker (R-MAT, Graph500 parameters) or uniform random graph");
+  gen->add_option("--scale", go.scale, "2^scale nodes")->required();
+  gen->add_option("--degree", go.degree, "generated edges per node (edge factor)")->capture_default_str();
+  gen->add_option("--seed", go.seed, "random seed (same seed, same file)")->capture_default_str();
+  gen->add_flag("--uniform", uniform, "uniform random instead of Kronecker");
+  gen->add_flag("--weights", go.weighted, "uint32 weights 1..255 (for sssp)");
+  gen->add_flag("--directed", directed, "store each generated edge in one direction only");
+  gen->add_option("--id-bytes", go.id_bytes, "node id width, 4 or 8")->capture_default_str();
+  gen->add_option("--threads", go.threads, "0: all cores");
+  gen->add_option("-o,--output", out, "the .dwg file to write")->required();
+  gen->add_flag("-q,--quiet", quiet, "no progress");
+
+  // convert
+  std::string input, format = "auto";
+  build_options bo;
+  CLI::App* conv = g->add_subcommand("convert", "SNAP-style edge list or Matrix Market file to .dwg");
+  conv->add_option("input", input, "the text file")->required()->check(CLI::ExistingFile);
+  conv->add_option("-o,--output", out, "the .dwg file to write")->required();
+  conv->add_option("--format", format, "auto, snap or mtx")->capture_default_str();
+  conv->add_flag("--symmetrize", bo.symmetrize, "store both directions of every edge");
+  conv->add_flag("--keep-self-loops", bo.keep_self_loops, "keep u->u edges");
+  conv->add_option("--threads", bo.threads, "0: all cores");
+  conv->add_flag("-q,--quiet", quiet, "no progress");
+
+  // symmetrize
+  CLI::App* sym = g->add_subcommand("symmetrize", "the undirected version of a .dwg graph");
+  sym->add_option("input", input, "the .dwg file")->required()->check(CLI::ExistingFile);
+  sym->add_option("-o,--output", out, "the .dwg file to write")->required();
+  sym->add_flag("-q,--quiet", quiet, "no progress");
+
+  // info
+  bool deep = false;
+  unsigned info_threads = 0;
+  CLI::App* info = g->add_subcommand("info", "header, degree statistics and page-cache residency of a .dwg file");
+  info->add_option("input", input, "the .dwg file")->required();
+  info->add_flag("--check", deep, "scan every offset and node id");
+  info->add_option("--threads", info_threads, "0: all cores");
+
+  // algorithms
+  tools::graph_run_options ro;
+  std::string cache_size;
+  std::vector<CLI::App*> algos;
+  for (const char* name : {"bfs", "cc", "pagerank", "sssp"}) {
+    CLI::App* a = g->add_subcommand(name, std::string(name) + " on the GPU (or CPU threads with --cpu)");
+    a->add_option("input", ro.file, "the .dwg file")->required();
+    a->add_option("--source", ro.source, "source node (bfs, sssp); default: the node of largest degree");
+    a->add_option("--mode", ro.mode, "deepwell, zerocopy (pinned host memory) or memory (all in GPU memory)")
+        ->capture_default_str();
+    a->add_flag("--baselines", ro.baselines, "run deepwell, zerocopy and memory in one process, with the H2D ceiling");
+    a->add_option("--cache", cache_size, "deepwell cache size (e.g. 1G); default an eighth of the edge bytes");
+    a->add_option("--page", ro.page_size, "cache page size in bytes")->capture_default_str();
+    a->add_option("--location", ro.location, "pagecache (buffered file) or odirect")->capture_default_str();
+    a->add_option("--tier", ro.tier, "direct (read resident files through their mapping) or controller")
+        ->capture_default_str();
+    a->add_flag("--offsets-in-cache", ro.offsets_in_cache, "read the offsets through deepwell too");
+    a->add_flag("--top-down", ro.top_down_only, "BFS without bottom-up levels");
+    a->add_option("--iterations", ro.iterations, "PageRank iterations")->capture_default_str();
+    a->add_option("--pollers", ro.pollers, "controller threads")->capture_default_str();
+    a->add_option("--repeat", ro.repeat, "runs of each mode")->capture_default_str();
+    a->add_flag("--check", ro.check, "compare with the CPU reference (small graphs)");
+    a->add_flag("--cold", ro.cold, "drop the file from the page cache first");
+    a->add_flag("--cpu", ro.cpu, "CPU threads as clients (no GPU needed)");
+    a->add_option("--threads", ro.threads, "CPU client threads with --cpu (0: all cores)");
+    a->add_option("--json", ro.json, "append JSON lines here");
+    a->add_option("--commit", ro.commit, "commit recorded in the JSON");
+    algos.push_back(a);
+  }
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    progress p(!quiet);
+    if (gen->parsed()) {
+      go.kind = uniform ? generator_options::kind_t::uniform : generator_options::kind_t::kron;
+      go.symmetric = !directed;
+      const csr_graph gr = generate(go, &p);
+      write_csr(out, gr, &p);
+      std::printf("%s: %llu nodes, %llu edges (%s)\n", out.c_str(), (unsigned long long)gr.nodes,
+                  (unsigned long long)gr.edges(), gr.origin.c_str());
+    } else if (conv->parsed()) {
+      const text_format tf = format == "snap"  ? text_format::snap
+                             : format == "mtx" ? text_format::matrix_market
+                             : format == "auto" ? text_format::automatic
+                                                : throw error("--format " + format + " (auto, snap or mtx)");
+      const csr_graph gr = build_csr(read_edge_list(input, tf, &p), bo, &p);
+      write_csr(out, gr, &p);
+      std::printf("%s: %llu nodes, %llu edges\n", out.c_str(), (unsigned long long)gr.nodes,
+                  (unsigned long long)gr.edges());
+    } else if (sym->parsed()) {
+      const csr_graph gr = symmetrize(csr_file(input).load(), 0, &p);
+      write_csr(out, gr, &p);
+      std::printf("%s: %llu nodes, %llu edges\n", out.c_str(), (unsigned long long)gr.nodes,
+                  (unsigned long long)gr.edges());
+    } else if (info->parsed()) {
+      print_info(input, deep, info_threads);
+    } else {
+      for (CLI::App* a : algos)
+        if (a->parsed()) ro.algo = a->get_name();
+      if (!cache_size.empty()) ro.cache_bytes = parse_size(cache_size);
+      if (ro.location != "pagecache" && ro.location != "odirect")
+        throw error("--location " + ro.location + " (pagecache or odirect)");
+      if (ro.tier != "direct" && ro.tier != "controller") throw error("--tier " + ro.tier + " (direct or controller)");
+      if (ro.repeat == 0) throw error("--repeat must be at least 1");
+      return ro.cpu ? tools::run_graph_cpu(ro) : tools::run_graph_gpu(ro);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepwell: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

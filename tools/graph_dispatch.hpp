@@ -1,0 +1,210 @@
+// What the CPU and GPU graph runners share: running the chosen algorithm
+// over any executor and graph view, comparing two results, the CPU
+// reference, page-cache residency control, and the report (text and JSON).
+#pragma once
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "deepwell/graph/algorithms.hpp"
+#include "deepwell/graph/reference.hpp"
+#include "graph_options.hpp"
+
+namespace deepwell::tools {
+
+using namespace deepwell::graph;
+
+struct outcome {
+  std::string algo;
+  run_stats stats;
+  std::vector<uint32_t> u32;             // BFS depths, CC labels
+  std::vector<unsigned long long> u64;   // SSSP distances
+  std::vector<float> f32;                // PageRank
+  uint64_t summary = 0;                  // BFS: nodes reached; CC: components; SSSP: nodes reached
+  unsigned bottom_up_levels = 0;
+};
+
+inline bool needs_weights(const std::string& algo) { return algo == "sssp"; }
+
+inline void check_algorithm(const graph_run_options& o, const csr_file& f) {
+  if (o.algo != "bfs" && o.algo != "cc" && o.algo != "pagerank" && o.algo != "sssp")
+    throw error("unknown algorithm '" + o.algo + "' (bfs, cc, pagerank, sssp)");
+  if (f.header().id_bytes != 4) throw error(f.path() + ": graph algorithms need 4-byte node ids");
+  if (needs_weights(o.algo) && f.header().weights != weight_type::u32)
+    throw error(f.path() + ": SSSP needs uint32 edge weights (generate with --weights)");
+}
+
+// The source: given, or the node of largest degree (in the giant component of a Kronecker graph).
+inline uint32_t pick_source(const graph_run_options& o, const csr_file& f) {
+  if (o.source >= 0) {
+    if (uint64_t(o.source) >= f.nodes())
+      throw error("source node " + std::to_string(o.source) + " is out of range (the graph has " +
+                  std::to_string(f.nodes()) + " nodes)");
+    return uint32_t(o.source);
+  }
+  return uint32_t(f.stats().max_degree_node);
+}
+
+template <class Exec, class G>
+outcome run_algorithm(Exec& x, const G& g, const graph_run_options& o, uint32_t source, uint32_t flags) {
+  outcome r;
+  r.algo = o.algo;
+  if (o.algo == "bfs") {
+    bfs_options b;
+    b.source = source;
+    b.direction_optimizing = !o.top_down_only;
+    bfs_result br = bfs(x, g, b);
+    r.stats = br.stats;
+    r.summary = br.reached;
+    r.bottom_up_levels = br.bottom_up_levels;
+    r.u32 = std::move(br.depth);
+  } else if (o.algo == "cc") {
+    cc_result c = connected_components(x, g, flags);
+    r.stats = c.stats;
+    r.summary = c.components;
+    r.u32 = std::move(c.label);
+  } else if (o.algo == "pagerank") {
+    pagerank_options p;
+    p.iterations = o.iterations;
+    pagerank_result pr = pagerank(x, g, p);
+    r.stats = pr.stats;
+    r.f32 = std::move(pr.rank);
+  } else {
+    sssp_result s = sssp(x, g, source);
+    r.stats = s.stats;
+    for (auto d : s.dist) r.summary += d != ~0ull;
+    r.u64 = std::move(s.dist);
+  }
+  return r;
+}
+
+// "" when equal (PageRank: L1 distance below 1e-4 with ranks summing to 1), else what differs.
+inline std::string compare(const outcome& a, const outcome& b) {
+  if (a.algo == "pagerank") {
+    if (a.f32.size() != b.f32.size()) return "sizes differ";
+    double l1 = 0;
+    for (size_t i = 0; i < a.f32.size(); ++i) l1 += std::fabs(double(a.f32[i]) - double(b.f32[i]));
+    return l1 < 1e-4 ? "" : "PageRank L1 distance " + std::to_string(l1);
+  }
+  auto first_diff = [](const auto& x, const auto& y) -> std::string {
+    if (x.size() != y.size()) return "sizes differ";
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i] != y[i])
+        return "node " + std::to_string(i) + ": " + std::to_string(x[i]) + " vs " + std::to_string(y[i]);
+    return "";
+  };
+  return a.algo == "sssp" ? first_diff(a.u64, b.u64) : first_diff(a.u32, b.u32);
+}
+
+inline outcome reference(const graph_run_options& o, const csr_file& f, uint32_t source) {
+  const csr_view v = view_of(f);
+  outcome r;
+  r.algo = o.algo;
+  if (o.algo == "bfs") {
+    r.u32 = bfs_reference(v, source);
+  } else if (o.algo == "cc") {
+    r.u32 = cc_reference(v);
+  } else if (o.algo == "pagerank") {
+    const std::vector<double> p = pagerank_reference(v, o.iterations);
+    r.f32.assign(p.begin(), p.end());
+  } else {
+    const std::vector<uint64_t> d = sssp_reference(v, source);
+    r.u64.assign(d.begin(), d.end());
+  }
+  return r;
+}
+
+// Fraction of the file's pages in the page cache (mincore on a fresh mapping).
+inline double resident_fraction(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return 0;
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  double r = 0;
+  if (size > 0) {
+    void* m = ::mmap(nullptr, size_t(size), PROT_READ, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) {
+      const long pg = ::sysconf(_SC_PAGESIZE);
+      std::vector<unsigned char> vec((size_t(size) + size_t(pg) - 1) / size_t(pg));
+      if (::mincore(m, size_t(size), vec.data()) == 0) {
+        uint64_t in = 0;
+        for (unsigned char c : vec) in += c & 1;
+        r = double(in) / double(vec.size());
+      }
+      ::munmap(m, size_t(size));
+    }
+  }
+  ::close(fd);
+  return r;
+}
+
+// Drops the file from the page cache; returns the fraction still resident after.
+inline double drop_from_page_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw error(errno_message("open " + path, errno));
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  return resident_fraction(path);
+}
+
+// Reads the whole file once so its pages are in the page cache (warm runs).
+inline void warm_page_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw error(errno_message("open " + path, errno));
+  std::vector<char> buf(16 << 20);
+  while (::read(fd, buf.data(), buf.size()) > 0) {
+  }
+  ::close(fd);
+}
+
+inline nlohmann::json graph_json(const csr_file& f) {
+  return {{"file", f.path()},
+          {"nodes", f.nodes()},
+          {"edges", f.edges()},
+          {"origin", std::string(f.header().origin, strnlen(f.header().origin, sizeof(f.header().origin)))},
+          {"symmetric", f.symmetric()},
+          {"edge_bytes", f.neighbours_bytes()},
+          {"weight_bytes", f.weights_bytes()}};
+}
+
+// Bytes of edge data the algorithm needed: the entries it looked at (and their weights).
+inline uint64_t bytes_needed(const outcome& r) { return r.stats.edges_looked * (needs_weights(r.algo) ? 8 : 4); }
+
+inline void print_run(const std::string& mode, const outcome& r, const std::string& extra) {
+  std::printf("%-9s %-8s %9.4f s  %8.1f M edges/s  %s\n", r.algo.c_str(), mode.c_str(), r.stats.seconds,
+              r.stats.seconds > 0 ? double(r.stats.edges_looked) / r.stats.seconds / 1e6 : 0.0, extra.c_str());
+  std::fflush(stdout);
+}
+
+inline void append_json(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return;
+  std::ofstream out(path, std::ios::app);
+  if (!out) throw error("cannot append to " + path);
+  out << j.dump() << "\n";
+}
+
+inline nlohmann::json run_json(const std::string& mode, const outcome& r) {
+  nlohmann::json j = {{"mode", mode},
+                      {"algo", r.algo},
+                      {"seconds", r.stats.seconds},
+                      {"edges_looked", r.stats.edges_looked},
+                      {"bytes_needed", bytes_needed(r)},
+                      {"iterations", r.stats.iterations},
+                      {"bad_ids", r.stats.bad_ids}};
+  if (r.algo == "bfs") {
+    j["reached"] = r.summary;
+    j["bottom_up_levels"] = r.bottom_up_levels;
+  }
+  if (r.algo == "cc") j["components"] = r.summary;
+  if (r.algo == "sssp") j["reached"] = r.summary;
+  return j;
+}
+
+}  // namespace deepwell::tools

@@ -1,0 +1,35 @@
+// Options of the `deepwell graph <algorithm>` commands, shared by the CPU
+// and GPU runners.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace deepwell::tools {
+
+struct graph_run_options {
+  std::string algo;            // bfs, cc, pagerank, sssp
+  std::string file;
+  int64_t source = -1;         // -1: the node with the largest degree
+  std::string mode = "deepwell";  // deepwell, memory (all in GPU memory), zerocopy (pinned host memory, EMOGI)
+  bool baselines = false;      // also run memory and zerocopy, and the H2D ceiling, in the same process
+  uint64_t cache_bytes = 0;    // 0: an eighth of the edge (and weight) bytes, at least 512 MiB on a GPU
+  uint32_t page_size = 4096;
+  std::string location = "pagecache";  // pagecache (buffered file) or odirect
+  std::string tier = "direct";         // direct (registered file mapping when resident) or controller
+  bool offsets_in_cache = false;       // offsets through deepwell too (default: copied to device memory)
+  bool top_down_only = false;          // BFS without bottom-up levels
+  unsigned iterations = 20;            // PageRank
+  unsigned pollers = 4;
+  unsigned repeat = 1;
+  bool check = false;          // against the CPU reference (small graphs)
+  bool cold = false;           // drop the file from the page cache first (posix_fadvise DONTNEED, checked with mincore)
+  bool cpu = false;            // CPU threads as clients (a host page cache), no GPU
+  unsigned threads = 0;        // CPU clients
+  std::string json;            // append a JSON line per run
+  std::string commit = "unknown";
+};
+
+int run_graph_gpu(const graph_run_options& o);  // graph_run_gpu.cu (or a stub without CUDA)
+int run_graph_cpu(const graph_run_options& o);  // graph_run_cpu.cpp
+
+}  // namespace deepwell::tools

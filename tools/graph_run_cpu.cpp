@@ -1,0 +1,74 @@
+// `deepwell graph <algorithm> --cpu`: the same algorithms with CPU threads as
+// the clients, through a host page cache (or straight from the mapped file
+// with --mode memory). For machines without a GPU, and for trying options.
+#include "deepwell/graph/cpu_exec.hpp"
+#include "deepwell/graph/graph_arrays.hpp"
+#include "deepwell/page_cache.hpp"
+#include "graph_dispatch.hpp"
+
+namespace deepwell::tools {
+
+int run_graph_cpu(const graph_run_options& o) {
+  csr_file f(o.file);
+  check_algorithm(o, f);
+  if (o.mode != "deepwell" && o.mode != "memory")
+    throw error("with --cpu, --mode is deepwell or memory (zerocopy is a GPU mode)");
+  const uint32_t source = pick_source(o, f);
+  const uint64_t data_bytes = f.neighbours_bytes() + (needs_weights(o.algo) ? f.weights_bytes() : 0);
+  cpu_exec x(o.threads);
+  nlohmann::json base = {{"suite", "graph"}, {"commit", o.commit}, {"device", "cpu"}, {"graph", graph_json(f)},
+                         {"source", source}, {"location", o.location}};
+  std::printf("%s: %llu nodes, %llu edges, source %u, CPU threads as clients\n", f.path().c_str(),
+              (unsigned long long)f.nodes(), (unsigned long long)f.edges(), source);
+  if (o.cold) std::printf("cold: %.1f%% still resident after dropping\n", 100 * drop_from_page_cache(f.path()));
+  outcome first;
+  std::string agreement = "agree";
+  for (unsigned rep = 0; rep < o.repeat; ++rep) {
+    outcome r;
+    nlohmann::json j = base;
+    std::string text;
+    if (o.mode == "memory") {
+      r = run_algorithm(x, memory_graph{f.nodes(), f.offsets(), f.neighbours32(), f.weights()}, o, source,
+                        f.header().flags);
+    } else {
+      controller_config cc;
+      cc.pollers = o.pollers;
+      controller ctl(cc);
+      cache_config k;
+      k.page_size = o.page_size;
+      k.capacity_bytes = o.cache_bytes ? o.cache_bytes : std::max<uint64_t>(data_bytes / 8, 64ull * o.page_size);
+      k.direct_files = o.tier == "direct" && o.location == "pagecache" ? cache_config::file_tier::resident
+                                                                       : cache_config::file_tier::never;
+      auto cache = make_host_page_cache(ctl, k);
+      graph_dataset_options d;
+      d.direct_io = o.location == "odirect";
+      d.block_size = std::min<uint32_t>(o.page_size, 4096);
+      graph_arrays arrays(ctl, cache, f, d);
+      r = run_algorithm(x, arrays.view(o.offsets_in_cache ? nullptr : f.offsets()), o, source, f.header().flags);
+      const cache_stats s = cache->stats();
+      if (const request_status e = cache->last_error(); !e.ok())
+        throw error("deepwell reported an I/O error during " + o.algo + ": " + describe(e));
+      const double amp = bytes_needed(r) ? double(s.bytes_read) / double(bytes_needed(r)) : 0;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "hit rate %.3f, amplification %.2f (cache %.1f MiB)", s.hit_rate(), amp,
+                    double(k.capacity_bytes) / (1 << 20));
+      text = buf;
+      j.update({{"cache_bytes", k.capacity_bytes}, {"page_size", k.page_size}, {"hit_rate", s.hit_rate()},
+                {"bytes_read", s.bytes_read}, {"amplification", amp}});
+    }
+    j.update(run_json(o.mode, r));
+    append_json(o.json, j);
+    print_run(o.mode, r, text);
+    if (r.stats.bad_ids) agreement = "corrupt graph: neighbour ids out of range";
+    if (rep == 0) first = std::move(r);
+  }
+  if (o.check) {
+    const std::string d = compare(reference(o, f, source), first);
+    std::printf("check against the CPU reference: %s\n", d.empty() ? "equal" : d.c_str());
+    if (!d.empty()) agreement = "differs from the CPU reference: " + d;
+  }
+  std::printf("results: %s\n", agreement.c_str());
+  return agreement == "agree" ? 0 : 1;
+}
+
+}  // namespace deepwell::tools

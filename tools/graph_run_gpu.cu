@@ -248,7 +248,7 @@ int run_graph_gpu(const graph_run_options& o) {
         cuda_check(cudaMalloc(&dev, load_bytes), "cudaMalloc(graph)");
         cuda_check(cudaMemcpy(dev, pinned->p, load_bytes, cudaMemcpyHostToDevice), "copy graph to the GPU");
         const memory_graph g = graph_at(f, dev);
-        for (unsigned rep = 0; rep < o.repeat; ++rep) record(run_algorithm(x, g, o, source, f.header().flags), {}, "");
+        for (unsigned rep = 0; rep < o.repeat; ++rep) record(run_algorithm(x, g, o, source, f.header().flags), nlohmann::json::object(), "");
         cudaFree(dev);
         best_memory = best;
       }

@@ -47,6 +47,17 @@ struct gpu_warp {
     return sm * 8 + (warp & 7);
   }
 };
+
+// A whole warp whose 32 lanes are known to make every collective call
+// together (kernels whose control flow is warp-uniform at those calls).
+// __activemask() only reports the lanes that happen to run together at that
+// instant: after divergent code (a CAS loop in one lane) it can return part
+// of the warp even where all 32 lanes will arrive, and code that splits work
+// by rank among active() lanes would then give two groups the same ranks.
+// With the full mask, every *_sync call waits for all lanes instead.
+struct gpu_full_warp : gpu_warp {
+  DW_DEVICE unsigned active() const { return 0xFFFFFFFFu; }
+};
 #endif
 
 // The warp policy of the calling thread, for use inside DW_HD function

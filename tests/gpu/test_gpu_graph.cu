@@ -60,6 +60,54 @@ struct pinned_copy {
   ~pinned_copy() { cudaFreeHost(p); }
 };
 
+// Every node's list read once by whole warps (CC's sweep): per node, a sum
+// over its edges of neighbour and weight, to compare with the host's.
+struct checksum_step {
+  unsigned long long* sums = nullptr;
+  template <class Warp, class G>
+  DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    const unsigned mask = w.active();
+    const uint64_t v = v0 + lane_rank(w, mask);
+    const bool mine = v < g.nodes();
+    const unsigned act = w.ballot(mask, mine);
+    uint64_t b, e;
+    g.range(w, mine, v, b, e);
+    uint64_t looked = 0;
+    for (unsigned m = act; m; m &= m - 1) {
+      const unsigned src = lowest_lane(m);
+      const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
+      const uint32_t x = w.shfl(mask, uint32_t(v), src);
+      unsigned long long s = 0;
+      looked += g.template for_each_edge<true>(w, vb, ve, [&](uint32_t u, uint32_t wt) {
+        s += (unsigned long long)u * 1000003ull + wt;
+        return false;
+      });
+      if (s) client_atomic<unsigned long long>(sums[x]).fetch_add(s, memory_order_relaxed);
+    }
+    return looked;
+  }
+};
+
+template <class G>
+void check_reads(const G& gv, const graph_fixture& f, unsigned blocks) {
+  gpu_exec x(blocks);
+  auto sums = x.alloc<unsigned long long>(f.g.nodes);
+  x.fill(sums.data(), f.g.nodes, 0ull);
+  checksum_step s;
+  s.sums = sums.data();
+  EXPECT_EQ(x.run(gv, s, f.g.nodes), f.g.edges());
+  const std::vector<unsigned long long> got = x.download(sums.data(), f.g.nodes);
+  uint64_t bad = 0;
+  for (uint64_t v = 0; v < f.g.nodes; ++v) {
+    unsigned long long want = 0;
+    for (uint64_t i = f.g.offsets[v]; i < f.g.offsets[v + 1]; ++i) want += (unsigned long long)f.g.nbr32[i] * 1000003ull + f.g.wts[i];
+    if (got[v] != want && bad++ < 5)
+      ADD_FAILURE() << "node " << v << " (degree " << f.g.offsets[v + 1] - f.g.offsets[v] << ", edges from " << f.g.offsets[v]
+                    << "): neighbour checksum " << got[v] << ", want " << want;
+  }
+  EXPECT_EQ(bad, 0u) << "nodes whose lists read back wrong";
+}
+
 template <class G>
 void check_all(const G& gv, const graph_fixture& f, const char* what, unsigned blocks = 0) {
   SCOPED_TRACE(what);
@@ -98,7 +146,9 @@ TEST(GpuGraph, AlgorithmsInDeviceMemoryMatchTheReferences) {
   const graph_fixture f(16);
   device_copy<uint64_t> off(f.g.offsets);
   device_copy<uint32_t> nbr(f.g.nbr32), wts(f.g.wts);
+  check_reads(memory_graph{f.g.nodes, off.p, nbr.p, wts.p}, f, 16);
   check_all(memory_graph{f.g.nodes, off.p, nbr.p, wts.p}, f, "device memory");
+  check_all(memory_graph{f.g.nodes, off.p, nbr.p, wts.p}, f, "device memory, 16 blocks", 16);
 }
 
 TEST(GpuGraph, AlgorithmsOverZeroCopyHostMemoryMatchTheReferences) {
@@ -122,6 +172,7 @@ TEST(GpuGraph, AlgorithmsThroughASmallPageCacheMatchTheReferences) {
     graph_arrays arrays(ctl, cache, csr_file(f.path));
     ASSERT_GT(f.g.edges() * 4, k.capacity_bytes);
     device_copy<uint64_t> off(f.g.offsets);
+    check_reads(arrays.view(off.p), f, 16);
     check_all(arrays.view(off.p), f, tier == cache_config::file_tier::never ? "cache via the controller" : "cache via the mapping", 16);
     check_all(arrays.view(), f, "cache, offsets through the cache too", 16);
     const cache_stats s = cache->stats();

@@ -23,7 +23,10 @@ __global__ void __launch_bounds__(256, 2) step_kernel(G g, Step s, uint64_t n, u
   const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
   uint64_t looked = 0;
-  for (uint64_t v0 = warp * 32; v0 < n; v0 += warps * 32) looked += s(gpu_warp{}, g, v0);
+  // The whole warp runs every step (grid-stride bounds are warp-uniform), so
+  // the steps take the full mask rather than __activemask(), which can see a
+  // split warp after a lane's divergent loop (warp.hpp).
+  for (uint64_t v0 = warp * 32; v0 < n; v0 += warps * 32) looked += s(gpu_full_warp{}, g, v0);
   if ((threadIdx.x & 31) == 0 && looked) atomicAdd(edges, (unsigned long long)looked);
 }
 

@@ -281,6 +281,7 @@ int run_graph_gpu(const graph_run_options& o) {
                 best_memory, double(needed) / 1e9, h2d);
   }
   summary["mode"] = "summary";
+  summary["algo"] = o.algo;
   summary["results"] = agreement;
   append_json(o.json, summary);
   std::printf("results: %s\n", agreement.c_str());

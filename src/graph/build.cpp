@@ -18,6 +18,9 @@ namespace deepwell::graph {
 
 namespace {
 
+// The generators' hash (splitmix64's finalizer). Kept here rather than
+// shared with the cache's: a seed must give the same graph in every version,
+// whatever the cache's hashing becomes.
 constexpr uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;

@@ -66,25 +66,17 @@ struct checksum_step {
   unsigned long long* sums = nullptr;
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    const unsigned mask = w.active();
-    const uint64_t v = v0 + lane_rank(w, mask);
-    const bool mine = v < g.nodes();
-    const unsigned act = w.ballot(mask, mine);
-    uint64_t b, e;
-    g.range(w, mine, v, b, e);
-    uint64_t looked = 0;
-    for (unsigned m = act; m; m &= m - 1) {
-      const unsigned src = lowest_lane(m);
-      const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
-      const uint32_t x = w.shfl(mask, uint32_t(v), src);
-      unsigned long long s = 0;
-      looked += g.template for_each_edge<true>(w, vb, ve, [&](uint32_t u, uint32_t wt) {
-        s += (unsigned long long)u * 1000003ull + wt;
-        return false;
-      });
-      if (s) client_atomic<unsigned long long>(sums[x]).fetch_add(s, memory_order_relaxed);
-    }
-    return looked;
+    return for_each_selected(
+        w, g, v0, [](uint64_t) { return true; },
+        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) -> uint64_t {
+          unsigned long long s = 0;
+          const uint64_t looked = g.template for_each_edge<true>(w, b, e, [&](uint32_t u, uint32_t wt) {
+            s += (unsigned long long)u * 1000003ull + wt;
+            return false;
+          });
+          if (s) client_atomic<unsigned long long>(sums[x]).fetch_add(s, memory_order_relaxed);
+          return looked;
+        });
   }
 };
 

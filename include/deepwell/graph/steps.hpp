@@ -44,11 +44,30 @@ DW_HD double warp_sum(const Warp& w, unsigned mask, double x) {
   return total;
 }
 
-template <class Warp>
-DW_HD void count(const Warp& w, unsigned mask, unsigned long long* counter, uint32_t mine) {
+DW_HD inline void count(unsigned long long* counter, uint32_t mine) {
   if (mine) client_atomic<unsigned long long>(*counter).fetch_add(mine, memory_order_relaxed);
-  (void)w;
-  (void)mask;
+}
+
+// The warp's chunk of nodes [v0, v0 + lanes): each lane tests its own node
+// with select(v); then, for each selected node x in lane order, the whole
+// warp calls body(x, begin, end, lane of x) with x's edge range. Returns
+// the sum of body's results (edges looked at).
+template <class Warp, class G, class Select, class Body>
+DW_HD uint64_t for_each_selected(const Warp& w, const G& g, uint64_t v0, Select&& select, Body&& body) {
+  const unsigned mask = w.active();
+  const uint64_t v = v0 + lane_rank(w, mask);
+  const bool mine = v < g.nodes() && select(v);
+  const unsigned act = w.ballot(mask, mine);
+  if (!act) return 0;
+  uint64_t b, e;
+  g.range(w, mine, v, b, e);
+  uint64_t looked = 0;
+  for (unsigned m = act; m; m &= m - 1) {
+    const unsigned src = lowest_lane(m);
+    const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
+    looked += body(w.shfl(mask, uint32_t(v), src), vb, ve, src);
+  }
+  return looked;
 }
 
 // ---- BFS (level-synchronous; top-down or bottom-up per level) ----
@@ -60,52 +79,44 @@ struct bfs_step {
 
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    const unsigned mask = w.active();
     const uint64_t n = g.nodes();
-    const uint64_t v = v0 + lane_rank(w, mask);
-    const uint32_t dv = v < n ? ld(depth[v]) : 0;
-    const bool mine = v < n && (bottom_up ? dv == not_reached : dv == level);
-    const unsigned act = w.ballot(mask, mine);
-    if (!act) return 0;
-    uint64_t b, e;
-    g.range(w, mine, v, b, e);
-    uint64_t looked = 0;
     uint32_t found = 0, bad = 0;
-    for (unsigned m = act; m; m &= m - 1) {
-      const unsigned src = lowest_lane(m);
-      const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
-      if (!bottom_up) {
-        looked += g.template for_each_edge<false>(w, vb, ve, [&](uint32_t u, uint32_t) {
-          if (u >= n) {
-            ++bad;
-            return false;
-          }
-          uint32_t expect = not_reached;
-          if (ld(depth[u]) == not_reached &&
-              client_atomic<uint32_t>(depth[u]).compare_exchange_strong(expect, level + 1, memory_order_relaxed))
+    const uint64_t looked = for_each_selected(
+        w, g, v0,
+        [&](uint64_t v) {
+          const uint32_t d = ld(depth[v]);
+          return bottom_up ? d == not_reached : d == level;
+        },
+        [&](uint32_t x, uint64_t b, uint64_t e, unsigned src) -> uint64_t {
+          if (!bottom_up)  // claim every unreached neighbour
+            return g.template for_each_edge<false>(w, b, e, [&](uint32_t u, uint32_t) {
+              uint32_t expect = not_reached;
+              if (u >= n)
+                ++bad;
+              else if (ld(depth[u]) == not_reached &&
+                       client_atomic<uint32_t>(depth[u]).compare_exchange_strong(expect, level + 1,
+                                                                                 memory_order_relaxed))
+                ++found;
+              return false;
+            });
+          // Look for a parent in the frontier; stop at the first.
+          bool hit = false;
+          const uint64_t l = g.template for_each_edge<false>(w, b, e, [&](uint32_t u, uint32_t) {
+            if (u >= n) {
+              ++bad;
+              return false;
+            }
+            hit = ld(depth[u]) == level;
+            return hit;
+          });
+          if (w.ballot(w.active(), hit) && w.lane() == src) {
+            st(depth[x], level + 1);
             ++found;
-          return false;
-        });
-      } else {
-        // Looks for a parent in the frontier and stops at the first.
-        bool hit = false;
-        looked += g.template for_each_edge<false>(w, vb, ve, [&](uint32_t u, uint32_t) {
-          if (u >= n) {
-            ++bad;
-            return false;
           }
-          hit = ld(depth[u]) == level;
-          return hit;
+          return l;
         });
-        const bool any = w.ballot(mask, hit) != 0;
-        if (any && w.lane() == src) {
-          st(depth[v], level + 1);
-          ++found;
-        }
-      }
-    }
-    count(w, mask, &c->changed, found);
-    count(w, mask, &c->bad_ids, bad);
+    count(&c->changed, found);
+    count(&c->bad_ids, bad);
     return looked;
   }
 };
@@ -144,30 +155,22 @@ struct cc_step {
 
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    const unsigned mask = w.active();
     const uint64_t n = g.nodes();
-    const uint64_t v = v0 + lane_rank(w, mask);
-    const bool mine = v < n;
-    const unsigned act = w.ballot(mask, mine);
-    uint64_t b, e;
-    g.range(w, mine, v, b, e);
-    uint64_t looked = 0;
     uint32_t bad = 0;
-    for (unsigned m = act; m; m &= m - 1) {
-      const unsigned src = lowest_lane(m);
-      const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
-      const uint32_t x = w.shfl(mask, uint32_t(v), src);
-      looked += g.template for_each_edge<false>(w, vb, ve, [&](uint32_t u, uint32_t) {
-        if (u >= n) {
-          ++bad;
-          return false;
-        }
-        if (lower_half && u > x) return true;
-        if (u != x) unite(parent, x, u);
-        return false;
-      });
-    }
-    count(w, mask, &c->bad_ids, bad);
+    const uint64_t looked = for_each_selected(
+        w, g, v0, [](uint64_t) { return true; },
+        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) -> uint64_t {
+          return g.template for_each_edge<false>(w, b, e, [&](uint32_t u, uint32_t) {
+            if (u >= n) {
+              ++bad;
+              return false;
+            }
+            if (lower_half && u > x) return true;
+            if (u != x) unite(parent, x, u);
+            return false;
+          });
+        });
+    count(&c->bad_ids, bad);
     return looked;
   }
 };
@@ -221,30 +224,21 @@ struct pr_push_step {
   step_counters* c = nullptr;
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    const unsigned mask = w.active();
     const uint64_t n = g.nodes();
-    const uint64_t v = v0 + lane_rank(w, mask);
-    const bool mine = v < n && degree[v] != 0;
-    const unsigned act = w.ballot(mask, mine);
-    if (!act) return 0;
-    uint64_t b, e;
-    g.range(w, mine, v, b, e);
-    uint64_t looked = 0;
     uint32_t bad = 0;
-    for (unsigned m = act; m; m &= m - 1) {
-      const unsigned src = lowest_lane(m);
-      const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
-      const uint32_t x = w.shfl(mask, uint32_t(v), src);
-      const float cx = contrib[x];
-      looked += g.template for_each_edge<false>(w, vb, ve, [&](uint32_t u, uint32_t) {
-        if (u >= n)
-          ++bad;
-        else
-          client_atomic<float>(next[u]).fetch_add(cx, memory_order_relaxed);
-        return false;
-      });
-    }
-    count(w, mask, &c->bad_ids, bad);
+    const uint64_t looked = for_each_selected(
+        w, g, v0, [&](uint64_t v) { return degree[v] != 0; },
+        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) -> uint64_t {
+          const float cx = contrib[x];
+          return g.template for_each_edge<false>(w, b, e, [&](uint32_t u, uint32_t) {
+            if (u >= n)
+              ++bad;
+            else
+              client_atomic<float>(next[u]).fetch_add(cx, memory_order_relaxed);
+            return false;
+          });
+        });
+    count(&c->bad_ids, bad);
     return looked;
   }
 };
@@ -273,36 +267,28 @@ struct sssp_step {
   step_counters* c = nullptr;
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    const unsigned mask = w.active();
     const uint64_t n = g.nodes();
-    const uint64_t v = v0 + lane_rank(w, mask);
-    const bool mine = v < n && ld(active[v]) != 0;
-    const unsigned act = w.ballot(mask, mine);
-    if (!act) return 0;
-    uint64_t b, e;
-    g.range(w, mine, v, b, e);
-    uint64_t looked = 0;
     uint32_t lowered = 0, bad = 0;
-    for (unsigned m = act; m; m &= m - 1) {
-      const unsigned src = lowest_lane(m);
-      const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
-      const uint32_t x = w.shfl(mask, uint32_t(v), src);
-      const unsigned long long dx = ld(dist[x]);
-      looked += g.template for_each_edge<true>(w, vb, ve, [&](uint32_t u, uint32_t wt) {
-        if (u >= n) {
-          ++bad;
-          return false;
-        }
-        const unsigned long long nd = dx + wt;
-        if (nd < ld(dist[u]) && client_atomic<unsigned long long>(dist[u]).fetch_min(nd, memory_order_relaxed) > nd) {
-          st(next_active[u], 1u);
-          ++lowered;
-        }
-        return false;
-      });
-    }
-    count(w, mask, &c->changed, lowered);
-    count(w, mask, &c->bad_ids, bad);
+    const uint64_t looked = for_each_selected(
+        w, g, v0, [&](uint64_t v) { return ld(active[v]) != 0; },
+        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) -> uint64_t {
+          const unsigned long long dx = ld(dist[x]);
+          return g.template for_each_edge<true>(w, b, e, [&](uint32_t u, uint32_t wt) {
+            if (u >= n) {
+              ++bad;
+              return false;
+            }
+            const unsigned long long nd = dx + wt;
+            if (nd < ld(dist[u]) &&
+                client_atomic<unsigned long long>(dist[u]).fetch_min(nd, memory_order_relaxed) > nd) {
+              st(next_active[u], 1u);
+              ++lowered;
+            }
+            return false;
+          });
+        });
+    count(&c->changed, lowered);
+    count(&c->bad_ids, bad);
     return looked;
   }
 };

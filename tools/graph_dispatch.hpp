@@ -49,7 +49,7 @@ inline uint32_t pick_source(const graph_run_options& o, const csr_file& f) {
                   std::to_string(f.nodes()) + " nodes)");
     return uint32_t(o.source);
   }
-  return uint32_t(f.stats().max_degree_node);
+  return uint32_t(f.max_degree_node());
 }
 
 template <class Exec, class G>
@@ -144,8 +144,11 @@ inline double resident_fraction(const std::string& path) {
   return r;
 }
 
-// Drops the file from the page cache; returns the fraction still resident after.
-inline double drop_from_page_cache(const std::string& path) {
+// Drops the file from the page cache (our own mapping's pages first);
+// returns the fraction still resident after (mincore).
+inline double drop_from_page_cache(const csr_file& f) {
+  f.release_pages();
+  const std::string& path = f.path();
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw error(errno_message("open " + path, errno));
   ::fdatasync(fd);

@@ -20,7 +20,7 @@ int run_graph_cpu(const graph_run_options& o) {
                          {"source", source}, {"location", o.location}};
   std::printf("%s: %llu nodes, %llu edges, source %u, CPU threads as clients\n", f.path().c_str(),
               (unsigned long long)f.nodes(), (unsigned long long)f.edges(), source);
-  if (o.cold) std::printf("cold: %.1f%% still resident after dropping\n", 100 * drop_from_page_cache(f.path()));
+  if (o.cold) std::printf("cold: %.1f%% still resident after dropping\n", 100 * drop_from_page_cache(f));
   outcome first;
   std::string agreement = "agree";
   for (unsigned rep = 0; rep < o.repeat; ++rep) {

@@ -137,7 +137,7 @@ int run_graph_gpu(const graph_run_options& o) {
               weighted ? " + weights" : "", source, gpu_name());
 
   if (o.cold) {
-    const double left = drop_from_page_cache(f.path());
+    const double left = drop_from_page_cache(f);
     std::printf("cold: dropped %s from the page cache (%.1f%% still resident)\n", f.path().c_str(), 100 * left);
     base["resident_before"] = left;
   } else if (o.location == "pagecache") {
@@ -197,7 +197,7 @@ int run_graph_gpu(const graph_run_options& o) {
       }
       const cached_graph g = arrays.view(offsets_dev);
       for (unsigned rep = 0; rep < o.repeat; ++rep) {
-        if (rep && o.cold) drop_from_page_cache(f.path());
+        if (rep && o.cold) drop_from_page_cache(f);
         if (const request_status s = cache->clear(); !s.ok()) throw error("clearing the cache: " + describe(s));
         cache->reset_stats();
         outcome r = run_algorithm(x, g, o, source, f.header().flags);

@@ -244,6 +244,18 @@ void csr_file::check(unsigned threads, progress* p) const {
   if (p) p->done();
 }
 
+uint64_t csr_file::max_degree_node() const {
+  const uint64_t* off = offsets();
+  uint64_t best = 0;
+  for (uint64_t v = 1; v < h_.nodes; ++v)
+    if (off[v + 1] - off[v] > off[best + 1] - off[best]) best = v;
+  return best;
+}
+
+void csr_file::release_pages() const {
+  ::madvise(const_cast<uint8_t*>(base_), mapped_, MADV_DONTNEED);
+}
+
 csr_stats csr_file::stats(unsigned threads) const {
   const unsigned t = detail::thread_count(threads);
   std::vector<csr_stats> part(t);

@@ -83,6 +83,13 @@ class csr_file {
   uint64_t neighbours_bytes() const { return h_.edges * h_.id_bytes; }
   uint64_t weights_bytes() const { return h_.weights == weight_type::none ? 0 : h_.edges * 4; }
 
+  // The node of largest degree (from the offsets alone).
+  uint64_t max_degree_node() const;
+  // Unmaps this process's view of the file's pages (they stay valid to
+  // read: touching them maps them again), so that posix_fadvise(DONTNEED)
+  // can drop them from the page cache: it leaves pages a process maps.
+  void release_pages() const;
+
   // Full scan; throws naming the first bad offset or id.
   void check(unsigned threads = 0, progress* p = nullptr) const;
   csr_stats stats(unsigned threads = 0) const;

@@ -208,9 +208,10 @@ int run_graph_gpu(const graph_run_options& o) {
         char text[200];
         std::snprintf(text, sizeof text, "hit rate %.3f, read %.2f GiB, amplification %.2f (cache %.2f GiB, %u B pages, %s)",
                       s.hit_rate(), double(s.bytes_read) / (1 << 30), amp, double(k.capacity_bytes) / (1 << 30),
-                      k.page_size, d.direct_io ? "O_DIRECT" : o.tier.c_str());
+                      k.page_size, d.direct_io ? "O_DIRECT" : arrays.edges_direct() ? "direct" : "controller");
         record(std::move(r),
-               {{"cache_bytes", k.capacity_bytes}, {"page_size", k.page_size}, {"tier", o.tier},
+               {{"cache_bytes", k.capacity_bytes}, {"page_size", k.page_size},
+                {"tier", arrays.edges_direct() ? "direct" : "controller"},
                 {"offsets_in_cache", o.offsets_in_cache}, {"hit_rate", s.hit_rate()}, {"bytes_read", s.bytes_read},
                 {"amplification", amp}, {"controller_cpu_seconds", ctl.poller_cpu_seconds()}},
                text);

@@ -25,6 +25,9 @@ class graph_arrays {
   // clients can read: device memory for GPU clients) is given.
   cached_graph view(const uint64_t* offsets_in_memory = nullptr) const;
   page_cache& cache() const { return *cache_; }
+  // Whether the edge lists are read through the direct tier (a registered
+  // mapping of the file, no controller round trip) rather than the queues.
+  bool edges_direct() const { return cache_->dataset(nbr_->ref().dataset).direct != nullptr; }
 
  private:
   std::shared_ptr<page_cache> cache_;

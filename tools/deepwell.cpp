@@ -133,6 +133,8 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     a->add_flag("--offsets-in-cache", ro.offsets_in_cache, "read the offsets through deepwell too");
     a->add_flag("--top-down", ro.top_down_only, "BFS without bottom-up levels");
+    a->add_flag("!--no-stream", ro.stream,
+                "bottom-up BFS reads through cache pages even where it could read the direct tier in place");
     a->add_option("--iterations", ro.iterations, "PageRank iterations")->capture_default_str();
     a->add_option("--pollers", ro.pollers, "controller threads")->capture_default_str();
     a->add_option("--repeat", ro.repeat, "runs of each mode")->capture_default_str();

@@ -29,6 +29,7 @@ struct outcome {
   std::vector<float> f32;                // PageRank
   uint64_t summary = 0;                  // BFS: nodes reached; CC: components; SSSP: nodes reached
   unsigned bottom_up_levels = 0;
+  uint64_t bottom_up_edges = 0;
 };
 
 inline bool needs_weights(const std::string& algo) { return algo == "sssp"; }
@@ -64,6 +65,7 @@ outcome run_algorithm(Exec& x, const G& g, const graph_run_options& o, uint32_t 
     r.stats = br.stats;
     r.summary = br.reached;
     r.bottom_up_levels = br.bottom_up_levels;
+    r.bottom_up_edges = br.bottom_up_edges;
     r.u32 = std::move(br.depth);
   } else if (o.algo == "cc") {
     cc_result c = connected_components(x, g, flags);

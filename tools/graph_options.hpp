@@ -18,6 +18,7 @@ struct graph_run_options {
   std::string tier = "direct";         // direct (registered file mapping when resident) or controller
   bool offsets_in_cache = false;       // offsets through deepwell too (default: copied to device memory)
   bool top_down_only = false;          // BFS without bottom-up levels
+  bool stream = true;                  // one-touch reads (bottom-up BFS) straight from the direct tier
   unsigned iterations = 20;            // PageRank
   unsigned pollers = 4;
   unsigned repeat = 1;

@@ -44,11 +44,13 @@ int run_graph_cpu(const graph_run_options& o) {
       d.direct_io = o.location == "odirect";
       d.block_size = std::min<uint32_t>(o.page_size, 4096);
       graph_arrays arrays(ctl, cache, f, d);
-      r = run_algorithm(x, arrays.view(o.offsets_in_cache ? nullptr : f.offsets()), o, source, f.header().flags);
+      const bool stream = o.stream && arrays.edges_direct();
+      r = run_algorithm(x, arrays.view(o.offsets_in_cache ? nullptr : f.offsets(), stream), o, source, f.header().flags);
       const cache_stats s = cache->stats();
       if (const request_status e = cache->last_error(); !e.ok())
         throw error("deepwell reported an I/O error during " + o.algo + ": " + describe(e));
-      const double amp = bytes_needed(r) ? double(s.bytes_read) / double(bytes_needed(r)) : 0;
+      const uint64_t streamed = stream ? r.bottom_up_edges * 4 : 0;
+      const double amp = bytes_needed(r) ? double(s.bytes_read + streamed) / double(bytes_needed(r)) : 0;
       char buf[160];
       std::snprintf(buf, sizeof buf, "hit rate %.3f, amplification %.2f (cache %.1f MiB)", s.hit_rate(), amp,
                     double(k.capacity_bytes) / (1 << 20));

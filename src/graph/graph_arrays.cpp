@@ -23,13 +23,17 @@ graph_arrays::graph_arrays(controller& ctl, std::shared_ptr<page_cache> cache, c
     wts_ = std::make_unique<array<uint32_t>>(cache_, section(f.header().weights_at, f.weights_bytes()));
 }
 
-cached_graph graph_arrays::view(const uint64_t* offsets_in_memory) const {
+cached_graph graph_arrays::view(const uint64_t* offsets_in_memory, bool stream) const {
   cached_graph g;
   g.n = nodes_;
   g.offsets_mem = offsets_in_memory;
   g.offsets = offsets_->ref();
   g.nbr = nbr_->ref();
   if (wts_) g.wts = wts_->ref();
+  if (stream) {
+    g.nbr_stream = reinterpret_cast<const uint32_t*>(cache_->dataset(nbr_->ref().dataset).direct);
+    if (wts_) g.wts_stream = reinterpret_cast<const uint32_t*>(cache_->dataset(wts_->ref().dataset).direct);
+  }
   return g;
 }
 

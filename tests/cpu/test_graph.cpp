@@ -405,6 +405,37 @@ TEST(GraphAlgorithms, CpuClientsThroughASmallPageCacheMatchTheReferences) {
   EXPECT_EQ(bfs(x, arrays.view(c.g.offsets.data()), o).depth, bfs_reference(c.v, o.source));
 }
 
+TEST(GraphAlgorithms, BottomUpReadsInPlaceFromTheDirectTier) {
+  const graph_case c = make_case(12);
+  temp_file f("direct.dwg");
+  write_csr(f.path, c.g);
+  csr_file file(f.path);
+  controller ctl;
+  cache_config k;
+  k.capacity_bytes = 32 * 4096;
+  k.queue_pairs = 2;
+  k.queue_entries = 64;
+  k.direct_files = cache_config::file_tier::always;  // the lists readable in place
+  auto cache = make_host_page_cache(ctl, k);
+  graph_arrays arrays(ctl, cache, file);
+  ASSERT_TRUE(arrays.edges_direct());
+  const cached_graph streaming = arrays.view(nullptr, true);
+  ASSERT_NE(streaming.nbr_stream, nullptr);
+  EXPECT_EQ(arrays.view().nbr_stream, nullptr);
+  cpu_exec x(3);
+  for (const uint32_t s : c.sources) {
+    bfs_options o;
+    o.source = s;
+    const bfs_result r = bfs(x, streaming, o);
+    EXPECT_EQ(r.depth, bfs_reference(c.v, s));
+    EXPECT_GT(r.bottom_up_levels, 0u);
+    EXPECT_GT(r.bottom_up_edges, 0u);
+  }
+  const sssp_result d = sssp(x, streaming, c.sources[0]);  // weighted reads stay on the page path
+  const std::vector<uint64_t> want = sssp_reference(c.v, c.sources[0]);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(d.dist[i], want[i]);
+}
+
 TEST(GraphAlgorithms, BadSourceAndCorruptIdsAreReported) {
   const graph_case c = make_case(8);
   memory_graph m{c.g.nodes, c.g.offsets.data(), c.g.nbr32.data(), c.g.wts.data()};

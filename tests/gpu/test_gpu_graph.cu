@@ -167,6 +167,10 @@ TEST(GpuGraph, AlgorithmsThroughASmallPageCacheMatchTheReferences) {
     check_reads(arrays.view(off.p), f, 16);
     check_all(arrays.view(off.p), f, tier == cache_config::file_tier::never ? "cache via the controller" : "cache via the mapping", 16);
     check_all(arrays.view(), f, "cache, offsets through the cache too", 16);
+    if (tier == cache_config::file_tier::resident) {
+      ASSERT_TRUE(arrays.edges_direct());
+      check_all(arrays.view(off.p, true), f, "cache, bottom-up lists read in place", 16);
+    }
     const cache_stats s = cache->stats();
     EXPECT_GT(s.evictions, 0u);
     EXPECT_TRUE(cache->last_error().ok()) << describe(cache->last_error());

@@ -47,6 +47,7 @@ struct bfs_result {
   std::vector<uint32_t> depth;  // not_reached for nodes the source does not reach
   uint64_t reached = 0;
   unsigned bottom_up_levels = 0;
+  uint64_t bottom_up_edges = 0;  // edges looked at in bottom-up levels (one-touch reads)
   run_stats stats;
 };
 
@@ -68,7 +69,9 @@ bfs_result bfs(Exec& x, const G& g, const bfs_options& o) {
     s.bottom_up = o.direction_optimizing && double(frontier) > o.bottom_up_fraction * double(n);
     s.c = x.counters();
     x.reset_counters();
-    r.stats.edges_looked += x.run(g, s, n);
+    const uint64_t looked = x.run(g, s, n);
+    r.stats.edges_looked += looked;
+    if (s.bottom_up) r.bottom_up_edges += looked;
     const step_counters c = x.read_counters();
     r.stats.bad_ids += c.bad_ids;
     r.bottom_up_levels += s.bottom_up;

@@ -26,6 +26,21 @@ DW_HD DW_FORCEINLINE unsigned lane_rank(const Warp& w, unsigned mask) {
   return popcount32(mask & ((1u << w.lane()) - 1));
 }
 
+// The lanes stride over entries [b, e) of plain arrays; stops after the
+// first stride in which some lane's fn returned true. Returns the entries
+// looked at (whole strides).
+template <bool Weighted, class Warp, class Fn>
+DW_HD uint64_t stride_over(const Warp& w, const uint32_t* nbr, const uint32_t* wts, uint64_t b, uint64_t e, Fn& fn) {
+  const unsigned mask = w.active();
+  const unsigned lanes = popcount32(mask), rank = lane_rank(w, mask);
+  for (uint64_t base = b; base < e; base += lanes) {
+    const uint64_t i = base + rank;
+    const bool stop = i < e && fn(nbr[i], Weighted ? wts[i] : 0u);
+    if (w.ballot(mask, stop)) return (base + lanes < e ? base + lanes : e) - b;
+  }
+  return e - b;
+}
+
 struct memory_graph {
   uint64_t n = 0;
   const uint64_t* offsets = nullptr;
@@ -43,23 +58,24 @@ struct memory_graph {
 
   // Calls fn(neighbour, weight) for the edges [b, e) (same b, e in every
   // lane), lanes striding over them; stops after the first stride in which
-  // some lane's fn returned true. Returns the edges looked at.
-  template <bool Weighted, class Warp, class Fn>
+  // some lane's fn returned true. Returns the edges looked at. (OneTouch
+  // matters only to cached_graph.)
+  template <bool Weighted, bool OneTouch = false, class Warp, class Fn>
   DW_HD uint64_t for_each_edge(const Warp& w, uint64_t b, uint64_t e, Fn&& fn) const {
-    const unsigned mask = w.active();
-    const unsigned lanes = popcount32(mask), rank = lane_rank(w, mask);
-    for (uint64_t base = b; base < e; base += lanes) {
-      const uint64_t i = base + rank;
-      const bool stop = i < e && fn(nbr[i], Weighted ? wts[i] : 0u);
-      if (w.ballot(mask, stop)) return (base + lanes < e ? base + lanes : e) - b;
-    }
-    return e - b;
+    return stride_over<Weighted>(w, nbr, wts, b, e, fn);
   }
 };
 
 struct cached_graph {
   uint64_t n = 0;
   const uint64_t* offsets_mem = nullptr;  // offsets in memory when not null
+  // The lists as the client can read them in place (the direct tier's
+  // mapping of a resident file, or host memory), or nullptr. Reads marked
+  // OneTouch (a bottom-up BFS level stops after a few entries of most
+  // lists and never comes back) go straight there, 128 bytes per stride,
+  // instead of pulling whole pages into the cache.
+  const uint32_t* nbr_stream = nullptr;
+  const uint32_t* wts_stream = nullptr;
   array_ref<uint64_t> offsets{};
   array_ref<uint32_t> nbr{};
   array_ref<uint32_t> wts{};
@@ -89,8 +105,9 @@ struct cached_graph {
     if (!want) b = e = 0;
   }
 
-  template <bool Weighted, class Warp, class Fn>
+  template <bool Weighted, bool OneTouch = false, class Warp, class Fn>
   DW_HD uint64_t for_each_edge(const Warp& w, uint64_t b, uint64_t e, Fn&& fn) const {
+    if (OneTouch && nbr_stream && (!Weighted || wts_stream)) return stride_over<Weighted>(w, nbr_stream, wts_stream, b, e, fn);
     const unsigned mask = w.active();
     const unsigned lanes = popcount32(mask), rank = lane_rank(w, mask);
     uint64_t i0 = b;

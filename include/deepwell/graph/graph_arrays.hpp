@@ -22,8 +22,9 @@ class graph_arrays {
   graph_arrays(controller& ctl, std::shared_ptr<page_cache> cache, const csr_file& f,
                const graph_dataset_options& o = {});
   // Offsets through the cache unless `offsets_in_memory` (an address the
-  // clients can read: device memory for GPU clients) is given.
-  cached_graph view(const uint64_t* offsets_in_memory = nullptr) const;
+  // clients can read: device memory for GPU clients) is given. `stream`:
+  // one-touch reads go straight to the direct tier when the lists are there.
+  cached_graph view(const uint64_t* offsets_in_memory = nullptr, bool stream = false) const;
   page_cache& cache() const { return *cache_; }
   // Whether the edge lists are read through the direct tier (a registered
   // mapping of the file, no controller round trip) rather than the queues.

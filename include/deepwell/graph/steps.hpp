@@ -101,7 +101,7 @@ struct bfs_step {
             });
           // Look for a parent in the frontier; stop at the first.
           bool hit = false;
-          const uint64_t l = g.template for_each_edge<false>(w, b, e, [&](uint32_t u, uint32_t) {
+          const uint64_t l = g.template for_each_edge<false, true>(w, b, e, [&](uint32_t u, uint32_t) {
             if (u >= n) {
               ++bad;
               return false;

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "deepwell/graph/algorithms.hpp"
+#include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/graph/reference.hpp"
+#include "deepwell/page_cache.hpp"
 #include "graph_options.hpp"
 
 namespace deepwell::tools {
@@ -33,6 +35,9 @@ struct outcome {
 };
 
 inline bool needs_weights(const std::string& algo) { return algo == "sssp"; }
+
+// Bytes of edge data the algorithm needed: the entries it looked at (and their weights).
+inline uint64_t bytes_needed(const outcome& r) { return r.stats.edges_looked * (needs_weights(r.algo) ? 8 : 4); }
 
 inline void check_algorithm(const graph_run_options& o, const csr_file& f) {
   if (o.algo != "bfs" && o.algo != "cc" && o.algo != "pagerank" && o.algo != "sssp")
@@ -123,6 +128,44 @@ inline outcome reference(const graph_run_options& o, const csr_file& f, uint32_t
   return r;
 }
 
+// The deepwell cache and datasets a run asks for: `--cache` or an eighth of
+// the bytes the algorithm reads (at least `min_bytes`); the direct tier for
+// a resident file unless --tier controller or O_DIRECT.
+inline cache_config graph_cache_config(const graph_run_options& o, uint64_t data_bytes, uint64_t min_bytes) {
+  cache_config k;
+  k.page_size = o.page_size;
+  k.capacity_bytes = o.cache_bytes ? o.cache_bytes : std::max<uint64_t>(data_bytes / 8, min_bytes);
+  k.direct_files = o.tier == "direct" && o.location == "pagecache" ? cache_config::file_tier::resident
+                                                                   : cache_config::file_tier::never;
+  return k;
+}
+inline graph_dataset_options graph_datasets(const graph_run_options& o) {
+  graph_dataset_options d;
+  d.direct_io = o.location == "odirect";
+  d.block_size = std::min<uint32_t>(o.page_size, 4096);
+  return d;
+}
+
+// What a deepwell run read: the cache's statistics plus the bytes read in
+// place (bottom-up BFS on the direct tier: whole 128-byte strides), and the
+// amplification over the bytes the algorithm needed. Throws if any access
+// failed.
+struct cache_outcome {
+  cache_stats stats;
+  uint64_t streamed = 0;
+  double amplification = 0;
+  uint64_t bytes_read() const { return stats.bytes_read + streamed; }
+};
+inline cache_outcome cache_outcome_of(const page_cache& cache, const outcome& r, bool streaming) {
+  if (const request_status e = cache.last_error(); !e.ok())
+    throw error("deepwell reported an I/O error during " + r.algo + ": " + describe(e));
+  cache_outcome c;
+  c.stats = cache.stats();
+  c.streamed = streaming ? r.bottom_up_edges * 4 : 0;
+  c.amplification = bytes_needed(r) ? double(c.bytes_read()) / double(bytes_needed(r)) : 0;
+  return c;
+}
+
 // Fraction of the file's pages in the page cache (mincore on a fresh mapping).
 inline double resident_fraction(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
@@ -179,8 +222,6 @@ inline nlohmann::json graph_json(const csr_file& f) {
           {"weight_bytes", f.weights_bytes()}};
 }
 
-// Bytes of edge data the algorithm needed: the entries it looked at (and their weights).
-inline uint64_t bytes_needed(const outcome& r) { return r.stats.edges_looked * (needs_weights(r.algo) ? 8 : 4); }
 
 inline void print_run(const std::string& mode, const outcome& r, const std::string& extra) {
   std::printf("%-9s %-8s %9.4f s  %8.1f M edges/s  %s\n", r.algo.c_str(), mode.c_str(), r.stats.seconds,

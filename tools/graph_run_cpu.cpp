@@ -34,29 +34,18 @@ int run_graph_cpu(const graph_run_options& o) {
       controller_config cc;
       cc.pollers = o.pollers;
       controller ctl(cc);
-      cache_config k;
-      k.page_size = o.page_size;
-      k.capacity_bytes = o.cache_bytes ? o.cache_bytes : std::max<uint64_t>(data_bytes / 8, 64ull * o.page_size);
-      k.direct_files = o.tier == "direct" && o.location == "pagecache" ? cache_config::file_tier::resident
-                                                                       : cache_config::file_tier::never;
+      const cache_config k = graph_cache_config(o, data_bytes, 64ull * o.page_size);
       auto cache = make_host_page_cache(ctl, k);
-      graph_dataset_options d;
-      d.direct_io = o.location == "odirect";
-      d.block_size = std::min<uint32_t>(o.page_size, 4096);
-      graph_arrays arrays(ctl, cache, f, d);
+      graph_arrays arrays(ctl, cache, f, graph_datasets(o));
       const bool stream = o.stream && arrays.edges_direct();
       r = run_algorithm(x, arrays.view(o.offsets_in_cache ? nullptr : f.offsets(), stream), o, source, f.header().flags);
-      const cache_stats s = cache->stats();
-      if (const request_status e = cache->last_error(); !e.ok())
-        throw error("deepwell reported an I/O error during " + o.algo + ": " + describe(e));
-      const uint64_t streamed = stream ? r.bottom_up_edges * 4 : 0;
-      const double amp = bytes_needed(r) ? double(s.bytes_read + streamed) / double(bytes_needed(r)) : 0;
+      const cache_outcome c = cache_outcome_of(*cache, r, stream);
       char buf[160];
-      std::snprintf(buf, sizeof buf, "hit rate %.3f, amplification %.2f (cache %.1f MiB)", s.hit_rate(), amp,
-                    double(k.capacity_bytes) / (1 << 20));
+      std::snprintf(buf, sizeof buf, "hit rate %.3f, amplification %.2f (cache %.1f MiB)", c.stats.hit_rate(),
+                    c.amplification, double(k.capacity_bytes) / (1 << 20));
       text = buf;
-      j.update({{"cache_bytes", k.capacity_bytes}, {"page_size", k.page_size}, {"hit_rate", s.hit_rate()},
-                {"bytes_read", s.bytes_read}, {"amplification", amp}});
+      j.update({{"cache_bytes", k.capacity_bytes}, {"page_size", k.page_size}, {"hit_rate", c.stats.hit_rate()},
+                {"bytes_read", c.bytes_read()}, {"amplification", c.amplification}});
     }
     j.update(run_json(o.mode, r));
     append_json(o.json, j);

@@ -179,16 +179,10 @@ int run_graph_gpu(const graph_run_options& o) {
       controller_config cc;
       cc.pollers = o.pollers;
       controller ctl(cc);
-      cache_config k;
-      k.page_size = o.page_size;
-      k.capacity_bytes = o.cache_bytes ? o.cache_bytes : std::max<uint64_t>(data_bytes / 8, 512ull << 20);
-      k.direct_files = o.tier == "direct" && o.location == "pagecache" ? cache_config::file_tier::resident
-                                                                       : cache_config::file_tier::never;
+      const cache_config k = graph_cache_config(o, data_bytes, 512ull << 20);
       auto cache = make_gpu_page_cache(ctl, k);
       cache->check_capacity(x.warps());
-      graph_dataset_options d;
-      d.direct_io = o.location == "odirect";
-      d.block_size = std::min<uint32_t>(o.page_size, 4096);
+      const graph_dataset_options d = graph_datasets(o);
       graph_arrays arrays(ctl, cache, f, d);
       uint64_t* offsets_dev = nullptr;
       if (!o.offsets_in_cache) {
@@ -202,21 +196,18 @@ int run_graph_gpu(const graph_run_options& o) {
         if (const request_status s = cache->clear(); !s.ok()) throw error("clearing the cache: " + describe(s));
         cache->reset_stats();
         outcome r = run_algorithm(x, g, o, source, f.header().flags);
-        const cache_stats s = cache->stats();
-        if (const request_status e = cache->last_error(); !e.ok())
-          throw error("deepwell reported an I/O error during " + o.algo + ": " + describe(e));
-        // In-place reads of the mapping count as read too (whole 128-byte strides).
-        const uint64_t streamed = stream ? r.bottom_up_edges * 4 : 0;
-        const double amp = bytes_needed(r) ? double(s.bytes_read + streamed) / double(bytes_needed(r)) : 0;
+        const cache_outcome c = cache_outcome_of(*cache, r, stream);
         char text[220];
         std::snprintf(text, sizeof text, "hit rate %.3f, read %.2f GiB%s, amplification %.2f (cache %.2f GiB, %u B pages, %s)",
-                      s.hit_rate(), double(s.bytes_read + streamed) / (1 << 30), streamed ? " (some in place)" : "", amp, double(k.capacity_bytes) / (1 << 30),
-                      k.page_size, d.direct_io ? "O_DIRECT" : arrays.edges_direct() ? "direct" : "controller");
+                      c.stats.hit_rate(), double(c.bytes_read()) / (1 << 30), c.streamed ? " (some in place)" : "",
+                      c.amplification, double(k.capacity_bytes) / (1 << 30), k.page_size,
+                      d.direct_io ? "O_DIRECT" : arrays.edges_direct() ? "direct" : "controller");
         record(std::move(r),
                {{"cache_bytes", k.capacity_bytes}, {"page_size", k.page_size},
-                {"tier", arrays.edges_direct() ? "direct" : "controller"}, {"streamed_bytes", streamed},
-                {"offsets_in_cache", o.offsets_in_cache}, {"hit_rate", s.hit_rate()}, {"bytes_read", s.bytes_read},
-                {"amplification", amp}, {"controller_cpu_seconds", ctl.poller_cpu_seconds()}},
+                {"tier", arrays.edges_direct() ? "direct" : "controller"}, {"streamed_bytes", c.streamed},
+                {"offsets_in_cache", o.offsets_in_cache}, {"hit_rate", c.stats.hit_rate()},
+                {"bytes_read", c.bytes_read()}, {"cache_bytes_read", c.stats.bytes_read}, {"amplification", c.amplification},
+                {"controller_cpu_seconds", ctl.poller_cpu_seconds()}},
                text);
       }
       if (offsets_dev) cudaFree(offsets_dev);

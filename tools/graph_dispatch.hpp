@@ -3,7 +3,6 @@
 // reference, page-cache residency control, and the report (text and JSON).
 #pragma once
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -17,6 +16,7 @@
 #include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/graph/reference.hpp"
 #include "deepwell/page_cache.hpp"
+#include "deepwell/target.hpp"
 #include "graph_options.hpp"
 
 namespace deepwell::tools {
@@ -166,27 +166,11 @@ inline cache_outcome cache_outcome_of(const page_cache& cache, const outcome& r,
   return c;
 }
 
-// Fraction of the file's pages in the page cache (mincore on a fresh mapping).
+// Fraction of the file's pages in the page cache (the file target's
+// read-only mapping measures it with mincore).
 inline double resident_fraction(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return 0;
-  const off_t size = ::lseek(fd, 0, SEEK_END);
-  double r = 0;
-  if (size > 0) {
-    void* m = ::mmap(nullptr, size_t(size), PROT_READ, MAP_SHARED, fd, 0);
-    if (m != MAP_FAILED) {
-      const long pg = ::sysconf(_SC_PAGESIZE);
-      std::vector<unsigned char> vec((size_t(size) + size_t(pg) - 1) / size_t(pg));
-      if (::mincore(m, size_t(size), vec.data()) == 0) {
-        uint64_t in = 0;
-        for (unsigned char c : vec) in += c & 1;
-        r = double(in) / double(vec.size());
-      }
-      ::munmap(m, size_t(size));
-    }
-  }
-  ::close(fd);
-  return r;
+  const std::shared_ptr<host_mapping> m = open_file_target(path)->map_readonly();
+  return m ? m->resident : 0;
 }
 
 // Drops the file from the page cache (our own mapping's pages first);

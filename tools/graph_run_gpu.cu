@@ -15,6 +15,7 @@
 #include "deepwell/graph/gpu_exec.cuh"
 #include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/page_cache.hpp"
+#include "../bench/ceilings.cuh"  // the H2D ceiling every benchmark measures
 #include "graph_dispatch.hpp"
 
 namespace deepwell::tools {
@@ -23,24 +24,6 @@ namespace {
 
 using clk = std::chrono::steady_clock;
 double since(clk::time_point t) { return std::chrono::duration<double>(clk::now() - t).count(); }
-
-// The H2D link: 1 GiB from pinned memory, best of three.
-double h2d_gbps() {
-  const size_t bytes = 1ull << 30;
-  void *h = nullptr, *d = nullptr;
-  cuda_check(cudaMallocHost(&h, bytes), "cudaMallocHost");
-  cuda_check(cudaMalloc(&d, bytes), "cudaMalloc");
-  std::memset(h, 1, bytes);
-  double best = 1e30;
-  for (int i = 0; i < 4; ++i) {
-    const auto t = clk::now();
-    cuda_check(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-    if (i) best = std::min(best, since(t));
-  }
-  cudaFreeHost(h);
-  cudaFree(d);
-  return double(bytes) / best / 1e9;
-}
 
 // The file's first `bytes` (header, offsets, neighbours, and weights when
 // needed) in pinned host memory, mapped for the GPU.
@@ -57,7 +40,7 @@ std::unique_ptr<pinned_graph> load_pinned(const csr_file& f, uint64_t bytes, uns
   auto g = std::make_unique<pinned_graph>();
   g->bytes = bytes;
   auto t = clk::now();
-  cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&g->p), bytes, cudaHostAllocMapped), "cudaHostAlloc(graph)");
+  check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&g->p), bytes, cudaHostAllocMapped), "cudaHostAlloc(graph)");
   g->pin_seconds = since(t);
   t = clk::now();
   const int fd = ::open(f.path().c_str(), O_RDONLY);
@@ -186,8 +169,8 @@ int run_graph_gpu(const graph_run_options& o) {
       graph_arrays arrays(ctl, cache, f, d);
       uint64_t* offsets_dev = nullptr;
       if (!o.offsets_in_cache) {
-        cuda_check(cudaMalloc(&offsets_dev, f.offsets_bytes()), "cudaMalloc(offsets)");
-        cuda_check(cudaMemcpy(offsets_dev, f.offsets(), f.offsets_bytes(), cudaMemcpyHostToDevice), "copy offsets");
+        check_cuda(cudaMalloc(&offsets_dev, f.offsets_bytes()), "cudaMalloc(offsets)");
+        check_cuda(cudaMemcpy(offsets_dev, f.offsets(), f.offsets_bytes(), cudaMemcpyHostToDevice), "copy offsets");
       }
       const bool stream = o.stream && arrays.edges_direct();
       const cached_graph g = arrays.view(offsets_dev, stream);
@@ -233,15 +216,15 @@ int run_graph_gpu(const graph_run_options& o) {
         best_zero = best;
       } else {
         size_t free_b = 0, total_b = 0;
-        cuda_check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+        check_cuda(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
         if (load_bytes + f.nodes() * 24 + (1ull << 30) > free_b) {
           std::printf("memory   skipped: the graph (%.2f GiB) does not fit in free GPU memory (%.2f GiB)\n",
                       double(load_bytes) / (1 << 30), double(free_b) / (1 << 30));
           continue;
         }
         uint8_t* dev = nullptr;
-        cuda_check(cudaMalloc(&dev, load_bytes), "cudaMalloc(graph)");
-        cuda_check(cudaMemcpy(dev, pinned->p, load_bytes, cudaMemcpyHostToDevice), "copy graph to the GPU");
+        check_cuda(cudaMalloc(&dev, load_bytes), "cudaMalloc(graph)");
+        check_cuda(cudaMemcpy(dev, pinned->p, load_bytes, cudaMemcpyHostToDevice), "copy graph to the GPU");
         const memory_graph g = graph_at(f, dev);
         for (unsigned rep = 0; rep < o.repeat; ++rep) record(run_algorithm(x, g, o, source, f.header().flags), nlohmann::json::object(), "");
         cudaFree(dev);
@@ -258,7 +241,7 @@ int run_graph_gpu(const graph_run_options& o) {
     summary["reference_check"] = d.empty();
   }
   if (o.baselines) {
-    const double h2d = h2d_gbps();
+    const double h2d = bench::h2d_gbps();
     const double t_with_load = best_zero + load_seconds;
     const double floor_s = std::max(best_memory, double(needed) / (h2d * 1e9));
     summary["h2d_gbps"] = h2d;

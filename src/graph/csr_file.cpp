@@ -244,10 +244,9 @@ void csr_file::check(unsigned threads, progress* p) const {
   if (p) p->done();
 }
 
-uint64_t csr_file::max_degree_node() const {
-  const uint64_t* off = offsets();
+uint64_t max_degree_node(const uint64_t* off, uint64_t nodes) {
   uint64_t best = 0;
-  for (uint64_t v = 1; v < h_.nodes; ++v)
+  for (uint64_t v = 1; v < nodes; ++v)
     if (off[v + 1] - off[v] > off[best + 1] - off[best]) best = v;
   return best;
 }

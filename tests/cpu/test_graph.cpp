@@ -321,10 +321,7 @@ graph_case make_case(unsigned scale) {
   graph_case c{generate(kron(scale, true)), {}, {}};
   c.v = view_of(c.g);
   // The highest-degree node and two others that have edges.
-  uint32_t best = 0;
-  for (uint32_t x = 0; x < c.g.nodes; ++x)
-    if (c.g.offsets[x + 1] - c.g.offsets[x] > c.g.offsets[best + 1] - c.g.offsets[best]) best = x;
-  c.sources = {best};
+  c.sources = {uint32_t(max_degree_node(c.g.offsets.data(), c.g.nodes))};
   for (uint32_t x = 1; x < c.g.nodes && c.sources.size() < 3; x += 97)
     if (c.g.offsets[x + 1] > c.g.offsets[x]) c.sources.push_back(x);
   return c;

@@ -33,8 +33,7 @@ struct graph_fixture {
     o.weighted = true;
     g = generate(o);
     v = view_of(g);
-    for (uint32_t x = 0; x < g.nodes; ++x)
-      if (g.offsets[x + 1] - g.offsets[x] > g.offsets[source + 1] - g.offsets[source]) source = x;
+    source = uint32_t(max_degree_node(g.offsets.data(), g.nodes));
     write_csr(path, g);
   }
   ~graph_fixture() { ::unlink(path.c_str()); }
@@ -44,8 +43,8 @@ template <class T>
 struct device_copy {
   T* p = nullptr;
   explicit device_copy(const std::vector<T>& h) {
-    cuda_check(cudaMalloc(&p, h.size() * sizeof(T)), "cudaMalloc");
-    cuda_check(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+    check_cuda(cudaMalloc(&p, h.size() * sizeof(T)), "cudaMalloc");
+    check_cuda(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
   }
   ~device_copy() { cudaFree(p); }
 };
@@ -54,7 +53,7 @@ template <class T>
 struct pinned_copy {
   T* p = nullptr;
   explicit pinned_copy(const std::vector<T>& h) {
-    cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&p), h.size() * sizeof(T), cudaHostAllocMapped), "cudaHostAlloc");
+    check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&p), h.size() * sizeof(T), cudaHostAllocMapped), "cudaHostAlloc");
     std::memcpy(p, h.data(), h.size() * sizeof(T));
   }
   ~pinned_copy() { cudaFreeHost(p); }

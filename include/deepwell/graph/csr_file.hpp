@@ -46,6 +46,9 @@ struct csr_graph {
 
 void write_csr(const std::string& path, const csr_graph& g, progress* p = nullptr);
 
+// The node of largest degree (the lowest id among equals), from the offsets alone.
+uint64_t max_degree_node(const uint64_t* offsets, uint64_t nodes);
+
 // Summary statistics (the `info` command).
 struct csr_stats {
   uint64_t max_degree = 0, max_degree_node = 0, zero_degree = 0, self_loops = 0;
@@ -83,8 +86,7 @@ class csr_file {
   uint64_t neighbours_bytes() const { return h_.edges * h_.id_bytes; }
   uint64_t weights_bytes() const { return h_.weights == weight_type::none ? 0 : h_.edges * 4; }
 
-  // The node of largest degree (from the offsets alone).
-  uint64_t max_degree_node() const;
+  uint64_t max_degree_node() const { return graph::max_degree_node(offsets(), h_.nodes); }
   // Unmaps this process's view of the file's pages (they stay valid to
   // read: touching them maps them again), so that posix_fadvise(DONTNEED)
   // can drop them from the page cache: it leaves pages a process maps.

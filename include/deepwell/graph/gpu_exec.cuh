@@ -9,14 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/error.hpp"
+#include "deepwell/gpu_client.hpp"  // check_cuda
 #include "deepwell/graph/steps.hpp"
 
 namespace deepwell::graph {
-
-inline void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw error(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 template <class G, class Step>
 __global__ void __launch_bounds__(256, 2) step_kernel(G g, Step s, uint64_t n, unsigned long long* edges) {
@@ -45,12 +41,12 @@ class gpu_exec {
   // blocks: of 256 threads; 0 picks two per SM (the launch bound's occupancy).
   explicit gpu_exec(unsigned blocks = 0) {
     int dev = 0, sms = 0;
-    cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
-    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
     blocks_ = blocks ? blocks : unsigned(2 * sms);
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    cuda_check(cudaMalloc(&c_, sizeof(step_counters)), "cudaMalloc(counters)");
-    cuda_check(cudaMalloc(&edges_, sizeof(unsigned long long)), "cudaMalloc(edge counter)");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaMalloc(&c_, sizeof(step_counters)), "cudaMalloc(counters)");
+    check_cuda(cudaMalloc(&edges_, sizeof(unsigned long long)), "cudaMalloc(edge counter)");
   }
   ~gpu_exec() {
     cudaFree(c_);
@@ -68,7 +64,7 @@ class gpu_exec {
   class buffer {
    public:
     explicit buffer(uint64_t n) {
-      cuda_check(cudaMalloc(&p_, (n ? n : 1) * sizeof(T)), "cudaMalloc(algorithm state)");
+      check_cuda(cudaMalloc(&p_, (n ? n : 1) * sizeof(T)), "cudaMalloc(algorithm state)");
     }
     ~buffer() { cudaFree(p_); }
     buffer(buffer&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
@@ -85,43 +81,43 @@ class gpu_exec {
   template <class T>
   void fill(T* p, uint64_t n, T v) {
     fill_kernel<<<1024, 256, 0, stream_>>>(p, n, v);
-    cuda_check(cudaGetLastError(), "fill kernel");
+    check_cuda(cudaGetLastError(), "fill kernel");
   }
   void iota(uint32_t* p, uint64_t n) {
     iota_kernel<<<1024, 256, 0, stream_>>>(p, n);
-    cuda_check(cudaGetLastError(), "iota kernel");
+    check_cuda(cudaGetLastError(), "iota kernel");
   }
   template <class T>
   void set(T* p, T v) {
-    cuda_check(cudaMemcpyAsync(p, &v, sizeof(T), cudaMemcpyHostToDevice, stream_), "cudaMemcpy(set)");
-    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check_cuda(cudaMemcpyAsync(p, &v, sizeof(T), cudaMemcpyHostToDevice, stream_), "cudaMemcpy(set)");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   template <class T>
   std::vector<T> download(const T* p, uint64_t n) {
     std::vector<T> v(n);
-    cuda_check(cudaMemcpyAsync(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(results)");
-    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check_cuda(cudaMemcpyAsync(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(results)");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return v;
   }
   step_counters* counters() { return c_; }
   void reset_counters() {
-    cuda_check(cudaMemsetAsync(c_, 0, sizeof(step_counters), stream_), "cudaMemset(counters)");
+    check_cuda(cudaMemsetAsync(c_, 0, sizeof(step_counters), stream_), "cudaMemset(counters)");
   }
   step_counters read_counters() {
     step_counters h;
-    cuda_check(cudaMemcpyAsync(&h, c_, sizeof(h), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(counters)");
-    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check_cuda(cudaMemcpyAsync(&h, c_, sizeof(h), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(counters)");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return h;
   }
 
   template <class G, class Step>
   uint64_t run(const G& g, const Step& s, uint64_t n) {
-    cuda_check(cudaMemsetAsync(edges_, 0, sizeof(unsigned long long), stream_), "cudaMemset");
+    check_cuda(cudaMemsetAsync(edges_, 0, sizeof(unsigned long long), stream_), "cudaMemset");
     step_kernel<<<blocks_, 256, 0, stream_>>>(g, s, n, edges_);
-    cuda_check(cudaGetLastError(), "graph step kernel launch");
+    check_cuda(cudaGetLastError(), "graph step kernel launch");
     unsigned long long e = 0;
-    cuda_check(cudaMemcpyAsync(&e, edges_, sizeof(e), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(edges)");
-    cuda_check(cudaStreamSynchronize(stream_), "graph step kernel");
+    check_cuda(cudaMemcpyAsync(&e, edges_, sizeof(e), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(edges)");
+    check_cuda(cudaStreamSynchronize(stream_), "graph step kernel");
     return e;
   }
 

@@ -22,7 +22,6 @@ inline constexpr uint32_t not_reached = 0xFFFFFFFFu;
 struct step_counters {
   unsigned long long changed = 0;  // nodes discovered / labels or distances lowered
   unsigned long long bad_ids = 0;  // neighbour ids >= nodes (a corrupt file)
-  unsigned long long edges = 0;    // edges looked at (the drivers add the steps' results)
   double sum = 0;                  // PageRank: rank of dangling nodes
 };
 
@@ -46,6 +45,19 @@ DW_HD double warp_sum(const Warp& w, unsigned mask, double x) {
 
 DW_HD inline void count(unsigned long long* counter, uint32_t mine) {
   if (mine) client_atomic<unsigned long long>(*counter).fetch_add(mine, memory_order_relaxed);
+}
+
+// fn(u, weight) for neighbour ids in range; an id >= n (a corrupt file) is
+// counted in `bad` and skipped, so no step indexes its arrays with it.
+template <class Fn>
+DW_HD auto in_range(uint64_t n, uint32_t& bad, Fn&& fn) {
+  return [&, n](uint32_t u, uint32_t wt) -> bool {
+    if (u >= n) {
+      ++bad;
+      return false;
+    }
+    return fn(u, wt);
+  };
 }
 
 // The warp's chunk of nodes [v0, v0 + lanes): each lane tests its own node
@@ -89,26 +101,19 @@ struct bfs_step {
         },
         [&](uint32_t x, uint64_t b, uint64_t e, unsigned src) -> uint64_t {
           if (!bottom_up)  // claim every unreached neighbour
-            return g.template for_each_edge<false>(w, b, e, [&](uint32_t u, uint32_t) {
+            return g.template for_each_edge<false>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
               uint32_t expect = not_reached;
-              if (u >= n)
-                ++bad;
-              else if (ld(depth[u]) == not_reached &&
-                       client_atomic<uint32_t>(depth[u]).compare_exchange_strong(expect, level + 1,
-                                                                                 memory_order_relaxed))
+              if (ld(depth[u]) == not_reached &&
+                  client_atomic<uint32_t>(depth[u]).compare_exchange_strong(expect, level + 1, memory_order_relaxed))
                 ++found;
               return false;
-            });
+            }));
           // Look for a parent in the frontier; stop at the first.
           bool hit = false;
-          const uint64_t l = g.template for_each_edge<false, true>(w, b, e, [&](uint32_t u, uint32_t) {
-            if (u >= n) {
-              ++bad;
-              return false;
-            }
+          const uint64_t l = g.template for_each_edge<false, true>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
             hit = ld(depth[u]) == level;
             return hit;
-          });
+          }));
           if (w.ballot(w.active(), hit) && w.lane() == src) {
             st(depth[x], level + 1);
             ++found;
@@ -160,15 +165,11 @@ struct cc_step {
     const uint64_t looked = for_each_selected(
         w, g, v0, [](uint64_t) { return true; },
         [&](uint32_t x, uint64_t b, uint64_t e, unsigned) -> uint64_t {
-          return g.template for_each_edge<false>(w, b, e, [&](uint32_t u, uint32_t) {
-            if (u >= n) {
-              ++bad;
-              return false;
-            }
+          return g.template for_each_edge<false>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
             if (lower_half && u > x) return true;
             if (u != x) unite(parent, x, u);
             return false;
-          });
+          }));
         });
     count(&c->bad_ids, bad);
     return looked;
@@ -230,13 +231,10 @@ struct pr_push_step {
         w, g, v0, [&](uint64_t v) { return degree[v] != 0; },
         [&](uint32_t x, uint64_t b, uint64_t e, unsigned) -> uint64_t {
           const float cx = contrib[x];
-          return g.template for_each_edge<false>(w, b, e, [&](uint32_t u, uint32_t) {
-            if (u >= n)
-              ++bad;
-            else
-              client_atomic<float>(next[u]).fetch_add(cx, memory_order_relaxed);
+          return g.template for_each_edge<false>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
+            client_atomic<float>(next[u]).fetch_add(cx, memory_order_relaxed);
             return false;
-          });
+          }));
         });
     count(&c->bad_ids, bad);
     return looked;
@@ -273,11 +271,7 @@ struct sssp_step {
         w, g, v0, [&](uint64_t v) { return ld(active[v]) != 0; },
         [&](uint32_t x, uint64_t b, uint64_t e, unsigned) -> uint64_t {
           const unsigned long long dx = ld(dist[x]);
-          return g.template for_each_edge<true>(w, b, e, [&](uint32_t u, uint32_t wt) {
-            if (u >= n) {
-              ++bad;
-              return false;
-            }
+          return g.template for_each_edge<true>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t wt) {
             const unsigned long long nd = dx + wt;
             if (nd < ld(dist[u]) &&
                 client_atomic<unsigned long long>(dist[u]).fetch_min(nd, memory_order_relaxed) > nd) {
@@ -285,7 +279,7 @@ struct sssp_step {
               ++lowered;
             }
             return false;
-          });
+          }));
         });
     count(&c->changed, lowered);
     count(&c->bad_ids, bad);

@@ -207,8 +207,10 @@ class array_ref {
     return result;
   }
 
+ public:
   // All lanes of mask copy `bytes` together: 16-byte words when both ends
-  // allow, else 4-byte or single bytes.
+  // allow, else 4-byte or single bytes. (Public: the row operations of
+  // rows.hpp copy with it too.)
   template <class Warp>
   DW_HD static void copy_bytes(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* src, uint32_t bytes) {
     const unsigned lanes = popcount32(mask);

@@ -1,0 +1,349 @@
+"""deepwell.Array: a file (or host memory) of fixed-size rows, read and
+written by index arrays through a deepwell page cache on a GPU, or on the
+host for CPU clients."""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _interop, _lib
+from ._lib import InvalidArgument, check, lib
+
+_DIRECT = {"never": 0, "resident": 1, "always": 2}
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_bytes(v) -> int:
+    """256 << 20, "256MiB", "1 GiB", "4k": sizes in bytes (units are powers of 1024)."""
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    s = str(v).strip().lower().replace(" ", "")
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = s[len(num):]
+    if not num or unit not in _UNITS:
+        raise InvalidArgument(f"cannot read {v!r} as a size: use bytes or a number with KiB, MiB, GiB or TiB")
+    return int(float(num) * _UNITS[unit])
+
+
+class _DType:
+    """An element type by name: every NumPy type, and bfloat16 (which NumPy lacks)."""
+
+    def __init__(self, dtype):
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(dtype, torch.dtype):
+            name = str(dtype).replace("torch.", "")
+        elif isinstance(dtype, str) and dtype == "bfloat16":
+            name = "bfloat16"
+        else:
+            try:
+                name = np.dtype(dtype).name
+            except TypeError as e:
+                raise InvalidArgument(f"unknown dtype {dtype!r}") from e
+        self.name = name
+        self.itemsize = 2 if name == "bfloat16" else np.dtype(name).itemsize
+
+    def numpy(self) -> np.dtype:
+        if self.name == "bfloat16":
+            raise InvalidArgument("NumPy has no bfloat16: read bfloat16 arrays into torch tensors")
+        return np.dtype(self.name)
+
+    def torch(self):
+        import torch
+        return getattr(torch, self.name)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def cuda_available() -> bool:
+    """True when a CUDA driver and at least one device are usable."""
+    n = ctypes.c_int32()
+    return lib.dw_cuda_device_count(ctypes.byref(n)) == 0 and n.value > 0
+
+
+def _device_ordinal(device) -> int:
+    if device is None:
+        return 0 if cuda_available() else -1
+    if isinstance(device, int):
+        return device
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(device, torch.device):
+        device = str(device)
+    d = str(device)
+    if d == "cpu":
+        return -1
+    if d == "cuda":
+        return 0
+    if d.startswith("cuda:") and d[5:].isdigit():
+        return int(d[5:])
+    raise InvalidArgument(f"device must be 'cpu', 'cuda', 'cuda:N' or an ordinal, not {device!r}")
+
+
+class Array:
+    """A dataset of ``shape[0]`` rows of ``shape[1:]`` elements of ``dtype``.
+
+    Arguments: ``path`` (a file or block device; None with ``shape`` and
+    ``device`` gives zeroed host memory), ``dtype``, ``shape`` (rows first;
+    None: rows of one element, as many as the file holds; ``(-1, D)``: D
+    per row, rows from the file's size), ``offset`` (bytes before the data),
+    ``page_size``, ``cache_size`` (bytes or "1GiB"), ``device`` ("cuda",
+    "cuda:N", "cpu"; default: the first GPU, else the CPU), ``writable``,
+    ``create`` (make the file, ``shape`` rows long, if missing),
+    ``odirect`` (bypass the page cache), ``direct`` ("resident": GPU warps
+    read a file that is fully in the page cache straight from it;
+    "never"; "always": pins the whole file), ``pollers`` (controller
+    threads), ``cpu_threads`` (a CPU client's gather threads), ``timeout``
+    (seconds per access).
+    """
+
+    def __init__(self, path: Optional[str | os.PathLike] = None, *, dtype="float32", shape=None, offset: int = 0,
+                 page_size: int = 4096, cache_size="256MiB", device=None, writable: bool = False,
+                 create: bool = False, odirect: bool = False, direct: str = "resident", pollers: int = 2,
+                 cpu_threads: int = 0, timeout: float = 30.0, queue_pairs: int = 0):
+        self._h = None
+        self.dtype = _DType(dtype)
+        shape = (-1,) if shape is None else ((shape,) if isinstance(shape, int) else tuple(int(s) for s in shape))
+        if not shape or any(s < 0 for s in shape[1:]) or (shape[0] < 0 and shape[0] != -1):
+            raise InvalidArgument(f"bad shape {shape}: rows first (or -1 for 'from the file size'), then the row's shape")
+        self.row_shape = shape[1:]
+        row_elems = int(np.prod(self.row_shape)) if self.row_shape else 1
+        row_bytes = row_elems * self.dtype.itemsize
+        if row_bytes == 0:
+            raise InvalidArgument(f"rows of shape {self.row_shape} hold no bytes")
+        if direct not in _DIRECT:
+            raise InvalidArgument(f"direct must be one of {sorted(_DIRECT)}, not {direct!r}")
+        if path is not None:
+            path = os.fspath(path)
+            if not create and not os.path.exists(path):
+                raise FileNotFoundError(2, "No such file (deepwell.Array)", path)
+            if create and shape[0] < 0:
+                raise InvalidArgument("create=True needs the number of rows in shape")
+        elif shape[0] < 0:
+            raise InvalidArgument("host memory (path=None) needs the number of rows in shape")
+
+        o = _lib.OpenOptions()
+        lib.dw_open_options_init(ctypes.byref(o))
+        o.path = path.encode() if path is not None else None
+        o.host_bytes = 0 if path is not None else shape[0] * row_bytes
+        o.offset = int(offset)
+        o.length = shape[0] * row_bytes if shape[0] >= 0 and not create else 0
+        o.row_bytes = row_bytes
+        o.page_size = int(page_size)
+        o.cache_bytes = parse_bytes(cache_size)
+        o.device = _device_ordinal(device)
+        o.writable = int(bool(writable or create or path is None))
+        o.create = int(bool(create))
+        o.create_bytes = shape[0] * row_bytes if create else 0
+        o.odirect = int(bool(odirect))
+        o.direct_files = _DIRECT[direct]
+        o.pollers = int(pollers)
+        o.cpu_threads = int(cpu_threads)
+        o.queue_pairs = int(queue_pairs)
+        o.timeout_s = float(timeout)
+        if shape[0] >= 0 and path is not None and not create:
+            have = os.stat(path).st_size if os.path.isfile(path) else None
+            need = offset + shape[0] * row_bytes
+            if have is not None and have < need:
+                raise InvalidArgument(
+                    f"{path} has {have} bytes, but shape {shape} of {self.dtype} from offset {offset} needs {need} bytes")
+        h = ctypes.c_void_p()
+        check(lib.dw_open(ctypes.byref(o), ctypes.byref(h)))
+        self._h = h
+        info = _lib.Info()
+        check(lib.dw_info(h, ctypes.byref(info)))
+        self.path = path
+        self.rows = info.rows
+        self.row_bytes = info.row_bytes
+        self.page_size = info.page_size
+        self.cache_bytes = info.cache_bytes
+        self.device = info.device
+        self.writable = bool(info.writable)
+        self.direct_tier = bool(info.direct_tier)
+        self.backend = info.backend.decode()
+        self.shape = (self.rows,) + self.row_shape
+        self._hv = h.value
+
+    # ---- lifetime ----
+    def close(self) -> None:
+        """Waits for the GPU, writes dirty pages back (writable arrays) and frees everything."""
+        h, self._h = self._h, None
+        if h is not None:
+            check(lib.dw_close(h))
+
+    def __enter__(self) -> "Array":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            if self._h is not None:
+                lib.dw_close(self._h)
+        except Exception:
+            pass
+
+    def _handle(self):
+        if self._h is None:
+            raise InvalidArgument("the deepwell array is closed")
+        return self._hv
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __repr__(self) -> str:
+        where = "cpu" if self.device < 0 else f"cuda:{self.device}"
+        return (f"deepwell.Array({self.path!r}, shape={self.shape}, dtype={self.dtype}, device={where}, "
+                f"cache={self.cache_bytes >> 20} MiB in {self.page_size} B pages, "
+                f"{'direct tier' if self.direct_tier else self.backend})")
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device >= 0
+
+    # ---- gathers ----
+    def _index(self, idx) -> _interop.View:
+        if isinstance(idx, (list, tuple, range)):
+            idx = np.asarray(idx, dtype=np.int64)
+        v = _interop.view(idx)
+        if v.kind not in "iu" or v.itemsize not in (4, 8):
+            raise InvalidArgument(f"indices must be int32 or int64, not a {v.kind}{v.itemsize * 8} array")
+        if len(v.shape) != 1:
+            raise InvalidArgument(f"indices must be one-dimensional, not of shape {v.shape}")
+        if not v.contiguous:
+            raise InvalidArgument("indices must be contiguous")
+        if v.cuda and not self.on_gpu:
+            raise InvalidArgument("GPU indices for an array with CPU clients (device='cpu'): pass host indices")
+        return v
+
+    def _new_out(self, n: int, like: _interop.View):
+        shape = (n,) + self.row_shape
+        if not self.on_gpu:
+            if like.framework == "torch":
+                import torch
+                return torch.empty(shape, dtype=self.dtype.torch())
+            return np.empty(shape, dtype=self.dtype.numpy())
+        torch = sys.modules.get("torch")
+        if like.framework == "torch" or (like.framework not in ("cupy",) and torch is not None):
+            import torch
+            return torch.empty(shape, dtype=self.dtype.torch(), device=f"cuda:{self.device}")
+        try:
+            import cupy
+        except ImportError:
+            try:
+                import torch
+            except ImportError as e:
+                raise InvalidArgument("a GPU gather needs PyTorch or CuPy to allocate its output, or out=") from e
+            return torch.empty(shape, dtype=self.dtype.torch(), device=f"cuda:{self.device}")
+        with cupy.cuda.Device(self.device):
+            return cupy.empty(shape, dtype=self.dtype.numpy())
+
+    def _check_rows(self, v: _interop.View, n: int, what: str) -> None:
+        if v.nbytes != n * self.row_bytes or not v.contiguous:
+            raise InvalidArgument(f"{what} must be a contiguous array of {n} rows of {self.row_bytes} bytes "
+                                  f"(shape {(n,) + self.row_shape} of {self.dtype}), not shape {v.shape} of "
+                                  f"{v.itemsize}-byte elements{'' if v.contiguous else ' (not contiguous)'}")
+        if self.on_gpu and not v.cuda:
+            raise InvalidArgument(f"{what} is in host memory; this array's clients are GPU {self.device}: "
+                                  "pass a CUDA tensor")
+        if not self.on_gpu and v.cuda:
+            raise InvalidArgument(f"{what} is GPU memory; this array has CPU clients: pass host memory")
+
+    def gather(self, idx, out=None, *, stream=None, check: bool = True):
+        """Rows ``idx`` (int32/int64, 1-D) into a new array (or ``out``), shaped ``(len(idx),) + row_shape``.
+
+        The result is of the index's kind: a torch tensor for a torch index, CuPy for CuPy, NumPy for NumPy
+        (CPU clients). GPU work runs on ``stream`` (default: the index framework's current stream).
+        ``check=True`` waits for it and raises on a bad index or I/O error; ``check=False`` returns at
+        once and leaves errors to the next ``check()``.
+        """
+        h = self._handle()
+        v = self._index(idx)
+        n = v.shape[0]
+        if out is None:
+            out = self._new_out(n, v)
+        ov = _interop.view(out)
+        self._check_rows(ov, n, "out")
+        s = _interop.stream_handle(stream) if stream is not None else _interop.current_stream(
+            v if v.cuda else ov, self.device)
+        _lib.check(lib.dw_gather(h, v.ptr, v.itemsize * 8, 0 if v.cuda else 1, n, ov.ptr, s))
+        if check:
+            _lib.check(lib.dw_check(h, s))
+        return out
+
+    def scatter(self, idx, src, *, stream=None, check: bool = True) -> None:
+        """Writes rows of ``src`` to rows ``idx`` (dirty in the cache until ``flush()``)."""
+        h = self._handle()
+        v = self._index(idx)
+        n = v.shape[0]
+        sv = _interop.view(src)
+        self._check_rows(sv, n, "src")
+        s = _interop.stream_handle(stream) if stream is not None else _interop.current_stream(
+            v if v.cuda else sv, self.device)
+        _lib.check(lib.dw_scatter(h, v.ptr, v.itemsize * 8, 0 if v.cuda else 1, n, sv.ptr, s))
+        if check:
+            _lib.check(lib.dw_check(h, s))
+
+    def _key_indices(self, key, like=None):
+        """Row indices of an int, a slice, or an index array."""
+        if isinstance(key, (int, np.integer)):
+            i = int(key)
+            if i < 0:
+                i += self.rows
+            if not 0 <= i < self.rows:
+                raise IndexError(f"row {int(key)} is out of range for {self.rows} rows")
+            return np.array([i], dtype=np.int64), True
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.rows)
+            r = np.arange(start, stop, step, dtype=np.int64)
+            torch = sys.modules.get("torch")
+            if self.on_gpu and torch is not None:
+                r = torch.arange(start, stop, step, dtype=torch.int64, device=f"cuda:{self.device}")
+            return r, False
+        return key, False
+
+    def __getitem__(self, key):
+        idx, single = self._key_indices(key)
+        out = self.gather(idx)
+        return out[0] if single else out
+
+    def __setitem__(self, key, value) -> None:
+        idx, single = self._key_indices(key)
+        if single:
+            value = value.reshape((1,) + tuple(value.shape))
+        self.scatter(idx, value)
+
+    # ---- state ----
+    def check(self, stream=None) -> None:
+        """Waits for ``stream`` (default 0) and raises the first error of earlier unchecked calls."""
+        _lib.check(lib.dw_check(self._handle(), _interop.stream_handle(stream) if stream is not None else 0))
+
+    def flush(self) -> None:
+        """Waits for the GPU, writes dirty pages back, and makes them durable (fdatasync)."""
+        _lib.check(lib.dw_flush(self._handle()))
+
+    def clear(self) -> None:
+        """Flushes (writable arrays) and empties the cache: the next reads are misses."""
+        _lib.check(lib.dw_clear(self._handle()))
+
+    def stats(self) -> dict[str, Any]:
+        """Cache counters since the last reset_stats(); controller counters since open."""
+        st = _lib.Stats()
+        _lib.check(lib.dw_stats_get(self._handle(), ctypes.byref(st)))
+        d = {name: getattr(st, name) for name, _ in _lib.Stats._fields_}
+        probes = d["hits"] + d["misses"]
+        d["hit_rate"] = d["hits"] / probes if probes else 0.0
+        return d
+
+    def reset_stats(self) -> None:
+        _lib.check(lib.dw_stats_reset(self._handle()))
+
+
+def open(path=None, **kwargs) -> Array:  # noqa: A001 (mirrors numpy.memmap / h5py.File)
+    """``deepwell.open(path, dtype=..., shape=..., ...)``: an Array (see Array for the arguments)."""
+    return Array(path, **kwargs)

@@ -1,0 +1,178 @@
+"""The package with CPU clients (device="cpu"): runs everywhere, CI included.
+Every read is compared byte for byte with the file's contents."""
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import deepwell
+
+
+def open_cpu(path, **kw):
+    kw.setdefault("device", "cpu")
+    return deepwell.open(path, **kw)
+
+
+@pytest.mark.parametrize("row_bytes,page", [(256, 4096), (4096, 4096), (12288, 4096), (3000, 4096), (8, 512)])
+def test_gather_matches_file(make_file, row_bytes, page):
+    # packed rows, a row per page, rows spanning pages, rows straddling pages, tiny rows
+    rows = 4000
+    path, data = make_file(rows, row_bytes)
+    with open_cpu(path, dtype="uint8", shape=(-1, row_bytes), page_size=page, cache_size="1MiB") as a:
+        assert a.shape == (rows, row_bytes)
+        rng = np.random.default_rng(1)
+        for dtype in (np.int64, np.int32):
+            idx = rng.integers(0, rows, 3000).astype(dtype)
+            out = a.gather(idx)
+            assert out.dtype == np.uint8 and out.shape == (3000, row_bytes)
+            np.testing.assert_array_equal(out, data[idx])
+
+
+def test_typed_rows_and_indexing(make_file):
+    path, data = make_file(1000, 64 * 4)
+    feats = data.view(np.float32).reshape(1000, 64)
+    with open_cpu(path, dtype="float32", shape=(-1, 64)) as a:
+        np.testing.assert_array_equal(a[7], feats[7])
+        np.testing.assert_array_equal(a[-1], feats[-1])
+        np.testing.assert_array_equal(a[10:20:3], feats[10:20:3])
+        np.testing.assert_array_equal(a[[5, 5, 0]], feats[[5, 5, 0]])
+        out = np.empty((2, 64), np.float32)
+        assert a.gather(np.array([3, 4]), out=out) is out
+        np.testing.assert_array_equal(out, feats[3:5])
+        assert len(a) == 1000
+
+
+def test_concurrent_gathers_under_eviction(make_file):
+    # 8 MiB of data through a 1 MiB cache, four threads at once.
+    rows, rb = 2048, 4096
+    path, data = make_file(rows, rb)
+    failures = []
+    with open_cpu(path, dtype="uint8", shape=(-1, rb), cache_size="1MiB", cpu_threads=4) as a:
+        def worker(seed):
+            rng = np.random.default_rng(seed)
+            for _ in range(20):
+                idx = rng.integers(0, rows, 500)
+                if not np.array_equal(a.gather(idx), data[idx]):
+                    failures.append(seed)
+        ts = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in ts)
+        st = a.stats()
+        assert st["evictions"] > 0 and st["misses"] > 0
+    assert not failures
+
+
+def test_scatter_flush_reopen(make_file):
+    rows, rb = 3000, 512
+    path, data = make_file(rows, rb)
+    rng = np.random.default_rng(3)
+    idx = rng.choice(rows, 1000, replace=False)
+    new = rng.integers(0, 256, (1000, rb), dtype=np.uint8)
+    with open_cpu(path, dtype="uint8", shape=(-1, rb), writable=True, cache_size="256KiB") as a:
+        a.scatter(idx, new)
+        np.testing.assert_array_equal(a.gather(idx), new)  # read back through the cache
+        a.flush()
+    expect = data.copy()
+    expect[idx] = new
+    np.testing.assert_array_equal(np.fromfile(path, np.uint8).reshape(rows, rb), expect)
+
+
+def test_setitem_and_create(tmp_path):
+    path = str(tmp_path / "new.f32")
+    with deepwell.open(path, dtype="float32", shape=(100, 16), create=True, device="cpu") as a:
+        a[3] = np.full(16, 2.5, np.float32)
+        a[[10, 11]] = np.ones((2, 16), np.float32)
+        np.testing.assert_array_equal(a[3], np.full(16, 2.5, np.float32))
+    # a new writable file is padded to a 4 KiB boundary (writable datasets end on a block)
+    assert os.path.getsize(path) == 8192
+    got = np.fromfile(path, np.float32)[:1600].reshape(100, 16)
+    assert (got[3] == 2.5).all() and (got[10:12] == 1).all() and (got[0] == 0).all()
+
+
+def test_host_memory_array():
+    with deepwell.Array(None, dtype="int64", shape=(500, 4), device="cpu") as a:
+        src = np.arange(2000, dtype=np.int64).reshape(500, 4)
+        a.scatter(np.arange(500), src)
+        np.testing.assert_array_equal(a[::-1], src[::-1])
+
+
+def test_errors_name_the_problem(make_file, tmp_path):
+    path, _ = make_file(100, 64)
+    with open_cpu(path, dtype="uint8", shape=(-1, 64)) as a:
+        with pytest.raises(IndexError, match="index 100 is out of range for 100 rows"):
+            a.gather(np.array([0, 100]))
+        with pytest.raises(IndexError, match="index -1 is out of range"):
+            a.gather(np.array([-1], dtype=np.int32))
+        with pytest.raises(IndexError):
+            a[100]
+        with pytest.raises(ValueError, match="int32 or int64"):
+            a.gather(np.array([1.0]))
+        with pytest.raises(ValueError, match="one-dimensional"):
+            a.gather(np.zeros((2, 2), np.int64))
+        with pytest.raises(ValueError, match="out must be a contiguous array of 2 rows"):
+            a.gather(np.array([1, 2]), out=np.empty((2, 63), np.uint8))
+        with pytest.raises(ValueError, match="read-only"):
+            a.scatter(np.array([1]), np.zeros((1, 64), np.uint8))
+        with pytest.raises(TypeError, match="cannot read"):
+            a.gather("12")
+        # the array still works after errors
+        assert a.gather(np.array([5])).shape == (1, 64)
+    with pytest.raises(ValueError, match="closed"):
+        a.gather(np.array([1]))
+    with pytest.raises(FileNotFoundError):
+        deepwell.open(str(tmp_path / "missing"), device="cpu")
+    with pytest.raises(ValueError, match="needs 6464 bytes"):
+        open_cpu(path, dtype="uint8", shape=(101, 64))
+    with pytest.raises(ValueError, match="not a whole number of rows of 12 bytes"):
+        open_cpu(path, dtype="float32", shape=(-1, 3))
+    with pytest.raises(ValueError, match="page size"):
+        open_cpu(path, dtype="uint8", shape=(-1, 64), page_size=3000)
+    with pytest.raises(ValueError, match="as a size"):
+        open_cpu(path, dtype="uint8", shape=(-1, 64), cache_size="lots")
+    with pytest.raises(ValueError, match="device must be"):
+        open_cpu(path, device="gpu")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        open_cpu(path, dtype="float13")
+    with pytest.raises(ValueError, match="NumPy has no bfloat16"):
+        with open_cpu(path, dtype="bfloat16", shape=(-1, 32)) as b:
+            b[0]
+
+
+def test_no_gpu_is_reported_clearly(make_file):
+    if deepwell.cuda_available():
+        pytest.skip("this machine has a GPU")
+    path, _ = make_file(10, 64)
+    with pytest.raises(deepwell.CudaUnavailable):
+        deepwell.open(path, dtype="uint8", shape=(-1, 64), device="cuda")
+    # the default device is the CPU when there is no GPU
+    with deepwell.open(path, dtype="uint8", shape=(-1, 64)) as a:
+        assert not a.on_gpu
+
+
+def test_uring_baseline_reads_the_same_rows(make_file):
+    path, data = make_file(1000, 4096)
+    idx = np.random.default_rng(5).integers(0, 1000, 700)
+    out = np.empty((700, 4096), np.uint8)
+    from deepwell.baselines import uring_read_rows
+    secs = uring_read_rows(path, idx, 4096, depth=16, threads=2, out=out)
+    assert secs > 0
+    np.testing.assert_array_equal(out, data[idx])
+    with pytest.raises(OSError, match="short read of row 5000"):
+        uring_read_rows(path, np.array([5000]), 4096)
+
+
+def test_odirect_reads(make_file):
+    path, data = make_file(512, 4096)
+    try:
+        a = open_cpu(path, dtype="uint8", shape=(-1, 4096), odirect=True)
+    except OSError as e:
+        pytest.skip(f"O_DIRECT not supported here: {e}")
+    with a:
+        assert not a.direct_tier
+        idx = np.random.default_rng(2).integers(0, 512, 400)
+        np.testing.assert_array_equal(a.gather(idx), data[idx])
+        assert a.stats()["controller_reads"] > 0

@@ -1,0 +1,373 @@
+// The C ABI of include/deepwell/c/deepwell.h: a controller, one namespace and
+// one page cache per handle; gathers and scatters of rows through rows_ref,
+// by GPU kernels (gpu_hooks) or CPU threads. Every entry point catches
+// everything and turns it into an error code and a message.
+#include "deepwell/c/deepwell.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <thread>
+
+#include <unistd.h>
+
+#include "deepwell/graph/parallel.hpp"
+#include "deepwell/page_cache.hpp"
+#include "deepwell/rows.hpp"
+#include "gpu_hooks.hpp"
+#include "last_error.hpp"
+
+using namespace deepwell;
+
+struct dw_array {
+  std::unique_ptr<controller> ctl;
+  std::unique_ptr<array<uint8_t>> bytes;  // holds the cache
+  rows_ref rows{};
+  int device = -1;  // -1: CPU clients
+  unsigned cpu_threads = 1;
+  bool writable = false;
+  bool direct = false;
+  row_report host_report{};             // CPU clients
+  row_report* gpu_report = nullptr;      // GPU clients: mapped pinned memory
+
+  page_cache& cache() const { return bytes->cache(); }
+  row_report& report() const { return device >= 0 ? *gpu_report : const_cast<row_report&>(host_report); }
+};
+
+namespace {
+
+struct capi_error : error {
+  int code;
+  capi_error(int c, const std::string& m) : error(m), code(c) {}
+};
+
+template <class F>
+int guarded(F&& f) {
+  try {
+    f();
+    return DW_OK;
+  } catch (const capi_error& e) {
+    capi::last_error() = e.what();
+    return e.code;
+  } catch (const capi::no_cuda& e) {
+    capi::last_error() = e.what();
+    return DW_ENOCUDA;
+  } catch (const error& e) {
+    capi::last_error() = e.what();
+    return DW_EINVAL;
+  } catch (const std::bad_alloc&) {
+    capi::last_error() = "out of host memory";
+    return DW_ERUNTIME;
+  } catch (const std::exception& e) {
+    capi::last_error() = e.what();
+    return DW_ERUNTIME;
+  } catch (...) {
+    capi::last_error() = "unknown error";
+    return DW_ERUNTIME;
+  }
+}
+
+void need(bool ok, const std::string& message) {
+  if (!ok) throw capi_error(DW_EINVAL, message);
+}
+
+dw_array& handle(dw_array* a) {
+  need(a != nullptr, "null deepwell array handle (closed?)");
+  return *a;
+}
+
+int code_of(request_status s) {
+  switch (s.code) {
+    case client_code::nvme_error:
+      return DW_EIO;
+    case client_code::out_of_range:
+      return DW_ERANGE;
+    case client_code::read_only:
+      return DW_EINVAL;
+    default:
+      return DW_ERUNTIME;
+  }
+}
+
+constexpr uint32_t dataset_block = 4096;  // rounding of new writable datasets (any block size up to 4 KiB)
+uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+std::shared_ptr<target> open_target(const dw_open_options& o) {
+  // Writable datasets end on a block boundary: memory and new files get
+  // the few bytes past the last row that round them up (rows stay as asked).
+  if (!o.path) {
+    need(o.host_bytes > 0, "no path and no host_bytes: nothing to open");
+    return make_host_memory_target(round_up(o.host_bytes, dataset_block), true);
+  }
+  file_options fo;
+  fo.direct = o.odirect != 0;
+  fo.writable = o.writable != 0;
+  fo.create = o.create != 0;
+  fo.create_size = round_up(o.create_bytes, dataset_block);
+  fo.offset = o.offset;
+  fo.length = o.length;
+  try {
+    return open_file_target(o.path, fo);
+  } catch (const error& e) {
+    throw capi_error(DW_EIO, e.what());
+  }
+}
+
+// CPU clients: contiguous chunks of the index array over threads, each
+// thread a warp of one lane.
+template <class Index>
+void cpu_rows(dw_array& a, bool scatter, const Index* idx, uint64_t n, uint8_t* mem) {
+  const unsigned threads = unsigned(std::min<uint64_t>(a.cpu_threads, std::max<uint64_t>(1, n / 64)));
+  a.cache().check_capacity(threads);
+  graph::detail::parallel_for(n, threads, [&](unsigned, uint64_t b, uint64_t e) {
+    uint8_t* at = mem + b * a.rows.row_bytes;
+    if (scatter)
+      a.rows.scatter(one_lane{}, idx + b, e - b, at);
+    else
+      a.rows.gather(one_lane{}, idx + b, e - b, at);
+  });
+}
+
+int rows_call(dw_array* ap, bool scatter, const void* idx, int32_t bits, int32_t on_host, uint64_t n, void* mem,
+              uintptr_t stream) {
+  return guarded([&] {
+    dw_array& a = handle(ap);
+    need(bits == 32 || bits == 64, "index width must be 32 or 64 bits, not " + std::to_string(bits));
+    need(!scatter || a.writable, "the array was opened read-only: open it writable to scatter");
+    if (n == 0) return;
+    need(idx != nullptr, "the index array is a null pointer");
+    need(mem != nullptr, scatter ? "the source rows are a null pointer" : "the output is a null pointer");
+    if (a.device < 0) {
+      auto* m = static_cast<uint8_t*>(mem);
+      if (bits == 32)
+        cpu_rows(a, scatter, static_cast<const int32_t*>(idx), n, m);
+      else
+        cpu_rows(a, scatter, static_cast<const int64_t*>(idx), n, m);
+      return;
+    }
+    capi::device_guard g(a.device);
+    if (!on_host) capi::gpu_check_pointer(idx, a.device, "the index array");
+    capi::gpu_check_pointer(mem, a.device, scatter ? "the source rows" : "the output");
+    capi::gpu_rows(a.cache(), a.rows, scatter, idx, bits, on_host != 0, n, mem, stream);
+  });
+}
+
+void wait_idle(const dw_array& a) {
+  if (a.device < 0) return;
+  capi::device_guard g(a.device);
+  capi::gpu_sync_device();
+}
+
+}  // namespace
+
+std::string& deepwell::capi::last_error() {
+  thread_local std::string message;
+  return message;
+}
+
+extern "C" {
+
+int dw_abi_version(void) { return DW_ABI_VERSION; }
+
+const char* dw_last_error(void) { return capi::last_error().c_str(); }
+
+int dw_cuda_device_count(int32_t* count) {
+  return guarded([&] {
+    need(count != nullptr, "count is a null pointer");
+    *count = capi::gpu_device_count();
+  });
+}
+
+void dw_open_options_init(dw_open_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof(*o));
+  o->page_size = 4096;
+  o->cache_bytes = 256ull << 20;
+  o->direct_files = 1;
+}
+
+int dw_open(const dw_open_options* op, dw_array** out) {
+  return guarded([&] {
+    need(op != nullptr && out != nullptr, "null options or output pointer");
+    *out = nullptr;
+    const dw_open_options& o = *op;
+    need(o.row_bytes > 0, "row_bytes must be positive");
+    need(o.device >= -1, "device must be a CUDA ordinal or -1 (CPU clients), not " + std::to_string(o.device));
+    need(o.direct_files >= 0 && o.direct_files <= 2, "direct_files must be 0 (never), 1 (resident) or 2 (always)");
+    need(!o.create || o.writable, "create needs writable");
+    need(o.timeout_s >= 0, "timeout must not be negative");
+    if (o.device >= 0) {
+      const int n = capi::gpu_device_count();
+      need(o.device < n, "CUDA device " + std::to_string(o.device) + " does not exist (" + std::to_string(n) +
+                             " device" + (n == 1 ? "" : "s") + ")");
+    }
+    auto a = std::make_unique<dw_array>();
+    a->device = o.device;
+    a->writable = o.writable != 0;
+    a->cpu_threads = o.cpu_threads ? o.cpu_threads : std::min(16u, std::max(1u, std::thread::hardware_concurrency()));
+
+    const bool created = o.path && o.create && access(o.path, F_OK) != 0;
+    std::shared_ptr<target> t = open_target(o);
+    const std::string where = t->describe();
+    // The rows asked for (memory, a new file), else what the file holds.
+    const uint64_t bytes = !o.path ? o.host_bytes : created ? o.create_bytes : t->size();
+    need(bytes > 0, where + " is empty");
+    need(bytes % o.row_bytes == 0, where + " holds " + std::to_string(bytes) + " bytes, not a whole number of rows of " +
+                                       std::to_string(o.row_bytes) + " bytes");
+    const uint32_t page = o.page_size ? o.page_size : 4096;
+    const uint32_t block = std::min(page, std::max<uint32_t>(512, t->io_alignment()));
+
+    controller_config cc;
+    cc.pollers = o.pollers ? o.pollers : 2;
+    a->ctl = std::make_unique<controller>(cc);
+    const uint32_t nsid = a->ctl->add_namespace({t, block, !a->writable});
+
+    cache_config cfg;
+    cfg.page_size = page;
+    cfg.capacity_bytes = o.cache_bytes ? o.cache_bytes : (256ull << 20);
+    if (o.queue_pairs) cfg.queue_pairs = o.queue_pairs;
+    if (o.timeout_s > 0) cfg.timeout_ns = uint64_t(o.timeout_s * 1e9);
+    // O_DIRECT asks to bypass the page cache: no mapping of the file either.
+    cfg.direct_files = o.odirect ? cache_config::file_tier::never : cache_config::file_tier(o.direct_files);
+    std::shared_ptr<page_cache> cache;
+    if (a->device >= 0) {
+      capi::device_guard g(a->device);
+      cache = capi::gpu_cache(*a->ctl, cfg);
+      a->gpu_report = capi::gpu_report_alloc();
+    } else {
+      cache = make_host_page_cache(*a->ctl, cfg);
+    }
+    a->bytes = std::make_unique<array<uint8_t>>(cache, nsid);
+    a->rows.bytes = a->bytes->ref();
+    a->rows.rows = bytes / o.row_bytes;
+    a->rows.row_bytes = o.row_bytes;
+    a->rows.report = &a->report();
+    a->direct = cache->dataset(a->rows.bytes.dataset).direct != nullptr;
+    *out = a.release();
+  });
+}
+
+int dw_close(dw_array* a) {
+  if (!a) return DW_OK;
+  std::unique_ptr<dw_array> owned(a);
+  int rc = guarded([&] {
+    wait_idle(*a);
+    if (a->writable) {
+      const request_status s = a->cache().flush();
+      if (!s.ok()) throw capi_error(code_of(s), "flush at close: " + describe(s));
+    }
+  });
+  const int freed = guarded([&] {
+    std::unique_ptr<capi::device_guard> g;
+    if (a->device >= 0) g = std::make_unique<capi::device_guard>(a->device);
+    a->bytes.reset();
+    a->ctl.reset();
+    if (a->gpu_report) capi::gpu_report_free(a->gpu_report);
+    a->gpu_report = nullptr;
+  });
+  return rc != DW_OK ? rc : freed;
+}
+
+int dw_info(const dw_array* ap, dw_array_info* info) {
+  return guarded([&] {
+    const dw_array& a = handle(const_cast<dw_array*>(ap));
+    need(info != nullptr, "info is a null pointer");
+    std::memset(info, 0, sizeof(*info));
+    info->rows = a.rows.rows;
+    info->row_bytes = a.rows.row_bytes;
+    info->page_size = a.cache().page_size();
+    info->cache_pages = a.cache().slots();
+    info->cache_bytes = uint64_t(a.cache().slots()) * a.cache().page_size();
+    info->device = a.device;
+    info->writable = a.writable;
+    info->direct_tier = a.direct;
+    std::strncpy(info->backend, a.ctl->backend_name().c_str(), sizeof(info->backend) - 1);
+  });
+}
+
+int dw_gather(dw_array* a, const void* idx, int32_t bits, int32_t on_host, uint64_t n, void* out, uintptr_t stream) {
+  return rows_call(a, false, idx, bits, on_host, n, out, stream);
+}
+
+int dw_scatter(dw_array* a, const void* idx, int32_t bits, int32_t on_host, uint64_t n, const void* src,
+               uintptr_t stream) {
+  return rows_call(a, true, idx, bits, on_host, n, const_cast<void*>(src), stream);
+}
+
+int dw_check(dw_array* ap, uintptr_t stream) {
+  return guarded([&] {
+    dw_array& a = handle(ap);
+    if (a.device >= 0) {
+      capi::device_guard g(a.device);
+      try {
+        capi::gpu_sync_stream(stream);
+      } catch (const error& e) {
+        throw capi_error(DW_ERUNTIME, e.what());
+      }
+    }
+    row_report& r = a.report();
+    const unsigned long long bad = __atomic_exchange_n(&r.bad, 0ull, __ATOMIC_RELAXED);
+    const unsigned long long example = r.example;
+    const request_status s = a.cache().last_error();
+    a.cache().clear_error();
+    if (bad) {
+      const int64_t as_signed = int64_t(example);
+      throw capi_error(DW_ERANGE, "index " + std::to_string(as_signed) + " is out of range for " +
+                                      std::to_string(a.rows.rows) + " rows" +
+                                      (bad > 1 ? " (" + std::to_string(bad) + " indices were)" : ""));
+    }
+    if (!s.ok()) throw capi_error(code_of(s), describe(s));
+  });
+}
+
+int dw_flush(dw_array* ap) {
+  return guarded([&] {
+    dw_array& a = handle(ap);
+    need(a.writable, "the array was opened read-only: nothing to flush");
+    wait_idle(a);
+    std::unique_ptr<capi::device_guard> g;
+    if (a.device >= 0) g = std::make_unique<capi::device_guard>(a.device);
+    const request_status s = a.cache().flush();
+    if (!s.ok()) throw capi_error(code_of(s), "flush: " + describe(s));
+  });
+}
+
+int dw_clear(dw_array* ap) {
+  return guarded([&] {
+    dw_array& a = handle(ap);
+    wait_idle(a);
+    std::unique_ptr<capi::device_guard> g;
+    if (a.device >= 0) g = std::make_unique<capi::device_guard>(a.device);
+    const request_status s = a.cache().clear();
+    if (!s.ok()) throw capi_error(code_of(s), "clear: " + describe(s));
+  });
+}
+
+int dw_stats_get(dw_array* ap, dw_stats* out) {
+  return guarded([&] {
+    dw_array& a = handle(ap);
+    need(out != nullptr, "stats is a null pointer");
+    wait_idle(a);
+    std::unique_ptr<capi::device_guard> g;
+    if (a.device >= 0) g = std::make_unique<capi::device_guard>(a.device);
+    const cache_stats s = a.cache().stats();
+    const queue_counters q = a.ctl->total_counters();
+    *out = dw_stats{s.accesses,   s.hits,          s.misses,   s.evictions,       s.writebacks,
+                    s.bytes_read, s.bytes_written, s.direct_fills, q.reads,       q.bytes_read,
+                    q.writes,     q.bytes_written, a.ctl->poller_cpu_seconds()};
+  });
+}
+
+int dw_stats_reset(dw_array* ap) {
+  return guarded([&] {
+    dw_array& a = handle(ap);
+    wait_idle(a);
+    std::unique_ptr<capi::device_guard> g;
+    if (a.device >= 0) g = std::make_unique<capi::device_guard>(a.device);
+    a.cache().reset_stats();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,98 @@
+// gpu_hooks.hpp with CUDA.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "deepwell/gpu_client.hpp"
+#include "deepwell/gpu_rows.hpp"
+#include "gpu_hooks.hpp"
+
+namespace deepwell::capi {
+
+int gpu_device_count() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw no_cuda(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
+  }
+  if (n == 0) throw no_cuda("no CUDA device");
+  return n;
+}
+
+device_guard::device_guard(int device) {
+  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+}
+device_guard::~device_guard() {
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_ && previous_ >= 0) cudaSetDevice(previous_);
+}
+
+std::shared_ptr<page_cache> gpu_cache(controller& ctl, const cache_config& cfg) {
+  return make_gpu_page_cache(ctl, cfg);
+}
+
+row_report* gpu_report_alloc() {
+  void* p = nullptr;
+  check_cuda(cudaHostAlloc(&p, sizeof(row_report), cudaHostAllocMapped | cudaHostAllocPortable),
+             "cudaHostAlloc of the row report");
+  return new (p) row_report{};
+}
+void gpu_report_free(row_report* r) {
+  if (r) cudaFreeHost(r);
+}
+
+void gpu_check_pointer(const void* p, int device, const char* what) {
+  if (!p) throw error(std::string(what) + " is a null pointer");
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    a.type = cudaMemoryTypeUnregistered;
+  }
+  switch (a.type) {
+    case cudaMemoryTypeDevice:
+      if (a.device != device)
+        throw error(std::string(what) + " is memory of CUDA device " + std::to_string(a.device) +
+                    ", but the array is on device " + std::to_string(device));
+      return;
+    case cudaMemoryTypeManaged:
+      return;
+    case cudaMemoryTypeHost:
+      if (a.devicePointer) return;  // pinned and mapped: kernels may use it
+      [[fallthrough]];
+    default:
+      throw error(std::string(what) + " is host memory the GPU cannot address; pass GPU memory (a CUDA tensor)");
+  }
+}
+
+void gpu_rows(const page_cache& cache, const rows_ref& r, bool scatter, const void* idx, int idx_bits,
+              bool idx_on_host, uint64_t n, void* mem, uintptr_t stream_handle) {
+  if (n == 0) return;
+  auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
+  const index_type t = idx_bits == 32 ? index_type::i32 : index_type::i64;
+  void* staged = nullptr;
+  if (idx_on_host) {
+    const size_t bytes = n * (idx_bits / 8);
+    check_cuda(cudaMallocAsync(&staged, bytes, stream), "cudaMallocAsync of the index copy");
+    check_cuda(cudaMemcpyAsync(staged, idx, bytes, cudaMemcpyHostToDevice, stream), "copying the indices to the GPU");
+    idx = staged;
+  }
+  try {
+    if (scatter)
+      scatter_rows_async(cache, r, idx, t, n, mem, stream);
+    else
+      gather_rows_async(cache, r, idx, t, n, mem, stream);
+  } catch (...) {
+    if (staged) cudaFreeAsync(staged, stream);
+    throw;
+  }
+  if (staged) check_cuda(cudaFreeAsync(staged, stream), "cudaFreeAsync of the index copy");
+}
+
+void gpu_sync_stream(uintptr_t stream) {
+  check_cuda(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)), "waiting for the stream");
+}
+void gpu_sync_device() { check_cuda(cudaDeviceSynchronize(), "waiting for the device"); }
+
+}  // namespace deepwell::capi

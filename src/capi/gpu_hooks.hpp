@@ -1,0 +1,46 @@
+// What the C ABI needs from CUDA, behind plain functions: defined in
+// gpu_hooks.cu where CUDA is built, and in gpu_hooks_none.cpp (each throwing
+// no_cuda) where it is not. Keeps c_api.cpp a host-compiler file.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "deepwell/page_cache.hpp"
+#include "deepwell/rows.hpp"
+
+namespace deepwell::capi {
+
+// No CUDA driver, no device, or a build without CUDA.
+struct no_cuda : error {
+  using error::error;
+};
+
+// Device count; throws no_cuda naming the reason when there is none.
+int gpu_device_count();
+// Makes `device` current for the calling thread until the guard ends.
+class device_guard {
+ public:
+  explicit device_guard(int device);
+  ~device_guard();
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+std::shared_ptr<page_cache> gpu_cache(controller& ctl, const cache_config& cfg);
+// A row_report the GPU writes and the host reads (mapped pinned memory).
+row_report* gpu_report_alloc();
+void gpu_report_free(row_report* r);
+// Throws, naming `what`, unless p is memory a kernel on `device` may use.
+void gpu_check_pointer(const void* p, int device, const char* what);
+// Gathers (scatter = false) or scatters rows on `stream`; idx_on_host: idx
+// is host memory, copied to the device on the stream first.
+void gpu_rows(const page_cache& cache, const rows_ref& r, bool scatter, const void* idx, int idx_bits,
+              bool idx_on_host, uint64_t n, void* mem, uintptr_t stream);
+// Throws with the CUDA error, if any, after waiting.
+void gpu_sync_stream(uintptr_t stream);
+void gpu_sync_device();
+
+}  // namespace deepwell::capi

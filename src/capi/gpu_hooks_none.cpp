@@ -1,0 +1,21 @@
+// gpu_hooks.hpp in a build without CUDA: every GPU entry says so.
+#include "gpu_hooks.hpp"
+
+namespace deepwell::capi {
+
+namespace {
+[[noreturn]] void none() { throw no_cuda("this deepwell was built without CUDA (CPU clients only: device=\"cpu\")"); }
+}  // namespace
+
+int gpu_device_count() { none(); }
+device_guard::device_guard(int) { none(); }
+device_guard::~device_guard() = default;
+std::shared_ptr<page_cache> gpu_cache(controller&, const cache_config&) { none(); }
+row_report* gpu_report_alloc() { none(); }
+void gpu_report_free(row_report*) {}
+void gpu_check_pointer(const void*, int, const char*) { none(); }
+void gpu_rows(const page_cache&, const rows_ref&, bool, const void*, int, bool, uint64_t, void*, uintptr_t) { none(); }
+void gpu_sync_stream(uintptr_t) { none(); }
+void gpu_sync_device() { none(); }
+
+}  // namespace deepwell::capi

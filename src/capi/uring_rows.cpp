@@ -1,0 +1,112 @@
+// dw_uring_read_rows: the storage baseline of the Python benchmarks. The
+// same rows deepwell gathers, read with plain io_uring by CPU threads (one
+// ring each, `depth` reads in flight), no controller and no cache: what the
+// file (and, with O_DIRECT, the disk) can give.
+#include <fcntl.h>
+#include <liburing.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "deepwell/c/deepwell.h"
+#include "deepwell/error.hpp"
+#include "last_error.hpp"
+
+namespace {
+
+// Reads rows[b, e) with one ring; returns an empty string or what failed.
+std::string read_share(const char* path, bool odirect, uint64_t offset, uint32_t row_bytes, const int64_t* rows,
+                       uint64_t b, uint64_t e, unsigned depth, uint8_t* out) {
+  const int fd = open(path, O_RDONLY | (odirect ? O_DIRECT : 0));
+  if (fd < 0) return deepwell::errno_message(std::string("open ") + path, errno);
+  io_uring ring{};
+  if (const int r = io_uring_queue_init(depth, &ring, 0); r < 0) {
+    close(fd);
+    return deepwell::errno_message("io_uring_queue_init", -r);
+  }
+  const size_t slot = (size_t(row_bytes) + 4095) & ~size_t(4095);
+  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(4096, slot * depth));
+  std::vector<uint64_t> slot_row(depth);
+  std::vector<unsigned> free_slots;
+  for (unsigned i = 0; i < depth; ++i) free_slots.push_back(i);
+  std::string failure;
+  uint64_t next = b, done = 0;
+  while (done < e - b && failure.empty()) {
+    unsigned queued = 0;
+    while (next < e && !free_slots.empty()) {
+      const unsigned s = free_slots.back();
+      free_slots.pop_back();
+      slot_row[s] = next;
+      io_uring_sqe* q = io_uring_get_sqe(&ring);
+      io_uring_prep_read(q, fd, buf + s * slot, row_bytes, offset + uint64_t(rows[next]) * row_bytes);
+      io_uring_sqe_set_data64(q, s);
+      ++next;
+      ++queued;
+    }
+    if (queued) io_uring_submit(&ring);
+    io_uring_cqe* c = nullptr;
+    if (const int r = io_uring_wait_cqe(&ring, &c); r < 0) {
+      failure = deepwell::errno_message("io_uring_wait_cqe", -r);
+      break;
+    }
+    const unsigned s = unsigned(io_uring_cqe_get_data64(c));
+    if (c->res != int(row_bytes))
+      failure = c->res < 0 ? deepwell::errno_message("read of row " + std::to_string(rows[slot_row[s]]), -c->res)
+                           : "short read of row " + std::to_string(rows[slot_row[s]]);
+    else if (out)
+      std::memcpy(out + slot_row[s] * row_bytes, buf + s * slot, row_bytes);
+    io_uring_cqe_seen(&ring, c);
+    free_slots.push_back(s);
+    ++done;
+  }
+  // Drain what is still in flight after a failure before freeing buffers.
+  while (next - b > done) {
+    io_uring_cqe* c = nullptr;
+    if (io_uring_wait_cqe(&ring, &c) < 0) break;
+    io_uring_cqe_seen(&ring, c);
+    ++done;
+  }
+  io_uring_queue_exit(&ring);
+  std::free(buf);
+  close(fd);
+  return failure;
+}
+
+}  // namespace
+
+extern "C" int dw_uring_read_rows(const char* path, int32_t odirect, uint64_t offset, uint32_t row_bytes,
+                                  const int64_t* rows, uint64_t n, uint32_t depth, uint32_t threads, void* out,
+                                  double* seconds) {
+  if (!path || !rows || !seconds || row_bytes == 0 || depth == 0) {
+    deepwell::capi::last_error() = "dw_uring_read_rows: null path, rows or seconds, or a zero row size or depth";
+    return DW_EINVAL;
+  }
+  threads = std::max<uint32_t>(1, std::min<uint64_t>(threads ? threads : 1, std::max<uint64_t>(1, n)));
+  std::vector<std::string> failures(threads);
+  std::vector<std::thread> pool;
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t chunk = (n + threads - 1) / threads;
+  for (uint32_t t = 0; t < threads; ++t) {
+    const uint64_t b = std::min(n, t * chunk), e = std::min(n, b + chunk);
+    pool.emplace_back([&, t, b, e] {
+      if (b < e)
+        failures[t] = read_share(path, odirect != 0, offset, row_bytes, rows, b, e, depth,
+                                 static_cast<uint8_t*>(out));
+    });
+  }
+  for (auto& th : pool) th.join();
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& f : failures)
+    if (!f.empty()) {
+      deepwell::capi::last_error() = f;
+      return DW_EIO;
+    }
+  return DW_OK;
+}

@@ -14,14 +14,24 @@ namespace deepwell {
 
 enum class index_type { i32, i64 };
 
+// Warps one launch may have resident at once, so that each can pin 32
+// pages: cache.slots() / 32. Launches that may run at the same time (on
+// different streams) must share this budget between them (max_warps below),
+// or their warps can wait on each other for slots until the deadline.
+uint64_t row_warp_budget(const page_cache& cache);
+// Throws deepwell::error, naming the numbers, if the cache cannot serve one
+// block of a row kernel (8 warps of 32 pages).
+void check_row_capacity(const page_cache& cache);
+
 // Rows idx[0 .. n) into dst (n x r.row_bytes bytes). idx and dst are device
 // memory (or mapped host memory) of the cache's device. Asynchronous on
 // `stream`; failures show in the cache's last_error() and in r.report.
-// Throws deepwell::error if the cache is too small for a single block.
+// Uses at most max_warps warps (0: the whole budget; at least one block of
+// 8). Throws deepwell::error if the cache is too small for one block.
 void gather_rows_async(const page_cache& cache, const rows_ref& r, const void* idx, index_type t, uint64_t n,
-                       void* dst, cudaStream_t stream);
+                       void* dst, cudaStream_t stream, uint64_t max_warps = 0);
 // src rows [0 .. n) into rows idx[0 .. n) (pages marked dirty; flush() writes them).
 void scatter_rows_async(const page_cache& cache, const rows_ref& r, const void* idx, index_type t, uint64_t n,
-                        const void* src, cudaStream_t stream);
+                        const void* src, cudaStream_t stream, uint64_t max_warps = 0);
 
 }  // namespace deepwell

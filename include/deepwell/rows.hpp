@@ -40,7 +40,8 @@ class rows_ref {
   // Every row lies inside one page.
   DW_HD bool packed() const { return row_bytes <= bytes.cache.page_size && bytes.cache.page_size % row_bytes == 0; }
 
-  // Rows idx[0 .. count) into dst rows [0 .. count). Index: a signed or
+  // Rows idx[0 .. count) into dst rows [0 .. count) (rows that fail read as
+  // zeros; the failure is in the cache's error flag). Index: a signed or
   // unsigned integer type (negative values are out of range). Warp-collective,
   // every lane with the same arguments. Returns the first failure.
   template <class Warp, class Index>
@@ -106,6 +107,7 @@ class rows_ref {
       const uint64_t byte = in ? r * row_bytes : 0;
       const warp_pin p = c.acquire(w, in, make_key(bytes.dataset, byte >> c.page_shift));
       const bool ok = in && p.status.ok();
+      if (in && !ok) c.set_error(p.status);
       const unsigned failed = w.ballot(mask, in && !ok);
       if (failed) {
         const uint32_t packed_status = w.shfl(mask, p.status.pack(), lowest_lane(failed));

@@ -31,6 +31,7 @@ struct dw_array {
   bool direct = false;
   row_report host_report{};             // CPU clients
   row_report* gpu_report = nullptr;      // GPU clients: mapped pinned memory
+  capi::warp_budget warps;               // GPU clients: shared by launches on all streams
 
   page_cache& cache() const { return bytes->cache(); }
   row_report& report() const { return device >= 0 ? *gpu_report : const_cast<row_report&>(host_report); }
@@ -119,7 +120,9 @@ std::shared_ptr<target> open_target(const dw_open_options& o) {
 // thread a warp of one lane.
 template <class Index>
 void cpu_rows(dw_array& a, bool scatter, const Index* idx, uint64_t n, uint8_t* mem) {
-  const unsigned threads = unsigned(std::min<uint64_t>(a.cpu_threads, std::max<uint64_t>(1, n / 64)));
+  // Threads as the cache allows (each as a warp that may pin 32 pages).
+  const uint64_t by_cache = std::max<uint64_t>(1, a.cache().slots() / pages_per_warp);
+  const unsigned threads = unsigned(std::min<uint64_t>({a.cpu_threads, std::max<uint64_t>(1, n / 64), by_cache}));
   a.cache().check_capacity(threads);
   graph::detail::parallel_for(n, threads, [&](unsigned, uint64_t b, uint64_t e) {
     uint8_t* at = mem + b * a.rows.row_bytes;
@@ -150,7 +153,7 @@ int rows_call(dw_array* ap, bool scatter, const void* idx, int32_t bits, int32_t
     capi::device_guard g(a.device);
     if (!on_host) capi::gpu_check_pointer(idx, a.device, "the index array");
     capi::gpu_check_pointer(mem, a.device, scatter ? "the source rows" : "the output");
-    capi::gpu_rows(a.cache(), a.rows, scatter, idx, bits, on_host != 0, n, mem, stream);
+    capi::gpu_rows(a.cache(), a.rows, a.warps, scatter, idx, bits, on_host != 0, n, mem, stream);
   });
 }
 
@@ -236,6 +239,7 @@ int dw_open(const dw_open_options* op, dw_array** out) {
       capi::device_guard g(a->device);
       cache = capi::gpu_cache(*a->ctl, cfg);
       a->gpu_report = capi::gpu_report_alloc();
+      a->warps.init(capi::gpu_row_warps(*cache));
     } else {
       cache = make_host_page_cache(*a->ctl, cfg);
     }

@@ -13,15 +13,14 @@ namespace {
 constexpr int block_threads = 256;
 constexpr uint32_t warps_per_block = block_threads / 32;
 
-// Warps stride over the index array: 32 rows a step when rows are packed in
-// pages (a row per lane), else one. Control flow is warp-uniform, so the
-// warp is the full warp.
+// Warps stride over the index array, `per` rows a step (a row per lane when
+// rows are packed in pages, else one row). Control flow is warp-uniform, so
+// the warp is the full warp.
 template <class Index, bool Scatter>
 __global__ void __launch_bounds__(block_threads, 2)
-    rows_kernel(rows_ref r, const Index* idx, uint64_t n, uint8_t* mem) {
+    rows_kernel(rows_ref r, const Index* idx, uint64_t n, uint8_t* mem, uint32_t per) {
   const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
-  const uint64_t per = r.packed() ? 32 : 1;
   for (uint64_t b = warp * per; b < n; b += warps * per) {
     const uint64_t count = n - b < per ? n - b : per;
     uint8_t* rows = mem + b * r.row_bytes;
@@ -32,48 +31,62 @@ __global__ void __launch_bounds__(block_threads, 2)
   }
 }
 
+// Resident blocks of a kernel on the current device, asked once per kernel.
+template <class Kernel>
+uint64_t resident_blocks(Kernel kernel) {
+  static const uint64_t blocks = resident_warps(kernel, ~0u >> 1, block_threads) / warps_per_block;
+  return blocks;
+}
+
 template <class Index, bool Scatter>
 void launch(const page_cache& cache, const rows_ref& r, const void* idx, uint64_t n, uint8_t* mem,
-            cudaStream_t stream) {
+            cudaStream_t stream, uint64_t max_warps) {
   if (n == 0) return;
   if (!cache.on_gpu()) throw error("gather/scatter of rows on the GPU needs a GPU page cache");
   if (r.row_bytes == 0) throw error("rows of 0 bytes");
   auto kernel = rows_kernel<Index, Scatter>;
-  const uint64_t per = r.packed() ? 32 : 1;
+  check_row_capacity(cache);
+  const uint64_t budget = row_warp_budget(cache);
+  const uint64_t cap_blocks = std::max<uint64_t>(
+      1, std::min({(max_warps ? std::min(max_warps, budget) : budget) / warps_per_block, resident_blocks(kernel)}));
+  // Rows per warp step: as many warps as the GPU holds for small batches
+  // (latency), up to a row per lane for large ones (32 pages in flight per warp).
+  const uint64_t warps = cap_blocks * warps_per_block;
+  const uint32_t per = r.packed() ? uint32_t(std::clamp<uint64_t>((n + warps - 1) / warps, 1, 32)) : 1;
   const uint64_t steps = (n + per - 1) / per;
-  const uint64_t wanted = (steps + warps_per_block - 1) / warps_per_block;
-  // Every resident warp may pin pages_per_warp pages: no more blocks than
-  // the cache can serve at once.
-  const uint64_t by_cache = cache.slots() / (uint64_t(pages_per_warp) * warps_per_block);
-  if (by_cache == 0)
-    throw error("the page cache has " + std::to_string(cache.slots()) + " pages; a row gather needs at least " +
-                std::to_string(pages_per_warp * warps_per_block) + " (one block of " +
-                std::to_string(warps_per_block) + " warps, 32 pages each)");
-  const uint64_t blocks = std::max<uint64_t>(1, std::min({wanted, by_cache, resident_warps(kernel, wanted, block_threads) /
-                                                                               warps_per_block}));
-  kernel<<<unsigned(blocks), block_threads, 0, stream>>>(r, static_cast<const Index*>(idx), n, mem);
+  const uint64_t blocks = std::clamp<uint64_t>((steps + warps_per_block - 1) / warps_per_block, 1, cap_blocks);
+  kernel<<<unsigned(blocks), block_threads, 0, stream>>>(r, static_cast<const Index*>(idx), n, mem, per);
   check_cuda(cudaGetLastError(), "launching the row kernel");
 }
 
 template <bool Scatter>
 void dispatch(const page_cache& cache, const rows_ref& r, const void* idx, index_type t, uint64_t n, uint8_t* mem,
-              cudaStream_t stream) {
+              cudaStream_t stream, uint64_t max_warps) {
   if (t == index_type::i32)
-    launch<int32_t, Scatter>(cache, r, idx, n, mem, stream);
+    launch<int32_t, Scatter>(cache, r, idx, n, mem, stream, max_warps);
   else
-    launch<int64_t, Scatter>(cache, r, idx, n, mem, stream);
+    launch<int64_t, Scatter>(cache, r, idx, n, mem, stream, max_warps);
 }
 
 }  // namespace
 
+uint64_t row_warp_budget(const page_cache& cache) { return cache.slots() / pages_per_warp; }
+
+void check_row_capacity(const page_cache& cache) {
+  if (row_warp_budget(cache) < warps_per_block)
+    throw error("the page cache has " + std::to_string(cache.slots()) + " pages; a row gather needs at least " +
+                std::to_string(pages_per_warp * warps_per_block) + " (one block of " +
+                std::to_string(warps_per_block) + " warps, 32 pages each)");
+}
+
 void gather_rows_async(const page_cache& cache, const rows_ref& r, const void* idx, index_type t, uint64_t n,
-                       void* dst, cudaStream_t stream) {
-  dispatch<false>(cache, r, idx, t, n, static_cast<uint8_t*>(dst), stream);
+                       void* dst, cudaStream_t stream, uint64_t max_warps) {
+  dispatch<false>(cache, r, idx, t, n, static_cast<uint8_t*>(dst), stream, max_warps);
 }
 
 void scatter_rows_async(const page_cache& cache, const rows_ref& r, const void* idx, index_type t, uint64_t n,
-                        const void* src, cudaStream_t stream) {
-  dispatch<true>(cache, r, idx, t, n, static_cast<uint8_t*>(const_cast<void*>(src)), stream);
+                        const void* src, cudaStream_t stream, uint64_t max_warps) {
+  dispatch<true>(cache, r, idx, t, n, static_cast<uint8_t*>(const_cast<void*>(src)), stream, max_warps);
 }
 
 }  // namespace deepwell

@@ -14,24 +14,30 @@ namespace deepwell {
 
 enum class index_type { i32, i64 };
 
-// Warps one launch may have resident at once, so that each can pin 32
-// pages: cache.slots() / 32. Launches that may run at the same time (on
-// different streams) must share this budget between them (max_warps below),
-// or their warps can wait on each other for slots until the deadline.
+// Warps of row kernels that may be resident at once on one cache, so that
+// each can pin 32 pages: cache.slots() / 32. A launch uses at most this many.
 uint64_t row_warp_budget(const page_cache& cache);
 // Throws deepwell::error, naming the numbers, if the cache cannot serve one
 // block of a row kernel (8 warps of 32 pages).
 void check_row_capacity(const page_cache& cache);
 
+// Launches that may run at the same time on one cache (different streams)
+// share a gate: a zeroed device counter of the warps inside row kernels. A
+// block enters only when its warps fit the budget, so concurrent launches
+// never have more warps pinning pages than the cache holds. nullptr: no
+// gate (one launch at a time).
+struct row_gate {
+  unsigned int* warps = nullptr;
+};
+
 // Rows idx[0 .. n) into dst (n x r.row_bytes bytes). idx and dst are device
 // memory (or mapped host memory) of the cache's device. Asynchronous on
 // `stream`; failures show in the cache's last_error() and in r.report.
-// Uses at most max_warps warps (0: the whole budget; at least one block of
-// 8). Throws deepwell::error if the cache is too small for one block.
+// Throws deepwell::error if the cache is too small for one block.
 void gather_rows_async(const page_cache& cache, const rows_ref& r, const void* idx, index_type t, uint64_t n,
-                       void* dst, cudaStream_t stream, uint64_t max_warps = 0);
+                       void* dst, cudaStream_t stream, row_gate gate = {});
 // src rows [0 .. n) into rows idx[0 .. n) (pages marked dirty; flush() writes them).
 void scatter_rows_async(const page_cache& cache, const rows_ref& r, const void* idx, index_type t, uint64_t n,
-                        const void* src, cudaStream_t stream, uint64_t max_warps = 0);
+                        const void* src, cudaStream_t stream, row_gate gate = {});
 
 }  // namespace deepwell

@@ -31,8 +31,14 @@ struct dw_array {
   bool direct = false;
   row_report host_report{};             // CPU clients
   row_report* gpu_report = nullptr;      // GPU clients: mapped pinned memory
-  capi::warp_budget warps;               // GPU clients: shared by launches on all streams
+  unsigned* gate = nullptr;              // GPU clients: the row kernels' gate (gpu_rows.hpp)
 
+  ~dw_array() {  // also after a failed open
+    bytes.reset();
+    ctl.reset();
+    capi::gpu_report_free(gpu_report);
+    capi::gpu_gate_free(gate);
+  }
   page_cache& cache() const { return bytes->cache(); }
   row_report& report() const { return device >= 0 ? *gpu_report : const_cast<row_report&>(host_report); }
 };
@@ -153,7 +159,7 @@ int rows_call(dw_array* ap, bool scatter, const void* idx, int32_t bits, int32_t
     capi::device_guard g(a.device);
     if (!on_host) capi::gpu_check_pointer(idx, a.device, "the index array");
     capi::gpu_check_pointer(mem, a.device, scatter ? "the source rows" : "the output");
-    capi::gpu_rows(a.cache(), a.rows, a.warps, scatter, idx, bits, on_host != 0, n, mem, stream);
+    capi::gpu_rows(a.cache(), a.rows, a.gate, scatter, idx, bits, on_host != 0, n, mem, stream);
   });
 }
 
@@ -239,7 +245,7 @@ int dw_open(const dw_open_options* op, dw_array** out) {
       capi::device_guard g(a->device);
       cache = capi::gpu_cache(*a->ctl, cfg);
       a->gpu_report = capi::gpu_report_alloc();
-      a->warps.init(capi::gpu_row_warps(*cache));
+      a->gate = capi::gpu_gate_alloc();
     } else {
       cache = make_host_page_cache(*a->ctl, cfg);
     }
@@ -266,10 +272,7 @@ int dw_close(dw_array* a) {
   const int freed = guarded([&] {
     std::unique_ptr<capi::device_guard> g;
     if (a->device >= 0) g = std::make_unique<capi::device_guard>(a->device);
-    a->bytes.reset();
-    a->ctl.reset();
-    if (a->gpu_report) capi::gpu_report_free(a->gpu_report);
-    a->gpu_report = nullptr;
+    owned.reset();  // with the array's device current
   });
   return rc != DW_OK ? rc : freed;
 }

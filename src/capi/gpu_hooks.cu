@@ -67,38 +67,17 @@ void gpu_check_pointer(const void* p, int device, const char* what) {
   }
 }
 
-uint64_t warp_budget::take(uint64_t want) {
-  want = std::max<uint64_t>(8, want / 8 * 8);
-  std::unique_lock<std::mutex> lock(m_);
-  cv_.wait(lock, [&] { return free_ >= 8; });
-  const uint64_t got = std::min(want, free_ / 8 * 8);
-  free_ -= got;
-  return got;
+unsigned* gpu_gate_alloc() {
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, sizeof(unsigned)), "cudaMalloc of the row gate");
+  check_cuda(cudaMemset(p, 0, sizeof(unsigned)), "cudaMemset of the row gate");
+  return static_cast<unsigned*>(p);
+}
+void gpu_gate_free(unsigned* gate) {
+  if (gate) cudaFree(gate);
 }
 
-void warp_budget::give(uint64_t warps) {
-  {
-    std::lock_guard<std::mutex> lock(m_);
-    free_ += warps;
-  }
-  cv_.notify_all();
-}
-
-uint64_t gpu_row_warps(const page_cache& cache) { return row_warp_budget(cache); }
-
-namespace {
-struct budget_return {
-  warp_budget* budget;
-  uint64_t warps;
-};
-void CUDART_CB give_back(void* p) {
-  auto* r = static_cast<budget_return*>(p);
-  r->budget->give(r->warps);
-  delete r;
-}
-}  // namespace
-
-void gpu_rows(const page_cache& cache, const rows_ref& r, warp_budget& budget, bool scatter, const void* idx,
+void gpu_rows(const page_cache& cache, const rows_ref& r, unsigned* gate, bool scatter, const void* idx,
               int idx_bits, bool idx_on_host, uint64_t n, void* mem, uintptr_t stream_handle) {
   if (n == 0) return;
   check_row_capacity(cache);
@@ -111,16 +90,12 @@ void gpu_rows(const page_cache& cache, const rows_ref& r, warp_budget& budget, b
     check_cuda(cudaMemcpyAsync(staged, idx, bytes, cudaMemcpyHostToDevice, stream), "copying the indices to the GPU");
     idx = staged;
   }
-  const uint64_t warps = budget.take(n);  // a warp a row at most
   try {
     if (scatter)
-      scatter_rows_async(cache, r, idx, t, n, mem, stream, warps);
+      scatter_rows_async(cache, r, idx, t, n, mem, stream, row_gate{gate});
     else
-      gather_rows_async(cache, r, idx, t, n, mem, stream, warps);
-    check_cuda(cudaLaunchHostFunc(stream, give_back, new budget_return{&budget, warps}),
-               "cudaLaunchHostFunc (returning the warp budget)");
+      gather_rows_async(cache, r, idx, t, n, mem, stream, row_gate{gate});
   } catch (...) {
-    budget.give(warps);
     if (staged) cudaFreeAsync(staged, stream);
     throw;
   }

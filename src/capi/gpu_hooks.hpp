@@ -2,9 +2,7 @@
 // gpu_hooks.cu where CUDA is built, and in gpu_hooks_none.cpp (each throwing
 // no_cuda) where it is not. Keeps c_api.cpp a host-compiler file.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <memory>
 #include <string>
 
@@ -37,30 +35,14 @@ row_report* gpu_report_alloc();
 void gpu_report_free(row_report* r);
 // Throws, naming `what`, unless p is memory a kernel on `device` may use.
 void gpu_check_pointer(const void* p, int device, const char* what);
-// The warps of row kernels that may be resident together on one cache
-// (gpu_rows.hpp's row_warp_budget), shared by launches on different streams:
-// each launch takes some before it starts and gives them back when it ends
-// (a host function on its stream), waiting while none are free.
-class warp_budget {
- public:
-  void init(uint64_t warps) { free_ = total_ = warps; }
-  // Up to `want` warps (a multiple of 8, at least 8), waiting for 8 to be free.
-  uint64_t take(uint64_t want);
-  void give(uint64_t warps);
-  uint64_t total() const { return total_; }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  uint64_t free_ = 0, total_ = 0;
-};
-
+// A zeroed device counter shared by the row kernels of one array (their
+// gate: launches on several streams share the cache's warp budget).
+unsigned* gpu_gate_alloc();
+void gpu_gate_free(unsigned* gate);
 // Gathers (scatter = false) or scatters rows on `stream`; idx_on_host: idx
 // is host memory, copied to the device on the stream first.
-void gpu_rows(const page_cache& cache, const rows_ref& r, warp_budget& budget, bool scatter, const void* idx,
+void gpu_rows(const page_cache& cache, const rows_ref& r, unsigned* gate, bool scatter, const void* idx,
               int idx_bits, bool idx_on_host, uint64_t n, void* mem, uintptr_t stream);
-// The warp budget of a GPU cache (row_warp_budget).
-uint64_t gpu_row_warps(const page_cache& cache);
 // Throws with the CUDA error, if any, after waiting.
 void gpu_sync_stream(uintptr_t stream);
 void gpu_sync_device();

@@ -14,11 +14,9 @@ std::shared_ptr<page_cache> gpu_cache(controller&, const cache_config&) { none()
 row_report* gpu_report_alloc() { none(); }
 void gpu_report_free(row_report*) {}
 void gpu_check_pointer(const void*, int, const char*) { none(); }
-uint64_t warp_budget::take(uint64_t) { none(); }
-void warp_budget::give(uint64_t) {}
-uint64_t gpu_row_warps(const page_cache&) { none(); }
-void gpu_rows(const page_cache&, const rows_ref&, warp_budget&, bool, const void*, int, bool, uint64_t, void*,
-              uintptr_t) {
+unsigned* gpu_gate_alloc() { none(); }
+void gpu_gate_free(unsigned*) {}
+void gpu_rows(const page_cache&, const rows_ref&, unsigned*, bool, const void*, int, bool, uint64_t, void*, uintptr_t) {
   none();
 }
 void gpu_sync_stream(uintptr_t) { none(); }

@@ -25,9 +25,12 @@
 namespace deepwell {
 
 // Indices out of range seen by gathers and scatters (host or mapped memory).
+// Also the first failure of a row transfer (a packed request_status), so
+// that the host learns of it without reading the cache's device-side flag.
 struct row_report {
   unsigned long long bad = 0;      // how many
   unsigned long long example = 0;  // one of them, as an unsigned 64-bit value
+  uint32_t failure = 0;            // packed request_status of the first failed transfer, 0 if none
 };
 
 class rows_ref {
@@ -54,7 +57,7 @@ class rows_ref {
   DW_HD request_status scatter(const Warp& w, const Index* idx, uint64_t count, const uint8_t* src) const {
     if (bytes.read_only) {
       const request_status s = request_status::client(client_code::read_only);
-      bytes.cache.set_error(s);
+      count_failure(s);
       return s;
     }
     return move(w, idx, count, const_cast<uint8_t*>(src), true);
@@ -71,6 +74,14 @@ class rows_ref {
     if (!report) return;
     client_atomic<unsigned long long>(report->example).store(r, memory_order_relaxed);
     client_atomic<unsigned long long>(report->bad).fetch_add(1, memory_order_relaxed);
+  }
+
+  // A transfer failed: the cache's error flag (as every access) and the report.
+  DW_HD void count_failure(request_status st) const {
+    bytes.cache.set_error(st);
+    if (!report) return;
+    uint32_t none = 0;
+    client_atomic<uint32_t>(report->failure).compare_exchange_strong(none, st.pack(), memory_order_relaxed);
   }
 
   template <class Warp>
@@ -107,7 +118,7 @@ class rows_ref {
       const uint64_t byte = in ? r * row_bytes : 0;
       const warp_pin p = c.acquire(w, in, make_key(bytes.dataset, byte >> c.page_shift));
       const bool ok = in && p.status.ok();
-      if (in && !ok) c.set_error(p.status);
+      if (in && !ok) count_failure(p.status);
       const unsigned failed = w.ballot(mask, in && !ok);
       if (failed) {
         const uint32_t packed_status = w.shfl(mask, p.status.pack(), lowest_lane(failed));
@@ -154,6 +165,7 @@ class rows_ref {
       if (!s.ok()) {
         if (!to_cache) zero(w, mask, row, row_bytes);
         if (result.ok()) result = s;
+        if (w.lane() == lowest_lane(mask)) count_failure(s);
       }
     }
     return result;

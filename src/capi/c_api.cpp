@@ -314,11 +314,13 @@ int dw_check(dw_array* ap, uintptr_t stream) {
         throw capi_error(DW_ERUNTIME, e.what());
       }
     }
+    // The row kernels report to host-visible memory: no device round trip
+    // unless something failed.
     row_report& r = a.report();
     const unsigned long long bad = __atomic_exchange_n(&r.bad, 0ull, __ATOMIC_RELAXED);
     const unsigned long long example = r.example;
-    const request_status s = a.cache().last_error();
-    a.cache().clear_error();
+    const request_status s = request_status::unpack(__atomic_exchange_n(&r.failure, 0u, __ATOMIC_RELAXED));
+    if (!s.ok()) a.cache().clear_error();
     if (bad) {
       const int64_t as_signed = int64_t(example);
       throw capi_error(DW_ERANGE, "index " + std::to_string(as_signed) + " is out of range for " +

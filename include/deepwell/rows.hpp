@@ -39,6 +39,12 @@ class rows_ref {
   uint64_t rows = 0;
   uint32_t row_bytes = 0;
   row_report* report = nullptr;
+  // The dataset's bytes where this client can read them in place (the
+  // direct tier: host memory, or a file in the page cache, mapped), when
+  // gathers should read rows from there without caching them: one-touch
+  // reads, for rows that are read once (nullptr: through the cache).
+  // Scatters always go through the cache.
+  const uint8_t* in_place = nullptr;
 
   // Every row lies inside one page.
   DW_HD bool packed() const { return row_bytes <= bytes.cache.page_size && bytes.cache.page_size % row_bytes == 0; }
@@ -49,6 +55,7 @@ class rows_ref {
   // every lane with the same arguments. Returns the first failure.
   template <class Warp, class Index>
   DW_HD request_status gather(const Warp& w, const Index* idx, uint64_t count, uint8_t* dst) const {
+    if (in_place) return read_in_place(w, idx, count, dst);
     return move(w, idx, count, dst, false);
   }
   // src rows [0 .. count) into rows idx[0 .. count); pages are marked dirty.
@@ -99,6 +106,55 @@ class rows_ref {
   template <class Warp, class Index>
   DW_HD request_status move(const Warp& w, const Index* idx, uint64_t count, uint8_t* mem, bool to_cache) const {
     return packed() ? move_packed(w, idx, count, mem, to_cache) : move_ranges(w, idx, count, mem, to_cache);
+  }
+
+  // Rows straight from the direct tier. With 16-byte rows and ends, the
+  // rows of a step are one list of 16-byte words the lanes share, each lane
+  // issuing a batch of loads before its stores (one link round trip per
+  // batch, however small the rows).
+  template <class Warp, class Index>
+  DW_HD request_status read_in_place(const Warp& w, const Index* idx, uint64_t count, uint8_t* dst) const {
+    const unsigned mask = w.active();
+    const unsigned lanes = popcount32(mask);
+    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+    for (uint64_t j = rank; j < count; j += lanes)
+      if (as_row(idx[j]) >= rows) count_bad(as_row(idx[j]));
+#if DW_DEVICE_CODE
+    if (row_bytes % 16 == 0 && (reinterpret_cast<uintptr_t>(in_place) | reinterpret_cast<uintptr_t>(dst)) % 16 == 0) {
+      constexpr uint32_t batch = 8;
+      const uint32_t words = row_bytes / 16;
+      const uint64_t total = count * words;
+      for (uint64_t base = rank; base < total; base += uint64_t(lanes) * batch) {
+        uint4 v[batch];
+#pragma unroll
+        for (uint32_t k = 0; k < batch; ++k) {
+          const uint64_t c = base + uint64_t(k) * lanes;
+          if (c < total) {
+            const uint64_t r = as_row(idx[c / words]);
+            v[k] = r < rows ? __ldcs(reinterpret_cast<const uint4*>(in_place + r * row_bytes) + c % words)
+                            : make_uint4(0, 0, 0, 0);
+          }
+        }
+#pragma unroll
+        for (uint32_t k = 0; k < batch; ++k) {
+          const uint64_t c = base + uint64_t(k) * lanes;
+          if (c < total) reinterpret_cast<uint4*>(dst)[c] = v[k];
+        }
+      }
+      w.sync(mask);
+      return {};
+    }
+#endif
+    for (uint64_t j = 0; j < count; ++j) {
+      const uint64_t r = as_row(idx[j]);
+      uint8_t* row = dst + j * row_bytes;
+      if (r < rows)
+        array_ref<uint8_t>::copy_bytes(w, mask, row, in_place + r * row_bytes, row_bytes);
+      else
+        zero(w, mask, row, row_bytes);
+    }
+    w.sync(mask);
+    return {};
   }
 
   // One row per lane: up to 32 pages in flight per warp.

@@ -13,7 +13,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 OK, EINVAL, EIO, ERANGE, ENOCUDA, ERUNTIME = 0, -1, -2, -3, -4, -5
 
@@ -60,6 +60,7 @@ class OpenOptions(ctypes.Structure):
         ("cpu_threads", ctypes.c_uint32),
         ("queue_pairs", ctypes.c_uint32),
         ("timeout_s", ctypes.c_double),
+        ("cache_reads", ctypes.c_int32),
     ]
 
 
@@ -73,6 +74,7 @@ class Info(ctypes.Structure):
         ("device", ctypes.c_int32),
         ("writable", ctypes.c_int32),
         ("direct_tier", ctypes.c_int32),
+        ("in_place", ctypes.c_int32),
         ("backend", ctypes.c_char * 16),
     ]
 

@@ -98,13 +98,15 @@ class Array:
     read a file that is fully in the page cache straight from it;
     "never"; "always": pins the whole file), ``pollers`` (controller
     threads), ``cpu_threads`` (a CPU client's gather threads), ``timeout``
-    (seconds per access).
+    (seconds per access), ``cache_reads`` (False: where there is a direct
+    tier, gathers read rows in place without caching them, for rows read
+    once).
     """
 
     def __init__(self, path: Optional[str | os.PathLike] = None, *, dtype="float32", shape=None, offset: int = 0,
                  page_size: int = 4096, cache_size="256MiB", device=None, writable: bool = False,
                  create: bool = False, odirect: bool = False, direct: str = "resident", pollers: int = 2,
-                 cpu_threads: int = 0, timeout: float = 30.0, queue_pairs: int = 0):
+                 cpu_threads: int = 0, timeout: float = 30.0, queue_pairs: int = 0, cache_reads: bool = True):
         self._h = None
         self.dtype = _DType(dtype)
         shape = (-1,) if shape is None else ((shape,) if isinstance(shape, int) else tuple(int(s) for s in shape))
@@ -145,6 +147,7 @@ class Array:
         o.cpu_threads = int(cpu_threads)
         o.queue_pairs = int(queue_pairs)
         o.timeout_s = float(timeout)
+        o.cache_reads = int(bool(cache_reads))
         if shape[0] >= 0 and path is not None and not create:
             have = os.stat(path).st_size if os.path.isfile(path) else None
             need = offset + shape[0] * row_bytes
@@ -164,6 +167,7 @@ class Array:
         self.device = info.device
         self.writable = bool(info.writable)
         self.direct_tier = bool(info.direct_tier)
+        self.in_place = bool(info.in_place)
         self.backend = info.backend.decode()
         self.shape = (self.rows,) + self.row_shape
         self._hv = h.value
@@ -200,7 +204,7 @@ class Array:
         where = "cpu" if self.device < 0 else f"cuda:{self.device}"
         return (f"deepwell.Array({self.path!r}, shape={self.shape}, dtype={self.dtype}, device={where}, "
                 f"cache={self.cache_bytes >> 20} MiB in {self.page_size} B pages, "
-                f"{'direct tier' if self.direct_tier else self.backend})")
+                f"{('direct tier, read in place' if self.in_place else 'direct tier') if self.direct_tier else self.backend})")
 
     @property
     def on_gpu(self) -> bool:

@@ -176,3 +176,15 @@ def test_odirect_reads(make_file):
         idx = np.random.default_rng(2).integers(0, 512, 400)
         np.testing.assert_array_equal(a.gather(idx), data[idx])
         assert a.stats()["controller_reads"] > 0
+
+
+@pytest.mark.parametrize("row_bytes", [4096, 3000, 64])
+def test_in_place_reads_skip_the_cache(make_file, row_bytes):
+    path, data = make_file(2000, row_bytes)
+    with open_cpu(path, dtype="uint8", shape=(-1, row_bytes), cache_reads=False) as a:
+        assert a.direct_tier and a.in_place
+        idx = np.random.default_rng(4).integers(0, 2000, 3000)
+        np.testing.assert_array_equal(a.gather(idx), data[idx])
+        assert a.stats()["accesses"] == 0  # nothing went through the cache
+        with pytest.raises(IndexError, match="index 2000 is out of range"):
+            a.gather(np.array([3, 2000]))

@@ -33,15 +33,16 @@ def gpu_ids(n, seed, rows=ROWS):
     return torch.randint(0, rows, (n,), device="cuda", generator=g)
 
 
-@pytest.mark.parametrize("direct", ["resident", "never"])
+@pytest.mark.parametrize("direct,cache_reads", [("resident", True), ("never", True), ("resident", False)])
 @pytest.mark.parametrize("page", [4096, 65536])
-def test_gather_equals_memmap_under_eviction(feature_file, direct, page):
+def test_gather_equals_memmap_under_eviction(feature_file, direct, cache_reads, page):
     path, data = feature_file
     from deepwell.baselines import MemmapLoader
     mm = MemmapLoader(path, np.uint8, (ROWS, RB))
     with deepwell.open(path, dtype="uint8", shape=(-1, RB), cache_size="16MiB", page_size=page,
-                       direct=direct) as a:
+                       direct=direct, cache_reads=cache_reads) as a:
         assert a.on_gpu and a.direct_tier == (direct == "resident")
+        assert a.in_place == (not cache_reads)
         for seed in range(4):
             ids = gpu_ids(20000, seed)
             got = a.gather(ids)
@@ -50,21 +51,28 @@ def test_gather_equals_memmap_under_eviction(feature_file, direct, page):
         ids32 = gpu_ids(5000, 9).to(torch.int32)
         assert torch.equal(a.gather(ids32).cpu(), data[ids32.long().cpu()])
         st = a.stats()
+        if not cache_reads:
+            assert st["accesses"] == 0
+            return
         assert st["misses"] > 0 and st["evictions"] > 0
         if direct == "never":
             assert st["controller_reads"] > 0
 
 
 @pytest.mark.parametrize("row_bytes", [256, 12288, 3000])
-def test_other_row_shapes(tmp_path, row_bytes):
+@pytest.mark.parametrize("mode", ["controller", "in_place"])
+def test_other_row_shapes(tmp_path, row_bytes, mode):
     from conftest import pattern
     rows = 5000
     data = pattern(rows, row_bytes, seed=row_bytes)
     path = str(tmp_path / "rows.bin")
     data.tofile(path)
-    with deepwell.open(path, dtype="uint8", shape=(-1, row_bytes), cache_size="8MiB", direct="never") as a:
+    kw = {"direct": "never"} if mode == "controller" else {"cache_reads": False}
+    with deepwell.open(path, dtype="uint8", shape=(-1, row_bytes), cache_size="8MiB", **kw) as a:
         ids = gpu_ids(7000, 1, rows)
         assert torch.equal(a.gather(ids).cpu(), torch.from_numpy(data)[ids.cpu()])
+        with pytest.raises(IndexError):
+            a.gather(torch.tensor([rows], device="cuda"))
 
 
 def test_typed_host_indices_streams_and_out(feature_file):

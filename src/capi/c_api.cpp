@@ -195,6 +195,7 @@ void dw_open_options_init(dw_open_options* o) {
   o->page_size = 4096;
   o->cache_bytes = 256ull << 20;
   o->direct_files = 1;
+  o->cache_reads = 1;
 }
 
 int dw_open(const dw_open_options* op, dw_array** out) {
@@ -254,7 +255,9 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     a->rows.rows = bytes / o.row_bytes;
     a->rows.row_bytes = o.row_bytes;
     a->rows.report = &a->report();
-    a->direct = cache->dataset(a->rows.bytes.dataset).direct != nullptr;
+    const uint8_t* direct = cache->dataset(a->rows.bytes.dataset).direct;
+    a->direct = direct != nullptr;
+    if (!o.cache_reads) a->rows.in_place = direct;
     *out = a.release();
   });
 }
@@ -290,6 +293,7 @@ int dw_info(const dw_array* ap, dw_array_info* info) {
     info->device = a.device;
     info->writable = a.writable;
     info->direct_tier = a.direct;
+    info->in_place = a.rows.in_place != nullptr;
     std::strncpy(info->backend, a.ctl->backend_name().c_str(), sizeof(info->backend) - 1);
   });
 }

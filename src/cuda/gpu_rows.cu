@@ -14,8 +14,8 @@ namespace {
 constexpr int block_threads = 256;
 constexpr uint32_t warps_per_block = block_threads / 32;
 
-// Warps stride over the index array, `per` rows a step (a row per lane when
-// rows are packed in pages, else one row). Control flow is warp-uniform, so
+// Warps stride over the index array, `per` rows a step (up to a row per
+// lane when rows are packed in pages or read in place, else one row). Control flow is warp-uniform, so
 // the warp is the full warp. With a gate, a block waits at entry until its
 // warps fit the budget (blocks inside never wait on blocks outside: they
 // hold no pins).
@@ -72,7 +72,8 @@ void launch(const page_cache& cache, const rows_ref& r, const void* idx, uint64_
   // Rows per warp step: as many warps as the GPU holds for small batches
   // (latency), up to a row per lane for large ones (32 pages in flight per warp).
   const uint64_t warps = cap_blocks * warps_per_block;
-  const uint32_t per = r.packed() ? uint32_t(std::clamp<uint64_t>((n + warps - 1) / warps, 1, 32)) : 1;
+  const bool many = r.packed() || (r.in_place && !Scatter);  // several rows per warp step
+  const uint32_t per = many ? uint32_t(std::clamp<uint64_t>((n + warps - 1) / warps, 1, 32)) : 1;
   const uint64_t steps = (n + per - 1) / per;
   const uint64_t blocks = std::clamp<uint64_t>((steps + warps_per_block - 1) / warps_per_block, 1, cap_blocks);
   kernel<<<unsigned(blocks), block_threads, 0, stream>>>(r, static_cast<const Index*>(idx), n, mem, per, gate,

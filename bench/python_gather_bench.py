@@ -154,22 +154,20 @@ def main():
         a.check()
         # Where a checked 1 K-row gather's time goes: the kernel (CUDA events), the whole call with its wait.
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def event_us(array):  # a fresh 1 K-row batch; includes the host call between the events
+            ids = torch.randint(0, args.rows, (1000,), device="cuda", generator=g)
+            sync()
+            start.record()
+            array.gather(ids, out=out, check=False)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e3
+
         kernel, checked, in_place = [], [], []
         for i in range(200):
-            ids = torch.randint(0, args.rows, (1000,), device="cuda", generator=g)
-            sync()
-            start.record()
-            p.gather(ids, out=out, check=False)
-            end.record()
-            end.synchronize()
-            in_place.append(start.elapsed_time(end) * 1e3)
-            ids = torch.randint(0, args.rows, (1000,), device="cuda", generator=g)
-            sync()
-            start.record()
-            a.gather(ids, out=out, check=False)
-            end.record()
-            end.synchronize()
-            kernel.append(start.elapsed_time(end) * 1e3)
+            in_place.append(event_us(p))
+            kernel.append(event_us(a))
             ids = torch.randint(0, args.rows, (1000,), device="cuda", generator=g)
             sync()
             t = time.perf_counter()

@@ -266,30 +266,24 @@ class Array:
         ``check=True`` waits for it and raises on a bad index or I/O error; ``check=False`` returns at
         once and leaves errors to the next ``check()``.
         """
-        h = self._handle()
         v = self._index(idx)
-        n = v.shape[0]
         if out is None:
-            out = self._new_out(n, v)
-        ov = _interop.view(out)
-        self._check_rows(ov, n, "out")
-        s = _interop.stream_handle(stream) if stream is not None else _interop.current_stream(
-            v if v.cuda else ov, self.device)
-        _lib.check(lib.dw_gather(h, v.ptr, v.itemsize * 8, 0 if v.cuda else 1, n, ov.ptr, s))
-        if check:
-            _lib.check(lib.dw_check(h, s))
+            out = self._new_out(v.shape[0], v)
+        self._rows_call(lib.dw_gather, v, out, "out", stream, check)
         return out
 
     def scatter(self, idx, src, *, stream=None, check: bool = True) -> None:
         """Writes rows of ``src`` to rows ``idx`` (dirty in the cache until ``flush()``)."""
+        self._rows_call(lib.dw_scatter, self._index(idx), src, "src", stream, check)
+
+    def _rows_call(self, fn, v: _interop.View, rows, what: str, stream, check: bool) -> None:
         h = self._handle()
-        v = self._index(idx)
         n = v.shape[0]
-        sv = _interop.view(src)
-        self._check_rows(sv, n, "src")
+        rv = _interop.view(rows)
+        self._check_rows(rv, n, what)
         s = _interop.stream_handle(stream) if stream is not None else _interop.current_stream(
-            v if v.cuda else sv, self.device)
-        _lib.check(lib.dw_scatter(h, v.ptr, v.itemsize * 8, 0 if v.cuda else 1, n, sv.ptr, s))
+            v if v.cuda else rv, self.device)
+        _lib.check(fn(h, v.ptr, v.itemsize * 8, 0 if v.cuda else 1, n, rv.ptr, s))
         if check:
             _lib.check(lib.dw_check(h, s))
 

@@ -220,3 +220,20 @@ def test_neighbor_sampler_gives_real_edges():
     assert all((t, s) in edges for s, t in zip(gsrc, gdst))  # neighbour s of target t: edge t -> s
     per_target = torch.bincount(sub.edge_index[1][: sub.edge_index.shape[1]], minlength=sub.n_id.numel())
     assert int(per_target[:256].max()) <= 10
+
+
+def test_jax_indices_in_and_out_without_copies(feature_file):
+    path, data = feature_file
+    import os
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave GPU memory to the others
+    jax = pytest.importorskip("jax")
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("JAX has no GPU backend here")
+    ids = jax.device_put(jax.numpy.array([3, 9, 4], dtype=jax.numpy.int32), gpu)
+    with deepwell.open(path, dtype="uint8", shape=(-1, RB)) as a:
+        got = a.gather(ids)  # a torch tensor (deepwell allocates outputs with torch or CuPy)
+        assert torch.equal(got.cpu(), data[[3, 9, 4]])
+        back = jax.dlpack.from_dlpack(got)  # into JAX without a copy
+        assert back.shape == (3, RB) and int(back[1, 0]) == int(data[9, 0])

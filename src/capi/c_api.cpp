@@ -163,10 +163,14 @@ int rows_call(dw_array* ap, bool scatter, const void* idx, int32_t bits, int32_t
   });
 }
 
-void wait_idle(const dw_array& a) {
-  if (a.device < 0) return;
-  capi::device_guard g(a.device);
+// For calls that must not overlap kernels using the cache (flush, clear,
+// stats, close): waits for the array's device and keeps it current until
+// the returned guard ends. Nothing to do for CPU clients.
+std::unique_ptr<capi::device_guard> on_idle_device(const dw_array& a) {
+  if (a.device < 0) return nullptr;
+  auto g = std::make_unique<capi::device_guard>(a.device);
   capi::gpu_sync_device();
+  return g;
 }
 
 }  // namespace
@@ -266,7 +270,7 @@ int dw_close(dw_array* a) {
   if (!a) return DW_OK;
   std::unique_ptr<dw_array> owned(a);
   int rc = guarded([&] {
-    wait_idle(*a);
+    const auto g = on_idle_device(*a);
     if (a->writable) {
       const request_status s = a->cache().flush();
       if (!s.ok()) throw capi_error(code_of(s), "flush at close: " + describe(s));
@@ -339,9 +343,7 @@ int dw_flush(dw_array* ap) {
   return guarded([&] {
     dw_array& a = handle(ap);
     need(a.writable, "the array was opened read-only: nothing to flush");
-    wait_idle(a);
-    std::unique_ptr<capi::device_guard> g;
-    if (a.device >= 0) g = std::make_unique<capi::device_guard>(a.device);
+    const auto g = on_idle_device(a);
     const request_status s = a.cache().flush();
     if (!s.ok()) throw capi_error(code_of(s), "flush: " + describe(s));
   });
@@ -350,9 +352,7 @@ int dw_flush(dw_array* ap) {
 int dw_clear(dw_array* ap) {
   return guarded([&] {
     dw_array& a = handle(ap);
-    wait_idle(a);
-    std::unique_ptr<capi::device_guard> g;
-    if (a.device >= 0) g = std::make_unique<capi::device_guard>(a.device);
+    const auto g = on_idle_device(a);
     const request_status s = a.cache().clear();
     if (!s.ok()) throw capi_error(code_of(s), "clear: " + describe(s));
   });
@@ -362,9 +362,7 @@ int dw_stats_get(dw_array* ap, dw_stats* out) {
   return guarded([&] {
     dw_array& a = handle(ap);
     need(out != nullptr, "stats is a null pointer");
-    wait_idle(a);
-    std::unique_ptr<capi::device_guard> g;
-    if (a.device >= 0) g = std::make_unique<capi::device_guard>(a.device);
+    const auto g = on_idle_device(a);
     const cache_stats s = a.cache().stats();
     const queue_counters q = a.ctl->total_counters();
     *out = dw_stats{s.accesses,   s.hits,          s.misses,   s.evictions,       s.writebacks,
@@ -376,9 +374,7 @@ int dw_stats_get(dw_array* ap, dw_stats* out) {
 int dw_stats_reset(dw_array* ap) {
   return guarded([&] {
     dw_array& a = handle(ap);
-    wait_idle(a);
-    std::unique_ptr<capi::device_guard> g;
-    if (a.device >= 0) g = std::make_unique<capi::device_guard>(a.device);
+    const auto g = on_idle_device(a);
     a.cache().reset_stats();
   });
 }

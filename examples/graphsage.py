@@ -54,7 +54,7 @@ def make_features(path, n, dim, classes, seed):
     mm = np.memmap(path, dtype=np.float32, mode="r", shape=(n, dim))
     labels = torch.empty(n, dtype=torch.int64)
     for b in range(0, n, chunk):
-        labels[b:b + chunk] = torch.from_numpy(np.asarray(mm[b:b + chunk, :classes])).argmax(1)
+        labels[b:b + chunk] = torch.from_numpy(np.array(mm[b:b + chunk, :classes])).argmax(1)
     return labels.cuda()
 
 
@@ -97,7 +97,7 @@ def run_epoch(load, sampler, model, opt, labels, train, args, epoch):
         t["loading_s"] += t2 - t1
         t["training_s"] += t3 - t2
         t["rows_loaded"] += int(sub.n_id.numel())
-        t["loss"] = float(loss)
+        t["loss"] = loss.item()
         if first is None:
             first = (sub.n_id, x[:2048].clone())
     t["epoch_s"] = t["sampling_s"] + t["loading_s"] + t["training_s"]

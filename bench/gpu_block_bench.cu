@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -148,6 +149,9 @@ int main(int argc, char** argv) {
       t = make_null_target(size);
     } else if (location == "hostmem") {
       t = make_host_memory_target(size, true);
+      // Written once, as a loaded dataset would be: otherwise the first read
+      // of each page would fault a zero page in on the controller's time.
+      std::memset(t->host_pointer(), 0x5A, size);
     } else {
       if (path.empty()) throw error("--location file needs --path");
       bench::ensure_pattern_file(path, size);

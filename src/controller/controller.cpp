@@ -448,7 +448,11 @@ controller::controller(controller_config cfg)
     p->io = make_io_engine(backend, cfg_.io_depth);
     pollers_.push_back(std::move(p));
   }
-  for (auto& p : pollers_) p->thread = std::thread([q = p.get()] { q->run(); });
+  for (auto& p : pollers_) {
+    p->thread = std::thread([q = p.get()] { q->run(); });
+    // Named, so that top, perf and gdb tell pollers from other threads.
+    pthread_setname_np(p->thread.native_handle(), ("dw-poller-" + std::to_string(p->index)).substr(0, 15).c_str());
+  }
 }
 
 controller::~controller() { stop(); }

@@ -216,6 +216,30 @@ def main():
         mm2 = MemmapLoader(args.file, np.uint8, (args.rows, rb))
         res["checks"]["cold_deepwell_equals_memmap"] = bool(torch.equal(out[:2000], mm2.gather(check_rows)))
         mm2 = None
+    # Skewed rows from the disk (hubs: row = N * u^4, the lowest 5% of ids take 47% of the reads) through a
+    # small GPU cache, with and without the hottest 5% of rows in a pinned host buffer (GIDS' CPU buffer).
+    from deepwell.gnn import FeatureLoader
+    u = torch.rand(args.cold_rows // 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    skewed = (u ** 4 * args.rows).long().clamp(max=args.rows - 1).cuda()
+    drop_from_page_cache(args.file)
+    with deepwell.open(args.file, dtype="uint8", shape=(-1, rb), cache_size="64MiB", odirect=True,
+                       pollers=4) as d:
+        plain = FeatureLoader(d)
+        d.clear()
+        t, ref = timed(lambda: plain.load(skewed))
+        cold["skewed_plain_s"] = t
+        t, hot = timed(lambda: FeatureLoader(d, hot_rows=torch.arange(args.rows // 20, device="cuda")))
+        cold["hot_buffer_fill_s"] = t
+        d.clear()
+        t, got = timed(lambda: hot.load(skewed))
+        cold["skewed_hot_buffer_s"] = t
+        cold["skewed_hot_share"] = hot.hot_hits / hot.loaded
+        res["checks"]["hot_buffer_equals_plain"] = bool(torch.equal(got, ref))
+        hot.close()
+    res["ratios"]["cold_skewed_hot_buffer_vs_plain"] = cold["skewed_plain_s"] / cold["skewed_hot_buffer_s"]
+    print(f"cold skewed {skewed.numel()} rows: hot buffer of 5% of rows x"
+          f"{res['ratios']['cold_skewed_hot_buffer_vs_plain']:.2f} ({cold['skewed_hot_share']:.0%} of reads from it)",
+          flush=True)
     drop_from_page_cache(args.file)
     mm3 = MemmapLoader(args.file, np.uint8, (args.rows, rb))
     few = torch.from_numpy(rows[: args.cold_memmap_rows]).cuda()

@@ -237,3 +237,21 @@ def test_jax_indices_in_and_out_without_copies(feature_file):
         assert torch.equal(got.cpu(), data[[3, 9, 4]])
         back = jax.dlpack.from_dlpack(got)  # into JAX without a copy
         assert back.shape == (3, RB) and int(back[1, 0]) == int(data[9, 0])
+
+
+def test_hot_row_buffer_serves_its_rows_from_host_memory(feature_file):
+    path, data = feature_file
+    from deepwell.gnn import FeatureLoader
+    with deepwell.open(path, dtype="uint8", shape=(-1, RB), cache_size="16MiB", direct="never") as a:
+        hot = torch.arange(0, ROWS, 7, device="cuda")  # every 7th row in the pinned host buffer
+        loader = FeatureLoader(a, hot_rows=hot)
+        assert loader.hot.direct_tier and loader.hot.in_place
+        a.reset_stats()
+        for seed in range(3):
+            ids = gpu_ids(9000, 50 + seed)
+            assert torch.equal(loader.load(ids).cpu(), data[ids.cpu()])
+        assert abs(loader.hot_hits / loader.loaded - 1 / 7) < 0.02
+        assert a.stats()["accesses"] < loader.loaded  # the hot rows did not go through the array
+        with pytest.raises(IndexError):
+            loader.load(torch.tensor([ROWS], device="cuda"))
+        loader.close()

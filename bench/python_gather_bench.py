@@ -216,11 +216,15 @@ def main():
         mm2 = MemmapLoader(args.file, np.uint8, (args.rows, rb))
         res["checks"]["cold_deepwell_equals_memmap"] = bool(torch.equal(out[:2000], mm2.gather(check_rows)))
         mm2 = None
-    # Skewed rows from the disk (hubs: row = N * u^4, the lowest 5% of ids take 47% of the reads) through a
-    # small GPU cache, with and without the hottest 5% of rows in a pinned host buffer (GIDS' CPU buffer).
+    # Skewed rows from the disk (hubs: rank = N * u^4, the top 5% of ranks take 47% of the reads; ranks
+    # scattered over the file by a permutation, as hubs are in a real graph) through a small GPU cache,
+    # with and without the hottest 5% of rows in a pinned host buffer (GIDS' CPU buffer).
     from deepwell.gnn import FeatureLoader
-    u = torch.rand(args.cold_rows // 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    skewed = (u ** 4 * args.rows).long().clamp(max=args.rows - 1).cuda()
+    cpu_gen = torch.Generator().manual_seed(3)
+    perm = torch.randperm(args.rows, generator=cpu_gen)
+    u = torch.rand(args.cold_rows // 2, generator=cpu_gen, dtype=torch.float64)
+    skewed = perm[(u ** 4 * args.rows).long().clamp(max=args.rows - 1)].cuda()
+    hottest = perm[: args.rows // 20].cuda()
     drop_from_page_cache(args.file)
     with deepwell.open(args.file, dtype="uint8", shape=(-1, rb), cache_size="64MiB", odirect=True,
                        pollers=4) as d:
@@ -228,7 +232,7 @@ def main():
         d.clear()
         t, ref = timed(lambda: plain.load(skewed))
         cold["skewed_plain_s"] = t
-        t, hot = timed(lambda: FeatureLoader(d, hot_rows=torch.arange(args.rows // 20, device="cuda")))
+        t, hot = timed(lambda: FeatureLoader(d, hot_rows=hottest))
         cold["hot_buffer_fill_s"] = t
         d.clear()
         t, got = timed(lambda: hot.load(skewed))

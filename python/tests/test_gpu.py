@@ -255,3 +255,28 @@ def test_hot_row_buffer_serves_its_rows_from_host_memory(feature_file):
         with pytest.raises(IndexError):
             loader.load(torch.tensor([ROWS], device="cuda"))
         loader.close()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_gpus_each_with_its_array(feature_file):
+    path, data = feature_file
+    arrays = [deepwell.open(path, dtype="uint8", shape=(-1, RB), cache_size="16MiB", device=f"cuda:{d}")
+              for d in (0, 1)]
+    bad = []
+
+    def worker(d):
+        with torch.cuda.device(d):
+            g = torch.Generator(device=f"cuda:{d}").manual_seed(d)
+            for _ in range(5):
+                ids = torch.randint(0, ROWS, (5000,), device=f"cuda:{d}", generator=g)
+                got = arrays[d].gather(ids)
+                if got.device.index != d or not torch.equal(got.cpu(), data[ids.cpu()]):
+                    bad.append(d)
+    ts = [threading.Thread(target=worker, args=(d,)) for d in (0, 1)]
+    [t.start() for t in ts]
+    [t.join(timeout=120) for t in ts]
+    assert not any(t.is_alive() for t in ts) and not bad
+    with pytest.raises(ValueError, match="device 1, but the array is on device 0"):
+        arrays[0].gather(torch.tensor([1], device="cuda:1"))
+    for a in arrays:
+        a.close()

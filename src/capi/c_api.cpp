@@ -13,7 +13,7 @@
 
 #include <unistd.h>
 
-#include "deepwell/graph/parallel.hpp"
+#include "deepwell/detail/parallel.hpp"
 #include "deepwell/page_cache.hpp"
 #include "deepwell/rows.hpp"
 #include "gpu_hooks.hpp"
@@ -130,7 +130,7 @@ void cpu_rows(dw_array& a, bool scatter, const Index* idx, uint64_t n, uint8_t* 
   const uint64_t by_cache = std::max<uint64_t>(1, a.cache().slots() / pages_per_warp);
   const unsigned threads = unsigned(std::min<uint64_t>({a.cpu_threads, std::max<uint64_t>(1, n / 64), by_cache}));
   a.cache().check_capacity(threads);
-  graph::detail::parallel_for(n, threads, [&](unsigned, uint64_t b, uint64_t e) {
+  detail::parallel_for(n, threads, [&](unsigned, uint64_t b, uint64_t e) {
     uint8_t* at = mem + b * a.rows.row_bytes;
     if (scatter)
       a.rows.scatter(one_lane{}, idx + b, e - b, at);

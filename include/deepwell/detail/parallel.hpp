@@ -1,0 +1,47 @@
+// parallel_for over [0, n) in contiguous chunks, one per thread: the graph
+// tools' and the C ABI's CPU-client parallelism. Chunks are contiguous so a thread's results can be
+// combined in index order (deterministic output whatever the thread count).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace deepwell::detail {
+
+inline unsigned thread_count(unsigned requested) {
+  if (requested) return requested;
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// fn(thread_index, begin, end). The first exception thrown by any chunk is
+// rethrown on the caller after all threads finish.
+template <class Fn>
+void parallel_for(uint64_t n, unsigned threads, Fn&& fn) {
+  threads = unsigned(std::max<uint64_t>(1, std::min<uint64_t>(thread_count(threads), n)));
+  if (threads == 1) {
+    fn(0u, uint64_t(0), n);
+    return;
+  }
+  std::exception_ptr first;
+  std::mutex m;
+  std::vector<std::thread> pool;
+  const uint64_t chunk = (n + threads - 1) / threads;
+  for (unsigned t = 0; t < threads; ++t) {
+    const uint64_t b = std::min(n, t * chunk), e = std::min(n, b + chunk);
+    pool.emplace_back([&, t, b, e] {
+      try {
+        fn(t, b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> l(m);
+        if (!first) first = std::current_exception();
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace deepwell::detail

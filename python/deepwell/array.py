@@ -287,7 +287,7 @@ class Array:
         if check:
             _lib.check(lib.dw_check(h, s))
 
-    def _key_indices(self, key, like=None):
+    def _key_indices(self, key):
         """Row indices of an int, a slice, or an index array."""
         if isinstance(key, (int, np.integer)):
             i = int(key)

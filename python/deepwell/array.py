@@ -3,9 +3,11 @@ written by index arrays through a deepwell page cache on a GPU, or on the
 host for CPU clients."""
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import sys
+import weakref
 from typing import Any, Optional
 
 import numpy as np
@@ -58,6 +60,22 @@ class _DType:
 
     def __repr__(self) -> str:
         return self.name
+
+
+# Arrays still open when Python exits are closed before the CUDA runtime's
+# own exit handlers run (they come after Python's), so a program that never
+# calls close() still flushes and frees in order instead of touching a CUDA
+# runtime that is gone.
+_open_arrays: "weakref.WeakSet[Array]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for a in list(_open_arrays):
+        try:
+            a.close()
+        except Exception as e:  # nothing left to raise to
+            print(f"deepwell: closing {a!r} at exit: {e}", file=sys.stderr)
 
 
 def cuda_available() -> bool:
@@ -171,6 +189,7 @@ class Array:
         self.backend = info.backend.decode()
         self.shape = (self.rows,) + self.row_shape
         self._hv = h.value
+        _open_arrays.add(self)
 
     # ---- lifetime ----
     def close(self) -> None:

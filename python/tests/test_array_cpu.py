@@ -188,3 +188,16 @@ def test_in_place_reads_skip_the_cache(make_file, row_bytes):
         assert a.stats()["accesses"] == 0  # nothing went through the cache
         with pytest.raises(IndexError, match="index 2000 is out of range"):
             a.gather(np.array([3, 2000]))
+
+
+def test_arrays_left_open_are_closed_at_exit(make_file, tmp_path):
+    # A program that never closes a writable array: its scatter still reaches the file at exit.
+    import subprocess
+    import sys
+    path, data = make_file(64, 512)
+    code = (f"import deepwell, numpy as np\n"
+            f"a = deepwell.open({path!r}, dtype='uint8', shape=(-1, 512), writable=True, device='cpu')\n"
+            f"a.scatter(np.array([3]), np.full((1, 512), 9, np.uint8))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (np.fromfile(path, np.uint8).reshape(64, 512)[3] == 9).all()

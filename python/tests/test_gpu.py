@@ -280,3 +280,17 @@ def test_two_gpus_each_with_its_array(feature_file):
         arrays[0].gather(torch.tensor([1], device="cuda:1"))
     for a in arrays:
         a.close()
+
+
+def test_a_program_that_never_closes_exits_cleanly(feature_file):
+    import subprocess
+    import sys
+    path, _ = feature_file
+    code = (f"import deepwell, torch\n"
+            f"a = deepwell.open({path!r}, dtype='uint8', shape=(-1, {RB}))\n"
+            f"x = a[torch.arange(100, device='cuda')]\n"
+            f"b = deepwell.open(None, dtype='float32', shape=(1000, 64))\n"
+            f"b[torch.arange(10, device='cuda')] = torch.ones(10, 64, device='cuda')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "closing" not in r.stderr

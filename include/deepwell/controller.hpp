@@ -45,7 +45,7 @@ struct controller_config {
   io_backend backend = io_backend::automatic;  // DEEPWELL_IO overrides `automatic`
   unsigned io_depth = 512;                     // per poller
   bool register_buffers = true;  // io_uring fixed buffers where RLIMIT_MEMLOCK allows
-  uint32_t spin_us = 100;        // busy-poll this long after the last work, then sleep
+  uint32_t spin_us = 100;        // busy-poll this long after the last work, then sleep (DEEPWELL_POLLER_SPIN_US)
   uint32_t max_sleep_us = 200;   // longest sleep between doorbell checks when idle
   uint32_t stop_timeout_ms = 2000;  // how long stop() waits for in-flight I/O and CQ space
 };

@@ -1,12 +1,14 @@
 #include "deepwell/controller.hpp"
 
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <sched.h>
 #include <time.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -365,6 +367,9 @@ void controller::poller::adopt_incoming() {
 }
 
 void controller::poller::run() {
+  // Short sleeps stay short (the default timer slack stretches every sleep
+  // by up to 50 us).
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   clockid_t cid;
   if (pthread_getcpuclockid(pthread_self(), &cid) == 0) {
     cpu_clock.store(cid);
@@ -440,6 +445,15 @@ void controller::poller::drain() {
 controller::controller(controller_config cfg)
     : cfg_(cfg), namespaces_(std::make_unique<std::unique_ptr<ns_entry>[]>(max_namespaces)) {
   if (cfg_.pollers == 0) throw error("controller needs at least one poller thread (pollers = 0)");
+  // DEEPWELL_POLLER_SPIN_US overrides spin_us (how long pollers busy-poll
+  // after their last work before they sleep): a knob for CPU against latency.
+  if (const char* v = std::getenv("DEEPWELL_POLLER_SPIN_US"); v && *v) {
+    char* end = nullptr;
+    const unsigned long us = std::strtoul(v, &end, 10);
+    if (*end || us > 1000000)
+      throw error(std::string("DEEPWELL_POLLER_SPIN_US=") + v + " is not a number of microseconds (0 to 1000000)");
+    cfg_.spin_us = uint32_t(us);
+  }
   io_backend backend = cfg_.backend == io_backend::automatic ? backend_from_env() : cfg_.backend;
   for (unsigned i = 0; i < cfg_.pollers; ++i) {
     auto p = std::make_unique<poller>();

@@ -251,20 +251,18 @@ class Array:
                 import torch
                 return torch.empty(shape, dtype=self.dtype.torch())
             return np.empty(shape, dtype=self.dtype.numpy())
-        torch = sys.modules.get("torch")
-        if like.framework == "torch" or (like.framework not in ("cupy",) and torch is not None):
-            import torch
-            return torch.empty(shape, dtype=self.dtype.torch(), device=f"cuda:{self.device}")
-        try:
-            import cupy
-        except ImportError:
+        # The index's framework; else torch if the caller uses it, else CuPy, else torch.
+        uses_torch = like.framework == "torch" or (like.framework != "cupy" and "torch" in sys.modules)
+        for name in (("torch",) if uses_torch else ("cupy", "torch")):
             try:
-                import torch
-            except ImportError as e:
-                raise InvalidArgument("a GPU gather needs PyTorch or CuPy to allocate its output, or out=") from e
-            return torch.empty(shape, dtype=self.dtype.torch(), device=f"cuda:{self.device}")
-        with cupy.cuda.Device(self.device):
-            return cupy.empty(shape, dtype=self.dtype.numpy())
+                module = __import__(name)
+            except ImportError:
+                continue
+            if name == "torch":
+                return module.empty(shape, dtype=self.dtype.torch(), device=f"cuda:{self.device}")
+            with module.cuda.Device(self.device):
+                return module.empty(shape, dtype=self.dtype.numpy())
+        raise InvalidArgument("a GPU gather needs PyTorch or CuPy to allocate its output, or out=")
 
     def _check_rows(self, v: _interop.View, n: int, what: str) -> None:
         if v.nbytes != n * self.row_bytes or not v.contiguous:

@@ -48,8 +48,10 @@ class FeatureLoader:
         if self.hot is None:
             return self.features.gather(ids, out=out, check=check)
         ids = ids.to(torch.int64)
-        if int(ids.numel()) and (int(ids.min()) < 0 or int(ids.max()) >= self.features.rows):
-            raise IndexError(f"node ids must be in [0, {self.features.rows})")
+        if ids.numel():
+            lo, hi = (int(x) for x in torch.aminmax(ids))  # one wait, not two
+            if lo < 0 or hi >= self.features.rows:
+                raise IndexError(f"node ids must be in [0, {self.features.rows})")
         s = self.slot[ids]
         hot = (s >= 0).nonzero().squeeze(1)
         cold = (s < 0).nonzero().squeeze(1)

@@ -28,8 +28,7 @@ struct dw_array {
   int device = -1;  // -1: CPU clients
   unsigned cpu_threads = 1;
   bool writable = false;
-  bool direct = false;
-  row_report host_report{};             // CPU clients
+  row_report host_report{};             // CPU clients (rows.report points at it or at gpu_report)
   row_report* gpu_report = nullptr;      // GPU clients: mapped pinned memory
   unsigned* gate = nullptr;              // GPU clients: the row kernels' gate (gpu_rows.hpp)
 
@@ -40,7 +39,6 @@ struct dw_array {
     capi::gpu_gate_free(gate);
   }
   page_cache& cache() const { return bytes->cache(); }
-  row_report& report() const { return device >= 0 ? *gpu_report : const_cast<row_report&>(host_report); }
 };
 
 namespace {
@@ -258,10 +256,8 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     a->rows.bytes = a->bytes->ref();
     a->rows.rows = bytes / o.row_bytes;
     a->rows.row_bytes = o.row_bytes;
-    a->rows.report = &a->report();
-    const uint8_t* direct = cache->dataset(a->rows.bytes.dataset).direct;
-    a->direct = direct != nullptr;
-    if (!o.cache_reads) a->rows.in_place = direct;
+    a->rows.report = a->device >= 0 ? a->gpu_report : &a->host_report;
+    if (!o.cache_reads) a->rows.in_place = cache->dataset(a->rows.bytes.dataset).direct;
     *out = a.release();
   });
 }
@@ -296,7 +292,7 @@ int dw_info(const dw_array* ap, dw_array_info* info) {
     info->cache_bytes = uint64_t(a.cache().slots()) * a.cache().page_size();
     info->device = a.device;
     info->writable = a.writable;
-    info->direct_tier = a.direct;
+    info->direct_tier = a.cache().dataset(a.rows.bytes.dataset).direct != nullptr;
     info->in_place = a.rows.in_place != nullptr;
     std::strncpy(info->backend, a.ctl->backend_name().c_str(), sizeof(info->backend) - 1);
   });
@@ -324,7 +320,7 @@ int dw_check(dw_array* ap, uintptr_t stream) {
     }
     // The row kernels report to host-visible memory: no device round trip
     // unless something failed.
-    row_report& r = a.report();
+    row_report& r = *a.rows.report;
     const unsigned long long bad = __atomic_exchange_n(&r.bad, 0ull, __ATOMIC_RELAXED);
     const unsigned long long example = r.example;
     const request_status s = request_status::unpack(__atomic_exchange_n(&r.failure, 0u, __ATOMIC_RELAXED));

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -19,6 +20,13 @@
 #include "deepwell/gpu_client.hpp"
 
 namespace deepwell::bench {
+
+// How the controller fills staging in this process (DEEPWELL_STAGING_STORES,
+// default streaming), for the JSON lines.
+inline std::string staging_stores_name() {
+  const char* v = std::getenv("DEEPWELL_STAGING_STORES");
+  return v && *v ? v : "streaming";
+}
 
 __host__ __device__ inline uint64_t mix(uint64_t x) {
   x ^= x >> 33;

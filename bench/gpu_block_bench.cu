@@ -206,6 +206,7 @@ int main(int argc, char** argv) {
         j["clients"] = "gpu";
         j["commit"] = commit;
         j["device"] = prop.name;
+        j["staging_stores"] = bench::staging_stores_name();
         j["config"] = {{"location", location}, {"direct", direct}, {"size", size}, {"block", block},
                        {"threads", threads},   {"per_thread", pt}, {"queues", queues}, {"queue_entries", qe},
                        {"pollers", pollers},   {"op", op}, {"pattern", pattern}, {"backend", ctl.backend_name()},

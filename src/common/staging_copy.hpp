@@ -1,9 +1,15 @@
-// Copies that fill staging buffers the GPU reads next. Non-temporal stores
-// send the lines to memory instead of leaving them dirty in the CPU's
-// caches, where every GPU read over the host link would have to snoop them
-// out. The sfence at the end orders the streamed stores before the release
-// store that posts the completion (x86 release stores do not order them).
-// DEEPWELL_STAGING_STORES=cached selects plain memcpy (for comparison).
+// Copies that fill staging buffers the GPU reads next. Three kinds of store:
+//  - streaming (the default): non-temporal stores send the lines to memory
+//    instead of leaving them dirty in the CPU's caches, where every GPU read
+//    over the host link would have to snoop them out of a core;
+//  - cached: plain memcpy (for comparison);
+//  - demote: memcpy, then `cldemote` on each line, which asks the core to
+//    push it from its private caches to the shared last-level cache, where
+//    a GPU read finds it without a trip to memory (a no-op on CPUs without
+//    the instruction: it is encoded as a hint).
+// The sfence at the end orders the streamed stores before the release store
+// that posts the completion (x86 release stores do not order them).
+// DEEPWELL_STAGING_STORES=streaming|cached|demote picks the kind.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
@@ -14,17 +20,33 @@
 
 namespace deepwell::detail {
 
-inline bool staging_streaming() {
-  static const bool on = [] {
+enum class staging_stores { streaming, cached, demote };
+
+inline staging_stores default_staging_stores() {
+  static const staging_stores kind = [] {
     const char* v = std::getenv("DEEPWELL_STAGING_STORES");
-    return !(v && std::strcmp(v, "cached") == 0);
+    if (v && std::strcmp(v, "cached") == 0) return staging_stores::cached;
+    if (v && std::strcmp(v, "demote") == 0) return staging_stores::demote;
+    return staging_stores::streaming;
   }();
-  return on;
+  return kind;
 }
 
-inline void copy_to_staging(void* dst, const void* src, size_t len) {
+// Asks the core to move [p, p + len)'s lines from its private caches to the
+// last-level cache (see `demote` above).
+inline void demote_lines(const void* p, size_t len) {
+#if defined(__x86_64__)
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + len;
+  for (uintptr_t line = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63); line < end; line += 64)
+    asm volatile("cldemote (%0)" ::"r"(line) : "memory");
+#else
+  (void)p, (void)len;
+#endif
+}
+
+inline void copy_to_staging(void* dst, const void* src, size_t len, staging_stores kind) {
 #if defined(__SSE2__)
-  if (staging_streaming() && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 && len >= 64) {
+  if (kind == staging_stores::streaming && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 && len >= 64) {
     auto* d = static_cast<__m128i*>(dst);
     auto* s = static_cast<const __m128i*>(src);
     const size_t n = len / 64;
@@ -42,6 +64,11 @@ inline void copy_to_staging(void* dst, const void* src, size_t len) {
   }
 #endif
   std::memcpy(dst, src, len);
+  if (kind == staging_stores::demote) demote_lines(dst, len);
+}
+
+inline void copy_to_staging(void* dst, const void* src, size_t len) {
+  copy_to_staging(dst, src, len, default_staging_stores());
 }
 
 }  // namespace deepwell::detail

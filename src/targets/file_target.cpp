@@ -16,6 +16,7 @@
 
 #include "deepwell/error.hpp"
 #include "deepwell/target.hpp"
+#include "../common/staging_copy.hpp"
 #include "direct_io_alignment.hpp"
 #include "request_cache.hpp"
 
@@ -187,6 +188,11 @@ class file_target final : public target {
       // The file may go on past the dataset (or O_DIRECT read a whole
       // block): what lies past the dataset's end must not reach the reader.
       if (!r->is_write && r->valid < r->len) std::memset(r->buf + r->valid, 0, r->len - r->valid);
+      // The kernel's copy left the lines in some core's caches: with
+      // DEEPWELL_STAGING_STORES=demote, push them toward the shared cache
+      // before the GPU reads them.
+      if (!r->is_write && detail::default_staging_stores() == detail::staging_stores::demote)
+        detail::demote_lines(r->buf, r->len);
       return finish(r, r->len);
     }
     // A short transfer: go on with the rest, if O_DIRECT can still take it.

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -26,6 +27,17 @@ namespace deepwell::bench {
 inline std::string staging_stores_name() {
   const char* v = std::getenv("DEEPWELL_STAGING_STORES");
   return v && *v ? v : "streaming";
+}
+
+// Every DEEPWELL_* setting in this process's environment ("NAME=value"),
+// for the JSON lines: knobs change what a run measures.
+inline std::vector<std::string> deepwell_env() {
+  extern char** environ;
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "DEEPWELL_", 9) == 0) out.emplace_back(*e);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 __host__ __device__ inline uint64_t mix(uint64_t x) {

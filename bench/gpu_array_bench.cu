@@ -332,6 +332,7 @@ int main(int argc, char** argv) {
       j["commit"] = commit;
       j["device"] = prop.name;
       j["staging_stores"] = bench::staging_stores_name();
+      j["env"] = bench::deepwell_env();
       j["ceilings"] = {{"h2d_memcpy_gbps", link}, {"hbm_random_4k_read_gbps", hbm}};
       if (!json_path.empty()) std::ofstream(json_path, std::ios::app) << j.dump() << "\n";
     };

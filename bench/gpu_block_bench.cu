@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
         j["commit"] = commit;
         j["device"] = prop.name;
         j["staging_stores"] = bench::staging_stores_name();
+        j["env"] = bench::deepwell_env();
         j["config"] = {{"location", location}, {"direct", direct}, {"size", size}, {"block", block},
                        {"threads", threads},   {"per_thread", pt}, {"queues", queues}, {"queue_entries", qe},
                        {"pollers", pollers},   {"op", op}, {"pattern", pattern}, {"backend", ctl.backend_name()},

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   std::vector<unsigned> threads{1, 4, 8, 12, 16};
   std::vector<uint64_t> staging_sizes{4ull << 20, 32ull << 20, 256ull << 20};
   std::vector<std::string> modes{"streaming", "cached", "demote"};
-  std::string json_path, commit = "unknown";
+  std::string json_path, commit = "unknown", prefetch = "none";
   CLI::App app{"the controller's staging copy alone, on CPU threads"};
   app.add_option("--source", source_bytes, "source bytes (random blocks of it are copied)");
   app.add_option("--block", block, "bytes per copy");
@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
   app.add_option("--staging", staging_sizes, "staging ring bytes, shared by all threads (one run each)");
   app.add_option("--modes", modes, "store kinds: streaming, cached, demote")
       ->check(CLI::IsMember({"streaming", "cached", "demote"}));
+  app.add_option("--prefetch", prefetch, "none | block (each source block before its copy) | ahead (the next block's)")
+      ->check(CLI::IsMember({"none", "block", "ahead"}));
   app.add_option("--json", json_path, "append one JSON line per run");
   app.add_option("--commit", commit, "commit hash to record");
   CLI11_PARSE(app, argc, argv);
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
   auto* staging = static_cast<char*>(map_bytes(max_staging));
   const uint64_t source_blocks = source_bytes / block;
 
+  std::printf("prefetch: %s\n", prefetch.c_str());
   std::printf("%-10s %8s %8s %10s %12s %12s\n", "stores", "threads", "staging", "GB/s", "ns/copy/thr", "cpu s");
   for (const std::string& mode : modes) {
     for (uint64_t stage : staging_sizes) {
@@ -87,10 +90,17 @@ int main(int argc, char** argv) {
             }
             const double c0 = thread_cpu_seconds();
             uint64_t x = 0x9E3779B97F4A7C15ull * (t + 1);
-            for (uint64_t i = 0; i < per; ++i) {
+            auto next = [&] {
               x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift: a random source block
+              return src + (x % source_blocks) * block;
+            };
+            const char* s_next = next();
+            for (uint64_t i = 0; i < per; ++i) {
               char* dst = staging + ((i * nt + t) % slots) * block;
-              const char* s = src + (x % source_blocks) * block;
+              const char* s = s_next;
+              s_next = next();
+              if (prefetch == "block") deepwell::detail::prefetch_source(s, block);
+              if (prefetch == "ahead") deepwell::detail::prefetch_source(s_next, block);
               if (mode == "streaming")
                 deepwell::detail::copy_to_staging(dst, s, block, deepwell::detail::staging_stores::streaming);
               else if (mode == "cached")
@@ -114,7 +124,7 @@ int main(int argc, char** argv) {
         std::printf("%-10s %8u %7lluM %10.2f %12.1f %12.2f\n", mode.c_str(), nt, (unsigned long long)(stage >> 20),
                     bytes / secs / 1e9, ns_per_copy, cpu_total);
         if (!json_path.empty()) {
-          json j{{"bench", "host_copy"}, {"commit", commit}, {"stores", mode}, {"threads", nt},
+          json j{{"bench", "host_copy"}, {"commit", commit}, {"stores", mode}, {"prefetch", prefetch}, {"threads", nt},
                  {"staging_bytes", stage}, {"block", block}, {"source_bytes", source_bytes},
                  {"copies", per * nt}, {"seconds", secs}, {"gbps", bytes / secs / 1e9},
                  {"cpu_ns_per_copy", ns_per_copy}, {"cpu_seconds", cpu_total}};

@@ -47,6 +47,11 @@ struct controller_config {
   bool register_buffers = true;  // io_uring fixed buffers where RLIMIT_MEMLOCK allows
   uint32_t spin_us = 100;        // busy-poll this long after the last work, then sleep (DEEPWELL_POLLER_SPIN_US)
   uint32_t max_sleep_us = 200;   // longest sleep between doorbell checks when idle
+  // Commands a poller takes from one queue before it moves on (0: all that
+  // are there). Completions of commands served on the spot (host memory)
+  // are posted before the poller moves on too, so a small batch hands the
+  // GPU its data sooner. DEEPWELL_POLLER_BATCH overrides it.
+  uint32_t fetch_batch = 0;
   uint32_t stop_timeout_ms = 2000;  // how long stop() waits for in-flight I/O and CQ space
 };
 

@@ -146,6 +146,7 @@ struct controller::poller {
 
   void run();
   unsigned fetch(queue_pair::impl& q);
+  bool post_early = true;
   void execute(queue_pair::impl& q, const nvme::command& c);
   void complete(queue_pair::impl& q, uint16_t cid, nvme::status s, bool owns_cid, uint32_t dw0 = 0,
                 uint32_t dw1 = 0);
@@ -339,7 +340,8 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
   }
   const uint32_t limit = q.cq_entries - 1;
   unsigned n = 0;
-  while (q.sq_head != tail && q.outstanding.load(std::memory_order_relaxed) < limit) {
+  const uint32_t batch = owner->cfg_.fetch_batch ? owner->cfg_.fetch_batch : UINT32_MAX;
+  while (q.sq_head != tail && q.outstanding.load(std::memory_order_relaxed) < limit && n < batch) {
     // Copy once; everything after works on the copy, so a client rewriting
     // the slot cannot change a command after it was checked.
     nvme::command c;
@@ -375,6 +377,8 @@ void controller::poller::run() {
     cpu_clock.store(cid);
     cpu_clock_valid.store(true);
   }
+  const char* pe = std::getenv("DEEPWELL_POLLER_POST_EARLY");  // probe knob: 0 posts only after every queue's turn
+  post_early = !(pe && std::strcmp(pe, "0") == 0);
   const uint64_t spin_ns = uint64_t(owner->cfg_.spin_us) * 1000;
   const uint64_t max_sleep_ns = uint64_t(owner->cfg_.max_sleep_us) * 1000;
   uint64_t last_work = now_ns();
@@ -382,7 +386,12 @@ void controller::poller::run() {
   while (!owner->stopping_.load(std::memory_order_acquire)) {
     if (has_incoming.load(std::memory_order_relaxed)) adopt_incoming();
     unsigned work = 0;
-    for (auto& qp : queues) work += fetch(*qp->impl_);
+    for (auto& qp : queues) {
+      const unsigned fetched = fetch(*qp->impl_);
+      // What was served on the spot goes back before the next queue's turn.
+      if (fetched != 0 && post_early) post(*qp->impl_);
+      work += fetched;
+    }
     io->submit();
     work += io->reap();
     for (auto& qp : queues) work += post(*qp->impl_);
@@ -421,7 +430,12 @@ void controller::poller::drain() {
   const uint64_t deadline = now_ns() + uint64_t(owner->cfg_.stop_timeout_ms) * 1000000ull;
   for (;;) {
     unsigned work = 0;
-    for (auto& qp : queues) work += fetch(*qp->impl_);  // aborted at once: draining
+    for (auto& qp : queues) {
+      const unsigned fetched = fetch(*qp->impl_);
+      // What was served on the spot goes back before the next queue's turn.
+      if (fetched != 0 && post_early) post(*qp->impl_);
+      work += fetched;
+    }  // aborted at once: draining
     io->submit();
     work += io->reap();
     for (auto& qp : queues) work += post(*qp->impl_);
@@ -453,6 +467,13 @@ controller::controller(controller_config cfg)
     if (*end || us > 1000000)
       throw error(std::string("DEEPWELL_POLLER_SPIN_US=") + v + " is not a number of microseconds (0 to 1000000)");
     cfg_.spin_us = uint32_t(us);
+  }
+  if (const char* v = std::getenv("DEEPWELL_POLLER_BATCH"); v && *v) {
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(v, &end, 10);
+    if (*end || n > 65536)
+      throw error(std::string("DEEPWELL_POLLER_BATCH=") + v + " is not a number of commands (0 to 65536; 0: no limit)");
+    cfg_.fetch_batch = uint32_t(n);
   }
   io_backend backend = cfg_.backend == io_backend::automatic ? backend_from_env() : cfg_.backend;
   for (unsigned i = 0; i < cfg_.pollers; ++i) {

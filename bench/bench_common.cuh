@@ -32,9 +32,8 @@ inline std::string staging_stores_name() {
 // Every DEEPWELL_* setting in this process's environment ("NAME=value"),
 // for the JSON lines: knobs change what a run measures.
 inline std::vector<std::string> deepwell_env() {
-  extern char** environ;
   std::vector<std::string> out;
-  for (char** e = environ; e && *e; ++e)
+  for (char** e = ::environ; e && *e; ++e)
     if (std::strncmp(*e, "DEEPWELL_", 9) == 0) out.emplace_back(*e);
   std::sort(out.begin(), out.end());
   return out;

@@ -44,27 +44,6 @@ inline void demote_lines(const void* p, size_t len) {
 #endif
 }
 
-// Starts loading [p, p + len) into the core's caches. A poller copying a
-// random 4 KiB block otherwise waits for the hardware prefetcher to ramp up
-// inside the page; issued up front, the block's misses overlap.
-inline void prefetch_source(const void* p, size_t len) {
-#if defined(__SSE2__)
-  const char* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < len; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
-#else
-  (void)p, (void)len;
-#endif
-}
-
-// DEEPWELL_STAGING_PREFETCH=1: prefetch each source block before copying it.
-inline bool staging_prefetch() {
-  static const bool on = [] {
-    const char* v = std::getenv("DEEPWELL_STAGING_PREFETCH");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 inline void copy_to_staging(void* dst, const void* src, size_t len, staging_stores kind) {
 #if defined(__SSE2__)
   if (kind == staging_stores::streaming && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 && len >= 64) {

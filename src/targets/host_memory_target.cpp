@@ -36,7 +36,6 @@ class host_memory_target final : public target {
   void read(io_engine&, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
     if (offset + len < offset) return done(-EINVAL);
     const uint64_t valid = offset < size_ ? std::min<uint64_t>(len, size_ - offset) : 0;
-    if (valid && detail::staging_prefetch()) detail::prefetch_source(data_ + offset, valid);
     if (valid) detail::copy_to_staging(buf, data_ + offset, valid);
     if (valid < len) std::memset(static_cast<char*>(buf) + valid, 0, len - valid);
     done(len);

@@ -12,6 +12,7 @@
 #include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/host_client.hpp"
+#include "env_guard.hpp"
 #include "test_util.hpp"
 
 using namespace deepwell;
@@ -416,6 +417,44 @@ TEST_P(ControllerTest, ManyThreadsManyQueuesRandomVerifiedRequests) {
   EXPECT_EQ(tot.errors, 0u);
 }
 
+TEST_P(ControllerTest, SmallFetchBatchesServeDeepQueuesCompletely) {
+  // A poller taking 1 or 3 commands per queue per turn (and posting served
+  // ones before the next queue's turn) must still serve every command of
+  // deep queues, in any interleaving, with the right data; 0 is no limit.
+  for (uint32_t batch : {1u, 3u, 0u}) {
+    SCOPED_TRACE("fetch_batch " + std::to_string(batch));
+    controller_config cfg = config(1);
+    cfg.fetch_batch = batch;
+    controller ctl(cfg);
+    const uint64_t bytes = 8ull << 20;
+    auto mem = pattern_memory(bytes, false, batch + 5);
+    const uint32_t ns = ctl.add_namespace({mem, 512, false});
+    std::vector<std::unique_ptr<host_queue_client>> clients;
+    for (unsigned i = 0; i < 3; ++i)
+      clients.push_back(std::make_unique<host_queue_client>(ctl.create_queue_pair({64, 64, 4096})));
+    const unsigned threads = 24;
+    const uint64_t per_thread = 4000 / test::scale_div;
+    std::atomic<uint64_t> failures{0};
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < threads; ++t) {
+      ts.emplace_back([&, t] {
+        std::mt19937_64 rng(t + 31 * batch);
+        std::vector<uint8_t> buf(4096);
+        for (uint64_t i = 0; i < per_thread; ++i) {
+          const uint32_t n = 1 + rng() % 8;
+          const uint64_t lba = rng() % (bytes / 512 - n);
+          if (!clients[t % 3]->read(ns, lba, n, 512, buf.data()).ok() ||
+              test::check_pattern(buf.data(), uint64_t(n) * 512, lba * 512, batch + 5) != -1)
+            ++failures;
+        }
+      });
+    }
+    for (auto& th : ts) th.join();
+    EXPECT_EQ(failures.load(), 0u);
+    EXPECT_EQ(ctl.total_counters().reads, per_thread * threads);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ControllerTest, ::testing::Values(io_backend::uring, io_backend::threads),
                          backend_label);
 
@@ -446,6 +485,11 @@ TEST(ControllerSetup, BadUserInputGetsClearErrors) {
             std::string::npos);
   EXPECT_NE(message_of([&] { controller_config c; c.pollers = 0; controller x(c); }).find("pollers = 0"),
             std::string::npos);
+  {
+    test::env_var_guard bad("DEEPWELL_POLLER_BATCH", "sixteen");
+    EXPECT_NE(message_of([&] { controller x; }).find("DEEPWELL_POLLER_BATCH=sixteen is not a number"),
+              std::string::npos);
+  }
 }
 
 TEST(ControllerSetup, DirectIoBlockSizeBelowAlignmentIsRefused) {

@@ -13,6 +13,7 @@
 
 #include "deepwell/error.hpp"
 #include "deepwell/io_engine.hpp"
+#include "env_guard.hpp"
 #include "io_test_support.hpp"
 
 namespace deepwell::test {
@@ -364,19 +365,7 @@ INSTANTIATE_TEST_SUITE_P(backends, io_engine_test, testing::Values(io_backend::u
 
 // ---- choosing a backend ----
 
-struct env_var_guard {
-  std::string name;
-  std::optional<std::string> saved;
-  explicit env_var_guard(std::string n) : name(std::move(n)) {
-    if (const char* v = getenv(name.c_str())) saved = v;
-  }
-  ~env_var_guard() {
-    if (saved)
-      setenv(name.c_str(), saved->c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
-};
+
 
 TEST(io_backend_choice, FromEnvironment) {
   env_var_guard guard("DEEPWELL_IO");

@@ -459,25 +459,29 @@ void controller::poller::drain() {
 // ---------------------------------------------------------------------------
 // controller
 
+namespace {
+
+// Replaces `value` with the unsigned number in environment variable `name`
+// if it is set; anything else there (or above `max`) is an error that says
+// what was expected.
+void env_override(const char* name, unsigned long max, const char* expected, uint32_t& value) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return;
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(v, &end, 10);
+  if (*end || n > max || *v == '-') throw error(std::string(name) + "=" + v + " is not " + expected);
+  value = uint32_t(n);
+}
+
+}  // namespace
+
 controller::controller(controller_config cfg)
     : cfg_(cfg), namespaces_(std::make_unique<std::unique_ptr<ns_entry>[]>(max_namespaces)) {
   if (cfg_.pollers == 0) throw error("controller needs at least one poller thread (pollers = 0)");
   // DEEPWELL_POLLER_SPIN_US overrides spin_us (how long pollers busy-poll
   // after their last work before they sleep): a knob for CPU against latency.
-  if (const char* v = std::getenv("DEEPWELL_POLLER_SPIN_US"); v && *v) {
-    char* end = nullptr;
-    const unsigned long us = std::strtoul(v, &end, 10);
-    if (*end || us > 1000000)
-      throw error(std::string("DEEPWELL_POLLER_SPIN_US=") + v + " is not a number of microseconds (0 to 1000000)");
-    cfg_.spin_us = uint32_t(us);
-  }
-  if (const char* v = std::getenv("DEEPWELL_POLLER_BATCH"); v && *v) {
-    char* end = nullptr;
-    const unsigned long n = std::strtoul(v, &end, 10);
-    if (*end || n > 65536)
-      throw error(std::string("DEEPWELL_POLLER_BATCH=") + v + " is not a number of commands (0 to 65536; 0: no limit)");
-    cfg_.fetch_batch = uint32_t(n);
-  }
+  env_override("DEEPWELL_POLLER_SPIN_US", 1000000, "a number of microseconds (0 to 1000000)", cfg_.spin_us);
+  env_override("DEEPWELL_POLLER_BATCH", 65536, "a number of commands (0 to 65536; 0: no limit)", cfg_.fetch_batch);
   io_backend backend = cfg_.backend == io_backend::automatic ? backend_from_env() : cfg_.backend;
   for (unsigned i = 0; i < cfg_.pollers; ++i) {
     auto p = std::make_unique<poller>();

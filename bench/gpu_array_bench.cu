@@ -567,9 +567,15 @@ int main(int argc, char** argv) {
         // Warm-up pass, then measured passes with the cache emptied before each.
         double secs = 0, cpu = 0;
         uint64_t misses = 0;
+#if DW_CACHE_PHASE_TIMING
+        unsigned long long phases[5] = {0, 0, 0, 0, 0};
+#endif
         for (int pass = 0; pass < 4; ++pass) {
           if (!cache->clear().ok()) throw error("clear failed");
           cache->reset_stats();
+#if DW_CACHE_PHASE_TIMING
+          if (pass == 1) check_cuda(cudaMemcpyToSymbol(dw_fill_phase_ns, phases, sizeof(phases)), "phase timers");
+#endif
           const double c0 = ctl.poller_cpu_seconds();
           timer t;
           t.start();
@@ -587,6 +593,15 @@ int main(int argc, char** argv) {
         }
         unsigned long long f = 0;
         cudaMemcpy(&f, failed, 8, cudaMemcpyDeviceToHost);
+#if DW_CACHE_PHASE_TIMING
+        check_cuda(cudaMemcpyFromSymbol(phases, dw_fill_phase_ns, sizeof(phases)), "phase timers");
+        const double nfills = phases[4] ? double(phases[4]) : 1.0;
+        if (!direct)
+          std::printf("  fill phases (mean us over %llu controller fills): command id %.1f, submit %.1f, "
+                      "completion %.1f, copy-in %.1f\n",
+                      phases[4], phases[0] / nfills / 1e3, phases[1] / nfills / 1e3, phases[2] / nfills / 1e3,
+                      phases[3] / nfills / 1e3);
+#endif
         const double gbps = double(misses) * page / secs / 1e9, miops = misses / secs / 1e6;
         const char* path = direct ? "direct" : "controller";
         std::printf("all-miss %s %u B pages, %s: %.2f M pages/s = %.1f GB/s (%.3f of H2D), controller %.2f cores, "
@@ -600,6 +615,14 @@ int main(int argc, char** argv) {
         j["metrics"] = {{"misses", misses},  {"seconds", secs},       {"miops", miops},  {"gbps", gbps},
                         {"failed", f},       {"controller_cores", cpu / secs},
                         {"controller_cores_per_10gbps", gbps > 0 ? cpu / secs / (gbps / 10) : 0.0}};
+#if DW_CACHE_PHASE_TIMING
+        if (!direct)
+          j["fill_phases_mean_us"] = {{"command_id", phases[0] / nfills / 1e3},
+                                      {"submit", phases[1] / nfills / 1e3},
+                                      {"completion", phases[2] / nfills / 1e3},
+                                      {"copy_in", phases[3] / nfills / 1e3},
+                                      {"fills", phases[4]}};
+#endif
         const std::string key = std::string("miss") + (page == 4096 ? "4k" : std::to_string(page)) + "_" + loc.name +
                                 "_" + (direct ? "direct" : "ctrl") + "_vs_h2d";
         j["ratios"] = {{key, gbps / link}};

@@ -31,6 +31,19 @@
 #include "deepwell/queue.hpp"
 #include "deepwell/warp.hpp"
 
+// A diagnostic, off unless a translation unit defines DW_CACHE_PHASE_TIMING
+// to 1 before including this header (gpu_array_bench --phases does): GPU
+// fills through the controller add the nanoseconds they spend waiting for a
+// command id, submitting (the SQ entry, its fence, the doorbell), waiting
+// for the completion, and copying the page in (with the warp's other
+// copies) to dw_fill_phase_ns[0..3]; [4] counts the fills.
+#ifndef DW_CACHE_PHASE_TIMING
+#define DW_CACHE_PHASE_TIMING 0
+#endif
+#if DW_CACHE_PHASE_TIMING && defined(__CUDACC__)
+__device__ unsigned long long dw_fill_phase_ns[5];
+#endif
+
 namespace deepwell {
 
 // What acquire hands each lane: the slot holding its page, pinned once for
@@ -267,7 +280,23 @@ class cache_ref {
     const uint8_t* src = nullptr;
     uint32_t bytes = 0;
     request_status status{};
+#if DW_CACHE_PHASE_TIMING
+    uint64_t t_phase = 0;  // when the current phase of a controller fill began
+#endif
   };
+
+  // Ends phase i of a controller fill (DW_CACHE_PHASE_TIMING): adds its
+  // length and starts the next.
+  DW_HD static void phase_end(fill_job& j, int i) {
+#if DW_CACHE_PHASE_TIMING && DW_DEVICE_CODE
+    const uint64_t t = now_ns();
+    atomicAdd(&dw_fill_phase_ns[i], (unsigned long long)(t - j.t_phase));
+    if (i == 3) atomicAdd(&dw_fill_phase_ns[4], 1ull);
+    j.t_phase = t;
+#else
+    (void)j, (void)i;
+#endif
+  }
 
   DW_HD static uint64_t mix64(uint64_t x) {
     x ^= x >> 33;
@@ -430,6 +459,9 @@ class cache_ref {
         return true;
       }
       j.step = step_issue;
+#if DW_CACHE_PHASE_TIMING
+      j.t_phase = now_ns();
+#endif
       return true;
     }
     return false;
@@ -451,7 +483,9 @@ class cache_ref {
     j.cid = cid;
     j.has_io = true;
     j.src = nullptr;  // set once the read completes
+    phase_end(j, 0);  // waited for a command id
     j.bytes = start_read(q, cid, j.key, j.qhint);
+    phase_end(j, 1);  // submitted
     j.step = step_fill;
     return true;
   }
@@ -482,11 +516,13 @@ class cache_ref {
       return;
     }
     j.src = q.buffer(j.cid);
+    phase_end(j, 2);  // the controller served it, and the completion was seen
   }
 
   // After the warp copied the page in: publish it, free the command id.
   DW_HD void finish_fill(fill_job& j) const {
     if (j.has_io) {
+      phase_end(j, 3);  // copied in from staging
       queues[j.queue].release_cid(j.cid);
       j.has_io = false;
     }

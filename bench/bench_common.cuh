@@ -17,17 +17,15 @@
 #include <thread>
 #include <vector>
 
+#include "../src/common/staging_copy.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/gpu_client.hpp"
 
 namespace deepwell::bench {
 
-// How the controller fills staging in this process (DEEPWELL_STAGING_STORES,
-// default streaming), for the JSON lines.
-inline std::string staging_stores_name() {
-  const char* v = std::getenv("DEEPWELL_STAGING_STORES");
-  return v && *v ? v : "streaming";
-}
+// How the controller fills staging in this process, as the controller reads
+// DEEPWELL_STAGING_STORES, for the JSON lines.
+inline std::string staging_stores_name() { return detail::staging_stores_name(detail::default_staging_stores()); }
 
 // Every DEEPWELL_* setting in this process's environment ("NAME=value"),
 // for the JSON lines: knobs change what a run measures.

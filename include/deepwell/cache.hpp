@@ -32,7 +32,7 @@
 #include "deepwell/warp.hpp"
 
 // A diagnostic, off unless a translation unit defines DW_CACHE_PHASE_TIMING
-// to 1 before including this header (gpu_array_bench --phases does): GPU
+// to 1 before including this header (the gpu_array_bench_phases target): GPU
 // fills through the controller add the nanoseconds they spend waiting for a
 // command id, submitting (the SQ entry, its fence, the doorbell), waiting
 // for the completion, and copying the page in (with the warp's other

@@ -22,13 +22,20 @@ namespace deepwell::detail {
 
 enum class staging_stores { streaming, cached, demote };
 
+// The kind a name stands for: "cached", "demote", else streaming.
+inline staging_stores staging_stores_from(const char* v) {
+  if (v && std::strcmp(v, "cached") == 0) return staging_stores::cached;
+  if (v && std::strcmp(v, "demote") == 0) return staging_stores::demote;
+  return staging_stores::streaming;
+}
+
+inline const char* staging_stores_name(staging_stores k) {
+  return k == staging_stores::cached ? "cached" : k == staging_stores::demote ? "demote" : "streaming";
+}
+
+// This process's kind, from DEEPWELL_STAGING_STORES (read once).
 inline staging_stores default_staging_stores() {
-  static const staging_stores kind = [] {
-    const char* v = std::getenv("DEEPWELL_STAGING_STORES");
-    if (v && std::strcmp(v, "cached") == 0) return staging_stores::cached;
-    if (v && std::strcmp(v, "demote") == 0) return staging_stores::demote;
-    return staging_stores::streaming;
-  }();
+  static const staging_stores kind = staging_stores_from(std::getenv("DEEPWELL_STAGING_STORES"));
   return kind;
 }
 

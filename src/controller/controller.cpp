@@ -145,6 +145,7 @@ struct controller::poller {
   bool draining = false;  // stop(): every completion becomes an abort
 
   void run();
+  unsigned serve_pass();
   unsigned fetch(queue_pair::impl& q);
   void execute(queue_pair::impl& q, const nvme::command& c);
   void complete(queue_pair::impl& q, uint16_t cid, nvme::status s, bool owns_cid, uint32_t dw0 = 0,
@@ -330,6 +331,24 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c) {
   }
 }
 
+// One pass over this poller's queues: each queue's new commands (at most
+// fetch_batch), with what was served on the spot posted before the next
+// queue's turn, so the GPU reads it while this poller serves the others;
+// then storage submissions, their completions, and every queue's posts.
+// Returns how much happened (0: nothing to do).
+unsigned controller::poller::serve_pass() {
+  unsigned work = 0;
+  for (auto& qp : queues) {
+    const unsigned fetched = fetch(*qp->impl_);
+    if (fetched != 0) post(*qp->impl_);
+    work += fetched;
+  }
+  io->submit();
+  work += io->reap();
+  for (auto& qp : queues) work += post(*qp->impl_);
+  return work;
+}
+
 unsigned controller::poller::fetch(queue_pair::impl& q) {
   if (q.failed) return 0;
   const uint32_t tail = shared_load_acquire(&q.header->sq_tail_doorbell);
@@ -385,17 +404,7 @@ void controller::poller::run() {
   uint64_t sleep_ns = 1000;
   while (!owner->stopping_.load(std::memory_order_acquire)) {
     if (has_incoming.load(std::memory_order_relaxed)) adopt_incoming();
-    unsigned work = 0;
-    for (auto& qp : queues) {
-      const unsigned fetched = fetch(*qp->impl_);
-      // What was served on the spot goes back before the next queue's turn:
-      // the GPU reads it while this poller serves the other queues.
-      if (fetched != 0) post(*qp->impl_);
-      work += fetched;
-    }
-    io->submit();
-    work += io->reap();
-    for (auto& qp : queues) work += post(*qp->impl_);
+    const unsigned work = serve_pass();
     if (work != 0) {
       idle_since = 0;
       sleep_ns = 1000;
@@ -431,17 +440,7 @@ void controller::poller::drain() {
   draining = true;
   const uint64_t deadline = now_ns() + uint64_t(owner->cfg_.stop_timeout_ms) * 1000000ull;
   for (;;) {
-    unsigned work = 0;
-    for (auto& qp : queues) {
-      const unsigned fetched = fetch(*qp->impl_);
-      // What was served on the spot goes back before the next queue's turn:
-      // the GPU reads it while this poller serves the other queues.
-      if (fetched != 0) post(*qp->impl_);
-      work += fetched;
-    }  // aborted at once: draining
-    io->submit();
-    work += io->reap();
-    for (auto& qp : queues) work += post(*qp->impl_);
+    const unsigned work = serve_pass();  // fetched commands are aborted at once: draining
     bool pending = io->in_flight() != 0;
     for (auto& qp : queues) pending |= (!qp->impl_->failed && qp->impl_->pending_count != 0);
     if (!pending && work == 0) break;

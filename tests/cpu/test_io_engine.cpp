@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <optional>
 #include <random>
 #include <vector>
 
@@ -364,8 +363,6 @@ INSTANTIATE_TEST_SUITE_P(backends, io_engine_test, testing::Values(io_backend::u
                          backend_param_name());
 
 // ---- choosing a backend ----
-
-
 
 TEST(io_backend_choice, FromEnvironment) {
   env_var_guard guard("DEEPWELL_IO");

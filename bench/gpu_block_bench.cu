@@ -223,11 +223,12 @@ int main(int argc, char** argv) {
                         {"controller_cores_per_10gbps", gbps > 0 ? cpu / secs / (gbps / 10) : 0.0}};
         j["ceilings"] = {{"h2d_memcpy_gbps", link}};
         j["ratios"] = {{"vs_h2d", gbps / link}};
-        if (location == "file" && op == "read") {
+        if (location == "file") {
           // The storage path without deepwell: an io_uring loop over the same
-          // file, block size and per-core depth, on as many cores as pollers.
+          // file, block size, operation and per-core depth, on as many cores
+          // as pollers.
           const unsigned depth = std::max(1u, std::min(256u, unsigned(uint64_t(queues) * (qe - 1) / pollers)));
-          json b = uring_loop(path, direct, size, block, depth, pollers, std::max(2.0, secs));
+          json b = uring_loop(path, direct, size, block, depth, pollers, std::max(2.0, secs), op == "write");
           j["baselines"]["uring_loop_same_cores"] = b;
           j["ratios"]["vs_uring_loop_same_cores"] = (c.ok / secs) / double(b["iops"]);
           std::printf("  io_uring loop, %u threads, depth %u: %.2f M IOPS; deepwell/loop = %.2f\n", pollers, depth,

@@ -28,6 +28,11 @@ GOALS = {
     "miss512_direct_miops": ("metrics", ">=", 30.0),
     "miss512_ctrl_miops": ("metrics", ">=", 8.0),
     "controller_cores_per_10gbps": ("metrics", "<=", 2.5),
+    # The write path (the writes issue).
+    "mixed33_vs_read_only": ("ratios", ">=", 0.7),
+    "writeback_pagecache_vs_uring_write": ("ratios", ">=", 0.8),
+    "writeback_odirect_vs_uring_write": ("ratios", ">=", 0.9),
+    "write_flush_4k_controller_vs_d2h": ("ratios", ">=", 0.5),
 }
 
 Line = dict[str, Any]
@@ -131,6 +136,21 @@ def summarize(lines: list[Line], commit: str | None = None, config: dict | None 
         if z:
             out["baselines"][f"zero_copy_{name}_gbps"] = get(z, "metrics", "gbps")
             out["baselines"][f"zero_copy_{name}_miops"] = get(z, "metrics", "miops")
+    # Mixed reads and writes (gpu_mixed_bench): each writer share against the
+    # read-only run of the same location and access mode.
+    for m in select(lines, "mixed"):
+        cfg = m.get("config", {})
+        if cfg.get("writer_pct", 0) == 0:
+            continue
+        key = f"mixed{cfg['writer_pct']}_{cfg.get('location')}_{cfg.get('mode')}_vs_read_only"
+        out["ratios"][key] = get(m, "ratios", "vs_read_only")
+    put("ratios", "mixed33_vs_read_only",
+        get(find(lines, "mixed", location="pagecache", mode="elem", writer_pct=33), "ratios", "vs_read_only"))
+    # The controller's writes against a plain io_uring write loop on the same
+    # file, block size, depth and cores (gpu_block_bench --op write).
+    for direct, name in ((False, "pagecache"), (True, "odirect")):
+        b = find(lines, "block", location="file", op="write", direct=direct, block=4096)
+        put("ratios", f"writeback_{name}_vs_uring_write", get(b, "ratios", "vs_uring_loop_same_cores"))
     for path in ("direct", "controller"):
         w = find(lines, "array", mode="write-flush", path=path)
         if w:

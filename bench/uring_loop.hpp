@@ -1,6 +1,7 @@
 // The plain io_uring loop that deepwell's controller is measured against:
-// `threads` threads, each with its own ring and `depth` random reads of
-// `block` bytes in flight over the same file, no controller in between.
+// `threads` threads, each with its own ring and `depth` random reads (or
+// writes) of `block` bytes in flight over the same file, no controller in
+// between.
 #pragma once
 #include <fcntl.h>
 #include <liburing.h>
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -16,7 +18,7 @@
 #include <vector>
 
 inline nlohmann::json uring_loop(const std::string& path, bool direct, uint64_t size, uint32_t block, unsigned depth,
-                                 unsigned threads, double seconds) {
+                                 unsigned threads, double seconds, bool write = false) {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> total{0};
   std::atomic<int> failed{0};
@@ -24,7 +26,7 @@ inline nlohmann::json uring_loop(const std::string& path, bool direct, uint64_t 
   const auto t0 = std::chrono::steady_clock::now();
   for (unsigned t = 0; t < threads; ++t) {
     ts.emplace_back([&, t] {
-      int fd = open(path.c_str(), O_RDONLY | (direct ? O_DIRECT : 0));
+      int fd = open(path.c_str(), (write ? O_RDWR : O_RDONLY) | (direct ? O_DIRECT : 0));
       io_uring ring;
       if (fd < 0 || io_uring_queue_init(depth * 2, &ring, 0) != 0) {
         failed = 1;
@@ -32,13 +34,23 @@ inline nlohmann::json uring_loop(const std::string& path, bool direct, uint64_t 
         return;
       }
       std::vector<void*> bufs(depth);
-      for (auto& b : bufs) b = aligned_alloc(4096, block);
+      for (auto& b : bufs) {
+        b = aligned_alloc(4096, block);
+        std::memset(b, 0x5A, block);
+      }
+      auto prep = [&](io_uring_sqe* s, unsigned i) {
+        const uint64_t off = (rng() % blocks) * block;
+        if (write)
+          io_uring_prep_write(s, fd, bufs[i], block, off);
+        else
+          io_uring_prep_read(s, fd, bufs[i], block, off);
+      };
       std::mt19937_64 rng(t * 31 + 5);
       const uint64_t blocks = size / block;
       uint64_t n = 0;
       for (unsigned i = 0; i < depth; ++i) {
         io_uring_sqe* s = io_uring_get_sqe(&ring);
-        io_uring_prep_read(s, fd, bufs[i], block, (rng() % blocks) * block);
+        prep(s, i);
         io_uring_sqe_set_data64(s, i);
       }
       io_uring_submit(&ring);
@@ -55,7 +67,7 @@ inline nlohmann::json uring_loop(const std::string& path, bool direct, uint64_t 
           continue;
         }
         io_uring_sqe* s = io_uring_get_sqe(&ring);
-        io_uring_prep_read(s, fd, bufs[i], block, (rng() % blocks) * block);
+        prep(s, i);
         io_uring_sqe_set_data64(s, i);
         io_uring_submit(&ring);
       }
@@ -70,7 +82,7 @@ inline nlohmann::json uring_loop(const std::string& path, bool direct, uint64_t 
   for (auto& t : ts) t.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   nlohmann::json j;
-  j["what"] = "plain io_uring loop, one ring per thread";
+  j["what"] = write ? "plain io_uring write loop, one ring per thread" : "plain io_uring loop, one ring per thread";
   j["threads"] = threads;
   j["depth_per_thread"] = depth;
   j["requests"] = total.load();

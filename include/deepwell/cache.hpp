@@ -7,8 +7,18 @@
 // that keep it correct:
 //  - One page, at most one slot: a key enters the directory only under its
 //    bucket's lock, after checking it is not there; it leaves only when its
-//    slot is evicted, after any write-back has completed, so a page is never
-//    re-read while its write-back is in flight (NVMe may reorder the two).
+//    slot is evicted, and a slot is evicted only when clean with no
+//    write-back in flight, so a page is never re-read while its write-back
+//    is in flight (NVMe may reorder the two).
+//  - Write-back is asynchronous: an evictor (or the cleaner, ahead of the
+//    hand) copies a dirty page to staging, submits its write and moves on;
+//    the page stays cached, readable and writable, and becomes evictable
+//    once the completion has been seen. One write-back of a page at a time
+//    (the writeback bit): two in flight could land in either order.
+//  - I/O nobody waits for (prefetch reads, write-backs) is an orphan: its
+//    queue and command id are in slot_io and io_slot names its slot, so a
+//    thread that finds no free command id finishes completed orphans of
+//    its queue (reap_queue) instead of waiting for the clock to reach them.
 //  - A slot is reused only when nobody pins it: the evictor's CAS requires a
 //    zero pin count. A pinner learns what it pinned from the value its
 //    fetch_add returns, and checks the slot's key only after seeing it valid
@@ -63,7 +73,10 @@ class cache_ref {
   uint8_t* data = nullptr;  // slots x page_size
   uint32_t* state = nullptr;
   uint64_t* slot_key = nullptr;
-  uint32_t* slot_io = nullptr;  // orphan fill: queue << 16 | cid; failed fill: the packed status
+  uint32_t* slot_io = nullptr;  // orphan I/O: queue << 16 | cid; failed fill: the packed status
+  uint32_t* io_slot = nullptr;  // [queue * io_stride + cid]: the slot whose orphan I/O holds that id
+  uint32_t* orphans = nullptr;  // [queue]: orphan I/Os holding ids of that queue (a hint)
+  unsigned long long* dirty_pages = nullptr;  // pages marked dirty and not yet being written back (a hint)
   uint64_t* dir_keys = nullptr;
   uint32_t* dir_slots = nullptr;
   uint32_t* dir_locks = nullptr;
@@ -77,6 +90,9 @@ class cache_ref {
   uint32_t page_size = 0;
   uint32_t page_shift = 0;
   uint32_t nqueues = 0;
+  uint32_t io_stride = 0;
+  uint32_t clean_above = 0;  // the cleaner runs while more pages than this are dirty (0: never)
+  uint32_t clean_ahead = 0;  // how many slots ahead of the CLOCK hand it cleans
   uint64_t timeout_ns = 0;
 
   DW_HD uint8_t* page_data(uint32_t s) const { return data + (uint64_t(s) << page_shift); }
@@ -183,9 +199,15 @@ class cache_ref {
   // Drops one pin; `dirty` marks the page for write-back first.
   DW_HD void unpin(uint32_t s, bool dirty = false) const {
     client_atomic<uint32_t> st(state[s]);
-    if (dirty && !(st.load(memory_order_relaxed) & slot_state::dirty))
-      st.fetch_or(slot_state::dirty, memory_order_relaxed);
+    if (dirty) mark_dirty(s);
     st.fetch_sub(1, memory_order_release);
+  }
+
+  DW_HD void mark_dirty(uint32_t s) const {
+    client_atomic<uint32_t> st(state[s]);
+    if (st.load(memory_order_relaxed) & slot_state::dirty) return;
+    if (!(st.fetch_or(slot_state::dirty, memory_order_relaxed) & slot_state::dirty))
+      client_atomic<unsigned long long>(*dirty_pages).fetch_add(1, memory_order_relaxed);
   }
 
   // ---- prefetch ----
@@ -219,41 +241,237 @@ class cache_ref {
     }
     client_atomic<unsigned long long>(shard_of(qhint).misses).fetch_add(1, memory_order_relaxed);
     start_read(q, cid, key, qhint);
-    client_atomic<uint32_t>(slot_io[s]).store(qi << 16 | cid, memory_order_relaxed);
+    orphan_io(s, qi, cid);
     client_atomic<uint32_t>(state[s]).fetch_add(slot_state::orphan - 1, memory_order_release);  // unpin, orphaned
   }
 
   // ---- write-back ----
 
-  // Writes one slot back if it is valid and dirty (single thread). A failed
-  // write-back leaves the page dirty and returns the error.
+  // Writes slot s back if it is valid and dirty, and waits for the write
+  // (single thread; for flush(), with no access running). A write-back of
+  // the page already in flight is waited for first. Returns the write's
+  // status: a failed write leaves the page dirty; a write still in flight at
+  // the deadline stays in flight (the page is neither written again nor
+  // evicted until its completion arrives) and the result is a timeout.
   DW_HD request_status flush_slot(uint32_t s, uint32_t qhint) const {
     client_atomic<uint32_t> st(state[s]);
-    const uint32_t old = st.fetch_add(1, memory_order_acq_rel);
-    if (!(old & slot_state::valid) || (old & (slot_state::busy | slot_state::evict | slot_state::error)) ||
-        !(old & slot_state::dirty)) {
-      st.fetch_sub(1, memory_order_release);
-      return {};
-    }
-    // One write-back of a page at a time: two in flight could land in
-    // either order and leave the older data on storage.
     const uint64_t dl = deadline();
-    for (uint32_t i = 0; st.fetch_or(slot_state::writeback, memory_order_acquire) & slot_state::writeback; ++i) {
-      if (now_ns() > dl) {
-        st.fetch_sub(1, memory_order_release);
-        return request_status::client(client_code::timeout);
+    request_status earlier{};  // a failed write-back found in flight
+    for (uint32_t i = 0;; ++i) {
+      uint32_t v = st.load(memory_order_acquire);
+      if (v & slot_state::writeback) {
+        if ((v & slot_state::orphan) && take_orphan(s)) {
+          request_status r;
+          if (!finish_writeback(s, dl, &r)) return request_status::client(client_code::timeout);
+          if (!r.ok()) {
+            if (!earlier.ok()) return r;  // failed twice: report it (the page stays dirty)
+            earlier = r;
+          }
+          continue;  // dirty again since? write it once more
+        }
+      } else if (!(v & slot_state::valid) || (v & (slot_state::busy | slot_state::error)) ||
+                 !(v & slot_state::dirty)) {
+        return {};
+      } else if (!(v & slot_state::evict) &&
+                 st.compare_exchange_strong(v, v | slot_state::writeback, memory_order_acquire)) {
+        request_status r = start_writeback(s, qhint, dl, false);
+        if (!r.ok()) return r;
+        if (!take_orphan(s)) continue;  // another thread finished it already: look again
+        if (!finish_writeback(s, dl, &r)) return request_status::client(client_code::timeout);
+        return r;
+      }
+      if (now_ns() > dl) return request_status::client(client_code::timeout);
+      backoff(i);
+    }
+  }
+
+  // The caller owns slot s for a write-back: either it set `evict` on an
+  // unpinned, valid, dirty slot with its CAS (evictors and the cleaner:
+  // nobody can write the page during the copy), or it set `writeback` on a
+  // valid dirty slot (flush, with no access running). Copies the page to
+  // staging and submits its write; the slot goes on (evict cleared, dirty
+  // cleared, writeback | orphan set) until finish_writeback sees the
+  // completion. dl: how long to wait for a command id (0: take one only if
+  // free now, finishing done orphans of the queue first). On failure to get
+  // one the slot is handed back as it was.
+  DW_HD request_status start_writeback(uint32_t s, uint32_t qhint, uint64_t dl, bool evict_claim) const {
+    uint32_t qi;
+    uint16_t cid;
+    const request_status a = begin_writeback(s, qhint, dl, evict_claim, qi, cid);
+    if (!a.ok()) return a;
+    copy_out(queues[qi].buffer(cid), page_data(s), writeback_bytes(s));
+    submit_writeback(s, qi, cid, evict_claim);
+    return {};
+  }
+
+  // start_writeback in three steps, so that a warp can copy its lanes'
+  // pages together between the first and the last: a command id (the slot
+  // handed back without one), then the caller copies writeback_bytes(s) of
+  // the page to queues[qi].buffer(cid), then the write is submitted.
+  DW_HD request_status begin_writeback(uint32_t s, uint32_t qhint, uint64_t dl, bool evict_claim, uint32_t& qi,
+                                       uint16_t& cid) const {
+    client_atomic<uint32_t> st(state[s]);
+    qi = qhint % nqueues;
+    const request_status a = get_cid(qi, qhint, cid, dl);
+    if (!a.ok()) {
+      st.fetch_and(~(evict_claim ? slot_state::evict : slot_state::writeback), memory_order_release);
+      return a;
+    }
+    // dirty is cleared before the copy: a writer that raced a flush marks
+    // the page dirty again.
+    st.fetch_and(~slot_state::dirty, memory_order_acq_rel);
+    client_atomic<unsigned long long>(*dirty_pages).fetch_sub(1, memory_order_relaxed);
+    return {};
+  }
+
+  DW_HD uint32_t writeback_bytes(uint32_t s) const {
+    const uint64_t key = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+    const dataset_desc& d = datasets[key_dataset(key)];
+    uint32_t nlb;
+    (void)page_lba(d, key, nlb);
+    return nlb * d.block_size;
+  }
+
+  DW_HD void submit_writeback(uint32_t s, uint32_t qi, uint16_t cid, bool evict_claim) const {
+    const queue_ref& q = queues[qi];
+    const uint64_t key = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+    const dataset_desc& d = datasets[key_dataset(key)];
+    uint32_t nlb;
+    const uint64_t lba = page_lba(d, key, nlb);
+    q.submit(cid, nvme::make_write(d.nsid, lba, nlb, q.buffer_offset(cid)));
+    orphan_io(s, qi, cid);
+    client_atomic<uint32_t> st(state[s]);
+    if (evict_claim)
+      st.fetch_add(slot_state::writeback + slot_state::orphan - slot_state::evict, memory_order_release);
+    else
+      st.fetch_or(slot_state::orphan, memory_order_release);
+  }
+
+  // flush() on a warp: lanes take the slots [first, first + lanes) and
+  // write back the dirty ones together, the warp copying each page to
+  // staging with 16-byte loads and stores, every write in flight at once;
+  // then each lane waits for its own. Same outcome per slot as flush_slot.
+  template <class Warp>
+  DW_HD request_status flush_warp(const Warp& w, uint32_t first) const {
+    const unsigned mask = w.active();
+    const unsigned lane = w.lane();
+    const uint32_t s = first + popcount32(mask & ((1u << lane) - 1));
+    const uint64_t dl = deadline();
+    request_status r{};
+    bool claimed = false;
+    uint32_t qi = 0;
+    uint16_t cid = 0;
+    if (s < nslots) {
+      client_atomic<uint32_t> st(state[s]);
+      for (uint32_t i = 0;; ++i) {
+        uint32_t v = st.load(memory_order_acquire);
+        if (v & slot_state::writeback) {  // a write-back in flight: it comes first
+          if ((v & slot_state::orphan) && take_orphan(s)) {
+            request_status e;
+            if (!finish_writeback(s, dl, &e)) {
+              r = request_status::client(client_code::timeout);
+              break;
+            }
+            if (!e.ok()) r = e;  // reported; the page is dirty again and written once more below
+            continue;
+          }
+        } else if (!(v & slot_state::valid) || (v & (slot_state::busy | slot_state::error)) ||
+                   !(v & slot_state::dirty)) {
+          break;
+        } else if (!(v & slot_state::evict) &&
+                   st.compare_exchange_strong(v, v | slot_state::writeback, memory_order_acquire)) {
+          const request_status a = begin_writeback(s, s, dl, false, qi, cid);
+          if (a.ok())
+            claimed = true;
+          else
+            r = a;
+          break;
+        }
+        if (now_ns() > dl) {
+          r = request_status::client(client_code::timeout);
+          break;
+        }
+        backoff(i);
+      }
+    }
+    unsigned todo = w.ballot(mask, claimed);
+    while (todo) {
+      const unsigned l = lowest_lane(todo);
+      todo &= todo - 1;
+      const uint32_t ls = w.shfl(mask, s, l);
+      const uint32_t lq = w.shfl(mask, qi, l);
+      const uint32_t lc = w.shfl(mask, uint32_t(cid), l);
+      const uint32_t bytes = writeback_bytes(ls);
+      copy_out_warp(w, mask, queues[lq].buffer(uint16_t(lc)), page_data(ls), bytes);
+    }
+    w.sync(mask);
+    if (claimed) {
+      submit_writeback(s, qi, cid, false);
+      if (take_orphan(s)) {
+        request_status e;
+        if (!finish_writeback(s, dl, &e))
+          r = request_status::client(client_code::timeout);
+        else if (!e.ok())
+          r = e;
+        else if (!r.ok() && !(client_atomic<uint32_t>(state[s]).load(memory_order_acquire) & slot_state::dirty))
+          r = {};  // an earlier failed write-back, now written
+      }
+    }
+    return r;
+  }
+
+  // All lanes of mask copy `bytes` (a multiple of 16) from a page to staging.
+  template <class Warp>
+  DW_HD static void copy_out_warp(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* src, uint32_t bytes) {
+    const unsigned n = popcount32(mask);
+    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+#if DW_DEVICE_CODE
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    for (uint32_t i = rank; i < bytes / 16; i += n) d[i] = s[i];
+#else
+    const uint32_t chunk = (bytes / 16 + n - 1) / n * 16;
+    const uint32_t from = rank * chunk;
+    if (from < bytes) std::memcpy(dst + from, src + from, bytes - from < chunk ? bytes - from : chunk);
+#endif
+  }
+
+  // After take_orphan(s) on a slot whose write-back is in flight: finishes
+  // it once its completion has arrived, looking until dl (0: look once).
+  // False (the write stays in flight, orphaned again) if it has not. A
+  // failed write leaves the page dirty and is recorded in the error flag.
+  DW_HD bool finish_writeback(uint32_t s, uint64_t dl, request_status* out) const {
+    client_atomic<uint32_t> st(state[s]);
+    const uint32_t io = client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed);
+    const uint32_t qi = io >> 16;
+    const uint16_t cid = uint16_t(io & 0xFFFF);
+    const queue_ref& q = queues[qi];
+    wait_result r;
+    for (uint32_t i = 0; !q.try_wait_keep(cid, r); ++i) {
+      if (dl == 0 || now_ns() > dl) {
+        st.fetch_or(slot_state::orphan, memory_order_release);
+        return false;
       }
       backoff(i);
     }
-    request_status r{};
-    if (st.load(memory_order_acquire) & slot_state::dirty) {
-      st.fetch_and(~slot_state::dirty, memory_order_acq_rel);
-      r = write_back(s, qhint, false, shard_of(qhint));
-      if (!r.ok()) st.fetch_or(slot_state::dirty, memory_order_relaxed);
+    client_atomic<uint32_t>(orphans[qi]).fetch_sub(1, memory_order_relaxed);
+    if (r.status.code != client_code::controller_lost) q.release_cid(cid);
+    cache_stats_shard& sh = shard_of(s);
+    if (r.status.ok()) {
+      const uint64_t key = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+      const dataset_desc& d = datasets[key_dataset(key)];
+      uint32_t nlb;
+      (void)page_lba(d, key, nlb);
+      client_atomic<unsigned long long>(sh.writebacks).fetch_add(1, memory_order_relaxed);
+      client_atomic<unsigned long long>(sh.bytes_written).fetch_add(uint64_t(nlb) * d.block_size, memory_order_relaxed);
+    } else {
+      client_atomic<unsigned long long>(sh.errors).fetch_add(1, memory_order_relaxed);
+      set_error(r.status);
+      mark_dirty(s);  // not written: write it again later
     }
     st.fetch_and(~slot_state::writeback, memory_order_release);
-    st.fetch_sub(1, memory_order_release);
-    return r;
+    if (out) *out = r.status;
+    return true;
   }
 
   // ---- internals (public so that tests and the host owner can use them) ----
@@ -472,10 +690,10 @@ class cache_ref {
     j.queue = j.qhint % nqueues;
     const queue_ref& q = queues[j.queue];
     uint16_t cid;
-    if (!q.try_acquire_cid(cid)) {
-      q.try_poll();  // completions of others free ids
-      if (q.lost()) {  // ids of commands sent after a stop never come back
-        fail_fill(j, request_status::client(client_code::controller_lost));
+    const request_status a = get_cid(j.queue, j.qhint, cid, 0);
+    if (!a.ok()) {
+      if (a.code == client_code::controller_lost) {  // ids of commands sent after a stop never come back
+        fail_fill(j, a);
         return true;
       }
       return false;
@@ -603,6 +821,7 @@ class cache_ref {
   // queue and command id are in slot_io). Returns the slot's key.
   DW_HD uint64_t adopt_io(fill_job& j, uint32_t s) const {
     const uint32_t io = client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed);
+    client_atomic<uint32_t>(orphans[io >> 16]).fetch_sub(1, memory_order_relaxed);
     const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
     uint32_t nlb;
     (void)page_lba(datasets[key_dataset(k)], k, nlb);
@@ -674,27 +893,12 @@ class cache_ref {
 #endif
   }
 
-  // Copies a page from its slot to staging and writes it (single thread).
-  // `try_only`: give up at once when no command id is free.
-  DW_HD request_status write_back(uint32_t s, uint32_t qhint, bool try_only, cache_stats_shard& sh) const {
-    const uint64_t key = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
-    const dataset_desc& d = datasets[key_dataset(key)];
-    uint32_t nlb;
-    const uint64_t lba = page_lba(d, key, nlb);
-    const uint32_t qi = qhint % nqueues;
-    const queue_ref& q = queues[qi];
-    const uint64_t dl = deadline();
-    uint16_t cid;
-    if (try_only) {
-      if (!q.try_acquire_cid(cid)) return request_status::client(client_code::cache_exhausted);
-    } else {
-      const request_status a = q.acquire_cid(cid, dl);
-      if (!a.ok()) return a;
-    }
-    const uint32_t bytes = nlb * d.block_size;
+  // Copies a page to staging (single thread): 16-byte words, a batch of
+  // loads before their stores.
+  DW_HD static void copy_out(uint8_t* dst_bytes, const uint8_t* src_bytes, uint32_t bytes) {
 #if DW_DEVICE_CODE
-    const uint4* src = reinterpret_cast<const uint4*>(page_data(s));
-    uint4* dst = reinterpret_cast<uint4*>(q.buffer(cid));
+    const uint4* src = reinterpret_cast<const uint4*>(src_bytes);
+    uint4* dst = reinterpret_cast<uint4*>(dst_bytes);
     for (uint32_t i = 0; i < bytes / 16; i += 8) {
       uint4 r[8];
 #pragma unroll
@@ -705,38 +909,95 @@ class cache_ref {
         if (i + k < bytes / 16) dst[i + k] = r[k];
     }
 #else
-    std::memcpy(q.buffer(cid), page_data(s), bytes);
+    std::memcpy(dst_bytes, src_bytes, bytes);
 #endif
-    q.submit(cid, nvme::make_write(d.nsid, lba, nlb, q.buffer_offset(cid)));
-    const wait_result r = q.wait(cid, dl);
-    if (r.status.code == client_code::timeout || r.status.code == client_code::controller_lost) {
-      client_atomic<unsigned long long>(sh.errors).fetch_add(1, memory_order_relaxed);
-      return r.status;  // id abandoned
-    }
-    q.release_cid(cid);
-    if (r.status.ok()) {
-      client_atomic<unsigned long long>(sh.writebacks).fetch_add(1, memory_order_relaxed);
-      client_atomic<unsigned long long>(sh.bytes_written).fetch_add(bytes, memory_order_relaxed);
-    } else {
-      client_atomic<unsigned long long>(sh.errors).fetch_add(1, memory_order_relaxed);
-      set_error(r.status);
-    }
-    return r.status;
   }
 
-  // The caller set `evict` on a valid slot with its CAS: write it back if
-  // dirty and take it out of the directory. False (evict cleared again) if
-  // the write-back could not be done now or failed: the page stays dirty.
+  // Records that slot s's I/O on (qi, cid) is left in flight. The caller
+  // then sets `orphan` with a release RMW (which publishes these).
+  DW_HD void orphan_io(uint32_t s, uint32_t qi, uint16_t cid) const {
+    client_atomic<uint32_t>(slot_io[s]).store(qi << 16 | cid, memory_order_relaxed);
+    client_atomic<uint32_t>(io_slot[uint64_t(qi) * io_stride + cid]).store(s, memory_order_relaxed);
+    client_atomic<uint32_t>(orphans[qi]).fetch_add(1, memory_order_relaxed);
+  }
+
+  // A command id of queue qi: a free one, else one freed by finishing the
+  // completed orphans of the queue, else (dl != 0) whichever comes back
+  // before dl. cache_exhausted (dl == 0) or timeout when none came;
+  // controller_lost once the queue stopped.
+  DW_HD request_status get_cid(uint32_t qi, uint32_t qhint, uint16_t& cid, uint64_t dl) const {
+    const queue_ref& q = queues[qi];
+    for (uint32_t i = 0;; ++i) {
+      if (q.try_acquire_cid(cid)) return {};
+      q.try_poll();  // completions of others free ids
+      if (reap_queue(qi, qhint, 4) && q.try_acquire_cid(cid)) return {};
+      if (q.lost()) return request_status::client(client_code::controller_lost);
+      if (dl == 0) return request_status::client(client_code::cache_exhausted);
+      if (now_ns() > dl) return request_status::client(client_code::timeout);
+      backoff(i);
+    }
+  }
+
+  // Finishes up to `max` orphans of queue qi whose completions have arrived
+  // (prefetch reads are copied in, write-backs settled), so that their
+  // command ids go back: unread prefetches and write-backs nobody waits for
+  // must never make a demand miss wait. Returns how many it finished.
+  DW_HD uint32_t reap_queue(uint32_t qi, uint32_t qhint, uint32_t max) const {
+    if (client_atomic<uint32_t>(orphans[qi]).load(memory_order_relaxed) == 0) return 0;
+    const queue_ref& q = queues[qi];
+    uint32_t n = 0;
+    const uint32_t start = qhint % q.depth;
+    for (uint32_t k = 0; k < q.depth && n < max; ++k) {
+      const uint16_t cid = uint16_t((start + k) % q.depth);
+      if (!q.is_done(cid)) continue;
+      const uint32_t s = client_atomic<uint32_t>(io_slot[uint64_t(qi) * io_stride + cid]).load(memory_order_relaxed);
+      if (s >= nslots) continue;
+      const uint32_t expect = qi << 16 | cid;
+      const uint32_t v = client_atomic<uint32_t>(state[s]).load(memory_order_acquire);
+      if (!(v & slot_state::orphan) || client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed) != expect)
+        continue;
+      if (!take_orphan(s)) continue;
+      if (client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed) != expect) {
+        client_atomic<uint32_t>(state[s]).fetch_or(slot_state::orphan, memory_order_release);  // not ours after all
+        continue;
+      }
+      if (client_atomic<uint32_t>(state[s]).load(memory_order_acquire) & slot_state::valid) {
+        if (!finish_writeback(s, 0, nullptr)) continue;
+      } else {
+        adopt_orphan(s, qhint);
+      }
+      client_atomic<unsigned long long>(shard_of(qhint).reaped).fetch_add(1, memory_order_relaxed);
+      ++n;
+    }
+    return n;
+  }
+
+  // Finishes slot s's orphan I/O if its completion is in: a write-back is
+  // settled, a prefetch copied in. Never waits. True if s has no orphan now.
+  DW_HD bool settle_orphan(uint32_t s, uint32_t qhint) const {
+    client_atomic<uint32_t> st(state[s]);
+    const uint32_t v = st.load(memory_order_acquire);
+    if (!(v & slot_state::orphan)) return true;
+    const uint32_t io = client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed);
+    const queue_ref& q = queues[io >> 16];
+    const uint16_t cid = uint16_t(io & 0xFFFF);
+    if (!q.is_done(cid) && (q.try_poll(), !q.is_done(cid))) return false;
+    if (!take_orphan(s)) return false;  // another thread is finishing it
+    if (st.load(memory_order_acquire) & slot_state::valid) return finish_writeback(s, 0, nullptr);
+    adopt_orphan(s, qhint);
+    return true;
+  }
+
+  // The caller set `evict` on a valid, unpinned slot with its CAS (state
+  // st_at_claim). A clean page leaves the directory and the slot is the
+  // caller's (true). A dirty one is written back asynchronously and stays
+  // cached until its completion is seen (false: look further).
   DW_HD bool evict_claimed(uint32_t s, uint32_t st_at_claim, uint32_t qhint) const {
     client_atomic<uint32_t> st(state[s]);
     cache_stats_shard& sh = shard_of(qhint);
     if (st_at_claim & slot_state::dirty) {
-      const request_status r = write_back(s, qhint, true, sh);
-      if (!r.ok()) {
-        st.fetch_and(~slot_state::evict, memory_order_release);
-        return false;
-      }
-      st.fetch_and(~slot_state::dirty, memory_order_relaxed);
+      (void)start_writeback(s, qhint, 0, true);  // without an id now it stays dirty: evict later
+      return false;
     }
     const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
     dir_remove(k, s);  // only now may the page be read again
@@ -744,6 +1005,29 @@ class cache_ref {
     st.fetch_and(~slot_state::valid, memory_order_relaxed);
     client_atomic<unsigned long long>(sh.evictions).fetch_add(1, memory_order_relaxed);
     return true;
+  }
+
+  // The cleaner: while many pages are dirty, starts the write-back of
+  // unpinned dirty pages a little ahead of the CLOCK hand, so that by the
+  // time the hand gets there their writes have completed and the slots are
+  // clean. Two slots per claim: the hand moves about that far per claim (it
+  // spares a page with its use bit set, then takes one).
+  DW_HD void clean_ahead_of(uint64_t hand_pos, uint32_t qhint) const {
+    if (clean_above == 0 ||
+        int64_t(client_atomic<unsigned long long>(*dirty_pages).load(memory_order_relaxed)) <= int64_t(clean_above))
+      return;
+    for (uint32_t k = 0; k < 2; ++k) {
+      const uint32_t s = uint32_t((hand_pos + clean_ahead + k) % nslots);
+      client_atomic<uint32_t> st(state[s]);
+      uint32_t v = st.load(memory_order_relaxed);
+      if ((v & slot_state::ref_mask) ||
+          (v & (slot_state::valid | slot_state::dirty)) != (slot_state::valid | slot_state::dirty) ||
+          (v & (slot_state::busy | slot_state::evict | slot_state::writeback | slot_state::error)))
+        continue;
+      if (!st.compare_exchange_strong(v, v | slot_state::evict, memory_order_acquire)) continue;
+      if (!start_writeback(s, qhint, 0, true).ok()) return;  // no command id free: later
+      client_atomic<unsigned long long>(shard_of(qhint).cleans).fetch_add(1, memory_order_relaxed);
+    }
   }
 
   // Tries to evict one page of a full directory bucket.
@@ -754,6 +1038,7 @@ class cache_ref {
       const uint32_t s = client_atomic<uint32_t>(dir_slots[base + w]).load(memory_order_acquire);
       if (s == dir_pending) continue;
       client_atomic<uint32_t> st(state[s]);
+      if (!settle_orphan(s, qhint)) continue;  // a write-back still in flight
       uint32_t v = st.load(memory_order_relaxed);
       if ((v & slot_state::ref_mask) || !(v & slot_state::valid) ||
           (v & (slot_state::busy | slot_state::evict | slot_state::writeback)))
@@ -772,14 +1057,21 @@ class cache_ref {
     client_atomic<unsigned long long> hand(*clock);
     const uint64_t limit = 2ull * nslots + 32;
     for (uint64_t n = 0; n < limit; ++n) {
-      const uint32_t s = uint32_t(hand.fetch_add(1, memory_order_relaxed) % nslots);
+      const uint64_t pos = hand.fetch_add(1, memory_order_relaxed);
+      if (n == 0) clean_ahead_of(pos, qhint);
+      const uint32_t s = uint32_t(pos % nslots);
       client_atomic<uint32_t> st(state[s]);
       uint32_t v = st.load(memory_order_relaxed);
       if (v & slot_state::ref_mask) continue;
-      if (v & slot_state::busy) {
-        if ((v & slot_state::orphan) && take_orphan(s)) adopt_orphan(s, qhint);
-        continue;
+      // I/O left in flight here: finish it if its completion is in (a
+      // prefetch nobody read is copied in; a settled write-back leaves the
+      // page clean, so it may go at once). Never waits.
+      if (v & slot_state::orphan) {
+        if (!settle_orphan(s, qhint)) continue;
+        v = st.load(memory_order_relaxed);
+        if (v & slot_state::ref_mask) continue;
       }
+      if (v & slot_state::busy) continue;
       if (v & (slot_state::evict | slot_state::writeback)) continue;
       if (v & slot_state::valid) {
         if (v & slot_state::use) {
@@ -814,9 +1106,14 @@ class cache_ref {
 
   // ---- clear() (no access may run meanwhile) ----
 
-  // Finishes slot s if it is an orphaned prefetch (it holds a command id).
+  // Finishes slot s's orphan I/O if it has one (it holds a command id):
+  // a prefetch is copied in; a write-back is waited for until the deadline.
   DW_HD void finish_orphan(uint32_t s) const {
-    if ((client_atomic<uint32_t>(state[s]).load(memory_order_relaxed) & slot_state::orphan) && take_orphan(s))
+    client_atomic<uint32_t> st(state[s]);
+    if (!(st.load(memory_order_acquire) & slot_state::orphan) || !take_orphan(s)) return;
+    if (st.load(memory_order_acquire) & slot_state::valid)
+      (void)finish_writeback(s, deadline(), nullptr);
+    else
       adopt_orphan(s, s);
   }
 
@@ -825,7 +1122,7 @@ class cache_ref {
   DW_HD void drop_clean(uint32_t s) const {
     client_atomic<uint32_t> st(state[s]);
     const uint32_t v = st.load(memory_order_relaxed);
-    if (v & slot_state::dirty) return;
+    if (v & (slot_state::dirty | slot_state::writeback)) return;
     if (v & slot_state::valid) dir_remove(client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed), s);
     st.store(0, memory_order_relaxed);
     client_atomic<uint64_t>(slot_key[s]).store(empty_key, memory_order_relaxed);

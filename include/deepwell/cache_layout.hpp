@@ -23,8 +23,15 @@ constexpr uint32_t evict = 1u << 26;      // claimed by an evictor: write-back /
 constexpr uint32_t dirty = 1u << 27;      // written since the last write-back
 constexpr uint32_t use = 1u << 28;        // CLOCK's second-chance bit, set on access
 constexpr uint32_t error = 1u << 29;      // the last fill failed; the slot is free to reclaim
-constexpr uint32_t orphan = 1u << 30;     // a fill whose I/O was started by a thread that left (prefetch)
-constexpr uint32_t writeback = 1u << 31;  // a flush is writing this page back
+constexpr uint32_t orphan = 1u << 30;     // I/O in flight that no thread waits for (slot_io names it)
+constexpr uint32_t writeback = 1u << 31;  // the page's one write-back is under way
+// The two kinds of I/O left in flight (orphans), whoever finishes them:
+//  busy | orphan:              a prefetch's read; the finisher copies the page in
+//  valid | writeback | orphan: a write-back (eviction, cleaner, or a flush
+//                              that timed out); the page stays readable and
+//                              writable, is not written back again, and is
+//                              not evicted (so never re-read) until the
+//                              completion has been seen
 }  // namespace slot_state
 
 // Keys: dataset id in the top 16 bits, page number below.
@@ -67,12 +74,14 @@ struct alignas(128) cache_stats_shard {
   unsigned long long bytes_written;  // bytes written back
   unsigned long long direct_fills;   // fills from host memory with no controller round trip
   unsigned long long errors;         // failed fills and write-backs
+  unsigned long long cleans;         // write-backs started ahead of the CLOCK hand (the cleaner)
+  unsigned long long reaped;         // I/O left in flight finished by a thread short of command ids
 };
 constexpr uint32_t cache_stats_shards = 32;
 
 struct cache_stats {
   uint64_t accesses = 0, hits = 0, misses = 0, waits = 0, evictions = 0, writebacks = 0, bytes_read = 0,
-           bytes_written = 0, direct_fills = 0, errors = 0;
+           bytes_written = 0, direct_fills = 0, errors = 0, cleans = 0, reaped = 0;
   double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0.0; }
 };
 
@@ -89,6 +98,8 @@ inline cache_stats sum_stats(const cache_stats_shard* s, uint32_t n) {
     t.bytes_written += s[i].bytes_written;
     t.direct_fills += s[i].direct_fills;
     t.errors += s[i].errors;
+    t.cleans += s[i].cleans;
+    t.reaped += s[i].reaped;
   }
   return t;
 }
@@ -100,11 +111,13 @@ struct cache_geometry {
   uint32_t slots = 0;
   uint32_t buckets = 0;  // a power of two
   uint32_t queues = 0;
+  uint32_t queue_entries = 0;  // per queue: the stride of io_slot
   uint32_t max_datasets = 0;
 };
 
 struct cache_meta_layout {
-  uint64_t state, slot_key, slot_io, dir_keys, dir_slots, dir_locks, clock, error, stats, queues, datasets, total;
+  uint64_t state, slot_key, slot_io, io_slot, orphans, dir_keys, dir_slots, dir_locks, clock, dirty, error, stats,
+      queues, datasets, total;
 };
 
 DW_HD constexpr uint64_t cache_align(uint64_t v) { return (v + 127) / 128 * 128; }
@@ -120,10 +133,13 @@ inline cache_meta_layout compute_cache_layout(const cache_geometry& g, uint64_t 
   l.state = take(uint64_t(g.slots) * 4);
   l.slot_key = take(uint64_t(g.slots) * 8);
   l.slot_io = take(uint64_t(g.slots) * 4);
+  l.io_slot = take(uint64_t(g.queues) * g.queue_entries * 4);
+  l.orphans = take(uint64_t(g.queues) * 4);
   l.dir_keys = take(uint64_t(g.buckets) * dir_ways * 8);
   l.dir_slots = take(uint64_t(g.buckets) * dir_ways * 4);
   l.dir_locks = take(uint64_t(g.buckets) * 4);
   l.clock = take(8);
+  l.dirty = take(8);
   l.error = take(4);
   l.stats = take(sizeof(cache_stats_shard) * cache_stats_shards);
   l.queues = take(queue_ref_bytes * g.queues);

@@ -148,6 +148,7 @@ class controller {
   std::vector<std::unique_ptr<poller>> pollers_;
   std::vector<std::shared_ptr<queue_pair>> queues_;
   uint32_t next_qid_ = 1;
+  std::string failure_;  // what made a poller fail its queues (guarded by mutex_)
 };
 
 }  // namespace deepwell

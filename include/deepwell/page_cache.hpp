@@ -33,6 +33,10 @@ struct cache_config {
   // (resident); or always (registration then reads and pins the whole file).
   enum class file_tier { never, resident, always } direct_files = file_tier::resident;
   uint32_t max_datasets = 64;
+  // The cleaner writes dirty pages back ahead of the CLOCK hand while more
+  // than this share of the slots is dirty (0: never), so that most victims
+  // are clean when the hand reaches them.
+  double clean_threshold = 1.0 / 16;
 };
 
 // Pages one warp may pin at once (one per lane).
@@ -44,7 +48,9 @@ class page_cache {
   page_cache(const page_cache&) = delete;
   page_cache& operator=(const page_cache&) = delete;
 
-  // Serves namespace `nsid` through this cache; returns its dataset id.
+  // Serves namespace `nsid` through this cache; returns its dataset id,
+  // the same id for every call with the same namespace (so that a page of
+  // the namespace lives in one slot whichever arrays view it).
   // Throws deepwell::error if the namespace's block size exceeds the page
   // size or the cache has no room for another dataset.
   uint32_t add_dataset(uint32_t nsid);

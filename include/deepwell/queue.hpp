@@ -255,6 +255,19 @@ class queue_ref {
     return wait_step(cid, deadline_ns, r, true);
   }
 
+  // One step of waiting for cid for a caller that keeps the id whatever
+  // happens (a write-back nobody waits for): true once `r` holds its
+  // completion, or controller_lost when none will come. Never abandons.
+  DW_HD bool try_wait_keep(uint16_t cid, wait_result& r) const {
+    if (try_consume(cid, r)) return true;
+    if (try_poll() != 0 && try_consume(cid, r)) return true;
+    if (!lost()) return false;
+    try_poll();  // completions posted before the stop still count
+    if (try_consume(cid, r)) return true;
+    r.status = request_status::client(client_code::controller_lost);
+    return true;
+  }
+
   // False once the controller failed this queue or stopped (a read across
   // the host link: spin loops use lost() instead).
   DW_HD bool running() const {

@@ -29,6 +29,7 @@ enum class queue_failure : uint32_t {
   none = 0,
   bad_sq_doorbell = 1,  // SQ tail doorbell beyond the ring
   bad_cq_doorbell = 2,  // CQ head doorbell beyond the ring
+  poller_error = 3,     // the poller serving it met an error it cannot recover from (io_uring, out of memory)
 };
 
 struct alignas(128) qp_header {

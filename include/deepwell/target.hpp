@@ -90,9 +90,11 @@ std::shared_ptr<target> wrap_host_memory(void* data, uint64_t bytes, bool writab
 // short_write move half the bytes and report that short count (result <
 // len): the fault target does not retry, the caller must treat it as an
 // error. A delay holds a read or write back by delay_ns (a timer on the
-// caller's engine), then the other rules apply to it.
+// caller's engine), then the other rules apply to it; delay_write holds back
+// writes only. raise throws std::bad_alloc from the read or write call, as
+// an allocation (or an io engine) inside the controller might.
 struct fault_rule {
-  enum kind_t { fail_read, fail_write, fail_flush, short_read, short_write, delay } kind = fail_read;
+  enum kind_t { fail_read, fail_write, fail_flush, short_read, short_write, delay, delay_write, raise } kind = fail_read;
   uint64_t offset = 0;
   uint64_t length = UINT64_MAX;
   int error = 5;            // errno for fail_* (default EIO)

@@ -201,3 +201,15 @@ def test_arrays_left_open_are_closed_at_exit(make_file, tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert (np.fromfile(path, np.uint8).reshape(64, 512)[3] == 9).all()
+
+
+@pytest.mark.parametrize("cache_reads", [True, False])
+def test_gathers_see_scattered_rows(cache_reads):
+    # path=None: a writable array in host memory, which has a direct tier.
+    # Gathers that read it in place would miss rows still dirty in the cache.
+    with open_cpu(None, dtype="uint8", shape=(64, 256), cache_reads=cache_reads) as a:
+        assert not a.in_place  # writable: reads go through the cache
+        rows = np.full((1, 256), 0xAB, np.uint8)
+        a.scatter(np.array([5]), rows)
+        np.testing.assert_array_equal(a.gather(np.array([5])), rows)
+        np.testing.assert_array_equal(a.gather(np.array([4, 6])), np.zeros((2, 256), np.uint8))

@@ -294,3 +294,15 @@ def test_a_program_that_never_closes_exits_cleanly(feature_file):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "closing" not in r.stderr
+
+
+@pytest.mark.parametrize("cache_reads", [True, False])
+def test_gathers_see_scattered_rows_on_the_gpu(cache_reads):
+    # A writable host-memory array: in-place reads would miss dirty rows.
+    with deepwell.open(None, dtype="uint8", shape=(64, 256), cache_reads=cache_reads) as a:
+        assert not a.in_place
+        rows = torch.full((1, 256), 0xAB, dtype=torch.uint8, device="cuda")
+        a.scatter(torch.tensor([5], device="cuda"), rows)
+        assert torch.equal(a.gather(torch.tensor([5], device="cuda")), rows)
+        a.flush()
+        assert torch.equal(a.gather(torch.tensor([5], device="cuda")), rows)

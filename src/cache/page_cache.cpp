@@ -40,6 +40,9 @@ page_cache::page_cache(controller& ctl, const cache_config& cfg, bool gpu) : ctl
   if (cfg_.max_datasets == 0 || cfg_.max_datasets > 65535)
     throw error("page cache: max_datasets must be 1 to 65535");
   if (cfg_.timeout_ns == 0) throw error("page cache: timeout_ns must be positive");
+  if (!(cfg_.clean_threshold >= 0.0 && cfg_.clean_threshold <= 1.0))
+    throw error("page cache: clean_threshold " + std::to_string(cfg_.clean_threshold) +
+                " is not a share of the slots from 0 to 1");
   geo_.page_size = cfg_.page_size;
   geo_.slots = uint32_t(slots);
   // Four directory entries per slot: a bucket of 16 then holds 4 on
@@ -48,6 +51,7 @@ page_cache::page_cache(controller& ctl, const cache_config& cfg, bool gpu) : ctl
   while (buckets * dir_ways < 4 * slots) buckets <<= 1;
   geo_.buckets = uint32_t(buckets);
   geo_.queues = cfg_.queue_pairs;
+  geo_.queue_entries = cfg_.queue_entries;
   geo_.max_datasets = cfg_.max_datasets;
   layout_ = compute_cache_layout(geo_, sizeof(queue_ref));
   qp_geometry control_geometry{4, 4, 4096};
@@ -60,6 +64,7 @@ std::vector<uint8_t> page_cache::initial_metadata(const std::vector<queue_ref>& 
   std::vector<uint8_t> img(layout_.total, 0);
   std::memset(img.data() + layout_.slot_key, 0xFF, uint64_t(geo_.slots) * 8);
   std::memset(img.data() + layout_.dir_keys, 0xFF, uint64_t(geo_.buckets) * dir_ways * 8);
+  std::memset(img.data() + layout_.io_slot, 0xFF, uint64_t(geo_.queues) * geo_.queue_entries * 4);
   std::memcpy(img.data() + layout_.queues, queues.data(), queues.size() * sizeof(queue_ref));
   std::memcpy(img.data() + layout_.datasets, datasets_.data(), datasets_.size() * sizeof(dataset_desc));
   return img;
@@ -70,6 +75,9 @@ void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue
   ref_.state = reinterpret_cast<uint32_t*>(meta + layout_.state);
   ref_.slot_key = reinterpret_cast<uint64_t*>(meta + layout_.slot_key);
   ref_.slot_io = reinterpret_cast<uint32_t*>(meta + layout_.slot_io);
+  ref_.io_slot = reinterpret_cast<uint32_t*>(meta + layout_.io_slot);
+  ref_.orphans = reinterpret_cast<uint32_t*>(meta + layout_.orphans);
+  ref_.dirty_pages = reinterpret_cast<unsigned long long*>(meta + layout_.dirty);
   ref_.dir_keys = reinterpret_cast<uint64_t*>(meta + layout_.dir_keys);
   ref_.dir_slots = reinterpret_cast<uint32_t*>(meta + layout_.dir_slots);
   ref_.dir_locks = reinterpret_cast<uint32_t*>(meta + layout_.dir_locks);
@@ -83,11 +91,22 @@ void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue
   ref_.page_size = geo_.page_size;
   ref_.page_shift = log2u(geo_.page_size);
   ref_.nqueues = uint32_t(queues.size());
+  ref_.io_stride = geo_.queue_entries;
+  ref_.clean_above = uint32_t(cfg_.clean_threshold * geo_.slots);
+  if (cfg_.clean_threshold > 0 && ref_.clean_above == 0) ref_.clean_above = 1;
+  // An eighth of a sweep ahead (at most 4096 slots): far enough that the
+  // write has completed when the hand arrives, near enough that the page
+  // is still a victim then.
+  ref_.clean_ahead = std::max<uint32_t>(1, std::min<uint32_t>(geo_.slots / 8, 4096));
   ref_.timeout_ns = cfg_.timeout_ns;
 }
 
 uint32_t page_cache::add_dataset(uint32_t nsid) {
   const namespace_info info = ctl_.info(nsid);  // throws for an unknown namespace
+  // One id per namespace: cache keys carry the dataset id, so two ids for
+  // one namespace could hold one storage page in two slots.
+  for (uint32_t id = 0; id < datasets_.size(); ++id)
+    if (datasets_[id].nsid == nsid) return id;
   if (info.block_size > geo_.page_size)
     throw error("page cache: namespace " + std::to_string(nsid) + " has " + std::to_string(info.block_size) +
                 "-byte blocks, larger than the cache's " + std::to_string(geo_.page_size) +
@@ -154,7 +173,8 @@ std::string page_cache::dump() const {
     << " bytes, " << geo_.buckets << " directory buckets, " << geo_.queues << " queue pairs, " << datasets_.size()
     << " datasets\n"
     << "  accesses " << s.accesses << ", hits " << s.hits << ", misses " << s.misses << ", waits " << s.waits
-    << ", evictions " << s.evictions << ", write-backs " << s.writebacks << ", errors " << s.errors << "\n"
+    << ", evictions " << s.evictions << ", write-backs " << s.writebacks << " (" << s.cleans
+    << " by the cleaner), orphans reaped " << s.reaped << ", errors " << s.errors << "\n"
     << "  first error: " << describe(last_error()) << "\n"
     << ctl_.dump();
   return o.str();
@@ -193,8 +213,9 @@ class host_page_cache final : public page_cache {
 
   request_status flush() override {
     request_status first{};
+    // A slot at a time, through the same code the GPU's warps run.
     for (uint32_t s = 0; s < geo_.slots; ++s) {
-      const request_status r = ref_.flush_slot(s, s);
+      const request_status r = ref_.flush_warp(one_lane{}, s);
       if (!r.ok() && first.ok()) first = r;
     }
     const request_status n = flush_namespaces();

@@ -257,7 +257,10 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     a->rows.rows = bytes / o.row_bytes;
     a->rows.row_bytes = o.row_bytes;
     a->rows.report = a->device >= 0 ? a->gpu_report : &a->host_report;
-    if (!o.cache_reads) a->rows.in_place = cache->dataset(a->rows.bytes.dataset).direct;
+    // Gathers read rows in place only from read-only datasets: scatters go
+    // through the cache, and a dirty row there is newer than the memory the
+    // direct tier would read (reads see every write made before them).
+    if (!o.cache_reads && !a->writable) a->rows.in_place = cache->dataset(a->rows.bytes.dataset).direct;
     *out = a.release();
   });
 }

@@ -111,17 +111,12 @@ queue_counters queue_pair::counters() const {
 // ---------------------------------------------------------------------------
 // Pollers
 
-namespace {
-
-// One command on its way through a target; pooled per poller.
-struct command_context;
-
-}  // namespace
-
+// Member order matters: `io` is declared last so that it is destroyed
+// first; its destructor waits for operations in flight, which write into the
+// queues' staging and call back into the contexts.
 struct controller::poller {
   controller* owner = nullptr;
   unsigned index = 0;
-  std::unique_ptr<io_engine> io;
   std::thread thread;
   std::atomic<clockid_t> cpu_clock{};
   std::atomic<bool> cpu_clock_valid{false};
@@ -139,12 +134,20 @@ struct controller::poller {
     uint8_t opcode;
     uint32_t bytes;
     context* next_free;
+    // What a retry needs: -EAGAIN and -EINTR are not final answers.
+    const ns_entry* ns;
+    uint8_t* buf;
+    uint64_t offset;
+    bool fua;
+    uint32_t retries;
   };
   std::vector<std::unique_ptr<context[]>> context_blocks;
   context* free_contexts = nullptr;
   bool draining = false;  // stop(): every completion becomes an abort
+  std::unique_ptr<io_engine> io;
 
   void run();
+  void serve_until_stopped(uint64_t spin_ns, uint64_t max_sleep_ns, uint64_t& idle_since, uint64_t& sleep_ns);
   unsigned serve_pass();
   unsigned fetch(queue_pair::impl& q);
   void execute(queue_pair::impl& q, const nvme::command& c);
@@ -152,6 +155,8 @@ struct controller::poller {
                 uint32_t dw1 = 0);
   unsigned post(queue_pair::impl& q);
   void fail_queue(queue_pair::impl& q, queue_failure why);
+  void fail_all(const char* what);
+  void issue(context* c);
   void adopt_incoming();
   void drain();
   context* alloc_context();
@@ -193,6 +198,22 @@ void controller::poller::fail_queue(queue_pair::impl& q, queue_failure why) {
   q.failed = true;
   shared_store_relaxed(&q.header->failure, uint32_t(why));
   shared_store_release(&q.header->state, uint32_t(queue_state::failed));
+}
+
+// An error the poller cannot recover from (an exception out of an io
+// engine or an allocation): every queue it serves fails, so clients' waits
+// end with controller_lost instead of hanging, and the process goes on.
+void controller::poller::fail_all(const char* what) {
+  {
+    std::lock_guard<std::mutex> lock(owner->mutex_);
+    if (owner->failure_.empty()) owner->failure_ = std::string("poller ") + std::to_string(index) + ": " + what;
+  }
+  if (has_incoming.load()) {
+    std::lock_guard<std::mutex> lock(incoming_mutex);
+    for (auto& qp : incoming) queues.push_back(std::move(qp));
+    incoming.clear();
+  }
+  for (auto& qp : queues) fail_queue(*qp->impl_, queue_failure::poller_error);
 }
 
 void controller::poller::complete(queue_pair::impl& q, uint16_t cid, nvme::status s, bool owns_cid, uint32_t dw0,
@@ -239,10 +260,29 @@ unsigned controller::poller::post(queue_pair::impl& q) {
   return n;
 }
 
+// Starts (or restarts) a read, write or flush on its target.
+void controller::poller::issue(context* c) {
+  const io_callback done{&on_io_done, c};
+  if (c->opcode == nvme::op_read)
+    c->ns->data->read(*io, c->buf, c->bytes, c->offset, done);
+  else if (c->opcode == nvme::op_write)
+    c->ns->data->write(*io, c->buf, c->bytes, c->offset, c->fua, done);
+  else
+    c->ns->data->flush(*io, done);
+}
+
 void controller::poller::on_io_done(void* ctx, int64_t result) {
   auto* c = static_cast<context*>(ctx);
   poller* p = c->p;
   queue_pair::impl& q = *c->q;
+  // Interrupted, or out of resources for now: ask again (a bounded number
+  // of times, so that a target that always says so still gets an answer).
+  constexpr uint32_t max_retries = 64;
+  if ((result == -EAGAIN || result == -EINTR) && c->retries < max_retries && !p->draining) {
+    ++c->retries;
+    p->issue(c);
+    return;
+  }
   nvme::status s = nvme::sc::success;
   if (result < 0 || (c->opcode != nvme::op_flush && uint64_t(result) != c->bytes)) {
     const int err = result < 0 ? int(-result) : EIO;  // a short transfer is an I/O error
@@ -306,26 +346,20 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c) {
       complete(q, c.cid, nvme::sc::success, true);
       return;
     }
-    case nvme::op_read: {
-      q.reads.add(1);
-      context* ctx = alloc_context();
-      *ctx = context{this, &q, c.cid, cc.opcode, cc.bytes, nullptr};
-      n.data->read(*io, q.staging + cc.buffer_offset, cc.bytes, cc.byte_offset, io_callback{&on_io_done, ctx});
-      return;
-    }
-    case nvme::op_write: {
-      q.writes.add(1);
-      context* ctx = alloc_context();
-      *ctx = context{this, &q, c.cid, cc.opcode, cc.bytes, nullptr};
-      n.data->write(*io, q.staging + cc.buffer_offset, cc.bytes, cc.byte_offset, cc.fua,
-                    io_callback{&on_io_done, ctx});
-      return;
-    }
+    case nvme::op_read:
+    case nvme::op_write:
     case nvme::op_flush: {
-      q.flushes.add(1);
+      if (cc.opcode == nvme::op_read)
+        q.reads.add(1);
+      else if (cc.opcode == nvme::op_write)
+        q.writes.add(1);
+      else
+        q.flushes.add(1);
       context* ctx = alloc_context();
-      *ctx = context{this, &q, c.cid, cc.opcode, 0, nullptr};
-      n.data->flush(*io, io_callback{&on_io_done, ctx});
+      const uint32_t bytes = cc.opcode == nvme::op_flush ? 0 : cc.bytes;
+      *ctx = context{this, &q, c.cid, cc.opcode, bytes, nullptr, &n, q.staging + cc.buffer_offset,
+                     cc.byte_offset, cc.fua, 0};
+      issue(ctx);
       return;
     }
   }
@@ -402,6 +436,22 @@ void controller::poller::run() {
   // was a few percent of a poller's time.
   uint64_t idle_since = 0;
   uint64_t sleep_ns = 1000;
+  try {
+    serve_until_stopped(spin_ns, max_sleep_ns, idle_since, sleep_ns);
+    drain();
+  } catch (const std::exception& e) {
+    fail_all(e.what());
+  } catch (...) {
+    fail_all("unknown exception");
+  }
+  timespec ts;
+  if (cpu_clock_valid.load() && clock_gettime(cpu_clock.load(), &ts) == 0)
+    final_cpu_seconds.store(double(ts.tv_sec) + ts.tv_nsec * 1e-9);
+  cpu_clock_valid.store(false);
+}
+
+void controller::poller::serve_until_stopped(uint64_t spin_ns, uint64_t max_sleep_ns, uint64_t& idle_since,
+                                             uint64_t& sleep_ns) {
   while (!owner->stopping_.load(std::memory_order_acquire)) {
     if (has_incoming.load(std::memory_order_relaxed)) adopt_incoming();
     const unsigned work = serve_pass();
@@ -428,11 +478,6 @@ void controller::poller::run() {
     nanosleep(&ts, nullptr);
     sleep_ns = std::min(sleep_ns * 2, max_sleep_ns);
   }
-  drain();
-  timespec ts;
-  if (cpu_clock_valid.load() && clock_gettime(cpu_clock.load(), &ts) == 0)
-    final_cpu_seconds.store(double(ts.tv_sec) + ts.tv_nsec * 1e-9);
-  cpu_clock_valid.store(false);
 }
 
 void controller::poller::drain() {
@@ -499,11 +544,7 @@ controller::controller(controller_config cfg)
 controller::~controller() { stop(); }
 
 void controller::stop() {
-  if (stopping_.exchange(true)) {
-    for (auto& p : pollers_)
-      if (p->thread.joinable()) p->thread.join();
-    return;
-  }
+  stopping_.store(true);
   for (auto& p : pollers_)
     if (p->thread.joinable()) p->thread.join();
 }
@@ -635,6 +676,7 @@ std::string controller::dump() const {
   std::ostringstream o;
   o << "controller: " << pollers_.size() << " poller(s), backend " << backend_name() << ", "
     << ns_count_.load() << " namespace(s)" << (stopping_.load() ? ", stopped" : "") << "\n";
+  if (!failure_.empty()) o << "  failed: " << failure_ << "\n";
   for (auto& q : queues_) {
     const qp_header* h = q->header();
     const queue_counters c = q->counters();

@@ -48,9 +48,13 @@ void unregister_shared(void* p) {
   registrations.erase(it);
 }
 
+// Each warp writes back 32 slots at a time, copying the pages together
+// (cache_ref::flush_warp).
 __global__ void flush_slots(cache_ref c, uint32_t* first_error) {
-  for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.nslots; s += gridDim.x * blockDim.x) {
-    const request_status r = c.flush_slot(s, s);
+  const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const uint32_t warps = gridDim.x * blockDim.x / 32;
+  for (uint32_t first = warp * 32; first < c.nslots; first += warps * 32) {
+    const request_status r = c.flush_warp(gpu_warp{}, first);
     if (!r.ok()) atomicCAS(first_error, 0u, r.pack());
   }
 }

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 
 #include "deepwell/error.hpp"
+#include "deepwell/shared_atomic.hpp"
 #include "engines.hpp"
 #include "op_fifo.hpp"
 #include "op_pool.hpp"
@@ -231,7 +233,10 @@ class uring_engine final : public io_engine {
   // Operations in the kernel may still write into caller buffers, so the
   // ring is not closed before each has completed. Their callbacks are not
   // called: what they would call into may already be gone. Cancelling
-  // first ends timers (and anything else that can wait) promptly.
+  // first ends timers (and anything else that can wait) promptly. A device
+  // that never answers must not hang the process: after drain_limit_ns the
+  // ring is closed anyway (the kernel cancels what is left) and we say so.
+  static constexpr uint64_t drain_limit_ns = 10'000'000'000ull;
   void drain_kernel() {
     if (in_kernel_ == 0) return;
     bool cancel_queued = false;
@@ -246,10 +251,17 @@ class uring_engine final : public io_engine {
     unsigned unsubmitted = io_uring_sq_ready(&ring_);
     if (cancel_queued && unsubmitted > 0) --unsubmitted;
     unsigned pending = in_kernel_ - std::min(in_kernel_, unsubmitted);
+    const uint64_t deadline = now_ns() + drain_limit_ns;
     while (pending > 0) {
+      if (now_ns() > deadline) {
+        std::fprintf(stderr, "deepwell: io_uring: %u operation(s) still in flight after %llu s; closing the ring\n",
+                     pending, static_cast<unsigned long long>(drain_limit_ns / 1000000000ull));
+        break;
+      }
       io_uring_cqe* cqe = nullptr;
-      int ret = io_uring_wait_cqe(&ring_, &cqe);
-      if (ret == -EINTR) continue;
+      __kernel_timespec ts{1, 0};
+      int ret = io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+      if (ret == -EINTR || ret == -ETIME) continue;
       if (ret < 0) break;
       if (io_uring_cqe_get_data(cqe) && cqe->user_data != LIBURING_UDATA_TIMEOUT) --pending;
       io_uring_cqe_seen(&ring_, cqe);

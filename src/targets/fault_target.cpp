@@ -4,6 +4,7 @@
 // target or a callback.
 #include <cerrno>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <vector>
 
@@ -41,6 +42,7 @@ class fault_target_impl final : public fault_target {
   void* host_pointer() const override { return nullptr; }
 
   void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
+    if (take(fault_rule::raise, offset, len)) throw std::bad_alloc();
     if (auto d = take(fault_rule::delay, offset, len))
       return delay_then(io, d->delay_ns, {false, buf, len, offset, false, done});
     read_now(io, buf, len, offset, done);
@@ -48,8 +50,10 @@ class fault_target_impl final : public fault_target {
 
   void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua,
              io_callback done) override {
-    if (auto d = take(fault_rule::delay, offset, len))
-      return delay_then(io, d->delay_ns, {true, const_cast<void*>(buf), len, offset, fua, done});
+    if (take(fault_rule::raise, offset, len)) throw std::bad_alloc();
+    auto d = take(fault_rule::delay, offset, len);
+    if (!d) d = take(fault_rule::delay_write, offset, len);
+    if (d) return delay_then(io, d->delay_ns, {true, const_cast<void*>(buf), len, offset, fua, done});
     write_now(io, buf, len, offset, fua, done);
   }
 

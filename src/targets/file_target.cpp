@@ -229,15 +229,29 @@ uint64_t file_bytes(int fd, const struct stat& st, const std::string& path) {
   return bytes;
 }
 
+// A new file's name is durable only once its directory is: fsync it.
+void sync_parent_directory(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  fd_guard d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0) throw error(errno_message("open directory " + dir + " (to make the new file " + path + " durable)", errno));
+  if (fsync(d.fd) != 0) throw error(errno_message("fsync of directory " + dir, errno));
+}
+
 }  // namespace
 
 std::shared_ptr<target> open_file_target(const std::string& path, const file_options& opts) {
   if (opts.create && !opts.writable)
     throw error("cannot create " + path + " read-only: file_options.create needs writable");
   int flags = (opts.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC;
-  if (opts.create) flags |= O_CREAT;
   if (opts.direct) flags |= O_DIRECT;
   fd_guard fd{::open(path.c_str(), flags, 0644)};
+  bool created = false;
+  if (fd.fd < 0 && errno == ENOENT && opts.create) {
+    fd.fd = ::open(path.c_str(), flags | O_CREAT | O_EXCL, 0644);
+    created = fd.fd >= 0;
+    if (fd.fd < 0 && errno == EEXIST) fd.fd = ::open(path.c_str(), flags, 0644);  // another process made it
+  }
   if (fd.fd < 0) {
     int err = errno;
     if (opts.direct && err == EINVAL)
@@ -261,6 +275,12 @@ std::shared_ptr<target> open_file_target(const std::string& path, const file_opt
         throw error(errno_message("sizing " + path + " to " + std::to_string(wanted) + " bytes", errno));
       file_size = wanted;
     }
+  }
+  if (created) {
+    // Its size and its name must survive a crash as much as the data the
+    // controller's Flush makes durable later.
+    if (fsync(fd.fd) != 0) throw error(errno_message("fsync of new file " + path, errno));
+    sync_parent_directory(path);
   }
 
   file_layout layout;

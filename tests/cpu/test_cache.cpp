@@ -26,28 +26,7 @@ constexpr uint64_t seed = 11;
 
 uint64_t expected(uint64_t i, uint64_t s = seed) { return test::pattern_word(i * 8, s); }
 
-// A scratch file (on disk: /var/tmp) removed at the end of the test.
-class scratch_file {
- public:
-  explicit scratch_file(uint64_t bytes, uint64_t s = seed) {
-    std::string tmpl = std::string(access("/var/tmp", W_OK) == 0 ? "/var/tmp" : ".") + "/deepwell-cache-XXXXXX";
-    const int fd = mkstemp(tmpl.data());
-    if (fd < 0) throw std::runtime_error("mkstemp failed");
-    path_ = tmpl;
-    std::vector<uint8_t> buf(1 << 20);
-    for (uint64_t off = 0; off < bytes; off += buf.size()) {
-      const uint64_t n = std::min<uint64_t>(buf.size(), bytes - off);
-      test::fill_pattern(buf.data(), n, off, s);
-      if (pwrite(fd, buf.data(), n, off_t(off)) != ssize_t(n)) throw std::runtime_error("pwrite failed");
-    }
-    ::close(fd);
-  }
-  ~scratch_file() { ::unlink(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using scratch_file = test::scratch_file;
 
 std::shared_ptr<target> pattern_memory(uint64_t bytes, bool writable, uint64_t s = seed) {
   auto t = make_host_memory_target(bytes, writable);
@@ -255,11 +234,16 @@ TEST(Cache, NoReReadBeforeWriteBackCompletes) {
     EXPECT_TRUE(s.ok()) << describe(s);
   });
   // Page 3 needs a slot: CLOCK spares pages 0 and 2 once (use bits), skips
-  // pinned page 1, then evicts page 0 and writes it back (slowly).
+  // pinned page 1, then starts page 0's write-back (slow) and takes page
+  // 2's slot. Page 0 stays cached, and unevictable, until its write lands.
   ASSERT_EQ(ref[3 * 512], expected(3 * 512));
-  h1.release();  // the reader may need this slot to bring page 0 back
+  h1.release();  // the reader may need this slot if page 0 were gone
   reader.join();
   EXPECT_EQ(seen.load(), x);
+  // flush() waits for the write-back in flight and has nothing more to
+  // write: the page is clean once it landed.
+  const request_status fl = cache->flush();
+  EXPECT_TRUE(fl.ok()) << describe(fl);
   EXPECT_EQ(cache->stats().writebacks, 1u);
   EXPECT_EQ(faults->fired(), 2u);
   EXPECT_EQ(static_cast<uint64_t*>(mem->host_pointer())[0], x);

@@ -1,7 +1,13 @@
 // Shared helpers for the CPU tests: deterministic data patterns and scale.
 #pragma once
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "../common/pattern.hpp"
@@ -25,6 +31,32 @@ inline int64_t check_pattern(const void* src, uint64_t bytes, uint64_t offset, u
     if (p[i] != want[i]) return int64_t(i);
   return -1;
 }
+
+// A scratch file filled with the pattern of `seed` (on disk: /var/tmp, where
+// O_DIRECT works), removed at the end of the test.
+class scratch_file {
+ public:
+  explicit scratch_file(uint64_t bytes, uint64_t seed = 11) {
+    std::string tmpl = std::string(access("/var/tmp", W_OK) == 0 ? "/var/tmp" : ".") + "/deepwell-test-XXXXXX";
+    const int fd = mkstemp(tmpl.data());
+    if (fd < 0) throw std::runtime_error("mkstemp failed");
+    path_ = tmpl;
+    std::vector<uint8_t> buf(1 << 20);
+    for (uint64_t off = 0; off < bytes; off += buf.size()) {
+      const uint64_t n = std::min<uint64_t>(buf.size(), bytes - off);
+      fill_pattern(buf.data(), n, off, seed);
+      if (pwrite(fd, buf.data(), n, off_t(off)) != ssize_t(n)) throw std::runtime_error("pwrite failed");
+    }
+    ::close(fd);
+  }
+  ~scratch_file() { ::unlink(path_.c_str()); }
+  scratch_file(const scratch_file&) = delete;
+  scratch_file& operator=(const scratch_file&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // Work sizes shrink under ThreadSanitizer, which is ~10x slower.
 #if defined(DEEPWELL_TSAN_BUILD)

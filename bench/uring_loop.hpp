@@ -38,6 +38,8 @@ inline nlohmann::json uring_loop(const std::string& path, bool direct, uint64_t 
         b = aligned_alloc(4096, block);
         std::memset(b, 0x5A, block);
       }
+      std::mt19937_64 rng(t * 31 + 5);
+      const uint64_t blocks = size / block;
       auto prep = [&](io_uring_sqe* s, unsigned i) {
         const uint64_t off = (rng() % blocks) * block;
         if (write)
@@ -45,8 +47,6 @@ inline nlohmann::json uring_loop(const std::string& path, bool direct, uint64_t 
         else
           io_uring_prep_read(s, fd, bufs[i], block, off);
       };
-      std::mt19937_64 rng(t * 31 + 5);
-      const uint64_t blocks = size / block;
       uint64_t n = 0;
       for (unsigned i = 0; i < depth; ++i) {
         io_uring_sqe* s = io_uring_get_sqe(&ring);

@@ -28,9 +28,15 @@ echo "protocol (must pass):"
 verify reorder-2x2 -DN=4 -DCLIENTS=2 -DK=2 || status=1
 verify wrap-2x3 -DN=2 -DCLIENTS=2 -DK=3 || status=1
 verify greedy-client -DN=2 -DCLIENTS=2 -DK=3 -DGREEDY || status=1
+verify two-outstanding -DN=4 -DCLIENTS=2 -DK=3 -DM=2 || status=1
+verify read-timeouts -DN=4 -DCLIENTS=2 -DK=2 -DM=2 -DTIMEOUTS=2 || status=1
+verify write-timeouts -DN=4 -DCLIENTS=2 -DK=2 -DWRITES -DTIMEOUTS=2 || status=1
+verify stop-drain -DN=4 -DCLIENTS=2 -DK=2 -DM=2 -DSTOP -DTIMEOUTS=1 || status=1
+verify stop-writes -DN=2 -DCLIENTS=2 -DK=2 -DWRITES -DSTOP -DTIMEOUTS=1 || status=1
 echo "broken variants (must fail):"
 for v in "BROKEN_NO_CQ_ROOM -DN=2 -DCLIENTS=2 -DK=3 -DGREEDY" "BROKEN_RING_EARLY -DN=4 -DCLIENTS=2 -DK=2" \
-         "BROKEN_RELEASE_EARLY -DN=2 -DCLIENTS=2 -DK=3" "BROKEN_PHASE -DN=2 -DCLIENTS=2 -DK=3"; do
+         "BROKEN_RELEASE_EARLY -DN=2 -DCLIENTS=2 -DK=3" "BROKEN_PHASE -DN=2 -DCLIENTS=2 -DK=3" \
+         "BROKEN_ABANDON_WRITE -DN=4 -DCLIENTS=2 -DK=2 -DWRITES -DTIMEOUTS=2"; do
   set -- $v
   name=$1; shift
   verify "$name" "-D$name" "$@"

@@ -5,9 +5,20 @@
 // original after a write to the word completed); afterwards the caller
 // checks storage with plain POSIX reads and the cache again after a clear.
 #pragma once
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdint>
+#include <memory>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "deepwell/array.hpp"
+#include "deepwell/page_cache.hpp"
 #include "pattern.hpp"
 
 namespace deepwell::test {
@@ -76,6 +87,117 @@ DW_HD void integrity_round(const Warp& w, const array_ref<uint64_t>& a, const ar
 // What word i must hold once every write has landed.
 inline uint64_t final_word(const uint32_t* written, uint64_t i) {
   return (written[i / 32] >> (i % 32)) & 1 ? written_word(i) : original_word(i);
+}
+
+// ---- the host side both suites share ----
+
+struct integrity_case {
+  const char* name;
+  bool odirect;
+  uint32_t page;
+  bool two_arrays;
+  bool slow_writes;  // some writes held back past the deadline
+};
+inline void PrintTo(const integrity_case& c, std::ostream* os) { *os << c.name; }
+
+// The cases both suites run.
+inline const integrity_case integrity_cases[] = {
+    {"buffered_4k", false, 4096, false, false}, {"odirect_4k", true, 4096, false, false},
+    {"buffered_512", false, 512, false, false}, {"odirect_512", true, 512, false, false},
+    {"two_arrays", false, 4096, true, false},   {"slow_writes", false, 4096, false, true}};
+
+// The dataset file: word i holds original_word(i); removed at the end.
+class integrity_file {
+ public:
+  explicit integrity_file(uint64_t bytes) {
+    std::string tmpl = std::string(access("/var/tmp", W_OK) == 0 ? "/var/tmp" : ".") + "/deepwell-integrity-XXXXXX";
+    const int fd = mkstemp(tmpl.data());
+    if (fd < 0) throw std::runtime_error("mkstemp failed");
+    path_ = tmpl;
+    std::vector<uint64_t> buf(1 << 17);
+    for (uint64_t w0 = 0; w0 < bytes / 8; w0 += buf.size()) {
+      const uint64_t n = std::min<uint64_t>(buf.size(), bytes / 8 - w0);
+      for (uint64_t k = 0; k < n; ++k) buf[k] = original_word(w0 + k);
+      if (pwrite(fd, buf.data(), n * 8, off_t(w0 * 8)) != ssize_t(n * 8)) throw std::runtime_error("pwrite failed");
+    }
+    ::close(fd);
+  }
+  ~integrity_file() { ::unlink(path_.c_str()); }
+  integrity_file(const integrity_file&) = delete;
+  integrity_file& operator=(const integrity_file&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The case's target over the file (writable; O_DIRECT; slow writes through a
+// fault target, returned in `faults`) and its block size. Empty `why_not`
+// unless the case cannot run here (O_DIRECT unsupported, or its alignment
+// larger than the page).
+struct integrity_target {
+  std::shared_ptr<target> t;
+  std::shared_ptr<fault_target> faults;
+  uint32_t block = 512;
+  std::string why_not;
+};
+inline integrity_target open_integrity_target(const integrity_case& c, const std::string& path, uint64_t bytes) {
+  integrity_target r;
+  file_options o;
+  o.writable = true;
+  o.direct = c.odirect;
+  try {
+    r.t = open_file_target(path, o);
+  } catch (const error& e) {
+    r.why_not = e.what();
+    return r;
+  }
+  r.block = std::max<uint32_t>(512, r.t->io_alignment());
+  if (r.block > c.page) {
+    r.why_not = "O_DIRECT here needs " + std::to_string(r.block) + "-byte blocks, more than a page";
+    return r;
+  }
+  if (c.slow_writes) {
+    r.faults = make_fault_target(r.t);
+    fault_rule slow;
+    slow.kind = fault_rule::delay_write;
+    slow.offset = bytes / 3;
+    slow.length = bytes / 64;
+    slow.delay_ns = 500'000'000;  // past integrity_timeout_ns
+    slow.count = 6;
+    r.faults->add_rule(slow);
+    r.t = r.faults;
+  }
+  return r;
+}
+inline uint64_t integrity_timeout_ns(const integrity_case& c) {
+  return c.slow_writes ? 200'000'000ull : 20'000'000'000ull;
+}
+
+// flush() (or clear()) until it stops timing out: writes held back past the
+// deadline make it report a timeout until they have landed.
+template <class F>
+request_status until_no_timeout(F&& f) {
+  request_status r;
+  for (int i = 0; i < 50; ++i) {
+    r = f();
+    if (r.code != client_code::timeout) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return r;
+}
+
+// Words of the file (plain pread) that differ from what they must hold;
+// `first` is one of them.
+inline uint64_t wrong_words_on_storage(const std::string& path, uint64_t bytes, const uint32_t* written, uint64_t& first) {
+  std::vector<uint64_t> file(bytes / 8);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0 || pread(fd, file.data(), bytes, 0) != ssize_t(bytes)) throw std::runtime_error("pread of " + path + " failed");
+  ::close(fd);
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < file.size(); ++i)
+    if (file[i] != final_word(written, i) && bad++ == 0) first = i;
+  return bad;
 }
 
 }  // namespace deepwell::test

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "deepwell/page_cache.hpp"
-#include "test_util.hpp"
+#include "cache_test_support.hpp"
 #include "warp_emulator.hpp"
 
 using namespace deepwell;
@@ -29,20 +29,9 @@ uint64_t expected(uint64_t i, uint64_t s = seed) { return test::pattern_word(i *
 using scratch_file = test::scratch_file;
 
 std::shared_ptr<target> pattern_memory(uint64_t bytes, bool writable, uint64_t s = seed) {
-  auto t = make_host_memory_target(bytes, writable);
-  test::fill_pattern(t->host_pointer(), bytes, 0, s);
-  return t;
+  return test::pattern_memory(bytes, writable, s);
 }
-
-cache_config small_cache(uint64_t pages, uint32_t page_size = 4096) {
-  cache_config c;
-  c.page_size = page_size;
-  c.capacity_bytes = pages * page_size;
-  c.queue_pairs = 2;
-  c.queue_entries = 64;
-  c.timeout_ns = 20ull * 1000000000ull;
-  return c;
-}
+using test::small_cache;
 
 controller_config two_pollers() {
   controller_config c;

@@ -25,92 +25,27 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct integrity_case {
-  const char* name;
-  bool odirect;
-  uint32_t page;
-  bool two_arrays;
-  bool slow_writes;  // some writes held back past the deadline
-};
-
-void PrintTo(const integrity_case& c, std::ostream* os) { *os << c.name; }
-
-class integrity_file {
- public:
-  explicit integrity_file(uint64_t bytes) {
-    std::string tmpl = std::string(access("/var/tmp", W_OK) == 0 ? "/var/tmp" : ".") + "/deepwell-integrity-XXXXXX";
-    const int fd = mkstemp(tmpl.data());
-    if (fd < 0) throw std::runtime_error("mkstemp failed");
-    path_ = tmpl;
-    std::vector<uint64_t> buf(1 << 17);
-    for (uint64_t w0 = 0; w0 < bytes / 8; w0 += buf.size()) {
-      const uint64_t n = std::min<uint64_t>(buf.size(), bytes / 8 - w0);
-      for (uint64_t k = 0; k < n; ++k) buf[k] = test::original_word(w0 + k);
-      if (pwrite(fd, buf.data(), n * 8, off_t(w0 * 8)) != ssize_t(n * 8)) throw std::runtime_error("pwrite failed");
-    }
-    ::close(fd);
-  }
-  ~integrity_file() { ::unlink(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// flush() until it succeeds: writes held back past the deadline make it
-// report a timeout until they have landed.
-request_status flush_until_done(page_cache& cache) {
-  request_status r;
-  for (int i = 0; i < 50; ++i) {
-    r = cache.flush();
-    if (r.code != client_code::timeout) return r;
-    std::this_thread::sleep_for(100ms);
-  }
-  return r;
-}
-
-class Integrity : public testing::TestWithParam<integrity_case> {};
+class Integrity : public testing::TestWithParam<test::integrity_case> {};
 
 }  // namespace
 
 TEST_P(Integrity, RandomReadsAndWritesLoseNothing) {
-  const integrity_case& c = GetParam();
+  const test::integrity_case& c = GetParam();
   const uint64_t bytes = (8ull << 20) / (test::scale_div > 1 ? 4 : 1);
   const uint64_t words = bytes / 8;
-  integrity_file f(bytes);
+  test::integrity_file f(bytes);
   controller_config ctl_cfg;
   ctl_cfg.pollers = 2;
   controller ctl(ctl_cfg);
-  file_options o;
-  o.writable = true;
-  o.direct = c.odirect;
-  std::shared_ptr<target> t;
-  try {
-    t = open_file_target(f.path(), o);
-  } catch (const error& e) {
-    GTEST_SKIP() << e.what();
-  }
-  const uint32_t block = std::max<uint32_t>(512, t->io_alignment());
-  if (block > c.page) GTEST_SKIP() << "O_DIRECT here needs " << block << "-byte blocks, more than a page";
-  std::shared_ptr<fault_target> faults;
-  if (c.slow_writes) {
-    faults = make_fault_target(t);
-    fault_rule slow;
-    slow.kind = fault_rule::delay_write;
-    slow.offset = bytes / 3;
-    slow.length = bytes / 64;
-    slow.delay_ns = 500'000'000;  // past the 200 ms deadline below
-    slow.count = 6;
-    faults->add_rule(slow);
-    t = faults;
-  }
-  const uint32_t ns = ctl.add_namespace({t, block, false});
+  const test::integrity_target t = test::open_integrity_target(c, f.path(), bytes);
+  if (!t.why_not.empty()) GTEST_SKIP() << t.why_not;
+  const uint32_t ns = ctl.add_namespace({t.t, t.block, false});
   cache_config cc;
   cc.page_size = c.page;
   cc.capacity_bytes = bytes / 20;  // 5%
   cc.queue_pairs = 4;
   cc.queue_entries = 64;
-  cc.timeout_ns = c.slow_writes ? 200'000'000ull : 20'000'000'000ull;
+  cc.timeout_ns = test::integrity_timeout_ns(c);
   cc.direct_files = cache_config::file_tier::never;
   auto cache = make_host_page_cache(ctl, cc);
   array<uint64_t> a(cache, ns);
@@ -122,7 +57,8 @@ TEST_P(Integrity, RandomReadsAndWritesLoseNothing) {
   // 8 threads: enough to race, few enough that a loaded 2-core CI machine
   // still schedules the pollers.
   const unsigned threads = 8;
-  const uint32_t ops = uint32_t(8000 / test::scale_div);
+  const uint32_t ops = uint32_t(5000 / test::scale_div);
+  auto flush = [&] { return cache->flush(); };
   for (uint32_t round = 0; round < 3; ++round) {
     std::vector<std::thread> pool;
     for (unsigned th = 0; th < threads; ++th)
@@ -131,7 +67,7 @@ TEST_P(Integrity, RandomReadsAndWritesLoseNothing) {
       });
     for (auto& th : pool) th.join();
     if (round == 1) {  // a flush between rounds: later writes dirty flushed pages again
-      const request_status r = flush_until_done(*cache);
+      const request_status r = test::until_no_timeout(flush);
       ASSERT_TRUE(r.ok()) << describe(r);
     }
   }
@@ -141,24 +77,17 @@ TEST_P(Integrity, RandomReadsAndWritesLoseNothing) {
   }
   EXPECT_GT(counts.writes, 0u);
   EXPECT_GT(counts.reads, 0u);
-  const request_status r = flush_until_done(*cache);
+  const request_status r = test::until_no_timeout(flush);
   ASSERT_TRUE(r.ok()) << describe(r);
-  if (faults) EXPECT_GT(faults->fired(), 0u);
+  if (t.faults) EXPECT_GT(t.faults->fired(), 0u);
 
   // Storage, word for word, through plain POSIX reads.
-  std::vector<uint64_t> file(words);
-  const int fd = ::open(f.path().c_str(), O_RDONLY);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(pread(fd, file.data(), bytes, 0), ssize_t(bytes));
-  ::close(fd);
-  uint64_t bad = 0, first = 0;
-  for (uint64_t i = 0; i < words; ++i)
-    if (file[i] != test::final_word(written.data(), i) && bad++ == 0) first = i;
-  EXPECT_EQ(bad, 0u) << "first wrong word on storage: " << first;
+  uint64_t first = 0;
+  EXPECT_EQ(test::wrong_words_on_storage(f.path(), bytes, written.data(), first), 0u)
+      << "first wrong word on storage: " << first;
 
   // And through the cache again, from empty.
-  request_status cl = cache->clear();
-  for (int i = 0; i < 20 && cl.code == client_code::timeout; ++i) cl = cache->clear();  // short deadlines
+  const request_status cl = test::until_no_timeout([&] { return cache->clear(); });
   ASSERT_TRUE(cl.ok()) << describe(cl);
   std::atomic<uint64_t> cache_bad{0}, cache_failed{0};
   std::vector<std::thread> pool;
@@ -178,15 +107,8 @@ TEST_P(Integrity, RandomReadsAndWritesLoseNothing) {
   EXPECT_EQ(cache_bad.load(), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, Integrity,
-    testing::Values(integrity_case{"buffered_4k", false, 4096, false, false},
-                    integrity_case{"odirect_4k", true, 4096, false, false},
-                    integrity_case{"buffered_512", false, 512, false, false},
-                    integrity_case{"odirect_512", true, 512, false, false},
-                    integrity_case{"two_arrays", false, 4096, true, false},
-                    integrity_case{"slow_writes", false, 4096, false, true}),
-    [](const testing::TestParamInfo<integrity_case>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, Integrity, testing::ValuesIn(test::integrity_cases),
+                         [](const testing::TestParamInfo<test::integrity_case>& i) { return std::string(i.param.name); });
 
 // In-place gathers after scatters, through the C ABI as Python uses it: a
 // writable host-memory array with cache_reads off must still read back

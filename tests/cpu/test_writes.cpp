@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "deepwell/page_cache.hpp"
-#include "test_util.hpp"
+#include "cache_test_support.hpp"
 
 using namespace deepwell;
 using namespace std::chrono_literals;
@@ -22,21 +22,8 @@ namespace {
 constexpr uint64_t seed = 11;
 uint64_t expected(uint64_t i) { return test::pattern_word(i * 8, seed); }
 
-std::shared_ptr<target> pattern_memory(uint64_t bytes, bool writable) {
-  auto t = make_host_memory_target(bytes, writable);
-  test::fill_pattern(t->host_pointer(), bytes, 0, seed);
-  return t;
-}
-
-cache_config small_cache(uint64_t pages, uint32_t page_size = 4096) {
-  cache_config c;
-  c.page_size = page_size;
-  c.capacity_bytes = pages * page_size;
-  c.queue_pairs = 2;
-  c.queue_entries = 64;
-  c.timeout_ns = 20ull * 1000000000ull;
-  return c;
-}
+std::shared_ptr<target> pattern_memory(uint64_t bytes, bool writable) { return test::pattern_memory(bytes, writable, seed); }
+using test::small_cache;
 
 uint64_t word_at(const std::shared_ptr<target>& mem, uint64_t i) {
   return client_atomic<uint64_t>(static_cast<uint64_t*>(mem->host_pointer())[i]).load(memory_order_relaxed);

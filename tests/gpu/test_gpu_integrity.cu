@@ -26,38 +26,6 @@ namespace {
 
 #define CUDA_OK(x) ASSERT_EQ(cudaError_t(x), cudaSuccess) << #x << ": " << cudaGetErrorString(cudaError_t(x))
 
-struct integrity_case {
-  const char* name;
-  bool odirect;
-  uint32_t page;
-  bool two_arrays;
-  bool slow_writes;
-};
-
-void PrintTo(const integrity_case& c, std::ostream* os) { *os << c.name; }
-
-class integrity_file {
- public:
-  explicit integrity_file(uint64_t bytes) {
-    std::string tmpl = "/var/tmp/deepwell-gpu-integrity-XXXXXX";
-    const int fd = mkstemp(tmpl.data());
-    if (fd < 0) throw std::runtime_error("mkstemp failed");
-    path_ = tmpl;
-    std::vector<uint64_t> buf(1 << 17);
-    for (uint64_t w0 = 0; w0 < bytes / 8; w0 += buf.size()) {
-      const uint64_t n = std::min<uint64_t>(buf.size(), bytes / 8 - w0);
-      for (uint64_t k = 0; k < n; ++k) buf[k] = test::original_word(w0 + k);
-      if (pwrite(fd, buf.data(), n * 8, off_t(w0 * 8)) != ssize_t(n * 8)) throw std::runtime_error("pwrite failed");
-    }
-    ::close(fd);
-  }
-  ~integrity_file() { ::unlink(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 __global__ void rounds_kernel(array_ref<uint64_t> a, array_ref<uint64_t> b, uint64_t seed, uint32_t ops,
                               uint32_t write_pct, uint32_t* written, test::integrity_counts* counts) {
   const uint64_t t = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -80,61 +48,31 @@ __global__ void reread_kernel(array_ref<uint64_t> a, const uint32_t* written, te
   atomicAdd(&counts->failed, failed);
 }
 
-request_status flush_until_done(page_cache& cache) {
-  request_status r;
-  for (int i = 0; i < 50; ++i) {
-    r = cache.flush();
-    if (r.code != client_code::timeout) return r;
-    std::this_thread::sleep_for(100ms);
-  }
-  return r;
-}
-
-class GpuIntegrity : public testing::TestWithParam<integrity_case> {};
+class GpuIntegrity : public testing::TestWithParam<test::integrity_case> {};
 
 }  // namespace
 
 TEST_P(GpuIntegrity, RandomReadsAndWritesLoseNothing) {
-  const integrity_case& c = GetParam();
+  const test::integrity_case& c = GetParam();
   const uint64_t bytes = 128ull << 20;
   const uint64_t words = bytes / 8;
-  integrity_file f(bytes);
+  test::integrity_file f(bytes);
   controller_config ctl_cfg;
   ctl_cfg.pollers = 2;
   controller ctl(ctl_cfg);
-  file_options o;
-  o.writable = true;
-  o.direct = c.odirect;
-  std::shared_ptr<target> t;
-  try {
-    t = open_file_target(f.path(), o);
-  } catch (const error& e) {
-    GTEST_SKIP() << e.what();
-  }
-  const uint32_t block = std::max<uint32_t>(512, t->io_alignment());
-  if (block > c.page) GTEST_SKIP() << "O_DIRECT here needs " << block << "-byte blocks, more than a page";
-  std::shared_ptr<fault_target> faults;
-  if (c.slow_writes) {
-    faults = make_fault_target(t);
-    fault_rule slow;
-    slow.kind = fault_rule::delay_write;
-    slow.offset = bytes / 3;
-    slow.length = bytes / 64;
-    slow.delay_ns = 500'000'000;  // past the 200 ms deadline below
-    slow.count = 6;
-    faults->add_rule(slow);
-    t = faults;
-  }
-  const uint32_t ns = ctl.add_namespace({t, block, false});
+  const test::integrity_target t = test::open_integrity_target(c, f.path(), bytes);
+  if (!t.why_not.empty()) GTEST_SKIP() << t.why_not;
+  const uint32_t ns = ctl.add_namespace({t.t, t.block, false});
   cache_config cc;
   cc.page_size = c.page;
   cc.capacity_bytes = bytes / 20;  // 5%
-  cc.timeout_ns = c.slow_writes ? 200'000'000ull : 20'000'000'000ull;
+  cc.timeout_ns = test::integrity_timeout_ns(c);
   cc.direct_files = cache_config::file_tier::never;
   auto cache = make_gpu_page_cache(ctl, cc);
   array<uint64_t> a(cache, ns);
   array<uint64_t> b(cache, ns);
   const array_ref<uint64_t> rb = c.two_arrays ? b.ref() : a.ref();
+  auto flush = [&] { return cache->flush(); };
   // As many warps as the cache lets pin 32 pages each, at most 64 blocks of 128.
   const uint32_t warps = std::min<uint32_t>(cache->slots() / pages_per_warp, 64 * 4);
   const uint32_t block_threads = 128, blocks = warps / 4;
@@ -155,7 +93,7 @@ TEST_P(GpuIntegrity, RandomReadsAndWritesLoseNothing) {
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());
     if (round == 1) {
-      const request_status r = flush_until_done(*cache);
+      const request_status r = test::until_no_timeout(flush);
       ASSERT_TRUE(r.ok()) << describe(r);
     }
   }
@@ -166,26 +104,20 @@ TEST_P(GpuIntegrity, RandomReadsAndWritesLoseNothing) {
   }
   EXPECT_GT(rc.writes, 0u);
   EXPECT_GT(rc.reads, 0u);
-  const request_status r = flush_until_done(*cache);
+  const request_status r = test::until_no_timeout(flush);
   ASSERT_TRUE(r.ok()) << describe(r);
-  if (faults) EXPECT_GT(faults->fired(), 0u);
+  if (t.faults) EXPECT_GT(t.faults->fired(), 0u);
   const cache_stats st = cache->stats();
   std::printf("integrity %s: %llu reads, %llu writes, %llu failed; %llu misses, %llu write-backs (%llu by the cleaner), "
               "%llu orphans reaped\n",
               c.name, rc.reads, rc.writes, rc.failed, (unsigned long long)st.misses,
               (unsigned long long)st.writebacks, (unsigned long long)st.cleans, (unsigned long long)st.reaped);
 
-  std::vector<uint64_t> file(words);
-  const int fd = ::open(f.path().c_str(), O_RDONLY);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(pread(fd, file.data(), bytes, 0), ssize_t(bytes));
-  ::close(fd);
-  uint64_t bad = 0, first = 0;
-  for (uint64_t i = 0; i < words; ++i)
-    if (file[i] != test::final_word(written, i) && bad++ == 0) first = i;
-  EXPECT_EQ(bad, 0u) << "first wrong word on storage: " << first;
+  uint64_t first = 0;
+  EXPECT_EQ(test::wrong_words_on_storage(f.path(), bytes, written, first), 0u) << "first wrong word on storage: " << first;
 
-  ASSERT_TRUE(cache->clear().ok());
+  const request_status cl = test::until_no_timeout([&] { return cache->clear(); });
+  ASSERT_TRUE(cl.ok()) << describe(cl);
   CUDA_OK(cudaMemset(counts, 0, sizeof(*counts)));
   reread_kernel<<<blocks, block_threads>>>(a.ref(), written, counts);
   CUDA_OK(cudaGetLastError());
@@ -196,12 +128,5 @@ TEST_P(GpuIntegrity, RandomReadsAndWritesLoseNothing) {
   cudaFree(counts);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, GpuIntegrity,
-    testing::Values(integrity_case{"buffered_4k", false, 4096, false, false},
-                    integrity_case{"odirect_4k", true, 4096, false, false},
-                    integrity_case{"buffered_512", false, 512, false, false},
-                    integrity_case{"odirect_512", true, 512, false, false},
-                    integrity_case{"two_arrays", false, 4096, true, false},
-                    integrity_case{"slow_writes", false, 4096, false, true}),
-    [](const testing::TestParamInfo<integrity_case>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, GpuIntegrity, testing::ValuesIn(test::integrity_cases),
+                         [](const testing::TestParamInfo<test::integrity_case>& i) { return std::string(i.param.name); });

@@ -142,10 +142,11 @@ def summarize(lines: list[Line], commit: str | None = None, config: dict | None 
         cfg = m.get("config", {})
         if cfg.get("writer_pct", 0) == 0:
             continue
-        key = f"mixed{cfg['writer_pct']}_{cfg.get('location')}_{cfg.get('mode')}_vs_read_only"
+        who = "" if m.get("clients", "gpu") == "gpu" else f"_{m['clients']}"
+        key = f"mixed{cfg['writer_pct']}_{cfg.get('location')}_{cfg.get('mode')}{who}_vs_read_only"
         out["ratios"][key] = get(m, "ratios", "vs_read_only")
     put("ratios", "mixed33_vs_read_only",
-        get(find(lines, "mixed", location="pagecache", mode="elem", writer_pct=33), "ratios", "vs_read_only"))
+        get(find(lines, "mixed", clients="gpu", location="pagecache", mode="elem", writer_pct=33), "ratios", "vs_read_only"))
     # The controller's writes against a plain io_uring write loop on the same
     # file, block size, depth and cores (gpu_block_bench --op write).
     for direct, name in ((False, "pagecache"), (True, "odirect")):

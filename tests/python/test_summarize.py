@@ -99,3 +99,26 @@ class Summarize(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WritePathKeys(unittest.TestCase):
+    def test_mixed_and_write_keys_come_from_their_lines(self):
+        lines = [
+            line("mixed", {"location": "pagecache", "mode": "elem", "writer_pct": 33}, ratios={"vs_read_only": 0.4},
+                 clients="gpu"),
+            line("mixed", {"location": "pagecache", "mode": "elem", "writer_pct": 33}, ratios={"vs_read_only": 0.9},
+                 clients="cpu"),
+            line("mixed", {"location": "hostmem", "mode": "page", "writer_pct": 10}, ratios={"vs_read_only": 0.8},
+                 clients="gpu"),
+            line("block", {"location": "file", "direct": False, "block": 4096, "op": "write"},
+                 ratios={"vs_uring_loop_same_cores": 0.85}, clients="gpu"),
+        ]
+        out = summarize.summarize(lines)
+        self.assertEqual(out["ratios"]["mixed33_vs_read_only"], 0.4)  # the GPU line, not the CPU one
+        self.assertEqual(out["ratios"]["mixed33_pagecache_elem_cpu_vs_read_only"], 0.9)
+        self.assertEqual(out["ratios"]["mixed10_hostmem_page_vs_read_only"], 0.8)
+        self.assertEqual(out["ratios"]["writeback_pagecache_vs_uring_write"], 0.85)
+        self.assertNotIn("writeback_odirect_vs_uring_write", out["ratios"])
+        self.assertIn("writeback_odirect_vs_uring_write", out["missing"])
+        self.assertTrue(out["goals"]["writeback_pagecache_vs_uring_write"]["met"])
+        self.assertFalse(out["goals"]["mixed33_vs_read_only"]["met"])

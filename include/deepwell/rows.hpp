@@ -43,8 +43,13 @@ class rows_ref {
   // direct tier: host memory, or a file in the page cache, mapped), when
   // gathers should read rows from there without caching them: one-touch
   // reads, for rows that are read once (nullptr: through the cache).
-  // Scatters always go through the cache.
+  // Scatters go through the cache, unless in_place_writes: then they write
+  // rows straight into in_place too (a writable dataset in host memory), so
+  // that in-place gathers see every scattered row. A dataset read in place
+  // must never also be written through the cache: a dirty row there would
+  // be newer than the memory those gathers read.
   const uint8_t* in_place = nullptr;
+  bool in_place_writes = false;
 
   // Every row lies inside one page.
   DW_HD bool packed() const { return row_bytes <= bytes.cache.page_size && bytes.cache.page_size % row_bytes == 0; }
@@ -67,6 +72,7 @@ class rows_ref {
       count_failure(s);
       return s;
     }
+    if (in_place && in_place_writes) return write_in_place(w, idx, count, src);
     return move(w, idx, count, const_cast<uint8_t*>(src), true);
   }
 
@@ -152,6 +158,24 @@ class rows_ref {
         array_ref<uint8_t>::copy_bytes(w, mask, row, in_place + r * row_bytes, row_bytes);
       else
         zero(w, mask, row, row_bytes);
+    }
+    w.sync(mask);
+    return {};
+  }
+
+  // Rows straight into the direct tier's (writable) memory, the warp's
+  // lanes sharing each row's bytes.
+  template <class Warp, class Index>
+  DW_HD request_status write_in_place(const Warp& w, const Index* idx, uint64_t count, const uint8_t* src) const {
+    const unsigned mask = w.active();
+    const unsigned lanes = popcount32(mask);
+    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+    for (uint64_t j = rank; j < count; j += lanes)
+      if (as_row(idx[j]) >= rows) count_bad(as_row(idx[j]));
+    uint8_t* base = const_cast<uint8_t*>(in_place);
+    for (uint64_t j = 0; j < count; ++j) {
+      const uint64_t r = as_row(idx[j]);
+      if (r < rows) array_ref<uint8_t>::copy_bytes(w, mask, base + r * row_bytes, src + j * row_bytes, row_bytes);
     }
     w.sync(mask);
     return {};

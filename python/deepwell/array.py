@@ -116,10 +116,10 @@ class Array:
     read a file that is fully in the page cache straight from it;
     "never"; "always": pins the whole file), ``pollers`` (controller
     threads), ``cpu_threads`` (a CPU client's gather threads), ``timeout``
-    (seconds per access), ``cache_reads`` (False: where a read-only array
-    has a direct tier, gathers read rows in place without caching them, for
-    rows read once; writable arrays always read through the cache, which
-    holds their scattered rows).
+    (seconds per access), ``cache_reads`` (False: where there is a direct
+    tier, gathers read rows in place without caching them, for rows read
+    once; a writable array in host memory then scatters in place too, and a
+    writable file reads through the cache, which holds its scattered rows).
     """
 
     def __init__(self, path: Optional[str | os.PathLike] = None, *, dtype="float32", shape=None, offset: int = 0,

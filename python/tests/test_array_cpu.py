@@ -208,8 +208,19 @@ def test_gathers_see_scattered_rows(cache_reads):
     # path=None: a writable array in host memory, which has a direct tier.
     # Gathers that read it in place would miss rows still dirty in the cache.
     with open_cpu(None, dtype="uint8", shape=(64, 256), cache_reads=cache_reads) as a:
-        assert not a.in_place  # writable: reads go through the cache
+        assert a.in_place == (not cache_reads)  # in place both ways, or through the cache both ways
         rows = np.full((1, 256), 0xAB, np.uint8)
         a.scatter(np.array([5]), rows)
         np.testing.assert_array_equal(a.gather(np.array([5])), rows)
         np.testing.assert_array_equal(a.gather(np.array([4, 6])), np.zeros((2, 256), np.uint8))
+
+
+def test_writable_file_with_cache_reads_off_reads_through_the_cache(make_file):
+    # A writable file: its direct tier (a read-only mapping) cannot take
+    # scatters, so gathers go through the cache, which holds them.
+    path, data = make_file(256, 4096)
+    with open_cpu(path, dtype="uint8", shape=(-1, 4096), writable=True, cache_reads=False, cache_size="1MiB") as a:
+        assert not a.in_place
+        rows = np.full((2, 4096), 0x5C, np.uint8)
+        a.scatter(np.array([3, 200]), rows)
+        np.testing.assert_array_equal(a.gather(np.array([3, 200, 4])), np.vstack([rows, data[[4]]]))

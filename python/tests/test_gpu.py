@@ -300,7 +300,7 @@ def test_a_program_that_never_closes_exits_cleanly(feature_file):
 def test_gathers_see_scattered_rows_on_the_gpu(cache_reads):
     # A writable host-memory array: in-place reads would miss dirty rows.
     with deepwell.open(None, dtype="uint8", shape=(64, 256), cache_reads=cache_reads) as a:
-        assert not a.in_place
+        assert a.in_place == (not cache_reads)
         rows = torch.full((1, 256), 0xAB, dtype=torch.uint8, device="cuda")
         a.scatter(torch.tensor([5], device="cuda"), rows)
         assert torch.equal(a.gather(torch.tensor([5], device="cuda")), rows)

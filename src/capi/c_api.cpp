@@ -257,10 +257,21 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     a->rows.rows = bytes / o.row_bytes;
     a->rows.row_bytes = o.row_bytes;
     a->rows.report = a->device >= 0 ? a->gpu_report : &a->host_report;
-    // Gathers read rows in place only from read-only datasets: scatters go
-    // through the cache, and a dirty row there is newer than the memory the
-    // direct tier would read (reads see every write made before them).
-    if (!o.cache_reads && !a->writable) a->rows.in_place = cache->dataset(a->rows.bytes.dataset).direct;
+    // Gathers read rows in place (cache_reads off) where the direct tier
+    // has them. A writable dataset qualifies only in host memory, and then
+    // scatters write rows in place too: a row scattered through the cache
+    // could be dirty there, newer than the memory the gathers read (reads
+    // see every write made before them). Writable files are read through
+    // the cache.
+    if (!o.cache_reads) {
+      const uint8_t* direct = cache->dataset(a->rows.bytes.dataset).direct;
+      if (!a->writable) {
+        a->rows.in_place = direct;
+      } else if (direct && a->ctl->host_pointer(nsid)) {
+        a->rows.in_place = direct;
+        a->rows.in_place_writes = true;
+      }
+    }
     *out = a.release();
   });
 }

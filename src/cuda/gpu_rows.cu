@@ -72,7 +72,7 @@ void launch(const page_cache& cache, const rows_ref& r, const void* idx, uint64_
   // Rows per warp step: as many warps as the GPU holds for small batches
   // (latency), up to a row per lane for large ones (32 pages in flight per warp).
   const uint64_t warps = cap_blocks * warps_per_block;
-  const bool many = r.packed() || (r.in_place && !Scatter);  // several rows per warp step
+  const bool many = r.packed() || (r.in_place && (!Scatter || r.in_place_writes));  // several rows per warp step
   const uint32_t per = many ? uint32_t(std::clamp<uint64_t>((n + warps - 1) / warps, 1, 32)) : 1;
   const uint64_t steps = (n + per - 1) / per;
   const uint64_t blocks = std::clamp<uint64_t>((steps + warps_per_block - 1) / warps_per_block, 1, cap_blocks);

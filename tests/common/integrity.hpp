@@ -41,16 +41,20 @@ DW_HD inline uint64_t integrity_rng(uint64_t& x) {
 // One worker's share of a round: `ops` accesses at random words, a write
 // with probability write_pct / 100. Writes alternate between the views `a`
 // and `b` (two arrays over one namespace when they differ). `written` is a
-// bitmap of words whose write has completed.
+// bitmap of words whose write has completed. With `lanes` > 1 a worker
+// touches only the words i with i % lanes == lane: the pages are still
+// shared, the words are not (for ThreadSanitizer, which rightly calls a
+// plain read and write of one word by two threads a race: the cache is
+// memory, and such a program races on it).
 template <class Warp>
 DW_HD void integrity_round(const Warp& w, const array_ref<uint64_t>& a, const array_ref<uint64_t>& b,
                            uint64_t seed, uint32_t ops, uint32_t write_pct, uint32_t* written,
-                           integrity_counts* counts) {
+                           integrity_counts* counts, uint32_t lanes = 1, uint32_t lane = 0) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   unsigned long long reads = 0, writes = 0, wrong = 0, failed = 0;
   for (uint32_t k = 0; k < ops; ++k) {
     const uint64_t r = integrity_rng(x);
-    const uint64_t i = (r >> 8) % a.size();
+    const uint64_t i = lanes > 1 ? ((r >> 8) % (a.size() / lanes)) * lanes + lane : (r >> 8) % a.size();
     const bool write = (r & 0xFF) % 100 < write_pct;
     const array_ref<uint64_t>& view = (k & 1) ? b : a;
     client_atomic<uint32_t> bits(written[i / 32]);

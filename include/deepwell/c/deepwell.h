@@ -58,10 +58,10 @@ typedef struct dw_open_options {
   uint32_t cpu_threads;  /* threads of a CPU client's gather; 0: cores, at most 16 */
   uint32_t queue_pairs;  /* 0: the cache's default */
   double timeout_s;      /* per access; 0: 30 s */
-  int32_t cache_reads;   /* 1 (default): gathers go through the cache; 0: where a read-only dataset
-                            has a direct tier, gathers read rows there in place without caching
-                            them (writable datasets always read through the cache, which holds
-                            their scattered rows) */
+  int32_t cache_reads;   /* 1 (default): gathers go through the cache; 0: where the dataset has a
+                            direct tier, gathers read rows there in place without caching them
+                            (read-only datasets; writable ones in host memory, whose scatters
+                            then write in place too; writable files read through the cache) */
 } dw_open_options;
 
 typedef struct dw_array_info {
@@ -73,7 +73,7 @@ typedef struct dw_array_info {
   int32_t device;
   int32_t writable;
   int32_t direct_tier; /* reads skip the controller (host memory, or a resident file) */
-  int32_t in_place;    /* gathers read the direct tier in place (cache_reads = 0, read-only, a direct tier) */
+  int32_t in_place;    /* gathers read the direct tier in place (cache_reads = 0 and a direct tier; see cache_reads) */
   char backend[16];    /* the controller's I/O backend: "io_uring" or "threads" */
 } dw_array_info;
 

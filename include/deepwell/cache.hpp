@@ -358,64 +358,80 @@ class cache_ref {
     const uint32_t s = first + popcount32(mask & ((1u << lane) - 1));
     const uint64_t dl = deadline();
     request_status r{};
-    bool claimed = false;
-    uint32_t qi = 0;
-    uint16_t cid = 0;
-    if (s < nslots) {
-      client_atomic<uint32_t> st(state[s]);
-      for (uint32_t i = 0;; ++i) {
-        uint32_t v = st.load(memory_order_acquire);
-        if (v & slot_state::writeback) {  // a write-back in flight: it comes first
-          if ((v & slot_state::orphan) && take_orphan(s)) {
-            request_status e;
-            if (!finish_writeback(s, dl, &e)) {
-              r = request_status::client(client_code::timeout);
-              break;
+    bool pending = s < nslots;  // this lane's slot may still need writing
+    // In rounds: lanes take a command id only if one is free now (never
+    // waiting for one while another lane of the warp holds one: many warps
+    // flushing at once would otherwise wait on each other's ids); lanes left
+    // without one try again once the round's writes have completed.
+    for (uint32_t round = 0;; ++round) {
+      bool claimed = false;
+      uint32_t qi = 0;
+      uint16_t cid = 0;
+      if (pending) {
+        client_atomic<uint32_t> st(state[s]);
+        for (uint32_t i = 0;; ++i) {
+          uint32_t v = st.load(memory_order_acquire);
+          if (v & slot_state::writeback) {  // a write-back in flight: it comes first
+            if ((v & slot_state::orphan) && take_orphan(s)) {
+              request_status e;
+              if (!finish_writeback(s, dl, &e)) {
+                r = request_status::client(client_code::timeout);
+                pending = false;
+                break;
+              }
+              if (!e.ok()) r = e;  // reported; the page is dirty again and written once more below
+              continue;
             }
-            if (!e.ok()) r = e;  // reported; the page is dirty again and written once more below
-            continue;
+          } else if (!(v & slot_state::valid) || (v & (slot_state::busy | slot_state::error)) ||
+                     !(v & slot_state::dirty)) {
+            pending = false;  // nothing (more) to write
+            break;
+          } else if (!(v & slot_state::evict) &&
+                     st.compare_exchange_strong(v, v | slot_state::writeback, memory_order_acquire)) {
+            const request_status a = begin_writeback(s, s, 0, false, qi, cid);
+            if (a.ok()) {
+              claimed = true;
+              pending = false;
+            } else if (a.code != client_code::cache_exhausted || now_ns() > dl) {
+              r = a.code == client_code::cache_exhausted ? request_status::client(client_code::timeout) : a;
+              pending = false;
+            }  // else: no free id now (the slot was handed back): next round
+            break;
           }
-        } else if (!(v & slot_state::valid) || (v & (slot_state::busy | slot_state::error)) ||
-                   !(v & slot_state::dirty)) {
-          break;
-        } else if (!(v & slot_state::evict) &&
-                   st.compare_exchange_strong(v, v | slot_state::writeback, memory_order_acquire)) {
-          const request_status a = begin_writeback(s, s, dl, false, qi, cid);
-          if (a.ok())
-            claimed = true;
-          else
-            r = a;
-          break;
+          if (now_ns() > dl) {
+            r = request_status::client(client_code::timeout);
+            pending = false;
+            break;
+          }
+          backoff(i);
         }
-        if (now_ns() > dl) {
-          r = request_status::client(client_code::timeout);
-          break;
+      }
+      unsigned todo = w.ballot(mask, claimed);
+      const bool any = todo != 0;
+      while (todo) {
+        const unsigned l = lowest_lane(todo);
+        todo &= todo - 1;
+        const uint32_t ls = w.shfl(mask, s, l);
+        const uint32_t lq = w.shfl(mask, qi, l);
+        const uint32_t lc = w.shfl(mask, uint32_t(cid), l);
+        const uint32_t bytes = writeback_bytes(ls);
+        copy_out_warp(w, mask, queues[lq].buffer(uint16_t(lc)), page_data(ls), bytes);
+      }
+      w.sync(mask);
+      if (claimed) {
+        submit_writeback(s, qi, cid, false);
+        if (take_orphan(s)) {
+          request_status e;
+          if (!finish_writeback(s, dl, &e))
+            r = request_status::client(client_code::timeout);
+          else if (!e.ok())
+            r = e;
+          else if (!r.ok() && !(client_atomic<uint32_t>(state[s]).load(memory_order_acquire) & slot_state::dirty))
+            r = {};  // an earlier failed write-back, now written
         }
-        backoff(i);
       }
-    }
-    unsigned todo = w.ballot(mask, claimed);
-    while (todo) {
-      const unsigned l = lowest_lane(todo);
-      todo &= todo - 1;
-      const uint32_t ls = w.shfl(mask, s, l);
-      const uint32_t lq = w.shfl(mask, qi, l);
-      const uint32_t lc = w.shfl(mask, uint32_t(cid), l);
-      const uint32_t bytes = writeback_bytes(ls);
-      copy_out_warp(w, mask, queues[lq].buffer(uint16_t(lc)), page_data(ls), bytes);
-    }
-    w.sync(mask);
-    if (claimed) {
-      submit_writeback(s, qi, cid, false);
-      if (take_orphan(s)) {
-        request_status e;
-        if (!finish_writeback(s, dl, &e))
-          r = request_status::client(client_code::timeout);
-        else if (!e.ok())
-          r = e;
-        else if (!r.ok() && !(client_atomic<uint32_t>(state[s]).load(memory_order_acquire) & slot_state::dirty))
-          r = {};  // an earlier failed write-back, now written
-      }
+      if (!w.ballot(mask, pending)) break;
+      if (!any) backoff(round);  // ids are held by other warps: let their writes complete
     }
     return r;
   }

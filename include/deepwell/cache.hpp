@@ -247,44 +247,6 @@ class cache_ref {
 
   // ---- write-back ----
 
-  // Writes slot s back if it is valid and dirty, and waits for the write
-  // (single thread; for flush(), with no access running). A write-back of
-  // the page already in flight is waited for first. Returns the write's
-  // status: a failed write leaves the page dirty; a write still in flight at
-  // the deadline stays in flight (the page is neither written again nor
-  // evicted until its completion arrives) and the result is a timeout.
-  DW_HD request_status flush_slot(uint32_t s, uint32_t qhint) const {
-    client_atomic<uint32_t> st(state[s]);
-    const uint64_t dl = deadline();
-    request_status earlier{};  // a failed write-back found in flight
-    for (uint32_t i = 0;; ++i) {
-      uint32_t v = st.load(memory_order_acquire);
-      if (v & slot_state::writeback) {
-        if ((v & slot_state::orphan) && take_orphan(s)) {
-          request_status r;
-          if (!finish_writeback(s, dl, &r)) return request_status::client(client_code::timeout);
-          if (!r.ok()) {
-            if (!earlier.ok()) return r;  // failed twice: report it (the page stays dirty)
-            earlier = r;
-          }
-          continue;  // dirty again since? write it once more
-        }
-      } else if (!(v & slot_state::valid) || (v & (slot_state::busy | slot_state::error)) ||
-                 !(v & slot_state::dirty)) {
-        return {};
-      } else if (!(v & slot_state::evict) &&
-                 st.compare_exchange_strong(v, v | slot_state::writeback, memory_order_acquire)) {
-        request_status r = start_writeback(s, qhint, dl, false);
-        if (!r.ok()) return r;
-        if (!take_orphan(s)) continue;  // another thread finished it already: look again
-        if (!finish_writeback(s, dl, &r)) return request_status::client(client_code::timeout);
-        return r;
-      }
-      if (now_ns() > dl) return request_status::client(client_code::timeout);
-      backoff(i);
-    }
-  }
-
   // The caller owns slot s for a write-back: either it set `evict` on an
   // unpinned, valid, dirty slot with its CAS (evictors and the cleaner:
   // nobody can write the page during the copy), or it set `writeback` on a
@@ -325,11 +287,7 @@ class cache_ref {
   }
 
   DW_HD uint32_t writeback_bytes(uint32_t s) const {
-    const uint64_t key = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
-    const dataset_desc& d = datasets[key_dataset(key)];
-    uint32_t nlb;
-    (void)page_lba(d, key, nlb);
-    return nlb * d.block_size;
+    return page_bytes(client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed));
   }
 
   DW_HD void submit_writeback(uint32_t s, uint32_t qi, uint16_t cid, bool evict_claim) const {
@@ -350,7 +308,11 @@ class cache_ref {
   // flush() on a warp: lanes take the slots [first, first + lanes) and
   // write back the dirty ones together, the warp copying each page to
   // staging with 16-byte loads and stores, every write in flight at once;
-  // then each lane waits for its own. Same outcome per slot as flush_slot.
+  // then each lane waits for its own. A write-back of a slot already in
+  // flight is waited for first; a failed write leaves the page dirty; a
+  // write still in flight at the deadline stays in flight (the page is
+  // neither written again nor evicted until its completion arrives) and
+  // the result is a timeout.
   template <class Warp>
   DW_HD request_status flush_warp(const Warp& w, uint32_t first) const {
     const unsigned mask = w.active();
@@ -474,12 +436,8 @@ class cache_ref {
     if (r.status.code != client_code::controller_lost) q.release_cid(cid);
     cache_stats_shard& sh = shard_of(s);
     if (r.status.ok()) {
-      const uint64_t key = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
-      const dataset_desc& d = datasets[key_dataset(key)];
-      uint32_t nlb;
-      (void)page_lba(d, key, nlb);
       client_atomic<unsigned long long>(sh.writebacks).fetch_add(1, memory_order_relaxed);
-      client_atomic<unsigned long long>(sh.bytes_written).fetch_add(uint64_t(nlb) * d.block_size, memory_order_relaxed);
+      client_atomic<unsigned long long>(sh.bytes_written).fetch_add(writeback_bytes(s), memory_order_relaxed);
     } else {
       client_atomic<unsigned long long>(sh.errors).fetch_add(1, memory_order_relaxed);
       set_error(r.status);
@@ -567,6 +525,14 @@ class cache_ref {
     const uint64_t left = d.blocks - lba;
     nlb = left < d.blocks_per_page ? uint32_t(left) : d.blocks_per_page;
     return lba;
+  }
+
+  // The bytes of `key`'s page that are part of its dataset.
+  DW_HD uint32_t page_bytes(uint64_t key) const {
+    const dataset_desc& d = datasets[key_dataset(key)];
+    uint32_t nlb;
+    (void)page_lba(d, key, nlb);
+    return nlb * d.block_size;
   }
 
   // Inserts fill a bucket from its first way, so the scan stops at the
@@ -839,14 +805,12 @@ class cache_ref {
     const uint32_t io = client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed);
     client_atomic<uint32_t>(orphans[io >> 16]).fetch_sub(1, memory_order_relaxed);
     const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
-    uint32_t nlb;
-    (void)page_lba(datasets[key_dataset(k)], k, nlb);
     j.slot = s;
     j.queue = io >> 16;
     j.cid = uint16_t(io & 0xFFFF);
     j.has_io = true;
     j.src = nullptr;
-    j.bytes = nlb * datasets[key_dataset(k)].block_size;
+    j.bytes = page_bytes(k);
     j.step = step_fill;
     return k;
   }
@@ -977,11 +941,7 @@ class cache_ref {
         client_atomic<uint32_t>(state[s]).fetch_or(slot_state::orphan, memory_order_release);  // not ours after all
         continue;
       }
-      if (client_atomic<uint32_t>(state[s]).load(memory_order_acquire) & slot_state::valid) {
-        if (!finish_writeback(s, 0, nullptr)) continue;
-      } else {
-        adopt_orphan(s, qhint);
-      }
+      if (!finish_taken_orphan(s, qhint, 0)) continue;
       client_atomic<unsigned long long>(shard_of(qhint).reaped).fetch_add(1, memory_order_relaxed);
       ++n;
     }
@@ -999,7 +959,15 @@ class cache_ref {
     const uint16_t cid = uint16_t(io & 0xFFFF);
     if (!q.is_done(cid) && (q.try_poll(), !q.is_done(cid))) return false;
     if (!take_orphan(s)) return false;  // another thread is finishing it
-    if (st.load(memory_order_acquire) & slot_state::valid) return finish_writeback(s, 0, nullptr);
+    return finish_taken_orphan(s, qhint, 0);
+  }
+
+  // After take_orphan(s): finishes its I/O by kind: a write-back is settled
+  // once its completion is in (looking until dl; 0: once; false and
+  // orphaned again if it is not), a prefetch's read is awaited and copied in.
+  DW_HD bool finish_taken_orphan(uint32_t s, uint32_t qhint, uint64_t dl) const {
+    if (client_atomic<uint32_t>(state[s]).load(memory_order_acquire) & slot_state::valid)
+      return finish_writeback(s, dl, nullptr);
     adopt_orphan(s, qhint);
     return true;
   }
@@ -1125,12 +1093,8 @@ class cache_ref {
   // Finishes slot s's orphan I/O if it has one (it holds a command id):
   // a prefetch is copied in; a write-back is waited for until the deadline.
   DW_HD void finish_orphan(uint32_t s) const {
-    client_atomic<uint32_t> st(state[s]);
-    if (!(st.load(memory_order_acquire) & slot_state::orphan) || !take_orphan(s)) return;
-    if (st.load(memory_order_acquire) & slot_state::valid)
-      (void)finish_writeback(s, deadline(), nullptr);
-    else
-      adopt_orphan(s, s);
+    if ((client_atomic<uint32_t>(state[s]).load(memory_order_acquire) & slot_state::orphan) && take_orphan(s))
+      (void)finish_taken_orphan(s, s, deadline());
   }
 
   // Empties slot s and its directory entry unless it is dirty (its

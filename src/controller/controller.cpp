@@ -147,7 +147,7 @@ struct controller::poller {
   std::unique_ptr<io_engine> io;
 
   void run();
-  void serve_until_stopped(uint64_t spin_ns, uint64_t max_sleep_ns, uint64_t& idle_since, uint64_t& sleep_ns);
+  void serve_until_stopped();
   unsigned serve_pass();
   unsigned fetch(queue_pair::impl& q);
   void execute(queue_pair::impl& q, const nvme::command& c);
@@ -429,15 +429,8 @@ void controller::poller::run() {
     cpu_clock.store(cid);
     cpu_clock_valid.store(true);
   }
-  const uint64_t spin_ns = uint64_t(owner->cfg_.spin_us) * 1000;
-  const uint64_t max_sleep_ns = uint64_t(owner->cfg_.max_sleep_us) * 1000;
-  // When the first empty pass after work came (0: the last pass found work).
-  // Busy passes read no clock: at millions of requests a second the clock
-  // was a few percent of a poller's time.
-  uint64_t idle_since = 0;
-  uint64_t sleep_ns = 1000;
   try {
-    serve_until_stopped(spin_ns, max_sleep_ns, idle_since, sleep_ns);
+    serve_until_stopped();
     drain();
   } catch (const std::exception& e) {
     fail_all(e.what());
@@ -450,8 +443,14 @@ void controller::poller::run() {
   cpu_clock_valid.store(false);
 }
 
-void controller::poller::serve_until_stopped(uint64_t spin_ns, uint64_t max_sleep_ns, uint64_t& idle_since,
-                                             uint64_t& sleep_ns) {
+void controller::poller::serve_until_stopped() {
+  const uint64_t spin_ns = uint64_t(owner->cfg_.spin_us) * 1000;
+  const uint64_t max_sleep_ns = uint64_t(owner->cfg_.max_sleep_us) * 1000;
+  // When the first empty pass after work came (0: the last pass found work).
+  // Busy passes read no clock: at millions of requests a second the clock
+  // was a few percent of a poller's time.
+  uint64_t idle_since = 0;
+  uint64_t sleep_ns = 1000;
   while (!owner->stopping_.load(std::memory_order_acquire)) {
     if (has_incoming.load(std::memory_order_relaxed)) adopt_incoming();
     const unsigned work = serve_pass();

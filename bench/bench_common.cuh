@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "../src/common/staging_copy.hpp"
+#include "deepwell/detail/staging_copy.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/gpu_client.hpp"
 

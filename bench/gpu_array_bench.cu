@@ -27,12 +27,18 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "ceilings.cuh"
 #include "deepwell/gpu_launch.hpp"
+#include "deepwell/memcpy_ceiling.hpp"
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 
+#if DW_CACHE_PHASE_TIMING
+// The cache's fill-phase hook (detail/cache/phase_timing.hpp): totals per phase.
+__device__ unsigned long long dw_fill_phase_ns[5];
+__device__ void dw_cache_phase_add(int phase, unsigned long long ns) { atomicAdd(&dw_fill_phase_ns[phase], ns); }
+#endif
+
 using namespace deepwell;
-using deepwell::bench::h2d_gbps;
 using deepwell::bench::mix;
 using deepwell::bench::timer;
 using json = nlohmann::json;
@@ -70,7 +76,7 @@ __global__ void hit_page_kernel(array_ref<uint64_t> a, unsigned per_thread, unsi
                                 unsigned long long* failed) {
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const unsigned lane = threadIdx.x & 31;
-  const uint64_t per_page = a.cache.page_size / 8, pages = a.size() / per_page;
+  const uint64_t per_page = a.cache.page_size() / 8, pages = a.size() / per_page;
   uint4 acc = make_uint4(0, 0, 0, 0);
   uint64_t bad = 0;
   for (unsigned k = 0; k < per_thread; ++k) {
@@ -80,7 +86,7 @@ __global__ void hit_page_kernel(array_ref<uint64_t> a, unsigned per_thread, unsi
     for (unsigned l = 0; l < 32; ++l) {
       const uint4* p = reinterpret_cast<const uint4*>(__shfl_sync(0xFFFFFFFFu, uint64_t(mine), l));
       if (!p) continue;
-      for (unsigned v = lane; v < a.cache.page_size / 16; v += 32) {
+      for (unsigned v = lane; v < a.cache.page_size() / 16; v += 32) {
         const uint4 x = p[v];
         acc.x ^= x.x;
         acc.y ^= x.y;
@@ -102,7 +108,7 @@ __device__ __forceinline__ void miss_body(array_ref<uint64_t> a, uint64_t first,
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (tid >= count) return;
   const uint64_t page = ((first + tid) * 0x9E3779B97F4A7C15ull) & (pages - 1);
-  const uint64_t per_page = a.cache.page_size / 8;
+  const uint64_t per_page = a.cache.page_size() / 8;
   request_status s;
   const uint64_t v = a.try_read(page * per_page + (tid % per_page), &s);
   if (!s.ok()) atomicAdd(failed, 1ull);
@@ -264,7 +270,7 @@ elem_result hit_elem_sized(controller& ctl, uint32_t ns, uint64_t data_bytes, ui
 __global__ void write_pages_kernel(array_ref<uint64_t> a, uint64_t count, uint64_t pages, unsigned long long* failed) {
   const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
-  const uint64_t per_page = a.cache.page_size / 8;
+  const uint64_t per_page = a.cache.page_size() / 8;
   __shared__ uint64_t src[8][512];  // one 4 KiB page per warp of a 256-thread block
   uint64_t* mine = src[(threadIdx.x / 32) & 7];
   for (uint64_t w = threadIdx.x & 31; w < per_page; w += 32) mine[w] = ~w;
@@ -319,9 +325,9 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     const unsigned grid = prop.multiProcessorCount * blocks_per_sm;
-    const double link = h2d_gbps();
+    const double link = measure_h2d_gbps();
     const double hbm = hbm_read_gbps(grid, tpb);
-    const double d2h = bench::d2h_gbps();
+    const double d2h = measure_d2h_gbps();
     std::printf("ceilings: cudaMemcpy H2D %.1f GB/s, HBM random 4 KiB reads %.1f GB/s\n", link, hbm);
     unsigned long long *sink, *failed;
     check_cuda(cudaMalloc(&sink, 8), "cudaMalloc");
@@ -428,7 +434,7 @@ int main(int argc, char** argv) {
         cfg.capacity_bytes = cache_bytes;  // holds every page: write-back happens in flush()
         cfg.queue_pairs = queues;
         cfg.queue_entries = entries;
-        cfg.direct = direct;
+        cfg.direct_tier = direct;
         auto cache = make_gpu_page_cache(wctl, cfg);
         array<uint64_t> a(cache, wns);
         cudaMemset(failed, 0, 8);
@@ -556,7 +562,7 @@ int main(int argc, char** argv) {
         cfg.capacity_bytes = std::min<uint64_t>(cache_bytes, uint64_t(page) * (1u << 20));
         cfg.queue_pairs = queues;
         cfg.queue_entries = entries;
-        cfg.direct = direct;
+        cfg.direct_tier = direct;
         cfg.direct_files = cache_config::file_tier::always;  // the file was just written: it is resident
         auto cache = make_gpu_page_cache(ctl, cfg);
         array<uint64_t> a(cache, loc.nsid);

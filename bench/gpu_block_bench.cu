@@ -19,12 +19,11 @@
 #include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/gpu_client.hpp"
+#include "deepwell/memcpy_ceiling.hpp"
 #include "bench_common.cuh"
-#include "ceilings.cuh"
 #include "uring_loop.hpp"
 
 using namespace deepwell;
-using deepwell::bench::h2d_gbps;
 using json = nlohmann::json;
 
 namespace {
@@ -161,7 +160,7 @@ int main(int argc, char** argv) {
       fo.length = size;
       t = open_file_target(path, fo);
     }
-    const double link = h2d_gbps();
+    const double link = measure_h2d_gbps();
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, 0);
     int status = 0;

@@ -34,7 +34,8 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "ceilings.cuh"
+#include "deepwell/memcpy_ceiling.hpp"
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 #include "tiling_gatherer.hpp"
 
@@ -309,7 +310,7 @@ int main(int argc, char** argv) {
     const shape s{data_bytes / row_bytes, row_bytes / 8};
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-    const double link = h2d_gbps();
+    const double link = measure_h2d_gbps();
     std::printf("ceilings: cudaMemcpy H2D %.1f GB/s; dataset %.1f GiB of %u-byte rows, cache %.0f MiB\n", link,
                 data_bytes / double(1 << 30), row_bytes, cache_bytes / double(1 << 20));
     gather_runs b(s, batch, hops, bulk_rows, reps);
@@ -369,7 +370,7 @@ int main(int argc, char** argv) {
         cfg.capacity_bytes = cache_bytes;
         cfg.queue_pairs = queues;
         cfg.queue_entries = entries;
-        cfg.direct = direct;
+        cfg.direct_tier = direct;
         auto cache = make_gpu_page_cache(ctl, cfg);
         array<uint64_t> a(cache, nsid);
         const bool has_direct = cache->dataset(0).direct != nullptr;

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "ceilings.cuh"
 #include "deepwell/gpu_launch.hpp"
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
       cfg.capacity_bytes = cache_bytes;
       cfg.queue_pairs = queues;
       cfg.queue_entries = entries;
-      cfg.direct = p == "direct";
+      cfg.direct_tier = p == "direct";
       deepwell_path d{p, make_gpu_page_cache(ctl, cfg), nullptr};
       d.a = std::make_unique<array<uint64_t>>(d.cache, ns);
       check_launch(*d.cache, indexed_kernel<cache_reader>, grid, tpb);

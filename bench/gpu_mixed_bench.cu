@@ -20,6 +20,7 @@
 
 #include "bench_common.cuh"
 #include "deepwell/gpu_launch.hpp"
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
@@ -59,7 +60,7 @@ __global__ void mixed_kernel(array_ref<uint64_t> a, uint32_t writer_pct, uint32_
   } else {
     __shared__ uint64_t buf[block_threads / 32][512];  // a 4 KiB page per warp
     uint64_t* mine = buf[threadIdx.x / 32];
-    const uint64_t per_page = a.cache.page_size / 8, npages = a.size() / per_page;
+    const uint64_t per_page = a.cache.page_size() / 8, npages = a.size() / per_page;
     for (uint32_t k = 0; k < ops; ++k) {
       const uint64_t p = mix(salt + warp * ops + k) % npages, first = p * per_page;
       if (writer) {
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
       cache_config cc;
       cc.page_size = 4096;
       cc.capacity_bytes = bytes / 20;
-      cc.direct = false;  // every miss through the controller: the write path's home
+      cc.direct_tier = false;  // every miss through the controller: the write path's home
       cc.direct_files = cache_config::file_tier::never;
       auto cache = make_gpu_page_cache(ctl, cc);
       array<uint64_t> a(cache, ns);

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "../src/common/staging_copy.hpp"
+#include "deepwell/detail/staging_copy.hpp"
 
 using json = nlohmann::json;
 namespace {

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
       cache_config cc;
       cc.page_size = 4096;
       cc.capacity_bytes = data / 20;
-      cc.direct = false;
+      cc.direct_tier = false;
       cc.direct_files = cache_config::file_tier::never;
       auto cache = make_host_page_cache(ctl, cc);
       array<uint64_t> a(cache, ns);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "deepwell/gpu_launch.hpp"
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 
 __global__ void gather(deepwell::array_ref<float> feats, const uint64_t* idx, float* out, uint64_t n) {

@@ -1,5 +1,6 @@
 // The deepwell command line.
 //
+//   deepwell settings            (every DEEPWELL_* knob: built-in and current value)
 //   deepwell graph generate --scale 20 --degree 16 [--uniform] [--weights] -o g.dwg
 //   deepwell graph convert edges.txt|matrix.mtx [--symmetrize] -o g.dwg
 //   deepwell graph symmetrize in.dwg -o out.dwg
@@ -9,7 +10,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "deepwell/defaults.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/graph/build.hpp"
 #include "graph_dispatch.hpp"
@@ -70,6 +73,8 @@ void print_info(const std::string& path, bool deep, unsigned threads) {
 int main(int argc, char** argv) {
   CLI::App app{"deepwell: GPU access to data far larger than GPU memory"};
   app.require_subcommand(1);
+  CLI::App* settings = app.add_subcommand("settings", "every DEEPWELL_* setting: its built-in default and the value "
+                                                      "this environment gives it (docs/settings.md)");
   CLI::App* g = app.add_subcommand("graph", "graphs stored as .dwg CSR files: make them and run algorithms on them");
   g->require_subcommand(1);
 
@@ -149,6 +154,14 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
+    if (settings->parsed()) {
+      const std::vector<defaults::knob> knobs = defaults::knobs();  // throws, naming a bad variable
+      std::printf("%-30s %-22s %-14s %s\n", "variable", "built-in", "value", "meaning");
+      for (const defaults::knob& k : knobs)
+        std::printf("%-30s %-22s %-14s %s\n", k.variable.c_str(), k.builtin.c_str(), k.value.c_str(),
+                    k.meaning.c_str());
+      return 0;
+    }
     progress p(!quiet);
     if (gen->parsed()) {
       go.kind = uniform ? generator_options::kind_t::uniform : generator_options::kind_t::kron;

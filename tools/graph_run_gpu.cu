@@ -14,8 +14,8 @@
 #include "deepwell/gpu_client.hpp"
 #include "deepwell/graph/gpu_exec.cuh"
 #include "deepwell/graph/graph_arrays.hpp"
+#include "deepwell/memcpy_ceiling.hpp"  // the H2D ceiling (--baselines)
 #include "deepwell/page_cache.hpp"
-#include "../bench/ceilings.cuh"  // the H2D ceiling every benchmark measures
 #include "graph_dispatch.hpp"
 
 namespace deepwell::tools {
@@ -241,7 +241,7 @@ int run_graph_gpu(const graph_run_options& o) {
     summary["reference_check"] = d.empty();
   }
   if (o.baselines) {
-    const double h2d = bench::h2d_gbps();
+    const double h2d = measure_h2d_gbps();
     const double t_with_load = best_zero + load_seconds;
     const double floor_s = std::max(best_memory, double(needed) / (h2d * 1e9));
     summary["h2d_gbps"] = h2d;

@@ -1,5 +1,6 @@
-// array_ref<T>: a dataset seen as an array of T through the page cache. A
-// trivially copyable view: kernels take it by value, CPU threads share it.
+// array<T> (host) and array_ref<T> (its view): a dataset seen as an array of
+// T through the page cache. array_ref is trivially copyable: kernels take it
+// by value, CPU threads share it.
 //
 //   __global__ void gather(deepwell::array_ref<float> a, const uint64_t* idx, float* out, int n) {
 //     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -16,9 +17,13 @@
 // call; in divergent code each converged group coalesces on its own.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <type_traits>
 
-#include "deepwell/cache.hpp"
+#include "deepwell/error.hpp"
+#include "deepwell/page_cache.hpp"
+#include "deepwell/page_cache_ref.hpp"
 
 namespace deepwell {
 
@@ -41,14 +46,14 @@ class page_handle {
     dirty_ = true;
   }
   DW_HD void release() {
-    if (status_.ok() && cache_.state) cache_.unpin(slot_, dirty_);
+    if (status_.ok() && cache_.attached()) cache_.unpin(slot_, dirty_);
     status_ = request_status::client(client_code::invalid_argument);
   }
 
  private:
   template <class>
   friend class array_ref;
-  cache_ref cache_{};
+  page_cache_ref cache_{};
   T* base_ = nullptr;
   uint64_t first_ = 0;
   uint32_t count_ = 0;
@@ -62,7 +67,7 @@ class array_ref {
   static_assert(std::is_trivially_copyable_v<T>, "array_ref<T> needs a trivially copyable T");
 
  public:
-  cache_ref cache{};
+  page_cache_ref cache{};
   uint32_t dataset = 0;
   uint64_t n = 0;
   bool read_only = false;
@@ -80,10 +85,10 @@ class array_ref {
   DW_HD T read(const Warp& w, uint64_t i, request_status* status) const {
     const bool in = i < n;
     const uint64_t byte = in ? i * sizeof(T) : 0;
-    const warp_pin p = cache.acquire(w, in, make_key(dataset, byte >> cache.page_shift));
+    const warp_pin p = cache.acquire(w, in, make_key(dataset, byte >> cache.page_shift()));
     const request_status s = in ? p.status : request_status::client(client_code::out_of_range);
     T v{};
-    if (s.ok()) v = *reinterpret_cast<const T*>(cache.page_data(p.slot) + (byte & (cache.page_size - 1)));
+    if (s.ok()) v = *reinterpret_cast<const T*>(cache.page_data(p.slot) + (byte & (cache.page_size() - 1)));
     cache.release(w, p, false);
     cache.set_error(s);
     if (status) *status = s;
@@ -99,11 +104,11 @@ class array_ref {
   DW_HD request_status write(const Warp& w, uint64_t i, const T& v) const {
     const bool in = i < n && !read_only;
     const uint64_t byte = in ? i * sizeof(T) : 0;
-    const warp_pin p = cache.acquire(w, in, make_key(dataset, byte >> cache.page_shift));
+    const warp_pin p = cache.acquire(w, in, make_key(dataset, byte >> cache.page_shift()));
     const request_status s = in ? p.status
                                 : request_status::client(read_only && i < n ? client_code::read_only
                                                                             : client_code::out_of_range);
-    if (s.ok()) *reinterpret_cast<T*>(cache.page_data(p.slot) + (byte & (cache.page_size - 1))) = v;
+    if (s.ok()) *reinterpret_cast<T*>(cache.page_data(p.slot) + (byte & (cache.page_size() - 1))) = v;
     cache.release(w, p, s.ok());
     cache.set_error(s);
     return s;
@@ -118,7 +123,7 @@ class array_ref {
   DW_HD page_handle<T> page(const Warp& w, uint64_t i) const {
     const bool in = i < n;
     const uint64_t byte = in ? i * sizeof(T) : 0;
-    const uint64_t pg = byte >> cache.page_shift;
+    const uint64_t pg = byte >> cache.page_shift();
     const warp_pin p = cache.acquire(w, in, make_key(dataset, pg));
     page_handle<T> h;
     h.status_ = in ? p.status : request_status::client(client_code::out_of_range);
@@ -126,7 +131,7 @@ class array_ref {
     if (p.owner) cache.add_pins(p.slot, popcount32(p.peers) - 1);
     w.sync(p.mask);
     if (h.status_.ok()) {
-      const uint64_t per_page = cache.page_size / sizeof(T);
+      const uint64_t per_page = cache.page_size() / sizeof(T);
       h.cache_ = cache;
       h.slot_ = p.slot;
       h.base_ = reinterpret_cast<T*>(cache.page_data(p.slot));
@@ -160,7 +165,7 @@ class array_ref {
   // ---- prefetch: start fetching the page of element i, do not wait ----
   DW_HD void prefetch(uint64_t i) const {
     if (i >= n) return;
-    cache.prefetch(make_key(dataset, (i * sizeof(T)) >> cache.page_shift), this_thread_warp{}.queue_hint());
+    cache.prefetch(make_key(dataset, (i * sizeof(T)) >> cache.page_shift()), this_thread_warp{}.queue_hint());
   }
 
  private:
@@ -175,7 +180,7 @@ class array_ref {
     const unsigned lanes = popcount32(mask);
     const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
     const uint64_t b0 = begin * sizeof(T), b1 = (begin + count) * sizeof(T);
-    const uint64_t p0 = b0 >> cache.page_shift, p1 = (b1 - 1) >> cache.page_shift;
+    const uint64_t p0 = b0 >> cache.page_shift(), p1 = (b1 - 1) >> cache.page_shift();
     request_status result{};
     for (uint64_t base = p0; base <= p1; base += lanes) {
       const uint64_t mine = base + rank;
@@ -190,49 +195,51 @@ class array_ref {
         const unsigned l = lowest_lane(m);
         const uint32_t s = w.shfl(mask, p.slot, l);
         const uint64_t pg = base + popcount32(mask & ((1u << l) - 1));
-        const uint64_t lo = b0 > (pg << cache.page_shift) ? b0 : (pg << cache.page_shift);
-        const uint64_t hi = b1 < ((pg + 1) << cache.page_shift) ? b1 : ((pg + 1) << cache.page_shift);
-        uint8_t* page = cache.page_data(s) + (lo & (cache.page_size - 1));
+        const uint64_t lo = b0 > (pg << cache.page_shift()) ? b0 : (pg << cache.page_shift());
+        const uint64_t hi = b1 < ((pg + 1) << cache.page_shift()) ? b1 : ((pg + 1) << cache.page_shift());
+        uint8_t* page = cache.page_data(s) + (lo & (cache.page_size() - 1));
         uint8_t* other = reinterpret_cast<uint8_t*>(mem) + (lo - b0);
         if (to_cache)
-          copy_bytes(w, mask, page, other, uint32_t(hi - lo));
+          detail::copy_bytes(w, mask, page, other, uint32_t(hi - lo));
         else
-          copy_bytes(w, mask, other, page, uint32_t(hi - lo));
+          detail::copy_bytes(w, mask, other, page, uint32_t(hi - lo));
       }
       if (have && w.lane() == lowest_lane(have))
-        client_atomic<unsigned long long>(cache.shard(w).accesses).fetch_add(popcount32(have), memory_order_relaxed);
+        cache.count_accesses(w, popcount32(have));
       cache.release(w, p, to_cache && p.status.ok() && mine <= p1);
     }
     cache.set_error(result);
     return result;
   }
+};
 
+// A dataset as an array of T. Kernels take ref() by value.
+template <class T>
+class array {
  public:
-  // All lanes of mask copy `bytes` together: 16-byte words when both ends
-  // allow, else 4-byte or single bytes. (Public: the row operations of
-  // rows.hpp copy with it too.)
-  template <class Warp>
-  DW_HD static void copy_bytes(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* src, uint32_t bytes) {
-    const unsigned lanes = popcount32(mask);
-    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
-    const uintptr_t a = uintptr_t(dst) | uintptr_t(src) | bytes;
-#if DW_DEVICE_CODE
-    if ((a & 15) == 0) {
-      for (uint32_t i = rank; i < bytes / 16; i += lanes)
-        reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
-    } else if ((a & 3) == 0) {
-      for (uint32_t i = rank; i < bytes / 4; i += lanes)
-        reinterpret_cast<uint32_t*>(dst)[i] = reinterpret_cast<const uint32_t*>(src)[i];
-    } else {
-      for (uint32_t i = rank; i < bytes; i += lanes) dst[i] = src[i];
-    }
-#else
-    (void)a;
-    const uint32_t chunk = (bytes + lanes - 1) / lanes;
-    const uint32_t from = rank * chunk;
-    if (from < bytes) std::memcpy(dst + from, src + from, bytes - from < chunk ? bytes - from : chunk);
-#endif
+  array(std::shared_ptr<page_cache> cache, uint32_t nsid) : cache_(std::move(cache)) {
+    if (!cache_) throw error("array: no cache");
+    if (cache_->page_size() % sizeof(T) != 0)
+      throw error("array: element size " + std::to_string(sizeof(T)) + " bytes does not divide the page size " +
+                  std::to_string(cache_->page_size()) + " (elements may not straddle pages)");
+    const uint32_t id = cache_->add_dataset(nsid);
+    const dataset_desc& d = cache_->dataset(id);
+    if (d.bytes % sizeof(T) != 0)
+      throw error("array: dataset of namespace " + std::to_string(nsid) + " has " + std::to_string(d.bytes) +
+                  " bytes, not a multiple of the element size " + std::to_string(sizeof(T)));
+    ref_.cache = cache_->ref();
+    ref_.dataset = id;
+    ref_.n = d.bytes / sizeof(T);
+    ref_.read_only = d.read_only != 0;
   }
+  const array_ref<T>& ref() const { return ref_; }
+  uint64_t size() const { return ref_.n; }
+  page_cache& cache() const { return *cache_; }
+  request_status flush() { return cache_->flush(); }
+
+ private:
+  std::shared_ptr<page_cache> cache_;
+  array_ref<T> ref_{};
 };
 
 }  // namespace deepwell

@@ -2,7 +2,7 @@
 // one state word and one key per slot, a translation directory sized by the
 // cache (not the dataset), datasets, statistics. The host owner
 // (page_cache.hpp) allocates all of it in device memory for GPU clients or in
-// host memory for CPU clients; cache_ref (cache.hpp) is the view.
+// host memory for CPU clients; page_cache_ref (page_cache_ref.hpp) is the view.
 #pragma once
 #include <cstdint>
 

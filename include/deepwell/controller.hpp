@@ -1,5 +1,6 @@
 // The controller: a trusted service on the host that serves NVMe-style queue
-// pairs from targets. It runs in-process (this class) and owns
+// pairs from targets. It runs in-process (this class; clients reach it
+// through a controller_link, controller_link.hpp) and owns
 //  - namespaces: datasets over targets, with a logical block size;
 //  - queue pairs: SQ/CQ rings and a staging region in shared memory;
 //  - poller threads: each owns a set of queue pairs and an io_engine; it
@@ -17,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "deepwell/controller_link.hpp"
+#include "deepwell/defaults.hpp"
 #include "deepwell/io_engine.hpp"
 #include "deepwell/nvme.hpp"
 #include "deepwell/queue_layout.hpp"
@@ -31,29 +34,20 @@ struct namespace_config {
   bool read_only = false;      // also forced when the target is not writable
 };
 
-struct namespace_info {
-  uint32_t nsid = 0;
-  uint32_t block_size = 0;
-  uint64_t blocks = 0;  // ceil(bytes / block_size)
-  uint64_t bytes = 0;
-  bool read_only = false;
-  std::string description;
-};
-
+// Defaults come from defaults.hpp (the environment's DEEPWELL_* values,
+// else the built-in ones); what code sets here wins over both.
 struct controller_config {
-  unsigned pollers = 1;
-  io_backend backend = io_backend::automatic;  // DEEPWELL_IO overrides `automatic`
-  unsigned io_depth = 512;                     // per poller
+  unsigned pollers = defaults::pollers();
+  io_backend backend = backend_from_env();     // automatic: io_uring where it works, else threads
+  unsigned io_depth = defaults::io_depth();    // per poller
   bool register_buffers = true;  // io_uring fixed buffers where RLIMIT_MEMLOCK allows
-  uint32_t spin_us = 100;        // busy-poll this long after the last work, then sleep (DEEPWELL_POLLER_SPIN_US)
-  uint32_t max_sleep_us = 200;   // longest sleep between doorbell checks when idle
+  uint32_t spin_us = defaults::poller_spin_us();  // busy-poll this long after the last work, then sleep
+  uint32_t max_sleep_us = defaults::poller_max_sleep_us();  // longest sleep between doorbell checks when idle
   // Commands a poller takes from one queue before it moves on (0: all that
   // are there). Completions of commands served on the spot (host memory)
   // are posted before the poller moves on, so a small batch hands the GPU
-  // its data sooner: 4 KiB misses through the controller ran x1.2 faster
-  // with 16 than with no limit (docs/benchmarks.md). DEEPWELL_POLLER_BATCH
-  // overrides it.
-  uint32_t fetch_batch = 16;
+  // its data sooner (docs/benchmarks.md).
+  uint32_t fetch_batch = defaults::poller_batch();
   uint32_t stop_timeout_ms = 2000;  // how long stop() waits for in-flight I/O and CQ space
 };
 
@@ -120,6 +114,15 @@ class controller {
   // Creates a queue pair served by one of the pollers (round robin).
   // Entries: powers of two, 2 to 65536; slot_bytes: a multiple of 512.
   std::shared_ptr<queue_pair> create_queue_pair(const qp_geometry& g = {});
+  // Stops serving queue pair `qid` (its client is gone): its poller drops it
+  // once the commands it fetched are done, and its shared memory goes with
+  // the last reference. Its counters stay in total_counters(). Unknown ids
+  // are ignored (idempotent).
+  void delete_queue_pair(uint32_t qid);
+  // Queue pairs being served (not deleted).
+  uint32_t queue_pair_count() const;
+  // The counters of one queue pair; throws for an unknown or deleted one.
+  queue_counters counters(uint32_t qid) const;
 
   // Stops the pollers. Every outstanding command completes with an abort
   // status (Command Aborted due to SQ Deletion) and every queue is marked
@@ -147,8 +150,14 @@ class controller {
   std::atomic<uint32_t> ns_count_{0};
   std::vector<std::unique_ptr<poller>> pollers_;
   std::vector<std::shared_ptr<queue_pair>> queues_;
+  queue_counters deleted_counters_;  // of deleted queue pairs (guarded by mutex_)
   uint32_t next_qid_ = 1;
   std::string failure_;  // what made a poller fail its queues (guarded by mutex_)
 };
+
+// A client's handle of a queue pair made with controller::create_queue_pair
+// (tests and benchmarks that drive queues by hand): it maps the memfd as
+// any client does and keeps the queue pair alive; it does not delete it.
+std::unique_ptr<queue_pair_handle> client_handle(std::shared_ptr<queue_pair> qp);
 
 }  // namespace deepwell

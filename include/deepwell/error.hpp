@@ -14,4 +14,9 @@ class error : public std::runtime_error {
 // "open /data/x: No such file or directory" from an errno value.
 std::string errno_message(const std::string& what, int err);
 
+// Throws deepwell::error naming `what` and the CUDA error (its name and
+// text) unless cuda_error is cudaSuccess (0). Defined in the CUDA library
+// (deepwell_cuda).
+void check_cuda(int cuda_error, const char* what);
+
 }  // namespace deepwell

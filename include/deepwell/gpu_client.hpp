@@ -6,29 +6,31 @@
 #pragma once
 #include <memory>
 
-#include "deepwell/controller.hpp"
+#include "deepwell/controller_link.hpp"
+#include "deepwell/error.hpp"
 #include "deepwell/queue.hpp"
 
 namespace deepwell {
 
+class queue_pair;
+
 class gpu_queue_client {
  public:
+  explicit gpu_queue_client(std::unique_ptr<queue_pair_handle> qp);
+  // A queue pair of a controller in this process (tests, benchmarks).
   explicit gpu_queue_client(std::shared_ptr<queue_pair> qp);
   ~gpu_queue_client();
   gpu_queue_client(const gpu_queue_client&) = delete;
   gpu_queue_client& operator=(const gpu_queue_client&) = delete;
 
   const queue_ref& ref() const { return ref_; }
-  queue_pair& pair() const { return *qp_; }
+  queue_pair_handle& pair() const { return *qp_; }
 
  private:
-  std::shared_ptr<queue_pair> qp_;
+  std::unique_ptr<queue_pair_handle> qp_;
   void* device_state_ = nullptr;
   bool registered_ = false;
   queue_ref ref_;
 };
-
-// Throws deepwell::error with the CUDA error's name and `what`.
-void check_cuda(int cuda_error, const char* what);
 
 }  // namespace deepwell

@@ -5,39 +5,42 @@
 #include <cstdint>
 #include <memory>
 
-#include "deepwell/controller.hpp"
+#include "deepwell/controller_link.hpp"
+#include "deepwell/defaults.hpp"
 #include "deepwell/queue.hpp"
 
 namespace deepwell {
 
-constexpr uint64_t default_timeout_ns = 30ull * 1000000000ull;
+class queue_pair;
 
 class host_queue_client {
  public:
+  explicit host_queue_client(std::unique_ptr<queue_pair_handle> qp);
+  // A queue pair of a controller in this process (tests, benchmarks).
   explicit host_queue_client(std::shared_ptr<queue_pair> qp);
   ~host_queue_client();
   host_queue_client(const host_queue_client&) = delete;
   host_queue_client& operator=(const host_queue_client&) = delete;
 
   const queue_ref& ref() const { return ref_; }
-  queue_pair& pair() const { return *qp_; }
+  queue_pair_handle& pair() const { return *qp_; }
 
   // Reads `nblocks` blocks of `block_size` bytes at `lba` into dst.
   request_status read(uint32_t nsid, uint64_t lba, uint32_t nblocks, uint32_t block_size, void* dst,
-                      uint64_t timeout_ns = default_timeout_ns) const;
+                      uint64_t timeout_ns = defaults::timeout_ns()) const;
   request_status write(uint32_t nsid, uint64_t lba, uint32_t nblocks, uint32_t block_size, const void* src,
-                       uint64_t timeout_ns = default_timeout_ns) const;
-  request_status flush(uint32_t nsid, uint64_t timeout_ns = default_timeout_ns) const;
+                       uint64_t timeout_ns = defaults::timeout_ns()) const;
+  request_status flush(uint32_t nsid, uint64_t timeout_ns = defaults::timeout_ns()) const;
   request_status identify(uint32_t nsid, nvme::identify_namespace& out,
-                          uint64_t timeout_ns = default_timeout_ns) const;
+                          uint64_t timeout_ns = defaults::timeout_ns()) const;
   // Sends any command as is (tests use this to send malformed ones). The
   // command's data buffer is the id's staging slot unless the command's prp1
   // is set by `keep_prp1`. `in`/`out` are copied to/from that slot.
   wait_result raw(nvme::command c, bool keep_prp1 = false, const void* in = nullptr, size_t in_bytes = 0,
-                  void* out = nullptr, size_t out_bytes = 0, uint64_t timeout_ns = default_timeout_ns) const;
+                  void* out = nullptr, size_t out_bytes = 0, uint64_t timeout_ns = defaults::timeout_ns()) const;
 
  private:
-  std::shared_ptr<queue_pair> qp_;
+  std::unique_ptr<queue_pair_handle> qp_;
   void* state_ = nullptr;
   queue_ref ref_;
 };

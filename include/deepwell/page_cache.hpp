@@ -1,9 +1,12 @@
-// The page cache's host owner and the array<T> that views a dataset through
-// it. The cache owns its slots and metadata (device memory for GPU clients,
-// host memory for CPU clients), its own queue pairs on the controller, and
-// hands kernels a cache_ref (inside array_ref) by value.
+// The page cache's host owner. The cache owns its slots and metadata
+// (device memory for GPU clients, host memory for CPU clients) and its own
+// queue pairs, which it opens through a controller_link (so the controller
+// may be in this process or, with server mode, another), and hands kernels
+// a page_cache_ref (inside array_ref, array.hpp) by value.
 //
-// Lifetimes: the controller outlives every cache made on it; a cache
+// Lifetimes: a cache made on a controller& needs the controller to outlive
+// it (one made on a link keeps the link, and an owning link its
+// controller); a cache
 // outlives the kernels (or CPU threads) that use its refs. flush(), clear(),
 // stats() and the destructor must not run while a kernel uses the cache
 // (dump() may: it is for watchdogs).
@@ -13,30 +16,40 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/array.hpp"
-#include "deepwell/cache.hpp"
-#include "deepwell/controller.hpp"
+#include "deepwell/page_cache_ref.hpp"
+#include "deepwell/controller.hpp"  // make_*_page_cache(controller&): the in-process link
+#include "deepwell/controller_link.hpp"
+#include "deepwell/defaults.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/host_client.hpp"
 
 namespace deepwell {
 
+// Defaults come from defaults.hpp (the environment's DEEPWELL_* values,
+// else the built-in ones); what code sets here wins over both.
 struct cache_config {
-  uint32_t page_size = 4096;              // 512 B to 64 KiB, a power of two, >= every dataset's block size
-  uint64_t capacity_bytes = 256ull << 20;  // page data; metadata comes on top (about 80 bytes a page)
-  uint32_t queue_pairs = 0;               // 0: 64 for a GPU cache, 4 for a CPU cache
-  uint32_t queue_entries = 512;           // per queue pair (a power of two)
-  uint64_t timeout_ns = 30ull * 1000000000ull;  // deadline of every wait inside an access
-  bool direct = true;                     // read datasets held in host memory directly (no controller round trip)
+  uint32_t page_size = defaults::page_size();  // 512 B to 64 KiB, a power of two, >= every dataset's block size
+  uint64_t capacity_bytes = defaults::cache_bytes();  // page data; metadata comes on top (about 80 bytes a page)
+  uint32_t queue_pairs = 0;  // 0: defaults::gpu_queue_pairs() for a GPU cache, cpu_queue_pairs() for a CPU one
+  uint32_t queue_entries = defaults::queue_entries();  // per queue pair (a power of two)
+  uint64_t timeout_ns = defaults::timeout_ns();        // deadline of every wait inside an access
+  // Datasets with a direct tier (host memory; read-only files, as
+  // direct_files says) are read straight from host memory, with no
+  // controller round trip.
+  bool direct_tier = true;
   // Read-only file datasets through a registered read-only mapping of the
   // file: never; when every page is in the page cache at add_dataset
   // (resident); or always (registration then reads and pins the whole file).
-  enum class file_tier { never, resident, always } direct_files = file_tier::resident;
+  enum class file_tier { never, resident, always } direct_files = file_tier_from(defaults::direct_files());
   uint32_t max_datasets = 64;
   // The cleaner writes dirty pages back ahead of the CLOCK hand while more
   // than this share of the slots is dirty (0: never), so that most victims
   // are clean when the hand reaches them.
-  double clean_threshold = 1.0 / 16;
+  double clean_threshold = defaults::clean_threshold();
+
+  static file_tier file_tier_from(const std::string& name) {
+    return name == "never" ? file_tier::never : name == "always" ? file_tier::always : file_tier::resident;
+  }
 };
 
 // Pages one warp may pin at once (one per lane).
@@ -57,10 +70,10 @@ class page_cache {
   const dataset_desc& dataset(uint32_t id) const;
 
   const cache_config& config() const { return cfg_; }
-  controller& owner() const { return ctl_; }
-  const cache_ref& ref() const { return ref_; }
-  uint32_t slots() const { return ref_.nslots; }
-  uint32_t page_size() const { return ref_.page_size; }
+  controller_link& link() const { return *link_; }
+  const page_cache_ref& ref() const { return ref_; }
+  uint32_t slots() const { return ref_.slots(); }
+  uint32_t page_size() const { return ref_.page_size(); }
   bool on_gpu() const { return gpu_; }
 
   // Throws, naming both numbers, unless `resident_warps` warps can each pin
@@ -81,7 +94,7 @@ class page_cache {
   virtual std::string dump() const;
 
  protected:
-  page_cache(controller& ctl, const cache_config& cfg, bool gpu);
+  page_cache(std::shared_ptr<controller_link> link, const cache_config& cfg, bool gpu);
   // Lays out metadata in `meta` (as the clients see it) and page data in
   // `data`; `queues` are the clients' views of the cache's queue pairs.
   void build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue_ref>& queues);
@@ -95,51 +108,27 @@ class page_cache {
   const uint8_t* direct_source(uint32_t nsid, const namespace_info& info);
   // NVMe Flush of every writable dataset through the control queue.
   request_status flush_namespaces();
+  // The statistics shards and the error flag, where the backend reads them.
+  cache_stats_shard* stats_memory() const { return ref_.stats; }
+  uint32_t* error_memory() const { return ref_.error_word; }
 
-  controller& ctl_;
+  std::shared_ptr<controller_link> link_;
   cache_config cfg_;
   bool gpu_;
   cache_geometry geo_{};
   cache_meta_layout layout_{};
-  cache_ref ref_{};
+  page_cache_ref ref_{};
   std::vector<dataset_desc> datasets_;
-  std::vector<std::shared_ptr<host_mapping>> mappings_;  // file mappings the direct tier reads (outlive registrations)
+  std::vector<std::shared_ptr<const host_mapping>> mappings_;  // what the direct tier reads (outlives registrations)
   std::unique_ptr<host_queue_client> control_;  // flushes and identify from the host
 };
 
 // A CPU-side cache: slots in host memory, CPU threads as clients.
+std::shared_ptr<page_cache> make_host_page_cache(std::shared_ptr<controller_link> link, const cache_config& cfg = {});
 std::shared_ptr<page_cache> make_host_page_cache(controller& ctl, const cache_config& cfg = {});
 // A GPU cache: slots in device memory, GPU threads as clients (deepwell_cuda;
 // declared here, defined in src/cuda/gpu_page_cache.cu).
+std::shared_ptr<page_cache> make_gpu_page_cache(std::shared_ptr<controller_link> link, const cache_config& cfg = {});
 std::shared_ptr<page_cache> make_gpu_page_cache(controller& ctl, const cache_config& cfg = {});
-
-// A dataset as an array of T. Kernels take ref() by value.
-template <class T>
-class array {
- public:
-  array(std::shared_ptr<page_cache> cache, uint32_t nsid) : cache_(std::move(cache)) {
-    if (!cache_) throw error("array: no cache");
-    if (cache_->page_size() % sizeof(T) != 0)
-      throw error("array: element size " + std::to_string(sizeof(T)) + " bytes does not divide the page size " +
-                  std::to_string(cache_->page_size()) + " (elements may not straddle pages)");
-    const uint32_t id = cache_->add_dataset(nsid);
-    const dataset_desc& d = cache_->dataset(id);
-    if (d.bytes % sizeof(T) != 0)
-      throw error("array: dataset of namespace " + std::to_string(nsid) + " has " + std::to_string(d.bytes) +
-                  " bytes, not a multiple of the element size " + std::to_string(sizeof(T)));
-    ref_.cache = cache_->ref();
-    ref_.dataset = id;
-    ref_.n = d.bytes / sizeof(T);
-    ref_.read_only = d.read_only != 0;
-  }
-  const array_ref<T>& ref() const { return ref_; }
-  uint64_t size() const { return ref_.n; }
-  page_cache& cache() const { return *cache_; }
-  request_status flush() { return cache_->flush(); }
-
- private:
-  std::shared_ptr<page_cache> cache_;
-  array_ref<T> ref_{};
-};
 
 }  // namespace deepwell

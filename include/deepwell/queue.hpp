@@ -1,5 +1,5 @@
 // The client side of the queue protocol, written once for CPU threads and GPU
-// threads (BaM section 3.3, with DESIGN.md's protocol rules).
+// threads (BaM section 3.3, with the protocol rules of docs/architecture.md).
 //
 // Submission: a thread holding a command id takes a ticket (an atomic counter
 // in client memory); ticket t owns SQ slot t mod N. Holding a command id

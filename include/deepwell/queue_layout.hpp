@@ -3,7 +3,7 @@
 // ring (64-byte NVMe commands), the completion ring (16-byte completions) and
 // the staging region that data buffers (PRP1, as an offset) point into.
 //
-// Every shared field has a single writer (DESIGN.md, protocol rules):
+// Every shared field has a single writer (docs/architecture.md, "The protocol"):
 //   client writes:     SQ entries, sq_tail_doorbell, cq_head_doorbell, staging (for writes)
 //   controller writes: CQ entries, state, failure, staging (for reads)
 // The controller keeps its own copy of the geometry and never trusts the

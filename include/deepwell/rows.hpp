@@ -52,7 +52,7 @@ class rows_ref {
   bool in_place_writes = false;
 
   // Every row lies inside one page.
-  DW_HD bool packed() const { return row_bytes <= bytes.cache.page_size && bytes.cache.page_size % row_bytes == 0; }
+  DW_HD bool packed() const { return row_bytes <= bytes.cache.page_size() && bytes.cache.page_size() % row_bytes == 0; }
 
   // Rows idx[0 .. count) into dst rows [0 .. count) (rows that fail read as
   // zeros; the failure is in the cache's error flag). Index: a signed or
@@ -155,7 +155,7 @@ class rows_ref {
       const uint64_t r = as_row(idx[j]);
       uint8_t* row = dst + j * row_bytes;
       if (r < rows)
-        array_ref<uint8_t>::copy_bytes(w, mask, row, in_place + r * row_bytes, row_bytes);
+        detail::copy_bytes(w, mask, row, in_place + r * row_bytes, row_bytes);
       else
         zero(w, mask, row, row_bytes);
     }
@@ -175,7 +175,7 @@ class rows_ref {
     uint8_t* base = const_cast<uint8_t*>(in_place);
     for (uint64_t j = 0; j < count; ++j) {
       const uint64_t r = as_row(idx[j]);
-      if (r < rows) array_ref<uint8_t>::copy_bytes(w, mask, base + r * row_bytes, src + j * row_bytes, row_bytes);
+      if (r < rows) detail::copy_bytes(w, mask, base + r * row_bytes, src + j * row_bytes, row_bytes);
     }
     w.sync(mask);
     return {};
@@ -184,7 +184,7 @@ class rows_ref {
   // One row per lane: up to 32 pages in flight per warp.
   template <class Warp, class Index>
   DW_HD request_status move_packed(const Warp& w, const Index* idx, uint64_t count, uint8_t* mem, bool to_cache) const {
-    const cache_ref& c = bytes.cache;
+    const page_cache_ref& c = bytes.cache;
     const unsigned mask = w.active();
     const unsigned lanes = popcount32(mask);
     const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
@@ -196,7 +196,7 @@ class rows_ref {
       const bool in = mine && r < rows;
       if (mine && !in) count_bad(r);
       const uint64_t byte = in ? r * row_bytes : 0;
-      const warp_pin p = c.acquire(w, in, make_key(bytes.dataset, byte >> c.page_shift));
+      const warp_pin p = c.acquire(w, in, make_key(bytes.dataset, byte >> c.page_shift()));
       const bool ok = in && p.status.ok();
       if (in && !ok) count_failure(p.status);
       const unsigned failed = w.ballot(mask, in && !ok);
@@ -208,14 +208,14 @@ class rows_ref {
         const unsigned l = lowest_lane(m);
         const bool lane_ok = w.shfl(mask, ok ? 1u : 0u, l) != 0;
         const uint32_t slot = w.shfl(mask, p.slot, l);
-        const uint32_t off = w.shfl(mask, uint32_t(byte & (c.page_size - 1)), l);
+        const uint32_t off = w.shfl(mask, uint32_t(byte & (c.page_size() - 1)), l);
         uint8_t* row = mem + (base + popcount32(mask & ((1u << l) - 1))) * row_bytes;
         if (lane_ok) {
           uint8_t* page = c.page_data(slot) + off;
           if (to_cache)
-            array_ref<uint8_t>::copy_bytes(w, mask, page, row, row_bytes);
+            detail::copy_bytes(w, mask, page, row, row_bytes);
           else
-            array_ref<uint8_t>::copy_bytes(w, mask, row, page, row_bytes);
+            detail::copy_bytes(w, mask, row, page, row_bytes);
         } else if (!to_cache) {
           zero(w, mask, row, row_bytes);
         }

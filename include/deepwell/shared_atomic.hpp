@@ -1,5 +1,5 @@
 // Loads and stores of fields shared between a client (CPU thread or GPU
-// thread) and the controller. DESIGN.md: such fields have a single writer and
+// thread) and the controller. docs/architecture.md: such fields have a single writer and
 // are never read-modify-written (CPU-GPU atomics on host memory are not
 // supported on our machines); ordering comes from acquire/release at system
 // scope (ld.acquire.sys / st.release.sys on the GPU).

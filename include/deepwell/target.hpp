@@ -10,26 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/host_mapping.hpp"
 #include "deepwell/io_engine.hpp"
 
 namespace deepwell {
-
-// A read-only view of a dataset's bytes in host memory: a MAP_SHARED,
-// PROT_READ mapping of a file (its page cache). `data` is dataset byte 0;
-// [base, base + base_bytes) is the whole page-aligned mapping (what a GPU
-// registers). `resident` is the fraction of its pages in memory when it was
-// made (mincore). Unmapped when the last reference goes.
-struct host_mapping {
-  const uint8_t* data = nullptr;
-  uint64_t bytes = 0;
-  void* base = nullptr;
-  uint64_t base_bytes = 0;
-  double resident = 0;
-  host_mapping() = default;
-  host_mapping(const host_mapping&) = delete;
-  host_mapping& operator=(const host_mapping&) = delete;
-  ~host_mapping();
-};
 
 // A target must outlive the requests it has in flight (their completions
 // call back into it).

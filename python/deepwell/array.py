@@ -109,7 +109,9 @@ class Array:
     ``device`` gives zeroed host memory), ``dtype``, ``shape`` (rows first;
     None: rows of one element, as many as the file holds; ``(-1, D)``: D
     per row, rows from the file's size), ``offset`` (bytes before the data),
-    ``page_size``, ``cache_size`` (bytes or "1GiB"), ``device`` ("cuda",
+    ``page_size``, ``cache_size`` (bytes or "1GiB"; these and ``direct``,
+    ``pollers``, ``timeout`` default to the library's settings: DEEPWELL_*
+    in the environment, else the built-in values, docs/settings.md), ``device`` ("cuda",
     "cuda:N", "cpu"; default: the first GPU, else the CPU), ``writable``,
     ``create`` (make the file, ``shape`` rows long, if missing),
     ``odirect`` (bypass the page cache), ``direct`` ("resident": GPU warps
@@ -123,9 +125,10 @@ class Array:
     """
 
     def __init__(self, path: Optional[str | os.PathLike] = None, *, dtype="float32", shape=None, offset: int = 0,
-                 page_size: int = 4096, cache_size="256MiB", device=None, writable: bool = False,
-                 create: bool = False, odirect: bool = False, direct: str = "resident", pollers: int = 2,
-                 cpu_threads: int = 0, timeout: float = 30.0, queue_pairs: int = 0, cache_reads: bool = True):
+                 page_size: Optional[int] = None, cache_size=None, device=None, writable: bool = False,
+                 create: bool = False, odirect: bool = False, direct: Optional[str] = None,
+                 pollers: Optional[int] = None, cpu_threads: int = 0, timeout: Optional[float] = None,
+                 queue_pairs: int = 0, cache_reads: bool = True):
         self._h = None
         self.dtype = _DType(dtype)
         shape = (-1,) if shape is None else ((shape,) if isinstance(shape, int) else tuple(int(s) for s in shape))
@@ -136,7 +139,7 @@ class Array:
         row_bytes = row_elems * self.dtype.itemsize
         if row_bytes == 0:
             raise InvalidArgument(f"rows of shape {self.row_shape} hold no bytes")
-        if direct not in _DIRECT:
+        if direct is not None and direct not in _DIRECT:
             raise InvalidArgument(f"direct must be one of {sorted(_DIRECT)}, not {direct!r}")
         if path is not None:
             path = os.fspath(path)
@@ -154,18 +157,25 @@ class Array:
         o.offset = int(offset)
         o.length = shape[0] * row_bytes if shape[0] >= 0 and not create else 0
         o.row_bytes = row_bytes
-        o.page_size = int(page_size)
-        o.cache_bytes = parse_bytes(cache_size)
+        # Settings left as None keep the library's defaults (dw_open_options_init:
+        # DEEPWELL_* in the environment, else the built-in ones; docs/settings.md).
+        if page_size is not None:
+            o.page_size = int(page_size)
+        if cache_size is not None:
+            o.cache_bytes = parse_bytes(cache_size)
         o.device = _device_ordinal(device)
         o.writable = int(bool(writable or create or path is None))
         o.create = int(bool(create))
         o.create_bytes = shape[0] * row_bytes if create else 0
         o.odirect = int(bool(odirect))
-        o.direct_files = _DIRECT[direct]
-        o.pollers = int(pollers)
+        if direct is not None:
+            o.direct_files = _DIRECT[direct]
+        if pollers is not None:
+            o.pollers = int(pollers)
         o.cpu_threads = int(cpu_threads)
         o.queue_pairs = int(queue_pairs)
-        o.timeout_s = float(timeout)
+        if timeout is not None:
+            o.timeout_s = float(timeout)
         o.cache_reads = int(bool(cache_reads))
         if shape[0] >= 0 and path is not None and not create:
             have = os.stat(path).st_size if os.path.isfile(path) else None

@@ -224,3 +224,21 @@ def test_writable_file_with_cache_reads_off_reads_through_the_cache(make_file):
         rows = np.full((2, 4096), 0x5C, np.uint8)
         a.scatter(np.array([3, 200]), rows)
         np.testing.assert_array_equal(a.gather(np.array([3, 200, 4])), np.vstack([rows, data[[4]]]))
+
+
+def test_arrays_on_one_file_share_its_cache(make_file):
+    # Two arrays opened on the same file with the same settings share one
+    # dataset and cache in the process: rows scattered through one are
+    # gathered through the other before any flush.
+    path, data = make_file(512, 1024)
+    with open_cpu(path, dtype="uint8", shape=(-1, 1024), writable=True, cache_size="1MiB") as w, \
+            open_cpu(path, dtype="uint8", shape=(-1, 1024), cache_size="1MiB") as r:
+        np.testing.assert_array_equal(r.gather(np.array([7, 9])), data[[7, 9]])
+        rows = np.full((2, 1024), 0x3C, np.uint8)
+        w.scatter(np.array([7, 300]), rows)
+        np.testing.assert_array_equal(r.gather(np.array([7, 300, 9])), np.vstack([rows, data[[9]]]))
+        with pytest.raises(deepwell.Error, match="read-only"):
+            r.scatter(np.array([1]), rows[:1])
+    expect = data.copy()
+    expect[[7, 300]] = 0x3C
+    np.testing.assert_array_equal(np.fromfile(path, np.uint8).reshape(512, 1024), expect)

@@ -306,3 +306,20 @@ def test_gathers_see_scattered_rows_on_the_gpu(cache_reads):
         assert torch.equal(a.gather(torch.tensor([5], device="cuda")), rows)
         a.flush()
         assert torch.equal(a.gather(torch.tensor([5], device="cuda")), rows)
+
+
+def test_arrays_on_one_file_share_its_cache_on_the_gpu(tmp_path):
+    # Two arrays on the same file and settings share one GPU cache: rows
+    # scattered through one are gathered through the other before a flush.
+    path = str(tmp_path / "shared.bin")
+    data = np.arange(256 * 1024, dtype=np.uint32).view(np.uint8).reshape(1024, 1024)
+    data.tofile(path)
+    with deepwell.open(path, dtype="uint8", shape=(-1, 1024), writable=True) as w, \
+            deepwell.open(path, dtype="uint8", shape=(-1, 1024)) as r:
+        ids = torch.tensor([3, 700], device="cuda")
+        assert same(r.gather(ids), torch.from_numpy(data[[3, 700]]))
+        rows = torch.full((2, 1024), 0x7E, dtype=torch.uint8, device="cuda")
+        w.scatter(ids, rows)
+        assert torch.equal(r.gather(ids), rows)
+    got = np.fromfile(path, np.uint8).reshape(1024, 1024)
+    assert (got[[3, 700]] == 0x7E).all() and np.array_equal(got[4], data[4])

@@ -23,7 +23,9 @@ uint32_t log2u(uint32_t v) {
 
 }  // namespace
 
-page_cache::page_cache(controller& ctl, const cache_config& cfg, bool gpu) : ctl_(ctl), cfg_(cfg), gpu_(gpu) {
+page_cache::page_cache(std::shared_ptr<controller_link> link, const cache_config& cfg, bool gpu)
+    : link_(std::move(link)), cfg_(cfg), gpu_(gpu) {
+  if (!link_) throw error("page cache: no controller link");
   if (!is_pow2(cfg_.page_size) || cfg_.page_size < 512 || cfg_.page_size > 65536)
     throw error("page cache: page size " + std::to_string(cfg_.page_size) +
                 " is not a power of two from 512 to 65536 bytes");
@@ -32,7 +34,7 @@ page_cache::page_cache(controller& ctl, const cache_config& cfg, bool gpu) : ctl
                 std::to_string(cfg_.page_size) + " bytes");
   const uint64_t slots = cfg_.capacity_bytes / cfg_.page_size;
   if (slots >= (1ull << 31)) throw error("page cache: " + std::to_string(slots) + " pages is more than 2^31");
-  if (cfg_.queue_pairs == 0) cfg_.queue_pairs = gpu ? 64 : 4;
+  if (cfg_.queue_pairs == 0) cfg_.queue_pairs = gpu ? defaults::gpu_queue_pairs() : defaults::cpu_queue_pairs();
   if (cfg_.queue_pairs > 65535) throw error("page cache: at most 65535 queue pairs");
   if (!is_pow2(cfg_.queue_entries) || cfg_.queue_entries < 4 || cfg_.queue_entries > 65536)
     throw error("page cache: queue entries " + std::to_string(cfg_.queue_entries) +
@@ -55,7 +57,7 @@ page_cache::page_cache(controller& ctl, const cache_config& cfg, bool gpu) : ctl
   geo_.max_datasets = cfg_.max_datasets;
   layout_ = compute_cache_layout(geo_, sizeof(queue_ref));
   qp_geometry control_geometry{4, 4, 4096};
-  control_ = std::make_unique<host_queue_client>(ctl_.create_queue_pair(control_geometry));
+  control_ = std::make_unique<host_queue_client>(link_->open_queue_pair(control_geometry));
 }
 
 page_cache::~page_cache() = default;
@@ -78,18 +80,18 @@ void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue
   ref_.io_slot = reinterpret_cast<uint32_t*>(meta + layout_.io_slot);
   ref_.orphans = reinterpret_cast<uint32_t*>(meta + layout_.orphans);
   ref_.dirty_pages = reinterpret_cast<unsigned long long*>(meta + layout_.dirty);
-  ref_.dir_keys = reinterpret_cast<uint64_t*>(meta + layout_.dir_keys);
-  ref_.dir_slots = reinterpret_cast<uint32_t*>(meta + layout_.dir_slots);
-  ref_.dir_locks = reinterpret_cast<uint32_t*>(meta + layout_.dir_locks);
+  ref_.dir.keys = reinterpret_cast<uint64_t*>(meta + layout_.dir_keys);
+  ref_.dir.slots = reinterpret_cast<uint32_t*>(meta + layout_.dir_slots);
+  ref_.dir.locks = reinterpret_cast<uint32_t*>(meta + layout_.dir_locks);
   ref_.clock = reinterpret_cast<unsigned long long*>(meta + layout_.clock);
   ref_.error_word = reinterpret_cast<uint32_t*>(meta + layout_.error);
   ref_.stats = reinterpret_cast<cache_stats_shard*>(meta + layout_.stats);
   ref_.queues = reinterpret_cast<const queue_ref*>(meta + layout_.queues);
   ref_.datasets = reinterpret_cast<const dataset_desc*>(meta + layout_.datasets);
-  ref_.nslots = geo_.slots;
-  ref_.nbuckets = geo_.buckets;
-  ref_.page_size = geo_.page_size;
-  ref_.page_shift = log2u(geo_.page_size);
+  ref_.nslots_ = geo_.slots;
+  ref_.dir.nbuckets = geo_.buckets;
+  ref_.page_size_ = geo_.page_size;
+  ref_.page_shift_ = log2u(geo_.page_size);
   ref_.nqueues = uint32_t(queues.size());
   ref_.io_stride = geo_.queue_entries;
   ref_.clean_above = uint32_t(cfg_.clean_threshold * geo_.slots);
@@ -102,7 +104,7 @@ void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue
 }
 
 uint32_t page_cache::add_dataset(uint32_t nsid) {
-  const namespace_info info = ctl_.info(nsid);  // throws for an unknown namespace
+  const namespace_info info = link_->info(nsid);  // throws for an unknown namespace
   // One id per namespace: cache keys carry the dataset id, so two ids for
   // one namespace could hold one storage page in two slots.
   for (uint32_t id = 0; id < datasets_.size(); ++id)
@@ -130,12 +132,12 @@ uint32_t page_cache::add_dataset(uint32_t nsid) {
 }
 
 const uint8_t* page_cache::direct_source(uint32_t nsid, const namespace_info& info) {
-  if (!cfg_.direct) return nullptr;
-  if (void* p = ctl_.host_pointer(nsid)) return direct_pointer(p, (info.bytes + 4095) / 4096 * 4096, false);
-  if (!info.read_only || cfg_.direct_files == cache_config::file_tier::never) return nullptr;
-  std::shared_ptr<host_mapping> m = ctl_.map_readonly(nsid);
-  if (!m || (cfg_.direct_files == cache_config::file_tier::resident && m->resident < 1.0)) return nullptr;
-  const uint8_t* base = direct_pointer(m->base, m->base_bytes, true);
+  if (!cfg_.direct_tier) return nullptr;
+  const bool files = info.read_only && cfg_.direct_files != cache_config::file_tier::never;
+  std::shared_ptr<const host_mapping> m = link_->map_dataset(nsid, files);
+  if (!m) return nullptr;
+  if (m->file && cfg_.direct_files == cache_config::file_tier::resident && m->resident < 1.0) return nullptr;
+  const uint8_t* base = direct_pointer(m->base, m->base_bytes, m->file);
   if (!base) return nullptr;
   mappings_.push_back(m);
   return base + (m->data - static_cast<const uint8_t*>(m->base));
@@ -176,7 +178,7 @@ std::string page_cache::dump() const {
     << ", evictions " << s.evictions << ", write-backs " << s.writebacks << " (" << s.cleans
     << " by the cleaner), orphans reaped " << s.reaped << ", errors " << s.errors << "\n"
     << "  first error: " << describe(last_error()) << "\n"
-    << ctl_.dump();
+    << link_->dump();
   return o.str();
 }
 
@@ -187,11 +189,12 @@ namespace {
 
 class host_page_cache final : public page_cache {
  public:
-  host_page_cache(controller& ctl, const cache_config& cfg) : page_cache(ctl, cfg, false) {
+  host_page_cache(std::shared_ptr<controller_link> link, const cache_config& cfg)
+      : page_cache(std::move(link), cfg, false) {
     qp_geometry g{cfg_.queue_entries, cfg_.queue_entries, geo_.page_size};
     std::vector<queue_ref> refs;
     for (uint32_t i = 0; i < cfg_.queue_pairs; ++i) {
-      clients_.push_back(std::make_unique<host_queue_client>(ctl_.create_queue_pair(g)));
+      clients_.push_back(std::make_unique<host_queue_client>(link_->open_queue_pair(g)));
       refs.push_back(clients_.back()->ref());
     }
     meta_ = static_cast<uint8_t*>(std::aligned_alloc(128, layout_.total));
@@ -235,18 +238,18 @@ class host_page_cache final : public page_cache {
   cache_stats stats() const override {
     std::vector<cache_stats_shard> copy(cache_stats_shards);
     for (uint32_t i = 0; i < cache_stats_shards; ++i) {
-      auto* src = reinterpret_cast<unsigned long long*>(&ref_.stats[i]);
+      auto* src = reinterpret_cast<unsigned long long*>(&stats_memory()[i]);
       auto* dst = reinterpret_cast<unsigned long long*>(&copy[i]);
       for (size_t k = 0; k < sizeof(cache_stats_shard) / 8; ++k)
         dst[k] = client_atomic<unsigned long long>(src[k]).load(memory_order_relaxed);
     }
     return sum_stats(copy.data(), cache_stats_shards);
   }
-  void reset_stats() override { std::memset(static_cast<void*>(ref_.stats), 0, sizeof(cache_stats_shard) * cache_stats_shards); }
+  void reset_stats() override { std::memset(static_cast<void*>(stats_memory()), 0, sizeof(cache_stats_shard) * cache_stats_shards); }
   request_status last_error() const override {
-    return request_status::unpack(client_atomic<uint32_t>(*ref_.error_word).load(memory_order_relaxed));
+    return request_status::unpack(client_atomic<uint32_t>(*error_memory()).load(memory_order_relaxed));
   }
-  void clear_error() override { client_atomic<uint32_t>(*ref_.error_word).store(0, memory_order_relaxed); }
+  void clear_error() override { client_atomic<uint32_t>(*error_memory()).store(0, memory_order_relaxed); }
 
  protected:
   void write_dataset(uint32_t id, const dataset_desc& d) override {
@@ -262,8 +265,12 @@ class host_page_cache final : public page_cache {
 
 }  // namespace
 
+std::shared_ptr<page_cache> make_host_page_cache(std::shared_ptr<controller_link> link, const cache_config& cfg) {
+  return std::make_shared<host_page_cache>(std::move(link), cfg);
+}
+
 std::shared_ptr<page_cache> make_host_page_cache(controller& ctl, const cache_config& cfg) {
-  return std::make_shared<host_page_cache>(ctl, cfg);
+  return make_host_page_cache(in_process_link(ctl), cfg);
 }
 
 }  // namespace deepwell

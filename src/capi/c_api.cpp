@@ -1,29 +1,58 @@
 // The C ABI of include/deepwell/c/deepwell.h: a controller, one namespace and
-// one page cache per handle; gathers and scatters of rows through rows_ref,
-// by GPU kernels (gpu_hooks) or CPU threads. Every entry point catches
+// one page cache per dataset, shared by the handles opened on it; gathers and scatters of rows through rows_ref,
+// by GPU kernels (cuda_shim.hpp) or CPU threads. Every entry point catches
 // everything and turns it into an error code and a message.
 #include "deepwell/c/deepwell.h"
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "deepwell/array.hpp"
+#include "deepwell/controller.hpp"
+#include "deepwell/defaults.hpp"
 #include "deepwell/detail/parallel.hpp"
 #include "deepwell/page_cache.hpp"
 #include "deepwell/rows.hpp"
-#include "gpu_hooks.hpp"
+#include "cuda_shim.hpp"
 #include "last_error.hpp"
 
 using namespace deepwell;
 
-struct dw_array {
-  std::unique_ptr<controller> ctl;
+namespace deepwell::capi {
+
+// A dataset as the C ABI serves it: its controller (through an owning
+// link), namespace and cache. Arrays opened on the same file (the same
+// inode, offset and length) with the same device and cache settings share
+// one, so a page has one copy in the process whichever of them gathers or
+// scatters it: a scatter through one is seen by a gather through another.
+// (Arrays on one file with different settings have caches of their own,
+// which see each other's writes only after a flush and a clear.)
+struct shared_dataset {
+  std::shared_ptr<controller> ctl;
+  std::shared_ptr<controller_link> link;
+  uint32_t nsid = 0;
+  bool writable = false;
   std::unique_ptr<array<uint8_t>> bytes;  // holds the cache
+  ~shared_dataset() {
+    bytes.reset();  // the cache (and its queue pairs) before the controller
+    link.reset();
+    ctl.reset();
+  }
+};
+
+}  // namespace deepwell::capi
+
+struct dw_array {
+  std::shared_ptr<capi::shared_dataset> data;
   rows_ref rows{};
   int device = -1;  // -1: CPU clients
   unsigned cpu_threads = 1;
@@ -33,12 +62,12 @@ struct dw_array {
   unsigned* gate = nullptr;              // GPU clients: the row kernels' gate (gpu_rows.hpp)
 
   ~dw_array() {  // also after a failed open
-    bytes.reset();
-    ctl.reset();
+    data.reset();
     capi::gpu_report_free(gpu_report);
     capi::gpu_gate_free(gate);
   }
-  page_cache& cache() const { return bytes->cache(); }
+  page_cache& cache() const { return data->bytes->cache(); }
+  controller& ctl() const { return *data->ctl; }
 };
 
 namespace {
@@ -120,6 +149,27 @@ std::shared_ptr<target> open_target(const dw_open_options& o) {
   }
 }
 
+// Open datasets by identity (dataset_key), for arrays to share.
+std::mutex datasets_mutex;
+std::map<std::string, std::weak_ptr<capi::shared_dataset>> datasets;
+
+// Which dataset an open names, and how it is cached: the file's device and
+// inode, the offset and length inside it, O_DIRECT or not, the CUDA device
+// and the cache settings. Arrays opened with the same key share the
+// dataset; others (another page size, say) get their own, as before.
+// Empty (never shared) for host memory.
+std::string dataset_key(const dw_open_options& o, const target& t) {
+  if (!o.path) return {};
+  struct stat st{};
+  if (::stat(o.path, &st) != 0) return {};
+  std::string k;
+  for (uint64_t v : {uint64_t(st.st_dev), uint64_t(st.st_ino), o.offset, t.size(), uint64_t(o.odirect != 0),
+                     uint64_t(int64_t(o.device)), uint64_t(o.page_size), o.cache_bytes, uint64_t(o.direct_files),
+                     uint64_t(o.queue_pairs), uint64_t(o.timeout_s * 1e6), uint64_t(o.pollers)})
+    k += std::to_string(v) + ":";
+  return k;
+}
+
 // CPU clients: contiguous chunks of the index array over threads, each
 // thread a warp of one lane.
 template <class Index>
@@ -194,9 +244,18 @@ int dw_cuda_device_count(int32_t* count) {
 void dw_open_options_init(dw_open_options* o) {
   if (!o) return;
   std::memset(o, 0, sizeof(*o));
-  o->page_size = 4096;
-  o->cache_bytes = 256ull << 20;
-  o->direct_files = 1;
+  // The library's defaults (defaults.hpp: DEEPWELL_* in the environment,
+  // else built in); 0 in the numeric fields also means "the default".
+  try {
+    const cache_config c;
+    o->page_size = c.page_size;
+    o->cache_bytes = c.capacity_bytes;
+    o->direct_files = int32_t(c.direct_files);
+    o->pollers = defaults::pollers();
+    o->timeout_s = double(c.timeout_ns) * 1e-9;
+  } catch (const error& e) {  // junk in a DEEPWELL_* variable: dw_open reports it
+    capi::last_error() = e.what();
+  }
   o->cache_reads = 1;
 }
 
@@ -218,7 +277,7 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     auto a = std::make_unique<dw_array>();
     a->device = o.device;
     a->writable = o.writable != 0;
-    a->cpu_threads = o.cpu_threads ? o.cpu_threads : std::min(16u, std::max(1u, std::thread::hardware_concurrency()));
+    a->cpu_threads = o.cpu_threads ? o.cpu_threads : defaults::cpu_threads();
 
     const bool created = o.path && o.create && access(o.path, F_OK) != 0;
     std::shared_ptr<target> t = open_target(o);
@@ -228,32 +287,57 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     need(bytes > 0, where + " is empty");
     need(bytes % o.row_bytes == 0, where + " holds " + std::to_string(bytes) + " bytes, not a whole number of rows of " +
                                        std::to_string(o.row_bytes) + " bytes");
-    const uint32_t page = o.page_size ? o.page_size : 4096;
+    const uint32_t page = o.page_size ? o.page_size : defaults::page_size();
     const uint32_t block = std::min(page, std::max<uint32_t>(512, t->io_alignment()));
 
-    controller_config cc;
-    cc.pollers = o.pollers ? o.pollers : 2;
-    a->ctl = std::make_unique<controller>(cc);
-    const uint32_t nsid = a->ctl->add_namespace({t, block, !a->writable});
+    std::unique_lock<std::mutex> lock(datasets_mutex);
+    const std::string key = dataset_key(o, *t);
+    if (!key.empty()) {
+      auto it = datasets.find(key);
+      if (it != datasets.end()) {
+        std::shared_ptr<capi::shared_dataset> d = it->second.lock();
+        // A read-only dataset cannot take scatters: a writable open gets its own.
+        if (d && (d->writable || !a->writable)) a->data = std::move(d);
+      }
+    }
+    if (!a->data) {
+      auto d = std::make_shared<capi::shared_dataset>();
+      controller_config cc;
+      if (o.pollers) cc.pollers = o.pollers;
+      d->ctl = std::make_shared<controller>(cc);
+      d->link = in_process_link(d->ctl);
+      d->writable = a->writable;
+      d->nsid = d->ctl->add_namespace({t, block, !a->writable});
 
-    cache_config cfg;
-    cfg.page_size = page;
-    cfg.capacity_bytes = o.cache_bytes ? o.cache_bytes : (256ull << 20);
-    if (o.queue_pairs) cfg.queue_pairs = o.queue_pairs;
-    if (o.timeout_s > 0) cfg.timeout_ns = uint64_t(o.timeout_s * 1e9);
-    // O_DIRECT asks to bypass the page cache: no mapping of the file either.
-    cfg.direct_files = o.odirect ? cache_config::file_tier::never : cache_config::file_tier(o.direct_files);
-    std::shared_ptr<page_cache> cache;
+      cache_config cfg;
+      cfg.page_size = page;
+      if (o.cache_bytes) cfg.capacity_bytes = o.cache_bytes;
+      if (o.queue_pairs) cfg.queue_pairs = o.queue_pairs;
+      if (o.timeout_s > 0) cfg.timeout_ns = uint64_t(o.timeout_s * 1e9);
+      // O_DIRECT asks to bypass the page cache: no mapping of the file either.
+      cfg.direct_files = o.odirect ? cache_config::file_tier::never : cache_config::file_tier(o.direct_files);
+      std::shared_ptr<page_cache> cache;
+      if (a->device >= 0) {
+        capi::device_guard g(a->device);
+        cache = capi::gpu_cache(d->link, cfg);
+      } else {
+        cache = make_host_page_cache(d->link, cfg);
+      }
+      d->bytes = std::make_unique<array<uint8_t>>(cache, d->nsid);
+      a->data = d;
+      if (!key.empty()) datasets[key] = d;
+    }
+    lock.unlock();
     if (a->device >= 0) {
       capi::device_guard g(a->device);
-      cache = capi::gpu_cache(*a->ctl, cfg);
       a->gpu_report = capi::gpu_report_alloc();
       a->gate = capi::gpu_gate_alloc();
-    } else {
-      cache = make_host_page_cache(*a->ctl, cfg);
     }
-    a->bytes = std::make_unique<array<uint8_t>>(cache, nsid);
-    a->rows.bytes = a->bytes->ref();
+    page_cache& cache = a->cache();
+    need(a->data->bytes->size() >= bytes, where + " is shared with an array of " +
+                                              std::to_string(a->data->bytes->size()) + " bytes");
+    a->rows.bytes = a->data->bytes->ref();
+    a->rows.bytes.read_only = !a->writable;  // a read-only handle on a shared writable dataset
     a->rows.rows = bytes / o.row_bytes;
     a->rows.row_bytes = o.row_bytes;
     a->rows.report = a->device >= 0 ? a->gpu_report : &a->host_report;
@@ -264,10 +348,10 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     // see every write made before them). Writable files are read through
     // the cache.
     if (!o.cache_reads) {
-      const uint8_t* direct = cache->dataset(a->rows.bytes.dataset).direct;
+      const uint8_t* direct = cache.dataset(a->rows.bytes.dataset).direct;
       if (!a->writable) {
         a->rows.in_place = direct;
-      } else if (direct && a->ctl->host_pointer(nsid)) {
+      } else if (direct && !o.path) {
         a->rows.in_place = direct;
         a->rows.in_place_writes = true;
       }
@@ -308,7 +392,7 @@ int dw_info(const dw_array* ap, dw_array_info* info) {
     info->writable = a.writable;
     info->direct_tier = a.cache().dataset(a.rows.bytes.dataset).direct != nullptr;
     info->in_place = a.rows.in_place != nullptr;
-    std::strncpy(info->backend, a.ctl->backend_name().c_str(), sizeof(info->backend) - 1);
+    std::strncpy(info->backend, a.ctl().backend_name().c_str(), sizeof(info->backend) - 1);
   });
 }
 
@@ -374,10 +458,10 @@ int dw_stats_get(dw_array* ap, dw_stats* out) {
     need(out != nullptr, "stats is a null pointer");
     const auto g = on_idle_device(a);
     const cache_stats s = a.cache().stats();
-    const queue_counters q = a.ctl->total_counters();
+    const queue_counters q = a.ctl().total_counters();
     *out = dw_stats{s.accesses,   s.hits,          s.misses,   s.evictions,       s.writebacks,
                     s.bytes_read, s.bytes_written, s.direct_fills, q.reads,       q.bytes_read,
-                    q.writes,     q.bytes_written, a.ctl->poller_cpu_seconds()};
+                    q.writes,     q.bytes_written, a.ctl().poller_cpu_seconds()};
   });
 }
 

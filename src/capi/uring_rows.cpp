@@ -1,5 +1,6 @@
-// dw_uring_read_rows: the storage baseline of the Python benchmarks. The
-// same rows deepwell gathers, read with plain io_uring by CPU threads (one
+// dw_uring_read_rows: the rows without deepwell (deepwell.baselines in
+// Python, and the Python gather benchmark's storage baseline). The same rows
+// deepwell gathers, read with plain io_uring by CPU threads (one
 // ring each, `depth` reads in flight), no controller and no cache: what the
 // file (and, with O_DIRECT, the disk) can give.
 #include <fcntl.h>

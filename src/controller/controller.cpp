@@ -80,6 +80,7 @@ struct queue_pair::impl {
   // Commands fetched and not yet posted; the controller stops fetching at
   // cq_entries - 1 so that every fetched command has room to complete.
   std::atomic<uint32_t> outstanding{0};
+  std::atomic<bool> deleted{false};  // delete_queue_pair: drop once nothing is outstanding
 
   shared_counter commands, reads, writes, flushes, bytes_read, bytes_written, errors;
 
@@ -125,6 +126,7 @@ struct controller::poller {
   std::mutex incoming_mutex;
   std::vector<std::shared_ptr<queue_pair>> incoming;  // handed over by create_queue_pair
   std::atomic<bool> has_incoming{false};
+  std::atomic<bool> has_deleted{false};  // some queue of this poller was deleted
   std::vector<std::shared_ptr<queue_pair>> queues;    // owned by the poller thread
 
   struct context {
@@ -158,6 +160,8 @@ struct controller::poller {
   void fail_all(const char* what);
   void issue(context* c);
   void adopt_incoming();
+  void drop_deleted();
+  void register_staging();
   void drain();
   context* alloc_context();
   void free_context(context* c);
@@ -410,14 +414,42 @@ void controller::poller::adopt_incoming() {
   for (auto& qp : incoming) queues.push_back(std::move(qp));
   incoming.clear();
   has_incoming.store(false, std::memory_order_relaxed);
-  if (owner->cfg_.register_buffers && io->in_flight() == 0) {
-    // Fixed buffers spare the kernel a page-table walk per request. The
-    // engine falls back to plain buffers when RLIMIT_MEMLOCK says no.
-    std::vector<iovec> iov;
-    for (auto& qp : queues) iov.push_back(iovec{qp->impl_->staging, size_t(qp->impl_->limits.staging_bytes)});
-    io->unregister_buffers();
-    io->register_buffers(iov.data(), unsigned(iov.size()));
+  if (owner->cfg_.register_buffers && io->in_flight() == 0) register_staging();
+}
+
+void controller::poller::register_staging() {
+  // Fixed buffers spare the kernel a page-table walk per request. The
+  // engine falls back to plain buffers when RLIMIT_MEMLOCK says no.
+  std::vector<iovec> iov;
+  for (auto& qp : queues) iov.push_back(iovec{qp->impl_->staging, size_t(qp->impl_->limits.staging_bytes)});
+  io->unregister_buffers();
+  if (!iov.empty()) io->register_buffers(iov.data(), unsigned(iov.size()));
+}
+
+void controller::poller::drop_deleted() {
+  // The engine finds a request's fixed buffer by its address: a buffer
+  // registered over memory that is unmapped (and perhaps mapped again for
+  // another queue) would read into the old pages. So deleted queues go only
+  // at a moment with no I/O in flight, and the rest are registered again.
+  if (has_incoming.load(std::memory_order_acquire)) adopt_incoming();  // a queue deleted right after it was made
+  if (owner->cfg_.register_buffers && io->in_flight() != 0) return;
+  bool waiting = false, dropped = false;
+  for (size_t i = 0; i < queues.size();) {
+    queue_pair::impl& q = *queues[i]->impl_;
+    if (!q.deleted.load(std::memory_order_acquire)) {
+      ++i;
+      continue;
+    }
+    if (q.outstanding.load(std::memory_order_relaxed) != 0 || q.pending_count != 0) {
+      waiting = true;  // its commands finish first
+      ++i;
+      continue;
+    }
+    queues.erase(queues.begin() + long(i));
+    dropped = true;
   }
+  if (dropped && owner->cfg_.register_buffers) register_staging();
+  has_deleted.store(waiting, std::memory_order_relaxed);
 }
 
 void controller::poller::run() {
@@ -453,6 +485,7 @@ void controller::poller::serve_until_stopped() {
   uint64_t sleep_ns = 1000;
   while (!owner->stopping_.load(std::memory_order_acquire)) {
     if (has_incoming.load(std::memory_order_relaxed)) adopt_incoming();
+    if (has_deleted.load(std::memory_order_relaxed)) drop_deleted();
     const unsigned work = serve_pass();
     if (work != 0) {
       idle_since = 0;
@@ -502,30 +535,10 @@ void controller::poller::drain() {
 // ---------------------------------------------------------------------------
 // controller
 
-namespace {
-
-// Replaces `value` with the unsigned number in environment variable `name`
-// if it is set; anything else there (or above `max`) is an error that says
-// what was expected.
-void env_override(const char* name, unsigned long max, const char* expected, uint32_t& value) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return;
-  char* end = nullptr;
-  const unsigned long n = std::strtoul(v, &end, 10);
-  if (*end || n > max || *v == '-') throw error(std::string(name) + "=" + v + " is not " + expected);
-  value = uint32_t(n);
-}
-
-}  // namespace
-
 controller::controller(controller_config cfg)
     : cfg_(cfg), namespaces_(std::make_unique<std::unique_ptr<ns_entry>[]>(max_namespaces)) {
   if (cfg_.pollers == 0) throw error("controller needs at least one poller thread (pollers = 0)");
-  // DEEPWELL_POLLER_SPIN_US overrides spin_us (how long pollers busy-poll
-  // after their last work before they sleep): a knob for CPU against latency.
-  env_override("DEEPWELL_POLLER_SPIN_US", 1000000, "a number of microseconds (0 to 1000000)", cfg_.spin_us);
-  env_override("DEEPWELL_POLLER_BATCH", 65536, "a number of commands (0 to 65536; 0: no limit)", cfg_.fetch_batch);
-  io_backend backend = cfg_.backend == io_backend::automatic ? backend_from_env() : cfg_.backend;
+  const io_backend backend = cfg_.backend;
   for (unsigned i = 0; i < cfg_.pollers; ++i) {
     auto p = std::make_unique<poller>();
     p->owner = this;
@@ -649,6 +662,30 @@ std::shared_ptr<queue_pair> controller::create_queue_pair(const qp_geometry& g) 
   return qp;
 }
 
+void controller::delete_queue_pair(uint32_t qid) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    if (queues_[i]->id() != qid) continue;
+    deleted_counters_ += queues_[i]->counters();
+    queues_[i]->impl_->deleted.store(true, std::memory_order_release);
+    pollers_[(qid - 1) % pollers_.size()]->has_deleted.store(true, std::memory_order_release);
+    queues_.erase(queues_.begin() + long(i));
+    return;
+  }
+}
+
+uint32_t controller::queue_pair_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return uint32_t(queues_.size());
+}
+
+queue_counters controller::counters(uint32_t qid) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& q : queues_)
+    if (q->id() == qid) return q->counters();
+  throw error("no queue pair " + std::to_string(qid) + " (deleted, or never created)");
+}
+
 std::string controller::backend_name() const { return pollers_.empty() ? "none" : pollers_[0]->io->name(); }
 
 double controller::poller_cpu_seconds() const {
@@ -665,7 +702,7 @@ double controller::poller_cpu_seconds() const {
 
 queue_counters controller::total_counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  queue_counters c;
+  queue_counters c = deleted_counters_;
   for (auto& q : queues_) c += q->counters();
   return c;
 }

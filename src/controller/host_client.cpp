@@ -4,11 +4,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
 
 namespace deepwell {
 
-host_queue_client::host_queue_client(std::shared_ptr<queue_pair> qp) : qp_(std::move(qp)) {
+host_queue_client::host_queue_client(std::shared_ptr<queue_pair> qp) : host_queue_client(client_handle(std::move(qp))) {}
+
+host_queue_client::host_queue_client(std::unique_ptr<queue_pair_handle> qp) : qp_(std::move(qp)) {
   if (!qp_) throw error("host_queue_client: no queue pair");
   const client_state_layout l = compute_client_layout(qp_->geometry());
   state_ = std::aligned_alloc(128, align_up(l.total_bytes, 128));

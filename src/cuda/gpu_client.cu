@@ -3,18 +3,15 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/gpu_client.hpp"
 
 namespace deepwell {
 
-void check_cuda(int e, const char* what) {
-  if (e != cudaSuccess)
-    throw error(std::string(what) + ": " + cudaGetErrorName(cudaError_t(e)) + " (" +
-                cudaGetErrorString(cudaError_t(e)) + ")");
-}
+gpu_queue_client::gpu_queue_client(std::shared_ptr<queue_pair> qp) : gpu_queue_client(client_handle(std::move(qp))) {}
 
-gpu_queue_client::gpu_queue_client(std::shared_ptr<queue_pair> qp) : qp_(std::move(qp)) {
+gpu_queue_client::gpu_queue_client(std::unique_ptr<queue_pair_handle> qp) : qp_(std::move(qp)) {
   if (!qp_) throw error("gpu_queue_client: no queue pair");
   // Mapped: kernels read and write the rings and staging over the host link.
   check_cuda(cudaHostRegister(qp_->base(), qp_->bytes(), cudaHostRegisterMapped | cudaHostRegisterPortable),

@@ -49,35 +49,36 @@ void unregister_shared(void* p) {
 }
 
 // Each warp writes back 32 slots at a time, copying the pages together
-// (cache_ref::flush_warp).
-__global__ void flush_slots(cache_ref c, uint32_t* first_error) {
+// (page_cache_ref::flush_warp).
+__global__ void flush_slots(page_cache_ref c, uint32_t* first_error) {
   const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const uint32_t warps = gridDim.x * blockDim.x / 32;
-  for (uint32_t first = warp * 32; first < c.nslots; first += warps * 32) {
+  for (uint32_t first = warp * 32; first < c.slots(); first += warps * 32) {
     const request_status r = c.flush_warp(gpu_warp{}, first);
     if (!r.ok()) atomicCAS(first_error, 0u, r.pack());
   }
 }
 
-__global__ void adopt_orphans(cache_ref c) {
-  for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.nslots; s += gridDim.x * blockDim.x)
+__global__ void adopt_orphans(page_cache_ref c) {
+  for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.slots(); s += gridDim.x * blockDim.x)
     c.finish_orphan(s);
 }
 
 // Empties every clean slot (no kernel may use the cache meanwhile).
-__global__ void clear_slots(cache_ref c) {
-  for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.nslots; s += gridDim.x * blockDim.x)
+__global__ void clear_slots(page_cache_ref c) {
+  for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.slots(); s += gridDim.x * blockDim.x)
     c.drop_clean(s);
 }
 
 class gpu_page_cache final : public page_cache {
  public:
-  gpu_page_cache(controller& ctl, const cache_config& cfg) : page_cache(ctl, cfg, true) {
+  gpu_page_cache(std::shared_ptr<controller_link> link, const cache_config& cfg)
+      : page_cache(std::move(link), cfg, true) {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     qp_geometry g{cfg_.queue_entries, cfg_.queue_entries, geo_.page_size};
     std::vector<queue_ref> refs;
     for (uint32_t i = 0; i < cfg_.queue_pairs; ++i) {
-      clients_.push_back(std::make_unique<gpu_queue_client>(ctl_.create_queue_pair(g)));
+      clients_.push_back(std::make_unique<gpu_queue_client>(link_->open_queue_pair(g)));
       refs.push_back(clients_.back()->ref());
     }
     const uint64_t data_bytes = uint64_t(geo_.slots) * geo_.page_size;
@@ -133,25 +134,25 @@ class gpu_page_cache final : public page_cache {
   cache_stats stats() const override {
     std::lock_guard<std::mutex> lock(readback_mutex_);
     auto* s = static_cast<cache_stats_shard*>(readback_);
-    check_cuda(cudaMemcpyAsync(s, ref_.stats, sizeof(cache_stats_shard) * cache_stats_shards, cudaMemcpyDeviceToHost,
+    check_cuda(cudaMemcpyAsync(s, stats_memory(), sizeof(cache_stats_shard) * cache_stats_shards, cudaMemcpyDeviceToHost,
                                stream_),
                "cudaMemcpy of cache statistics");
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return sum_stats(s, cache_stats_shards);
   }
   void reset_stats() override {
-    check_cuda(cudaMemsetAsync(ref_.stats, 0, sizeof(cache_stats_shard) * cache_stats_shards, stream_), "cudaMemset");
+    check_cuda(cudaMemsetAsync(stats_memory(), 0, sizeof(cache_stats_shard) * cache_stats_shards, stream_), "cudaMemset");
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   request_status last_error() const override {
     std::lock_guard<std::mutex> lock(readback_mutex_);
     auto* v = static_cast<uint32_t*>(readback_);
-    check_cuda(cudaMemcpyAsync(v, ref_.error_word, 4, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
+    check_cuda(cudaMemcpyAsync(v, error_memory(), 4, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return request_status::unpack(*v);
   }
   void clear_error() override {
-    check_cuda(cudaMemsetAsync(ref_.error_word, 0, 4, stream_), "cudaMemset");
+    check_cuda(cudaMemsetAsync(error_memory(), 0, 4, stream_), "cudaMemset");
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
@@ -190,8 +191,12 @@ class gpu_page_cache final : public page_cache {
 
 }  // namespace
 
+std::shared_ptr<page_cache> make_gpu_page_cache(std::shared_ptr<controller_link> link, const cache_config& cfg) {
+  return std::make_shared<gpu_page_cache>(std::move(link), cfg);
+}
+
 std::shared_ptr<page_cache> make_gpu_page_cache(controller& ctl, const cache_config& cfg) {
-  return std::make_shared<gpu_page_cache>(ctl, cfg);
+  return make_gpu_page_cache(in_process_link(ctl), cfg);
 }
 
 }  // namespace deepwell

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "deepwell/defaults.hpp"
 #include "deepwell/error.hpp"
 #include "engines.hpp"
 
@@ -24,13 +25,8 @@ bool io_uring_available() {
 }
 
 io_backend backend_from_env() {
-  const char* v = std::getenv("DEEPWELL_IO");
-  if (!v || !*v) return io_backend::automatic;
-  std::string s(v);
-  if (s == "uring" || s == "io_uring") return io_backend::uring;
-  if (s == "threads") return io_backend::threads;
-  if (s == "auto") return io_backend::automatic;
-  throw error("DEEPWELL_IO=" + s + " is not a known I/O backend; use uring, threads or auto");
+  const std::string s = defaults::io_backend();
+  return s == "uring" ? io_backend::uring : s == "threads" ? io_backend::threads : io_backend::automatic;
 }
 
 std::unique_ptr<io_engine> make_io_engine(io_backend backend, unsigned queue_depth) {

@@ -14,9 +14,9 @@
 #include <string>
 #include <utility>
 
+#include "deepwell/detail/staging_copy.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/target.hpp"
-#include "../common/staging_copy.hpp"
 #include "direct_io_alignment.hpp"
 #include "request_cache.hpp"
 
@@ -73,6 +73,7 @@ class file_target final : public target {
     void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd_, off_t(start));
     if (p == MAP_FAILED) return nullptr;
     auto m = std::make_shared<host_mapping>();
+    m->file = true;
     m->base = p;
     m->base_bytes = (len + page - 1) / page * page;
     m->data = static_cast<const uint8_t*>(p) + (layout_.data_offset - start);

@@ -5,7 +5,7 @@
 namespace deepwell {
 
 host_mapping::~host_mapping() {
-  if (base) ::munmap(base, base_bytes);
+  if (base && !owner) ::munmap(base, base_bytes);
 }
 
 }  // namespace deepwell

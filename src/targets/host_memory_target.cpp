@@ -1,6 +1,5 @@
 // A dataset in host memory: requests are plain copies, completed before
 // read()/write() return, so no engine work is involved.
-#include "../common/staging_copy.hpp"
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -8,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "deepwell/detail/staging_copy.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/target.hpp"
 

@@ -20,11 +20,14 @@
 #include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 #include "pattern.hpp"
+#include "scratch_file.hpp"
 
 namespace deepwell::test {
 
-DW_HD inline uint64_t original_word(uint64_t i) { return pattern_word(i * 8, 21); }
-DW_HD inline uint64_t written_word(uint64_t i) { return pattern_word(i * 8, 22); }
+// The dataset file is scratch_file(bytes, original_seed).
+constexpr uint64_t original_seed = 21, written_seed = 22;
+DW_HD inline uint64_t original_word(uint64_t i) { return pattern_word(i * 8, original_seed); }
+DW_HD inline uint64_t written_word(uint64_t i) { return pattern_word(i * 8, written_seed); }
 
 struct integrity_counts {
   unsigned long long reads, writes, wrong, failed;
@@ -110,31 +113,6 @@ inline const integrity_case integrity_cases[] = {
     {"buffered_512", false, 512, false, false}, {"odirect_512", true, 512, false, false},
     {"two_arrays", false, 4096, true, false},   {"slow_writes", false, 4096, false, true}};
 
-// The dataset file: word i holds original_word(i); removed at the end.
-class integrity_file {
- public:
-  explicit integrity_file(uint64_t bytes) {
-    std::string tmpl = std::string(access("/var/tmp", W_OK) == 0 ? "/var/tmp" : ".") + "/deepwell-integrity-XXXXXX";
-    const int fd = mkstemp(tmpl.data());
-    if (fd < 0) throw std::runtime_error("mkstemp failed");
-    path_ = tmpl;
-    std::vector<uint64_t> buf(1 << 17);
-    for (uint64_t w0 = 0; w0 < bytes / 8; w0 += buf.size()) {
-      const uint64_t n = std::min<uint64_t>(buf.size(), bytes / 8 - w0);
-      for (uint64_t k = 0; k < n; ++k) buf[k] = original_word(w0 + k);
-      if (pwrite(fd, buf.data(), n * 8, off_t(w0 * 8)) != ssize_t(n * 8)) throw std::runtime_error("pwrite failed");
-    }
-    ::close(fd);
-  }
-  ~integrity_file() { ::unlink(path_.c_str()); }
-  integrity_file(const integrity_file&) = delete;
-  integrity_file& operator=(const integrity_file&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // The case's target over the file (writable; O_DIRECT; slow writes through a
 // fault target, returned in `faults`) and its block size. Empty `why_not`
 // unless the case cannot run here (O_DIRECT unsupported, or its alignment
@@ -194,10 +172,7 @@ request_status until_no_timeout(F&& f) {
 // Words of the file (plain pread) that differ from what they must hold;
 // `first` is one of them.
 inline uint64_t wrong_words_on_storage(const std::string& path, uint64_t bytes, const uint32_t* written, uint64_t& first) {
-  std::vector<uint64_t> file(bytes / 8);
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0 || pread(fd, file.data(), bytes, 0) != ssize_t(bytes)) throw std::runtime_error("pread of " + path + " failed");
-  ::close(fd);
+  const std::vector<uint64_t> file = file_words(path, bytes);
   uint64_t bad = 0;
   for (uint64_t i = 0; i < file.size(); ++i)
     if (file[i] != final_word(written, i) && bad++ == 0) first = i;

@@ -1,19 +1,12 @@
-// Helpers the cache suites share: a dataset in host memory filled with the
-// test pattern, and a small CPU cache configuration.
+// Helpers the cache suites share: a small CPU cache configuration (and,
+// through test_util.hpp, the pattern and pattern_memory).
 #pragma once
 #include <cstdint>
-#include <memory>
 
 #include "deepwell/page_cache.hpp"
 #include "test_util.hpp"
 
 namespace deepwell::test {
-
-inline std::shared_ptr<target> pattern_memory(uint64_t bytes, bool writable, uint64_t seed) {
-  auto t = make_host_memory_target(bytes, writable);
-  fill_pattern(t->host_pointer(), bytes, 0, seed);
-  return t;
-}
 
 // `pages` pages, two queue pairs of 64 entries, a 20 s deadline.
 inline cache_config small_cache(uint64_t pages, uint32_t page_size = 4096) {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 #include "cache_test_support.hpp"
 #include "warp_emulator.hpp"
@@ -87,7 +88,7 @@ TEST(CacheSetup, BadConfigurationsGetClearErrors) {
 
 TEST(Cache, RandomAndSequentialReadsUnderEvictionMatchTheFile) {
   const uint64_t bytes = (64ull << 20) / (test::scale_div > 1 ? 4 : 1);
-  scratch_file f(bytes);
+  scratch_file f(bytes, seed);
   controller ctl(two_pollers());
   const uint32_t ns = ctl.add_namespace({open_file_target(f.path()), 4096, true});
   // 1% of the data (163 pages); under ThreadSanitizer a quarter of the data
@@ -154,7 +155,7 @@ TEST(Cache, ConcurrentReadersOfOnePageFetchItOnce) {
 
 TEST(Cache, WritesFlushAndRereadThroughPosix) {
   const uint64_t bytes = 8ull << 20;
-  scratch_file f(bytes);
+  scratch_file f(bytes, seed);
   controller ctl(two_pollers());
   file_options o;
   o.writable = true;
@@ -180,11 +181,7 @@ TEST(Cache, WritesFlushAndRereadThroughPosix) {
   EXPECT_GT(st.evictions, 0u);
   EXPECT_GT(st.writebacks, 0u);
   // Byte for byte through plain POSIX reads.
-  std::vector<uint64_t> file(bytes / 8);
-  const int fd = ::open(f.path().c_str(), O_RDONLY);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(pread(fd, file.data(), bytes, 0), ssize_t(bytes));
-  ::close(fd);
+  const std::vector<uint64_t> file = test::file_words(f.path(), bytes);
   uint64_t bad = 0;
   for (uint64_t i = 0; i < file.size(); ++i) bad += file[i] != (i % 3 == 0 ? expected(i, 99) : expected(i));
   EXPECT_EQ(bad, 0u);
@@ -381,7 +378,7 @@ TEST(Cache, DirectTierReadsHostMemoryWithoutTheController) {
 }
 
 TEST(Cache, DirectTierReadsResidentFilesThroughAMapping) {
-  scratch_file f((4 << 20) + 1000);  // just written: every page is in the page cache
+  scratch_file f((4 << 20) + 1000, seed);  // just written: every page is in the page cache
   controller ctl;
   file_options o;
   o.offset = 1000;  // a header before the data: the mapping starts on the page below

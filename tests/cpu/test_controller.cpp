@@ -21,9 +21,7 @@ namespace sc = deepwell::nvme::sc;
 namespace {
 
 std::shared_ptr<target> pattern_memory(uint64_t bytes, bool writable = true, uint64_t seed = 0) {
-  auto t = make_host_memory_target(bytes, writable);
-  test::fill_pattern(t->host_pointer(), bytes, 0, seed);
-  return t;
+  return test::pattern_memory(bytes, writable, seed);
 }
 
 class ControllerTest : public ::testing::TestWithParam<io_backend> {
@@ -72,7 +70,7 @@ TEST_P(ControllerTest, ReadWriteFlushIdentifyRoundTrip) {
   ASSERT_TRUE(c.read(ns, 100, 2, 4096, back.data()).ok());
   EXPECT_EQ(test::check_pattern(back.data(), back.size(), 0, 7), -1);
 
-  const queue_counters q = c.pair().counters();
+  const queue_counters q = ctl.counters(c.pair().id());
   EXPECT_EQ(q.commands, 5u);
   EXPECT_EQ(q.reads, 2u);
   EXPECT_EQ(q.writes, 1u);
@@ -85,8 +83,9 @@ TEST_P(ControllerTest, ReadWriteFlushIdentifyRoundTrip) {
 TEST_P(ControllerTest, FileNamespaceWithHeaderAndPartialLastBlock) {
   // A dataset that starts 100 bytes into a file and ends mid-block: the
   // last block reads as data then zeros.
-  char path[] = "/var/tmp/deepwell-ctl-XXXXXX";
-  int fd = mkstemp(path);
+  test::scratch_file f;
+  const char* path = f.path().c_str();
+  int fd = ::open(path, O_WRONLY);
   ASSERT_GE(fd, 0);
   const uint64_t header = 100, data = 3 * 4096 + 1000;
   std::vector<uint8_t> file(header + data + 500, 0xAB);
@@ -107,7 +106,6 @@ TEST_P(ControllerTest, FileNamespaceWithHeaderAndPartialLastBlock) {
   EXPECT_EQ(c.read(ns, 4, 1, 4096, buf.data()).nvme, sc::lba_out_of_range);
   // Read-only: writes are refused.
   EXPECT_EQ(c.write(ns, 0, 1, 4096, buf.data()).nvme, sc::write_to_read_only);
-  unlink(path);
 }
 
 TEST_P(ControllerTest, EveryMalformedFieldGetsItsStatus) {
@@ -174,7 +172,7 @@ TEST_P(ControllerTest, EveryMalformedFieldGetsItsStatus) {
   EXPECT_EQ(status_of(bad, true), sc::data_transfer_error);
   // None of it touched the data.
   EXPECT_EQ(test::check_pattern(mem->host_pointer(), 1 << 20, 0), -1);
-  EXPECT_GE(c.pair().counters().errors, 20u);
+  EXPECT_GE(ctl.counters(c.pair().id()).errors, 20u);
   // And the queue still works.
   std::vector<uint8_t> buf(4096);
   ASSERT_TRUE(c.read(ns, 7, 1, 4096, buf.data()).ok());
@@ -259,7 +257,7 @@ TEST_P(ControllerTest, FaultsReachTheClientAndOthersKeepWorking) {
   // Everything else is served, byte for byte.
   ASSERT_TRUE(c.read(ns, 11, 2, 4096, buf.data()).ok());
   EXPECT_EQ(test::check_pattern(buf.data(), 8192, 11 * 4096), -1);
-  EXPECT_GE(c.pair().counters().errors, 6u);
+  EXPECT_GE(ctl.counters(c.pair().id()).errors, 6u);
 }
 
 TEST_P(ControllerTest, BadDoorbellFailsOnlyThatQueue) {
@@ -495,18 +493,15 @@ TEST(ControllerSetup, BadUserInputGetsClearErrors) {
 TEST(ControllerSetup, DirectIoBlockSizeBelowAlignmentIsRefused) {
   // O_DIRECT on a file system whose alignment is above 512 bytes: a 512-byte
   // block size must be refused with both numbers in the message.
-  char path[] = "/var/tmp/deepwell-dio-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
-  close(fd);
+  test::scratch_file f;
+  const char* path = f.path().c_str();
+  ASSERT_EQ(truncate(path, 1 << 20), 0);
   std::shared_ptr<target> t;
   try {
     file_options o;
     o.direct = true;
     t = open_file_target(path, o);
   } catch (const error& e) {
-    unlink(path);
     GTEST_SKIP() << "O_DIRECT not usable here: " << e.what();
   }
   controller ctl;
@@ -523,7 +518,6 @@ TEST(ControllerSetup, DirectIoBlockSizeBelowAlignmentIsRefused) {
       EXPECT_NE(std::string(e.what()).find(std::to_string(align)), std::string::npos);
     }
   }
-  unlink(path);
 }
 
 TEST(ControllerSetup, BlockSizeBelowTargetAlignmentNamesBothNumbers) {

@@ -23,16 +23,7 @@ using namespace deepwell::graph;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return (testing::TempDir().empty() ? std::string("/tmp/") : testing::TempDir()) + "dw-graph-" +
-         std::to_string(::getpid()) + "-" + name;
-}
-
-struct temp_file {
-  std::string path;
-  explicit temp_file(const std::string& name) : path(temp_path(name)) {}
-  ~temp_file() { ::unlink(path.c_str()); }
-};
+using test::scratch_file;
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream o(path);
@@ -133,10 +124,10 @@ TEST(GraphGenerate, EightByteIdsMatchFourByteIds) {
 // ---- the file ----
 
 TEST(GraphFile, WriteOpenLoadRoundTrip) {
-  temp_file f("rt.dwg");
+  scratch_file f("rt.dwg");
   const csr_graph g = generate(kron(11, true));
-  write_csr(f.path, g);
-  csr_file file(f.path);
+  write_csr(f.path(), g);
+  csr_file file(f.path());
   EXPECT_EQ(file.nodes(), g.nodes);
   EXPECT_EQ(file.edges(), g.edges());
   EXPECT_TRUE(file.symmetric());
@@ -155,33 +146,34 @@ TEST(GraphFile, WriteOpenLoadRoundTrip) {
 }
 
 TEST(GraphFile, BadFilesGetClearErrors) {
-  temp_file f("bad.dwg");
-  expect_error([&] { csr_file x(f.path); }, f.path);  // missing
-  write_text(f.path, "1 2\n2 3\n");
-  expect_error([&] { csr_file x(f.path); }, "truncated");  // shorter than a header
+  scratch_file f("bad.dwg");
+  ::unlink(f.path().c_str());
+  expect_error([&] { csr_file x(f.path()); }, f.path());  // missing
+  write_text(f.path(), "1 2\n2 3\n");
+  expect_error([&] { csr_file x(f.path()); }, "truncated");  // shorter than a header
   std::string junk(8192, 'x');
-  write_text(f.path, junk);
-  expect_error([&] { csr_file x(f.path); }, "wrong magic");
+  write_text(f.path(), junk);
+  expect_error([&] { csr_file x(f.path()); }, "wrong magic");
 
   const csr_graph g = generate(kron(10));
-  write_csr(f.path, g);
+  write_csr(f.path(), g);
   {
-    csr_file ok(f.path);
+    csr_file ok(f.path());
     EXPECT_NO_THROW(ok.check());
   }
-  const uint64_t full = csr_file(f.path).header().file_bytes;
-  ASSERT_EQ(::truncate(f.path.c_str(), off_t(full - 100)), 0);
-  expect_error([&] { csr_file x(f.path); }, "truncated");
+  const uint64_t full = csr_file(f.path()).header().file_bytes;
+  ASSERT_EQ(::truncate(f.path().c_str(), off_t(full - 100)), 0);
+  expect_error([&] { csr_file x(f.path()); }, "truncated");
 
   // An id out of range, then a decreasing offset: open succeeds, check names the spot.
-  write_csr(f.path, g);
-  const csr_header h = csr_file(f.path).header();
-  const int fd = ::open(f.path.c_str(), O_RDWR);
+  write_csr(f.path(), g);
+  const csr_header h = csr_file(f.path()).header();
+  const int fd = ::open(f.path().c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
   const uint32_t bad_id = 5000;
   ASSERT_EQ(::pwrite(fd, &bad_id, 4, off_t(h.neighbours_at + 4 * 10)), 4);
   {
-    csr_file x(f.path);
+    csr_file x(f.path());
     expect_error([&] { x.check(); }, "points to node 5000, out of range");
   }
   const uint32_t fine = 1;
@@ -189,23 +181,23 @@ TEST(GraphFile, BadFilesGetClearErrors) {
   const uint64_t backwards = 3;
   ASSERT_EQ(::pwrite(fd, &backwards, 8, off_t(h.offsets_at + 8 * 500)), 8);
   {
-    csr_file x(f.path);
+    csr_file x(f.path());
     expect_error([&] { x.check(); }, "not monotone");
   }
   const uint64_t wrong_total = 1;
   ASSERT_EQ(::pwrite(fd, &wrong_total, 8, off_t(h.offsets_at + 8 * h.nodes)), 8);
-  expect_error([&] { csr_file x(f.path); }, "the header says");
+  expect_error([&] { csr_file x(f.path()); }, "the header says");
   const uint32_t bad_width = 3;
   ASSERT_EQ(::pwrite(fd, &bad_width, 4, off_t(offsetof(csr_header, id_bytes))), 4);
-  expect_error([&] { csr_file x(f.path); }, "id width 3");
+  expect_error([&] { csr_file x(f.path()); }, "id width 3");
   ::close(fd);
 }
 
 // ---- converters ----
 
 TEST(GraphConvert, SnapEdgeListWithCommentsAndWeights) {
-  temp_file t("snap.txt");
-  write_text(t.path,
+  scratch_file t("snap.txt");
+  write_text(t.path(),
              "# Directed graph: test\n"
              "# FromNodeId\tToNodeId\n"
              "0\t1\t5\n"
@@ -215,7 +207,7 @@ TEST(GraphConvert, SnapEdgeListWithCommentsAndWeights) {
              "2 0 1\n"
              "2 0 9\n"    // a duplicate: the smaller weight stays
              "3 3 4\n");  // a self loop: dropped
-  const edge_list e = read_edge_list(t.path);
+  const edge_list e = read_edge_list(t.path());
   EXPECT_EQ(e.nodes, 4u);
   EXPECT_EQ(e.src.size(), 5u);
   EXPECT_EQ(e.weights, weight_type::u32);
@@ -239,14 +231,14 @@ TEST(GraphConvert, SnapEdgeListWithCommentsAndWeights) {
 }
 
 TEST(GraphConvert, MatrixMarketGeneralAndSymmetric) {
-  temp_file t("m.mtx");
-  write_text(t.path,
+  scratch_file t("m.mtx");
+  write_text(t.path(),
              "%%MatrixMarket matrix coordinate real symmetric\n"
              "% comment\n"
              "3 3 2\n"
              "2 1 0.5\n"
              "3 2 1.25\n");
-  const edge_list e = read_edge_list(t.path);
+  const edge_list e = read_edge_list(t.path());
   EXPECT_TRUE(e.symmetric_input);
   EXPECT_EQ(e.weights, weight_type::f32);
   const csr_graph g = build_csr(e, {});
@@ -256,29 +248,29 @@ TEST(GraphConvert, MatrixMarketGeneralAndSymmetric) {
   std::memcpy(&w, &g.wts[2], 4);
   EXPECT_EQ(w, 1.25f);
 
-  write_text(t.path, "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 2\n2 1\n");
-  const csr_graph p = build_csr(read_edge_list(t.path), {});
+  write_text(t.path(), "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 2\n2 1\n");
+  const csr_graph p = build_csr(read_edge_list(t.path()), {});
   EXPECT_EQ(p.nbr32, (std::vector<uint32_t>{1, 0}));
   EXPECT_EQ(p.weights, weight_type::none);
 }
 
 TEST(GraphConvert, BadTextNamesTheLine) {
-  temp_file t("bad.txt");
-  write_text(t.path, "0 1\n1 x\n");
-  expect_error([&] { read_edge_list(t.path); }, ":2: node id 'x'");
-  write_text(t.path, "0 1\n1 2 3\n");
-  expect_error([&] { read_edge_list(t.path); }, ":2: has 3 fields");
-  write_text(t.path, "0 -1\n");
-  expect_error([&] { read_edge_list(t.path); }, "negative node id");
-  write_text(t.path, "# only comments\n");
-  expect_error([&] { read_edge_list(t.path); }, "no edges");
-  write_text(t.path, "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 3\n");
-  expect_error([&] { read_edge_list(t.path); }, ":3: entry (1, 3) outside");
-  write_text(t.path, "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 2\n");
-  expect_error([&] { read_edge_list(t.path); }, "truncated");
-  write_text(t.path, "%%MatrixMarket matrix array real general\n");
-  expect_error([&] { read_edge_list(t.path); }, "coordinate");
-  expect_error([&] { read_edge_list(t.path + ".missing"); }, ".missing");
+  scratch_file t("bad.txt");
+  write_text(t.path(), "0 1\n1 x\n");
+  expect_error([&] { read_edge_list(t.path()); }, ":2: node id 'x'");
+  write_text(t.path(), "0 1\n1 2 3\n");
+  expect_error([&] { read_edge_list(t.path()); }, ":2: has 3 fields");
+  write_text(t.path(), "0 -1\n");
+  expect_error([&] { read_edge_list(t.path()); }, "negative node id");
+  write_text(t.path(), "# only comments\n");
+  expect_error([&] { read_edge_list(t.path()); }, "no edges");
+  write_text(t.path(), "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 3\n");
+  expect_error([&] { read_edge_list(t.path()); }, ":3: entry (1, 3) outside");
+  write_text(t.path(), "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 2\n");
+  expect_error([&] { read_edge_list(t.path()); }, "truncated");
+  write_text(t.path(), "%%MatrixMarket matrix array real general\n");
+  expect_error([&] { read_edge_list(t.path()); }, "coordinate");
+  expect_error([&] { read_edge_list(t.path() + ".missing"); }, ".missing");
 }
 
 // ---- references on graphs small enough to check by hand ----
@@ -375,9 +367,9 @@ TEST(GraphAlgorithms, CpuThreadsOverMemoryMatchTheReferences) {
 TEST(GraphAlgorithms, CpuClientsThroughASmallPageCacheMatchTheReferences) {
   const bool tsan = test::scale_div > 1;
   const graph_case c = make_case(tsan ? 11 : 14);
-  temp_file f("cached.dwg");
-  write_csr(f.path, c.g);
-  csr_file file(f.path);
+  scratch_file f("cached.dwg");
+  write_csr(f.path(), c.g);
+  csr_file file(f.path());
   controller_config cc;
   cc.pollers = 2;
   controller ctl(cc);
@@ -404,9 +396,9 @@ TEST(GraphAlgorithms, CpuClientsThroughASmallPageCacheMatchTheReferences) {
 
 TEST(GraphAlgorithms, BottomUpReadsInPlaceFromTheDirectTier) {
   const graph_case c = make_case(12);
-  temp_file f("direct.dwg");
-  write_csr(f.path, c.g);
-  csr_file file(f.path);
+  scratch_file f("direct.dwg");
+  write_csr(f.path(), c.g);
+  csr_file file(f.path());
   controller ctl;
   cache_config k;
   k.capacity_bytes = 32 * 4096;

@@ -17,6 +17,7 @@
 
 #include "../common/integrity.hpp"
 #include "deepwell/c/deepwell.h"
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 #include "test_util.hpp"
 
@@ -33,7 +34,7 @@ TEST_P(Integrity, RandomReadsAndWritesLoseNothing) {
   const test::integrity_case& c = GetParam();
   const uint64_t bytes = (8ull << 20) / (test::scale_div > 1 ? 4 : 1);
   const uint64_t words = bytes / 8;
-  test::integrity_file f(bytes);
+  test::scratch_file f(bytes, test::original_seed);
   controller_config ctl_cfg;
   ctl_cfg.pollers = 2;
   controller ctl(ctl_cfg);

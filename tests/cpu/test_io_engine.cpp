@@ -77,11 +77,11 @@ TEST_P(io_engine_test, NameMatchesBackend) {
 }
 
 TEST_P(io_engine_test, WriteFsyncReadRoundTrip) {
-  temp_file f;
+  scratch_file f;
   open_fd file(f.path(), O_RDWR);
   ASSERT_GE(file.fd, 0);
   auto io = make_engine();
-  const auto data = pattern(4096, 65536);
+  const auto data = pattern_bytes(65536, 4096, io_seed);
 
   completion w, s, r;
   io->queue(write_op(file.fd, data.data(), 65536, 4096, w));
@@ -95,17 +95,17 @@ TEST_P(io_engine_test, WriteFsyncReadRoundTrip) {
   io->queue(read_op(file.fd, back.data(), 65536, 4096, r));
   ASSERT_TRUE(drive(*io, r));
   EXPECT_EQ(r.result, 65536);
-  EXPECT_EQ(pattern_mismatch(back.data(), 4096, back.size()), -1);
+  EXPECT_EQ(check_pattern(back.data(), back.size(), 4096, io_seed), -1);
   EXPECT_EQ(read_file(f.path(), 4096, 65536), data);
   EXPECT_EQ(io->in_flight(), 0u);
   EXPECT_EQ(w.calls + s.calls + r.calls, 3u);
 }
 
 TEST_P(io_engine_test, DsyncWriteFlagIsPassedThrough) {
-  temp_file f;
+  scratch_file f;
   open_fd file(f.path(), O_RDWR);
   auto io = make_engine();
-  const auto data = pattern(0, 4096);
+  const auto data = pattern_bytes(4096, 0, io_seed);
   completion w;
   io_op op = write_op(file.fd, data.data(), 4096, 0, w);
   op.rw_flags = RWF_DSYNC;
@@ -123,8 +123,8 @@ TEST_P(io_engine_test, DsyncWriteFlagIsPassedThrough) {
 }
 
 TEST_P(io_engine_test, ShortReadAtEndOfFileReportsBytes) {
-  temp_file f;
-  const auto data = pattern(0, 1000);
+  scratch_file f;
+  const auto data = pattern_bytes(1000, 0, io_seed);
   write_file(f.path(), data.data(), data.size());
   open_fd file(f.path(), O_RDONLY);
   auto io = make_engine();
@@ -138,7 +138,7 @@ TEST_P(io_engine_test, ShortReadAtEndOfFileReportsBytes) {
 }
 
 TEST_P(io_engine_test, ErrorsComeBackAsNegativeErrno) {
-  temp_file f;
+  scratch_file f;
   open_fd ro(f.path(), O_RDONLY);
   auto io = make_engine();
   char buf[512] = {};
@@ -193,8 +193,8 @@ TEST_P(io_engine_test, ManyConcurrentRandomOpsAreByteExact) {
   constexpr uint64_t source_bytes = 4 << 20;
   constexpr unsigned ops = 10000;
   constexpr uint32_t max_len = 2048;
-  temp_file src, dst;
-  write_file(src.path(), pattern(0, source_bytes).data(), source_bytes);
+  scratch_file src, dst;
+  write_file(src.path(), pattern_bytes(source_bytes, 0, io_seed).data(), source_bytes);
   open_fd in(src.path(), O_RDONLY), out(dst.path(), O_RDWR);
   ASSERT_GE(in.fd, 0);
   ASSERT_GE(out.fd, 0);
@@ -213,7 +213,7 @@ TEST_P(io_engine_test, ManyConcurrentRandomOpsAreByteExact) {
     p.len = 1 + rng() % max_len;
     // Writes go to disjoint slots of the destination; reads anywhere.
     p.offset = p.write ? uint64_t(i) * max_len : rng() % (source_bytes - p.len + 1);
-    if (p.write) fill_pattern(&buffers[uint64_t(i) * max_len], p.offset, p.len);
+    if (p.write) fill_pattern(&buffers[uint64_t(i) * max_len], p.len, p.offset, io_seed);
   }
 
   auto io = make_engine(128);
@@ -235,13 +235,13 @@ TEST_P(io_engine_test, ManyConcurrentRandomOpsAreByteExact) {
     ASSERT_EQ(done[i].calls, 1u) << "op " << i;
     ASSERT_EQ(done[i].result, p.len) << "op " << i;
     const uint8_t* got = p.write ? &written[p.offset] : &buffers[uint64_t(i) * max_len];
-    ASSERT_EQ(pattern_mismatch(got, p.offset, p.len), -1) << (p.write ? "write " : "read ") << i;
+    ASSERT_EQ(check_pattern(got, p.len, p.offset, io_seed), -1) << (p.write ? "write " : "read ") << i;
   }
 }
 
 TEST_P(io_engine_test, OverflowBeyondRingDepthLosesNothing) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 65536).data(), 65536);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(65536, 0, io_seed).data(), 65536);
   open_fd file(f.path(), O_RDONLY);
   auto io = make_engine(4);
   constexpr unsigned n = 600;
@@ -262,7 +262,7 @@ TEST_P(io_engine_test, OverflowBeyondRingDepthLosesNothing) {
       EXPECT_EQ(done[i].result, 0);
     } else {
       EXPECT_EQ(done[i].result, 8);
-      EXPECT_EQ(words[i], pattern_word(uint64_t(i % 8192) * 8));
+      EXPECT_EQ(words[i], pattern_word(uint64_t(i % 8192) * 8, io_seed));
     }
   }
 }
@@ -270,8 +270,8 @@ TEST_P(io_engine_test, OverflowBeyondRingDepthLosesNothing) {
 // A callback may queue the next operation (as a target does after a short
 // transfer).
 TEST_P(io_engine_test, CallbacksCanQueueMoreWork) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 8192).data(), 8192);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(8192, 0, io_seed).data(), 8192);
   open_fd file(f.path(), O_RDONLY);
   auto io = make_engine(2);
   struct chain {
@@ -293,7 +293,7 @@ TEST_P(io_engine_test, CallbacksCanQueueMoreWork) {
     }
     static void on_done(void* ctx, int64_t r) {
       auto* c = static_cast<chain*>(ctx);
-      c->ok = c->ok && r == 8 && c->word == pattern_word(uint64_t(c->remaining) * 8);
+      c->ok = c->ok && r == 8 && c->word == pattern_word(uint64_t(c->remaining) * 8, io_seed);
       ++c->finished;
       if (--c->remaining > 0) c->next();
     }
@@ -307,8 +307,8 @@ TEST_P(io_engine_test, CallbacksCanQueueMoreWork) {
 
 TEST_P(io_engine_test, FixedBufferReadsWithOrWithoutRegistration) {
   constexpr size_t bytes = 256 << 10;
-  temp_file f;
-  write_file(f.path(), pattern(0, bytes).data(), bytes);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(bytes, 0, io_seed).data(), bytes);
   open_fd file(f.path(), O_RDONLY);
   auto io = make_engine();
   aligned_buffer buf(bytes);
@@ -327,7 +327,7 @@ TEST_P(io_engine_test, FixedBufferReadsWithOrWithoutRegistration) {
     }
     ASSERT_TRUE(drive(*io, [&] { return all_done(done); }));
     for (auto& c : done) EXPECT_EQ(c.result, 4096);
-    EXPECT_EQ(pattern_mismatch(buf.get(), 0, bytes), -1);
+    EXPECT_EQ(check_pattern(buf.get(), bytes, 0, io_seed), -1);
   };
   read_all(0);
   io->unregister_buffers();
@@ -341,8 +341,8 @@ TEST_P(io_engine_test, FixedBufferReadsWithOrWithoutRegistration) {
 }
 
 TEST_P(io_engine_test, DestroyWithOperationsInFlightDoesNotHang) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 65536).data(), 65536);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(65536, 0, io_seed).data(), 65536);
   open_fd file(f.path(), O_RDONLY);
   std::vector<completion> done(200);
   std::vector<uint8_t> buf(200 * 512);

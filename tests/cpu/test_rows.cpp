@@ -29,12 +29,11 @@ struct rows_fixture {
   rows_ref rows{};
 
   rows_fixture(uint64_t nrows, uint32_t row_bytes, uint64_t cache_pages, bool direct, bool writable = false) {
-    mem = make_host_memory_target(nrows * row_bytes, true);
-    test::fill_pattern(mem->host_pointer(), nrows * row_bytes, 0, seed);
+    mem = test::pattern_memory(nrows * row_bytes, true, seed);
     const uint32_t ns = ctl.add_namespace({mem, 512, !writable});
     cache_config c;
     c.capacity_bytes = cache_pages * 4096;
-    c.direct = direct;
+    c.direct_tier = direct;
     cache = make_host_page_cache(ctl, c);
     bytes = std::make_unique<array<uint8_t>>(cache, ns);
     rows = rows_ref{bytes->ref(), nrows, row_bytes, &report};

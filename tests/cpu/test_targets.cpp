@@ -78,8 +78,8 @@ bool direct_io_supported(const std::string& path) {
 class file_target_test : public per_backend {};
 
 TEST_P(file_target_test, BufferedDatasetAfterAHeader) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 51000).data(), 51000);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(51000, 0, io_seed).data(), 51000);
   file_options o;
   o.offset = 1000;  // a 1000-byte header comes first
   auto t = open_file_target(f.path(), o);
@@ -95,13 +95,13 @@ TEST_P(file_target_test, BufferedDatasetAfterAHeader) {
   std::vector<uint8_t> buf(8192);
   for (auto [off, len] : {std::pair<uint64_t, uint32_t>{0, 4096}, {4096, 8192}, {12345, 777}, {49000, 1000}}) {
     EXPECT_EQ(read_sync(*t, *io, buf.data(), len, off), len);
-    EXPECT_EQ(pattern_mismatch(buf.data(), 1000 + off, len), -1) << "dataset offset " << off;
+    EXPECT_EQ(check_pattern(buf.data(), len, 1000 + off, io_seed), -1) << "dataset offset " << off;
   }
 }
 
 TEST_P(file_target_test, DatasetLengthStopsBeforeTheEndOfTheFile) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 20000).data(), 20000);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(20000, 0, io_seed).data(), 20000);
   file_options o;
   o.offset = 100;
   o.length = 5000;
@@ -113,8 +113,8 @@ TEST_P(file_target_test, DatasetLengthStopsBeforeTheEndOfTheFile) {
 // the bytes past the end come back as zeros, never as whatever follows the
 // dataset in the file.
 TEST_P(file_target_test, PartialLastBlockIsZeroFilledInBothModes) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 4096 + 10000 + 8192).data(), 4096 + 10000 + 8192);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(4096 + 10000 + 8192, 0, io_seed).data(), 4096 + 10000 + 8192);
   auto io = make_engine();
   for (bool direct : {false, true}) {
     SCOPED_TRACE(direct ? "O_DIRECT" : "buffered");
@@ -129,7 +129,7 @@ TEST_P(file_target_test, PartialLastBlockIsZeroFilledInBothModes) {
 
     std::memset(buf.get(), 0xCC, 4096);
     ASSERT_EQ(read_sync(*t, *io, buf.get(), 4096, 8192), 4096);
-    EXPECT_EQ(pattern_mismatch(buf.get(), 4096 + 8192, 1808), -1);
+    EXPECT_EQ(check_pattern(buf.get(), 1808, 4096 + 8192, io_seed), -1);
     EXPECT_TRUE(std::all_of(buf.get() + 1808, buf.get() + 4096, [](uint8_t b) { return b == 0; }))
         << "bytes past the dataset's end leaked";
 
@@ -142,8 +142,8 @@ TEST_P(file_target_test, PartialLastBlockIsZeroFilledInBothModes) {
 // A dataset that runs to an unaligned end of file: O_DIRECT reads the whole
 // last block, the kernel stops at the end of the file, the rest is zeros.
 TEST_P(file_target_test, DirectReadOfTheUnalignedEndOfAFile) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 10000).data(), 10000);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(10000, 0, io_seed).data(), 10000);
   SKIP_UNLESS_DIRECT_IO(f.path());
   file_options o;
   o.direct = true;
@@ -153,13 +153,13 @@ TEST_P(file_target_test, DirectReadOfTheUnalignedEndOfAFile) {
   aligned_buffer buf(8192);
   std::memset(buf.get(), 0xCC, 8192);
   ASSERT_EQ(read_sync(*t, *io, buf.get(), 8192, 4096), 8192);
-  EXPECT_EQ(pattern_mismatch(buf.get(), 4096, 10000 - 4096), -1);
+  EXPECT_EQ(check_pattern(buf.get(), 10000 - 4096, 4096, io_seed), -1);
   EXPECT_TRUE(std::all_of(buf.get() + 10000 - 4096, buf.get() + 8192, [](uint8_t b) { return b == 0; }));
 }
 
 TEST_P(file_target_test, DirectReadsFollowTheReportedAlignment) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 1 << 20).data(), 1 << 20);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(1 << 20, 0, io_seed).data(), 1 << 20);
   SKIP_UNLESS_DIRECT_IO(f.path());
   file_options o;
   o.direct = true;
@@ -175,7 +175,7 @@ TEST_P(file_target_test, DirectReadsFollowTheReportedAlignment) {
   aligned_buffer buf(65536);
   for (uint64_t off : {uint64_t(0), uint64_t(4096), uint64_t(1 << 19)}) {
     ASSERT_EQ(read_sync(*t, *io, buf.get(), 65536, off), 65536);
-    EXPECT_EQ(pattern_mismatch(buf.get(), 65536 + off, 65536), -1) << "offset " << off;
+    EXPECT_EQ(check_pattern(buf.get(), 65536, 65536 + off, io_seed), -1) << "offset " << off;
   }
   if (align > 1) {  // misaligned requests fail cleanly instead of reaching the kernel
     EXPECT_EQ(read_sync(*t, *io, buf.get(), 4096, align / 2), -EINVAL);
@@ -188,7 +188,7 @@ TEST_P(file_target_test, WritesFlushAndRereadThroughPosix) {
   auto io = make_engine();
   for (bool direct : {false, true}) {
     SCOPED_TRACE(direct ? "O_DIRECT" : "buffered");
-    temp_file f;
+    scratch_file f;
     ::unlink(f.path().c_str());  // created by the target
     if (direct) {
       write_file(f.path(), "", 0);
@@ -209,34 +209,34 @@ TEST_P(file_target_test, WritesFlushAndRereadThroughPosix) {
     EXPECT_EQ(st.st_size, 4096 + 65536);
 
     aligned_buffer data(65536);
-    fill_pattern(data.get(), 4096, 65536);
+    fill_pattern(data.get(), 65536, 4096, io_seed);
     for (uint32_t i = 0; i < 16; ++i)
       ASSERT_EQ(write_sync(*t, *io, data.get() + i * 4096, 4096, i * 4096, /*fua=*/i % 2 == 1), 4096) << "block " << i;
     EXPECT_EQ(flush_sync(*t, *io), 0);
 
     auto back = read_file(f.path(), 0, 4096 + 65536);
     EXPECT_TRUE(std::all_of(back.begin(), back.begin() + 4096, [](uint8_t b) { return b == 0; })) << "header touched";
-    EXPECT_EQ(pattern_mismatch(back.data() + 4096, 4096, 65536), -1);
+    EXPECT_EQ(check_pattern(back.data() + 4096, 65536, 4096, io_seed), -1);
 
     aligned_buffer again(65536);
     ASSERT_EQ(read_sync(*t, *io, again.get(), 65536, 0), 65536);
-    EXPECT_EQ(pattern_mismatch(again.get(), 4096, 65536), -1);
+    EXPECT_EQ(check_pattern(again.get(), 65536, 4096, io_seed), -1);
   }
 }
 
 TEST_P(file_target_test, ReadOnlyTargetRefusesWrites) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 8192).data(), 8192);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(8192, 0, io_seed).data(), 8192);
   auto t = open_file_target(f.path());
   auto io = make_engine();
   std::vector<uint8_t> buf(4096, 1);
   EXPECT_EQ(write_sync(*t, *io, buf.data(), 4096, 0), -EROFS);
-  EXPECT_EQ(read_file(f.path(), 0, 8192), pattern(0, 8192));
+  EXPECT_EQ(read_file(f.path(), 0, 8192), pattern_bytes(8192, 0, io_seed));
 }
 
 TEST_P(file_target_test, WritesPastTheDatasetAreRefused) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 12288).data(), 12288);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(12288, 0, io_seed).data(), 12288);
   file_options o;
   o.writable = true;
   o.length = 8192;  // 4096 bytes of something else follow the dataset
@@ -246,7 +246,7 @@ TEST_P(file_target_test, WritesPastTheDatasetAreRefused) {
   EXPECT_EQ(write_sync(*t, *io, buf.data(), 4096, 8192), -EINVAL);
   EXPECT_EQ(write_sync(*t, *io, buf.data(), 8192, 4096), -EINVAL);
   EXPECT_EQ(write_sync(*t, *io, buf.data(), 1, UINT64_MAX), -EINVAL);
-  EXPECT_EQ(read_file(f.path(), 0, 12288), pattern(0, 12288));
+  EXPECT_EQ(read_file(f.path(), 0, 12288), pattern_bytes(12288, 0, io_seed));
 }
 
 // The file shrinks behind the target's back: reads that find nothing where
@@ -255,8 +255,8 @@ TEST_P(file_target_test, FileTruncatedUnderneathGivesEIO) {
   auto io = make_engine();
   for (bool direct : {false, true}) {
     SCOPED_TRACE(direct ? "O_DIRECT" : "buffered");
-    temp_file f;
-    write_file(f.path(), pattern(0, 16384).data(), 16384);
+    scratch_file f;
+    write_file(f.path(), pattern_bytes(16384, 0, io_seed).data(), 16384);
     if (direct && !direct_io_supported(f.path())) continue;
     file_options o;
     o.direct = direct;
@@ -305,8 +305,8 @@ TEST_P(file_target_test, ShortTransfersAreResumed) {
   auto real = make_engine();
   for (bool direct : {false, true}) {
     SCOPED_TRACE(direct ? "O_DIRECT" : "buffered");
-    temp_file f;
-    write_file(f.path(), pattern(0, 65536).data(), 65536);
+    scratch_file f;
+    write_file(f.path(), pattern_bytes(65536, 0, io_seed).data(), 65536);
     if (direct && !direct_io_supported(f.path())) continue;
     file_options o;
     o.direct = direct;
@@ -318,11 +318,11 @@ TEST_P(file_target_test, ShortTransfersAreResumed) {
     short_reporting_engine io(*real, direct ? align : 1000);
     aligned_buffer buf(16384);
     ASSERT_EQ(read_sync(*t, io, buf.get(), 16384, 8192), 16384);
-    EXPECT_EQ(pattern_mismatch(buf.get(), 8192, 16384), -1);
+    EXPECT_EQ(check_pattern(buf.get(), 16384, 8192, io_seed), -1);
 
-    fill_pattern(buf.get(), 40000, 16384);  // the pattern of another offset
+    fill_pattern(buf.get(), 16384, 40000, io_seed);  // the pattern of another offset
     ASSERT_EQ(write_sync(*t, io, buf.get(), 16384, 8192), 16384);
-    EXPECT_EQ(read_file(f.path(), 8192, 16384), pattern(40000, 16384));
+    EXPECT_EQ(read_file(f.path(), 8192, 16384), pattern_bytes(16384, 40000, io_seed));
 
     if (direct && align > 1) {
       short_reporting_engine odd(*real, align + 1);
@@ -335,8 +335,8 @@ TEST_P(file_target_test, ShortTransfersAreResumed) {
 // Several poller threads, each with its own engine, share one target.
 TEST_P(file_target_test, ConcurrentPollersShareOneTarget) {
   constexpr uint64_t bytes = 1 << 20;
-  temp_file f;
-  write_file(f.path(), pattern(0, bytes).data(), bytes);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(bytes, 0, io_seed).data(), bytes);
   file_options o;
   o.offset = 512;
   auto t = open_file_target(f.path(), o);
@@ -356,7 +356,7 @@ TEST_P(file_target_test, ConcurrentPollersShareOneTarget) {
       }
       bool finished = drive(*io, [&] { return std::all_of(done.begin(), done.end(), [](auto& c) { return c.done(); }); });
       for (unsigned i = 0; i < n && finished; ++i)
-        if (done[i].result != 1024 || pattern_mismatch(bufs[i].data(), 512 + offsets[i], 1024) != -1) ++bad;
+        if (done[i].result != 1024 || check_pattern(bufs[i].data(), 1024, 512 + offsets[i], io_seed) != -1) ++bad;
       if (!finished) ++bad;
     });
   }
@@ -377,8 +377,8 @@ TEST(file_target_open, MissingFileNamesPathAndReason) {
 }
 
 TEST(file_target_open, OffsetPastTheEndNamesBothNumbers) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 1000).data(), 1000);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(1000, 0, io_seed).data(), 1000);
   file_options o;
   o.offset = 5000;
   std::string m = error_message([&] { open_file_target(f.path(), o); });
@@ -394,8 +394,8 @@ TEST(file_target_open, OffsetPastTheEndNamesBothNumbers) {
 }
 
 TEST(file_target_open, UnalignedDirectOffsetNamesBothNumbers) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 8192).data(), 8192);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(8192, 0, io_seed).data(), 8192);
   SKIP_UNLESS_DIRECT_IO(f.path());
   file_options o;
   o.direct = true;
@@ -427,7 +427,7 @@ TEST(file_target_open, DirectIoUnsupportedFileSystemIsNamed) {
 }
 
 TEST(file_target_open, CreateNeedsWritable) {
-  temp_file f;
+  scratch_file f;
   file_options o;
   o.create = true;
   std::string m = error_message([&] { open_file_target(f.path(), o); });
@@ -452,12 +452,12 @@ TEST(host_memory_target, ZeroedPageAlignedReadWrite) {
   EXPECT_TRUE(std::all_of(mem, mem + 10000, [](uint8_t b) { return b == 0; }));
 
   // Completes before returning: no engine work.
-  auto data = pattern(100, 5000);
+  auto data = pattern_bytes(5000, 100, io_seed);
   completion w;
   t->write(*io, data.data(), 5000, 100, true, w.callback());
   EXPECT_EQ(w.result, 5000);
   EXPECT_EQ(io->in_flight(), 0u);
-  EXPECT_EQ(pattern_mismatch(mem + 100, 100, 5000), -1);
+  EXPECT_EQ(check_pattern(mem + 100, 5000, 100, io_seed), -1);
 
   std::vector<uint8_t> buf(4096, 0xCC);
   completion r;
@@ -477,7 +477,7 @@ TEST(host_memory_target, ZeroedPageAlignedReadWrite) {
 }
 
 TEST(host_memory_target, WrapsCallerMemoryReadOnly) {
-  auto data = pattern(0, 8192);
+  auto data = pattern_bytes(8192, 0, io_seed);
   auto t = wrap_host_memory(data.data(), data.size(), false);
   auto io = make_io_engine(io_backend::threads, 4);
   EXPECT_EQ(t->host_pointer(), data.data());
@@ -486,7 +486,7 @@ TEST(host_memory_target, WrapsCallerMemoryReadOnly) {
   completion r, w;
   t->read(*io, buf.data(), 4096, 4096, r.callback());
   EXPECT_EQ(r.result, 4096);
-  EXPECT_EQ(pattern_mismatch(buf.data(), 4096, 4096), -1);
+  EXPECT_EQ(check_pattern(buf.data(), 4096, 4096, io_seed), -1);
   t->write(*io, buf.data(), 4096, 0, false, w.callback());
   EXPECT_EQ(w.result, -EROFS);
 }
@@ -499,7 +499,7 @@ class fault_target_test : public per_backend {
     per_backend::SetUp();
     if (IsSkipped()) return;
     memory = make_host_memory_target(65536);
-    fill_pattern(memory->host_pointer(), 0, 65536);
+    fill_pattern(memory->host_pointer(), 65536, 0, io_seed);
     faults = make_fault_target(memory);
     io = make_engine();
   }
@@ -515,7 +515,7 @@ TEST_P(fault_target_test, ForwardsWhenNoRuleMatches) {
   EXPECT_EQ(faults->host_pointer(), nullptr);  // no bypassing the faults
   EXPECT_TRUE(contains(faults->describe(), memory->describe())) << faults->describe();
   EXPECT_EQ(read_sync(*faults, *io, buf.data(), 4096, 4096), 4096);
-  EXPECT_EQ(pattern_mismatch(buf.data(), 4096, 4096), -1);
+  EXPECT_EQ(check_pattern(buf.data(), 4096, 4096, io_seed), -1);
   EXPECT_EQ(flush_sync(*faults, *io), 0);
   EXPECT_EQ(faults->fired(), 0u);
 }
@@ -537,7 +537,7 @@ TEST_P(fault_target_test, FailWriteLeavesTheInnerTargetUntouched) {
   faults->add_rule(r);
   std::vector<uint8_t> ones(4096, 1);
   EXPECT_EQ(write_sync(*faults, *io, ones.data(), 4096, 0), -ENOSPC);
-  EXPECT_EQ(pattern_mismatch(memory->host_pointer(), 0, 65536), -1);
+  EXPECT_EQ(check_pattern(memory->host_pointer(), 65536, 0, io_seed), -1);
   EXPECT_EQ(read_sync(*faults, *io, buf.data(), 4096, 0), 4096);
   EXPECT_EQ(faults->fired(), 1u);
 }
@@ -560,14 +560,14 @@ TEST_P(fault_target_test, ShortTransfersReportTheRealCount) {
   faults->add_rule({fault_rule::short_write, 16384, 4096});
   std::fill(buf.begin(), buf.end(), 0xCC);
   EXPECT_EQ(read_sync(*faults, *io, buf.data(), 4096, 0), 2048);
-  EXPECT_EQ(pattern_mismatch(buf.data(), 0, 2048), -1);
+  EXPECT_EQ(check_pattern(buf.data(), 2048, 0, io_seed), -1);
   EXPECT_EQ(buf[2048], 0xCC);  // the rest never read
 
   std::vector<uint8_t> ones(4096, 1);
   EXPECT_EQ(write_sync(*faults, *io, ones.data(), 4096, 16384), 2048);
   auto* mem = static_cast<uint8_t*>(memory->host_pointer());
   EXPECT_TRUE(std::all_of(mem + 16384, mem + 16384 + 2048, [](uint8_t b) { return b == 1; }));
-  EXPECT_EQ(pattern_mismatch(mem + 16384 + 2048, 16384 + 2048, 2048), -1);
+  EXPECT_EQ(check_pattern(mem + 16384 + 2048, 2048, 16384 + 2048, io_seed), -1);
   EXPECT_EQ(faults->fired(), 2u);
 }
 
@@ -606,7 +606,7 @@ TEST_P(fault_target_test, DelayHoldsRequestsBackAtLeastThatLong) {
   ASSERT_TRUE(drive(*io, slow));
   EXPECT_GE(steady::now() - start, 30ms);
   EXPECT_EQ(slow.result, 4096);
-  EXPECT_EQ(pattern_mismatch(buf.data(), 4096, 4096), -1);
+  EXPECT_EQ(check_pattern(buf.data(), 4096, 4096, io_seed), -1);
 
   // Delayed, then the other rules still apply.
   faults->add_rule({fault_rule::fail_write, 0, 4096});
@@ -618,8 +618,8 @@ TEST_P(fault_target_test, DelayHoldsRequestsBackAtLeastThatLong) {
 
 // Over a file target everything completes asynchronously through the engine.
 TEST_P(fault_target_test, WrapsAFileTarget) {
-  temp_file f;
-  write_file(f.path(), pattern(0, 16384).data(), 16384);
+  scratch_file f;
+  write_file(f.path(), pattern_bytes(16384, 0, io_seed).data(), 16384);
   auto wrapped = make_fault_target(open_file_target(f.path()));
   fault_rule d;
   d.kind = fault_rule::delay;
@@ -628,7 +628,7 @@ TEST_P(fault_target_test, WrapsAFileTarget) {
   wrapped->add_rule({fault_rule::short_read, 8192, 4096});
   auto start = steady::now();
   EXPECT_EQ(read_sync(*wrapped, *io, buf.data(), 4096, 4096), 4096);
-  EXPECT_EQ(pattern_mismatch(buf.data(), 4096, 4096), -1);
+  EXPECT_EQ(check_pattern(buf.data(), 4096, 4096, io_seed), -1);
   EXPECT_GE(steady::now() - start, 10ms);
   EXPECT_EQ(read_sync(*wrapped, *io, buf.data(), 4096, 8192), 2048);
   EXPECT_EQ(wrapped->fired(), 3u);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <thread>
 
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 #include "cache_test_support.hpp"
 
@@ -234,8 +235,9 @@ TEST(Writes, TransientErrorsAreRetried) {
 // A created file is made durable with its directory (checked as far as a
 // test can: the file exists with its size, and creating twice is fine).
 TEST(Writes, CreatedFilesGetTheirSizeAndName) {
-  const std::string path = "/var/tmp/deepwell-created-" + std::to_string(getpid());
-  ::unlink(path.c_str());
+  test::scratch_file f;
+  const std::string& path = f.path();
+  ::unlink(path.c_str());  // created by the target
   file_options o;
   o.writable = true;
   o.create = true;
@@ -248,5 +250,4 @@ TEST(Writes, CreatedFilesGetTheirSizeAndName) {
     auto t = open_file_target(path, o);  // exists now: opened, not recreated
     EXPECT_EQ(t->size(), uint64_t(1 << 16));
   }
-  ::unlink(path.c_str());
 }

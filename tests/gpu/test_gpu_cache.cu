@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "../common/pattern.hpp"
+#include "../common/scratch_file.hpp"
 #include "deepwell/gpu_launch.hpp"
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
@@ -29,29 +31,10 @@ constexpr uint64_t seed = 21;
 DW_HD uint64_t expected(uint64_t i, uint64_t s = seed) { return test::pattern_word(i * 8, s); }
 
 std::shared_ptr<target> pattern_memory(uint64_t bytes, bool writable, uint64_t s = seed) {
-  auto t = make_host_memory_target(bytes, writable);
-  auto* p = static_cast<uint64_t*>(t->host_pointer());
-  for (uint64_t i = 0; i < bytes / 8; ++i) p[i] = test::pattern_word(i * 8, s);
-  return t;
+  return test::pattern_memory(bytes, writable, s);
 }
 
-struct scratch_file {
-  std::string path;
-  explicit scratch_file(uint64_t bytes, uint64_t s = seed) {
-    std::string tmpl = "/var/tmp/deepwell-gpu-cache-XXXXXX";
-    const int fd = mkstemp(tmpl.data());
-    if (fd < 0) throw std::runtime_error("mkstemp failed");
-    path = tmpl;
-    std::vector<uint64_t> buf(1 << 17);
-    for (uint64_t off = 0; off < bytes; off += buf.size() * 8) {
-      const uint64_t n = std::min<uint64_t>(buf.size() * 8, bytes - off);
-      for (uint64_t w = 0; w < n / 8; ++w) buf[w] = test::pattern_word(off + w * 8, s);
-      if (pwrite(fd, buf.data(), n, off_t(off)) != ssize_t(n)) throw std::runtime_error("pwrite failed");
-    }
-    ::close(fd);
-  }
-  ~scratch_file() { ::unlink(path.c_str()); }
-};
+using scratch_file = test::scratch_file;
 
 struct counts {
   unsigned long long ok, bad, failed;
@@ -165,9 +148,9 @@ TEST(GpuCache, DirectTierRandomAndSequentialReads) {
 
 TEST(GpuCache, DirectTierReadsAResidentFileThroughARegisteredMapping) {
   const uint64_t bytes = 256ull << 20;
-  scratch_file f(bytes);  // just written: resident in the page cache
+  scratch_file f(bytes, seed);  // just written: resident in the page cache
   controller ctl(pollers(2));
-  const uint32_t ns = ctl.add_namespace({open_file_target(f.path), 4096, true});
+  const uint32_t ns = ctl.add_namespace({open_file_target(f.path()), 4096, true});
   auto cache = make_gpu_page_cache(ctl, gpu_cache(64ull << 20));
   array<uint64_t> a(cache, ns);
   device_counts c;
@@ -185,9 +168,9 @@ TEST(GpuCache, DirectTierReadsAResidentFileThroughARegisteredMapping) {
 
 TEST(GpuCache, FileAtOnePercentCacheWithATinyQueueReusingStaging) {
   const uint64_t bytes = 1ull << 30;
-  scratch_file f(bytes);
+  scratch_file f(bytes, seed);
   controller ctl(pollers(4));
-  const uint32_t ns = ctl.add_namespace({open_file_target(f.path), 4096, true});
+  const uint32_t ns = ctl.add_namespace({open_file_target(f.path()), 4096, true});
   cache_config cc = gpu_cache(bytes / 100);  // 2621 pages
   cc.direct_files = cache_config::file_tier::never;  // through the controller, not the file's mapping
   cc.queue_pairs = 4;
@@ -270,11 +253,11 @@ __global__ void write_kernel(array_ref<uint64_t> a, uint64_t stride, counts* c) 
 
 TEST(GpuCache, WritesFlushAndRereadThroughPosix) {
   const uint64_t bytes = 64ull << 20;
-  scratch_file f(bytes);
+  scratch_file f(bytes, seed);
   controller ctl(pollers(4));
   file_options o;
   o.writable = true;
-  const uint32_t ns = ctl.add_namespace({open_file_target(f.path, o), 4096, false});
+  const uint32_t ns = ctl.add_namespace({open_file_target(f.path(), o), 4096, false});
   auto cache = make_gpu_page_cache(ctl, gpu_cache(16ull << 20));  // dirty pages get evicted
   array<uint64_t> a(cache, ns);
   device_counts c;
@@ -287,11 +270,7 @@ TEST(GpuCache, WritesFlushAndRereadThroughPosix) {
   const request_status fl = cache->flush();
   EXPECT_TRUE(fl.ok()) << describe(fl);
   EXPECT_GT(cache->stats().writebacks, 0u);
-  std::vector<uint64_t> file(bytes / 8);
-  const int fd = ::open(f.path.c_str(), O_RDONLY);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(pread(fd, file.data(), bytes, 0), ssize_t(bytes));
-  ::close(fd);
+  const std::vector<uint64_t> file = test::file_words(f.path(), bytes);
   uint64_t bad = 0;
   for (uint64_t i = 0; i < file.size(); ++i) bad += file[i] != (i % 3 == 0 ? expected(i, 99) : expected(i));
   EXPECT_EQ(bad, 0u);

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "../common/scratch_file.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
 #include "deepwell/graph/gpu_exec.cuh"
@@ -21,7 +22,8 @@ using namespace deepwell::graph;
 namespace {
 
 struct graph_fixture {
-  std::string path = "/var/tmp/deepwell-gpu-graph-" + std::to_string(::getpid()) + ".dwg";
+  test::scratch_file file{"graph.dwg"};
+  std::string path = file.path();
   csr_graph g;
   csr_view v;
   uint32_t source = 0;
@@ -36,7 +38,6 @@ struct graph_fixture {
     source = uint32_t(max_degree_node(g.offsets.data(), g.nodes));
     write_csr(path, g);
   }
-  ~graph_fixture() { ::unlink(path.c_str()); }
 };
 
 template <class T>

@@ -17,6 +17,7 @@
 
 #include "../common/integrity.hpp"
 #include "deepwell/gpu_launch.hpp"
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
@@ -56,7 +57,7 @@ TEST_P(GpuIntegrity, RandomReadsAndWritesLoseNothing) {
   const test::integrity_case& c = GetParam();
   const uint64_t bytes = 128ull << 20;
   const uint64_t words = bytes / 8;
-  test::integrity_file f(bytes);
+  test::scratch_file f(bytes, test::original_seed);
   controller_config ctl_cfg;
   ctl_cfg.pollers = 2;
   controller ctl(ctl_cfg);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../common/pattern.hpp"
+#include "../common/scratch_file.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/gpu_client.hpp"
 
@@ -20,12 +21,7 @@ namespace {
 
 #define CUDA_OK(x) ASSERT_EQ(cudaError_t(x), cudaSuccess) << #x << ": " << cudaGetErrorString(cudaError_t(x))
 
-std::shared_ptr<target> pattern_memory(uint64_t bytes, uint64_t seed = 0) {
-  auto t = make_host_memory_target(bytes, true);
-  auto* p = static_cast<uint64_t*>(t->host_pointer());
-  for (uint64_t i = 0; i < bytes / 8; ++i) p[i] = test::pattern_word(i * 8, seed);
-  return t;
-}
+std::shared_ptr<target> pattern_memory(uint64_t bytes, uint64_t seed = 0) { return test::pattern_memory(bytes, true, seed); }
 
 struct results {
   unsigned long long ok, nvme_errors, client_errors, mismatches;

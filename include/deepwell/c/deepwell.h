@@ -45,8 +45,8 @@ typedef struct dw_open_options {
   uint64_t offset;       /* the dataset starts here inside the file */
   uint64_t length;       /* dataset bytes; 0: to the end of the file */
   uint32_t row_bytes;    /* bytes per row; the dataset must hold a whole number of rows */
-  uint32_t page_size;    /* cache page: 512 B to 64 KiB, a power of two; 0: 4096 */
-  uint64_t cache_bytes;  /* page data of the cache; 0: 256 MiB */
+  uint32_t page_size;    /* cache page: 512 B to 64 KiB, a power of two; 0: the default */
+  uint64_t cache_bytes;  /* page data of the cache; 0: the default */
   int32_t device;        /* CUDA device ordinal, or -1 for CPU clients (a host cache) */
   int32_t writable;      /* open for writing (scatter, flush) */
   int32_t create;        /* with writable: create the file (create_bytes long) if missing */
@@ -54,10 +54,10 @@ typedef struct dw_open_options {
   int32_t odirect;       /* O_DIRECT: bypass the page cache */
   int32_t direct_files;  /* read-only files in the page cache read by GPU warps directly:
                             0 never, 1 when fully resident at open (default), 2 always */
-  uint32_t pollers;      /* controller threads; 0: 2 */
+  uint32_t pollers;      /* controller threads; 0: the default */
   uint32_t cpu_threads;  /* threads of a CPU client's gather; 0: cores, at most 16 */
   uint32_t queue_pairs;  /* 0: the cache's default */
-  double timeout_s;      /* per access; 0: 30 s */
+  double timeout_s;      /* per access; 0: the default */
   int32_t cache_reads;   /* 1 (default): gathers go through the cache; 0: where the dataset has a
                             direct tier, gathers read rows there in place without caching them
                             (read-only datasets; writable ones in host memory, whose scatters
@@ -89,7 +89,12 @@ DW_API const char* dw_last_error(void);
 /* Number of CUDA devices; DW_ENOCUDA (with the reason) when there is no driver. */
 DW_API int dw_cuda_device_count(int32_t* count);
 
+/* Fills o with the library's defaults (DEEPWELL_* in the environment, else
+ * the built-in ones: docs/settings.md; device 0, read-only). */
 DW_API void dw_open_options_init(dw_open_options* o);
+/* Opens a dataset as rows. Handles opened on the same file (offset, length)
+ * with the same device and cache options share one controller, namespace
+ * and cache: a scatter through one is seen by a gather through another. */
 DW_API int dw_open(const dw_open_options* o, dw_array** out);
 /* Waits for the device, flushes dirty pages, frees everything. NULL is ignored. */
 DW_API int dw_close(dw_array* a);
@@ -115,10 +120,11 @@ DW_API int dw_clear(dw_array* a);
 DW_API int dw_stats_get(dw_array* a, dw_stats* s);
 DW_API int dw_stats_reset(dw_array* a);
 
-/* Baseline for benchmarks: rows[0 .. n) of row_bytes each, read from the file
- * at `offset` with plain io_uring (threads rings, depth reads in flight
- * each), into out (host memory, n * row_bytes; NULL: a scratch buffer).
- * Reports the wall time in *seconds. */
+/* The same rows without deepwell, to compare against: rows[0 .. n) of
+ * row_bytes each, read from the file at `offset` with plain io_uring by CPU
+ * threads (threads rings, depth reads in flight each; no controller, no
+ * cache), into out (host memory, n * row_bytes; NULL: a scratch buffer).
+ * Reports the wall time in *seconds. Python: deepwell.baselines. */
 DW_API int dw_uring_read_rows(const char* path, int32_t odirect, uint64_t offset, uint32_t row_bytes,
                               const int64_t* rows, uint64_t n, uint32_t depth, uint32_t threads, void* out,
                               double* seconds);

@@ -8,6 +8,7 @@
 
 #include "deepwell/graph/csr_file.hpp"
 #include "deepwell/graph/edges.hpp"
+#include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 
 namespace deepwell::graph {

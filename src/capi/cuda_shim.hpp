@@ -1,5 +1,6 @@
-// What the C ABI needs from CUDA, behind plain functions: defined in
-// gpu_hooks.cu where CUDA is built, and in gpu_hooks_none.cpp (each throwing
+// The C ABI's CUDA shim: what it needs from CUDA (devices, pointer checks,
+// the row kernels, synchronization), behind plain functions: defined in
+// cuda_shim.cu where CUDA is built, and in cuda_shim_none.cpp (each throwing
 // no_cuda) where it is not. Keeps c_api.cpp a host-compiler file.
 #pragma once
 #include <cstdint>
@@ -29,7 +30,7 @@ class device_guard {
  private:
   int previous_ = -1;
 };
-std::shared_ptr<page_cache> gpu_cache(controller& ctl, const cache_config& cfg);
+std::shared_ptr<page_cache> gpu_cache(std::shared_ptr<controller_link> link, const cache_config& cfg);
 // A row_report the GPU writes and the host reads (mapped pinned memory).
 row_report* gpu_report_alloc();
 void gpu_report_free(row_report* r);

@@ -1,5 +1,5 @@
-// gpu_hooks.hpp in a build without CUDA: every GPU entry says so.
-#include "gpu_hooks.hpp"
+// cuda_shim.hpp in a build without CUDA: every GPU entry says so.
+#include "cuda_shim.hpp"
 
 namespace deepwell::capi {
 
@@ -10,7 +10,7 @@ namespace {
 int gpu_device_count() { none(); }
 device_guard::device_guard(int) { none(); }
 device_guard::~device_guard() = default;
-std::shared_ptr<page_cache> gpu_cache(controller&, const cache_config&) { none(); }
+std::shared_ptr<page_cache> gpu_cache(std::shared_ptr<controller_link>, const cache_config&) { none(); }
 row_report* gpu_report_alloc() { none(); }
 void gpu_report_free(row_report*) {}
 void gpu_check_pointer(const void*, int, const char*) { none(); }

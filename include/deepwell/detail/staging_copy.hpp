@@ -10,10 +10,14 @@
 // The sfence at the end orders the streamed stores before the release store
 // that posts the completion (x86 release stores do not order them).
 // DEEPWELL_STAGING_STORES=streaming|cached|demote picks the kind.
+// Internal to the targets; public (under detail/) so that host_copy_bench
+// measures the controller's own copy.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+
+#include "deepwell/defaults.hpp"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -33,9 +37,10 @@ inline const char* staging_stores_name(staging_stores k) {
   return k == staging_stores::cached ? "cached" : k == staging_stores::demote ? "demote" : "streaming";
 }
 
-// This process's kind, from DEEPWELL_STAGING_STORES (read once).
+// This process's kind, from DEEPWELL_STAGING_STORES (read once; a name it
+// does not know is refused: defaults.hpp).
 inline staging_stores default_staging_stores() {
-  static const staging_stores kind = staging_stores_from(std::getenv("DEEPWELL_STAGING_STORES"));
+  static const staging_stores kind = staging_stores_from(defaults::staging_stores().c_str());
   return kind;
 }
 

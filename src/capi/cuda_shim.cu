@@ -1,4 +1,4 @@
-// gpu_hooks.hpp with CUDA.
+// cuda_shim.hpp with CUDA.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -6,7 +6,7 @@
 
 #include "deepwell/gpu_client.hpp"
 #include "deepwell/gpu_rows.hpp"
-#include "gpu_hooks.hpp"
+#include "cuda_shim.hpp"
 
 namespace deepwell::capi {
 
@@ -30,8 +30,8 @@ device_guard::~device_guard() {
   if (cudaGetDevice(&now) == cudaSuccess && now != previous_ && previous_ >= 0) cudaSetDevice(previous_);
 }
 
-std::shared_ptr<page_cache> gpu_cache(controller& ctl, const cache_config& cfg) {
-  return make_gpu_page_cache(ctl, cfg);
+std::shared_ptr<page_cache> gpu_cache(std::shared_ptr<controller_link> link, const cache_config& cfg) {
+  return make_gpu_page_cache(std::move(link), cfg);
 }
 
 row_report* gpu_report_alloc() {

@@ -1,0 +1,91 @@
+// The controller as its clients see it: "something that serves queue
+// pairs". Clients (queue clients, page caches, the C ABI) hold a
+// controller_link and queue_pair_handles, never the controller object, so
+// a controller in another process can serve them as one in this process
+// does. in_process_link() is the link to a controller in this process; a
+// server mode adds one over a Unix socket.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "deepwell/host_mapping.hpp"
+#include "deepwell/queue_layout.hpp"
+#include "deepwell/shared_region.hpp"
+
+namespace deepwell {
+
+class controller;
+
+struct namespace_info {
+  uint32_t nsid = 0;
+  uint32_t block_size = 0;
+  uint64_t blocks = 0;  // ceil(bytes / block_size)
+  uint64_t bytes = 0;
+  bool read_only = false;
+  std::string description;
+};
+
+// A queue pair as its client holds it: the client's own mapping of the
+// queue pair's shared memory (a memfd, as another process would receive
+// it) and its geometry. Closing it (the destructor) deletes the queue pair
+// on the controller once its outstanding commands are done.
+class queue_pair_handle {
+ public:
+  // Maps `bytes` of `memfd` (a duplicate is kept; the caller keeps its own
+  // descriptor). on_close runs once, when the handle goes.
+  queue_pair_handle(uint32_t id, const qp_geometry& g, int memfd, size_t bytes, std::function<void()> on_close);
+  // A queue pair whose memory this process has mapped already (a
+  // controller in this process): [base, base + bytes), kept mapped by
+  // whatever on_close releases.
+  queue_pair_handle(uint32_t id, const qp_geometry& g, void* base, size_t bytes, int memfd,
+                    std::function<void()> on_close);
+  ~queue_pair_handle();
+  queue_pair_handle(const queue_pair_handle&) = delete;
+  queue_pair_handle& operator=(const queue_pair_handle&) = delete;
+
+  uint32_t id() const { return id_; }
+  const qp_geometry& geometry() const { return geometry_; }
+  void* base() const { return base_; }
+  size_t bytes() const { return bytes_; }
+  int memfd() const { return memfd_; }
+  qp_header* header() const { return static_cast<qp_header*>(base_); }
+  // What the controller last said of the queue (running, stopped, failed).
+  queue_state state() const;
+
+ private:
+  uint32_t id_;
+  qp_geometry geometry_;
+  shared_region region_;  // our own mapping, when we made one
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+  int memfd_ = -1;
+  std::function<void()> on_close_;
+  void check() const;
+};
+
+class controller_link {
+ public:
+  virtual ~controller_link() = default;
+  // A new queue pair served by the controller. Entries: powers of two, 2
+  // to 65536; slot_bytes: a multiple of 512. Throws deepwell::error.
+  virtual std::unique_ptr<queue_pair_handle> open_queue_pair(const qp_geometry& g) = 0;
+  // Throws deepwell::error for an unknown namespace.
+  virtual namespace_info info(uint32_t nsid) const = 0;
+  // The namespace's bytes in this process's memory, for readers that skip
+  // the controller (the direct tier): the memory of a host-memory dataset
+  // (writable if the dataset is), else, if `files`, a read-only mapping of
+  // its file (with its residency). nullptr where there is neither.
+  virtual std::shared_ptr<const host_mapping> map_dataset(uint32_t nsid, bool files) const = 0;
+  // Controller and queue state, for watchdogs and bug reports.
+  virtual std::string dump() const = 0;
+};
+
+// A link to a controller in this process. The first shares its ownership;
+// with the second, the controller must outlive the link and everything
+// made through it (queue pairs, caches).
+std::shared_ptr<controller_link> in_process_link(std::shared_ptr<controller> ctl);
+std::shared_ptr<controller_link> in_process_link(controller& ctl);
+
+}  // namespace deepwell

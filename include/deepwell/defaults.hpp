@@ -1,0 +1,71 @@
+// Every setting's default, stated once, and the one rule that picks a
+// value (KvikIO-style): an explicit argument beats the environment, which
+// beats the built-in default. A value in the environment that is not a
+// valid one is refused with an error naming the variable, never silently
+// replaced. The C++ configuration structs take their defaults from here,
+// the C ABI's dw_open_options_init from them, and Python from the C ABI.
+// docs/settings.md lists every knob.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace deepwell::defaults {
+
+// ---- built-in defaults ----
+namespace builtin {
+constexpr uint32_t pollers = 2;               // controller poller threads
+constexpr uint32_t io_depth = 512;            // I/O in flight per poller
+constexpr const char* io_backend = "auto";    // uring, threads or auto
+constexpr uint32_t poller_spin_us = 100;      // busy-poll this long after the last work, then sleep
+constexpr uint32_t poller_max_sleep_us = 200; // longest idle sleep between doorbell checks
+constexpr uint32_t poller_batch = 16;         // commands taken from a queue before the next (0: all)
+constexpr uint32_t page_size = 4096;          // cache page bytes
+constexpr uint64_t cache_bytes = 256ull << 20;  // cache page data
+constexpr uint32_t gpu_queue_pairs = 64;      // a GPU cache's queue pairs
+constexpr uint32_t cpu_queue_pairs = 4;       // a CPU cache's queue pairs
+constexpr uint32_t queue_entries = 512;       // entries per queue pair
+constexpr uint64_t timeout_ms = 30000;        // deadline of every wait inside an access
+constexpr const char* direct_files = "resident";  // never, resident or always
+constexpr double clean_threshold = 1.0 / 16;  // dirty share of the slots above which the cleaner runs
+constexpr const char* staging_stores = "streaming";  // streaming, cached or demote
+constexpr uint32_t max_cpu_threads = 16;      // a CPU client's gather threads: the cores, at most this
+}  // namespace builtin
+
+// ---- values: the environment's if set (checked), else the built-in ----
+uint32_t pollers();                  // DEEPWELL_POLLERS
+uint32_t io_depth();                 // DEEPWELL_IO_DEPTH
+std::string io_backend();            // DEEPWELL_IO
+uint32_t poller_spin_us();           // DEEPWELL_POLLER_SPIN_US
+uint32_t poller_max_sleep_us();      // DEEPWELL_POLLER_MAX_SLEEP_US
+uint32_t poller_batch();             // DEEPWELL_POLLER_BATCH
+uint32_t page_size();                // DEEPWELL_PAGE_SIZE
+uint64_t cache_bytes();              // DEEPWELL_CACHE_BYTES (a number, or with KiB/MiB/GiB)
+uint32_t gpu_queue_pairs();          // DEEPWELL_GPU_QUEUE_PAIRS
+uint32_t cpu_queue_pairs();          // DEEPWELL_CPU_QUEUE_PAIRS
+uint32_t queue_entries();            // DEEPWELL_QUEUE_ENTRIES
+uint64_t timeout_ns();               // DEEPWELL_TIMEOUT_MS
+std::string direct_files();          // DEEPWELL_DIRECT_FILES
+double clean_threshold();            // DEEPWELL_CLEAN_THRESHOLD
+std::string staging_stores();        // DEEPWELL_STAGING_STORES
+uint32_t cpu_threads();              // DEEPWELL_CPU_THREADS
+
+// ---- the one parser ----
+// The unsigned number in environment variable `name`, if it is set and not
+// empty; `fallback` otherwise. Throws deepwell::error naming the variable,
+// its value and what was expected when it is not a number in [min, max].
+// `byte_units`: also takes a KiB, MiB, GiB or TiB suffix (K, M, G, T too).
+uint64_t env_number(const char* name, uint64_t fallback, uint64_t min, uint64_t max, bool byte_units = false);
+// The value of `name` if it is one of `choices`; `fallback` if unset.
+std::string env_choice(const char* name, const std::string& fallback, const std::vector<std::string>& choices);
+// A share from 0 to 1.
+double env_share(const char* name, double fallback);
+
+// Every knob with its variable, built-in default, current value and
+// meaning (for `deepwell settings` and the docs' table).
+struct knob {
+  std::string variable, builtin, value, meaning;
+};
+std::vector<knob> knobs();
+
+}  // namespace deepwell::defaults

@@ -1,0 +1,100 @@
+// The page cache's directory: which slot holds a page. Buckets of dir_ways
+// entries (a key and a slot index, cache_layout.hpp), sized by the cache,
+// not the dataset. A key lives only in its home bucket; inserts and
+// removals take the bucket's lock, lookups take none: a lookup is a hint,
+// which the caller checks against the slot's own state and key after
+// pinning it. Part of page_cache_ref; self-contained.
+#pragma once
+#include <cstdint>
+
+#include "deepwell/cache_layout.hpp"
+#include "deepwell/queue.hpp"
+
+namespace deepwell::detail {
+
+struct dir_insert_result {
+  int64_t entry = -1;
+  bool inserted = false;  // the entry is new and reserved (slot dir_pending) for the caller
+  bool full = false;      // the bucket had no room: evict one of its pages and retry
+};
+
+// A by-value view of the directory's arrays (in the cache's metadata).
+struct cache_directory {
+  uint64_t* keys = nullptr;   // [bucket * dir_ways + way]
+  uint32_t* slots = nullptr;  // the slot of the same entry, or dir_pending
+  uint32_t* locks = nullptr;  // [bucket]
+  uint32_t nbuckets = 0;      // a power of two
+
+  DW_HD static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+  }
+  DW_HD uint32_t bucket_of(uint64_t key) const { return uint32_t(mix64(key)) & (nbuckets - 1); }
+
+  // The entry of `key` in bucket b, or -1. Inserts fill a bucket from its
+  // first way, so the scan stops at the first match: a hit loads only the
+  // ways up to its own, not the whole bucket. Relaxed is
+  // enough: the caller checks what it finds.
+  DW_HD int64_t find(uint64_t key, uint32_t b) const {
+    const uint64_t base = uint64_t(b) * dir_ways;
+    for (uint32_t w = 0; w < dir_ways; ++w)
+      if (client_atomic<uint64_t>(keys[base + w]).load(memory_order_relaxed) == key) return int64_t(base + w);
+    return -1;
+  }
+
+  // Reserves an entry for `key` (slot pending) unless the key is there.
+  DW_HD dir_insert_result insert(uint64_t key, uint32_t b) const {
+    dir_insert_result r;
+    lock_bucket(b);
+    r.entry = find(key, b);
+    if (r.entry < 0) {
+      const uint64_t base = uint64_t(b) * dir_ways;
+      for (uint32_t w = 0; w < dir_ways; ++w) {
+        client_atomic<uint64_t> k(keys[base + w]);
+        if (k.load(memory_order_relaxed) == empty_key) {
+          client_atomic<uint32_t>(slots[base + w]).store(dir_pending, memory_order_relaxed);
+          k.store(key, memory_order_release);
+          r.entry = int64_t(base + w);
+          r.inserted = true;
+          break;
+        }
+      }
+      r.full = !r.inserted;
+    }
+    unlock_bucket(b);
+    return r;
+  }
+
+  // Removes `key`'s entry if it still points to `slot` (or is pending).
+  DW_HD void remove(uint64_t key, uint32_t slot) const {
+    const uint32_t b = bucket_of(key);
+    const uint64_t base = uint64_t(b) * dir_ways;
+    lock_bucket(b);
+    for (uint32_t w = 0; w < dir_ways; ++w) {
+      client_atomic<uint64_t> k(keys[base + w]);
+      if (k.load(memory_order_relaxed) == key &&
+          client_atomic<uint32_t>(slots[base + w]).load(memory_order_relaxed) == slot) {
+        k.store(empty_key, memory_order_release);
+        break;
+      }
+    }
+    unlock_bucket(b);
+  }
+
+ private:
+  DW_HD void lock_bucket(uint32_t b) const {
+    client_atomic<uint32_t> l(locks[b]);
+    for (uint32_t i = 0;; ++i) {
+      uint32_t expected = 0;
+      if (l.load(memory_order_relaxed) == 0 && l.compare_exchange_strong(expected, 1, memory_order_acquire)) return;
+      backoff(i);  // holders only scan one bucket: the wait is short
+    }
+  }
+  DW_HD void unlock_bucket(uint32_t b) const { client_atomic<uint32_t>(locks[b]).store(0, memory_order_release); }
+};
+
+}  // namespace deepwell::detail

@@ -1,0 +1,84 @@
+// The link to a controller in this process. A queue pair's handle carries
+// its memfd and geometry, as a server would hand them to another process;
+// here the client uses the controller's own mapping of that memory.
+#include <memory>
+
+#include "deepwell/controller.hpp"
+#include "deepwell/controller_link.hpp"
+#include "deepwell/error.hpp"
+
+namespace deepwell {
+
+namespace {
+
+class in_process final : public controller_link {
+ public:
+  in_process(controller& ctl, std::shared_ptr<controller> owned) : ctl_(ctl), owned_(std::move(owned)) {}
+
+  std::unique_ptr<queue_pair_handle> open_queue_pair(const qp_geometry& g) override {
+    std::shared_ptr<queue_pair> qp = ctl_.create_queue_pair(g);
+    const uint32_t id = qp->id();
+    controller* ctl = &ctl_;
+    // In one process the client uses the controller's own mapping of the
+    // memfd (a second one would only cost address space; another process
+    // maps the memfd itself: the handle's memfd constructor). Deleting the
+    // queue pair needs the controller: an owning link's handles keep it
+    // alive.
+    std::shared_ptr<controller> keep = owned_;
+    void* base = qp->base();
+    const size_t bytes = qp->bytes();
+    const int fd = qp->memfd();
+    return std::make_unique<queue_pair_handle>(id, g, base, bytes, fd, [ctl, keep, id, qp = std::move(qp)] {
+      ctl->delete_queue_pair(id);
+    });
+  }
+
+  namespace_info info(uint32_t nsid) const override { return ctl_.info(nsid); }
+
+  std::shared_ptr<const host_mapping> map_dataset(uint32_t nsid, bool files) const override {
+    if (void* p = ctl_.host_pointer(nsid)) {
+      const namespace_info i = ctl_.info(nsid);
+      auto m = std::make_shared<host_mapping>();
+      m->data = static_cast<const uint8_t*>(p);
+      m->bytes = i.bytes;
+      m->base = p;
+      m->base_bytes = (i.bytes + 4095) / 4096 * 4096;  // host-memory targets allocate whole pages
+      m->resident = 1.0;
+      m->writable = !i.read_only;
+      // The memory is the target's, which the controller holds as long as
+      // it lives: keep the controller (when this link owns it).
+      m->owner = owned_ ? std::shared_ptr<const void>(owned_)
+                        : std::shared_ptr<const void>(&ctl_, [](const void*) {});  // the caller keeps it alive
+      return m;
+    }
+    if (!files) return nullptr;
+    return ctl_.map_readonly(nsid);
+  }
+
+  std::string dump() const override { return ctl_.dump(); }
+
+ private:
+  controller& ctl_;
+  std::shared_ptr<controller> owned_;
+};
+
+}  // namespace
+
+std::unique_ptr<queue_pair_handle> client_handle(std::shared_ptr<queue_pair> qp) {
+  if (!qp) throw error("client_handle: no queue pair");
+  const uint32_t id = qp->id();
+  const qp_geometry g = qp->geometry();
+  const int fd = qp->memfd();
+  const size_t bytes = qp->bytes();
+  void* base = qp->base();
+  return std::make_unique<queue_pair_handle>(id, g, base, bytes, fd, [keep = std::move(qp)] {});
+}
+
+std::shared_ptr<controller_link> in_process_link(std::shared_ptr<controller> ctl) {
+  controller& c = *ctl;
+  return std::make_shared<in_process>(c, std::move(ctl));
+}
+
+std::shared_ptr<controller_link> in_process_link(controller& ctl) { return std::make_shared<in_process>(ctl, nullptr); }
+
+}  // namespace deepwell

@@ -92,7 +92,7 @@ TEST(Cache, RandomAndSequentialReadsUnderEvictionMatchTheFile) {
   controller ctl(two_pollers());
   const uint32_t ns = ctl.add_namespace({open_file_target(f.path()), 4096, true});
   // 1% of the data (163 pages); under ThreadSanitizer a quarter of the data
-  // and 128 pages, still two per thread. Through the controller, not the
+  // and 128 pages, eight per thread. Through the controller, not the
   // file's mapping.
   cache_config cc = small_cache(std::max<uint64_t>(bytes / 4096 / 100, 128));
   cc.direct_files = cache_config::file_tier::never;
@@ -100,7 +100,10 @@ TEST(Cache, RandomAndSequentialReadsUnderEvictionMatchTheFile) {
   array<uint64_t> a(cache, ns);
   ASSERT_EQ(a.size(), bytes / 8);
   const auto ref = a.ref();
-  const unsigned threads = 64;
+  // Under ThreadSanitizer 16 threads, not 64: 64 threads spinning and
+  // yielding under its runtime on two cores once starved the pollers past
+  // the test's time limit (a stall, not wrong data).
+  const unsigned threads = test::scale_div > 1 ? 16 : 64;
   const uint64_t per_thread = 4000 / test::scale_div;
   std::atomic<uint64_t> bad{0}, failed{0};
   std::vector<std::thread> pool;

@@ -36,17 +36,14 @@ namespace deepwell::capi {
 // scatters it: a scatter through one is seen by a gather through another.
 // (Arrays on one file with different settings have caches of their own,
 // which see each other's writes only after a flush and a clear.)
+// Members go in reverse order: the cache (and its queue pairs) before the
+// link and the controller.
 struct shared_dataset {
   std::shared_ptr<controller> ctl;
   std::shared_ptr<controller_link> link;
   uint32_t nsid = 0;
   bool writable = false;
   std::unique_ptr<array<uint8_t>> bytes;  // holds the cache
-  ~shared_dataset() {
-    bytes.reset();  // the cache (and its queue pairs) before the controller
-    link.reset();
-    ctl.reset();
-  }
 };
 
 }  // namespace deepwell::capi

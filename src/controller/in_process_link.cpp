@@ -1,6 +1,7 @@
 // The link to a controller in this process. A queue pair's handle carries
 // its memfd and geometry, as a server would hand them to another process;
 // here the client uses the controller's own mapping of that memory.
+#include <functional>
 #include <memory>
 
 #include "deepwell/controller.hpp"
@@ -11,6 +12,20 @@ namespace deepwell {
 
 namespace {
 
+// A handle over the controller's own mapping of qp's memfd, keeping qp
+// alive; on_close runs when it goes.
+std::unique_ptr<queue_pair_handle> handle_over(std::shared_ptr<queue_pair> qp, std::function<void()> on_close) {
+  const uint32_t id = qp->id();
+  const qp_geometry g = qp->geometry();
+  void* base = qp->base();
+  const size_t bytes = qp->bytes();
+  const int fd = qp->memfd();
+  return std::make_unique<queue_pair_handle>(id, g, base, bytes, fd,
+                                             [keep = std::move(qp), close = std::move(on_close)] {
+                                               if (close) close();
+                                             });
+}
+
 class in_process final : public controller_link {
  public:
   in_process(controller& ctl, std::shared_ptr<controller> owned) : ctl_(ctl), owned_(std::move(owned)) {}
@@ -18,19 +33,12 @@ class in_process final : public controller_link {
   std::unique_ptr<queue_pair_handle> open_queue_pair(const qp_geometry& g) override {
     std::shared_ptr<queue_pair> qp = ctl_.create_queue_pair(g);
     const uint32_t id = qp->id();
-    controller* ctl = &ctl_;
     // In one process the client uses the controller's own mapping of the
     // memfd (a second one would only cost address space; another process
     // maps the memfd itself: the handle's memfd constructor). Deleting the
     // queue pair needs the controller: an owning link's handles keep it
     // alive.
-    std::shared_ptr<controller> keep = owned_;
-    void* base = qp->base();
-    const size_t bytes = qp->bytes();
-    const int fd = qp->memfd();
-    return std::make_unique<queue_pair_handle>(id, g, base, bytes, fd, [ctl, keep, id, qp = std::move(qp)] {
-      ctl->delete_queue_pair(id);
-    });
+    return handle_over(std::move(qp), [ctl = &ctl_, keep = owned_, id] { ctl->delete_queue_pair(id); });
   }
 
   namespace_info info(uint32_t nsid) const override { return ctl_.info(nsid); }
@@ -66,12 +74,7 @@ class in_process final : public controller_link {
 
 std::unique_ptr<queue_pair_handle> client_handle(std::shared_ptr<queue_pair> qp) {
   if (!qp) throw error("client_handle: no queue pair");
-  const uint32_t id = qp->id();
-  const qp_geometry g = qp->geometry();
-  const int fd = qp->memfd();
-  const size_t bytes = qp->bytes();
-  void* base = qp->base();
-  return std::make_unique<queue_pair_handle>(id, g, base, bytes, fd, [keep = std::move(qp)] {});
+  return handle_over(std::move(qp), nullptr);
 }
 
 std::shared_ptr<controller_link> in_process_link(std::shared_ptr<controller> ctl) {

@@ -3,6 +3,7 @@
 // cache), while no access runs. Not for the library's own code.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <string>
 
@@ -79,13 +80,9 @@ struct cache_access {
 
  private:
   static std::string hex(uint64_t v) {
-    static const char* d = "0123456789abcdef";
-    std::string s;
-    do {
-      s.insert(s.begin(), d[v & 15]);
-      v >>= 4;
-    } while (v);
-    return s;
+    char b[17];
+    std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(v));
+    return b;
   }
 };
 

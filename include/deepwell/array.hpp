@@ -49,6 +49,19 @@ class page_handle {
     if (status_.ok() && cache_.attached()) cache_.unpin(slot_, dirty_);
     status_ = request_status::client(client_code::invalid_argument);
   }
+  // Makes this page's writes so far durable (written back, then its
+  // dataset flushed; group commit). Every converged lane of the warp calls
+  // it together, each with its own handle (one not ok() takes part and
+  // returns its own status); the handle stays pinned.
+  DW_HD request_status persist() {
+    const bool have = status_.ok() && cache_.attached();
+    if (have && dirty_) cache_.mark_written(slot_);
+    dirty_ = false;
+    page_cache_ref c = cache_;
+    if (!c.attached()) return status_;  // a default handle: no cache to flush
+    const request_status r = c.persist_pinned(this_thread_warp{}, have ? slot_ : ~0u);
+    return have ? r : status_;
+  }
 
  private:
   template <class>
@@ -162,6 +175,39 @@ class array_ref {
     return write_range(this_thread_warp{}, src, begin, count);
   }
 
+  // ---- durability (docs/durability.md) ----
+
+  // Makes elements [begin, begin + count) durable: written back and their
+  // dataset flushed (one flush shared by the persists waiting at the time).
+  // Returns once every write made to them before the call is durable.
+  // Every lane of `w` calls it together; lanes may pass different ranges
+  // (each thread persisting its own data). A read-only array has nothing
+  // to persist.
+  template <class Warp>
+  DW_HD request_status persist(const Warp& w, uint64_t begin, uint64_t count) const {
+    const bool bad = begin > n || count > n - begin;
+    uint64_t first = 1, last = 0;  // empty
+    if (!bad && count) {
+      first = (begin * sizeof(T)) >> cache.page_shift();
+      last = ((begin + count) * sizeof(T) - 1) >> cache.page_shift();
+    }
+    const request_status r = cache.persist(w, read_only ? ~0u : dataset, first, last);
+    if (bad) {
+      cache.set_error(request_status::client(client_code::out_of_range));
+      return request_status::client(client_code::out_of_range);
+    }
+    return r;
+  }
+  DW_HD request_status persist(uint64_t begin, uint64_t count) const {
+    return persist(this_thread_warp{}, begin, count);
+  }
+  // Every dirty page of the cache (all its datasets), then each flushed.
+  template <class Warp>
+  DW_HD request_status persist_all(const Warp& w) const {
+    return cache.persist_all(w);
+  }
+  DW_HD request_status persist_all() const { return persist_all(this_thread_warp{}); }
+
   // ---- prefetch: start fetching the page of element i, do not wait ----
   DW_HD void prefetch(uint64_t i) const {
     if (i >= n) return;
@@ -236,6 +282,18 @@ class array {
   uint64_t size() const { return ref_.n; }
   page_cache& cache() const { return *cache_; }
   request_status flush() { return cache_->flush(); }
+  // Host side of persist: elements [begin, begin + count) durable (the
+  // cache's own kernel or CPU threads; may run beside other kernels).
+  request_status persist(uint64_t begin, uint64_t count) {
+    if (begin > ref_.n || count > ref_.n - begin)
+      throw error("array::persist: elements [" + std::to_string(begin) + ", +" + std::to_string(count) +
+                  ") outside the array of " + std::to_string(ref_.n));
+    if (count == 0 || ref_.read_only) return {};
+    const uint32_t shift = cache_->ref().page_shift();
+    return cache_->persist(ref_.dataset, (begin * sizeof(T)) >> shift, ((begin + count) * sizeof(T) - 1) >> shift);
+  }
+  // Every dirty page of the cache, then each writable dataset flushed (flush()).
+  request_status persist_all() { return cache_->flush(); }
 
  private:
   std::shared_ptr<page_cache> cache_;

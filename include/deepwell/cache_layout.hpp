@@ -61,6 +61,17 @@ struct dataset_desc {
   const uint8_t* direct = nullptr;  // the dataset in host memory, readable by this client: the direct tier
 };
 
+// Group commit of one dataset's flushes (page_cache_ref::persist): flushes
+// begun, the newest finished, the newest that failed and why, and the lock
+// of the one thread running a flush.
+struct alignas(128) persist_epoch {
+  unsigned long long started;
+  unsigned long long completed;
+  unsigned long long failed;  // 0: none
+  uint32_t leader;
+  uint32_t error;  // packed request_status of that failure
+};
+
 // Statistics, sharded so that warps on different SMs do not contend on one
 // line; the host sums the shards.
 struct alignas(128) cache_stats_shard {
@@ -76,12 +87,13 @@ struct alignas(128) cache_stats_shard {
   unsigned long long errors;         // failed fills and write-backs
   unsigned long long cleans;         // write-backs started ahead of the CLOCK hand (the cleaner)
   unsigned long long reaped;         // I/O left in flight finished by a thread short of command ids
+  unsigned long long flushes;        // namespace flushes run by persists (each may serve many)
 };
 constexpr uint32_t cache_stats_shards = 32;
 
 struct cache_stats {
   uint64_t accesses = 0, hits = 0, misses = 0, waits = 0, evictions = 0, writebacks = 0, bytes_read = 0,
-           bytes_written = 0, direct_fills = 0, errors = 0, cleans = 0, reaped = 0;
+           bytes_written = 0, direct_fills = 0, errors = 0, cleans = 0, reaped = 0, flushes = 0;
   double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0.0; }
 };
 
@@ -100,6 +112,7 @@ inline cache_stats sum_stats(const cache_stats_shard* s, uint32_t n) {
     t.errors += s[i].errors;
     t.cleans += s[i].cleans;
     t.reaped += s[i].reaped;
+    t.flushes += s[i].flushes;
   }
   return t;
 }
@@ -117,7 +130,7 @@ struct cache_geometry {
 
 struct cache_meta_layout {
   uint64_t state, slot_key, slot_io, io_slot, orphans, dir_keys, dir_slots, dir_locks, clock, dirty, error, stats,
-      queues, datasets, total;
+      queues, datasets, persists, total;
 };
 
 DW_HD constexpr uint64_t cache_align(uint64_t v) { return (v + 127) / 128 * 128; }
@@ -144,6 +157,7 @@ inline cache_meta_layout compute_cache_layout(const cache_geometry& g, uint64_t 
   l.stats = take(sizeof(cache_stats_shard) * cache_stats_shards);
   l.queues = take(queue_ref_bytes * g.queues);
   l.datasets = take(sizeof(dataset_desc) * g.max_datasets);
+  l.persists = take(sizeof(persist_epoch) * g.max_datasets);
   l.total = o;
   return l;
 }

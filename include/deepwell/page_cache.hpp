@@ -83,6 +83,9 @@ class page_cache {
   // Writes every dirty page back, then flushes each writable dataset's
   // namespace (durable). Returns the first error; failed pages stay dirty.
   virtual request_status flush() = 0;
+  // Makes pages [first_page, last_page] of dataset `id` durable (page_cache_ref::persist,
+  // run by the cache's own kernel or CPU loop; safe beside running kernels).
+  virtual request_status persist(uint32_t id, uint64_t first_page, uint64_t last_page) = 0;
   // Writes back (as flush) and empties the cache.
   virtual request_status clear() = 0;
   virtual cache_stats stats() const = 0;

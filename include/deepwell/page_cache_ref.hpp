@@ -133,6 +133,25 @@ class page_cache_ref {
     client_atomic<unsigned long long>(shard(w).accesses).fetch_add(n, memory_order_relaxed);
   }
 
+  // ---- durability (detail/cache/persist.hpp; docs/durability.md) ----
+
+  // Makes pages [first_page, last_page] of dataset ds durable: their dirty
+  // pages are written back (write-backs already in flight are waited for),
+  // then the dataset's namespace is flushed, one flush shared by every
+  // persist waiting at the time (group commit). Returns once the bytes
+  // written before the call are durable, or with the status that says why
+  // not. Every lane of `w` calls it together; lanes may name different
+  // ranges and datasets. Runs beside other accesses: a write racing the
+  // persist may or may not be in it (the page stays dirty if not).
+  template <class Warp>
+  DW_HD request_status persist(const Warp& w, uint32_t ds, uint64_t first_page, uint64_t last_page) const;
+  // persist for a page the lane has pinned (a page handle); ~0u: none.
+  template <class Warp>
+  DW_HD request_status persist_pinned(const Warp& w, uint32_t s) const;
+  // Every dirty page of the cache, then every writable dataset flushed.
+  template <class Warp>
+  DW_HD request_status persist_all(const Warp& w) const;
+
   // ---- the host owner's operations (page_cache runs them in its kernels
   // or CPU loops; no access may run meanwhile) ----
 
@@ -146,6 +165,8 @@ class page_cache_ref {
   // the result is a timeout.
   template <class Warp>
   DW_HD request_status flush_warp(const Warp& w, uint32_t first) const;
+  // Marks a slot this thread has pinned dirty (a page handle's writes).
+  DW_HD void mark_written(uint32_t s) const { mark_dirty(s); }
 
   // Finishes slot s's orphan I/O if it has one (it holds a command id):
   // a prefetch is copied in; a write-back is waited for until the deadline.
@@ -172,6 +193,8 @@ class page_cache_ref {
   cache_stats_shard* stats = nullptr;
   const queue_ref* queues = nullptr;
   const dataset_desc* datasets = nullptr;
+  persist_epoch* persists = nullptr;  // [dataset]: group commit of flushes
+  uint32_t ndatasets = 0;             // the datasets array's length (unused entries have nsid 0)
   uint32_t nslots_ = 0;
   uint32_t page_size_ = 0;
   uint32_t page_shift_ = 0;
@@ -187,10 +210,15 @@ class page_cache_ref {
   DW_HD cache_stats_shard& shard(const Warp& w) const {
     return shard_of(w.queue_hint());
   }
+  // Always an RMW with release, even when the page looks dirty already: a
+  // persist running beside the writer may be clearing dirty to copy the
+  // page, and a stale "already dirty" would leave this write in neither
+  // its copy nor a later one. The RMWs on the state word are totally
+  // ordered: either this one precedes the persist's clear (which acquires
+  // it, so the copy holds the bytes) or it follows (the page stays dirty).
   DW_HD void mark_dirty(uint32_t s) const {
     client_atomic<uint32_t> st(state[s]);
-    if (st.load(memory_order_relaxed) & slot_state::dirty) return;
-    if (!(st.fetch_or(slot_state::dirty, memory_order_relaxed) & slot_state::dirty))
+    if (!(st.fetch_or(slot_state::dirty, memory_order_release) & slot_state::dirty))
       client_atomic<unsigned long long>(*dirty_pages).fetch_add(1, memory_order_relaxed);
   }
 
@@ -235,6 +263,18 @@ class page_cache_ref {
   DW_HD uint32_t writeback_bytes(uint32_t s) const;
   DW_HD void submit_writeback(uint32_t s, uint32_t qi, uint16_t cid, bool evict_claim) const;
   DW_HD bool finish_writeback(uint32_t s, uint64_t dl, request_status* out) const;
+  template <class Warp>
+  DW_HD request_status write_back_warp(const Warp& w, uint32_t s, bool pending) const;
+
+  // ---- persist (detail/cache/persist.hpp) ----
+  DW_HD uint32_t pin_cached(uint64_t key, uint64_t dl, request_status& r) const;
+  DW_HD bool pin_for_persist(uint32_t s, uint64_t dl, request_status& r) const;
+  DW_HD request_status run_flush(uint32_t ds, uint32_t qhint, uint64_t dl) const;
+  DW_HD request_status group_flush(uint32_t ds, uint32_t qhint, uint64_t dl) const;
+  template <class Warp>
+  DW_HD request_status write_back_range(const Warp& w, uint32_t ds, uint64_t first_page, uint64_t last_page) const;
+  template <class Warp>
+  DW_HD request_status end_persist(const Warp& w, request_status r, uint32_t ds) const;
 
   // ---- CLOCK eviction and the cleaner (detail/cache/clock.hpp) ----
   DW_HD bool evict_claimed(uint32_t s, uint32_t st_at_claim, uint32_t qhint) const;
@@ -249,3 +289,4 @@ class page_cache_ref {
 #include "deepwell/detail/cache/orphans.hpp"
 #include "deepwell/detail/cache/writeback.hpp"
 #include "deepwell/detail/cache/clock.hpp"
+#include "deepwell/detail/cache/persist.hpp"

@@ -88,6 +88,8 @@ void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue
   ref_.stats = reinterpret_cast<cache_stats_shard*>(meta + layout_.stats);
   ref_.queues = reinterpret_cast<const queue_ref*>(meta + layout_.queues);
   ref_.datasets = reinterpret_cast<const dataset_desc*>(meta + layout_.datasets);
+  ref_.persists = reinterpret_cast<persist_epoch*>(meta + layout_.persists);
+  ref_.ndatasets = geo_.max_datasets;
   ref_.nslots_ = geo_.slots;
   ref_.dir.nbuckets = geo_.buckets;
   ref_.page_size_ = geo_.page_size;
@@ -176,7 +178,7 @@ std::string page_cache::dump() const {
     << " datasets\n"
     << "  accesses " << s.accesses << ", hits " << s.hits << ", misses " << s.misses << ", waits " << s.waits
     << ", evictions " << s.evictions << ", write-backs " << s.writebacks << " (" << s.cleans
-    << " by the cleaner), orphans reaped " << s.reaped << ", errors " << s.errors << "\n"
+    << " by the cleaner), orphans reaped " << s.reaped << ", persist flushes " << s.flushes << ", errors " << s.errors << "\n"
     << "  first error: " << describe(last_error()) << "\n"
     << link_->dump();
   return o.str();
@@ -223,6 +225,11 @@ class host_page_cache final : public page_cache {
     }
     const request_status n = flush_namespaces();
     return first.ok() ? n : first;
+  }
+
+  request_status persist(uint32_t id, uint64_t first_page, uint64_t last_page) override {
+    (void)dataset(id);  // throws for an unknown id
+    return ref_.persist(one_lane{}, id, first_page, last_page);
   }
 
   request_status clear() override {

@@ -59,6 +59,20 @@ __global__ void flush_slots(page_cache_ref c, uint32_t* first_error) {
   }
 }
 
+// Pages [first, last] of dataset ds made durable: each warp writes back a
+// chunk of 32 pages and joins the group flush (page_cache_ref::persist).
+__global__ void persist_pages(page_cache_ref c, uint32_t ds, uint64_t first, uint64_t last, uint32_t* first_error) {
+  const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
+  const uint64_t chunks = (last - first) / 32 + 1;
+  for (uint64_t k = warp; k < chunks; k += warps) {
+    const uint64_t lo = first + k * 32;
+    const uint64_t hi = last - lo < 31 ? last : lo + 31;
+    const request_status r = c.persist(gpu_warp{}, ds, lo, hi);
+    if (!r.ok() && (threadIdx.x & 31) == 0) atomicCAS(first_error, 0u, r.pack());
+  }
+}
+
 __global__ void adopt_orphans(page_cache_ref c) {
   for (uint32_t s = blockIdx.x * blockDim.x + threadIdx.x; s < c.slots(); s += gridDim.x * blockDim.x)
     c.finish_orphan(s);
@@ -90,7 +104,7 @@ class gpu_page_cache final : public page_cache {
     const std::vector<uint8_t> img = initial_metadata(refs);
     check_cuda(cudaMemcpy(meta_, img.data(), img.size(), cudaMemcpyHostToDevice), "cudaMemcpy of cache metadata");
     build_ref(static_cast<uint8_t*>(meta_), data_, refs);
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&flush_error_), sizeof(uint32_t)), "cudaMalloc");
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&flush_error_), 2 * sizeof(uint32_t)), "cudaMalloc");  // flush, persist
     // Pinned, so that reading counters back is a true async copy on our
     // non-blocking stream and never waits for a running kernel.
     check_cuda(cudaMallocHost(&readback_, sizeof(cache_stats_shard) * cache_stats_shards + 128), "cudaMallocHost");
@@ -117,6 +131,22 @@ class gpu_page_cache final : public page_cache {
     const request_status n = flush_namespaces();
     const request_status first = request_status::unpack(packed);
     return first.ok() ? n : first;
+  }
+
+  request_status persist(uint32_t id, uint64_t first_page, uint64_t last_page) override {
+    const dataset_desc& d = dataset(id);  // throws for an unknown id
+    if (d.pages == 0 || first_page > last_page || first_page >= d.pages) return {};
+    if (last_page >= d.pages) last_page = d.pages - 1;
+    uint32_t* err = flush_error_ + 1;
+    check_cuda(cudaMemsetAsync(err, 0, sizeof(uint32_t), stream_), "cudaMemsetAsync");
+    const uint64_t warps = (last_page - first_page) / 32 + 1;
+    const uint64_t blocks = (warps + 7) / 8;
+    persist_pages<<<unsigned(blocks < 1024 ? blocks : 1024), 256, 0, stream_>>>(ref_, id, first_page, last_page, err);
+    check_cuda(cudaGetLastError(), "persist kernel launch");
+    uint32_t packed = 0;
+    check_cuda(cudaMemcpyAsync(&packed, err, sizeof(packed), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
+    check_cuda(cudaStreamSynchronize(stream_), "persist kernel");
+    return request_status::unpack(packed);
   }
 
   request_status clear() override {

@@ -68,12 +68,22 @@ DW_HD inline void page_cache_ref::submit_writeback(uint32_t s, uint32_t qi, uint
 
 template <class Warp>
 DW_HD inline request_status page_cache_ref::flush_warp(const Warp& w, uint32_t first) const {
+  const uint32_t s = first + popcount32(w.active() & ((1u << w.lane()) - 1));
+  return write_back_warp(w, s, s < nslots_);
+}
+
+// Each lane with `pending` writes back slot s if it is dirty (after any
+// write-back of it already in flight), the warp copying the pages; the
+// lanes return once their writes have completed. Safe beside running
+// accesses when the caller holds a pin of s (no evictor can claim it):
+// writers re-mark the page dirty with a release RMW (mark_dirty) that
+// either precedes the clearing of dirty here (its bytes are then in the
+// copy) or follows it (the page stays dirty).
+template <class Warp>
+DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, uint32_t s, bool pending) const {
   const unsigned mask = w.active();
-  const unsigned lane = w.lane();
-  const uint32_t s = first + popcount32(mask & ((1u << lane) - 1));
   const uint64_t dl = deadline();
   request_status r{};
-  bool pending = s < nslots_;  // this lane's slot may still need writing
   // In rounds: lanes take a command id only if one is free now (never
   // waiting for one while another lane of the warp holds one: many warps
   // flushing at once would otherwise wait on each other's ids); lanes left

@@ -51,15 +51,13 @@ class page_handle {
   }
   // Makes this page's writes so far durable (written back, then its
   // dataset flushed; group commit). Every converged lane of the warp calls
-  // it together, each with its own handle (one not ok() takes part and
-  // returns its own status); the handle stays pinned.
+  // it together, each with a handle from page() of an array on the same
+  // cache (one not ok() takes part and returns its own status); the handle
+  // stays pinned.
   DW_HD request_status persist() {
     const bool have = status_.ok() && cache_.attached();
-    if (have && dirty_) cache_.mark_written(slot_);
+    const request_status r = cache_.persist_pinned(this_thread_warp{}, have ? slot_ : ~0u, have && dirty_);
     dirty_ = false;
-    page_cache_ref c = cache_;
-    if (!c.attached()) return status_;  // a default handle: no cache to flush
-    const request_status r = c.persist_pinned(this_thread_warp{}, have ? slot_ : ~0u);
     return have ? r : status_;
   }
 
@@ -143,9 +141,9 @@ class array_ref {
     // Every lane gets a pin of its own, so each releases its handle alone.
     if (p.owner) cache.add_pins(p.slot, popcount32(p.peers) - 1);
     w.sync(p.mask);
+    h.cache_ = cache;  // failed handles too: persist() is collective over the warp's handles
     if (h.status_.ok()) {
       const uint64_t per_page = cache.page_size() / sizeof(T);
-      h.cache_ = cache;
       h.slot_ = p.slot;
       h.base_ = reinterpret_cast<T*>(cache.page_data(p.slot));
       h.first_ = pg * per_page;

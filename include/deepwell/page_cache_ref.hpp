@@ -145,9 +145,10 @@ class page_cache_ref {
   // persist may or may not be in it (the page stays dirty if not).
   template <class Warp>
   DW_HD request_status persist(const Warp& w, uint32_t ds, uint64_t first_page, uint64_t last_page) const;
-  // persist for a page the lane has pinned (a page handle); ~0u: none.
+  // persist for a page the lane has pinned (a page handle; `written`: the
+  // lane wrote to it since its last mark); ~0u: none.
   template <class Warp>
-  DW_HD request_status persist_pinned(const Warp& w, uint32_t s) const;
+  DW_HD request_status persist_pinned(const Warp& w, uint32_t s, bool written) const;
   // Every dirty page of the cache, then every writable dataset flushed.
   template <class Warp>
   DW_HD request_status persist_all(const Warp& w) const;
@@ -165,8 +166,6 @@ class page_cache_ref {
   // the result is a timeout.
   template <class Warp>
   DW_HD request_status flush_warp(const Warp& w, uint32_t first) const;
-  // Marks a slot this thread has pinned dirty (a page handle's writes).
-  DW_HD void mark_written(uint32_t s) const { mark_dirty(s); }
 
   // Finishes slot s's orphan I/O if it has one (it holds a command id):
   // a prefetch is copied in; a write-back is waited for until the deadline.
@@ -264,7 +263,7 @@ class page_cache_ref {
   DW_HD void submit_writeback(uint32_t s, uint32_t qi, uint16_t cid, bool evict_claim) const;
   DW_HD bool finish_writeback(uint32_t s, uint64_t dl, request_status* out) const;
   template <class Warp>
-  DW_HD request_status write_back_warp(const Warp& w, uint32_t s, bool pending) const;
+  DW_HD request_status write_back_warp(const Warp& w, unsigned mask, uint32_t s, bool pending) const;
 
   // ---- persist (detail/cache/persist.hpp) ----
   DW_HD uint32_t pin_cached(uint64_t key, uint64_t dl, request_status& r) const;
@@ -272,9 +271,10 @@ class page_cache_ref {
   DW_HD request_status run_flush(uint32_t ds, uint32_t qhint, uint64_t dl) const;
   DW_HD request_status group_flush(uint32_t ds, uint32_t qhint, uint64_t dl) const;
   template <class Warp>
-  DW_HD request_status write_back_range(const Warp& w, uint32_t ds, uint64_t first_page, uint64_t last_page) const;
+  DW_HD request_status write_back_range(const Warp& w, unsigned mask, uint32_t ds, uint64_t first_page,
+                                        uint64_t last_page) const;
   template <class Warp>
-  DW_HD request_status end_persist(const Warp& w, request_status r, uint32_t ds) const;
+  DW_HD request_status end_persist(const Warp& w, unsigned mask, request_status r, uint32_t ds) const;
 
   // ---- CLOCK eviction and the cleaner (detail/cache/clock.hpp) ----
   DW_HD bool evict_claimed(uint32_t s, uint32_t st_at_claim, uint32_t qhint) const;

@@ -120,6 +120,13 @@ TEST(Persist, ConcurrentPersistsShareFlushes) {
 // was copying the same page to write it back at that moment (the page is
 // re-marked dirty by an atomic that the copy either follows or precedes).
 TEST(Persist, WritesRacingAPersistOfTheirPageAreNotLost) {
+#if defined(DEEPWELL_TSAN_BUILD)
+  // The persist copies pages while other threads write other words of them:
+  // a race by design (the page stays dirty when the copy misses a write),
+  // which ThreadSanitizer reports as such. The plain build and the GPU
+  // suite (GpuPersist.WritesRacingPersistsOfTheirPagesAreNotLost) run it.
+  GTEST_SKIP() << "a race by design under ThreadSanitizer";
+#endif
   rig r(16);
   array<uint64_t> a(r.cache, r.ns);
   const auto ref = a.ref();
@@ -249,4 +256,32 @@ TEST(Persist, HostCalls) {
   ASSERT_TRUE(a.persist_all().ok());
   img = r.cut();
   for (uint64_t i = 0; i < 2048; ++i) ASSERT_EQ(durable_word(img, i), ~i) << i;
+}
+
+// Several emulated warps, each lane persisting its own words (even lanes)
+// or nothing (odd lanes), as GpuPersist.WhatEachThreadPersistsIsDurable.
+TEST(Persist, ManyWarpsEachLaneItsOwnRange) {
+  rig r(512);
+  array<uint64_t> a(r.cache, r.ns);
+  const auto ref = a.ref();
+  constexpr unsigned warps = 4;
+  constexpr uint32_t per = 64;
+  std::vector<std::unique_ptr<test::warp_group>> groups;
+  for (unsigned g = 0; g < warps; ++g) groups.push_back(std::make_unique<test::warp_group>(0xFFFFFFFFu, g));
+  std::vector<std::thread> lanes;
+  std::atomic<int> failures{0};
+  for (unsigned g = 0; g < warps; ++g)
+    for (unsigned l = 0; l < 32; ++l)
+      lanes.emplace_back([&, g, l] {
+        const test::emulated_warp w{groups[g].get(), l};
+        const uint64_t first = (uint64_t(g) * 32 + l) * per;
+        for (uint32_t k = 0; k < per; ++k)
+          if (!ref.write(w, first + k, first + k + 1).ok()) ++failures;
+        if (!ref.persist(w, first, l % 2 == 0 ? per : 0).ok()) ++failures;
+      });
+  for (auto& t : lanes) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  const auto img = r.cut();
+  for (unsigned t = 0; t < warps * 32; t += 2)
+    for (uint32_t k = 0; k < per; ++k) ASSERT_EQ(durable_word(img, uint64_t(t) * per + k), uint64_t(t) * per + k + 1);
 }

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -26,12 +28,13 @@ struct rig {
   std::shared_ptr<fault_target> faults;
   uint32_t ns;
   std::shared_ptr<page_cache> cache;
-  rig(uint64_t bytes, uint64_t cache_pages) : disk(make_volatile_cache_target(bytes)), faults(make_fault_target(disk)) {
+  rig(uint64_t bytes, uint64_t cache_pages, uint64_t timeout_s = 20)
+      : disk(make_volatile_cache_target(bytes)), faults(make_fault_target(disk)) {
     ns = ctl.add_namespace({faults, 512, false});
     cache_config c;
     c.page_size = 4096;
     c.capacity_bytes = cache_pages * 4096;
-    c.timeout_ns = 20ull * 1000000000ull;
+    c.timeout_ns = timeout_s * 1000000000ull;
     cache = make_gpu_page_cache(ctl, c);
   }
   std::vector<uint8_t> cut() {
@@ -123,7 +126,7 @@ TEST(GpuPersist, WhatEachThreadPersistsIsDurable) {
   const uint32_t per = 64;  // 512 bytes a thread
   write_then_persist_evens<<<64, 256>>>(a.ref(), per, t.d);
   CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_EQ(t.get().failed, 0u) << describe(request_status::unpack(t.get().last));
+  EXPECT_EQ(t.get().failed, 0u) << describe(request_status::unpack(t.get().last)) << "\n" << r.cache->dump();
   const uint64_t flushes = r.disk->flushes();
   EXPECT_GE(flushes, 1u);
   EXPECT_LT(flushes, 64u * 8u);  // 512 warps persisted: group commit shares flushes
@@ -168,7 +171,7 @@ TEST(GpuPersist, WritesRacingPersistsOfTheirPagesAreNotLost) {
   CUDA_OK(cudaMemset(last, 0, threads * 4));
   racing_persists<<<8, 128>>>(a.ref(), words, rounds, last, t.d);
   CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_EQ(t.get().failed, 0u) << describe(request_status::unpack(t.get().last));
+  EXPECT_EQ(t.get().failed, 0u) << describe(request_status::unpack(t.get().last)) << "\n" << r.cache->dump();
   std::vector<uint32_t> h(threads);
   CUDA_OK(cudaMemcpy(h.data(), last, threads * 4, cudaMemcpyDeviceToHost));
   cudaFree(last);
@@ -224,4 +227,35 @@ TEST(GpuPersist, HostPersistOfARange) {
   ASSERT_TRUE(a.persist(0, 4 * 128 * 8).ok());  // the odds too, from the host
   const auto img = r.cut();
   for (uint64_t i = 0; i < 4 * 128 * 8; ++i) ASSERT_EQ(word(img, i), i + 1) << i;
+}
+
+// 1, 8 and 64 blocks of 256 threads persisting: each
+// lane its own range, or the whole warp one range (a 3 s deadline). Lanes with
+// their own ranges once hung: internals re-read __activemask() after a
+// lane's CAS loop and split the warp (warp.hpp).
+__global__ void persist_shape(array_ref<uint64_t> a, uint32_t per, bool uniform, tallies* t) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint64_t first = tid * per;
+  for (uint32_t k = 0; k < per; ++k) note(t, a.write(first + k, first + k + 1));
+  const uint64_t wfirst = (tid & ~31ull) * per;
+  note(t, uniform ? a.persist(wfirst, 32 * per) : a.persist(first, per));
+}
+
+TEST(GpuPersist, WarpsOfLanesWithTheirOwnRangesOrOneShared) {
+  uint64_t bad = 0;
+  for (const bool uniform : {true, false})
+    for (const unsigned blocks : {1u, 8u, 64u}) {
+      rig r(64 << 20, 4096, 3);
+      array<uint64_t> a(r.cache, r.ns);
+      device_tallies t;
+      const auto t0 = std::chrono::steady_clock::now();
+      persist_shape<<<blocks, 256>>>(a.ref(), 64, uniform, t.d);
+      CUDA_OK(cudaDeviceSynchronize());
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const tallies h = t.get();
+      std::printf("uniform %d blocks %u: %.1f ms, %llu failed (%s), %llu flushes\n", int(uniform), blocks, ms, h.failed,
+                  describe(request_status::unpack(h.last)).c_str(), (unsigned long long)r.disk->flushes());
+      bad += h.failed;
+    }
+  EXPECT_EQ(bad, 0u);
 }

@@ -106,8 +106,8 @@ DW_HD inline request_status page_cache_ref::group_flush(uint32_t ds, uint32_t qh
 // flushes it (group commit) and its lanes return that flush's status.
 // ds >= ndatasets: nothing to flush for this lane.
 template <class Warp>
-DW_HD inline request_status page_cache_ref::end_persist(const Warp& w, request_status r, uint32_t ds) const {
-  const unsigned mask = w.active();
+DW_HD inline request_status page_cache_ref::end_persist(const Warp& w, unsigned mask, request_status r,
+                                                        uint32_t ds) const {
   const unsigned bad = w.ballot(mask, !r.ok());
   const uint32_t first_bad = w.shfl(mask, r.pack(), bad ? lowest_lane(bad) : lowest_lane(mask));
   const unsigned lead = lowest_lane(w.match_any(mask, ds));
@@ -123,9 +123,8 @@ DW_HD inline request_status page_cache_ref::end_persist(const Warp& w, request_s
 // Writes back the cached dirty pages [first_page, last_page] of dataset ds
 // (the whole warp, a page per lane), waiting for their writes.
 template <class Warp>
-DW_HD inline request_status page_cache_ref::write_back_range(const Warp& w, uint32_t ds, uint64_t first_page,
-                                                             uint64_t last_page) const {
-  const unsigned mask = w.active();
+DW_HD inline request_status page_cache_ref::write_back_range(const Warp& w, unsigned mask, uint32_t ds,
+                                                             uint64_t first_page, uint64_t last_page) const {
   const unsigned lanes = popcount32(mask);
   const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
   const uint64_t pages = datasets[ds].pages;
@@ -135,7 +134,7 @@ DW_HD inline request_status page_cache_ref::write_back_range(const Warp& w, uint
     const uint64_t pg = base + rank;
     request_status e{};
     const uint32_t s = pg <= last_page ? pin_cached(make_key(ds, pg), deadline(), e) : ~0u;
-    const request_status wb = write_back_warp(w, s, s != ~0u);
+    const request_status wb = write_back_warp(w, mask, s, s != ~0u);
     if (s != ~0u) client_atomic<uint32_t>(state[s]).fetch_sub(1, memory_order_release);
     if (r.ok()) r = e.ok() ? wb : e;
     if (last_page - base < lanes) break;  // also keeps base from wrapping
@@ -146,6 +145,8 @@ DW_HD inline request_status page_cache_ref::write_back_range(const Warp& w, uint
 template <class Warp>
 DW_HD inline request_status page_cache_ref::persist(const Warp& w, uint32_t ds, uint64_t first_page,
                                                     uint64_t last_page) const {
+  // The mask is taken once, here: every collective below uses it (warp.hpp
+  // says why active() must not be read again after divergent code).
   const unsigned mask = w.active();
   // Lanes may name different ranges (each thread persisting its own
   // data): each distinct range is written back by the whole warp, then one
@@ -159,19 +160,22 @@ DW_HD inline request_status page_cache_ref::persist(const Warp& w, uint32_t ds, 
     const uint32_t lds = w.shfl(mask, ds, l);
     const uint64_t f = shfl64(w, mask, first_page, l);
     const uint64_t la = shfl64(w, mask, last_page, l);
-    const request_status e = lds < ndatasets ? write_back_range(w, lds, f, la) : request_status{};
+    const request_status e = lds < ndatasets ? write_back_range(w, mask, lds, f, la) : request_status{};
     if (r.ok()) r = e;
   }
-  return end_persist(w, r, ds);
+  return end_persist(w, mask, r, ds);
 }
 
-// A page this lane has pinned (a page handle): written back if dirty, then
-// its dataset flushed. s == ~0u: the lane takes part without a page.
+// A page this lane has pinned (a page handle; `written`: the handle wrote
+// to it): written back if dirty, then its dataset flushed. s == ~0u: the
+// lane takes part without a page.
 template <class Warp>
-DW_HD inline request_status page_cache_ref::persist_pinned(const Warp& w, uint32_t s) const {
-  const request_status r = write_back_warp(w, s, s != ~0u);
+DW_HD inline request_status page_cache_ref::persist_pinned(const Warp& w, uint32_t s, bool written) const {
+  const unsigned mask = w.active();  // before any divergent code
+  if (written && s != ~0u) mark_dirty(s);
+  const request_status r = write_back_warp(w, mask, s, s != ~0u);
   const uint32_t ds = s != ~0u ? key_dataset(client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed)) : ~0u;
-  return end_persist(w, r, ds);
+  return end_persist(w, mask, r, ds);
 }
 
 // Pins slot s for persist_all if it holds a page that may need writing;
@@ -206,7 +210,7 @@ DW_HD inline request_status page_cache_ref::persist_all(const Warp& w) const {
     const uint32_t s = base + rank;
     request_status e{};
     const bool pinned = s < nslots_ && pin_for_persist(s, deadline(), e);
-    const request_status wb = write_back_warp(w, s, pinned);
+    const request_status wb = write_back_warp(w, mask, s, pinned);
     if (pinned) client_atomic<uint32_t>(state[s]).fetch_sub(1, memory_order_release);
     if (r.ok()) r = e.ok() ? wb : e;
   }

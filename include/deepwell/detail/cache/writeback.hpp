@@ -68,11 +68,12 @@ DW_HD inline void page_cache_ref::submit_writeback(uint32_t s, uint32_t qi, uint
 
 template <class Warp>
 DW_HD inline request_status page_cache_ref::flush_warp(const Warp& w, uint32_t first) const {
-  const uint32_t s = first + popcount32(w.active() & ((1u << w.lane()) - 1));
-  return write_back_warp(w, s, s < nslots_);
+  const unsigned mask = w.active();
+  const uint32_t s = first + popcount32(mask & ((1u << w.lane()) - 1));
+  return write_back_warp(w, mask, s, s < nslots_);
 }
 
-// Each lane with `pending` writes back slot s if it is dirty (after any
+// Each lane of `mask` with `pending` writes back slot s if it is dirty (after any
 // write-back of it already in flight), the warp copying the pages; the
 // lanes return once their writes have completed. Safe beside running
 // accesses when the caller holds a pin of s (no evictor can claim it):
@@ -80,8 +81,8 @@ DW_HD inline request_status page_cache_ref::flush_warp(const Warp& w, uint32_t f
 // either precedes the clearing of dirty here (its bytes are then in the
 // copy) or follows it (the page stays dirty).
 template <class Warp>
-DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, uint32_t s, bool pending) const {
-  const unsigned mask = w.active();
+DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsigned mask, uint32_t s,
+                                                            bool pending) const {
   const uint64_t dl = deadline();
   request_status r{};
   // In rounds: lanes take a command id only if one is free now (never

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "controller_test_support.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/host_client.hpp"
@@ -24,22 +25,8 @@ std::shared_ptr<target> pattern_memory(uint64_t bytes, bool writable = true, uin
   return test::pattern_memory(bytes, writable, seed);
 }
 
-class ControllerTest : public ::testing::TestWithParam<io_backend> {
- protected:
-  controller_config config(unsigned pollers = 1) {
-    controller_config c;
-    c.pollers = pollers;
-    c.backend = GetParam();
-    return c;
-  }
-  void SetUp() override {
-    if (GetParam() == io_backend::uring && !io_uring_available()) GTEST_SKIP() << "io_uring unavailable here";
-  }
-};
-
-std::string backend_label(const ::testing::TestParamInfo<io_backend>& i) {
-  return i.param == io_backend::uring ? "uring" : "threads";
-}
+class ControllerTest : public test::backend_param_test {};
+using test::backend_label;
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "controller_test_support.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/crash_target.hpp"
 #include "deepwell/error.hpp"
@@ -525,22 +526,8 @@ TEST(CrashTarget, BadCutsAreRefused) {
 
 namespace {
 
-class CrashTargetController : public ::testing::TestWithParam<io_backend> {
- protected:
-  controller_config config(unsigned pollers = 1) {
-    controller_config c;
-    c.pollers = pollers;
-    c.backend = GetParam();
-    return c;
-  }
-  void SetUp() override {
-    if (GetParam() == io_backend::uring && !io_uring_available()) GTEST_SKIP() << "io_uring unavailable here";
-  }
-};
-
-std::string backend_label(const ::testing::TestParamInfo<io_backend>& i) {
-  return i.param == io_backend::uring ? "uring" : "threads";
-}
+class CrashTargetController : public test::backend_param_test {};
+using test::backend_label;
 
 }  // namespace
 

@@ -101,6 +101,14 @@ DW_HD inline request_status page_cache_ref::group_flush(uint32_t ds, uint32_t qh
   }
 }
 
+// The first (lowest lane's) error of the lanes of `mask`, in every lane; ok if none.
+template <class Warp>
+DW_HD inline request_status warp_first_error(const Warp& w, unsigned mask, request_status r) {
+  const unsigned bad = w.ballot(mask, !r.ok());
+  const uint32_t packed = w.shfl(mask, r.pack(), bad ? lowest_lane(bad) : lowest_lane(mask));
+  return bad ? request_status::unpack(packed) : request_status{};
+}
+
 // Ends a persist: the warp's first write-back error goes to every lane;
 // then the lowest lane of each group of lanes naming the same dataset
 // flushes it (group commit) and its lanes return that flush's status.
@@ -108,14 +116,13 @@ DW_HD inline request_status page_cache_ref::group_flush(uint32_t ds, uint32_t qh
 template <class Warp>
 DW_HD inline request_status page_cache_ref::end_persist(const Warp& w, unsigned mask, request_status r,
                                                         uint32_t ds) const {
-  const unsigned bad = w.ballot(mask, !r.ok());
-  const uint32_t first_bad = w.shfl(mask, r.pack(), bad ? lowest_lane(bad) : lowest_lane(mask));
+  const request_status wrote = warp_first_error(w, mask, r);
   const unsigned lead = lowest_lane(w.match_any(mask, ds));
   uint32_t f = 0;
   if (w.lane() == lead && ds < ndatasets && !datasets[ds].read_only)
     f = group_flush(ds, w.queue_hint(), deadline()).pack();
   f = w.shfl(mask, f, lead);
-  const request_status out = request_status::unpack(bad ? first_bad : f);
+  const request_status out = wrote.ok() ? request_status::unpack(f) : wrote;
   set_error(out);
   return out;
 }
@@ -215,8 +222,7 @@ DW_HD inline request_status page_cache_ref::persist_all(const Warp& w) const {
     if (r.ok()) r = e.ok() ? wb : e;
   }
   // Every writable dataset, a lane each (group commit per dataset).
-  const unsigned bad = w.ballot(mask, !r.ok());
-  const uint32_t first_bad = w.shfl(mask, r.pack(), bad ? lowest_lane(bad) : lowest_lane(mask));
+  const request_status wrote = warp_first_error(w, mask, r);
   request_status f{};
   for (uint32_t ds = rank; ds < ndatasets; ds += lanes) {
     const dataset_desc& d = datasets[ds];
@@ -224,9 +230,8 @@ DW_HD inline request_status page_cache_ref::persist_all(const Warp& w) const {
     const request_status g = group_flush(ds, w.queue_hint() + ds, deadline());
     if (f.ok()) f = g;
   }
-  const unsigned fbad = w.ballot(mask, !f.ok());
-  const uint32_t first_f = w.shfl(mask, f.pack(), fbad ? lowest_lane(fbad) : lowest_lane(mask));
-  const request_status out = request_status::unpack(bad ? first_bad : first_f);
+  const request_status flushed = warp_first_error(w, mask, f);
+  const request_status out = wrote.ok() ? flushed : wrote;
   set_error(out);
   return out;
 }

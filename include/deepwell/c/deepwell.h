@@ -129,6 +129,176 @@ DW_API int dw_uring_read_rows(const char* path, int32_t odirect, uint64_t offset
                               const int64_t* rows, uint64_t n, uint32_t depth, uint32_t threads, void* out,
                               double* seconds);
 
+
+/* ---- checkpoints (docs/checkpoints.md): named buffers saved to a file so
+ * that a crash at any moment leaves the previous checkpoint or the new one
+ * whole. Built from src/capi/checkpoint_api.cpp. ---- */
+
+typedef struct dw_checkpoint dw_checkpoint;
+
+typedef struct dw_checkpoint_tensor {
+  const char* name;     /* unique, 1 to 1024 bytes */
+  const char* dtype;    /* up to 64 bytes; NULL: "" (kept and compared, never interpreted) */
+  const int64_t* shape; /* ndim values (NULL when ndim is 0) */
+  int32_t ndim;         /* 0 to 32 */
+  uint64_t bytes;
+} dw_checkpoint_tensor;
+
+enum dw_checkpoint_mode {
+  DW_CHECKPOINT_OPEN = 0,   /* an existing store (a manifest, if given, must match it) */
+  DW_CHECKPOINT_CREATE = 1, /* format the file as a new store of the manifest (created, or grown, to its size) */
+};
+
+typedef struct dw_checkpoint_options {
+  const char* path;
+  int32_t device;        /* CUDA ordinal: a page cache on that GPU; -1: a host cache and CPU threads */
+  int32_t mode;          /* dw_checkpoint_mode */
+  int32_t writable;      /* 0: load only (the file may be read-only); default 1 */
+  int32_t odirect;       /* O_DIRECT */
+  uint32_t page_size;    /* cache page; 0: 64 KiB */
+  uint64_t cache_bytes;  /* 0: the library's default */
+  uint32_t unit;         /* create: bytes per page hash (incremental granularity); 0: the page size */
+  uint32_t pollers;      /* 0: the default */
+  uint32_t cpu_threads;  /* host work; 0: cores, at most 16 */
+  double timeout_s;      /* per access; 0: the default */
+  uint32_t queue_pairs;  /* the cache's queue pairs; 0: 16 for a GPU cache, 4 for a host cache */
+  uint32_t queue_entries; /* per queue pair (a power of two); 0: 128 (staging: pairs x entries x page) */
+} dw_checkpoint_options;
+
+typedef struct dw_checkpoint_save_info {
+  uint64_t generation;     /* of the checkpoint saved */
+  uint64_t data_bytes;     /* of the buffers */
+  uint64_t bytes_written;  /* into the file: changed units, the slot's table, superblocks */
+  uint64_t units_written;  /* changed units (of units_total) */
+  uint64_t units_total;
+  int32_t incremental;     /* the slot's previous contents were known (else all written) */
+  int32_t slot;
+  double seconds;
+} dw_checkpoint_save_info;
+
+DW_API void dw_checkpoint_options_init(dw_checkpoint_options* o);
+/* Opens (or with DW_CHECKPOINT_CREATE formats) a checkpoint store. A store
+ * opened with a manifest (n > 0, or manifest != NULL) must hold exactly it:
+ * names, order, bytes, dtypes, shapes; the error names the first difference. */
+DW_API int dw_checkpoint_open(const dw_checkpoint_options* o, const dw_checkpoint_tensor* manifest, uint32_t n,
+                              dw_checkpoint** out);
+/* NULL is ignored. */
+DW_API int dw_checkpoint_close(dw_checkpoint* c);
+/* The newest checkpoint's generation; 0: none saved yet. */
+DW_API int dw_checkpoint_generation(dw_checkpoint* c, uint64_t* generation);
+DW_API int dw_checkpoint_count(dw_checkpoint* c, uint32_t* n);
+/* Tensor i of the store's manifest; its strings and shape live until dw_checkpoint_close. */
+DW_API int dw_checkpoint_tensor_at(dw_checkpoint* c, uint32_t i, dw_checkpoint_tensor* out);
+/* Bytes a store of this manifest needs with hash units of `unit` bytes. */
+DW_API int dw_checkpoint_bytes_needed(const dw_checkpoint_tensor* manifest, uint32_t n, uint32_t unit,
+                                      uint64_t* bytes);
+/* Saves data[0 .. n) (the manifest's order; n = its count) as the next
+ * generation and returns once it is durable. on_device[i] != 0: device
+ * memory of the store's device (on_device NULL: all host memory). The
+ * buffers must not change during the call; GPU work is synchronized before
+ * it returns. info may be NULL. */
+DW_API int dw_checkpoint_save(dw_checkpoint* c, void* const* data, const int32_t* on_device, uint32_t n,
+                              dw_checkpoint_save_info* info);
+/* Copies the newest checkpoint into data[i] (NULL: skip tensor i), checking
+ * every unit. On failure (DW_EIO: corrupt or torn data, an I/O error) the
+ * buffers may be partly written, unless verify_first (which reads twice). */
+DW_API int dw_checkpoint_load(dw_checkpoint* c, void* const* data, const int32_t* on_device, uint32_t n,
+                              int32_t verify_first);
+/* Reads and checks the newest checkpoint without copying it anywhere. */
+DW_API int dw_checkpoint_verify(dw_checkpoint* c);
+
+/* ---- key-value store (docs/kv.md): 8-byte keys (0 .. 2^64 - 3) and values
+ * of a fixed size in a file (many times the GPU's memory), batched SET, GET
+ * and DELETE through a page cache (on a GPU, or a host cache for CPU
+ * threads). A SET or DELETE call returns once its batch is durable (a
+ * write-ahead log); after a crash, opening the store recovers it to the
+ * state before or after each batch. Built from src/capi/kv_api.cpp. ---- */
+
+typedef struct dw_kv dw_kv;
+
+enum dw_kv_mode {
+  DW_KV_OPEN = 0,   /* an existing store (recovered at open) */
+  DW_KV_CREATE = 1, /* a new store in the file (created, or truncated and sized) */
+};
+
+/* Per-key results (status arrays). */
+enum dw_kv_status {
+  DW_KV_OK = 0,        /* set: stored; delete: deleted; get: found */
+  DW_KV_NOT_FOUND = 1, /* delete, get: no such key */
+  DW_KV_FULL = 2,      /* set: no free slot where the key may go (nothing changed) */
+  DW_KV_BAD_KEY = 3,   /* a key above 2^64 - 3 (nothing changed) */
+};
+
+typedef struct dw_kv_options {
+  const char* path;
+  int32_t device;         /* CUDA ordinal: a page cache on that GPU; -1: a host cache and CPU threads */
+  int32_t mode;           /* dw_kv_mode */
+  uint32_t value_bytes;   /* create: 8 to 128, a multiple of 8; open: 0 (any) or the store's (checked) */
+  uint32_t bucket_bytes;  /* create: a power of two, 512 .. 64 KiB; 0: 4096 */
+  uint64_t capacity;      /* create: keys the table is sized for (75% of its slots); 0: 1M */
+  uint32_t max_probe;     /* create: buckets a key may be in; 0: 16 */
+  uint32_t log_rows;      /* create: rows of the log (1 KiB each); 0: 65536 */
+  uint32_t page_size;     /* cache page (a multiple of bucket_bytes); 0: 4096 or bucket_bytes */
+  uint32_t pollers;       /* controller threads; 0: the default */
+  uint64_t cache_bytes;   /* page data of the cache; 0: the library's default */
+  uint64_t max_batch;     /* keys per call; 0: 65536 */
+  uint32_t cpu_threads;   /* host cache: threads; 0: cores, at most 16 */
+  int32_t odirect;        /* O_DIRECT */
+  double timeout_s;       /* per access; 0: the default */
+} dw_kv_options;
+
+typedef struct dw_kv_result {
+  uint64_t ops;
+  uint64_t inserted, updated, erased; /* set, delete */
+  uint64_t found, not_found;          /* get; delete (not_found) */
+  uint64_t full, bad_key;
+  uint64_t superseded; /* ops overridden by a later one on the same key in the batch */
+  uint64_t log_rows;   /* log rows the batch took */
+  int32_t checkpointed; /* a checkpoint ran first (the log was full) */
+} dw_kv_result;
+
+typedef struct dw_kv_info {
+  uint32_t key_bytes, value_bytes, bucket_bytes, slots_per_bucket, max_probe, log_rows;
+  uint64_t buckets, slots;
+  uint64_t file_bytes;
+  uint64_t max_batch;         /* keys per call */
+  int32_t device;
+  uint64_t recovered_batches; /* committed batches the open replayed from the log */
+  uint64_t batches;           /* batches committed since open */
+  uint64_t checkpoints;       /* since open */
+} dw_kv_info;
+
+/* Defaults: device -1, DW_KV_OPEN, everything else 0 (the library's choice). */
+DW_API void dw_kv_options_init(dw_kv_options* o);
+/* Bytes a store of this shape takes (0 arguments: the defaults). */
+DW_API int dw_kv_bytes_needed(uint32_t value_bytes, uint64_t capacity, uint32_t bucket_bytes, uint32_t log_rows,
+                              uint64_t* bytes);
+/* Opens (recovering it) or creates a store. DW_EIO: the file cannot be
+ * opened, is not a store, or its header or log is corrupted; DW_EINVAL: a
+ * bad option, or value_bytes other than the store's. Messages name the file. */
+DW_API int dw_kv_open(const dw_kv_options* o, dw_kv** out);
+/* Checkpoints (so that the next open replays nothing), then frees the
+ * handle whatever the checkpoint returns (batches are durable already).
+ * NULL is ignored. */
+DW_API int dw_kv_close(dw_kv* kv);
+DW_API int dw_kv_info_get(dw_kv* kv, dw_kv_info* info);
+/* Batches of n keys (n <= max_batch). keys: n uint64; values: n x
+ * value_bytes bytes, 8-byte aligned; status: n bytes of dw_kv_status, or
+ * NULL. With on_device, all of them are device memory of the store's GPU,
+ * else host memory. result may be NULL. Keys repeated in a batch: the last
+ * one wins. set and delete return once the batch is durable; a failed
+ * batch (DW_EIO) may or may not be: the handle then refuses further
+ * batches; open the file again. get fills values with zeros where a key is
+ * not found. */
+DW_API int dw_kv_set(dw_kv* kv, const uint64_t* keys, const void* values, uint64_t n, int32_t on_device,
+                     uint8_t* status, dw_kv_result* result);
+DW_API int dw_kv_get(dw_kv* kv, const uint64_t* keys, void* values, uint64_t n, int32_t on_device, uint8_t* status,
+                     dw_kv_result* result);
+DW_API int dw_kv_delete(dw_kv* kv, const uint64_t* keys, uint64_t n, int32_t on_device, uint8_t* status,
+                        dw_kv_result* result);
+/* Writes the table's dirty pages back, flushes, truncates the log. */
+DW_API int dw_kv_checkpoint(dw_kv* kv);
+
 #ifdef __cplusplus
 }
 #endif

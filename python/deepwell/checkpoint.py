@@ -1,0 +1,497 @@
+"""Crash-safe checkpoints of tensors (docs/checkpoints.md).
+
+    import deepwell.checkpoint as ckpt
+    ckpt.save(model.state_dict(), "run.ckpt")              # CUDA or CPU tensors
+    ckpt.load("run.ckpt", into=model.state_dict())         # in place, checked
+    sd = ckpt.load("run.ckpt")                             # new tensors (CPU unless device=...)
+
+A save writes the tensors into the slot the newest checkpoint does not use,
+makes it durable, then switches the superblock: a crash at any moment leaves
+the previous checkpoint or the new one whole. Only the pages that changed
+since that slot's contents are written. load() checks every page against
+the checkpoint's checksums and names the tensor and the bytes that do not
+match. The file is read and written through deepwell's page cache (on the
+tensors' GPU, or on the host for CPU tensors), through the C ABI.
+
+Values are tensors (torch, or NumPy arrays); an optimizer's nested state
+can be flattened first with flatten().
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from . import _lib
+from ._lib import InvalidArgument, check, lib
+
+__all__ = ["save", "load", "verify", "generation", "manifest", "flatten", "CheckpointStore"]
+
+_OPEN, _CREATE = 0, 1
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_char_p),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("ndim", ctypes.c_int32),
+        ("bytes", ctypes.c_uint64),
+    ]
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [
+        ("path", ctypes.c_char_p),
+        ("device", ctypes.c_int32),
+        ("mode", ctypes.c_int32),
+        ("writable", ctypes.c_int32),
+        ("odirect", ctypes.c_int32),
+        ("page_size", ctypes.c_uint32),
+        ("cache_bytes", ctypes.c_uint64),
+        ("unit", ctypes.c_uint32),
+        ("pollers", ctypes.c_uint32),
+        ("cpu_threads", ctypes.c_uint32),
+        ("timeout_s", ctypes.c_double),
+        ("queue_pairs", ctypes.c_uint32),
+        ("queue_entries", ctypes.c_uint32),
+    ]
+
+
+class _SaveInfo(ctypes.Structure):
+    _fields_ = [
+        ("generation", ctypes.c_uint64),
+        ("data_bytes", ctypes.c_uint64),
+        ("bytes_written", ctypes.c_uint64),
+        ("units_written", ctypes.c_uint64),
+        ("units_total", ctypes.c_uint64),
+        ("incremental", ctypes.c_int32),
+        ("slot", ctypes.c_int32),
+        ("seconds", ctypes.c_double),
+    ]
+
+
+def _bind() -> None:
+    P, u32, u64, i32 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+    sig = {
+        "dw_checkpoint_options_init": ([ctypes.POINTER(_Options)], None),
+        "dw_checkpoint_open": ([ctypes.POINTER(_Options), ctypes.POINTER(_Tensor), u32, ctypes.POINTER(P)], ctypes.c_int),
+        "dw_checkpoint_close": ([P], ctypes.c_int),
+        "dw_checkpoint_generation": ([P, ctypes.POINTER(u64)], ctypes.c_int),
+        "dw_checkpoint_count": ([P, ctypes.POINTER(u32)], ctypes.c_int),
+        "dw_checkpoint_tensor_at": ([P, u32, ctypes.POINTER(_Tensor)], ctypes.c_int),
+        "dw_checkpoint_bytes_needed": ([ctypes.POINTER(_Tensor), u32, u32, ctypes.POINTER(u64)], ctypes.c_int),
+        "dw_checkpoint_save": ([P, ctypes.POINTER(P), ctypes.POINTER(i32), u32, ctypes.POINTER(_SaveInfo)],
+                               ctypes.c_int),
+        "dw_checkpoint_load": ([P, ctypes.POINTER(P), ctypes.POINTER(i32), u32, i32], ctypes.c_int),
+        "dw_checkpoint_verify": ([P], ctypes.c_int),
+    }
+    for name, (args, res) in sig.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError as e:
+            raise ImportError(f"{_lib._library_path()} has no {name}: it was built without checkpoints "
+                              "(src/capi/checkpoint_api.cpp); rebuild it") from e
+        fn.argtypes = args
+        fn.restype = res
+
+
+_bind()
+
+
+# ---- tensors ----
+
+class _Item:
+    """One tensor as the C ABI sees it: contiguous memory, its dtype name, shape, bytes, and where it lives."""
+
+    def __init__(self, name: str, value: Any, for_write: bool):
+        self.name = name
+        self.value = value          # what the caller passed
+        self.scratch = None         # a contiguous copy, when the value is not contiguous
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(value, torch.Tensor):
+            t = value.detach()
+            self.kind = "torch"
+            self.dtype = str(t.dtype).replace("torch.", "")
+            self.shape = tuple(int(s) for s in t.shape)
+            if not t.is_contiguous():
+                self.scratch = t.contiguous() if for_write else torch.empty_like(t, memory_format=torch.contiguous_format)
+                t = self.scratch
+            self.nbytes = t.numel() * t.element_size()
+            self.ptr = t.data_ptr()
+            self.cuda = t.device.index if t.is_cuda else None
+            if t.is_cuda and self.cuda is None:
+                self.cuda = torch.cuda.current_device()
+            self.holder = t
+        elif isinstance(value, np.ndarray) or (for_write and np.isscalar(value)):
+            a = np.asarray(value)
+            self.kind = "numpy"
+            self.dtype = a.dtype.name if a.dtype.names is None else a.dtype.str
+            self.shape = tuple(int(s) for s in a.shape)
+            if not for_write and not a.flags.writeable:
+                raise InvalidArgument(f"'{name}' is a read-only array: load needs arrays it may write")
+            if not a.flags.c_contiguous:
+                self.scratch = np.ascontiguousarray(a) if for_write else np.empty(a.shape, a.dtype)
+                a = self.scratch
+            self.nbytes = a.nbytes
+            self.ptr = a.ctypes.data
+            self.cuda = None
+            self.holder = a
+        else:
+            raise InvalidArgument(f"'{name}' is a {type(value).__name__}, not a tensor or a NumPy array "
+                                  "(flatten nested state with deepwell.checkpoint.flatten)")
+        if self.nbytes and not self.ptr:
+            raise InvalidArgument(f"'{name}' has no data pointer")
+
+    def spec(self) -> tuple:
+        return (self.name, self.dtype, self.shape, self.nbytes)
+
+
+def _items(state: Dict[str, Any], for_write: bool) -> list:
+    if not hasattr(state, "items"):
+        raise InvalidArgument(f"expected a dict of tensors (a state_dict), not a {type(state).__name__}")
+    out = []
+    for k, v in state.items():
+        if not isinstance(k, str):
+            raise InvalidArgument(f"key {k!r} is not a string (flatten nested state with deepwell.checkpoint.flatten)")
+        out.append(_Item(k, v, for_write))
+    return out
+
+
+def flatten(state: Any, prefix: str = "", sep: str = ".") -> Dict[str, Any]:
+    """Nested dicts, lists and tuples of tensors (an optimizer's state_dict) as one flat dict:
+    ``{"state.0.exp_avg": t, "param_groups.0.lr": np.float64(0.001), ...}``. Python numbers and
+    booleans become 0-d NumPy arrays; None and strings are left out."""
+    out: Dict[str, Any] = {}
+
+    def walk(x, key):
+        torch = sys.modules.get("torch")
+        if (torch is not None and isinstance(x, torch.Tensor)) or isinstance(x, np.ndarray):
+            out[key] = x
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{key}{sep}{k}" if key else str(k))
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                walk(v, f"{key}{sep}{i}" if key else str(i))
+        elif isinstance(x, (bool, int, float, np.number, np.bool_)):
+            out[key] = np.asarray(x)
+        # None, strings and other objects are not tensors: left out
+
+    walk(state, prefix)
+    return out
+
+
+class _Where:
+    """Only where a value lives (its CUDA device or None)."""
+
+    def __init__(self, v):
+        torch = sys.modules.get("torch")
+        self.cuda = None
+        if torch is not None and isinstance(v, torch.Tensor) and v.is_cuda:
+            self.cuda = v.device.index if v.device.index is not None else torch.cuda.current_device()
+
+
+def _devices(items) -> Optional[int]:
+    devs = {it.cuda for it in items if it.cuda is not None}
+    if len(devs) > 1:
+        raise InvalidArgument(f"tensors on several GPUs ({sorted(devs)}): a checkpoint's GPU tensors share one device")
+    return devs.pop() if devs else None
+
+
+def _sync_cuda(device: Optional[int]) -> None:
+    if device is None:
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.cuda.synchronize(device)
+
+
+def _manifest(specs):
+    """A ctypes array of dw_checkpoint_tensor and what keeps its memory alive."""
+    keep = []
+    arr = (_Tensor * max(1, len(specs)))()
+    for i, (name, dtype, shape, nbytes) in enumerate(specs):
+        n = name.encode()
+        d = dtype.encode()
+        sh = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        keep += [n, d, sh]
+        arr[i].name = n
+        arr[i].dtype = d
+        arr[i].shape = ctypes.cast(sh, ctypes.POINTER(ctypes.c_int64)) if shape else None
+        arr[i].ndim = len(shape)
+        arr[i].bytes = nbytes
+    return arr, keep
+
+
+def _device_ordinal(device) -> int:
+    if device is None:
+        return -1
+    if isinstance(device, int):
+        return device
+    d = str(device)
+    if d == "cpu":
+        return -1
+    if d == "cuda":
+        torch = sys.modules.get("torch")
+        return torch.cuda.current_device() if torch is not None else 0
+    if d.startswith("cuda:") and d[5:].isdigit():
+        return int(d[5:])
+    raise InvalidArgument(f"device must be 'cpu', 'cuda', 'cuda:N' or an ordinal, not {device!r}")
+
+
+class CheckpointStore:
+    """A checkpoint file kept open: ``save`` and ``load`` many times without setting up again.
+
+    ``device``: the GPU whose page cache serves it (None/"cpu": a host cache and CPU threads).
+    ``specs``: (name, dtype, shape, bytes) tuples: with ``create`` the manifest of a new store,
+    else what the store must hold (None: anything). ``page_size`` (default 64 KiB), ``cache_size``,
+    ``odirect``, ``unit`` (bytes per page hash; default: the page size), ``writable``.
+    """
+
+    def __init__(self, path, *, device=None, create: bool = False, specs=None, writable: bool = True,
+                 page_size: Optional[int] = None, cache_size=None, odirect: bool = False, unit: Optional[int] = None,
+                 cpu_threads: int = 0, timeout: Optional[float] = None):
+        from .array import parse_bytes
+        self._h = None
+        self.path = os.fspath(path)
+        if not create and not os.path.exists(self.path):
+            raise FileNotFoundError(2, "No such file (deepwell.checkpoint)", self.path)
+        o = _Options()
+        lib.dw_checkpoint_options_init(ctypes.byref(o))
+        o.path = self.path.encode()
+        o.device = _device_ordinal(device)
+        o.mode = _CREATE if create else _OPEN
+        o.writable = 1 if (writable or create) else 0
+        o.odirect = 1 if odirect else 0
+        if page_size:
+            o.page_size = int(page_size)
+        if cache_size is not None:
+            o.cache_bytes = parse_bytes(cache_size)
+        if unit:
+            o.unit = int(unit)
+        o.cpu_threads = int(cpu_threads)
+        if timeout is not None:
+            o.timeout_s = float(timeout)
+        arr, keep = _manifest(specs or [])
+        h = ctypes.c_void_p()
+        check(lib.dw_checkpoint_open(ctypes.byref(o), arr if specs is not None else None,
+                                     len(specs) if specs else 0, ctypes.byref(h)))
+        del keep
+        self._h = h
+        self.device = o.device
+
+    # ---- what it holds ----
+    @property
+    def generation(self) -> int:
+        g = ctypes.c_uint64()
+        check(lib.dw_checkpoint_generation(self._handle(), ctypes.byref(g)))
+        return g.value
+
+    def manifest(self) -> list:
+        """(name, dtype, shape, bytes) of every tensor, in the store's order."""
+        n = ctypes.c_uint32()
+        check(lib.dw_checkpoint_count(self._handle(), ctypes.byref(n)))
+        out = []
+        for i in range(n.value):
+            t = _Tensor()
+            check(lib.dw_checkpoint_tensor_at(self._handle(), i, ctypes.byref(t)))
+            shape = tuple(t.shape[k] for k in range(t.ndim))
+            out.append((t.name.decode(), (t.dtype or b"").decode(), shape, int(t.bytes)))
+        return out
+
+    # ---- save, load, verify ----
+    def save(self, state: Dict[str, Any]) -> dict:
+        """Saves the tensors (the store's manifest, in any order) as the next generation;
+        returns once durable, with what was written."""
+        items = _items(state, for_write=True)
+        specs = self.manifest()
+        by_name = {it.name: it for it in items}
+        ptrs, on_dev = self._pointers(specs, by_name, strict=True, op="save")
+        _sync_cuda(_devices(items))
+        info = _SaveInfo()
+        check(lib.dw_checkpoint_save(self._handle(), ptrs, on_dev, len(specs), ctypes.byref(info)))
+        return {f: getattr(info, f) for f, _ in _SaveInfo._fields_} | {"incremental": bool(info.incremental)}
+
+    def load(self, into: Optional[Dict[str, Any]] = None, *, device="cpu", strict: bool = True,
+             verify_first: bool = False, numpy: bool = False) -> Dict[str, Any]:
+        """The newest checkpoint into ``into`` (in place; its tensors must match the store's dtypes
+        and shapes) or, with ``into=None``, into new tensors on ``device`` (torch where it is
+        installed and ``numpy`` is not set, else NumPy). ``strict=False``: names missing on either side
+        are skipped."""
+        specs = self.manifest()
+        if into is None:
+            into = {name: _empty(name, dtype, shape, nbytes, device, numpy) for name, dtype, shape, nbytes in specs}
+        items = _items(into, for_write=False)
+        by_name = {it.name: it for it in items}
+        for it in items:
+            want = next((s for s in specs if s[0] == it.name), None)
+            if want is None:
+                continue
+            if (it.dtype, it.shape, it.nbytes) != tuple(want[1:]):
+                raise InvalidArgument(f"'{it.name}' is {it.dtype} {it.shape} ({it.nbytes} bytes); the checkpoint "
+                                      f"{self.path} holds {want[1]} {tuple(want[2])} ({want[3]} bytes)")
+        ptrs, on_dev = self._pointers(specs, by_name, strict=strict, op="load")
+        dev = _devices(items)
+        _sync_cuda(dev)
+        check(lib.dw_checkpoint_load(self._handle(), ptrs, on_dev, len(specs), 1 if verify_first else 0))
+        for it in items:
+            if it.scratch is not None:
+                if it.kind == "torch":
+                    it.value.copy_(it.scratch)
+                else:
+                    np.copyto(it.value, it.scratch)
+        return into
+
+    def verify(self) -> None:
+        """Reads the newest checkpoint and checks every page, copying nothing (raises as load does)."""
+        check(lib.dw_checkpoint_verify(self._handle()))
+
+    def close(self) -> None:
+        if self._h is not None:
+            h, self._h = self._h, None
+            check(lib.dw_checkpoint_close(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---- internals ----
+    def _handle(self):
+        if self._h is None:
+            raise InvalidArgument("the checkpoint store is closed")
+        return self._h
+
+    def _pointers(self, specs, by_name, *, strict: bool, op: str):
+        names = [s[0] for s in specs]
+        if strict:
+            missing = [n for n in names if n not in by_name]
+            extra = [n for n in by_name if n not in set(names)]
+            if missing or extra:
+                raise InvalidArgument(
+                    f"{op}: the tensors do not match the checkpoint {self.path}"
+                    + (f"; missing: {missing[:5]}{' ...' if len(missing) > 5 else ''}" if missing else "")
+                    + (f"; not in it: {extra[:5]}{' ...' if len(extra) > 5 else ''}" if extra else ""))
+        ptrs = (ctypes.c_void_p * max(1, len(specs)))()
+        on_dev = (ctypes.c_int32 * max(1, len(specs)))()
+        for i, n in enumerate(names):
+            it = by_name.get(n)
+            if it is None:
+                continue
+            if it.cuda is not None and it.cuda != self.device:
+                raise InvalidArgument(f"'{n}' is on cuda:{it.cuda}; the checkpoint store works on "
+                                      f"{'the CPU' if self.device < 0 else f'cuda:{self.device}'}")
+            ptrs[i] = it.ptr or None
+            on_dev[i] = 1 if it.cuda is not None else 0
+        return ptrs, on_dev
+
+
+def _empty(name, dtype, shape, nbytes, device, as_numpy=False):
+    torch = None if as_numpy else sys.modules.get("torch")
+    if torch is None and not as_numpy:
+        try:
+            import torch  # noqa: F811
+        except ImportError:
+            torch = None
+    if torch is not None and hasattr(torch, dtype):
+        t = torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+        if t.numel() * t.element_size() == nbytes:
+            return t
+    if device not in (None, "cpu"):
+        raise InvalidArgument(f"'{name}' ({dtype}): cannot make a {device} tensor of it without torch")
+    try:
+        a = np.empty(shape, dtype=np.dtype(dtype))
+    except TypeError as e:
+        raise InvalidArgument(f"'{name}' has dtype {dtype!r}, which neither torch nor NumPy knows") from e
+    if a.nbytes != nbytes:
+        raise InvalidArgument(f"'{name}': {dtype} {shape} is {a.nbytes} bytes; the checkpoint holds {nbytes}")
+    return a
+
+
+# ---- one call each ----
+
+def save(state: Dict[str, Any], path, *, replace: bool = False, page_size: Optional[int] = None, cache_size=None,
+         odirect: bool = False, unit: Optional[int] = None, cpu_threads: int = 0) -> dict:
+    """Saves a dict of tensors (a state_dict; CUDA or CPU tensors, or NumPy arrays) to ``path`` as its next
+    checkpoint, and returns once it is durable. A new file is made as a store of these tensors (written
+    beside it and renamed into place); an existing one must hold the same names, dtypes and shapes, unless
+    ``replace=True`` (then a new store replaces it, atomically). Returns what was written: generation,
+    bytes_written, units_written, units_total, incremental, seconds."""
+    path = os.fspath(path)
+    items = _items(state, for_write=True)
+    dev = _devices(items)
+    kw = dict(page_size=page_size, cache_size=cache_size, odirect=odirect, cpu_threads=cpu_threads)
+    specs = sorted(it.spec() for it in items)  # by name: the order of the dict does not matter
+    if os.path.exists(path) and not replace:
+        try:
+            s = CheckpointStore(path, device=dev, specs=specs, **kw)
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{e} (replace=True makes a new store of these tensors)") from None
+        with s:
+            return s.save(state)
+    # A new store beside the file, renamed over it once it holds the checkpoint.
+    tmp = f"{path}.deepwell-tmp"
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    try:
+        with CheckpointStore(tmp, device=dev, create=True, specs=specs, unit=unit, **kw) as s:
+            info = s.save(state)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    d = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(d)
+    finally:
+        os.close(d)
+    return info
+
+
+def load(path, into: Optional[Dict[str, Any]] = None, *, device="cpu", strict: bool = True,
+         verify_first: bool = False, numpy: bool = False, page_size: Optional[int] = None, cache_size=None,
+         odirect: bool = False, cpu_threads: int = 0) -> Dict[str, Any]:
+    """The newest checkpoint of ``path``: into ``into`` (a state_dict: its tensors are overwritten in
+    place, and must have the checkpoint's dtypes and shapes), or into new tensors on ``device``. Every
+    page is checked; a failure raises deepwell.IOFailure naming the tensor and bytes (the tensors may
+    then be partly overwritten, unless ``verify_first=True``, which reads the file twice). New tensors
+    are torch tensors where torch is installed, NumPy arrays with ``numpy=True`` or without torch."""
+    path = os.fspath(path)
+    gpu = None
+    if into is not None:
+        gpu = _devices([_Where(v) for v in into.values()])
+    else:
+        o = _device_ordinal(device)
+        gpu = o if o >= 0 else None
+    with CheckpointStore(path, device=gpu, writable=False, page_size=page_size, cache_size=cache_size,
+                         odirect=odirect, cpu_threads=cpu_threads) as s:
+        return s.load(into, device=device, strict=strict, verify_first=verify_first, numpy=numpy)
+
+
+def verify(path, **kw) -> int:
+    """Reads and checks the newest checkpoint of ``path``; returns its generation."""
+    with CheckpointStore(path, writable=False, **kw) as s:
+        s.verify()
+        return s.generation
+
+
+def generation(path) -> int:
+    with CheckpointStore(path, writable=False) as s:
+        return s.generation
+
+
+def manifest(path) -> list:
+    with CheckpointStore(path, writable=False) as s:
+        return s.manifest()

@@ -1,0 +1,408 @@
+"""A persistent key-value store: 8-byte integer keys and fixed-size values in a
+file (many times the GPU's memory), read and written in batches through
+deepwell's page cache by GPU warps (or CPU threads). docs/kv.md.
+
+    import deepwell.kv as kv
+    store = kv.create("table.kv", value_bytes=32, capacity=10_000_000)   # on the GPU where there is one
+    store.set(keys, values)          # keys: (n,) integers (NumPy or torch, CUDA or not);
+                                     # values: n rows of 32 bytes (any dtype: (n, 8) float32, (n, 32) uint8...)
+    values, found = store.get(keys)  # (n, 32) uint8 where the keys are (NumPy, or a CUDA tensor), a bool mask
+    found = store.delete(keys)       # which keys were there
+    store.close()
+    store = kv.open("table.kv")      # after a crash too: the log is replayed
+
+``set`` and ``delete`` return once their batch is durable: a power cut
+afterwards loses nothing of it, and a cut during it leaves the store as it
+was before the batch or after it, never in between. A call with more keys
+than ``max_batch`` is split into batches of ``max_batch`` keys, each durable
+(and atomic) on its own, in order. A key repeated in a batch: the last
+occurrence wins. Keys are 0 to 2**64 - 3.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import sys
+import weakref
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _lib
+from ._lib import InvalidArgument, check, lib
+from .array import _device_ordinal, cuda_available, parse_bytes
+
+__all__ = ["KVStore", "create", "open", "bytes_needed", "OK", "NOT_FOUND", "FULL", "BAD_KEY", "MAX_KEY"]
+
+OK, NOT_FOUND, FULL, BAD_KEY = 0, 1, 2, 3
+MAX_KEY = 2**64 - 3
+_OPEN, _CREATE = 0, 1
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [
+        ("path", ctypes.c_char_p),
+        ("device", ctypes.c_int32),
+        ("mode", ctypes.c_int32),
+        ("value_bytes", ctypes.c_uint32),
+        ("bucket_bytes", ctypes.c_uint32),
+        ("capacity", ctypes.c_uint64),
+        ("max_probe", ctypes.c_uint32),
+        ("log_rows", ctypes.c_uint32),
+        ("page_size", ctypes.c_uint32),
+        ("pollers", ctypes.c_uint32),
+        ("cache_bytes", ctypes.c_uint64),
+        ("max_batch", ctypes.c_uint64),
+        ("cpu_threads", ctypes.c_uint32),
+        ("odirect", ctypes.c_int32),
+        ("timeout_s", ctypes.c_double),
+    ]
+
+
+_RESULT_FIELDS = ("ops", "inserted", "updated", "erased", "found", "not_found", "full", "bad_key", "superseded",
+                  "log_rows")
+
+
+class _Result(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in _RESULT_FIELDS] + [("checkpointed", ctypes.c_int32)]
+
+
+class _Info(ctypes.Structure):
+    _fields_ = [
+        ("key_bytes", ctypes.c_uint32),
+        ("value_bytes", ctypes.c_uint32),
+        ("bucket_bytes", ctypes.c_uint32),
+        ("slots_per_bucket", ctypes.c_uint32),
+        ("max_probe", ctypes.c_uint32),
+        ("log_rows", ctypes.c_uint32),
+        ("buckets", ctypes.c_uint64),
+        ("slots", ctypes.c_uint64),
+        ("file_bytes", ctypes.c_uint64),
+        ("max_batch", ctypes.c_uint64),
+        ("device", ctypes.c_int32),
+        ("recovered_batches", ctypes.c_uint64),
+        ("batches", ctypes.c_uint64),
+        ("checkpoints", ctypes.c_uint64),
+    ]
+
+
+def _bind() -> None:
+    P, u8p, u32, u64, i32 = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+    R = ctypes.POINTER(_Result)
+    sig = {
+        "dw_kv_options_init": ([ctypes.POINTER(_Options)], None),
+        "dw_kv_bytes_needed": ([u32, u64, u32, u32, ctypes.POINTER(u64)], ctypes.c_int),
+        "dw_kv_open": ([ctypes.POINTER(_Options), ctypes.POINTER(P)], ctypes.c_int),
+        "dw_kv_close": ([P], ctypes.c_int),
+        "dw_kv_info_get": ([P, ctypes.POINTER(_Info)], ctypes.c_int),
+        "dw_kv_set": ([P, P, P, u64, i32, u8p, R], ctypes.c_int),
+        "dw_kv_get": ([P, P, P, u64, i32, u8p, R], ctypes.c_int),
+        "dw_kv_delete": ([P, P, u64, i32, u8p, R], ctypes.c_int),
+        "dw_kv_checkpoint": ([P], ctypes.c_int),
+    }
+    for name, (args, res) in sig.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError as e:
+            raise ImportError(f"{_lib._library_path()} has no {name}: it was built without the key-value store "
+                              "(src/capi/kv_api.cpp); rebuild it") from e
+        fn.argtypes = args
+        fn.restype = res
+
+
+_bind()
+
+_open_stores: "weakref.WeakSet[KVStore]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for s in list(_open_stores):
+        try:
+            s.close()
+        except Exception as e:  # nothing left to raise to
+            print(f"deepwell.kv: closing {s!r} at exit: {e}", file=sys.stderr)
+
+
+def bytes_needed(value_bytes: int, capacity: int = 0, *, bucket_bytes: int = 0, log_rows: int = 0) -> int:
+    """Bytes a store of this shape takes on disk (0: the defaults)."""
+    out = ctypes.c_uint64()
+    check(lib.dw_kv_bytes_needed(int(value_bytes), int(capacity), int(bucket_bytes), int(log_rows), ctypes.byref(out)))
+    return out.value
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+class _Mem:
+    """An array's pointer, byte count, and where it lives (a CUDA ordinal or None)."""
+
+    def __init__(self, ptr: int, nbytes: int, cuda: Optional[int], holder: Any):
+        self.ptr, self.nbytes, self.cuda, self.holder = ptr, nbytes, cuda, holder
+
+
+def _keys(keys) -> _Mem:
+    torch = _torch()
+    if torch is not None and isinstance(keys, torch.Tensor):
+        t = keys.detach().reshape(-1)
+        if t.dtype not in (torch.int64,) + ((torch.uint64,) if hasattr(torch, "uint64") else ()):
+            if t.dtype.is_floating_point or t.dtype == torch.bool:
+                raise InvalidArgument(f"keys must be integers, not {t.dtype}")
+            t = t.to(torch.int64)
+        if t.dtype == torch.int64 and t.numel() and bool((t < 0).any()):
+            raise InvalidArgument("keys must not be negative (0 to 2**64 - 3)")
+        t = t.contiguous()
+        if t.is_cuda:
+            return _Mem(t.data_ptr(), t.numel() * 8, t.device.index if t.device.index is not None
+                        else torch.cuda.current_device(), t)
+        keys = t.numpy()
+    a = np.asarray(keys)
+    if a.dtype.kind not in "iu":
+        if a.size == 0:
+            a = a.astype(np.uint64)
+        else:
+            raise InvalidArgument(f"keys must be integers, not {a.dtype}")
+    if a.dtype.kind == "i" and a.size and a.min() < 0:
+        raise InvalidArgument("keys must not be negative (0 to 2**64 - 3)")
+    a = np.ascontiguousarray(a.reshape(-1).astype(np.uint64, copy=False))
+    return _Mem(a.ctypes.data, a.nbytes, None, a)
+
+
+def _values(values, n: int, value_bytes: int, like: _Mem) -> _Mem:
+    torch = _torch()
+    if torch is not None and isinstance(values, torch.Tensor):
+        t = values.detach()
+        if like.cuda is not None and not t.is_cuda:
+            t = t.to(f"cuda:{like.cuda}")
+        elif like.cuda is None and t.is_cuda:
+            t = t.cpu()  # host keys: the batch goes through host memory
+        t = t.contiguous()
+        nbytes = t.numel() * t.element_size()
+        if nbytes != n * value_bytes:
+            raise InvalidArgument(f"values hold {nbytes} bytes; {n} keys of {value_bytes}-byte values need "
+                                  f"{n * value_bytes}")
+        if t.is_cuda:
+            return _Mem(t.data_ptr(), nbytes, t.device.index if t.device.index is not None
+                        else torch.cuda.current_device(), t)
+        values = t.numpy()
+    a = np.ascontiguousarray(values)
+    if a.nbytes != n * value_bytes:
+        raise InvalidArgument(f"values hold {a.nbytes} bytes; {n} keys of {value_bytes}-byte values need "
+                              f"{n * value_bytes}")
+    if like.cuda is not None:  # device keys want device values
+        if torch is None:
+            raise InvalidArgument("CUDA keys with NumPy values: pass the values as a CUDA tensor too")
+        t = torch.from_numpy(a.view(np.uint8).reshape(-1)).to(f"cuda:{like.cuda}")
+        return _Mem(t.data_ptr(), a.nbytes, like.cuda, t)
+    return _Mem(a.ctypes.data, a.nbytes, None, a)
+
+
+class KVStore:
+    """A key-value store in a file. Arguments: ``path``; ``create`` (a new
+    store, created or truncated); ``value_bytes`` (create: 8 to 128, a
+    multiple of 8; open: checked when given); ``capacity`` (create: keys the
+    table is sized for, at 75% of its slots); ``device`` ("cuda", "cuda:N",
+    an ordinal, or "cpu" for a host cache and CPU threads; default: the GPU
+    where there is one); ``cache_size`` (bytes or "4GiB"); ``page_size``;
+    ``bucket_bytes``, ``max_probe``, ``log_rows`` (create); ``max_batch``
+    (keys a batch holds, 65536); ``cpu_threads``, ``pollers``, ``odirect``,
+    ``timeout`` (seconds per access)."""
+
+    def __init__(self, path, *, create: bool = False, value_bytes: Optional[int] = None, capacity: int = 0,
+                 device=None, cache_size=None, page_size: int = 0, bucket_bytes: int = 0, max_probe: int = 0,
+                 log_rows: int = 0, max_batch: int = 0, cpu_threads: int = 0, pollers: int = 0,
+                 odirect: bool = False, timeout: Optional[float] = None):
+        self._h = None
+        self.path = os.fspath(path)
+        if create and not value_bytes:
+            raise InvalidArgument("creating a store needs value_bytes (8 to 128, a multiple of 8)")
+        o = _Options()
+        lib.dw_kv_options_init(ctypes.byref(o))
+        self._path_bytes = self.path.encode()
+        o.path = self._path_bytes
+        o.device = _device_ordinal(device)
+        o.mode = _CREATE if create else _OPEN
+        o.value_bytes = int(value_bytes or 0)
+        o.capacity = int(capacity)
+        o.bucket_bytes = int(bucket_bytes)
+        o.max_probe = int(max_probe)
+        o.log_rows = int(log_rows)
+        o.page_size = int(page_size)
+        o.cache_bytes = parse_bytes(cache_size) if cache_size is not None else 0
+        o.max_batch = int(max_batch)
+        o.cpu_threads = int(cpu_threads)
+        o.pollers = int(pollers)
+        o.odirect = 1 if odirect else 0
+        o.timeout_s = float(timeout) if timeout else 0.0
+        h = ctypes.c_void_p()
+        check(lib.dw_kv_open(ctypes.byref(o), ctypes.byref(h)))
+        self._h = h
+        self.device = o.device
+        i = self.info()
+        self.value_bytes = i["value_bytes"]
+        self.max_batch = i["max_batch"]
+        _open_stores.add(self)
+
+    # ---- lifetime ----
+    def close(self) -> None:
+        """Closes the store (every batch is durable already)."""
+        if self._h is not None:
+            h, self._h = self._h, None
+            check(lib.dw_kv_close(h))
+
+    def __enter__(self) -> "KVStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if self._h is None:
+            raise InvalidArgument(f"the store {self.path} is closed")
+        return self._h
+
+    def __repr__(self) -> str:
+        where = "cpu" if self.device < 0 else f"cuda:{self.device}"
+        state = "closed" if self._h is None else f"{self.value_bytes}-byte values"
+        return f"deepwell.kv.KVStore({self.path!r}, {state}, {where})"
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device >= 0
+
+    def info(self) -> dict:
+        """Shape (value_bytes, buckets, slots, ...), max_batch, and what open recovered."""
+        i = _Info()
+        check(lib.dw_kv_info_get(self._handle(), ctypes.byref(i)))
+        return {name: getattr(i, name) for name, _ in _Info._fields_}
+
+    # ---- batches ----
+    def _where(self, m: _Mem) -> int:
+        if m.cuda is None:
+            return 0
+        if self.device < 0:
+            raise InvalidArgument(f"CUDA arrays given to a store on the CPU ({self.path}); open it with device='cuda'")
+        if m.cuda != self.device:
+            raise InvalidArgument(f"arrays on cuda:{m.cuda}, the store on cuda:{self.device}")
+        return 1
+
+    def _status(self, n: int, k: _Mem):
+        if k.cuda is not None:
+            return _torch().empty(n, dtype=_torch().uint8, device=f"cuda:{k.cuda}")
+        return np.empty(n, np.uint8)
+
+    @staticmethod
+    def _ptr(a) -> int:
+        return a.data_ptr() if hasattr(a, "data_ptr") else a.ctypes.data
+
+    def _chunks(self, n: int):
+        step = max(1, self.max_batch)
+        for at in range(0, n, step):
+            yield at, min(step, n - at)
+
+    @staticmethod
+    def _add(total: dict, r: _Result) -> None:
+        for name in _RESULT_FIELDS:
+            total[name] = total.get(name, 0) + getattr(r, name)
+        total["checkpointed"] = total.get("checkpointed", 0) + r.checkpointed
+
+    def set(self, keys, values, *, return_status: bool = False):
+        """Stores values[i] under keys[i]. Returns the counts (inserted,
+        updated, full, bad_key, superseded, ...), and with return_status the
+        per-key statuses too (OK, FULL, BAD_KEY)."""
+        k = _keys(keys)
+        n = k.nbytes // 8
+        v = _values(values, n, self.value_bytes, k)
+        on_dev = self._where(k)
+        st = self._status(n, k)
+        total: dict = {}
+        r = _Result()
+        for at, c in self._chunks(n):
+            check(lib.dw_kv_set(self._handle(), k.ptr + at * 8, v.ptr + at * self.value_bytes, c, on_dev,
+                                self._ptr(st) + at, ctypes.byref(r)))
+            self._add(total, r)
+        return (total, st) if return_status else total
+
+    def get(self, keys, out=None):
+        """The values of keys: (n, value_bytes) uint8 (NumPy, or a CUDA tensor
+        for CUDA keys), zeros where a key is absent; and a bool mask of the
+        keys found. ``out``: an array of n * value_bytes bytes to fill instead
+        (any dtype, on the keys' device)."""
+        k = _keys(keys)
+        n = k.nbytes // 8
+        on_dev = self._where(k)
+        torch = _torch()
+        if out is None:
+            if k.cuda is not None:
+                out = torch.empty((n, self.value_bytes), dtype=torch.uint8, device=f"cuda:{k.cuda}")
+            else:
+                out = np.empty((n, self.value_bytes), np.uint8)
+        else:
+            is_t = torch is not None and isinstance(out, torch.Tensor)
+            nbytes = out.numel() * out.element_size() if is_t else out.nbytes
+            contiguous = out.is_contiguous() if is_t else out.flags.c_contiguous
+            if nbytes != n * self.value_bytes or not contiguous:
+                raise InvalidArgument(f"out must be a contiguous array of {n * self.value_bytes} bytes")
+            if (k.cuda is not None) != (is_t and out.is_cuda):
+                raise InvalidArgument("out must be on the keys' device")
+        st = self._status(n, k)
+        r = _Result()
+        for at, c in self._chunks(n):
+            check(lib.dw_kv_get(self._handle(), k.ptr + at * 8, self._ptr(out) + at * self.value_bytes, c, on_dev,
+                                self._ptr(st) + at, ctypes.byref(r)))
+        found = st == OK
+        if bool((st == BAD_KEY).any()):
+            raise InvalidArgument("keys above 2**64 - 3 (deepwell.kv.MAX_KEY)")
+        return out, found
+
+    def delete(self, keys):
+        """Deletes keys; returns a bool mask of those that were there (a key
+        repeated in a batch counts once, at its last occurrence)."""
+        k = _keys(keys)
+        n = k.nbytes // 8
+        on_dev = self._where(k)
+        st = self._status(n, k)
+        r = _Result()
+        for at, c in self._chunks(n):
+            check(lib.dw_kv_delete(self._handle(), k.ptr + at * 8, c, on_dev, self._ptr(st) + at, ctypes.byref(r)))
+        return st == OK
+
+    def checkpoint(self) -> None:
+        """Writes the table's dirty pages back and truncates the log (batches
+        are durable without it; it bounds the work of the next recovery)."""
+        check(lib.dw_kv_checkpoint(self._handle()))
+
+    def __contains__(self, key) -> bool:
+        _, found = self.get(np.array([key], np.uint64))
+        return bool(found[0])
+
+    def __getitem__(self, key) -> np.ndarray:
+        v, found = self.get(np.array([key], np.uint64))
+        if not found[0]:
+            raise KeyError(key)
+        return v[0]
+
+    def __setitem__(self, key, value) -> None:
+        self.set(np.array([key], np.uint64), np.asarray(value).reshape(1, -1))
+
+    def __delitem__(self, key) -> None:
+        if not self.delete(np.array([key], np.uint64))[0]:
+            raise KeyError(key)
+
+
+def create(path, value_bytes: int, capacity: int = 0, **kwargs) -> KVStore:
+    """A new store in ``path`` (created, or truncated): ``value_bytes`` per value, sized for ``capacity`` keys."""
+    return KVStore(path, create=True, value_bytes=value_bytes, capacity=capacity, **kwargs)
+
+
+def open(path, **kwargs) -> KVStore:  # noqa: A001 (as deepwell.open)
+    """An existing store (recovered: batches committed before a crash are replayed)."""
+    return KVStore(path, **kwargs)

@@ -1,0 +1,317 @@
+// The C ABI's checkpoints (include/deepwell/c/deepwell.h, dw_checkpoint_*):
+// a file, its own controller, namespace and page cache (on a GPU, or a host
+// cache for CPU threads), and a checkpoint_store on them. Every entry point
+// catches everything and turns it into an error code and a message
+// (dw_last_error), as c_api.cpp does.
+//
+// GPU checkpoints need the GPU support of deepwell_cuda
+// (gpu_checkpoint_support, src/cuda/checkpoint_kernels.cu); a build defines
+// DEEPWELL_C_CUDA where libdeepwell_c.so links it. Without it, device >= 0
+// answers DW_ENOCUDA.
+#include "deepwell/c/deepwell.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "deepwell/controller.hpp"
+#include "deepwell/defaults.hpp"
+#include "deepwell/durable/checkpoint.hpp"
+#include "deepwell/page_cache.hpp"
+#include "cuda_shim.hpp"
+#include "last_error.hpp"
+
+using namespace deepwell;
+
+// Members go in reverse order: the store, then its cache (and queue pairs),
+// then the link and the controller.
+struct dw_checkpoint {
+  std::shared_ptr<controller> ctl;
+  std::shared_ptr<controller_link> link;
+  std::shared_ptr<page_cache> cache;
+  std::unique_ptr<checkpoint_store> store;
+  int device = -1;
+
+  ~dw_checkpoint() {
+    store.reset();
+    if (device >= 0 && cache) {
+      try {
+        capi::device_guard g(device);
+        cache.reset();
+      } catch (...) {
+      }
+    }
+  }
+};
+
+namespace {
+
+struct ckpt_error : error {
+  int code;
+  ckpt_error(int c, const std::string& m) : error(m), code(c) {}
+};
+
+template <class F>
+int guarded(F&& f) {
+  try {
+    f();
+    return DW_OK;
+  } catch (const ckpt_error& e) {
+    capi::last_error() = e.what();
+    return e.code;
+  } catch (const capi::no_cuda& e) {
+    capi::last_error() = e.what();
+    return DW_ENOCUDA;
+  } catch (const checkpoint_data_error& e) {
+    capi::last_error() = e.what();
+    return DW_EIO;
+  } catch (const error& e) {
+    capi::last_error() = e.what();
+    return DW_EINVAL;
+  } catch (const std::bad_alloc&) {
+    capi::last_error() = "out of host memory";
+    return DW_ERUNTIME;
+  } catch (const std::exception& e) {
+    capi::last_error() = e.what();
+    return DW_ERUNTIME;
+  } catch (...) {
+    capi::last_error() = "unknown error";
+    return DW_ERUNTIME;
+  }
+}
+
+void need(bool ok, const std::string& message) {
+  if (!ok) throw ckpt_error(DW_EINVAL, message);
+}
+
+dw_checkpoint& handle(dw_checkpoint* c) {
+  need(c != nullptr, "null deepwell checkpoint handle (closed?)");
+  return *c;
+}
+
+checkpoint_manifest to_manifest(const dw_checkpoint_tensor* t, uint32_t n) {
+  need(n == 0 || t != nullptr, "the manifest is a null pointer");
+  checkpoint_manifest m(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    need(t[i].name != nullptr, "tensor " + std::to_string(i) + " of the manifest has no name");
+    need(t[i].ndim >= 0 && t[i].ndim <= 32, "tensor '" + std::string(t[i].name) + "' has " + std::to_string(t[i].ndim) +
+                                                " dimensions (0 to 32)");
+    need(t[i].ndim == 0 || t[i].shape != nullptr, "tensor '" + std::string(t[i].name) + "' has a null shape");
+    m[i].name = t[i].name;
+    m[i].dtype = t[i].dtype ? t[i].dtype : "";
+    m[i].bytes = t[i].bytes;
+    m[i].shape.assign(t[i].shape, t[i].shape + t[i].ndim);
+  }
+  return m;
+}
+
+std::shared_ptr<checkpoint_gpu> gpu_support(int device) {
+#if defined(DEEPWELL_C_CUDA)
+  capi::device_guard g(device);
+  return gpu_checkpoint_support();
+#else
+  (void)device;
+  throw capi::no_cuda("this libdeepwell_c.so was built without GPU checkpoints (DEEPWELL_C_CUDA): use device -1");
+#endif
+}
+
+// Guard for calls that run GPU work on the handle's device.
+std::unique_ptr<capi::device_guard> on_device(const dw_checkpoint& c) {
+  if (c.device < 0) return nullptr;
+  return std::make_unique<capi::device_guard>(c.device);
+}
+
+checkpoint_buffers buffers(const dw_checkpoint& c, void* const* data, const int32_t* on_dev, uint32_t n, bool load) {
+  const checkpoint_manifest& m = c.store->manifest();
+  need(n == m.size(), std::string(load ? "load" : "save") + ": " + std::to_string(n) + " buffers given; the store has " +
+                          std::to_string(m.size()));
+  need(n == 0 || data != nullptr, "the buffer array is a null pointer");
+  checkpoint_buffers out;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (load && !data[i]) continue;  // not loaded
+    out[m[i].name] = {data[i], m[i].bytes, on_dev && on_dev[i] ? memory_kind::device : memory_kind::host};
+  }
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+void dw_checkpoint_options_init(dw_checkpoint_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof(*o));
+  o->device = -1;
+  o->mode = DW_CHECKPOINT_OPEN;
+  o->writable = 1;
+}
+
+int dw_checkpoint_bytes_needed(const dw_checkpoint_tensor* manifest, uint32_t n, uint32_t unit, uint64_t* bytes) {
+  return guarded([&] {
+    need(bytes != nullptr, "bytes is a null pointer");
+    *bytes = checkpoint_store::bytes_needed(to_manifest(manifest, n), unit ? unit : 65536);
+  });
+}
+
+int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tensor* manifest, uint32_t n,
+                       dw_checkpoint** out) {
+  return guarded([&] {
+    need(op != nullptr && out != nullptr, "null options or output pointer");
+    *out = nullptr;
+    const dw_checkpoint_options& o = *op;
+    need(o.path != nullptr && *o.path, "no path");
+    need(o.mode == DW_CHECKPOINT_OPEN || o.mode == DW_CHECKPOINT_CREATE,
+         "mode must be DW_CHECKPOINT_OPEN (0) or DW_CHECKPOINT_CREATE (1), not " + std::to_string(o.mode));
+    need(o.device >= -1, "device must be a CUDA ordinal or -1 (a host cache), not " + std::to_string(o.device));
+    need(o.timeout_s >= 0, "timeout must not be negative");
+    const bool create = o.mode == DW_CHECKPOINT_CREATE;
+    need(!create || o.writable, "creating a store needs writable");
+    need(!create || manifest != nullptr || n == 0, "creating a store needs a manifest");
+    const checkpoint_manifest m = to_manifest(manifest, n);
+    const uint32_t page = o.page_size ? o.page_size : 65536;
+    const uint32_t unit = o.unit ? o.unit : page;
+    if (o.device >= 0) {
+      const int count = capi::gpu_device_count();
+      need(o.device < count, "CUDA device " + std::to_string(o.device) + " does not exist (" + std::to_string(count) +
+                                 " device" + (count == 1 ? "" : "s") + ")");
+    }
+
+    file_options fo;
+    fo.direct = o.odirect != 0;
+    fo.writable = o.writable != 0;
+    if (create) {
+      const uint64_t bytes = checkpoint_store::bytes_needed(m, unit);
+      struct stat st{};
+      if (::stat(o.path, &st) == 0) {
+        if (S_ISREG(st.st_mode) && uint64_t(st.st_size) < bytes && ::truncate(o.path, off_t(bytes)) != 0)
+          throw ckpt_error(DW_EIO, errno_message(std::string("growing ") + o.path, errno));
+      } else {
+        fo.create = true;
+        fo.create_size = bytes;
+      }
+    }
+    std::shared_ptr<target> t;
+    try {
+      t = open_file_target(o.path, fo);
+    } catch (const error& e) {
+      throw ckpt_error(DW_EIO, e.what());
+    }
+
+    auto c = std::make_unique<dw_checkpoint>();
+    c->device = o.device;
+    controller_config cc;
+    if (o.pollers) cc.pollers = o.pollers;
+    c->ctl = std::make_shared<controller>(cc);
+    c->link = in_process_link(c->ctl);
+    const uint32_t block = std::min(page, std::max<uint32_t>(512, t->io_alignment()));
+    const uint32_t nsid = c->ctl->add_namespace({t, block, !o.writable});
+    cache_config cfg;
+    cfg.page_size = page;
+    if (o.cache_bytes) cfg.capacity_bytes = o.cache_bytes;
+    if (o.timeout_s > 0) cfg.timeout_ns = uint64_t(o.timeout_s * 1e9);
+    cfg.direct_files = cache_config::file_tier::never;
+    // Staging is queue pairs x entries x page size of host memory (pinned
+    // and registered): checkpoints' large pages need fewer entries than the
+    // cache's defaults (64 x 512 x 64 KiB would be 2 GiB) to keep the disk busy.
+    cfg.queue_pairs = o.queue_pairs ? o.queue_pairs : (o.device >= 0 ? 16 : 4);
+    cfg.queue_entries = o.queue_entries ? o.queue_entries : 128;
+    checkpoint_options co;
+    co.label = o.path;
+    co.threads = o.cpu_threads;
+    co.unit = unit;
+    const auto g = on_device(*c);
+    if (c->device >= 0) {
+      c->cache = capi::gpu_cache(c->link, cfg);
+      co.gpu = gpu_support(c->device);
+    } else {
+      c->cache = make_host_page_cache(c->link, cfg);
+    }
+    if (create)
+      c->store = checkpoint_store::create(c->cache, nsid, m, co);
+    else if (manifest || n)
+      c->store = checkpoint_store::open(c->cache, nsid, m, co);
+    else
+      c->store = checkpoint_store::open(c->cache, nsid, co);
+    *out = c.release();
+  });
+}
+
+int dw_checkpoint_close(dw_checkpoint* c) {
+  if (!c) return DW_OK;
+  return guarded([&] { delete c; });
+}
+
+int dw_checkpoint_generation(dw_checkpoint* c, uint64_t* generation) {
+  return guarded([&] {
+    need(generation != nullptr, "generation is a null pointer");
+    *generation = handle(c).store->generation();
+  });
+}
+
+int dw_checkpoint_count(dw_checkpoint* c, uint32_t* n) {
+  return guarded([&] {
+    need(n != nullptr, "n is a null pointer");
+    *n = uint32_t(handle(c).store->manifest().size());
+  });
+}
+
+int dw_checkpoint_tensor_at(dw_checkpoint* c, uint32_t i, dw_checkpoint_tensor* out) {
+  return guarded([&] {
+    need(out != nullptr, "out is a null pointer");
+    const checkpoint_manifest& m = handle(c).store->manifest();
+    need(i < m.size(), "tensor " + std::to_string(i) + " of " + std::to_string(m.size()));
+    out->name = m[i].name.c_str();
+    out->dtype = m[i].dtype.c_str();
+    out->shape = m[i].shape.empty() ? nullptr : m[i].shape.data();
+    out->ndim = int32_t(m[i].shape.size());
+    out->bytes = m[i].bytes;
+  });
+}
+
+int dw_checkpoint_save(dw_checkpoint* cp, void* const* data, const int32_t* on_dev, uint32_t n,
+                       dw_checkpoint_save_info* info) {
+  return guarded([&] {
+    dw_checkpoint& c = handle(cp);
+    const checkpoint_buffers b = buffers(c, data, on_dev, n, false);
+    const auto g = on_device(c);
+    const save_report r = c.store->save(b);
+    if (info) {
+      std::memset(info, 0, sizeof(*info));
+      info->generation = r.generation;
+      info->data_bytes = r.data_bytes;
+      info->bytes_written = r.bytes_written;
+      info->units_written = r.units_written;
+      info->units_total = r.units_total;
+      info->incremental = r.incremental;
+      info->slot = int32_t(r.slot);
+      info->seconds = r.seconds;
+    }
+  });
+}
+
+int dw_checkpoint_load(dw_checkpoint* cp, void* const* data, const int32_t* on_dev, uint32_t n, int32_t verify_first) {
+  return guarded([&] {
+    dw_checkpoint& c = handle(cp);
+    const checkpoint_buffers b = buffers(c, data, on_dev, n, true);
+    const auto g = on_device(c);
+    load_options lo;
+    lo.verify_first = verify_first != 0;
+    lo.partial = b.size() < c.store->manifest().size();
+    c.store->load(b, lo);
+  });
+}
+
+int dw_checkpoint_verify(dw_checkpoint* cp) {
+  return guarded([&] {
+    dw_checkpoint& c = handle(cp);
+    const auto g = on_device(c);
+    c.store->verify();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,296 @@
+// The C ABI's key-value store (include/deepwell/c/deepwell.h, dw_kv_*): a
+// file, its own controller and page cache (on a GPU, or a host cache for
+// CPU threads), and a durable::kv_store on them. Every entry point catches
+// everything and turns it into an error code and a message (dw_last_error),
+// as c_api.cpp does.
+//
+// GPU stores need the GPU support of deepwell_cuda (gpu_kv_support,
+// src/cuda/kv_kernels.cu); a build defines DEEPWELL_C_CUDA where
+// libdeepwell_c.so links it. Without it, device >= 0 answers DW_ENOCUDA.
+#include "deepwell/c/deepwell.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "deepwell/controller.hpp"
+#include "deepwell/defaults.hpp"
+#include "deepwell/durable/kv_store.hpp"
+#include "deepwell/page_cache.hpp"
+#include "cuda_shim.hpp"
+#include "last_error.hpp"
+
+using namespace deepwell;
+using namespace deepwell::durable;
+
+// Members go in reverse order: the store, then its cache (and queue pairs),
+// then the link and the controller.
+struct dw_kv {
+  std::shared_ptr<controller> ctl;
+  std::shared_ptr<controller_link> link;
+  std::shared_ptr<page_cache> cache;
+  std::unique_ptr<kv_store> store;
+  int device = -1;
+
+  ~dw_kv() {
+    if (device >= 0) {
+      try {
+        capi::device_guard g(device);
+        store.reset();
+        cache.reset();
+      } catch (...) {
+      }
+    }
+  }
+};
+
+namespace {
+
+struct kv_api_error : error {
+  int code;
+  kv_api_error(int c, const std::string& m) : error(m), code(c) {}
+};
+
+template <class F>
+int guarded(F&& f) {
+  try {
+    f();
+    return DW_OK;
+  } catch (const kv_api_error& e) {
+    capi::last_error() = e.what();
+    return e.code;
+  } catch (const capi::no_cuda& e) {
+    capi::last_error() = e.what();
+    return DW_ENOCUDA;
+  } catch (const kv_io_error& e) {
+    capi::last_error() = e.what();
+    return DW_EIO;
+  } catch (const error& e) {
+    capi::last_error() = e.what();
+    return DW_EINVAL;
+  } catch (const std::bad_alloc&) {
+    capi::last_error() = "out of host memory";
+    return DW_ERUNTIME;
+  } catch (const std::exception& e) {
+    capi::last_error() = e.what();
+    return DW_ERUNTIME;
+  } catch (...) {
+    capi::last_error() = "unknown error";
+    return DW_ERUNTIME;
+  }
+}
+
+void need(bool ok, const std::string& message) {
+  if (!ok) throw kv_api_error(DW_EINVAL, message);
+}
+
+dw_kv& handle(dw_kv* k) {
+  need(k != nullptr, "null deepwell kv handle (closed?)");
+  return *k;
+}
+
+std::shared_ptr<kv_executor> gpu_support(int device) {
+#if defined(DEEPWELL_C_CUDA)
+  capi::device_guard g(device);
+  return gpu_kv_support();
+#else
+  (void)device;
+  throw capi::no_cuda("this libdeepwell_c.so was built without GPU key-value stores (DEEPWELL_C_CUDA): use device -1");
+#endif
+}
+
+std::unique_ptr<capi::device_guard> on_device(const dw_kv& k) {
+  if (k.device < 0) return nullptr;
+  return std::make_unique<capi::device_guard>(k.device);
+}
+
+void fill(dw_kv_result* out, const kv_batch_result& r) {
+  if (!out) return;
+  std::memset(out, 0, sizeof(*out));
+  out->ops = r.ops;
+  out->inserted = r.inserted;
+  out->updated = r.updated;
+  out->erased = r.erased;
+  out->found = r.found;
+  out->not_found = r.not_found;
+  out->full = r.full;
+  out->bad_key = r.bad_key;
+  out->superseded = r.superseded;
+  out->log_rows = r.log_rows;
+  out->checkpointed = r.checkpointed ? 1 : 0;
+}
+
+kv_memory where(int32_t on_device) { return on_device ? kv_memory::device : kv_memory::host; }
+
+// The bucket size in a store's header (for the cache's default page), or
+// 4096 if the file cannot tell (open then reports why).
+uint32_t file_bucket_bytes(const char* path) {
+  kv_format::superblock h{};
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 4096;
+  const bool ok = ::pread(fd, &h, sizeof(h), 0) == ssize_t(sizeof(h));
+  ::close(fd);
+  if (!ok || std::memcmp(h.magic, kv_format::magic, sizeof(h.magic)) != 0) return 4096;
+  return h.bucket_bytes >= 512 && h.bucket_bytes <= (64u << 10) ? h.bucket_bytes : 4096;
+}
+
+}  // namespace
+
+extern "C" {
+
+void dw_kv_options_init(dw_kv_options* o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof(*o));
+  o->device = -1;
+  o->mode = DW_KV_OPEN;
+}
+
+int dw_kv_bytes_needed(uint32_t value_bytes, uint64_t capacity, uint32_t bucket_bytes, uint32_t log_rows,
+                       uint64_t* bytes) {
+  return guarded([&] {
+    need(bytes != nullptr, "bytes is a null pointer");
+    kv_config c;
+    c.value_bytes = value_bytes;
+    if (capacity) c.capacity = capacity;
+    if (bucket_bytes) c.bucket_bytes = bucket_bytes;
+    if (log_rows) c.log_rows = log_rows;
+    *bytes = kv_store::bytes_needed(c);
+  });
+}
+
+int dw_kv_open(const dw_kv_options* op, dw_kv** out) {
+  return guarded([&] {
+    need(op != nullptr && out != nullptr, "null options or output pointer");
+    *out = nullptr;
+    const dw_kv_options& o = *op;
+    need(o.path != nullptr && *o.path, "no path");
+    need(o.mode == DW_KV_OPEN || o.mode == DW_KV_CREATE,
+         "mode must be DW_KV_OPEN (0) or DW_KV_CREATE (1), not " + std::to_string(o.mode));
+    need(o.device >= -1, "device must be a CUDA ordinal or -1 (a host cache), not " + std::to_string(o.device));
+    need(o.timeout_s >= 0, "timeout must not be negative");
+    if (o.device >= 0) {
+      const int count = capi::gpu_device_count();
+      need(o.device < count, "CUDA device " + std::to_string(o.device) + " does not exist (" + std::to_string(count) +
+                                 " device" + (count == 1 ? "" : "s") + ")");
+    }
+    const bool create = o.mode == DW_KV_CREATE;
+    kv_config cfg;
+    if (create) {
+      need(o.value_bytes != 0, "creating a store needs value_bytes (8 to 128, a multiple of 8)");
+      cfg.value_bytes = o.value_bytes;
+      if (o.capacity) cfg.capacity = o.capacity;
+      if (o.bucket_bytes) cfg.bucket_bytes = o.bucket_bytes;
+      if (o.max_probe) cfg.max_probe = o.max_probe;
+      if (o.log_rows) cfg.log_rows = o.log_rows;
+      (void)kv_store::bytes_needed(cfg);  // a bad configuration: an error before the file is touched
+    }
+
+    auto k = std::make_unique<dw_kv>();
+    k->device = o.device;
+    controller_config cc;
+    if (o.pollers) cc.pollers = o.pollers;
+    k->ctl = std::make_shared<controller>(cc);
+    k->link = in_process_link(k->ctl);
+    cache_config cfgc;
+    cfgc.page_size = o.page_size ? o.page_size : std::max<uint32_t>(4096, create ? cfg.bucket_bytes : file_bucket_bytes(o.path));
+    if (o.cache_bytes) cfgc.capacity_bytes = o.cache_bytes;
+    if (o.timeout_s > 0) cfgc.timeout_ns = uint64_t(o.timeout_s * 1e9);
+    cfgc.direct_files = cache_config::file_tier::never;
+    kv_options ko;
+    if (o.max_batch) ko.max_batch = o.max_batch;
+    ko.cpu_threads = o.cpu_threads;
+    ko.direct = o.odirect != 0;
+    const auto g = on_device(*k);
+    if (k->device >= 0) {
+      k->cache = capi::gpu_cache(k->link, cfgc);
+      ko.executor = gpu_support(k->device);
+    } else {
+      k->cache = make_host_page_cache(k->link, cfgc);
+    }
+    if (create)
+      k->store = std::make_unique<kv_store>(kv_store::create_file(*k->ctl, k->cache, o.path, cfg, ko));
+    else
+      k->store = std::make_unique<kv_store>(
+          kv_store::open_file(*k->ctl, k->cache, o.path, kv_expect{0, o.value_bytes}, ko));
+    *out = k.release();
+  });
+}
+
+int dw_kv_close(dw_kv* k) {
+  if (!k) return DW_OK;
+  // A checkpoint first, so that the next open has nothing to replay; the
+  // handle is freed whatever it returns.
+  std::unique_ptr<dw_kv> owned(k);
+  return guarded([&] {
+    const auto g = on_device(*owned);
+    if (owned->store) owned->store->checkpoint();
+    owned.reset();
+  });
+}
+
+int dw_kv_info_get(dw_kv* kp, dw_kv_info* info) {
+  return guarded([&] {
+    need(info != nullptr, "info is a null pointer");
+    dw_kv& k = handle(kp);
+    const kv_info i = k.store->info();
+    std::memset(info, 0, sizeof(*info));
+    info->key_bytes = i.key_bytes;
+    info->value_bytes = i.value_bytes;
+    info->bucket_bytes = i.bucket_bytes;
+    info->slots_per_bucket = i.slots_per_bucket;
+    info->max_probe = i.max_probe;
+    info->log_rows = i.log_rows;
+    info->buckets = i.buckets;
+    info->slots = i.slots;
+    info->file_bytes = i.total_bytes;
+    info->max_batch = i.max_batch;
+    info->device = k.device;
+    info->recovered_batches = k.store->last_recovery().replayed;
+    info->batches = k.store->batches();
+    info->checkpoints = k.store->checkpoints();
+  });
+}
+
+int dw_kv_set(dw_kv* kp, const uint64_t* keys, const void* values, uint64_t n, int32_t on_dev, uint8_t* status,
+              dw_kv_result* result) {
+  return guarded([&] {
+    dw_kv& k = handle(kp);
+    need(!on_dev || k.device >= 0, "device memory given to a store on the host (device -1)");
+    const auto g = on_device(k);
+    fill(result, k.store->set(keys, values, n, where(on_dev), status));
+  });
+}
+
+int dw_kv_get(dw_kv* kp, const uint64_t* keys, void* values, uint64_t n, int32_t on_dev, uint8_t* status,
+              dw_kv_result* result) {
+  return guarded([&] {
+    dw_kv& k = handle(kp);
+    need(!on_dev || k.device >= 0, "device memory given to a store on the host (device -1)");
+    const auto g = on_device(k);
+    fill(result, k.store->get(keys, values, n, where(on_dev), status));
+  });
+}
+
+int dw_kv_delete(dw_kv* kp, const uint64_t* keys, uint64_t n, int32_t on_dev, uint8_t* status, dw_kv_result* result) {
+  return guarded([&] {
+    dw_kv& k = handle(kp);
+    need(!on_dev || k.device >= 0, "device memory given to a store on the host (device -1)");
+    const auto g = on_device(k);
+    fill(result, k.store->erase(keys, n, where(on_dev), status));
+  });
+}
+
+int dw_kv_checkpoint(dw_kv* kp) {
+  return guarded([&] {
+    dw_kv& k = handle(kp);
+    const auto g = on_device(k);
+    k.store->checkpoint();
+  });
+}
+
+}  // extern "C"

@@ -10,7 +10,8 @@ See docs/python.md.
 from ._lib import (CudaUnavailable, Error, IndexOutOfRange, InvalidArgument,  # noqa: F401
                    IOFailure)
 from .array import Array, cuda_available, open, parse_bytes  # noqa: F401
+from . import checkpoint, kv  # noqa: F401,E402  (deepwell.checkpoint.save/load, deepwell.kv.create/open)
 
 __version__ = "0.1.0"
 __all__ = ["Array", "open", "cuda_available", "parse_bytes", "Error", "InvalidArgument", "IOFailure",
-           "IndexOutOfRange", "CudaUnavailable"]
+           "IndexOutOfRange", "CudaUnavailable", "checkpoint", "kv"]

@@ -710,14 +710,14 @@ void crash_suite(const crash_setup& s, uint32_t trials, uint64_t seed, int only_
 
 }  // namespace
 
-TEST(KvCrash, RandomCutsDropAll) { crash_suite(small_store(), 70, 1, power_cut::drop_all); }
-TEST(KvCrash, RandomCutsKeepRandom) { crash_suite(small_store(), 70, 2, power_cut::keep_random); }
-TEST(KvCrash, RandomCutsTorn) { crash_suite(small_store(), 70, 3, power_cut::torn); }
+TEST(KvCrash, RandomCutsDropAll) { crash_suite(small_store(), 70 / test::scale_div, 1, power_cut::drop_all); }
+TEST(KvCrash, RandomCutsKeepRandom) { crash_suite(small_store(), 70 / test::scale_div, 2, power_cut::keep_random); }
+TEST(KvCrash, RandomCutsTorn) { crash_suite(small_store(), 70 / test::scale_div, 3, power_cut::torn); }
 
 // The GPU's code path (a warp's entries packed 32 to a log row) under cuts.
 TEST(KvCrash, RandomCutsOnEmulatedWarps) {
   crash_setup s = small_store();
   s.ex = std::make_shared<emulated_executor>(1);
   s.cfg.log_rows = 64;  // rows are packed 32 entries each: still a checkpoint every few batches
-  crash_suite(s, 5, 4, -1, 4, 40, 100);
+  crash_suite(s, 5 / test::scale_div + 1, 4, -1, 4, 40, 100);  // 6 cuts; 1 under ThreadSanitizer
 }

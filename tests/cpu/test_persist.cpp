@@ -285,3 +285,48 @@ TEST(Persist, ManyWarpsEachLaneItsOwnRange) {
   for (unsigned t = 0; t < warps * 32; t += 2)
     for (uint32_t k = 0; k < per; ++k) ASSERT_EQ(durable_word(img, uint64_t(t) * per + k), uint64_t(t) * per + k + 1);
 }
+
+// GpuPersist.WritesRacingPersistsOfTheirPagesAreNotLost on emulated warps:
+// every lane of every warp writes its words of 32 shared pages, round
+// after round, and the whole warp persists all of them every other round.
+TEST(Persist, EmulatedWarpsRacingPersistsOfSharedPages) {
+#if defined(DEEPWELL_TSAN_BUILD)
+  GTEST_SKIP() << "a race by design under ThreadSanitizer (see WritesRacingAPersistOfTheirPageAreNotLost)";
+#endif
+  rig r(64);
+  array<uint64_t> a(r.cache, r.ns);
+  const auto ref = a.ref();
+  constexpr unsigned warps = 8;
+  constexpr uint32_t rounds = 8;
+  constexpr uint64_t words = 32 * 512;
+  constexpr unsigned threads = warps * 32;
+  std::vector<std::unique_ptr<test::warp_group>> groups;
+  for (unsigned g = 0; g < warps; ++g) groups.push_back(std::make_unique<test::warp_group>(0xFFFFFFFFu, g));
+  std::vector<std::thread> lanes;
+  std::atomic<int> failures{0};
+  std::vector<uint32_t> last(threads, 0);
+  for (unsigned g = 0; g < warps; ++g)
+    for (unsigned l = 0; l < 32; ++l)
+      lanes.emplace_back([&, g, l] {
+        const test::emulated_warp w{groups[g].get(), l};
+        const unsigned tid = g * 32 + l;
+        for (uint32_t round = 1; round <= rounds; ++round) {
+          for (uint64_t i = tid; i < words; i += threads)
+            if (!ref.write(w, i, uint64_t(round) << 32 | tid).ok()) ++failures;
+          if (round % 2 == 0) {
+            if (ref.persist(w, 0, words).ok()) last[tid] = round;
+            else ++failures;
+          }
+        }
+      });
+  for (auto& t : lanes) t.join();
+  EXPECT_EQ(failures.load(), 0) << r.cache->dump();
+  const auto img = r.cut();
+  uint64_t behind = 0;
+  for (uint64_t i = 0; i < words; ++i) {
+    const uint64_t v = durable_word(img, i);
+    const unsigned writer = unsigned(i % threads);
+    behind += (v >> 32) < last[writer] || unsigned(v) != writer;
+  }
+  EXPECT_EQ(behind, 0u);
+}

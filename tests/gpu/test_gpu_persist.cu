@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "deepwell/array.hpp"
@@ -117,6 +118,67 @@ struct device_tallies {
   }
 };
 
+// Waits for the work on stream st; past `seconds` prints the cache's state
+// and ends the process (a hung kernel cannot be cancelled, and a test that
+// waits for it forever tells nothing).
+void await_or_die(cudaStream_t st, double seconds, const page_cache& c, const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(st);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) {
+      std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) {
+      std::fprintf(stderr, "%s: still running after %.0f s (hung)\n%s\n", what, seconds, c.dump().c_str());
+      std::fflush(stderr);
+      std::_Exit(4);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// racing_persists in one shape, under a watchdog; returns the words whose
+// durable value is older than the last round their writer persisted.
+uint64_t race(uint32_t blocks, uint32_t threads_per_block, uint32_t rounds, uint64_t cache_pages, uint64_t& failed) {
+  rig r(16 << 20, cache_pages);
+  array<uint64_t> a(r.cache, r.ns);
+  device_tallies t;
+  const uint64_t words = 512 * 32;  // 32 pages shared by every thread
+  const uint32_t threads = blocks * threads_per_block;
+  uint32_t* last = nullptr;
+  check_cuda(cudaMalloc(&last, threads * 4), "cudaMalloc");
+  check_cuda(cudaMemset(last, 0, threads * 4), "cudaMemset");
+  cudaStream_t st;
+  check_cuda(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
+  const auto t0 = std::chrono::steady_clock::now();
+  racing_persists<<<blocks, threads_per_block, 0, st>>>(a.ref(), words, rounds, last, t.d);
+  char what[96];
+  std::snprintf(what, sizeof what, "racing_persists<<<%u, %u>>> rounds %u cache %llu pages", blocks, threads_per_block,
+                rounds, (unsigned long long)cache_pages);
+  await_or_die(st, 30, *r.cache, what);
+  check_cuda(cudaStreamDestroy(st), "cudaStreamDestroy");
+  std::printf("%s: %.1f ms, %llu flushes\n", what,
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+              (unsigned long long)r.disk->flushes());
+  failed = t.get().failed;
+  if (failed) std::printf("  %llu failed: %s\n%s\n", (unsigned long long)failed,
+                          describe(request_status::unpack(t.get().last)).c_str(), r.cache->dump().c_str());
+  std::vector<uint32_t> h(threads);
+  check_cuda(cudaMemcpy(h.data(), last, threads * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  cudaFree(last);
+  const auto img = r.cut();
+  uint64_t behind = 0;
+  for (uint64_t i = 0; i < words; ++i) {
+    const uint64_t v = word(img, i);
+    const uint32_t writer = uint32_t(i % threads);
+    behind += (v >> 32) < h[writer] || (h[writer] && uint32_t(v) != writer);
+  }
+  return behind;
+}
+
 }  // namespace
 
 TEST(GpuPersist, WhatEachThreadPersistsIsDurable) {
@@ -160,29 +222,20 @@ TEST(GpuPersist, UnpersistedPagesAreNotDurable) {
 }
 
 TEST(GpuPersist, WritesRacingPersistsOfTheirPagesAreNotLost) {
-  rig r(16 << 20, 64);  // a small cache: evictions write pages back meanwhile
-  array<uint64_t> a(r.cache, r.ns);
-  device_tallies t;
-  const uint64_t words = 512 * 32;  // 32 pages shared by every thread
-  const uint32_t rounds = 8;
-  const uint32_t threads = 8 * 128;
-  uint32_t* last = nullptr;
-  CUDA_OK(cudaMalloc(&last, threads * 4));
-  CUDA_OK(cudaMemset(last, 0, threads * 4));
-  racing_persists<<<8, 128>>>(a.ref(), words, rounds, last, t.d);
-  CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_EQ(t.get().failed, 0u) << describe(request_status::unpack(t.get().last)) << "\n" << r.cache->dump();
-  std::vector<uint32_t> h(threads);
-  CUDA_OK(cudaMemcpy(h.data(), last, threads * 4, cudaMemcpyDeviceToHost));
-  cudaFree(last);
-  const auto img = r.cut();
-  uint64_t behind = 0;
-  for (uint64_t i = 0; i < words; ++i) {
-    const uint64_t v = word(img, i);
-    const uint32_t writer = uint32_t(i % threads);
-    behind += (v >> 32) < h[writer] || uint32_t(v) != writer;
+  uint64_t failed = 0;
+  EXPECT_EQ(race(8, 128, 8, 64, failed), 0u);  // a small cache: evictions write pages back meanwhile
+  EXPECT_EQ(failed, 0u);
+}
+
+// The same race from one warp up, so that a failure names the smallest shape.
+TEST(GpuPersist, RacingShapesSmallToLarge) {
+  const struct { uint32_t blocks, threads, rounds; uint64_t cache_pages; } shapes[] = {
+      {1, 32, 2, 1024}, {1, 32, 8, 64}, {1, 128, 8, 64}, {2, 128, 8, 64}, {8, 128, 2, 1024}, {8, 128, 8, 1024}};
+  for (const auto& sh : shapes) {
+    uint64_t failed = 0;
+    EXPECT_EQ(race(sh.blocks, sh.threads, sh.rounds, sh.cache_pages, failed), 0u) << sh.blocks << "x" << sh.threads;
+    EXPECT_EQ(failed, 0u) << sh.blocks << "x" << sh.threads;
   }
-  EXPECT_EQ(behind, 0u);
 }
 
 TEST(GpuPersist, PageHandlesPersistTheirWrites) {

@@ -95,7 +95,7 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
     uint16_t cid = 0;
     if (pending) {
       client_atomic<uint32_t> st(state[s]);
-      for (uint32_t i = 0;; ++i) {
+      for (;;) {
         uint32_t v = st.load(memory_order_acquire);
         if (v & slot_state::writeback) {  // a write-back in flight: it comes first
           if ((v & slot_state::orphan) && take_orphan(s)) {
@@ -108,12 +108,18 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
             if (!e.ok()) r = e;  // reported; the page is dirty again and written once more below
             continue;
           }
+          // Claimed by a lane of another warp that has not submitted it
+          // yet (or being finished by another thread): try again next
+          // round, never wait here. That warp may be waiting, at its
+          // ballot below, for one of its own lanes that waits for a page
+          // this warp's lanes have claimed: two warps, each holding what
+          // the other needs.
         } else if (!(v & slot_state::valid) || (v & (slot_state::busy | slot_state::error)) ||
                    !(v & slot_state::dirty)) {
           pending = false;  // nothing (more) to write
           break;
-        } else if (!(v & slot_state::evict) &&
-                   st.compare_exchange_strong(v, v | slot_state::writeback, memory_order_acquire)) {
+        } else if (!(v & slot_state::evict)) {
+          if (!st.compare_exchange_strong(v, v | slot_state::writeback, memory_order_acquire)) continue;
           const request_status a = begin_writeback(s, s, 0, false, qi, cid);
           if (a.ok()) {
             claimed = true;
@@ -123,13 +129,12 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
             pending = false;
           }  // else: no free id now (the slot was handed back): next round
           break;
-        }
+        }  // else an evictor's claim: its write-back is submitted soon; next round
         if (now_ns() > dl) {
           r = request_status::client(client_code::timeout);
           pending = false;
-          break;
         }
-        backoff(i);
+        break;
       }
     }
     unsigned todo = w.ballot(mask, claimed);
@@ -157,7 +162,7 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
       }
     }
     if (!w.ballot(mask, pending)) break;
-    if (!any) backoff(round);  // ids are held by other warps: let their writes complete
+    if (!any) backoff(round);  // ids or pages are held by other warps: let their writes go out
   }
   return r;
 }

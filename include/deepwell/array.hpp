@@ -228,7 +228,11 @@ class array_ref {
     request_status result{};
     for (uint64_t base = p0; base <= p1; base += lanes) {
       const uint64_t mine = base + rank;
-      const warp_pin p = cache.acquire(w, mine <= p1, make_key(dataset, mine), 0);
+      // A write that starts at or before this page's start covers its
+      // bytes up to b1: a page written whole is not read first.
+      const uint64_t start = mine << cache.page_shift(), end = start + cache.page_size();
+      const uint32_t cover = to_cache && mine <= p1 && b0 <= start ? uint32_t((b1 < end ? b1 : end) - start) : 0;
+      const warp_pin p = cache.acquire(w, mine <= p1, make_key(dataset, mine), 0, cover);
       const unsigned have = w.ballot(mask, mine <= p1 && p.status.ok());
       const unsigned bad = w.ballot(mask, mine <= p1 && !p.status.ok());
       if (bad && result.ok())

@@ -83,8 +83,14 @@ class page_cache_ref {
   // fetch missing pages in rounds, all of a round's reads in flight at
   // once, and the whole warp copies each fetched page in from staging (or
   // straight from host memory: the direct tier).
+  // `cover`: the bytes the lane will write from the start of the page
+  // before it releases it. When they cover the page (its bytes in the
+  // dataset) and every lane asking for the page says so, a missing page is
+  // not read: its slot is zeroed instead (a whole-page overwrite, as bulk
+  // writes do, reads nothing). A reader racing such an overwrite may see
+  // zeros, as it may see any mix of a racing writer's bytes.
   template <class Warp>
-  DW_HD warp_pin acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses = 1) const;
+  DW_HD warp_pin acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses = 1, uint32_t cover = 0) const;
 
   // Starts fetching `key` if it is neither cached nor being fetched, and
   // returns without waiting. The fill is finished by the first thread that

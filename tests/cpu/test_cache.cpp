@@ -552,3 +552,45 @@ TEST(CacheWarpRange, BulkCopiesAndPageHandlesAcrossPages) {
   EXPECT_EQ(ref[3000], word(3000));
   EXPECT_EQ(ref[3001 + in.size()], word(3001 + in.size()));
 }
+
+// A bulk write that covers whole pages does not read them first (their
+// slots are zeroed, then written); pages it covers in part are read, so
+// their other bytes survive. The last page of a dataset counts as whole
+// when the write covers its bytes in the dataset.
+TEST(CacheWarpRange, WholePagesWrittenAreNotReadFirst) {
+  controller ctl(two_pollers());
+  const uint64_t bytes = 64 * 4096 + 1536;  // 64 pages and a short one of 3 blocks
+  auto mem = pattern_memory(bytes, true);
+  const uint32_t ns = ctl.add_namespace({mem, 512, false});
+  auto cache = make_host_page_cache(ctl, small_cache(32));
+  array<uint8_t> a(cache, ns);
+  const auto ref = a.ref();
+  const auto* disk = static_cast<const uint8_t*>(mem->host_pointer());
+  const std::vector<uint8_t> before(disk, disk + bytes);
+  std::vector<uint8_t> in(bytes);
+  for (uint64_t k = 0; k < bytes; ++k) in[k] = uint8_t(k * 131 + 7);
+  auto write = [&](uint64_t begin, uint64_t count) {
+    std::atomic<uint64_t> bad{0};
+    test::run_warp(0xFFFFFFFFu, 0, [&](test::emulated_warp w) {
+      if (!ref.write_range(w, in.data() + begin, begin, count).ok()) ++bad;
+    });
+    EXPECT_EQ(bad.load(), 0u);
+  };
+  // Pages 2-9 whole, page 10 in part (read: 4096 bytes).
+  write(2 * 4096, 8 * 4096 + 100);
+  EXPECT_EQ(cache->stats().bytes_read, 4096u);
+  // Page 20 from byte 8 (read), pages 21-39 whole: more than the cache
+  // holds, so pages are evicted and written back meanwhile.
+  write(20 * 4096 + 8, 20 * 4096 - 8);
+  EXPECT_EQ(cache->stats().bytes_read, 2 * 4096u);
+  // The short last page, whole: not read.
+  write(64 * 4096, 1536);
+  EXPECT_EQ(cache->stats().bytes_read, 2 * 4096u);
+  ASSERT_TRUE(cache->flush().ok());
+  auto written = [](uint64_t k) {
+    return (k >= 2 * 4096 && k < 10 * 4096 + 100) || (k >= 20 * 4096 + 8 && k < 40 * 4096) || k >= 64 * 4096;
+  };
+  uint64_t wrong = 0;
+  for (uint64_t k = 0; k < bytes; ++k) wrong += disk[k] != (written(k) ? in[k] : before[k]);
+  EXPECT_EQ(wrong, 0u);
+}

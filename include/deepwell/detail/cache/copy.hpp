@@ -37,8 +37,14 @@ DW_HD void copy_in(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* sr
     for (uint32_t k = 0; k < batch; ++k)
       if (base + k * n < vec) d[base + k * n] = r[k];
   }
-  if (bytes < page_size)
-    for (uint32_t i = vec * 16 + rank; i < page_size; i += n) dst[i] = i < bytes ? src[i] : uint8_t(0);
+  if (bytes < page_size) {
+    // The tail: the bytes up to the next 16-byte word one at a time, then
+    // zero words (page_size is a multiple of 16; a zero-filled page, as
+    // for an overwrite, is all words).
+    const uint32_t zero_from = (bytes + 15) / 16;
+    for (uint32_t i = vec * 16 + rank; i < zero_from * 16; i += n) dst[i] = i < bytes ? src[i] : uint8_t(0);
+    for (uint32_t k = zero_from + rank; k < page_size / 16; k += n) d[k] = make_uint4(0, 0, 0, 0);
+  }
 #else
   if (n == 1) {
     std::memcpy(dst, src, bytes);

@@ -19,6 +19,7 @@ struct page_cache_ref::fill_job {
   bool has_io = false;
   bool mine = true;  // the slot's key is the one asked for (false: an adopted orphan of another key)
   bool hit = false;   // found valid by probe (counted once per warp by acquire)
+  uint32_t cover = 0;  // bytes the caller overwrites from the page's start (acquire's `cover`)
   const uint8_t* src = nullptr;
   uint32_t bytes = 0;
   request_status status{};
@@ -28,7 +29,8 @@ struct page_cache_ref::fill_job {
 };
 
 template <class Warp>
-DW_HD inline warp_pin page_cache_ref::acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses) const {
+DW_HD inline warp_pin page_cache_ref::acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses,
+                                              uint32_t cover) const {
   warp_pin out;
   out.mask = w.active();
   const unsigned lane = w.lane();
@@ -42,6 +44,9 @@ DW_HD inline warp_pin page_cache_ref::acquire(const Warp& w, bool want, uint64_t
   job.key = key;
   job.qhint = w.queue_hint();
   job.step = lead ? step_probe : step_done;
+  // An overwrite only if every lane asking for the page overwrites it.
+  const unsigned partial = w.ballot(out.mask, want && cover == 0);
+  job.cover = (partial & peers) ? 0 : cover;
   for (uint32_t round = 0;; ++round) {
     bool progress = false;
     if (job.step == step_probe) progress |= probe(job, sh);
@@ -212,6 +217,16 @@ DW_HD inline bool page_cache_ref::probe(fill_job& j, cache_stats_shard& sh) cons
     const dataset_desc& d = datasets[key_dataset(j.key)];
     const uint64_t off = key_page(j.key) << page_shift_;
     client_atomic<unsigned long long>(sh.misses).fetch_add(1, memory_order_relaxed);
+    if (j.cover && j.cover >= page_bytes(j.key)) {
+      // Overwritten whole: no read (nor a copy from host memory on the
+      // direct tier). The warp's fill copies nothing and zeroes the slot
+      // (copy_in with 0 bytes), then publishes it.
+      j.src = page_data(s);
+      j.bytes = 0;
+      j.has_io = false;
+      j.step = step_fill;
+      return true;
+    }
     if (d.direct) {
       const uint64_t left = d.bytes - off;
       j.bytes = left < page_size_ ? uint32_t(left) : page_size_;

@@ -450,9 +450,16 @@ class log_ref {
     return request_status::unpack(w.shfl(mask, s.pack(), lowest_lane(bad)));
   }
 
+  // The lowest lane stores the word: every lane would store the same
+  // value, which on CPU threads (emulated warps) is a data race.
   template <class Warp>
   DW_HD request_status set_tail(const Warp& w, uint32_t p, uint32_t row) const {
-    return uniform(w, w.active(), tails().write(w, tail_index(p), uint64_t(tail_tag()) << 32 | row));
+    const unsigned mask = w.active();
+    page_handle<uint64_t> h = tails().page(w, tail_index(p));
+    if (h.ok() && w.lane() == lowest_lane(mask)) h.write(tail_index(p), uint64_t(tail_tag()) << 32 | row);
+    const request_status s = h.status();
+    h.release();
+    return uniform(w, mask, s);
   }
 
   // Lanes with `have` write their record into row `row` of partition p (the

@@ -11,6 +11,15 @@ class error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The storage is wrong (not what it should hold, corrupt, truncated) or its
+// I/O failed, as opposed to a bad argument. The durable stores throw
+// subclasses of it (checkpoint_data_error, kv_io_error); the C ABI reports
+// it as DW_EIO.
+class data_error : public error {
+ public:
+  using error::error;
+};
+
 // "open /data/x: No such file or directory" from an errno value.
 std::string errno_message(const std::string& what, int err);
 

@@ -97,6 +97,21 @@ def _library_path() -> str:
     return str(pathlib.Path(__file__).with_name("libdeepwell_c.so"))
 
 
+def bind(lib: ctypes.CDLL, sig: dict, part: str = "") -> None:
+    """Sets each function's argtypes and restype from sig ({name: (args, restype)}).
+    part ("the key-value store (src/capi/kv_api.cpp)"): a library without it is reported as
+    built without that part."""
+    for name, (args, res) in sig.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError as e:
+            if not part:
+                raise
+            raise ImportError(f"{_library_path()} has no {name}: it was built without {part}; rebuild it") from e
+        fn.argtypes = args
+        fn.restype = res
+
+
 def _load() -> ctypes.CDLL:
     path = _library_path()
     if not os.path.exists(path):
@@ -123,10 +138,7 @@ def _load() -> ctypes.CDLL:
         "dw_uring_read_rows": ([ctypes.c_char_p, i32, u64, u32, P, u64, u32, u32, P,
                                 ctypes.POINTER(ctypes.c_double)], ctypes.c_int),
     }
-    for name, (args, res) in sig.items():
-        fn = getattr(lib, name)
-        fn.argtypes = args
-        fn.restype = res
+    bind(lib, sig)
     version = lib.dw_abi_version()
     if version != ABI_VERSION:
         raise ImportError(f"{path} speaks C ABI version {version}; this package needs {ABI_VERSION}: rebuild it")

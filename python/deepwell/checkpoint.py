@@ -89,14 +89,7 @@ def _bind() -> None:
         "dw_checkpoint_load": ([P, ctypes.POINTER(P), ctypes.POINTER(i32), u32, i32], ctypes.c_int),
         "dw_checkpoint_verify": ([P], ctypes.c_int),
     }
-    for name, (args, res) in sig.items():
-        try:
-            fn = getattr(lib, name)
-        except AttributeError as e:
-            raise ImportError(f"{_lib._library_path()} has no {name}: it was built without checkpoints "
-                              "(src/capi/checkpoint_api.cpp); rebuild it") from e
-        fn.argtypes = args
-        fn.restype = res
+    _lib.bind(lib, sig, "checkpoints (src/capi/checkpoint_api.cpp)")
 
 
 _bind()

@@ -101,14 +101,7 @@ def _bind() -> None:
         "dw_kv_delete": ([P, P, u64, i32, u8p, R], ctypes.c_int),
         "dw_kv_checkpoint": ([P], ctypes.c_int),
     }
-    for name, (args, res) in sig.items():
-        try:
-            fn = getattr(lib, name)
-        except AttributeError as e:
-            raise ImportError(f"{_lib._library_path()} has no {name}: it was built without the key-value store "
-                              "(src/capi/kv_api.cpp); rebuild it") from e
-        fn.argtypes = args
-        fn.restype = res
+    _lib.bind(lib, sig, "the key-value store (src/capi/kv_api.cpp)")
 
 
 _bind()

@@ -23,6 +23,7 @@
 #include "deepwell/page_cache.hpp"
 #include "deepwell/rows.hpp"
 #include "cuda_shim.hpp"
+#include "guarded.hpp"
 #include "last_error.hpp"
 
 using namespace deepwell;
@@ -69,40 +70,9 @@ struct dw_array {
 
 namespace {
 
-struct capi_error : error {
-  int code;
-  capi_error(int c, const std::string& m) : error(m), code(c) {}
-};
-
-template <class F>
-int guarded(F&& f) {
-  try {
-    f();
-    return DW_OK;
-  } catch (const capi_error& e) {
-    capi::last_error() = e.what();
-    return e.code;
-  } catch (const capi::no_cuda& e) {
-    capi::last_error() = e.what();
-    return DW_ENOCUDA;
-  } catch (const error& e) {
-    capi::last_error() = e.what();
-    return DW_EINVAL;
-  } catch (const std::bad_alloc&) {
-    capi::last_error() = "out of host memory";
-    return DW_ERUNTIME;
-  } catch (const std::exception& e) {
-    capi::last_error() = e.what();
-    return DW_ERUNTIME;
-  } catch (...) {
-    capi::last_error() = "unknown error";
-    return DW_ERUNTIME;
-  }
-}
-
-void need(bool ok, const std::string& message) {
-  if (!ok) throw capi_error(DW_EINVAL, message);
-}
+using capi::api_error;
+using capi::guarded;
+using capi::need;
 
 dw_array& handle(dw_array* a) {
   need(a != nullptr, "null deepwell array handle (closed?)");
@@ -142,7 +112,7 @@ std::shared_ptr<target> open_target(const dw_open_options& o) {
   try {
     return open_file_target(o.path, fo);
   } catch (const error& e) {
-    throw capi_error(DW_EIO, e.what());
+    throw api_error(DW_EIO, e.what());
   }
 }
 
@@ -364,7 +334,7 @@ int dw_close(dw_array* a) {
     const auto g = on_idle_device(*a);
     if (a->writable) {
       const request_status s = a->cache().flush();
-      if (!s.ok()) throw capi_error(code_of(s), "flush at close: " + describe(s));
+      if (!s.ok()) throw api_error(code_of(s), "flush at close: " + describe(s));
     }
   });
   const int freed = guarded([&] {
@@ -410,7 +380,7 @@ int dw_check(dw_array* ap, uintptr_t stream) {
       try {
         capi::gpu_sync_stream(stream);
       } catch (const error& e) {
-        throw capi_error(DW_ERUNTIME, e.what());
+        throw api_error(DW_ERUNTIME, e.what());
       }
     }
     // The row kernels report to host-visible memory: no device round trip
@@ -422,11 +392,11 @@ int dw_check(dw_array* ap, uintptr_t stream) {
     if (!s.ok()) a.cache().clear_error();
     if (bad) {
       const int64_t as_signed = int64_t(example);
-      throw capi_error(DW_ERANGE, "index " + std::to_string(as_signed) + " is out of range for " +
+      throw api_error(DW_ERANGE, "index " + std::to_string(as_signed) + " is out of range for " +
                                       std::to_string(a.rows.rows) + " rows" +
                                       (bad > 1 ? " (" + std::to_string(bad) + " indices were)" : ""));
     }
-    if (!s.ok()) throw capi_error(code_of(s), describe(s));
+    if (!s.ok()) throw api_error(code_of(s), describe(s));
   });
 }
 
@@ -436,7 +406,7 @@ int dw_flush(dw_array* ap) {
     need(a.writable, "the array was opened read-only: nothing to flush");
     const auto g = on_idle_device(a);
     const request_status s = a.cache().flush();
-    if (!s.ok()) throw capi_error(code_of(s), "flush: " + describe(s));
+    if (!s.ok()) throw api_error(code_of(s), "flush: " + describe(s));
   });
 }
 
@@ -445,7 +415,7 @@ int dw_clear(dw_array* ap) {
     dw_array& a = handle(ap);
     const auto g = on_idle_device(a);
     const request_status s = a.cache().clear();
-    if (!s.ok()) throw capi_error(code_of(s), "clear: " + describe(s));
+    if (!s.ok()) throw api_error(code_of(s), "clear: " + describe(s));
   });
 }
 

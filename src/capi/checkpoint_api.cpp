@@ -24,6 +24,7 @@
 #include "deepwell/durable/checkpoint.hpp"
 #include "deepwell/page_cache.hpp"
 #include "cuda_shim.hpp"
+#include "guarded.hpp"
 #include "last_error.hpp"
 
 using namespace deepwell;
@@ -51,43 +52,9 @@ struct dw_checkpoint {
 
 namespace {
 
-struct ckpt_error : error {
-  int code;
-  ckpt_error(int c, const std::string& m) : error(m), code(c) {}
-};
-
-template <class F>
-int guarded(F&& f) {
-  try {
-    f();
-    return DW_OK;
-  } catch (const ckpt_error& e) {
-    capi::last_error() = e.what();
-    return e.code;
-  } catch (const capi::no_cuda& e) {
-    capi::last_error() = e.what();
-    return DW_ENOCUDA;
-  } catch (const checkpoint_data_error& e) {
-    capi::last_error() = e.what();
-    return DW_EIO;
-  } catch (const error& e) {
-    capi::last_error() = e.what();
-    return DW_EINVAL;
-  } catch (const std::bad_alloc&) {
-    capi::last_error() = "out of host memory";
-    return DW_ERUNTIME;
-  } catch (const std::exception& e) {
-    capi::last_error() = e.what();
-    return DW_ERUNTIME;
-  } catch (...) {
-    capi::last_error() = "unknown error";
-    return DW_ERUNTIME;
-  }
-}
-
-void need(bool ok, const std::string& message) {
-  if (!ok) throw ckpt_error(DW_EINVAL, message);
-}
+using capi::api_error;
+using capi::guarded;
+using capi::need;
 
 dw_checkpoint& handle(dw_checkpoint* c) {
   need(c != nullptr, "null deepwell checkpoint handle (closed?)");
@@ -189,7 +156,7 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
       struct stat st{};
       if (::stat(o.path, &st) == 0) {
         if (S_ISREG(st.st_mode) && uint64_t(st.st_size) < bytes && ::truncate(o.path, off_t(bytes)) != 0)
-          throw ckpt_error(DW_EIO, errno_message(std::string("growing ") + o.path, errno));
+          throw api_error(DW_EIO, errno_message(std::string("growing ") + o.path, errno));
       } else {
         fo.create = true;
         fo.create_size = bytes;
@@ -199,7 +166,7 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
     try {
       t = open_file_target(o.path, fo);
     } catch (const error& e) {
-      throw ckpt_error(DW_EIO, e.what());
+      throw api_error(DW_EIO, e.what());
     }
 
     auto c = std::make_unique<dw_checkpoint>();

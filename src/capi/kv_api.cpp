@@ -23,6 +23,7 @@
 #include "deepwell/durable/kv_store.hpp"
 #include "deepwell/page_cache.hpp"
 #include "cuda_shim.hpp"
+#include "guarded.hpp"
 #include "last_error.hpp"
 
 using namespace deepwell;
@@ -51,43 +52,8 @@ struct dw_kv {
 
 namespace {
 
-struct kv_api_error : error {
-  int code;
-  kv_api_error(int c, const std::string& m) : error(m), code(c) {}
-};
-
-template <class F>
-int guarded(F&& f) {
-  try {
-    f();
-    return DW_OK;
-  } catch (const kv_api_error& e) {
-    capi::last_error() = e.what();
-    return e.code;
-  } catch (const capi::no_cuda& e) {
-    capi::last_error() = e.what();
-    return DW_ENOCUDA;
-  } catch (const kv_io_error& e) {
-    capi::last_error() = e.what();
-    return DW_EIO;
-  } catch (const error& e) {
-    capi::last_error() = e.what();
-    return DW_EINVAL;
-  } catch (const std::bad_alloc&) {
-    capi::last_error() = "out of host memory";
-    return DW_ERUNTIME;
-  } catch (const std::exception& e) {
-    capi::last_error() = e.what();
-    return DW_ERUNTIME;
-  } catch (...) {
-    capi::last_error() = "unknown error";
-    return DW_ERUNTIME;
-  }
-}
-
-void need(bool ok, const std::string& message) {
-  if (!ok) throw kv_api_error(DW_EINVAL, message);
-}
+using capi::guarded;
+using capi::need;
 
 dw_kv& handle(dw_kv* k) {
   need(k != nullptr, "null deepwell kv handle (closed?)");

@@ -46,9 +46,9 @@ namespace deepwell {
 // saved yet), and this subclass when the namespace's contents are wrong (not
 // a store, both superblock copies torn, a corrupt manifest, table or unit)
 // or its I/O failed. Messages name the store and what does not match.
-class checkpoint_data_error : public error {
+class checkpoint_data_error : public data_error {
  public:
-  using error::error;
+  using data_error::data_error;
 };
 
 // ---- what a checkpoint holds ----

@@ -585,9 +585,9 @@ std::shared_ptr<kv_executor> gpu_kv_support();
 // the store's), and this subclass when the storage is wrong (not a store, a
 // corrupted header or log, truncated, a file that cannot be opened) or its
 // I/O failed (a batch, a checkpoint, recovery). Messages name the store.
-class kv_io_error : public error {
+class kv_io_error : public data_error {
  public:
-  using error::error;
+  using data_error::data_error;
 };
 
 // The shape of a new store.

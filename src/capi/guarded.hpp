@@ -1,0 +1,57 @@
+// How the C ABI's entry points turn exceptions into return codes and the
+// thread's last error message (dw_last_error); shared by every src/capi file.
+#pragma once
+#include <new>
+#include <string>
+
+#include "deepwell/c/deepwell.h"
+#include "deepwell/error.hpp"
+#include "cuda_shim.hpp"
+#include "last_error.hpp"
+
+namespace deepwell::capi {
+
+// An error with its return code chosen by the entry point.
+struct api_error : error {
+  int code;
+  api_error(int c, const std::string& m) : error(m), code(c) {}
+};
+
+// Throws DW_EINVAL with `message` unless ok.
+inline void need(bool ok, const std::string& message) {
+  if (!ok) throw api_error(DW_EINVAL, message);
+}
+
+// Runs f; DW_OK, or the code of what it threw: its own (api_error),
+// DW_ENOCUDA, DW_EIO (data_error: the storage is wrong or its I/O failed),
+// DW_EINVAL (other deepwell::error: bad input), DW_ERUNTIME (anything else).
+template <class F>
+int guarded(F&& f) {
+  try {
+    f();
+    return DW_OK;
+  } catch (const api_error& e) {
+    last_error() = e.what();
+    return e.code;
+  } catch (const no_cuda& e) {
+    last_error() = e.what();
+    return DW_ENOCUDA;
+  } catch (const data_error& e) {
+    last_error() = e.what();
+    return DW_EIO;
+  } catch (const error& e) {
+    last_error() = e.what();
+    return DW_EINVAL;
+  } catch (const std::bad_alloc&) {
+    last_error() = "out of host memory";
+    return DW_ERUNTIME;
+  } catch (const std::exception& e) {
+    last_error() = e.what();
+    return DW_ERUNTIME;
+  } catch (...) {
+    last_error() = "unknown error";
+    return DW_ERUNTIME;
+  }
+}
+
+}  // namespace deepwell::capi

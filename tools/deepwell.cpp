@@ -1,6 +1,8 @@
 // The deepwell command line.
 //
 //   deepwell settings            (every DEEPWELL_* knob: built-in and current value)
+//   deepwell serve --config datasets.toml [--check-config] [--socket P] [--metrics HOST:PORT]
+//   deepwell stat [--socket P] [--json]
 //   deepwell graph generate --scale 20 --degree 16 [--uniform] [--weights] -o g.dwg
 //   deepwell graph convert edges.txt|matrix.mtx [--symmetrize] -o g.dwg
 //   deepwell graph symmetrize in.dwg -o out.dwg
@@ -17,6 +19,7 @@
 #include "deepwell/graph/build.hpp"
 #include "graph_dispatch.hpp"
 #include "graph_options.hpp"
+#include "server_commands.hpp"
 
 using namespace deepwell;
 using namespace deepwell::graph;
@@ -152,7 +155,11 @@ int main(int argc, char** argv) {
     algos.push_back(a);
   }
 
+  tools::server_commands server_cmds;
+  tools::add_server_commands(app, server_cmds);
+
   CLI11_PARSE(app, argc, argv);
+  if (server_cmds.parsed()) return server_cmds.run();
   try {
     if (settings->parsed()) {
       const std::vector<defaults::knob> knobs = defaults::knobs();  // throws, naming a bad variable

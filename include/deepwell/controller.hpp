@@ -25,8 +25,13 @@
 #include "deepwell/queue_layout.hpp"
 #include "deepwell/shared_region.hpp"
 #include "deepwell/target.hpp"
+#include "deepwell/tenancy.hpp"
 
 namespace deepwell {
+
+namespace detail {
+class share_arbiter;
+}
 
 struct namespace_config {
   std::shared_ptr<target> data;
@@ -49,6 +54,17 @@ struct controller_config {
   // its data sooner (docs/benchmarks.md).
   uint32_t fetch_batch = defaults::poller_batch();
   uint32_t stop_timeout_ms = 2000;  // how long stop() waits for in-flight I/O and CQ space
+  // Server mode: storage bytes in flight that clients share by weight
+  // (tenancy.hpp). 0 (embedded mode, one client): commands are admitted
+  // as they come and no client accounts are kept.
+  uint64_t io_budget_bytes = 0;
+};
+
+// Who a queue pair serves (server mode). Default: the embedded client,
+// which may name every namespace.
+struct queue_options {
+  std::shared_ptr<const access_grants> grants;  // nullptr: every namespace, as it allows
+  uint32_t client = 0;                          // whose share its commands take (io_budget_bytes > 0)
 };
 
 // Per-queue counters (also summed over all queues).
@@ -71,6 +87,7 @@ class queue_pair {
  public:
   uint32_t id() const { return id_; }
   const qp_geometry& geometry() const { return geometry_; }
+  uint32_t client() const { return client_; }
   void* base() const { return region_.data(); }
   size_t bytes() const { return region_.size(); }
   int memfd() const { return region_.fd(); }
@@ -85,6 +102,7 @@ class queue_pair {
   uint32_t id_;
   qp_geometry geometry_;
   shared_region region_;
+  uint32_t client_ = 0;
   std::unique_ptr<impl> impl_;
 
  public:
@@ -113,7 +131,7 @@ class controller {
 
   // Creates a queue pair served by one of the pollers (round robin).
   // Entries: powers of two, 2 to 65536; slot_bytes: a multiple of 512.
-  std::shared_ptr<queue_pair> create_queue_pair(const qp_geometry& g = {});
+  std::shared_ptr<queue_pair> create_queue_pair(const qp_geometry& g = {}, const queue_options& opts = {});
   // Stops serving queue pair `qid` (its client is gone): its poller drops it
   // once the commands it fetched are done, and its shared memory goes with
   // the last reference. Its counters stay in total_counters(). Unknown ids
@@ -123,6 +141,14 @@ class controller {
   uint32_t queue_pair_count() const;
   // The counters of one queue pair; throws for an unknown or deleted one.
   queue_counters counters(uint32_t qid) const;
+
+  // Server mode (io_budget_bytes > 0): a client's weight and rate cap
+  // (tenancy.hpp); takes effect for commands not yet admitted. Throws for
+  // a weight not in (0, 1e6] or in embedded mode.
+  void set_client_share(uint32_t client, const client_share& s);
+  // What a client's queue pairs did (server mode); zeros for a client
+  // never seen.
+  client_counters client_stats(uint32_t client) const;
 
   // Stops the pollers. Every outstanding command completes with an abort
   // status (Command Aborted due to SQ Deletion) and every queue is marked
@@ -149,6 +175,7 @@ class controller {
   std::unique_ptr<std::unique_ptr<ns_entry>[]> namespaces_;
   std::atomic<uint32_t> ns_count_{0};
   std::vector<std::unique_ptr<poller>> pollers_;
+  std::unique_ptr<detail::share_arbiter> arbiter_;  // server mode only
   std::vector<std::shared_ptr<queue_pair>> queues_;
   queue_counters deleted_counters_;  // of deleted queue pairs (guarded by mutex_)
   uint32_t next_qid_ = 1;

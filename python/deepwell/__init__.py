@@ -11,7 +11,8 @@ from ._lib import (CudaUnavailable, Error, IndexOutOfRange, InvalidArgument,  # 
                    IOFailure)
 from .array import Array, cuda_available, open, parse_bytes  # noqa: F401
 from . import checkpoint, kv  # noqa: F401,E402  (deepwell.checkpoint.save/load, deepwell.kv.create/open)
+from ._server import Server, connect, disconnect  # noqa: F401,E402  (server mode: docs/server.md)
 
 __version__ = "0.1.0"
 __all__ = ["Array", "open", "cuda_available", "parse_bytes", "Error", "InvalidArgument", "IOFailure",
-           "IndexOutOfRange", "CudaUnavailable", "checkpoint", "kv"]
+           "IndexOutOfRange", "CudaUnavailable", "checkpoint", "kv", "connect", "disconnect", "Server"]

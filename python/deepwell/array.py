@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _interop, _lib
+from . import _interop, _lib, _server
 from ._lib import InvalidArgument, check, lib
 
 _DIRECT = {"never": 0, "resident": 1, "always": 2}
@@ -141,9 +141,12 @@ class Array:
             raise InvalidArgument(f"rows of shape {self.row_shape} hold no bytes")
         if direct is not None and direct not in _DIRECT:
             raise InvalidArgument(f"direct must be one of {sorted(_DIRECT)}, not {direct!r}")
+        served = path is not None and _server.current() is not None  # the server has it (deepwell.connect)
         if path is not None:
             path = os.fspath(path)
-            if not create and not os.path.exists(path):
+            if served and (create or offset):
+                raise InvalidArgument("a server's datasets are made by its config: no create or offset with a server")
+            if not served and not create and not os.path.exists(path):
                 raise FileNotFoundError(2, "No such file (deepwell.Array)", path)
             if create and shape[0] < 0:
                 raise InvalidArgument("create=True needs the number of rows in shape")
@@ -177,7 +180,7 @@ class Array:
         if timeout is not None:
             o.timeout_s = float(timeout)
         o.cache_reads = int(bool(cache_reads))
-        if shape[0] >= 0 and path is not None and not create:
+        if shape[0] >= 0 and path is not None and not create and not served:
             have = os.stat(path).st_size if os.path.isfile(path) else None
             need = offset + shape[0] * row_bytes
             if have is not None and have < need:

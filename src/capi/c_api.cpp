@@ -22,6 +22,7 @@
 #include "deepwell/detail/parallel.hpp"
 #include "deepwell/page_cache.hpp"
 #include "deepwell/rows.hpp"
+#include "deepwell/server_link.hpp"
 #include "cuda_shim.hpp"
 #include "guarded.hpp"
 #include "last_error.hpp"
@@ -40,7 +41,7 @@ namespace deepwell::capi {
 // Members go in reverse order: the cache (and its queue pairs) before the
 // link and the controller.
 struct shared_dataset {
-  std::shared_ptr<controller> ctl;
+  std::shared_ptr<controller> ctl;  // embedded; nullptr when a server serves it
   std::shared_ptr<controller_link> link;
   uint32_t nsid = 0;
   bool writable = false;
@@ -65,7 +66,7 @@ struct dw_array {
     capi::gpu_gate_free(gate);
   }
   page_cache& cache() const { return data->bytes->cache(); }
-  controller& ctl() const { return *data->ctl; }
+  controller* ctl() const { return data->ctl.get(); }
 };
 
 namespace {
@@ -116,6 +117,31 @@ std::shared_ptr<target> open_target(const dw_open_options& o) {
   }
 }
 
+// Server mode: the socket dw_set_server named (else DEEPWELL_SERVER), and
+// one link per socket for the process (made again once its server is gone).
+std::mutex server_mutex;
+std::string server_socket;  // dw_set_server's; empty: DEEPWELL_SERVER's
+bool server_socket_set = false;
+std::map<std::string, std::shared_ptr<server_link>> server_links;
+
+std::string current_server() {
+  std::lock_guard<std::mutex> lock(server_mutex);
+  return server_socket_set ? server_socket : server_from_env();
+}
+
+std::shared_ptr<server_link> link_to(const std::string& socket) {
+  std::lock_guard<std::mutex> lock(server_mutex);
+  auto& l = server_links[socket];
+  if (!l || !l->connected()) {
+    try {
+      l = server_link::connect(socket);
+    } catch (const error& e) {
+      throw api_error(DW_EIO, e.what());
+    }
+  }
+  return l;
+}
+
 // Open datasets by identity (dataset_key), for arrays to share.
 std::mutex datasets_mutex;
 std::map<std::string, std::weak_ptr<capi::shared_dataset>> datasets;
@@ -133,6 +159,15 @@ std::string dataset_key(const dw_open_options& o, const target& t) {
   for (uint64_t v : {uint64_t(st.st_dev), uint64_t(st.st_ino), o.offset, t.size(), uint64_t(o.odirect != 0),
                      uint64_t(int64_t(o.device)), uint64_t(o.page_size), o.cache_bytes, uint64_t(o.direct_files),
                      uint64_t(o.queue_pairs), uint64_t(o.timeout_s * 1e6), uint64_t(o.pollers)})
+    k += std::to_string(v) + ":";
+  return k;
+}
+
+// The same for a dataset a server serves: the socket and the namespace.
+std::string server_key(const dw_open_options& o, const std::string& socket, uint32_t nsid) {
+  std::string k = "server:" + socket + ":" + std::to_string(nsid) + ":";
+  for (uint64_t v : {uint64_t(int64_t(o.device)), uint64_t(o.page_size), o.cache_bytes, uint64_t(o.direct_files),
+                     uint64_t(o.queue_pairs), uint64_t(o.timeout_s * 1e6)})
     k += std::to_string(v) + ":";
   return k;
 }
@@ -199,6 +234,28 @@ extern "C" {
 
 int dw_abi_version(void) { return DW_ABI_VERSION; }
 
+int dw_set_server(const char* socket) {
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(server_mutex);
+    server_socket_set = socket != nullptr;
+    server_socket = socket ? socket : "";
+  });
+}
+
+int dw_server_stats(char* buf, uint64_t bytes, uint64_t* needed) {
+  return guarded([&] {
+    const std::string server = current_server();
+    need(!server.empty(), "no server: call dw_set_server or set DEEPWELL_SERVER");
+    const std::string text = link_to(server)->stats();
+    if (needed) *needed = text.size() + 1;
+    if (buf && bytes) {
+      const size_t n = std::min<uint64_t>(bytes - 1, text.size());
+      std::memcpy(buf, text.data(), n);
+      buf[n] = 0;
+    }
+  });
+}
+
 const char* dw_last_error(void) { return capi::last_error().c_str(); }
 
 int dw_cuda_device_count(int32_t* count) {
@@ -246,19 +303,50 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     a->writable = o.writable != 0;
     a->cpu_threads = o.cpu_threads ? o.cpu_threads : defaults::cpu_threads();
 
-    const bool created = o.path && o.create && access(o.path, F_OK) != 0;
-    std::shared_ptr<target> t = open_target(o);
-    const std::string where = t->describe();
-    // The rows asked for (memory, a new file), else what the file holds.
-    const uint64_t bytes = !o.path ? o.host_bytes : created ? o.create_bytes : t->size();
+    // Server mode: the path names a dataset the server offers (its name or
+    // its file's path); the server owns it and checks what we may do.
+    const std::string server = o.path ? current_server() : std::string();
+    std::shared_ptr<server_link> link;
+    std::shared_ptr<target> t;
+    uint32_t server_nsid = 0;
+    uint32_t server_block = 0;
+    std::string where;
+    uint64_t bytes = 0;
+    if (!server.empty()) {
+      need(!o.create, "create: the server owns its datasets (it serves " + server + "); open an existing one");
+      need(o.offset == 0, "offset: the server's config sets where a dataset starts");
+      link = link_to(server);
+      namespace_info ni;
+      try {
+        server_nsid = link->lookup(o.path);
+        ni = link->info(server_nsid);
+      } catch (const error& e) {
+        throw api_error(DW_EINVAL, e.what());
+      }
+      need(!a->writable || !ni.read_only, ni.description + ": the server grants this program read access only");
+      server_block = ni.block_size;
+      where = "dataset " + ni.description + " (server " + server + ")";
+      need(o.length <= ni.bytes, where + " has " + std::to_string(ni.bytes) + " bytes, fewer than the " +
+                                     std::to_string(o.length) + " asked for");
+      bytes = o.length ? o.length : ni.bytes;
+    } else {
+      const bool created = o.path && o.create && access(o.path, F_OK) != 0;
+      t = open_target(o);
+      where = t->describe();
+      // The rows asked for (memory, a new file), else what the file holds.
+      bytes = !o.path ? o.host_bytes : created ? o.create_bytes : t->size();
+    }
     need(bytes > 0, where + " is empty");
     need(bytes % o.row_bytes == 0, where + " holds " + std::to_string(bytes) + " bytes, not a whole number of rows of " +
                                        std::to_string(o.row_bytes) + " bytes");
     const uint32_t page = o.page_size ? o.page_size : defaults::page_size();
-    const uint32_t block = std::min(page, std::max<uint32_t>(512, t->io_alignment()));
+    const uint32_t block = t ? std::min(page, std::max<uint32_t>(512, t->io_alignment())) : server_block;
+    if (link)
+      need(page % block == 0, where + " has " + std::to_string(block) + "-byte blocks: the page size (" +
+                                  std::to_string(page) + ") must be a multiple of it");
 
     std::unique_lock<std::mutex> lock(datasets_mutex);
-    const std::string key = dataset_key(o, *t);
+    const std::string key = link ? server_key(o, server, server_nsid) : dataset_key(o, *t);
     if (!key.empty()) {
       auto it = datasets.find(key);
       if (it != datasets.end()) {
@@ -269,12 +357,17 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     }
     if (!a->data) {
       auto d = std::make_shared<capi::shared_dataset>();
-      controller_config cc;
-      if (o.pollers) cc.pollers = o.pollers;
-      d->ctl = std::make_shared<controller>(cc);
-      d->link = in_process_link(d->ctl);
       d->writable = a->writable;
-      d->nsid = d->ctl->add_namespace({t, block, !a->writable});
+      if (link) {
+        d->link = link;
+        d->nsid = server_nsid;
+      } else {
+        controller_config cc;
+        if (o.pollers) cc.pollers = o.pollers;
+        d->ctl = std::make_shared<controller>(cc);
+        d->link = in_process_link(d->ctl);
+        d->nsid = d->ctl->add_namespace({t, block, !a->writable});
+      }
 
       cache_config cfg;
       cfg.page_size = page;
@@ -359,7 +452,7 @@ int dw_info(const dw_array* ap, dw_array_info* info) {
     info->writable = a.writable;
     info->direct_tier = a.cache().dataset(a.rows.bytes.dataset).direct != nullptr;
     info->in_place = a.rows.in_place != nullptr;
-    std::strncpy(info->backend, a.ctl().backend_name().c_str(), sizeof(info->backend) - 1);
+    std::strncpy(info->backend, a.ctl() ? a.ctl()->backend_name().c_str() : "server", sizeof(info->backend) - 1);
   });
 }
 
@@ -425,10 +518,12 @@ int dw_stats_get(dw_array* ap, dw_stats* out) {
     need(out != nullptr, "stats is a null pointer");
     const auto g = on_idle_device(a);
     const cache_stats s = a.cache().stats();
-    const queue_counters q = a.ctl().total_counters();
-    *out = dw_stats{s.accesses,   s.hits,          s.misses,   s.evictions,       s.writebacks,
-                    s.bytes_read, s.bytes_written, s.direct_fills, q.reads,       q.bytes_read,
-                    q.writes,     q.bytes_written, a.ctl().poller_cpu_seconds()};
+    // With a server, its counters are the server's (`deepwell stat`).
+    const queue_counters q = a.ctl() ? a.ctl()->total_counters() : queue_counters{};
+    const double cpu = a.ctl() ? a.ctl()->poller_cpu_seconds() : 0.0;
+    *out = dw_stats{s.accesses,   s.hits,          s.misses,       s.evictions, s.writebacks,
+                    s.bytes_read, s.bytes_written, s.direct_fills, q.reads,     q.bytes_read,
+                    q.writes,     q.bytes_written, cpu};
   });
 }
 

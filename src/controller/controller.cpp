@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "deepwell/detail/command_check.hpp"
+#include "deepwell/detail/share_arbiter.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/shared_atomic.hpp"
 
@@ -82,6 +83,15 @@ struct queue_pair::impl {
   std::atomic<uint32_t> outstanding{0};
   std::atomic<bool> deleted{false};  // delete_queue_pair: drop once nothing is outstanding
 
+  // Server mode: whose queue this is and what it may name.
+  std::shared_ptr<const access_grants> grants;   // nullptr: every namespace
+  std::shared_ptr<detail::client_account> account;  // nullptr: embedded (no arbitration)
+  // A command fetched and waiting for its client's share (server mode);
+  // it was copied out of the SQ already, so it stays the one that was checked.
+  nvme::command held{};
+  bool has_held = false;
+  uint64_t held_since = 0;
+
   shared_counter commands, reads, writes, flushes, bytes_read, bytes_written, errors;
 
   bool cid_is_busy(uint16_t cid) const { return (cid_busy[cid / 64] >> (cid % 64)) & 1; }
@@ -142,6 +152,10 @@ struct controller::poller {
     uint64_t offset;
     bool fua;
     uint32_t retries;
+    // Server mode: the bytes the client's share was charged, and when the
+    // command was fetched (latency).
+    uint32_t cost;
+    uint64_t fetched_ns;
   };
   std::vector<std::unique_ptr<context[]>> context_blocks;
   context* free_contexts = nullptr;
@@ -152,11 +166,14 @@ struct controller::poller {
   void serve_until_stopped();
   unsigned serve_pass();
   unsigned fetch(queue_pair::impl& q);
-  void execute(queue_pair::impl& q, const nvme::command& c);
+  void execute(queue_pair::impl& q, const nvme::command& c, uint32_t cost, uint64_t fetched_ns);
+  void settle(queue_pair::impl& q, uint8_t opcode, uint32_t cost, uint64_t fetched_ns, uint64_t bytes, bool ok);
+  uint32_t cost_of(const queue_pair::impl& q, const nvme::command& c) const;
   void complete(queue_pair::impl& q, uint16_t cid, nvme::status s, bool owns_cid, uint32_t dw0 = 0,
                 uint32_t dw1 = 0);
   unsigned post(queue_pair::impl& q);
   void fail_queue(queue_pair::impl& q, queue_failure why);
+  void release_held(queue_pair::impl& q);
   void fail_all(const char* what);
   void issue(context* c);
   void adopt_incoming();
@@ -200,6 +217,7 @@ void controller::poller::free_context(context* c) {
 void controller::poller::fail_queue(queue_pair::impl& q, queue_failure why) {
   if (q.failed) return;
   q.failed = true;
+  release_held(q);
   shared_store_relaxed(&q.header->failure, uint32_t(why));
   shared_store_release(&q.header->state, uint32_t(queue_state::failed));
 }
@@ -231,6 +249,14 @@ void controller::poller::complete(queue_pair::impl& q, uint16_t cid, nvme::statu
   p.cqe.dw3 = nvme::make_cqe_dw3(cid, 0, s);  // phase set when posted
   p.owns_cid = owns_cid;
   ++q.pending_count;
+}
+
+// A command held for its client's share that will never run (its queue
+// failed or went) gives the client's activity back.
+void controller::poller::release_held(queue_pair::impl& q) {
+  if (!q.has_held) return;
+  q.has_held = false;
+  owner->arbiter_->finish(*q.account, 0, false);
 }
 
 unsigned controller::poller::post(queue_pair::impl& q) {
@@ -307,32 +333,79 @@ void controller::poller::on_io_done(void* ctx, int64_t result) {
   } else if (c->opcode == nvme::op_write) {
     q.bytes_written.add(c->bytes);
   }
+  if (q.account) p->settle(q, c->opcode, c->cost, c->fetched_ns, s.ok() ? c->bytes : 0, s.ok());
   p->complete(q, c->cid, s, true);
   p->free_context(c);
 }
 
-void controller::poller::execute(queue_pair::impl& q, const nvme::command& c) {
+// Server mode: the client's account learns a command is done (what it
+// moved, its latency), and its share is given back.
+void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t cost, uint64_t fetched_ns,
+                                uint64_t bytes, bool ok) {
+  detail::client_account& a = *q.account;
+  a.commands.fetch_add(1, std::memory_order_relaxed);
+  if (!ok) a.errors.fetch_add(1, std::memory_order_relaxed);
+  if (opcode == nvme::op_read) {
+    a.reads.fetch_add(1, std::memory_order_relaxed);
+    a.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+  } else if (opcode == nvme::op_write) {
+    a.writes.fetch_add(1, std::memory_order_relaxed);
+    a.bytes_written.fetch_add(bytes, std::memory_order_relaxed);
+  } else if (opcode == nvme::op_flush) {
+    a.flushes.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (opcode == nvme::op_read || opcode == nvme::op_write) a.record_latency(now_ns() - fetched_ns);
+  owner->arbiter_->finish(a, cost, true);
+}
+
+// The bytes a command would move, for its client's share: what its
+// namespace's block size makes of its block count when the client may
+// name the namespace, else 0 (it fails at once).
+uint32_t controller::poller::cost_of(const queue_pair::impl& q, const nvme::command& c) const {
+  if (c.opcode != nvme::op_read && c.opcode != nvme::op_write) return 0;
+  if (q.grants && q.grants->of(c.nsid) == access_grants::none) return 0;
+  const ns_entry* e = ns(c.nsid);
+  if (!e) return 0;
+  const uint64_t bytes = (uint64_t(c.cdw12 & nvme::cdw12_nlb_mask) + 1) * e->limits.block_size;
+  return uint32_t(std::min<uint64_t>(bytes, q.limits.max_transfer));
+}
+
+void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, uint32_t cost, uint64_t fetched_ns) {
   q.commands.add(1);
   q.outstanding.store(q.outstanding.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Completions that do not go to the target settle the client's account here.
+  auto done_now = [&](nvme::status s, bool owns_cid) {
+    if (q.account) settle(q, c.opcode, cost, fetched_ns, 0, s.ok());
+    complete(q, c.cid, s, owns_cid);
+  };
   if (q.cid_is_busy(c.cid)) {
-    complete(q, c.cid, nvme::sc::cid_conflict, false);
+    done_now(nvme::sc::cid_conflict, false);
     return;
   }
   q.set_cid(c.cid, true);
   if (draining) {
-    complete(q, c.cid, nvme::sc::aborted_sq_deleted, true);
+    done_now(nvme::sc::aborted_sq_deleted, true);
     return;
   }
+  // A namespace the queue's client has no grant for does not exist for it.
+  struct lookup_ctx {
+    const poller* p;
+    const access_grants* grants;
+  } lc{this, q.grants.get()};
   detail::checked_command cc;
-  const nvme::status s = detail::check_command(
+  nvme::status s = detail::check_command(
       c, q.limits,
       [](const void* self, uint32_t nsid) -> const detail::ns_limits* {
-        const ns_entry* e = static_cast<const poller*>(self)->ns(nsid);
+        const auto* x = static_cast<const lookup_ctx*>(self);
+        if (x->grants && x->grants->of(nsid) == access_grants::none) return nullptr;
+        const ns_entry* e = x->p->ns(nsid);
         return e ? &e->limits : nullptr;
       },
-      this, cc);
+      &lc, cc);
+  if (s.ok() && cc.opcode == nvme::op_write && q.grants && !(q.grants->of(cc.nsid) & access_grants::write))
+    s = nvme::sc::write_to_read_only;
   if (!s.ok()) {
-    complete(q, c.cid, s, true);
+    done_now(s, true);
     return;
   }
   const ns_entry& n = *ns(cc.nsid);
@@ -347,7 +420,7 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c) {
       id.dw_bytes = n.info.bytes;
       id.dw_block_size = n.info.block_size;
       std::memcpy(q.staging + cc.buffer_offset, &id, sizeof(id));
-      complete(q, c.cid, nvme::sc::success, true);
+      done_now(nvme::sc::success, true);
       return;
     }
     case nvme::op_read:
@@ -362,7 +435,7 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c) {
       context* ctx = alloc_context();
       const uint32_t bytes = cc.opcode == nvme::op_flush ? 0 : cc.bytes;
       *ctx = context{this, &q, c.cid, cc.opcode, bytes, nullptr, &n, q.staging + cc.buffer_offset,
-                     cc.byte_offset, cc.fua, 0};
+                     cc.byte_offset, cc.fua, 0, cost, fetched_ns};
       issue(ctx);
       return;
     }
@@ -397,13 +470,45 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
   const uint32_t limit = q.cq_entries - 1;
   unsigned n = 0;
   const uint32_t batch = owner->cfg_.fetch_batch ? owner->cfg_.fetch_batch : UINT32_MAX;
-  while (q.sq_head != tail && q.outstanding.load(std::memory_order_relaxed) < limit && n < batch) {
-    // Copy once; everything after works on the copy, so a client rewriting
-    // the slot cannot change a command after it was checked.
-    nvme::command c;
-    std::memcpy(&c, static_cast<const void*>(q.sq + q.sq_head), sizeof(c));
-    q.sq_head = (q.sq_head + 1) & (q.sq_entries - 1);
-    execute(q, c);
+  if (!q.account) {
+    while (q.sq_head != tail && q.outstanding.load(std::memory_order_relaxed) < limit && n < batch) {
+      // Copy once; everything after works on the copy, so a client rewriting
+      // the slot cannot change a command after it was checked.
+      nvme::command c;
+      std::memcpy(&c, static_cast<const void*>(q.sq + q.sq_head), sizeof(c));
+      q.sq_head = (q.sq_head + 1) & (q.sq_entries - 1);
+      execute(q, c, 0, 0);
+      ++n;
+    }
+    return n;
+  }
+  // Server mode: each command waits for its client's share of the budget.
+  // One that must wait is held here (already copied: it stays the command
+  // that gets checked), and the queue is left until the next pass.
+  detail::share_arbiter& arb = *owner->arbiter_;
+  while ((q.has_held || q.sq_head != tail) && q.outstanding.load(std::memory_order_relaxed) < limit && n < batch) {
+    const uint64_t t = now_ns();
+    if (!q.has_held) {
+      std::memcpy(&q.held, static_cast<const void*>(q.sq + q.sq_head), sizeof(q.held));
+      q.sq_head = (q.sq_head + 1) & (q.sq_entries - 1);
+      q.has_held = true;
+      q.held_since = t;
+      arb.begin(*q.account);
+    }
+    const uint32_t cost = cost_of(q, q.held);
+    // Stopping: everything is aborted at once, shares do not matter.
+    if (draining) {
+      q.has_held = false;
+      execute(q, q.held, 0, q.held_since);
+      ++n;
+      continue;
+    }
+    if (!arb.try_admit(*q.account, cost, t)) {
+      q.account->throttled.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+    q.has_held = false;
+    execute(q, q.held, cost, q.held_since);
     ++n;
   }
   return n;
@@ -445,6 +550,7 @@ void controller::poller::drop_deleted() {
       ++i;
       continue;
     }
+    release_held(q);
     queues.erase(queues.begin() + long(i));
     dropped = true;
   }
@@ -538,6 +644,7 @@ void controller::poller::drain() {
 controller::controller(controller_config cfg)
     : cfg_(cfg), namespaces_(std::make_unique<std::unique_ptr<ns_entry>[]>(max_namespaces)) {
   if (cfg_.pollers == 0) throw error("controller needs at least one poller thread (pollers = 0)");
+  if (cfg_.io_budget_bytes != 0) arbiter_ = std::make_unique<detail::share_arbiter>(cfg_.io_budget_bytes);
   const io_backend backend = cfg_.backend;
   for (unsigned i = 0; i < cfg_.pollers; ++i) {
     auto p = std::make_unique<poller>();
@@ -614,7 +721,7 @@ std::shared_ptr<host_mapping> controller::map_readonly(uint32_t nsid) const {
   return namespaces_[nsid - 1]->data->map_readonly();
 }
 
-std::shared_ptr<queue_pair> controller::create_queue_pair(const qp_geometry& g) {
+std::shared_ptr<queue_pair> controller::create_queue_pair(const qp_geometry& g, const queue_options& opts) {
   auto pow2 = [](uint32_t v) { return v >= 2 && v <= 65536 && (v & (v - 1)) == 0; };
   if (!pow2(g.sq_entries) || !pow2(g.cq_entries))
     throw error("queue entries must be powers of two from 2 to 65536 (got SQ " + std::to_string(g.sq_entries) +
@@ -652,6 +759,9 @@ std::shared_ptr<queue_pair> controller::create_queue_pair(const qp_geometry& g) 
   im.limits.staging_bytes = l.staging_bytes;
   im.limits.max_transfer = g.slot_bytes;
   im.pending.resize(g.cq_entries);
+  im.grants = opts.grants;
+  qp->client_ = opts.client;
+  if (arbiter_) im.account = arbiter_->account(opts.client);
   queues_.push_back(qp);
   poller& p = *pollers_[(qid - 1) % pollers_.size()];
   {
@@ -672,6 +782,17 @@ void controller::delete_queue_pair(uint32_t qid) {
     queues_.erase(queues_.begin() + long(i));
     return;
   }
+}
+
+void controller::set_client_share(uint32_t client, const client_share& s) {
+  if (!arbiter_) throw error("client shares need a controller with an I/O budget (io_budget_bytes > 0: server mode)");
+  arbiter_->set_share(client, s);
+}
+
+client_counters controller::client_stats(uint32_t client) const {
+  if (!arbiter_) return {};
+  auto a = arbiter_->find(client);
+  return a ? a->snapshot() : client_counters{};
 }
 
 uint32_t controller::queue_pair_count() const {

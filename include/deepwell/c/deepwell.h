@@ -96,6 +96,14 @@ DW_API void dw_open_options_init(dw_open_options* o);
  * with the same device and cache options share one controller, namespace
  * and cache: a scatter through one is seen by a gather through another. */
 DW_API int dw_open(const dw_open_options* o, dw_array** out);
+/* Server mode (docs/server.md): while a server is named, dw_open's path
+ * names a dataset that server offers (its name, or its file's path), which
+ * it serves under this process's grants. dw_set_server(socket) names one
+ * for this process; NULL goes back to DEEPWELL_SERVER (unset: embedded). */
+DW_API int dw_set_server(const char* socket);
+/* The named server's statistics as JSON text, into buf (bytes long,
+ * truncated, NUL-terminated); *needed (if not NULL) gets the full length + 1. */
+DW_API int dw_server_stats(char* buf, uint64_t bytes, uint64_t* needed);
 /* Waits for the device, flushes dirty pages, frees everything. NULL is ignored. */
 DW_API int dw_close(dw_array* a);
 DW_API int dw_info(const dw_array* a, dw_array_info* info);

@@ -1,0 +1,65 @@
+// The controller's arbiter of storage time between clients (server mode):
+// per-client accounts of bytes in flight, weights and rate limits, shared
+// by all pollers (lock-free on the command path, except a client's rate
+// bucket). tenancy.hpp says what the shares mean.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "deepwell/tenancy.hpp"
+
+namespace deepwell::detail {
+
+struct client_account {
+  explicit client_account(uint32_t id_) : id(id_) {}
+  const uint32_t id;
+  std::atomic<uint64_t> weight_milli{1000};  // weight * 1000
+  std::atomic<uint64_t> rate_bytes{0};
+  std::atomic<uint64_t> in_flight{0};  // bytes admitted and not finished
+  std::atomic<uint64_t> demand{0};     // commands waiting for admission or in flight
+  uint64_t active_weight = 0;          // what this account added to the arbiter's sum (guarded by its mutex)
+  std::mutex rate_mutex;               // the token bucket
+  int64_t tokens = 0;
+  uint64_t refilled_ns = 0;
+  // Counters (relaxed atomics: several pollers serve one client).
+  std::atomic<uint64_t> commands{0}, reads{0}, writes{0}, flushes{0}, bytes_read{0}, bytes_written{0}, errors{0},
+      throttled{0};
+  std::atomic<uint64_t> latency_us[client_counters::latency_buckets] = {};
+
+  client_counters snapshot() const;
+  void record_latency(uint64_t ns);
+};
+
+class share_arbiter {
+ public:
+  explicit share_arbiter(uint64_t budget_bytes) : budget_(budget_bytes) {}
+  uint64_t budget() const { return budget_; }
+  // The account of `client`, made on first use with weight 1 and no rate cap.
+  std::shared_ptr<client_account> account(uint32_t client);
+  std::shared_ptr<client_account> find(uint32_t client) const;
+  void set_share(uint32_t client, const client_share& s);
+
+  // A command of `a` is waiting for admission (from its first try to its
+  // finish(): the client counts as active meanwhile).
+  void begin(client_account& a);
+  // Whether a command of `cost` bytes may start now: the client's bytes in
+  // flight stay within its share of the budget (a client with nothing in
+  // flight always may: no client starves), and its rate allows it.
+  bool try_admit(client_account& a, uint64_t cost, uint64_t now_ns);
+  // The command is done (admitted or not).
+  void finish(client_account& a, uint64_t cost, bool admitted);
+  // The weights of the clients now active, * 1000.
+  uint64_t active_weight() const { return active_weight_.load(std::memory_order_relaxed); }
+
+ private:
+  const uint64_t budget_;
+  std::atomic<uint64_t> active_weight_{0};
+  mutable std::mutex mutex_;  // the map only
+  std::map<uint32_t, std::shared_ptr<client_account>> accounts_;
+  std::mutex activity_mutex_;  // activation and deactivation (rare next to commands)
+};
+
+}  // namespace deepwell::detail

@@ -1,0 +1,120 @@
+// The server's configuration: `deepwell serve --config datasets.toml`.
+// Parsed with toml++; every error names the file, the line and the key.
+// docs/server.md shows a whole file; in short:
+//
+//   [server]
+//   socket = "/run/deepwell/deepwell.sock"  # default: $XDG_RUNTIME_DIR/deepwell.sock
+//   metrics = "127.0.0.1:9464"               # Prometheus text endpoint (default: none)
+//   pollers = 2
+//   io_budget = "4MiB"                        # storage bytes in flight, shared by weight
+//   max_queue_pairs = 128                     # per client
+//   max_staging = "2GiB"                      # per client: queue pair memory
+//
+//   [[dataset]]
+//   name = "features"
+//   file = "/data/features.bin"   # or device = "/dev/nvme0n1", or memory = "4GiB"
+//   writable = false
+//   block_size = 4096
+//   direct = false                # O_DIRECT
+//   offset = 0                    # the dataset starts here in the file
+//   length = 0                    # 0: to the end
+//
+//   [[grant]]
+//   dataset = "features"          # or "*": every dataset
+//   uid = 1000                    # or user = "alice", gid = 100, group = "ml", everyone = true
+//   access = "read"               # or "read-write"
+//
+//   [[share]]
+//   user = "alice"                # who (as in a grant)
+//   weight = 3                    # share of the I/O budget against other clients
+//   rate = "500MiB"               # bytes per second at most (0 or absent: no limit)
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "deepwell/error.hpp"
+
+namespace deepwell::server {
+
+// A malformed or inconsistent configuration. what(): "FILE:LINE: KEY: problem"
+// (the line is left out where there is none, as for a missing section).
+class config_error : public error {
+ public:
+  using error::error;
+};
+
+struct dataset_config {
+  std::string name;  // how clients ask for it; unique; letters, digits, '-', '_', '.'
+  enum class kind_t { file, device, memory } kind = kind_t::file;
+  std::string path;           // file or device
+  uint64_t memory_bytes = 0;  // memory: its size (zeroed at start)
+  bool writable = false;
+  uint32_t block_size = 4096;  // power of two, 512 to 65536
+  bool direct = false;         // O_DIRECT (file or device)
+  uint64_t offset = 0;         // file or device
+  uint64_t length = 0;         // 0: to the end
+  int line = 0;                // where it was declared (for messages)
+};
+
+// Who a grant or share applies to: exactly one of uid, gid, everyone.
+struct principal {
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  bool everyone = false;
+  // Whether a peer with this uid and these groups (its primary gid first)
+  // is meant.
+  bool matches(uint32_t peer_uid, const std::vector<uint32_t>& peer_gids) const;
+  std::string describe() const;  // "uid 1000", "gid 100", "everyone"
+};
+
+struct grant_config {
+  std::string dataset;  // a dataset's name, or "*"
+  principal who;
+  bool write = false;   // read is always granted by a grant; write with access = "read-write"
+  int line = 0;
+};
+
+struct share_config {
+  principal who;
+  double weight = 1;        // > 0
+  uint64_t rate_bytes = 0;  // per second; 0: no limit
+  int line = 0;
+};
+
+struct server_config {
+  std::string source;       // the file it came from ("<string>" for parse_config without a name)
+  std::string socket_path;  // default_socket_path() when not given
+  std::string metrics;      // "HOST:PORT", empty: none
+  uint32_t pollers = 2;
+  uint64_t io_budget_bytes = 4ull << 20;
+  uint32_t max_queue_pairs = 128;
+  uint64_t max_staging_bytes = 2ull << 30;
+  std::vector<dataset_config> datasets;
+  std::vector<grant_config> grants;
+  std::vector<share_config> shares;
+
+  const dataset_config* find(std::string_view name) const;
+};
+
+// Parses TOML text; `source` names it in messages. Checks: unknown keys
+// and sections are errors (a typo must not silently drop a grant), types,
+// ranges, byte sizes ("4GiB", "512M", 4096), unique dataset names, exactly
+// one of file/device/memory per dataset, grants and shares naming
+// existing datasets and exactly one principal, users and groups that
+// exist on this machine. Does not open any dataset.
+server_config parse_config(std::string_view text, const std::string& source = "<string>");
+// Reads and parses a file (a missing or unreadable file is a config_error).
+server_config load_config(const std::string& path);
+
+// $XDG_RUNTIME_DIR/deepwell.sock, else /tmp/deepwell-UID.sock.
+std::string default_socket_path();
+
+// Bytes from a size: an integer, or a string with an optional unit
+// (K, KiB, M, MiB, G, GiB, T, TiB; powers of 1024). Throws config_error
+// with `where` as its prefix.
+uint64_t parse_bytes(std::string_view text, const std::string& where);
+
+}  // namespace deepwell::server

@@ -1,0 +1,271 @@
+// A client's link to `deepwell serve`: requests and replies on the
+// server's socket (wire.hpp), queue pairs as memfds this process maps, and
+// a watcher that turns the server's going away into stopped queues.
+#include "deepwell/server_link.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "deepwell/error.hpp"
+#include "deepwell/shared_atomic.hpp"
+#include "deepwell/tenancy.hpp"
+#include "deepwell/wire.hpp"
+
+namespace deepwell {
+
+std::string server_from_env() {
+  const char* s = std::getenv("DEEPWELL_SERVER");
+  return s ? std::string(s) : std::string();
+}
+
+namespace {
+
+class socket_link final : public server_link, public std::enable_shared_from_this<socket_link> {
+ public:
+  socket_link(std::string path, int sock) : path_(std::move(path)), sock_(sock) {
+    if (pipe2(wake_, O_CLOEXEC) != 0) {
+      close(sock_);
+      throw error(errno_message("pipe for the server link's watcher", errno));
+    }
+  }
+
+  ~socket_link() override {
+    stopping_.store(true);
+    if (wake_[1] >= 0) (void)!write(wake_[1], "x", 1);
+    if (watcher_.joinable()) watcher_.join();
+    close(sock_);
+    close(wake_[0]);
+    close(wake_[1]);
+  }
+
+  void start(const std::string& name) {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::hello);
+    m.text = name;
+    wire::message r = call(std::move(m));
+    client_id_ = r.h.b;
+    watcher_ = std::thread([this] { watch(); });
+  }
+
+  std::unique_ptr<queue_pair_handle> open_queue_pair(const qp_geometry& g) override {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::open_queue_pair);
+    m.h.a = g.sq_entries;
+    m.h.b = g.cq_entries;
+    m.h.c = g.slot_bytes;
+    wire::message r = call(std::move(m));
+    if (r.fd < 0) throw error("deepwell server " + path_ + ": no memory came with the queue pair");
+    const uint32_t qid = r.h.a;
+    const int fd = r.fd;
+    std::unique_ptr<queue_pair_handle> h;
+    try {
+      h = std::make_unique<queue_pair_handle>(qid, g, fd, size_t(r.h.x),
+                                              [self = shared_from_this(), qid] { self->close_queue_pair(qid); });
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+    close(fd);  // the handle keeps its own duplicate
+    std::lock_guard<std::mutex> lock(queues_mutex_);
+    queues_[qid] = h->header();
+    if (!connected_.load()) mark_stopped(h->header());  // gone meanwhile
+    return h;
+  }
+
+  namespace_info info(uint32_t nsid) const override {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::info);
+    m.h.a = nsid;
+    return dataset_reply(call(std::move(m)));
+  }
+
+  uint32_t lookup(const std::string& name_or_path) override {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::lookup);
+    m.text = name_or_path;
+    return dataset_reply(call(std::move(m))).nsid;
+  }
+
+  bool may_write(uint32_t nsid) const override {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::info);
+    m.h.a = nsid;
+    const wire::message r = call(std::move(m));
+    return (r.h.d & access_grants::write) && !r.h.c;
+  }
+
+  std::shared_ptr<const host_mapping> map_dataset(uint32_t nsid, bool files) const override {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::map_dataset);
+    m.h.a = nsid;
+    m.h.b = files ? 1 : 0;
+    wire::message r = call(std::move(m));
+    const auto kind = wire::map_kind(r.h.a);
+    if (kind == wire::map_kind::none || r.fd < 0) {
+      if (r.fd >= 0) close(r.fd);
+      return nullptr;
+    }
+    try {
+      auto mp = map_fd(r.fd, kind, r.h.b != 0, r.h.x);
+      close(r.fd);
+      return mp;
+    } catch (...) {
+      close(r.fd);
+      throw;
+    }
+  }
+
+  std::string dump() const override { return text_call(wire::op::dump); }
+  std::string stats() const override { return text_call(wire::op::stats); }
+  std::string list() const override { return text_call(wire::op::list); }
+  uint32_t client_id() const override { return client_id_; }
+  const std::string& socket_path() const override { return path_; }
+  bool connected() const override { return connected_.load(); }
+
+ private:
+  std::string path_;
+  int sock_;
+  int wake_[2] = {-1, -1};
+  uint32_t client_id_ = 0;
+  mutable std::mutex call_mutex_;  // one request at a time
+  mutable uint32_t seq_ = 0;
+  std::atomic<bool> connected_{true};
+  std::atomic<bool> stopping_{false};
+  std::thread watcher_;
+  std::mutex queues_mutex_;
+  std::map<uint32_t, qp_header*> queues_;  // live queue pairs' headers (our mappings)
+
+  wire::message call(wire::message m) const {
+    std::lock_guard<std::mutex> lock(call_mutex_);
+    if (!connected_.load()) throw error("deepwell server " + path_ + " is gone (stopped or restarted): connect again");
+    m.h.seq = ++seq_;
+    const uint16_t op = m.h.op;
+    wire::message r;
+    if (!wire::send_message(sock_, std::move(m)) || !wire::receive_message(sock_, r))
+      throw error("deepwell server " + path_ + " closed the connection during " + wire::op_name(op));
+    if (r.h.seq != seq_ || r.h.op != op) {
+      if (r.fd >= 0) close(r.fd);
+      throw error("deepwell server " + path_ + ": a reply out of order (protocol error)");
+    }
+    if (r.h.status != 0) {
+      if (r.fd >= 0) close(r.fd);
+      throw error("deepwell server " + path_ + ": " + r.text);
+    }
+    return r;
+  }
+
+  std::string text_call(wire::op o) const {
+    wire::message m;
+    m.h.op = uint16_t(o);
+    return call(std::move(m)).text;
+  }
+
+  static namespace_info dataset_reply(const wire::message& r) {
+    namespace_info i;
+    i.nsid = r.h.a;
+    i.block_size = r.h.b;
+    i.read_only = r.h.c != 0 || !(r.h.d & access_grants::write);  // as this client may use it
+    i.bytes = r.h.x;
+    i.blocks = r.h.y;
+    i.description = r.text;
+    return i;
+  }
+
+  static std::shared_ptr<const host_mapping> map_fd(int fd, wire::map_kind kind, bool writable, uint64_t bytes) {
+    const int prot = PROT_READ | (writable && kind == wire::map_kind::memory ? PROT_WRITE : 0);
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t len = (bytes + page - 1) / page * page;
+    void* p = mmap(nullptr, len, prot, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) throw error(errno_message("mapping a dataset the deepwell server shared", errno));
+    auto m = std::make_shared<host_mapping>();
+    m->data = static_cast<const uint8_t*>(p);
+    m->bytes = bytes;
+    m->base = p;
+    m->base_bytes = len;
+    m->file = kind == wire::map_kind::file;
+    m->writable = prot & PROT_WRITE;
+    m->resident = kind == wire::map_kind::memory ? 1.0 : residency(p, len);
+    // Not owned by anyone else: host_mapping's destructor unmaps it.
+    return m;
+  }
+
+  static double residency(void* p, size_t len) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    std::vector<unsigned char> v((len + page - 1) / page);
+    if (mincore(p, len, v.data()) != 0 || v.empty()) return 0;
+    size_t in = 0;
+    for (unsigned char c : v) in += c & 1;
+    return double(in) / double(v.size());
+  }
+
+  void close_queue_pair(uint32_t qid) {
+    {
+      std::lock_guard<std::mutex> lock(queues_mutex_);
+      queues_.erase(qid);
+    }
+    if (!connected_.load()) return;
+    wire::message m;
+    m.h.op = uint16_t(wire::op::close_queue_pair);
+    m.h.a = qid;
+    try {
+      call(std::move(m));
+    } catch (const error&) {
+      // The server is gone: it drops the queue pair with our connection.
+    }
+  }
+
+  static void mark_stopped(qp_header* h) { shared_store_release(&h->state, uint32_t(queue_state::stopped)); }
+
+  // Waits for the server's end of the socket to close (it stopped,
+  // crashed or restarted); then nobody will serve our queues: say so in
+  // their state, where waiting clients look.
+  void watch() {
+    pollfd p[2] = {{sock_, POLLRDHUP, 0}, {wake_[0], POLLIN, 0}};
+    while (!stopping_.load()) {
+      const int n = poll(p, 2, -1);
+      if (n < 0 && errno == EINTR) continue;
+      if (stopping_.load()) return;
+      if (n < 0 || (p[0].revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))) break;
+    }
+    connected_.store(false);
+    std::lock_guard<std::mutex> lock(queues_mutex_);
+    for (auto& [qid, h] : queues_) mark_stopped(h);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<server_link> server_link::connect(const std::string& path, const std::string& name) {
+  sockaddr_un addr{};
+  if (path.empty()) throw error("no deepwell server socket given (set DEEPWELL_SERVER or pass a path)");
+  if (path.size() >= sizeof(addr.sun_path))
+    throw error("deepwell server socket path " + path + " is longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
+                " bytes");
+  const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (s < 0) throw error(errno_message("socket for the deepwell server", errno));
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int e = errno;
+    close(s);
+    throw error(errno_message("no deepwell server at " + path + " (is `deepwell serve` running?)", e));
+  }
+  auto link = std::make_shared<socket_link>(path, s);
+  link->start(name.empty() ? "pid " + std::to_string(getpid()) : name);
+  return link;
+}
+
+}  // namespace deepwell

@@ -1,0 +1,126 @@
+#include "deepwell/detail/share_arbiter.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "deepwell/error.hpp"
+
+namespace deepwell {
+
+double client_counters::latency_percentile_us(double p) const {
+  uint64_t total = 0;
+  for (uint64_t n : latency_us) total += n;
+  if (total == 0) return 0;
+  const uint64_t rank = uint64_t(std::ceil(p * double(total)));
+  uint64_t seen = 0;
+  for (int i = 0; i < latency_buckets; ++i) {
+    seen += latency_us[i];
+    if (seen >= rank && latency_us[i] != 0) return double(uint64_t(1) << i);  // the bucket's upper bound
+  }
+  return double(uint64_t(1) << (latency_buckets - 1));
+}
+
+namespace detail {
+
+client_counters client_account::snapshot() const {
+  client_counters c;
+  c.commands = commands.load(std::memory_order_relaxed);
+  c.reads = reads.load(std::memory_order_relaxed);
+  c.writes = writes.load(std::memory_order_relaxed);
+  c.flushes = flushes.load(std::memory_order_relaxed);
+  c.bytes_read = bytes_read.load(std::memory_order_relaxed);
+  c.bytes_written = bytes_written.load(std::memory_order_relaxed);
+  c.errors = errors.load(std::memory_order_relaxed);
+  c.throttled = throttled.load(std::memory_order_relaxed);
+  c.in_flight_bytes = in_flight.load(std::memory_order_relaxed);
+  for (int i = 0; i < client_counters::latency_buckets; ++i) c.latency_us[i] = latency_us[i].load(std::memory_order_relaxed);
+  return c;
+}
+
+void client_account::record_latency(uint64_t ns) {
+  const uint64_t us = ns / 1000;
+  // Bucket i holds [2^(i-1), 2^i) us; bucket 0 holds 0 us.
+  int b = us == 0 ? 0 : int(std::bit_width(us));
+  b = std::min(b, client_counters::latency_buckets - 1);
+  latency_us[b].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::shared_ptr<client_account> share_arbiter::account(uint32_t client) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& a = accounts_[client];
+  if (!a) a = std::make_shared<client_account>(client);
+  return a;
+}
+
+std::shared_ptr<client_account> share_arbiter::find(uint32_t client) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = accounts_.find(client);
+  return it == accounts_.end() ? nullptr : it->second;
+}
+
+void share_arbiter::set_share(uint32_t client, const client_share& s) {
+  if (!(s.weight > 0) || s.weight > 1e6) throw error("client weight must be above 0 and at most 1e6, not " + std::to_string(s.weight));
+  std::shared_ptr<client_account> a = account(client);
+  std::lock_guard<std::mutex> lock(activity_mutex_);
+  const uint64_t w = std::max<uint64_t>(1, uint64_t(std::llround(s.weight * 1000)));
+  if (a->active_weight != 0) {  // active now: move the sum to the new weight
+    active_weight_.fetch_sub(a->active_weight, std::memory_order_relaxed);
+    active_weight_.fetch_add(w, std::memory_order_relaxed);
+    a->active_weight = w;
+  }
+  a->weight_milli.store(w, std::memory_order_relaxed);
+  a->rate_bytes.store(s.rate_bytes, std::memory_order_relaxed);
+}
+
+void share_arbiter::begin(client_account& a) {
+  if (a.demand.fetch_add(1, std::memory_order_acq_rel) != 0) return;
+  std::lock_guard<std::mutex> lock(activity_mutex_);
+  if (a.active_weight == 0 && a.demand.load(std::memory_order_acquire) != 0) {
+    a.active_weight = a.weight_milli.load(std::memory_order_relaxed);
+    active_weight_.fetch_add(a.active_weight, std::memory_order_relaxed);
+  }
+}
+
+void share_arbiter::finish(client_account& a, uint64_t cost, bool admitted) {
+  if (admitted) a.in_flight.fetch_sub(cost, std::memory_order_relaxed);
+  if (a.demand.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  std::lock_guard<std::mutex> lock(activity_mutex_);
+  if (a.active_weight != 0 && a.demand.load(std::memory_order_acquire) == 0) {
+    active_weight_.fetch_sub(a.active_weight, std::memory_order_relaxed);
+    a.active_weight = 0;
+  }
+}
+
+bool share_arbiter::try_admit(client_account& a, uint64_t cost, uint64_t now_ns) {
+  const uint64_t mine = a.in_flight.load(std::memory_order_relaxed);
+  if (mine != 0) {
+    const uint64_t w = a.weight_milli.load(std::memory_order_relaxed);
+    const uint64_t all = std::max(active_weight_.load(std::memory_order_relaxed), w);
+    const uint64_t allowed = uint64_t((unsigned __int128)budget_ * w / all);
+    if (mine + cost > allowed) return false;
+  }
+  if (const uint64_t rate = a.rate_bytes.load(std::memory_order_relaxed); rate != 0) {
+    // A token bucket that may go into debt by one command: a command
+    // larger than the burst still runs, and the debt delays the next.
+    std::lock_guard<std::mutex> lock(a.rate_mutex);
+    const int64_t burst = int64_t(std::max<uint64_t>(rate / 20, 64 * 1024));  // 50 ms of the rate
+    if (a.refilled_ns == 0) {
+      a.refilled_ns = now_ns;
+      a.tokens = burst;
+    } else if (now_ns > a.refilled_ns) {
+      const double add = double(now_ns - a.refilled_ns) * 1e-9 * double(rate);
+      if (add >= 1) {
+        a.tokens = std::min<int64_t>(burst, a.tokens + int64_t(add));
+        a.refilled_ns = now_ns;
+      }
+    }
+    if (a.tokens <= 0) return false;
+    a.tokens -= int64_t(cost);
+  }
+  a.in_flight.fetch_add(cost, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace detail
+}  // namespace deepwell

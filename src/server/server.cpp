@@ -1,0 +1,687 @@
+// The server's event loop: one thread that accepts clients, answers their
+// requests (wire.hpp) and reclaims what they leave behind. Requests are
+// set-up (hello, lookup, queue pairs): the data path is the queue pairs,
+// which the controller's pollers serve; so one thread is plenty, and it
+// never blocks on a client (non-blocking sockets; a client that does not
+// read its replies is dropped).
+#include "deepwell/server/server.hpp"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "deepwell/controller.hpp"
+#include "deepwell/error.hpp"
+#include "deepwell/shared_region.hpp"
+#include "deepwell/wire.hpp"
+#include "metrics_http.hpp"
+#include "server_log.hpp"
+
+namespace deepwell::server {
+
+namespace {
+
+constexpr uint32_t max_clients = 1024;
+
+std::string real_path(const std::string& p) {
+  char buf[PATH_MAX];
+  return realpath(p.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+}  // namespace
+
+struct dataset_state {
+  const dataset_config* cfg = nullptr;
+  uint32_t nsid = 0;
+  std::shared_ptr<target> data;
+  shared_region memory;  // memory datasets: a memfd, so clients can map it (the direct tier)
+  std::string real;      // files: the resolved path (lookups by path)
+  uint64_t bytes = 0;
+  bool writable = false;
+};
+
+struct client_state {
+  int fd = -1;
+  uint32_t id = 0;
+  std::string name;
+  uint32_t uid = 0, gid = 0;
+  int32_t pid = 0;
+  std::vector<uint32_t> gids;
+  std::shared_ptr<access_grants> grants;
+  client_share share;
+  std::map<uint32_t, std::shared_ptr<queue_pair>> queues;
+  uint64_t staging_bytes = 0;
+  bool said_hello = false;
+  uint64_t requests = 0, refused = 0;
+  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+};
+
+struct server::impl {
+  server_config cfg;
+  std::vector<dataset_state> datasets;
+  std::unique_ptr<controller> ctl;
+  int listen_fd = -1;
+  int wake[2] = {-1, -1};
+  std::atomic<bool> stopping{false};
+  mutable std::mutex mutex;  // clients (the loop changes them; stats read them)
+  std::map<int, std::unique_ptr<client_state>> clients;  // by socket
+  std::map<uint32_t, client_counters> departed;          // counters of clients that left (for totals)
+  uint32_t next_client = 1;
+  uint64_t total_clients = 0;
+  std::unique_ptr<metrics_http> metrics;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+  void open_datasets();
+  void bind_socket();
+  void accept_clients();
+  void serve(client_state& c);
+  void drop(int fd, const char* why);
+  wire::message handle(client_state& c, const wire::message& m);
+  wire::message dataset_reply(const client_state& c, const dataset_state& d, uint16_t op) const;
+  const dataset_state* visible(const client_state& c, uint32_t nsid) const;
+  void grant(client_state& c);
+  std::string stats_json() const;
+  std::string prometheus() const;
+};
+
+// ---------------------------------------------------------------------------
+// Start-up
+
+void server::impl::open_datasets() {
+  controller_config cc;
+  cc.pollers = cfg.pollers;
+  cc.io_budget_bytes = cfg.io_budget_bytes;
+  ctl = std::make_unique<controller>(cc);
+  for (const dataset_config& d : cfg.datasets) {
+    dataset_state s;
+    s.cfg = &d;
+    const std::string where = cfg.source + ":" + std::to_string(d.line) + ": dataset " + d.name + ": ";
+    try {
+      if (d.kind == dataset_config::kind_t::memory) {
+        s.memory = shared_region::create(d.memory_bytes, "deepwell-dataset-" + d.name);
+        s.data = wrap_host_memory(s.memory.data(), d.memory_bytes, d.writable);
+      } else {
+        file_options fo;
+        fo.direct = d.direct;
+        fo.writable = d.writable;
+        fo.offset = d.offset;
+        fo.length = d.length;
+        s.data = open_file_target(d.path, fo);
+        s.real = real_path(d.path);
+      }
+      s.nsid = ctl->add_namespace({s.data, d.block_size, !d.writable});
+    } catch (const std::exception& e) {
+      throw error(where + e.what());
+    }
+    s.bytes = s.data->size();
+    s.writable = d.writable;
+    log_line("dataset " + d.name + ": namespace " + std::to_string(s.nsid) + ", " + s.data->describe() + ", " +
+             std::to_string(s.bytes) + " bytes, " + (d.writable ? "read-write" : "read-only"));
+    datasets.push_back(std::move(s));
+  }
+}
+
+void server::impl::bind_socket() {
+  const std::string& path = cfg.socket_path;
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path))
+    throw error("socket path " + path + " is longer than " + std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  struct stat st{};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) throw error("socket path " + path + " exists and is not a socket: remove it or pick another");
+    // A socket: is a server listening there?
+    const int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    const bool live = probe >= 0 && ::connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    if (probe >= 0) close(probe);
+    if (live) throw error("socket path " + path + ": another deepwell server is listening there");
+    if (unlink(path.c_str()) != 0) throw error(errno_message("removing the stale socket " + path, errno));
+    log_line("replaced a stale socket at " + path + " (a server that did not stop cleanly)");
+  }
+  listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd < 0) throw error(errno_message("socket", errno));
+  if (bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    throw error(errno_message("bind " + path, errno));
+  // Anyone may connect: the grants (by the kernel's word on who they are)
+  // decide what they get, and a client with none gets nothing.
+  chmod(path.c_str(), 0666);
+  if (listen(listen_fd, 128) != 0) throw error(errno_message("listen " + path, errno));
+}
+
+// ---------------------------------------------------------------------------
+// Clients
+
+void server::impl::grant(client_state& c) {
+  c.grants = std::make_shared<access_grants>();
+  for (const dataset_state& d : datasets) {
+    uint8_t r = access_grants::none;
+    for (const grant_config& g : cfg.grants) {
+      if (g.dataset != "*" && g.dataset != d.cfg->name) continue;
+      if (!g.who.matches(c.uid, c.gids)) continue;
+      r |= access_grants::read;
+      if (g.write && d.writable) r |= access_grants::write;
+    }
+    c.grants->set(d.nsid, r);
+  }
+  for (const share_config& s : cfg.shares) {
+    if (s.who.matches(c.uid, c.gids)) {  // the first that matches
+      c.share = client_share{s.weight, s.rate_bytes};
+      break;
+    }
+  }
+  ctl->set_client_share(c.id, c.share);
+}
+
+void server::impl::accept_clients() {
+  for (;;) {
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED)
+        log_line(errno_message("accept", errno));
+      return;
+    }
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      log_line(errno_message("SO_PEERCRED", errno) + ": connection refused");
+      close(fd);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    if (clients.size() >= max_clients) {
+      log_line("refused a connection from uid " + std::to_string(cred.uid) + ": " + std::to_string(max_clients) +
+               " clients already");
+      close(fd);
+      continue;
+    }
+    auto c = std::make_unique<client_state>();
+    c->fd = fd;
+    c->id = next_client++;
+    c->uid = cred.uid;
+    c->gid = cred.gid;
+    c->pid = cred.pid;
+    c->gids.push_back(cred.gid);
+    // Supplementary groups, where the kernel tells them (Linux 4.13+).
+    gid_t groups[256];
+    socklen_t glen = sizeof(groups);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0)
+      for (size_t i = 0; i < glen / sizeof(gid_t); ++i) c->gids.push_back(groups[i]);
+    grant(*c);
+    ++total_clients;
+    clients[fd] = std::move(c);
+  }
+}
+
+// A client left (or broke the protocol): its queue pairs go (the
+// controller drops each once the commands it fetched are done).
+void server::impl::drop(int fd, const char* why) {
+  std::unique_ptr<client_state> c;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = clients.find(fd);
+    if (it == clients.end()) return;
+    c = std::move(it->second);
+    clients.erase(it);
+  }
+  for (auto& [qid, qp] : c->queues) ctl->delete_queue_pair(qid);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    departed[c->id] = ctl->client_stats(c->id);
+  }
+  log_line("client " + std::to_string(c->id) + " (" + c->name + ", uid " + std::to_string(c->uid) + ", pid " +
+           std::to_string(c->pid) + ") " + why + ": " + std::to_string(c->queues.size()) + " queue pair(s) reclaimed");
+  close(fd);
+}
+
+void server::impl::serve(client_state& c) {
+  wire::message m;
+  bool got = false;
+  try {
+    got = wire::receive_message(c.fd, m);
+  } catch (const error& e) {
+    log_line("client " + std::to_string(c.id) + ": " + e.what());
+    drop(c.fd, "broke the protocol");
+    return;
+  }
+  if (!got) {
+    drop(c.fd, "disconnected");
+    return;
+  }
+  if (m.fd >= 0) {  // clients send no descriptors
+    close(m.fd);
+    m.fd = -1;
+  }
+  ++c.requests;
+  wire::message r;
+  try {
+    r = handle(c, m);
+  } catch (const std::exception& e) {  // the controller refused (bad geometry, out of memory)
+    r = wire::message{};
+    r.h.status = int32_t(wire::status::failed);
+    r.text = e.what();
+  }
+  if (r.h.status != 0) ++c.refused;
+  r.h.op = m.h.op;
+  r.h.seq = m.h.seq;
+  const int fd = r.fd;
+  const bool sent = wire::send_message(c.fd, std::move(r));
+  if (fd >= 0) close(fd);  // the client has its own now
+  if (!sent) drop(c.fd, "stopped reading its replies");
+}
+
+namespace {
+wire::message refuse(wire::status s, std::string text) {
+  wire::message r;
+  r.h.status = int32_t(s);
+  r.text = std::move(text);
+  return r;
+}
+}  // namespace
+
+const dataset_state* server::impl::visible(const client_state& c, uint32_t nsid) const {
+  if (nsid == 0 || nsid > datasets.size()) return nullptr;
+  if (c.grants->of(nsid) == access_grants::none) return nullptr;
+  return &datasets[nsid - 1];
+}
+
+wire::message server::impl::dataset_reply(const client_state& c, const dataset_state& d, uint16_t) const {
+  wire::message r;
+  r.h.a = d.nsid;
+  r.h.b = d.cfg->block_size;
+  r.h.c = d.writable ? 0 : 1;
+  r.h.d = c.grants->of(d.nsid);
+  r.h.x = d.bytes;
+  r.h.y = (d.bytes + d.cfg->block_size - 1) / d.cfg->block_size;
+  r.text = d.cfg->name + ": " + d.data->describe();
+  return r;
+}
+
+wire::message server::impl::handle(client_state& c, const wire::message& m) {
+  const auto o = wire::op(m.h.op);
+  if (!c.said_hello && o != wire::op::hello) return refuse(wire::status::bad_request, "say hello first");
+  switch (o) {
+    case wire::op::hello: {
+      if (c.said_hello) return refuse(wire::status::bad_request, "hello twice");
+      c.said_hello = true;
+      c.name = m.text.substr(0, 128);
+      for (char& ch : c.name)
+        if (ch < 32 || ch > 126) ch = '?';  // it goes into logs and metrics labels
+      uint32_t n = 0;
+      for (const dataset_state& d : datasets) n += c.grants->of(d.nsid) != access_grants::none;
+      log_line("client " + std::to_string(c.id) + " (" + c.name + ", uid " + std::to_string(c.uid) + ", pid " +
+               std::to_string(c.pid) + ") connected: " + std::to_string(n) + " dataset(s) granted, weight " +
+               std::to_string(c.share.weight));
+      wire::message r;
+      r.h.a = wire::version;
+      r.h.b = c.id;
+      r.text = "deepwell server";
+      return r;
+    }
+    case wire::op::lookup: {
+      for (const dataset_state& d : datasets) {
+        if (c.grants->of(d.nsid) == access_grants::none) continue;
+        if (d.cfg->name == m.text || (!d.real.empty() && !m.text.empty() && m.text[0] == '/' && real_path(m.text) == d.real))
+          return dataset_reply(c, d, m.h.op);
+      }
+      return refuse(wire::status::not_found, "no dataset '" + m.text + "' is offered to uid " + std::to_string(c.uid) +
+                                                 " (`deepwell stat` lists what the server has; the grants are in its config)");
+    }
+    case wire::op::info: {
+      const dataset_state* d = visible(c, m.h.a);
+      if (!d) return refuse(wire::status::not_found, "no namespace " + std::to_string(m.h.a) + " for this client");
+      return dataset_reply(c, *d, m.h.op);
+    }
+    case wire::op::open_queue_pair: {
+      qp_geometry g{m.h.a, m.h.b, m.h.c};
+      auto pow2 = [](uint32_t v) { return v >= 2 && v <= 65536 && (v & (v - 1)) == 0; };
+      if (!pow2(g.sq_entries) || !pow2(g.cq_entries) || g.slot_bytes == 0 || g.slot_bytes % 512 != 0 ||
+          g.slot_bytes > (16u << 20))
+        return refuse(wire::status::bad_request, "queue pair geometry: entries must be powers of two from 2 to 65536 "
+                                                 "and the slot a multiple of 512 bytes up to 16 MiB");
+      const uint64_t bytes = compute_layout(g).total_bytes;
+      if (c.queues.size() >= cfg.max_queue_pairs)
+        return refuse(wire::status::limit, "this client has " + std::to_string(c.queues.size()) +
+                                               " queue pairs, the server's limit (max_queue_pairs)");
+      if (c.staging_bytes + bytes > cfg.max_staging_bytes)
+        return refuse(wire::status::limit, "queue pair memory would exceed this client's limit of " +
+                                               std::to_string(cfg.max_staging_bytes) + " bytes (max_staging)");
+      std::shared_ptr<queue_pair> qp = ctl->create_queue_pair(g, queue_options{c.grants, c.id});
+      std::lock_guard<std::mutex> lock(mutex);  // stats read the client's queues
+      c.staging_bytes += bytes;
+      c.queues[qp->id()] = qp;
+      wire::message r;
+      r.h.a = qp->id();
+      r.h.x = qp->bytes();
+      r.fd = dup(qp->memfd());
+      if (r.fd < 0) throw error(errno_message("dup of a queue pair's memfd", errno));
+      return r;
+    }
+    case wire::op::close_queue_pair: {
+      auto it = c.queues.find(m.h.a);
+      if (it == c.queues.end())
+        return refuse(wire::status::not_found, "queue pair " + std::to_string(m.h.a) + " is not this client's");
+      ctl->delete_queue_pair(it->first);
+      std::lock_guard<std::mutex> lock(mutex);
+      c.staging_bytes -= compute_layout(it->second->geometry()).total_bytes;
+      c.queues.erase(it);
+      return {};
+    }
+    case wire::op::map_dataset: {
+      const dataset_state* d = visible(c, m.h.a);
+      if (!d) return refuse(wire::status::not_found, "no namespace " + std::to_string(m.h.a) + " for this client");
+      wire::message r;
+      r.h.x = d->bytes;
+      const bool may_write = c.grants->of(d->nsid) & access_grants::write;
+      if (d->memory.fd() >= 0) {
+        // A read-only grant gets a read-only descriptor: it cannot map the
+        // memory writable, whatever it asks of mmap.
+        const std::string self = "/proc/self/fd/" + std::to_string(d->memory.fd());
+        r.fd = open(self.c_str(), (may_write ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+        if (r.fd < 0) throw error(errno_message("reopening a memory dataset's memfd", errno));
+        r.h.a = uint32_t(wire::map_kind::memory);
+        r.h.b = may_write ? 1 : 0;
+        return r;
+      }
+      // A file, for the direct tier: only when the dataset is the whole
+      // file (a descriptor reads all of it) and not O_DIRECT.
+      const dataset_config& dc = *d->cfg;
+      struct stat st{};
+      if (m.h.b && dc.kind == dataset_config::kind_t::file && !dc.direct && dc.offset == 0 &&
+          stat(dc.path.c_str(), &st) == 0 && uint64_t(st.st_size) == d->bytes) {
+        r.fd = open(dc.path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (r.fd >= 0) r.h.a = uint32_t(wire::map_kind::file);
+      }
+      return r;  // none: read it through the queues
+    }
+    case wire::op::dump:
+      return wire::message{{}, ctl->dump(), -1};
+    case wire::op::stats: {
+      wire::message r;
+      r.text = stats_json();
+      return r;
+    }
+    case wire::op::list: {
+      std::string t;
+      for (const dataset_state& d : datasets) {
+        const uint8_t g = c.grants->of(d.nsid);
+        if (g == access_grants::none) continue;
+        t += std::to_string(d.nsid) + " " + d.cfg->name + " " + ((g & access_grants::write) ? "rw" : "r") + " " +
+             std::to_string(d.bytes) + "\n";
+      }
+      return wire::message{{}, t, -1};
+    }
+  }
+  return refuse(wire::status::bad_request, "unknown request " + std::to_string(m.h.op));
+}
+
+// ---------------------------------------------------------------------------
+// Statistics
+
+namespace {
+
+nlohmann::json counters_json(const client_counters& k) {
+  return {{"commands", k.commands},
+          {"reads", k.reads},
+          {"writes", k.writes},
+          {"flushes", k.flushes},
+          {"bytes_read", k.bytes_read},
+          {"bytes_written", k.bytes_written},
+          {"errors", k.errors},
+          {"throttled", k.throttled},
+          {"in_flight_bytes", k.in_flight_bytes},
+          {"latency_us_p50", k.latency_percentile_us(0.50)},
+          {"latency_us_p99", k.latency_percentile_us(0.99)},
+          {"latency_us_p999", k.latency_percentile_us(0.999)}};
+}
+
+// Prometheus label values: backslash, quote and newline escaped.
+std::string label(const std::string& v) {
+  std::string o;
+  for (char ch : v) {
+    if (ch == '\\' || ch == '"') o += '\\';
+    if (ch == '\n') {
+      o += "\\n";
+      continue;
+    }
+    o += ch;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string server::impl::stats_json() const {
+  nlohmann::json j;
+  const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const queue_counters t = ctl->total_counters();
+  j["server"] = {{"socket", cfg.socket_path},
+                 {"uptime_s", up},
+                 {"backend", ctl->backend_name()},
+                 {"pollers", cfg.pollers},
+                 {"io_budget_bytes", cfg.io_budget_bytes},
+                 {"queue_pairs", ctl->queue_pair_count()},
+                 {"clients_total", total_clients},
+                 {"commands", t.commands},
+                 {"bytes_read", t.bytes_read},
+                 {"bytes_written", t.bytes_written},
+                 {"errors", t.errors}};
+  j["datasets"] = nlohmann::json::array();
+  for (const dataset_state& d : datasets)
+    j["datasets"].push_back({{"nsid", d.nsid},
+                             {"name", d.cfg->name},
+                             {"target", d.data->describe()},
+                             {"bytes", d.bytes},
+                             {"block_size", d.cfg->block_size},
+                             {"writable", d.writable}});
+  j["clients"] = nlohmann::json::array();
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [fd, c] : clients) {
+    nlohmann::json e = counters_json(ctl->client_stats(c->id));
+    e["id"] = c->id;
+    e["name"] = c->name;
+    e["uid"] = c->uid;
+    e["pid"] = c->pid;
+    e["weight"] = c->share.weight;
+    e["rate_bytes"] = c->share.rate_bytes;
+    e["queue_pairs"] = c->queues.size();
+    e["staging_bytes"] = c->staging_bytes;
+    e["requests"] = c->requests;
+    e["refused"] = c->refused;
+    nlohmann::json g = nlohmann::json::array();
+    for (const dataset_state& d : datasets) {
+      const uint8_t r = c->grants->of(d.nsid);
+      if (r != access_grants::none) g.push_back(d.cfg->name + ((r & access_grants::write) ? ":rw" : ":r"));
+    }
+    e["grants"] = g;
+    j["clients"].push_back(e);
+  }
+  j["departed_clients"] = departed.size();
+  return j.dump(2);
+}
+
+std::string server::impl::prometheus() const {
+  std::string o;
+  const queue_counters t = ctl->total_counters();
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  };
+  metric("deepwell_commands_total", "counter", "Commands served, all clients.");
+  o += "deepwell_commands_total " + std::to_string(t.commands) + "\n";
+  metric("deepwell_bytes_read_total", "counter", "Bytes read, all clients.");
+  o += "deepwell_bytes_read_total " + std::to_string(t.bytes_read) + "\n";
+  metric("deepwell_bytes_written_total", "counter", "Bytes written, all clients.");
+  o += "deepwell_bytes_written_total " + std::to_string(t.bytes_written) + "\n";
+  metric("deepwell_errors_total", "counter", "Commands completed with an error status, all clients.");
+  o += "deepwell_errors_total " + std::to_string(t.errors) + "\n";
+  metric("deepwell_queue_pairs", "gauge", "Queue pairs being served.");
+  o += "deepwell_queue_pairs " + std::to_string(ctl->queue_pair_count()) + "\n";
+  metric("deepwell_dataset_bytes", "gauge", "Size of each dataset.");
+  for (const dataset_state& d : datasets)
+    o += "deepwell_dataset_bytes{dataset=\"" + label(d.cfg->name) + "\"} " + std::to_string(d.bytes) + "\n";
+  std::lock_guard<std::mutex> lock(mutex);
+  metric("deepwell_clients", "gauge", "Connected clients.");
+  o += "deepwell_clients " + std::to_string(clients.size()) + "\n";
+  struct row {
+    std::string labels;
+    client_counters k;
+    size_t queues;
+  };
+  std::vector<row> rows;
+  for (const auto& [fd, c] : clients)
+    rows.push_back({"client=\"" + std::to_string(c->id) + "\",name=\"" + label(c->name) + "\",uid=\"" +
+                        std::to_string(c->uid) + "\"",
+                    ctl->client_stats(c->id), c->queues.size()});
+  auto per_client = [&](const char* name, const char* type, const char* help, auto value) {
+    metric(name, type, help);
+    for (const row& r : rows) o += std::string(name) + "{" + r.labels + "} " + value(r) + "\n";
+  };
+  per_client("deepwell_client_commands_total", "counter", "Commands of a client.",
+             [](const row& r) { return std::to_string(r.k.commands); });
+  per_client("deepwell_client_bytes_read_total", "counter", "Bytes a client read.",
+             [](const row& r) { return std::to_string(r.k.bytes_read); });
+  per_client("deepwell_client_bytes_written_total", "counter", "Bytes a client wrote.",
+             [](const row& r) { return std::to_string(r.k.bytes_written); });
+  per_client("deepwell_client_errors_total", "counter", "A client's commands that failed.",
+             [](const row& r) { return std::to_string(r.k.errors); });
+  per_client("deepwell_client_throttled_total", "counter", "Times a client's command waited for its share.",
+             [](const row& r) { return std::to_string(r.k.throttled); });
+  per_client("deepwell_client_in_flight_bytes", "gauge", "A client's bytes in flight to storage.",
+             [](const row& r) { return std::to_string(r.k.in_flight_bytes); });
+  per_client("deepwell_client_queue_pairs", "gauge", "A client's queue pairs.",
+             [](const row& r) { return std::to_string(r.queues); });
+  // Latency as a Prometheus histogram (cumulative buckets, seconds).
+  metric("deepwell_client_latency_seconds", "histogram", "Read and write latency in the server, fetch to completion.");
+  for (const row& r : rows) {
+    uint64_t cum = 0;
+    for (int i = 0; i < client_counters::latency_buckets; ++i) {
+      cum += r.k.latency_us[i];
+      if (r.k.latency_us[i] == 0 && i + 1 < client_counters::latency_buckets) continue;
+      char le[32];
+      std::snprintf(le, sizeof le, "%g", double(uint64_t(1) << i) * 1e-6);
+      o += "deepwell_client_latency_seconds_bucket{" + r.labels + ",le=\"" + le + "\"} " + std::to_string(cum) + "\n";
+    }
+    o += "deepwell_client_latency_seconds_bucket{" + r.labels + ",le=\"+Inf\"} " + std::to_string(cum) + "\n";
+    o += "deepwell_client_latency_seconds_count{" + r.labels + "} " + std::to_string(cum) + "\n";
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// The loop
+
+server::server(server_config cfg) : impl_(std::make_unique<impl>()) {
+  impl& s = *impl_;
+  s.cfg = std::move(cfg);
+  if (pipe2(s.wake, O_CLOEXEC | O_NONBLOCK) != 0) throw error(errno_message("pipe", errno));
+  s.open_datasets();
+  s.bind_socket();
+  if (!s.cfg.metrics.empty())
+    s.metrics = std::make_unique<metrics_http>(s.cfg.metrics, [p = &s] { return p->prometheus(); });
+  log_line("serving " + std::to_string(s.datasets.size()) + " dataset(s) on " + s.cfg.socket_path + " (" +
+           s.ctl->backend_name() + ", " + std::to_string(s.cfg.pollers) + " poller(s))" +
+           (s.metrics ? ", metrics on port " + std::to_string(s.metrics->port()) : std::string()));
+}
+
+server::~server() {
+  impl& s = *impl_;
+  s.metrics.reset();
+  std::vector<int> fds;
+  for (auto& [fd, c] : s.clients) fds.push_back(fd);
+  for (int fd : fds) s.drop(fd, "closed by the server");
+  if (s.ctl) s.ctl->stop();
+  if (s.listen_fd >= 0) {
+    close(s.listen_fd);
+    unlink(s.cfg.socket_path.c_str());
+  }
+  close(s.wake[0]);
+  close(s.wake[1]);
+}
+
+void server::stop() {
+  impl_->stopping.store(true);
+  const char x = 1;
+  (void)!write(impl_->wake[1], &x, 1);  // async-signal-safe
+}
+
+void server::run() {
+  impl& s = *impl_;
+  std::vector<pollfd> fds;
+  while (!s.stopping.load()) {
+    fds.clear();
+    fds.push_back({s.listen_fd, POLLIN, 0});
+    fds.push_back({s.wake[0], POLLIN, 0});
+    for (auto& [fd, c] : s.clients) fds.push_back({fd, POLLIN, 0});
+    const int n = poll(fds.data(), fds.size(), -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw error(errno_message("poll", errno));
+    }
+    if (fds[1].revents) {
+      char buf[64];
+      while (read(s.wake[0], buf, sizeof buf) > 0) {
+      }
+    }
+    if (s.stopping.load()) break;
+    // One message from each client that has one: a client flooding
+    // requests waits its turn like the others.
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      auto it = s.clients.find(fds[i].fd);
+      if (it == s.clients.end()) continue;
+      if (fds[i].revents & POLLIN)
+        s.serve(*it->second);
+      else
+        s.drop(fds[i].fd, "hung up");
+    }
+    if (fds[0].revents) s.accept_clients();
+  }
+  log_line("stopping: outstanding commands complete with an abort status");
+  s.ctl->stop();
+  std::vector<int> clients;
+  for (auto& [fd, c] : s.clients) clients.push_back(fd);
+  for (int fd : clients) s.drop(fd, "closed by the server (stopping)");
+  close(s.listen_fd);
+  s.listen_fd = -1;
+  unlink(s.cfg.socket_path.c_str());
+  log_line("stopped");
+}
+
+const server_config& server::config() const { return impl_->cfg; }
+controller& server::ctl() { return *impl_->ctl; }
+uint32_t server::client_count() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return uint32_t(impl_->clients.size());
+}
+std::string server::stats_json() const { return impl_->stats_json(); }
+std::string server::prometheus() const { return impl_->prometheus(); }
+
+void log_line(const std::string& line) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  std::fprintf(stderr, "%s deepwell serve: %s\n", ts, line.c_str());
+}
+
+}  // namespace deepwell::server

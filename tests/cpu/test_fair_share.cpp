@@ -1,0 +1,204 @@
+// Server mode's arbitration of storage between clients (tenancy.hpp):
+// grants on the command path, shares of the I/O budget by weight, rate
+// caps, and a light client's misses under a flooding neighbour. The
+// storage is a fault target that holds every read back by a fixed delay,
+// so each client's throughput is its bytes in flight over that delay.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "deepwell/controller.hpp"
+#include "deepwell/detail/share_arbiter.hpp"
+#include "deepwell/error.hpp"
+#include "deepwell/host_client.hpp"
+#include "test_util.hpp"
+
+using namespace deepwell;
+
+namespace {
+
+std::shared_ptr<access_grants> grants(std::initializer_list<std::pair<uint32_t, uint8_t>> rights) {
+  auto g = std::make_shared<access_grants>();
+  for (auto [ns, r] : rights) g->set(ns, r);
+  return g;
+}
+
+// `threads` threads reading one 4 KiB block each, in a loop, until `stop`;
+// returns how many reads completed (all must succeed).
+struct flooder {
+  std::vector<std::thread> threads;
+  std::atomic<uint64_t> done{0}, failed{0};
+  void start(const host_queue_client& c, uint32_t ns, unsigned n, const std::atomic<bool>& stop) {
+    for (unsigned t = 0; t < n; ++t)
+      threads.emplace_back([&c, &stop, this, ns, t] {
+        std::vector<uint8_t> buf(4096);
+        uint64_t lba = t * 7;
+        while (!stop.load(std::memory_order_relaxed)) {
+          if (c.read(ns, lba++ % 256, 1, 4096, buf.data()).ok())
+            done.fetch_add(1, std::memory_order_relaxed);
+          else
+            failed.fetch_add(1, std::memory_order_relaxed);
+        }
+      });
+  }
+  void join() {
+    for (auto& t : threads) t.join();
+  }
+};
+
+}  // namespace
+
+TEST(Grants, ACommandNamingANamespaceWithoutAGrantFindsNoNamespace) {
+  controller_config cc;
+  cc.pollers = 1;
+  cc.io_budget_bytes = 1 << 20;
+  controller ctl(cc);
+  const uint32_t mine = ctl.add_namespace({test::pattern_memory(1 << 20, true, 1), 4096, false});
+  const uint32_t theirs = ctl.add_namespace({test::pattern_memory(1 << 20, true, 2), 4096, false});
+  const uint32_t read_only = ctl.add_namespace({test::pattern_memory(1 << 20, true, 3), 4096, false});
+  host_queue_client c(client_handle(ctl.create_queue_pair(
+      {16, 16, 4096}, {grants({{mine, access_grants::read | access_grants::write}, {read_only, access_grants::read}}), 7})));
+  std::vector<uint8_t> buf(4096, 0x5A), back(4096);
+  EXPECT_TRUE(c.write(mine, 1, 1, 4096, buf.data()).ok());
+  EXPECT_TRUE(c.read(mine, 1, 1, 4096, back.data()).ok());
+  EXPECT_EQ(back, buf);
+  // Another client's namespace does not exist for this one, whatever the command.
+  for (auto s : {c.read(theirs, 0, 1, 4096, back.data()), c.write(theirs, 0, 1, 4096, buf.data()), c.flush(theirs)}) {
+    EXPECT_EQ(s.code, client_code::nvme_error);
+    EXPECT_EQ(s.nvme, nvme::sc::invalid_namespace);
+  }
+  nvme::identify_namespace id{};
+  EXPECT_EQ(c.identify(theirs, id).nvme, nvme::sc::invalid_namespace);
+  // Nor does it learn its size: out-of-range reads of it say the same.
+  EXPECT_EQ(c.read(theirs, 1u << 30, 1, 4096, back.data()).nvme, nvme::sc::invalid_namespace);
+  // A read grant reads and does not write.
+  EXPECT_TRUE(c.read(read_only, 0, 1, 4096, back.data()).ok());
+  EXPECT_EQ(c.write(read_only, 0, 1, 4096, buf.data()).nvme, nvme::sc::write_to_read_only);
+  // Nothing of the other namespace changed, nothing leaked into our buffer.
+  host_queue_client all(ctl.create_queue_pair({16, 16, 4096}));  // the embedded client: every namespace
+  ASSERT_TRUE(all.read(theirs, 0, 1, 4096, back.data()).ok());
+  EXPECT_EQ(test::check_pattern(back.data(), 4096, 0, 2), -1);
+  const client_counters k = ctl.client_stats(7);
+  EXPECT_GE(k.errors, 6u);
+  EXPECT_GE(k.reads, 3u);
+}
+
+TEST(FairShare, TwoFloodingClientsGetTheStorageInProportionToTheirWeights) {
+  controller_config cc;
+  cc.pollers = 2;  // the shares hold across pollers: the budget is the controller's
+  cc.io_budget_bytes = 8 * 4096;
+  controller ctl(cc);
+  auto slow = make_fault_target(test::pattern_memory(1 << 20, false, 4));
+  slow->add_rule({fault_rule::delay, 0, UINT64_MAX, 0, 4'000'000, 0});  // every read: 4 ms
+  const uint32_t ns = ctl.add_namespace({slow, 4096, true});
+  ctl.set_client_share(1, {1.0, 0});
+  ctl.set_client_share(2, {3.0, 0});
+  // Each client floods through two queue pairs (one per poller).
+  std::vector<std::unique_ptr<host_queue_client>> qs;
+  for (uint32_t client : {1u, 2u})
+    for (int i = 0; i < 2; ++i)
+      qs.push_back(std::make_unique<host_queue_client>(
+          client_handle(ctl.create_queue_pair({64, 64, 4096}, {nullptr, client}))));
+  std::atomic<bool> stop{false};
+  flooder f[4];
+  for (int i = 0; i < 4; ++i) f[i].start(*qs[i], ns, 6, stop);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // settle
+  const uint64_t a0 = f[0].done + f[1].done, b0 = f[2].done + f[3].done;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const uint64_t a = f[0].done + f[1].done - a0, b = f[2].done + f[3].done - b0;
+  stop = true;
+  for (auto& x : f) x.join();
+  for (auto& x : f) EXPECT_EQ(x.failed.load(), 0u);
+  ASSERT_GT(a + b, 200u) << "too few reads to judge";
+  const double share_a = double(a) / double(a + b);
+  EXPECT_NEAR(share_a, 0.25, 0.1) << a << " reads against " << b;
+  EXPECT_GT(ctl.client_stats(1).throttled, 0u) << "the light-weight client waited for its share";
+  EXPECT_EQ(ctl.client_stats(1).in_flight_bytes + ctl.client_stats(2).in_flight_bytes, 0u) << "all settled";
+}
+
+TEST(FairShare, ARateCapHoldsAClientToItsBytesPerSecond) {
+  controller_config cc;
+  cc.pollers = 1;
+  cc.io_budget_bytes = 1 << 20;
+  controller ctl(cc);
+  const uint32_t ns = ctl.add_namespace({test::pattern_memory(1 << 20, false, 5), 4096, true});
+  const uint64_t rate = 2 << 20;  // 2 MiB/s: 512 reads of 4 KiB a second
+  ctl.set_client_share(3, {1.0, rate});
+  host_queue_client c(client_handle(ctl.create_queue_pair({64, 64, 4096}, {nullptr, 3})));
+  std::atomic<bool> stop{false};
+  flooder f;
+  f.start(c, ns, 4, stop);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const uint64_t n = f.done.load();
+  stop = true;
+  f.join();
+  const double bps = double(n) * 4096 / s;
+  // The first burst (50 ms of the rate, at least 64 KiB) comes on top.
+  EXPECT_LT(bps, 1.25 * double(rate)) << n << " reads in " << s << " s";
+  EXPECT_GT(bps, 0.6 * double(rate)) << n << " reads in " << s << " s";
+}
+
+TEST(FairShare, ALightClientsMissesAreNotStarvedByAFloodingNeighbour) {
+  controller_config cc;
+  cc.pollers = 1;
+  cc.io_budget_bytes = 16 * 4096;
+  controller ctl(cc);
+  auto slow = make_fault_target(test::pattern_memory(1 << 20, false, 6));
+  slow->add_rule({fault_rule::delay, 0, UINT64_MAX, 0, 2'000'000, 0});  // 2 ms
+  const uint32_t ns = ctl.add_namespace({slow, 4096, true});
+  host_queue_client light(client_handle(ctl.create_queue_pair({16, 16, 4096}, {nullptr, 1})));
+  host_queue_client heavy(client_handle(ctl.create_queue_pair({256, 256, 4096}, {nullptr, 2})));
+  auto sparse_reads = [&](int n) {
+    std::vector<uint8_t> buf(4096);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(light.read(ns, uint64_t(i * 13) % 256, 1, 4096, buf.data()).ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  sparse_reads(100);
+  const double alone = ctl.client_stats(1).latency_percentile_us(0.99);
+  std::atomic<bool> stop{false};
+  flooder f;
+  f.start(heavy, ns, 32, stop);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const client_counters before = ctl.client_stats(1);
+  sparse_reads(100);
+  client_counters after = ctl.client_stats(1);
+  stop = true;
+  f.join();
+  for (int i = 0; i < client_counters::latency_buckets; ++i) after.latency_us[i] -= before.latency_us[i];
+  const double loaded = after.latency_percentile_us(0.99);
+  EXPECT_GT(ctl.client_stats(2).throttled, 0u) << "the flood was held to its share";
+  EXPECT_GT(f.done.load(), 100u);
+  // Power-of-two buckets: "at most twice" is at most one bucket up.
+  EXPECT_LE(loaded, 2 * alone) << "p99 alone " << alone << " us, under load " << loaded << " us";
+}
+
+TEST(FairShare, TheArbiterForgetsClientsThatGoIdle) {
+  detail::share_arbiter arb(64 * 1024);
+  auto a = arb.account(1), b = arb.account(2);
+  arb.set_share(2, {3.0, 0});
+  arb.begin(*a);
+  EXPECT_TRUE(arb.try_admit(*a, 4096, 1));
+  arb.begin(*b);
+  EXPECT_EQ(arb.active_weight(), 4000u);
+  EXPECT_TRUE(arb.try_admit(*b, 4096, 1)) << "nothing in flight: always admitted";
+  // a may have 16 KiB (a quarter) in flight: 3 more of 4 KiB, not 4.
+  for (int i = 0; i < 3; ++i) {
+    arb.begin(*a);
+    EXPECT_TRUE(arb.try_admit(*a, 4096, 1));
+  }
+  arb.begin(*a);
+  EXPECT_FALSE(arb.try_admit(*a, 4096, 1));
+  arb.finish(*a, 0, false);  // given up (its queue went)
+  for (int i = 0; i < 4; ++i) arb.finish(*a, 4096, true);
+  arb.finish(*b, 4096, true);
+  EXPECT_EQ(arb.active_weight(), 0u);
+  EXPECT_EQ(a->in_flight.load(), 0u);
+  EXPECT_THROW(arb.set_share(1, {0.0, 0}), deepwell::error);
+}

@@ -12,6 +12,8 @@
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
+#include "deepwell/controller.hpp"
+#include "deepwell/server_link.hpp"
 
 __global__ void gather(deepwell::array_ref<float> feats, const uint64_t* idx, float* out, uint64_t n) {
   const uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -19,9 +21,22 @@ __global__ void gather(deepwell::array_ref<float> feats, const uint64_t* idx, fl
 }
 
 int main(int argc, char** argv) try {
-  const std::string path = argc > 1 ? argv[1] : "/var/tmp/deepwell-gather.bin";
+  // With DEEPWELL_SERVER set (docs/server.md), the data is a dataset that
+  // `deepwell serve` offers (argv[1]: its name, default "features", made by
+  // scripts/demo-data): this program gets queue pairs from the server
+  // instead of running a controller of its own. Otherwise it writes a file
+  // and serves it itself.
+  const std::string server = deepwell::server_from_env();
+  const std::string path = argc > 1 ? argv[1] : server.empty() ? "/var/tmp/deepwell-gather.bin" : "features";
   const uint64_t count = (argc > 2 ? std::stoull(argv[2]) : 256) << 20;  // floats in the file
-  {
+  std::shared_ptr<deepwell::controller_link> link;
+  uint32_t ns = 0;
+  std::shared_ptr<deepwell::controller> ctl;
+  if (!server.empty()) {
+    auto s = deepwell::server_link::connect(server, "gather");
+    ns = s->lookup(path);
+    link = s;
+  } else {
     FILE* f = std::fopen(path.c_str(), "wb");
     if (!f) throw deepwell::error("cannot create " + path);
     std::vector<float> chunk(1 << 20);
@@ -30,10 +45,11 @@ int main(int argc, char** argv) try {
       std::fwrite(chunk.data(), sizeof(float), chunk.size(), f);
     }
     std::fclose(f);
+    ctl = std::make_shared<deepwell::controller>();
+    ns = ctl->add_namespace({deepwell::open_file_target(path), 4096, true});
+    link = deepwell::in_process_link(ctl);
   }
-  deepwell::controller ctl;
-  const uint32_t ns = ctl.add_namespace({deepwell::open_file_target(path), 4096, true});
-  auto cache = deepwell::make_gpu_page_cache(ctl, {.page_size = 4096, .capacity_bytes = 256ull << 20});
+  auto cache = deepwell::make_gpu_page_cache(link, {.page_size = 4096, .capacity_bytes = 256ull << 20});
   deepwell::array<float> feats(cache, ns);
 
   const uint64_t n = 1 << 22, blocks = (n + 255) / 256;
@@ -55,13 +71,13 @@ int main(int argc, char** argv) try {
   uint64_t wrong = 0;
   for (uint64_t i = 0; i < n; ++i) wrong += out[i] != float(idx[i] % 16777216);
   const deepwell::cache_stats s = cache->stats();
-  std::printf("gathered %llu floats from a %.1f GiB file through a 256 MiB cache: %llu wrong; "
+  std::printf("gathered %llu floats from a %.1f GiB dataset through a 256 MiB cache: %llu wrong; "
               "hits %llu, misses %llu (hit rate %.3f), evictions %llu\n",
-              (unsigned long long)n, count * 4.0 / (1 << 30), (unsigned long long)wrong, (unsigned long long)s.hits,
+              (unsigned long long)n, feats.size() * 4.0 / (1 << 30), (unsigned long long)wrong, (unsigned long long)s.hits,
               (unsigned long long)s.misses, s.hit_rate(), (unsigned long long)s.evictions);
   cudaFree(d_idx);
   cudaFree(d_out);
-  unlink(path.c_str());
+  if (server.empty()) unlink(path.c_str());
   return wrong == 0 ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "gather: %s\n", e.what());

@@ -23,7 +23,7 @@ void on_signal(int) {
   if (running) running->stop();  // a write to a pipe: async-signal-safe
 }
 
-int serve(server_commands& s) {
+int run_serve(server_commands& s) {
   server::server_config cfg;
   try {
     cfg = server::load_config(s.config);
@@ -57,7 +57,7 @@ int serve(server_commands& s) {
   return server::exit_code::ok;
 }
 
-int stat(server_commands& s) {
+int run_stat(server_commands& s) {
   const std::string path = !s.socket.empty() ? s.socket : !server_from_env().empty() ? server_from_env()
                                                                                      : server::default_socket_path();
   try {
@@ -116,7 +116,7 @@ bool server_commands::parsed() const { return serve->parsed() || stat->parsed();
 
 int server_commands::run() {
 #if DEEPWELL_HAVE_SERVER
-  return serve->parsed() ? serve(*this) : stat(*this);
+  return serve->parsed() ? run_serve(*this) : run_stat(*this);
 #else
   std::fprintf(stderr, "deepwell: this build has no server (it needs toml++: apt install libtomlplusplus-dev)\n");
   return 1;

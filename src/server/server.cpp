@@ -247,7 +247,7 @@ void server::impl::drop(int fd, const char* why) {
     std::lock_guard<std::mutex> lock(mutex);
     departed[c->id] = ctl->client_stats(c->id);
   }
-  log_line("client " + std::to_string(c->id) + " (" + c->name + ", uid " + std::to_string(c->uid) + ", pid " +
+  log_line("client " + std::to_string(c->id) + " (" + (c->said_hello ? c->name : "no hello") + ", uid " + std::to_string(c->uid) + ", pid " +
            std::to_string(c->pid) + ") " + why + ": " + std::to_string(c->queues.size()) + " queue pair(s) reclaimed");
   close(fd);
 }
@@ -270,7 +270,10 @@ void server::impl::serve(client_state& c) {
     close(m.fd);
     m.fd = -1;
   }
-  ++c.requests;
+  {
+    std::lock_guard<std::mutex> lock(mutex);  // stats read the client's fields from other threads
+    ++c.requests;
+  }
   wire::message r;
   try {
     r = handle(c, m);
@@ -279,7 +282,10 @@ void server::impl::serve(client_state& c) {
     r.h.status = int32_t(wire::status::failed);
     r.text = e.what();
   }
-  if (r.h.status != 0) ++c.refused;
+  if (r.h.status != 0) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++c.refused;
+  }
   r.h.op = m.h.op;
   r.h.seq = m.h.seq;
   const int fd = r.fd;
@@ -322,9 +328,13 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
     case wire::op::hello: {
       if (c.said_hello) return refuse(wire::status::bad_request, "hello twice");
       c.said_hello = true;
-      c.name = m.text.substr(0, 128);
-      for (char& ch : c.name)
+      std::string name = m.text.substr(0, 128);
+      for (char& ch : name)
         if (ch < 32 || ch > 126) ch = '?';  // it goes into logs and metrics labels
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        c.name = std::move(name);
+      }
       uint32_t n = 0;
       for (const dataset_state& d : datasets) n += c.grants->of(d.nsid) != access_grants::none;
       log_line("client " + std::to_string(c.id) + " (" + c.name + ", uid " + std::to_string(c.uid) + ", pid " +

@@ -164,7 +164,7 @@ TEST(FairShare, ALightClientsMissesAreNotStarvedByAFloodingNeighbour) {
   const double alone = ctl.client_stats(1).latency_percentile_us(0.99);
   std::atomic<bool> stop{false};
   flooder f;
-  f.start(heavy, ns, 32, stop);
+  f.start(heavy, ns, 12, stop);  // more than its share (8 of 16 commands) while the light one is active
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const client_counters before = ctl.client_stats(1);
   sparse_reads(100);
@@ -175,8 +175,14 @@ TEST(FairShare, ALightClientsMissesAreNotStarvedByAFloodingNeighbour) {
   const double loaded = after.latency_percentile_us(0.99);
   EXPECT_GT(ctl.client_stats(2).throttled, 0u) << "the flood was held to its share";
   EXPECT_GT(f.done.load(), 100u);
-  // Power-of-two buckets: "at most twice" is at most one bucket up.
-  EXPECT_LE(loaded, 2 * alone) << "p99 alone " << alone << " us, under load " << loaded << " us";
+  // Power-of-two buckets: "at most twice" is at most one bucket up
+  // (ThreadSanitizer's slower poller: two).
+#if DEEPWELL_TSAN_BUILD
+  const double bound = 4;
+#else
+  const double bound = 2;
+#endif
+  EXPECT_LE(loaded, bound * alone) << "p99 alone " << alone << " us, under load " << loaded << " us";
 }
 
 TEST(FairShare, TheArbiterForgetsClientsThatGoIdle) {

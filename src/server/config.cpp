@@ -1,0 +1,365 @@
+// The server's configuration file (config.hpp says what it holds). Strict
+// on purpose: an unknown key is an error, because a misspelt grant or
+// limit that is silently ignored is a security bug; every message names
+// the file, the line and the key.
+#include "deepwell/server/config.hpp"
+
+#include <grp.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+namespace deepwell::server {
+
+namespace {
+
+// "FILE:LINE: KEY: problem".
+std::string where(const std::string& source, const toml::source_region& r, const std::string& key) {
+  std::string w = source;
+  if (r.begin.line) w += ":" + std::to_string(r.begin.line);
+  return w + ": " + key;
+}
+
+[[noreturn]] void fail(const std::string& source, const toml::node& n, const std::string& key, const std::string& why) {
+  throw config_error(where(source, n.source(), key) + ": " + why);
+}
+
+void check_keys(const std::string& source, const toml::table& t, const std::string& section,
+                const std::vector<std::string>& known) {
+  for (const auto& [k, v] : t) {
+    const std::string key(k.str());
+    bool ok = false;
+    for (const std::string& n : known) ok |= n == key;
+    if (ok) continue;
+    std::string list;
+    for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;
+    fail(source, v, section + "." + key, "unknown key (known: " + list + ")");
+  }
+}
+
+// Reads typed values of one table, naming "section.key" in errors.
+struct reader {
+  const std::string& source;
+  const toml::table& t;
+  std::string section;
+
+  const toml::node* get(const char* key) const { return t.get(key); }
+  std::string name(const char* key) const { return section + "." + key; }
+
+  std::optional<std::string> string(const char* key) const {
+    const toml::node* n = get(key);
+    if (!n) return std::nullopt;
+    if (!n->is_string()) fail(source, *n, name(key), "must be a string");
+    return std::string(n->as_string()->get());
+  }
+  std::optional<bool> boolean(const char* key) const {
+    const toml::node* n = get(key);
+    if (!n) return std::nullopt;
+    if (!n->is_boolean()) fail(source, *n, name(key), "must be true or false");
+    return n->as_boolean()->get();
+  }
+  std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) const {
+    const toml::node* n = get(key);
+    if (!n) return std::nullopt;
+    if (!n->is_integer()) fail(source, *n, name(key), "must be an integer");
+    const int64_t v = n->as_integer()->get();
+    if (v < lo || v > hi)
+      fail(source, *n, name(key), std::to_string(v) + " is out of range (" + std::to_string(lo) + " to " +
+                                      std::to_string(hi) + ")");
+    return v;
+  }
+  std::optional<double> number(const char* key) const {
+    const toml::node* n = get(key);
+    if (!n) return std::nullopt;
+    if (n->is_integer()) return double(n->as_integer()->get());
+    if (n->is_floating_point()) return n->as_floating_point()->get();
+    fail(source, *n, name(key), "must be a number");
+  }
+  // An integer, or a string with a unit ("4GiB").
+  std::optional<uint64_t> bytes(const char* key) const {
+    const toml::node* n = get(key);
+    if (!n) return std::nullopt;
+    const std::string w = where(source, n->source(), name(key));
+    if (n->is_integer()) {
+      const int64_t v = n->as_integer()->get();
+      if (v < 0) throw config_error(w + ": " + std::to_string(v) + " is negative");
+      return uint64_t(v);
+    }
+    if (n->is_string()) return parse_bytes(n->as_string()->get(), w);
+    throw config_error(w + ": must be a size (an integer, or a string such as \"512MiB\")");
+  }
+};
+
+uint32_t uid_of(const std::string& user, const std::string& w) {
+  std::vector<char> buf(16384);
+  passwd pw{}, *out = nullptr;
+  if (getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &out) != 0 || !out)
+    throw config_error(w + ": no user '" + user + "' on this machine");
+  return out->pw_uid;
+}
+
+uint32_t gid_of(const std::string& group, const std::string& w) {
+  std::vector<char> buf(65536);
+  struct group gr{}, *out = nullptr;
+  if (getgrnam_r(group.c_str(), &gr, buf.data(), buf.size(), &out) != 0 || !out)
+    throw config_error(w + ": no group '" + group + "' on this machine");
+  return out->gr_gid;
+}
+
+// Exactly one of uid, gid, user, group, everyone.
+principal read_principal(const reader& r, const toml::table& t) {
+  principal p;
+  int n = 0;
+  const std::string w = where(r.source, t.source(), r.section);
+  if (auto v = r.integer("uid", 0, UINT32_MAX)) p.uid = uint32_t(*v), ++n;
+  if (auto v = r.integer("gid", 0, UINT32_MAX)) p.gid = uint32_t(*v), ++n;
+  if (auto v = r.string("user")) p.uid = uid_of(*v, where(r.source, r.get("user")->source(), r.name("user"))), ++n;
+  if (auto v = r.string("group")) p.gid = gid_of(*v, where(r.source, r.get("group")->source(), r.name("group"))), ++n;
+  if (auto v = r.boolean("everyone")) {
+    if (!*v) throw config_error(w + ": everyone = false grants nothing: leave it out");
+    p.everyone = true;
+    ++n;
+  }
+  if (n != 1)
+    throw config_error(w + ": needs exactly one of uid, gid, user, group or everyone = true (has " +
+                       std::to_string(n) + ")");
+  return p;
+}
+
+bool valid_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) return false;
+  return true;
+}
+
+// The [[name]] array of tables (absent: empty).
+const toml::array* tables(const std::string& source, const toml::table& root, const char* name) {
+  const toml::node* n = root.get(name);
+  if (!n) return nullptr;
+  const toml::array* a = n->as_array();
+  if (!a || !a->is_array_of_tables()) fail(source, *n, name, std::string("must be [[") + name + "]] sections");
+  return a;
+}
+
+}  // namespace
+
+bool principal::matches(uint32_t peer_uid, const std::vector<uint32_t>& peer_gids) const {
+  if (everyone) return true;
+  if (uid) return *uid == peer_uid;
+  if (gid)
+    for (uint32_t g : peer_gids)
+      if (g == *gid) return true;
+  return false;
+}
+
+std::string principal::describe() const {
+  if (everyone) return "everyone";
+  if (uid) return "uid " + std::to_string(*uid);
+  if (gid) return "gid " + std::to_string(*gid);
+  return "nobody";
+}
+
+const dataset_config* server_config::find(std::string_view name) const {
+  for (const dataset_config& d : datasets)
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+std::string default_socket_path() {
+  const char* run = std::getenv("XDG_RUNTIME_DIR");
+  if (run && *run) return std::string(run) + "/deepwell.sock";
+  return "/tmp/deepwell-" + std::to_string(getuid()) + ".sock";
+}
+
+uint64_t parse_bytes(std::string_view text, const std::string& w) {
+  const std::string s(text);
+  auto bad = [&]() -> config_error {
+    return config_error(w + ": '" + s + "' is not a size (examples: 4096, 512MiB, 2GiB)");
+  };
+  if (s.empty() || s[0] == '-' || s[0] == '+' || std::isspace(static_cast<unsigned char>(s[0]))) throw bad();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || errno == ERANGE || !std::isfinite(v) || v < 0) throw bad();
+  std::string unit(end);
+  if (!unit.empty() && unit[0] == ' ') unit.erase(0, 1);
+  double mul = 1;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "K" || unit == "k" || unit == "KiB" || unit == "kiB") mul = 1024.0;
+  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB") mul = 1024.0 * 1024 * 1024 * 1024;
+  else throw bad();
+  const bool whole = std::floor(v) == v;
+  if (unit.empty() && !whole) throw bad();  // fractions of a byte
+  const double b = v * mul;
+  if (b > 9.2e18) throw bad();
+  return uint64_t(std::llround(b));
+}
+
+server_config parse_config(std::string_view text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw config_error(source + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+  }
+  server_config cfg;
+  cfg.source = source;
+  cfg.socket_path = default_socket_path();
+  for (const auto& [k, v] : root) {
+    const std::string key(k.str());
+    if (key != "server" && key != "dataset" && key != "grant" && key != "share")
+      fail(source, v, key, "unknown section (known: [server], [[dataset]], [[grant]], [[share]])");
+  }
+
+  if (const toml::node* n = root.get("server")) {
+    const toml::table* t = n->as_table();
+    if (!t) fail(source, *n, "server", "must be a [server] section");
+    check_keys(source, *t, "server", {"socket", "metrics", "pollers", "io_budget", "max_queue_pairs", "max_staging"});
+    const reader r{source, *t, "server"};
+    if (auto v = r.string("socket")) {
+      if (v->empty() || (*v)[0] != '/') fail(source, *t->get("socket"), "server.socket", "must be an absolute path");
+      cfg.socket_path = *v;
+    }
+    if (auto v = r.string("metrics")) {
+      const size_t c = v->rfind(':');
+      bool ok = c != std::string::npos && c > 0 && c + 1 < v->size();
+      if (ok) {
+        const std::string port = v->substr(c + 1);
+        ok = port.find_first_not_of("0123456789") == std::string::npos && port.size() <= 5 && std::stoi(port) >= 0 &&
+             std::stoi(port) <= 65535;
+      }
+      if (!ok) fail(source, *t->get("metrics"), "server.metrics", "'" + *v + "' is not HOST:PORT (port 0 to 65535; 0: any free port)");
+      cfg.metrics = *v;
+    }
+    if (auto v = r.integer("pollers", 1, 64)) cfg.pollers = uint32_t(*v);
+    if (auto v = r.bytes("io_budget")) {
+      if (*v < 4096) fail(source, *t->get("io_budget"), "server.io_budget", "must be at least 4096 bytes");
+      cfg.io_budget_bytes = *v;
+    }
+    if (auto v = r.integer("max_queue_pairs", 1, 65536)) cfg.max_queue_pairs = uint32_t(*v);
+    if (auto v = r.bytes("max_staging")) {
+      if (*v < (1u << 20)) fail(source, *t->get("max_staging"), "server.max_staging", "must be at least 1 MiB");
+      cfg.max_staging_bytes = *v;
+    }
+  }
+
+  if (const toml::array* a = tables(source, root, "dataset")) {
+    int i = 0;
+    for (const toml::node& n : *a) {
+      const toml::table& t = *n.as_table();
+      const std::string sec = "dataset[" + std::to_string(++i) + "]";
+      check_keys(source, t, sec,
+                 {"name", "file", "device", "memory", "writable", "block_size", "direct", "offset", "length"});
+      const reader r{source, t, sec};
+      dataset_config d;
+      d.line = int(t.source().begin.line);
+      const auto name = r.string("name");
+      if (!name) throw config_error(where(source, t.source(), sec) + ": needs a name");
+      if (!valid_name(*name))
+        fail(source, *t.get("name"), sec + ".name", "'" + *name + "': 1 to 64 letters, digits, '-', '_' or '.'");
+      if (cfg.find(*name)) fail(source, *t.get("name"), sec + ".name", "'" + *name + "' is already a dataset's name");
+      d.name = *name;
+      const auto file = r.string("file");
+      const auto device = r.string("device");
+      const auto memory = r.bytes("memory");
+      const int kinds = int(bool(file)) + int(bool(device)) + int(bool(memory));
+      if (kinds != 1)
+        throw config_error(where(source, t.source(), sec) + ": needs exactly one of file, device or memory (has " +
+                           std::to_string(kinds) + ")");
+      if (file) {
+        if (file->empty()) fail(source, *t.get("file"), sec + ".file", "is empty");
+        d.kind = dataset_config::kind_t::file;
+        d.path = *file;
+      } else if (device) {
+        if (device->empty()) fail(source, *t.get("device"), sec + ".device", "is empty");
+        d.kind = dataset_config::kind_t::device;
+        d.path = *device;
+      } else {
+        if (*memory == 0) fail(source, *t.get("memory"), sec + ".memory", "must be more than 0 bytes");
+        d.kind = dataset_config::kind_t::memory;
+        d.memory_bytes = *memory;
+        for (const char* k : {"direct", "offset", "length"})
+          if (t.get(k)) fail(source, *t.get(k), sec + "." + k, "does not apply to a memory dataset");
+      }
+      d.writable = r.boolean("writable").value_or(false);
+      if (auto v = r.integer("block_size", 512, 65536)) {
+        if (*v & (*v - 1)) fail(source, *t.get("block_size"), sec + ".block_size", std::to_string(*v) + " is not a power of two");
+        d.block_size = uint32_t(*v);
+      }
+      d.direct = r.boolean("direct").value_or(false);
+      d.offset = r.bytes("offset").value_or(0);
+      d.length = r.bytes("length").value_or(0);
+      cfg.datasets.push_back(std::move(d));
+    }
+  }
+  if (cfg.datasets.empty()) throw config_error(source + ": dataset: no datasets ([[dataset]] sections)");
+
+  if (const toml::array* a = tables(source, root, "grant")) {
+    int i = 0;
+    for (const toml::node& n : *a) {
+      const toml::table& t = *n.as_table();
+      const std::string sec = "grant[" + std::to_string(++i) + "]";
+      check_keys(source, t, sec, {"dataset", "uid", "gid", "user", "group", "everyone", "access"});
+      const reader r{source, t, sec};
+      grant_config g;
+      g.line = int(t.source().begin.line);
+      const auto ds = r.string("dataset");
+      if (!ds) throw config_error(where(source, t.source(), sec) + ": needs a dataset (a name, or \"*\")");
+      const dataset_config* d = *ds == "*" ? nullptr : cfg.find(*ds);
+      if (*ds != "*" && !d) fail(source, *t.get("dataset"), sec + ".dataset", "no dataset named '" + *ds + "'");
+      g.dataset = *ds;
+      g.who = read_principal(r, t);
+      const std::string access = r.string("access").value_or("read");
+      if (access == "read-write")
+        g.write = true;
+      else if (access != "read")
+        fail(source, *t.get("access"), sec + ".access", "'" + access + "' is neither \"read\" nor \"read-write\"");
+      if (g.write && d && !d->writable)
+        fail(source, *t.get("access"), sec + ".access", "read-write on dataset '" + d->name + "', which is not writable");
+      cfg.grants.push_back(std::move(g));
+    }
+  }
+
+  if (const toml::array* a = tables(source, root, "share")) {
+    int i = 0;
+    for (const toml::node& n : *a) {
+      const toml::table& t = *n.as_table();
+      const std::string sec = "share[" + std::to_string(++i) + "]";
+      check_keys(source, t, sec, {"uid", "gid", "user", "group", "everyone", "weight", "rate"});
+      const reader r{source, t, sec};
+      share_config s;
+      s.line = int(t.source().begin.line);
+      s.who = read_principal(r, t);
+      if (auto w = r.number("weight")) {
+        if (!(*w > 0) || *w > 1e6) fail(source, *t.get("weight"), sec + ".weight", "must be above 0 and at most 1e6");
+        s.weight = *w;
+      }
+      s.rate_bytes = r.bytes("rate").value_or(0);
+      cfg.shares.push_back(std::move(s));
+    }
+  }
+  return cfg;
+}
+
+server_config load_config(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw config_error(path + ": cannot read: " + std::strerror(errno));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) throw config_error(path + ": cannot read: " + std::strerror(errno));
+  return parse_config(ss.str(), path);
+}
+
+}  // namespace deepwell::server

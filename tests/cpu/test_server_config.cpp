@@ -1,0 +1,184 @@
+// The server's configuration: a whole file read back, defaults, and every
+// kind of mistake refused with the file, the line and the key.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "deepwell/server/config.hpp"
+#include "env_guard.hpp"
+
+using namespace deepwell::server;
+
+namespace {
+
+// The message of the config_error that parsing `text` throws ("" if none).
+std::string error_of(const std::string& text) {
+  try {
+    parse_config(text, "bad.toml");
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const std::string one_dataset = "[[dataset]]\nname = \"d\"\nfile = \"/data/d.bin\"\n";
+
+}  // namespace
+
+TEST(ServerConfig, AWholeFileReadsBack) {
+  const server_config c = parse_config(R"(
+[server]
+socket = "/run/dw.sock"
+metrics = "127.0.0.1:9464"
+pollers = 3
+io_budget = "8MiB"
+max_queue_pairs = 32
+max_staging = "1GiB"
+
+[[dataset]]
+name = "features"
+file = "/data/features.bin"
+block_size = 512
+direct = true
+offset = "4KiB"
+length = 1048576
+
+[[dataset]]
+name = "disk"
+device = "/dev/nvme0n1"
+writable = true
+
+[[dataset]]
+name = "scratch"
+memory = "1.5GiB"
+writable = true
+
+[[grant]]
+dataset = "features"
+user = "root"
+
+[[grant]]
+dataset = "*"
+gid = 100
+access = "read-write"
+
+[[share]]
+uid = 1000
+weight = 2.5
+rate = "500MiB"
+)",
+                                       "full.toml");
+  EXPECT_EQ(c.source, "full.toml");
+  EXPECT_EQ(c.socket_path, "/run/dw.sock");
+  EXPECT_EQ(c.metrics, "127.0.0.1:9464");
+  EXPECT_EQ(c.pollers, 3u);
+  EXPECT_EQ(c.io_budget_bytes, 8u << 20);
+  EXPECT_EQ(c.max_queue_pairs, 32u);
+  EXPECT_EQ(c.max_staging_bytes, 1u << 30);
+  ASSERT_EQ(c.datasets.size(), 3u);
+  const dataset_config& f = c.datasets[0];
+  EXPECT_EQ(f.kind, dataset_config::kind_t::file);
+  EXPECT_EQ(f.path, "/data/features.bin");
+  EXPECT_EQ(f.block_size, 512u);
+  EXPECT_TRUE(f.direct);
+  EXPECT_FALSE(f.writable);
+  EXPECT_EQ(f.offset, 4096u);
+  EXPECT_EQ(f.length, 1u << 20);
+  EXPECT_EQ(f.line, 10);
+  EXPECT_EQ(c.datasets[1].kind, dataset_config::kind_t::device);
+  EXPECT_TRUE(c.datasets[1].writable);
+  EXPECT_EQ(c.datasets[2].kind, dataset_config::kind_t::memory);
+  EXPECT_EQ(c.datasets[2].memory_bytes, 3ull << 29);
+  EXPECT_EQ(c.find("scratch"), &c.datasets[2]);
+  EXPECT_EQ(c.find("nope"), nullptr);
+  ASSERT_EQ(c.grants.size(), 2u);
+  EXPECT_EQ(c.grants[0].who.uid, 0u) << "user root";
+  EXPECT_FALSE(c.grants[0].write);
+  EXPECT_EQ(c.grants[1].dataset, "*");
+  EXPECT_EQ(c.grants[1].who.gid, 100u);
+  EXPECT_TRUE(c.grants[1].write);
+  ASSERT_EQ(c.shares.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.shares[0].weight, 2.5);
+  EXPECT_EQ(c.shares[0].rate_bytes, 500ull << 20);
+}
+
+TEST(ServerConfig, DefaultsAndTheSocketFromTheRuntimeDirectory) {
+  deepwell::test::env_var_guard g("XDG_RUNTIME_DIR", "/run/user/77");
+  const server_config c = parse_config(one_dataset);
+  EXPECT_EQ(c.socket_path, "/run/user/77/deepwell.sock");
+  EXPECT_EQ(c.pollers, 2u);
+  EXPECT_TRUE(c.metrics.empty());
+  EXPECT_EQ(c.datasets[0].block_size, 4096u);
+  EXPECT_TRUE(c.grants.empty()) << "no grants: nobody may read anything";
+  unsetenv("XDG_RUNTIME_DIR");
+  EXPECT_EQ(default_socket_path(), "/tmp/deepwell-" + std::to_string(getuid()) + ".sock");
+}
+
+TEST(ServerConfig, MistakesNameTheFileTheLineAndTheKey) {
+  struct bad {
+    std::string text, expect;
+  } cases[] = {
+      {one_dataset + "writeable = true\n", "bad.toml:4: dataset[1].writeable: unknown key"},
+      {"[server]\npollers = \"two\"\n" + one_dataset, "bad.toml:2: server.pollers: must be an integer"},
+      {"[server]\npollers = 0\n" + one_dataset, "server.pollers: 0 is out of range"},
+      {one_dataset + "block_size = 3000\n", "bad.toml:4: dataset[1].block_size: 3000 is not a power of two"},
+      {one_dataset + one_dataset, "bad.toml:5: dataset[2].name: 'd' is already a dataset's name"},
+      {one_dataset + "memory = \"1GiB\"\n", "bad.toml:1: dataset[1]: needs exactly one of file, device or memory"},
+      {"[[dataset]]\nname = \"m\"\nmemory = \"1G\"\ndirect = true\n", "dataset[1].direct: does not apply"},
+      {one_dataset + "[[grant]]\ndataset = \"e\"\nuid = 1\n", "bad.toml:5: grant[1].dataset: no dataset named 'e'"},
+      {one_dataset + "[[grant]]\ndataset = \"d\"\nuid = 1\ngid = 2\n", "grant[1]: needs exactly one of uid"},
+      {one_dataset + "[[grant]]\ndataset = \"d\"\nuid = 1\naccess = \"read-write\"\n",
+       "bad.toml:7: grant[1].access: read-write on dataset 'd', which is not writable"},
+      {one_dataset + "[[grant]]\ndataset = \"d\"\nuser = \"no-such-user-deepwell\"\n",
+       "grant[1].user: no user 'no-such-user-deepwell'"},
+      {"[server]\nio_budget = \"lots\"\n" + one_dataset, "bad.toml:2: server.io_budget: 'lots' is not a size"},
+      {"[server]\nmetrics = \"9464\"\n" + one_dataset, "server.metrics: '9464' is not HOST:PORT"},
+      {"[server]\nsocket = \"rel.sock\"\n" + one_dataset, "server.socket: must be an absolute path"},
+      {one_dataset + "[[share]]\neveryone = true\nweight = 0\n", "share[1].weight: must be above 0"},
+      {one_dataset + "[servers]\n", "servers: unknown section"},
+      {"[server]\npollers = = 2\n", "bad.toml:2: "},
+      {"[server]\n", "bad.toml: dataset: no datasets"},
+  };
+  for (const bad& b : cases) {
+    const std::string e = error_of(b.text);
+    EXPECT_NE(e.find(b.expect), std::string::npos) << "config:\n" << b.text << "\nerror: " << e;
+  }
+}
+
+TEST(ServerConfig, SizesTakeUnits) {
+  EXPECT_EQ(parse_bytes("4096", "x"), 4096u);
+  EXPECT_EQ(parse_bytes("4K", "x"), 4096u);
+  EXPECT_EQ(parse_bytes("4k", "x"), 4096u);
+  EXPECT_EQ(parse_bytes("512 MiB", "x"), 512u << 20);
+  EXPECT_EQ(parse_bytes("1.5GiB", "x"), 3ull << 29);
+  EXPECT_EQ(parse_bytes("2T", "x"), 2ull << 40);
+  for (const char* junk : {"", "-1", "1.5", "12 parsecs", "GiB", "1e30GiB", " 4"})
+    EXPECT_THROW(parse_bytes(junk, "x"), config_error) << junk;
+}
+
+TEST(ServerConfig, AMissingFileIsAConfigError) {
+  try {
+    load_config("/nonexistent/deepwell.toml");
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/deepwell.toml: cannot read"), std::string::npos);
+  }
+}
+
+TEST(ServerConfig, PrincipalsMatchByUidGroupOrEveryone) {
+  principal u;
+  u.uid = 1000;
+  principal g;
+  g.gid = 27;
+  principal all;
+  all.everyone = true;
+  EXPECT_TRUE(u.matches(1000, {100}));
+  EXPECT_FALSE(u.matches(1001, {1000}));
+  EXPECT_TRUE(g.matches(5, {100, 27}));
+  EXPECT_FALSE(g.matches(27, {100}));
+  EXPECT_TRUE(all.matches(12345, {}));
+  EXPECT_EQ(u.describe(), "uid 1000");
+  EXPECT_EQ(all.describe(), "everyone");
+}

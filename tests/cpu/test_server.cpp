@@ -8,6 +8,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -121,6 +124,46 @@ wire::message raw_call(int s, wire::op o, uint32_t a = 0, uint32_t b = 0, uint32
   wire::message r;
   if (!wire::send_message(s, std::move(m)) || !wire::receive_message(s, r)) r.h.status = -1;
   return r;
+}
+
+// Everything a client can do wrong, on the socket and in its queues, until
+// `stop`: commands of random bytes, or plausible ones naming other
+// namespaces, huge LBAs, other staging, reused command ids; doorbells in
+// range, out of range and backwards; queue pairs opened and dropped.
+void hostile_client(const std::string& sock, const std::atomic<bool>& stop, std::atomic<uint64_t>& hostile_rounds,
+                    uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  while (!stop.load()) {
+    auto link = server_link::connect(sock, "hostile");
+    std::vector<std::unique_ptr<queue_pair_handle>> qps;
+    for (int i = 0; i < 4; ++i) qps.push_back(link->open_queue_pair({16, 16, 4096}));
+    for (int round = 0; round < 200 && !stop.load(); ++round) {
+      queue_pair_handle& q = *qps[rng() % qps.size()];
+      const qp_header* h = q.header();
+      auto* base = static_cast<uint8_t*>(q.base());
+      auto* sq = reinterpret_cast<nvme::command*>(base + h->sq_offset);
+      // Commands: random bytes, or plausible ones naming other
+      // namespaces, huge LBAs, other staging, reused command ids.
+      for (uint32_t i = 0; i < 16; ++i) {
+        nvme::command c{};
+        if (rng() % 3 == 0) {
+          auto* w = reinterpret_cast<uint64_t*>(&c);
+          for (size_t k = 0; k < sizeof c / 8; ++k) w[k] = rng();
+        } else {
+          c = rng() % 2 ? nvme::make_read(uint32_t(rng() % 5), rng() % 2 ? rng() : rng() % 2048, 1, (rng() % 32) * 4096)
+                        : nvme::make_write(uint32_t(rng() % 5), rng() % 512, 1, (rng() % 32) * 4096);
+          c.cid = uint16_t(rng() % 4);
+        }
+        std::memcpy(static_cast<void*>(sq + i), &c, sizeof c);
+      }
+      // Doorbells: in range, out of range, backwards.
+      auto* db = const_cast<uint32_t*>(&h->sq_tail_doorbell);
+      shared_store_release(db, uint32_t(rng() % 8 == 0 ? rng() : rng() % 16));
+      shared_store_release(const_cast<uint32_t*>(&h->cq_head_doorbell), uint32_t(rng() % 16));
+      if (rng() % 16 == 0) qps[rng() % qps.size()] = link->open_queue_pair({16, 16, 4096});
+    }
+    hostile_rounds.fetch_add(1);
+  }
 }
 
 }  // namespace
@@ -268,40 +311,7 @@ TEST_F(ServerTest, PerClientLimitsAndMalformedRequestsAreRefusedWithAReason) {
 TEST_F(ServerTest, AHostileClientCannotHurtTheServerOrAnHonestClient) {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> hostile_rounds{0};
-  std::thread hostile([&] {
-    std::mt19937_64 rng(99);
-    while (!stop.load()) {
-      auto link = server_link::connect(sock, "hostile");
-      std::vector<std::unique_ptr<queue_pair_handle>> qps;
-      for (int i = 0; i < 4; ++i) qps.push_back(link->open_queue_pair({16, 16, 4096}));
-      for (int round = 0; round < 200 && !stop.load(); ++round) {
-        queue_pair_handle& q = *qps[rng() % qps.size()];
-        const qp_header* h = q.header();
-        auto* base = static_cast<uint8_t*>(q.base());
-        auto* sq = reinterpret_cast<nvme::command*>(base + h->sq_offset);
-        // Commands: random bytes, or plausible ones naming other
-        // namespaces, huge LBAs, other staging, reused command ids.
-        for (uint32_t i = 0; i < 16; ++i) {
-          nvme::command c{};
-          if (rng() % 3 == 0) {
-            auto* w = reinterpret_cast<uint64_t*>(&c);
-            for (size_t k = 0; k < sizeof c / 8; ++k) w[k] = rng();
-          } else {
-            c = rng() % 2 ? nvme::make_read(uint32_t(rng() % 5), rng() % 2 ? rng() : rng() % 2048, 1, (rng() % 32) * 4096)
-                          : nvme::make_write(uint32_t(rng() % 5), rng() % 512, 1, (rng() % 32) * 4096);
-            c.cid = uint16_t(rng() % 4);
-          }
-          std::memcpy(static_cast<void*>(sq + i), &c, sizeof c);
-        }
-        // Doorbells: in range, out of range, backwards.
-        auto* db = const_cast<uint32_t*>(&h->sq_tail_doorbell);
-        shared_store_release(db, uint32_t(rng() % 8 == 0 ? rng() : rng() % 16));
-        shared_store_release(const_cast<uint32_t*>(&h->cq_head_doorbell), uint32_t(rng() % 16));
-        if (rng() % 16 == 0) qps[rng() % qps.size()] = link->open_queue_pair({16, 16, 4096});
-      }
-      hostile_rounds.fetch_add(1);
-    }
-  });
+  std::thread hostile([&] { hostile_client(sock, stop, hostile_rounds, 99); });
   // Whatever fails below, the hostile thread is stopped and joined.
   struct joiner {
     std::atomic<bool>& stop;
@@ -411,5 +421,72 @@ TEST(ServerStart, ASocketPathInUseOrNotASocketIsOneClearError) {
   } catch (const error& e) {
     EXPECT_NE(std::string(e.what()).find("start.toml:"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("/nonexistent/deepwell/file"), std::string::npos) << e.what();
+  }
+}
+
+// The hostile client of the next test, in a process of its own: the test
+// binary runs itself with this test selected and the socket in the
+// environment. Alone, it has nothing to do.
+TEST(ServerHostileChild, Run) {
+  const char* sock = std::getenv("DEEPWELL_TEST_HOSTILE_SOCKET");
+  if (!sock) GTEST_SKIP() << "the hostile process of ServerTest.AHostileProcessIsKilledAndReclaimed";
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> rounds{0};
+  hostile_client(sock, stop, rounds, 7);  // until it is killed
+}
+
+extern char** environ;
+
+TEST_F(ServerTest, AHostileProcessIsKilledAndReclaimedWhileAnHonestOneReads) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.push_back(*e);
+  env_strings.push_back("DEEPWELL_TEST_HOSTILE_SOCKET=" + sock);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe", filter = "--gtest_filter=ServerHostileChild.Run";
+  char* argv[] = {self.data(), filter.data(), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()), 0);
+  struct reaper {
+    pid_t pid;
+    ~reaper() {
+      if (pid <= 0) return;  // never kill(-1): that is every process we may signal
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{pid};
+  auto link = server_link::connect(sock, "honest");
+  ASSERT_TRUE(eventually([&] { return srv->client_count() == 2; })) << "the hostile process connected";
+  array<uint64_t> a(make_host_page_cache(link, cache_cfg(32)), link->lookup("data"));
+  std::mt19937_64 rng(6);
+  const uint64_t words = a.size();
+  uint64_t reads = 0;
+  const auto end = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < end) {
+    const uint64_t i = words / 2 + rng() % (words / 2);  // the hostile writes go to the first half
+    request_status s;
+    ASSERT_EQ(a.ref().try_read(i, &s), test::pattern_word(i * 8, 11)) << "word " << i;
+    ASSERT_TRUE(s.ok()) << describe(s);
+    if (++reads % 64 == 0) ASSERT_TRUE(a.cache().clear().ok());
+  }
+  // Killed mid-flood: its connection closes and its queues go, with
+  // commands perhaps in flight.
+  kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  reap.pid = 0;  // reaped
+  EXPECT_TRUE(WIFSIGNALED(status)) << "the hostile process ran until killed";
+  EXPECT_TRUE(eventually([&] { return srv->client_count() == 1; }));
+  const auto stats = nlohmann::json::parse(link->stats());
+  EXPECT_TRUE(eventually([&] {
+    return srv->ctl().queue_pair_count() == stats["clients"][0]["queue_pairs"].get<uint32_t>();
+  })) << srv->ctl().dump();
+  EXPECT_GT(reads, 500u);
+  const std::vector<uint64_t> secret_words = test::file_words(secret.path(), secret_bytes);
+  for (uint64_t i = 0; i < secret_words.size(); ++i) ASSERT_EQ(secret_words[i], test::pattern_word(i * 8, 12));
+  for (uint64_t i = 0; i < 1000; ++i) {
+    const uint64_t w = words / 2 + rng() % (words / 2);
+    ASSERT_EQ(a.ref()[w], test::pattern_word(w * 8, 11));
   }
 }

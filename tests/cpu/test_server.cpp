@@ -309,6 +309,13 @@ TEST_F(ServerTest, PerClientLimitsAndMalformedRequestsAreRefusedWithAReason) {
 // honest one sees no error, the server stays up, no dataset changes
 // outside the hostile client's grants.
 TEST_F(ServerTest, AHostileClientCannotHurtTheServerOrAnHonestClient) {
+#ifdef DEEPWELL_TSAN_BUILD
+  // The hostile thread rewrites submission entries while the poller copies
+  // them: a race by design (the controller copies once and checks the
+  // copy), which ThreadSanitizer rightly reports within one process. The
+  // hostile process of the next test does the same where it cannot see it.
+  GTEST_SKIP() << "a deliberate data race with the poller; covered by AHostileProcessIsKilledAndReclaimed...";
+#endif
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> hostile_rounds{0};
   std::thread hostile([&] { hostile_client(sock, stop, hostile_rounds, 99); });

@@ -29,6 +29,7 @@
 
 #include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
+#include "deepwell/host_tier.hpp"
 #include "deepwell/shared_region.hpp"
 #include "deepwell/wire.hpp"
 #include "metrics_http.hpp"
@@ -77,6 +78,7 @@ struct server::impl {
   server_config cfg;
   std::vector<dataset_state> datasets;
   std::unique_ptr<controller> ctl;
+  std::shared_ptr<host_tier> tier;  // the shared host-memory tier (host_cache), if any
   int listen_fd = -1;
   int wake[2] = {-1, -1};
   std::atomic<bool> stopping{false};
@@ -109,6 +111,7 @@ void server::impl::open_datasets() {
   cc.pollers = cfg.pollers;
   cc.io_budget_bytes = cfg.io_budget_bytes;
   ctl = std::make_unique<controller>(cc);
+  if (cfg.host_cache_bytes) tier = host_tier::make(cfg.host_cache_bytes, 4096);
   for (const dataset_config& d : cfg.datasets) {
     dataset_state s;
     s.cfg = &d;
@@ -124,6 +127,7 @@ void server::impl::open_datasets() {
         fo.offset = d.offset;
         fo.length = d.length;
         s.data = open_file_target(d.path, fo);
+        if (tier) s.data = tier->wrap(s.data);
         s.real = real_path(d.path);
       }
       s.nsid = ctl->add_namespace({s.data, d.block_size, !d.writable});
@@ -494,6 +498,17 @@ std::string server::impl::stats_json() const {
                  {"bytes_read", t.bytes_read},
                  {"bytes_written", t.bytes_written},
                  {"errors", t.errors}};
+  if (tier) {
+    const host_tier_stats h = tier->stats();
+    const uint64_t n = h.hits + h.misses;
+    j["host_tier"] = {{"bytes", h.capacity_pages * tier->page_bytes()},
+                      {"resident_pages", h.resident_pages},
+                      {"hits", h.hits},
+                      {"misses", h.misses},
+                      {"hit_rate", n ? double(h.hits) / double(n) : 0.0},
+                      {"evictions", h.evictions},
+                      {"invalidations", h.invalidations}};
+  }
   j["datasets"] = nlohmann::json::array();
   for (const dataset_state& d : datasets)
     j["datasets"].push_back({{"nsid", d.nsid},
@@ -544,6 +559,15 @@ std::string server::impl::prometheus() const {
   o += "deepwell_errors_total " + std::to_string(t.errors) + "\n";
   metric("deepwell_queue_pairs", "gauge", "Queue pairs being served.");
   o += "deepwell_queue_pairs " + std::to_string(ctl->queue_pair_count()) + "\n";
+  if (tier) {
+    const host_tier_stats h = tier->stats();
+    metric("deepwell_host_tier_hits_total", "counter", "Requests served from the shared host-memory tier.");
+    o += "deepwell_host_tier_hits_total " + std::to_string(h.hits) + "\n";
+    metric("deepwell_host_tier_misses_total", "counter", "Requests the host-memory tier sent to storage.");
+    o += "deepwell_host_tier_misses_total " + std::to_string(h.misses) + "\n";
+    metric("deepwell_host_tier_resident_pages", "gauge", "Pages in the host-memory tier.");
+    o += "deepwell_host_tier_resident_pages " + std::to_string(h.resident_pages) + "\n";
+  }
   metric("deepwell_dataset_bytes", "gauge", "Size of each dataset.");
   for (const dataset_state& d : datasets)
     o += "deepwell_dataset_bytes{dataset=\"" + label(d.cfg->name) + "\"} " + std::to_string(d.bytes) + "\n";

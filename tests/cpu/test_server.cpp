@@ -497,3 +497,38 @@ TEST_F(ServerTest, AHostileProcessIsKilledAndReclaimedWhileAnHonestOneReads) {
     ASSERT_EQ(a.ref()[w], test::pattern_word(w * 8, 11));
   }
 }
+
+TEST(ServerHostTier, ASecondProgramReadsWhatTheFirstBroughtIntoHostMemory) {
+  test::scratch_file f(1 << 20, 31);
+  const std::string sock = socket_path();
+  server::server srv(server::parse_config("[server]\nsocket = \"" + sock + "\"\nhost_cache = \"2MiB\"\n" +
+                                              "[[dataset]]\nname = \"d\"\nfile = \"" + f.path() + "\"\n" +
+                                              "[[grant]]\ndataset = \"d\"\neveryone = true\n",
+                                          "tier.toml"));
+  std::thread loop([&] { srv.run(); });
+  struct stopper {
+    server::server& s;
+    std::thread& t;
+    ~stopper() {
+      s.stop();
+      t.join();
+    }
+  } stop_at_end{srv, loop};
+  cache_config cfg = test::small_cache(32);
+  cfg.direct_tier = false;
+  uint64_t storage_after_first = 0;
+  for (int program = 0; program < 2; ++program) {
+    auto link = server_link::connect(sock, "program " + std::to_string(program));
+    array<uint64_t> a(make_host_page_cache(link, cfg), link->lookup("d"));
+    for (uint64_t i = 0; i < a.size(); i += 512) ASSERT_EQ(a.ref()[i], test::pattern_word(i * 8, 31)) << i;
+    const auto j = nlohmann::json::parse(link->stats());
+    if (program == 0) {
+      storage_after_first = j["host_tier"]["misses"].get<uint64_t>();
+      EXPECT_EQ(storage_after_first, 256u) << "the first program's reads went to storage";
+    } else {
+      EXPECT_EQ(j["host_tier"]["misses"].get<uint64_t>(), storage_after_first) << "none of the second's did";
+      EXPECT_EQ(j["host_tier"]["hits"].get<uint64_t>(), 256u);
+    }
+  }
+  EXPECT_NE(srv.prometheus().find("deepwell_host_tier_hits_total 256"), std::string::npos);
+}

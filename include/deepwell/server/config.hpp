@@ -9,6 +9,7 @@
 //   io_budget = "4MiB"                        # storage bytes in flight, shared by weight
 //   max_queue_pairs = 128                     # per client
 //   max_staging = "2GiB"                      # per client: queue pair memory
+//   host_cache = "8GiB"                       # the shared host-memory tier (default: none)
 //
 //   [[dataset]]
 //   name = "features"
@@ -92,6 +93,7 @@ struct server_config {
   uint64_t io_budget_bytes = 4ull << 20;
   uint32_t max_queue_pairs = 128;
   uint64_t max_staging_bytes = 2ull << 30;
+  uint64_t host_cache_bytes = 0;  // the shared host-memory tier over file and device datasets; 0: none
   std::vector<dataset_config> datasets;
   std::vector<grant_config> grants;
   std::vector<share_config> shares;

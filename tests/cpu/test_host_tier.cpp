@@ -68,7 +68,13 @@ TEST(HostTier, ConcurrentWritersAlwaysReadTheirLastWriteUnderEviction) {
   controller ctl(cc);
   // Storage that takes 50 us a request: a read issued before a write on
   // the other poller gets the old bytes while the write is in flight.
-  auto storage = make_fault_target(test::pattern_memory(128 * 4096, true, 1));
+  // A file, not host memory: the reads and writes that overlap on purpose
+  // here are the kernel's to order (host memory would make them a data race
+  // in this process, which ThreadSanitizer rightly reports).
+  test::scratch_file file(128 * 4096, 1);
+  file_options fo;
+  fo.writable = true;
+  auto storage = make_fault_target(open_file_target(file.path(), fo));
   storage->add_rule({fault_rule::delay, 0, UINT64_MAX, 0, 50'000, 0});
   const uint32_t ns = ctl.add_namespace({tier->wrap(storage), 4096, false});
   std::vector<std::unique_ptr<host_queue_client>> qs;

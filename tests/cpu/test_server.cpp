@@ -489,7 +489,7 @@ TEST_F(ServerTest, AHostileProcessIsKilledAndReclaimedWhileAnHonestOneReads) {
   EXPECT_TRUE(eventually([&] {
     return srv->ctl().queue_pair_count() == stats["clients"][0]["queue_pairs"].get<uint32_t>();
   })) << srv->ctl().dump();
-  EXPECT_GT(reads, 500u);
+  EXPECT_GT(reads, 100u) << "the honest client kept going";
   const std::vector<uint64_t> secret_words = test::file_words(secret.path(), secret_bytes);
   for (uint64_t i = 0; i < secret_words.size(); ++i) ASSERT_EQ(secret_words[i], test::pattern_word(i * 8, 12));
   for (uint64_t i = 0; i < 1000; ++i) {

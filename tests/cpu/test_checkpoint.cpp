@@ -49,7 +49,10 @@ struct rig {
     faults = make_fault_target(disk);
     ns = ctl->add_namespace({faults, 512, false});
     auto c = test::small_cache(pages, page_size);
-    c.timeout_ns = 5ull * 1000000000ull;
+    // Generous: a loaded CI machine (two cores, ThreadSanitizer beside
+    // other suites) must not turn a slow wait into a failed save; a real
+    // hang still ends at ctest's limit.
+    c.timeout_ns = 60ull * 1000000000ull;
     cache = make_host_page_cache(*ctl, c);
   }
   void down() {

@@ -1,0 +1,85 @@
+// file_system: the host side of the file API (docs/files.md). It owns
+//  - the window target, a namespace of the controller in which every open
+//    file is a window of 2^40 bytes (reads past a file's end give zeros,
+//    writes go to the file, a Flush fsyncs the files written since the last);
+//  - the open-file table and the request slots kernels use (client memory
+//    and host memory, from a client_memory of the cache's kind);
+//  - a service thread that answers the slots: it resolves paths beneath the
+//    root (openat2 RESOLVE_BENEATH: "..", absolute paths and symlinks that
+//    leave the root are refused with EACCES), opens files as the process's
+//    user (so permissions are the kernel's), and closes them when their
+//    last GPU user does.
+//
+//   deepwell::controller ctl;
+//   auto cache = deepwell::make_gpu_page_cache(ctl, {});
+//   auto fs = deepwell::make_gpu_file_system(ctl, cache, {.root = "/data/tree"});
+//   my_kernel<<<blocks, threads>>>(fs->ref());
+//
+// Consistency is close-to-open: a gopen after the host changed a file (its
+// size, mtime or ctime differ from when the GPU last closed it) starts from
+// a fresh window; a gclose of a written file writes its pages back, makes
+// them durable and sets the file's size, so the host (or another program)
+// that opens it afterwards sees the GPU's writes.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "deepwell/controller.hpp"
+#include "deepwell/files/client_memory.hpp"
+#include "deepwell/files/gfs_ref.hpp"
+#include "deepwell/page_cache.hpp"
+
+namespace deepwell {
+
+struct file_system_options {
+  std::string root;            // every path is resolved beneath it; required
+  uint32_t max_open = 4096;    // open files at once (more: EMFILE)
+  uint32_t max_dirs = 1024;    // open directories at once (more: EMFILE)
+  uint32_t slots = 64;         // request slots (requests in flight from kernels at once)
+  bool read_only = false;      // refuse every open for writing (EROFS)
+  uint64_t timeout_ns = 0;     // a request's deadline; 0: the cache's timeout
+};
+
+struct file_system_stats {
+  uint64_t requests = 0;       // answered
+  uint64_t opens = 0;          // successful gopen calls (each warp's)
+  uint64_t files_opened = 0;   // files the host opened (first users)
+  uint64_t windows_reused = 0; // reopens that kept their cached pages
+  uint64_t closes = 0;
+  uint64_t errors = 0;         // requests answered with an errno
+  uint32_t open_files = 0;
+  uint32_t open_dirs = 0;
+};
+
+class file_system {
+ public:
+  ~file_system();
+  file_system(const file_system&) = delete;
+  file_system& operator=(const file_system&) = delete;
+
+  const gfs_ref& ref() const { return ref_; }
+  const std::string& root() const;
+  file_system_stats stats() const;
+  // After the kernels that used ref() are done: writes back every written
+  // file still open on the GPU, makes it durable and sets its size on disk.
+  void sync();
+
+  // Use make_host_file_system / make_gpu_file_system.
+  file_system(controller& ctl, std::shared_ptr<page_cache> cache, const file_system_options& opts,
+              std::unique_ptr<client_memory> memory);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> p_;
+  gfs_ref ref_{};
+};
+
+// CPU clients (a host page cache).
+std::shared_ptr<file_system> make_host_file_system(controller& ctl, std::shared_ptr<page_cache> cache,
+                                                   const file_system_options& opts);
+// GPU clients (a GPU page cache; deepwell_cuda, src/cuda/gpu_client_memory.cu).
+std::shared_ptr<file_system> make_gpu_file_system(controller& ctl, std::shared_ptr<page_cache> cache,
+                                                  const file_system_options& opts);
+
+}  // namespace deepwell

@@ -1,0 +1,452 @@
+// gfs_ref: the file API as kernels (and CPU threads) call it, by value, as
+// array_ref. Calls are collective over the converged lanes of a warp, with
+// the same arguments in every lane (GPUfs's rule, per warp instead of per
+// block); the `this_thread_warp` overloads serve code that calls them from
+// one thread of a warp at a time or from CPU threads.
+//
+//   __global__ void count_lines(deepwell::gfs_ref fs, const char* path, unsigned long long* out) {
+//     deepwell::gpu_warp w;
+//     deepwell::gfile f = fs.gopen(w, path, deepwell::g_rdonly);
+//     if (!f.ok()) return;                       // f.err is the errno
+//     __shared__ char buf[4096];
+//     for (uint64_t off = 0;; off += sizeof buf) {
+//       int64_t n = fs.gread(w, f, off, buf, sizeof buf);
+//       if (n <= 0) break;                       // end of file, or -errno
+//       ...
+//     }
+//     fs.gclose(w, f);
+//   }
+//
+// Bytes move through the page cache (a file's pages are cached like an
+// array's); names, permissions and sizes on disk are the host's business,
+// asked through request slots the host's file service polls
+// (files/file_system.hpp). Results: byte counts, or a negative errno.
+#pragma once
+#include <cstdint>
+
+#include "deepwell/array.hpp"
+#include "deepwell/files/gfs_layout.hpp"
+#include "deepwell/shared_atomic.hpp"
+#include "deepwell/warp.hpp"
+
+namespace deepwell {
+
+// A page of a file, pinned while mapped (gmmap). Reads through data();
+// writes through write() mark the page dirty (written back on gmsync,
+// gclose of a writable file, or eviction). Bytes past length() are not in
+// the file.
+struct gmapping {
+  page_handle<uint8_t> page;
+  uint64_t offset = 0;    // the file offset of data()[0]
+  uint32_t length = 0;    // bytes of the file in this page from offset
+  int32_t err = 9;        // 0, or an errno
+  DW_HD bool ok() const { return err == 0; }
+  DW_HD const uint8_t* data() const { return page.data(); }
+  DW_HD void write(uint32_t i, uint8_t v) { page.write(page.first() + i, v); }
+};
+
+class gfs_ref {
+ public:
+  array_ref<uint8_t> bytes{};        // the window namespace
+  gfs_slot* slots = nullptr;         // host memory, as clients address it
+  uint32_t* slot_lock = nullptr;     // client memory: 0 free, 1 taken, 2 abandoned after a timeout
+  uint32_t nslots = 0;
+  gfs_open_entry* files = nullptr;   // client memory, the open-file table
+  uint32_t max_open = 0;
+  const uint8_t* zeros = nullptr;    // client memory: a page of zeros (gftruncate)
+  uint32_t zeros_bytes = 0;
+  uint64_t timeout_ns = 0;
+
+  DW_HD static uint64_t base(uint32_t window) { return uint64_t(window) << gfs_window_shift; }
+  DW_HD static constexpr uint64_t max_file_bytes() { return 1ull << gfs_window_shift; }
+
+  // ---- open and close ----
+
+  // path: relative to the file system's root, NUL-terminated. flags: g_*.
+  template <class Warp>
+  DW_HD gfile gopen(const Warp& w, const char* path, uint32_t flags) const {
+    const unsigned mask = w.active();
+    const bool leader = w.lane() == lowest_lane(mask);
+    uint32_t len = 0;
+    if (leader && path)
+      while (len < gfs_path_max && path[len]) ++len;
+    len = w.shfl(mask, len, lowest_lane(mask));
+    gfile f;
+    f.flags = flags;
+    if (!path || len == 0) {
+      f.err = 2;  // ENOENT
+      return f;
+    }
+    if (len >= gfs_path_max) {
+      f.err = 36;  // ENAMETOOLONG
+      return f;
+    }
+    const reply r = call(w, mask, leader, gfs_op::open, flags, 0, 0, path, len, nullptr, 0);
+    f.err = r.err;
+    if (r.err) return f;
+    f.fd = int32_t(r.r0);
+    f.window = uint32_t(r.r0 >> 32);
+    f.mode = uint32_t(r.r2);
+    f.mtime_ns = int64_t(r.r3);
+    // r.r2 >> 32: 1 if this open made the entry (its first user): fill it
+    // and publish the window; other openers wait to see it published.
+    int32_t err = 0;
+    if (leader) {
+      gfs_open_entry& e = files[f.fd];
+      if (r.r2 >> 32) {
+        client_atomic<unsigned long long>(e.size).store(r.r1, memory_order_relaxed);
+        client_atomic<uint32_t>(e.written).store(0, memory_order_relaxed);
+        client_atomic<uint32_t>(e.flags).store(flags, memory_order_relaxed);
+        client_atomic<uint32_t>(e.window).store(f.window, memory_order_release);
+      } else {
+        const uint64_t dl = now_ns() + timeout_ns;
+        for (uint32_t i = 0; client_atomic<uint32_t>(e.window).load(memory_order_acquire) != f.window; ++i) {
+          if (now_ns() > dl) {
+            err = 110;  // ETIMEDOUT
+            break;
+          }
+          backoff(i);
+        }
+      }
+    }
+    f.err = int32_t(w.shfl(mask, uint32_t(err), lowest_lane(mask)));
+    return f;
+  }
+
+  // Writable files: their dirty pages are written back and made durable
+  // first (close-to-open: the host and other programs see the writes once
+  // gclose returns). Returns 0 or -errno.
+  template <class Warp>
+  DW_HD int gclose(const Warp& w, const gfile& f) const {
+    const unsigned mask = w.active();
+    const bool leader = w.lane() == lowest_lane(mask);
+    uint64_t size = 0;
+    const int bad = check(w, mask, f, size);
+    if (bad) return bad;
+    const bool written = f.writable() && load_written(w, mask, f);
+    int err = 0;
+    if (written) err = persist_range(w, f, size);
+    const reply r = call(w, mask, leader, gfs_op::close, written ? 1u : 0u, uint64_t(f.window) << 32 | uint32_t(f.fd),
+                         size, nullptr, 0, nullptr, 0);
+    return err ? err : -r.err;
+  }
+
+  // ---- bytes ----
+
+  // Up to n bytes at `offset` into dst; returns the bytes read (0 at or past
+  // the end of the file) or -errno.
+  template <class Warp>
+  DW_HD int64_t gread(const Warp& w, const gfile& f, uint64_t offset, void* dst, uint64_t n) const {
+    const unsigned mask = w.active();
+    uint64_t size = 0;
+    const int bad = check(w, mask, f, size);
+    if (bad) return bad;
+    if (offset >= size || n == 0) return 0;
+    const uint64_t m = n < size - offset ? n : size - offset;
+    const request_status s = bytes.read_range(w, static_cast<uint8_t*>(dst), base(f.window) + offset, m);
+    return s.ok() ? int64_t(m) : -errno_of(s);
+  }
+
+  // n bytes from src at `offset`, growing the file if they reach past its
+  // end; returns n or -errno (EBADF: not opened for writing; EFBIG: past
+  // max_file_bytes()).
+  template <class Warp>
+  DW_HD int64_t gwrite(const Warp& w, const gfile& f, uint64_t offset, const void* src, uint64_t n) const {
+    const unsigned mask = w.active();
+    uint64_t size = 0;
+    const int bad = check(w, mask, f, size);
+    if (bad) return bad;
+    if (!f.writable()) return -9;  // EBADF
+    if (offset > max_file_bytes() || n > max_file_bytes() - offset) return -27;  // EFBIG
+    if (n == 0) return 0;
+    const request_status s =
+        bytes.write_range(w, static_cast<const uint8_t*>(src), base(f.window) + offset, n);
+    if (!s.ok()) return -errno_of(s);
+    if (w.lane() == lowest_lane(mask)) {
+      gfs_open_entry& e = files[f.fd];
+      client_atomic<uint32_t>(e.written).store(1, memory_order_relaxed);
+      client_atomic<unsigned long long> sz(e.size);
+      unsigned long long cur = sz.load(memory_order_relaxed);
+      while (cur < offset + n && !sz.compare_exchange_weak(cur, offset + n, memory_order_acq_rel)) {
+      }
+    }
+    w.sync(mask);
+    return int64_t(n);
+  }
+
+  template <class Warp>
+  DW_HD int gfstat(const Warp& w, const gfile& f, gstat* out) const {
+    const unsigned mask = w.active();
+    uint64_t size = 0;
+    const int bad = check(w, mask, f, size);
+    if (bad) return bad;
+    if (out && w.lane() == lowest_lane(mask)) {
+      out->size = size;
+      out->mode = f.mode;
+      out->mtime_ns = f.mtime_ns;
+    }
+    w.sync(mask);
+    return 0;
+  }
+
+  // Sets the file's size. Shrinking zeroes the cached bytes past the new
+  // end first, so that growing it again reads zeros there, as POSIX says.
+  template <class Warp>
+  DW_HD int gftruncate(const Warp& w, const gfile& f, uint64_t size) const {
+    const unsigned mask = w.active();
+    const bool leader = w.lane() == lowest_lane(mask);
+    uint64_t old = 0;
+    const int bad = check(w, mask, f, old);
+    if (bad) return bad;
+    if (!f.writable()) return -22;  // EINVAL, as ftruncate on a read-only descriptor
+    if (size > max_file_bytes()) return -27;
+    for (uint64_t at = size; at < old;) {
+      const uint64_t page_end = (at / zeros_bytes + 1) * zeros_bytes;
+      const uint64_t end = page_end < old ? page_end : old;
+      const request_status s = bytes.write_range(w, zeros, base(f.window) + at, end - at);
+      if (!s.ok()) return -errno_of(s);
+      at = end;
+    }
+    const reply r = call(w, mask, leader, gfs_op::truncate, 0, uint64_t(f.window) << 32 | uint32_t(f.fd), size,
+                         nullptr, 0, nullptr, 0);
+    if (r.err) return -r.err;
+    if (leader) {
+      client_atomic<unsigned long long>(files[f.fd].size).store(size, memory_order_release);
+      client_atomic<uint32_t>(files[f.fd].written).store(1, memory_order_relaxed);
+    }
+    w.sync(mask);
+    return 0;
+  }
+
+  // The file's writes so far durable: its dirty pages written back, the
+  // namespace flushed (fsync of the files written), and its size on disk
+  // set to what the GPU sees.
+  template <class Warp>
+  DW_HD int gfsync(const Warp& w, const gfile& f) const {
+    const unsigned mask = w.active();
+    uint64_t size = 0;
+    const int bad = check(w, mask, f, size);
+    if (bad) return bad;
+    if (!f.writable()) return 0;
+    const int err = persist_range(w, f, size);
+    if (err) return err;
+    const reply r = call(w, mask, w.lane() == lowest_lane(mask), gfs_op::sync_size, 0,
+                         uint64_t(f.window) << 32 | uint32_t(f.fd), size, nullptr, 0, nullptr, 0);
+    return -r.err;
+  }
+
+  // ---- mappings: a page of the file, pinned ----
+
+  template <class Warp>
+  DW_HD gmapping gmmap(const Warp& w, const gfile& f, uint64_t offset) const {
+    const unsigned mask = w.active();
+    gmapping m;
+    uint64_t size = 0;
+    const int bad = check(w, mask, f, size);
+    if (bad || offset >= size) {
+      m.err = bad ? -bad : 22;  // EINVAL past the end
+      return m;
+    }
+    const uint64_t page = bytes.cache.page_size();
+    const uint64_t start = offset / page * page;
+    m.page = bytes.page(w, base(f.window) + start);
+    if (!m.page.ok()) {
+      m.err = errno_of(m.page.status());
+      return m;
+    }
+    m.offset = start;
+    m.length = uint32_t(size - start < page ? size - start : page);
+    m.err = 0;
+    if (f.writable() && w.lane() == lowest_lane(mask))
+      client_atomic<uint32_t>(files[f.fd].written).store(1, memory_order_relaxed);
+    return m;
+  }
+  DW_HD void gmunmap(gmapping& m) const {
+    if (m.ok()) m.page.release();
+    m.err = 9;
+  }
+  // The mapping's writes durable (every lane with a mapping, together).
+  template <class Warp>
+  DW_HD int gmsync(const Warp&, gmapping& m) const {
+    const request_status s = m.page.persist();
+    return m.ok() ? (s.ok() ? 0 : -errno_of(s)) : -m.err;
+  }
+
+  // ---- directories ----
+
+  template <class Warp>
+  DW_HD gdir gopendir(const Warp& w, const char* path) const {
+    const unsigned mask = w.active();
+    const bool leader = w.lane() == lowest_lane(mask);
+    uint32_t len = 0;
+    if (leader && path)
+      while (len < gfs_path_max && path[len]) ++len;
+    len = w.shfl(mask, len, lowest_lane(mask));
+    gdir d;
+    if (!path) return d;
+    if (len >= gfs_path_max) {
+      d.err = 36;
+      return d;
+    }
+    // "" names the root itself.
+    const reply r = call(w, mask, leader, gfs_op::opendir, 0, 0, 0, path, len, nullptr, 0);
+    d.err = r.err;
+    d.id = r.err ? -1 : int32_t(r.r0);
+    return d;
+  }
+  // The next entry ("." and ".." left out) into *out: 1, 0 at the end, or
+  // -errno. The leader lane writes *out; every lane may read it after.
+  template <class Warp>
+  DW_HD int greaddir(const Warp& w, const gdir& d, gdirent* out) const {
+    const unsigned mask = w.active();
+    if (!d.ok()) return -9;
+    const bool leader = w.lane() == lowest_lane(mask);
+    const reply r = call(w, mask, leader, gfs_op::readdir, 0, uint32_t(d.id), 0, nullptr, 0,
+                         out ? out->name : nullptr, gfs_name_max);
+    if (r.err) return -r.err;
+    if (leader && out && r.r0) out->type = uint8_t(r.r1);
+    w.sync(mask);
+    return r.r0 ? 1 : 0;
+  }
+  template <class Warp>
+  DW_HD int gclosedir(const Warp& w, const gdir& d) const {
+    const unsigned mask = w.active();
+    if (!d.ok()) return -9;
+    const reply r =
+        call(w, mask, w.lane() == lowest_lane(mask), gfs_op::closedir, 0, uint32_t(d.id), 0, nullptr, 0, nullptr, 0);
+    return -r.err;
+  }
+
+  // ---- one thread at a time (CPU threads; GPU code that wants no coalescing) ----
+  DW_HD gfile gopen(const char* path, uint32_t flags) const { return gopen(this_thread_warp{}, path, flags); }
+  DW_HD int gclose(const gfile& f) const { return gclose(this_thread_warp{}, f); }
+  DW_HD int64_t gread(const gfile& f, uint64_t off, void* dst, uint64_t n) const {
+    return gread(this_thread_warp{}, f, off, dst, n);
+  }
+  DW_HD int64_t gwrite(const gfile& f, uint64_t off, const void* src, uint64_t n) const {
+    return gwrite(this_thread_warp{}, f, off, src, n);
+  }
+
+ private:
+  struct reply {
+    int32_t err = 0;
+    uint64_t r0 = 0, r1 = 0, r2 = 0, r3 = 0;
+  };
+
+  DW_HD static int32_t errno_of(const request_status& s) {
+    switch (s.code) {
+      case client_code::timeout: return 110;           // ETIMEDOUT
+      case client_code::cache_exhausted: return 12;    // ENOMEM
+      case client_code::out_of_range: return 27;       // EFBIG
+      case client_code::read_only: return 9;           // EBADF
+      case client_code::invalid_argument: return 22;   // EINVAL
+      default: return 5;                               // EIO
+    }
+  }
+
+  // 0 if f is an open file of this table (its size into `size`, the same
+  // in every lane), else -EBADF.
+  template <class Warp>
+  DW_HD int check(const Warp& w, unsigned mask, const gfile& f, uint64_t& size) const {
+    if (!f.ok() || f.fd < 0 || uint32_t(f.fd) >= max_open) return -9;
+    uint32_t good = 0;
+    if (w.lane() == lowest_lane(mask)) {
+      gfs_open_entry& e = files[f.fd];
+      good = client_atomic<uint32_t>(e.window).load(memory_order_acquire) == f.window;
+      size = client_atomic<unsigned long long>(e.size).load(memory_order_acquire);
+    }
+    good = w.shfl(mask, good, lowest_lane(mask));
+    size = shfl64(w, mask, size, lowest_lane(mask));
+    return good ? 0 : -9;
+  }
+
+  template <class Warp>
+  DW_HD bool load_written(const Warp& w, unsigned mask, const gfile& f) const {
+    uint32_t v = 0;
+    if (w.lane() == lowest_lane(mask)) v = client_atomic<uint32_t>(files[f.fd].written).load(memory_order_acquire);
+    return w.shfl(mask, v, lowest_lane(mask)) != 0;
+  }
+
+  template <class Warp>
+  DW_HD int persist_range(const Warp& w, const gfile& f, uint64_t size) const {
+    if (size == 0) return 0;
+    const request_status s = bytes.persist(w, base(f.window), size);
+    return s.ok() ? 0 : -errno_of(s);
+  }
+
+  // One request through a slot, made by the leader lane; every lane gets
+  // the reply. `out` (leader-written) receives the reply's text.
+  template <class Warp>
+  DW_HD reply call(const Warp& w, unsigned mask, bool leader, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1,
+                   const char* text, uint32_t len, char* out, uint32_t out_max) const {
+    reply r;
+    if (leader) r = call_one(w.queue_hint(), op, flags, a0, a1, text, len, out, out_max);
+    const unsigned src = lowest_lane(mask);
+    r.err = int32_t(w.shfl(mask, uint32_t(r.err), src));
+    r.r0 = shfl64(w, mask, r.r0, src);
+    r.r1 = shfl64(w, mask, r.r1, src);
+    r.r2 = shfl64(w, mask, r.r2, src);
+    r.r3 = shfl64(w, mask, r.r3, src);
+    return r;
+  }
+
+  DW_HD reply call_one(uint32_t hint, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1, const char* text,
+                       uint32_t len, char* out, uint32_t out_max) const {
+    reply r;
+    const uint64_t dl = now_ns() + timeout_ns;
+    // A slot: free, or abandoned by a timed-out caller and answered since.
+    uint32_t s = ~0u;
+    for (uint32_t i = 0; s == ~0u; ++i) {
+      const uint32_t k = (hint + i) % nslots;
+      client_atomic<uint32_t> lock(slot_lock[k]);
+      uint32_t v = lock.load(memory_order_relaxed);
+      if (v == 2 && shared_load_acquire(&slots[k].done) == shared_load_relaxed(&slots[k].ticket)) {
+        if (lock.compare_exchange_strong(v, 1, memory_order_acquire)) s = k;
+      } else if (v == 0 && lock.compare_exchange_strong(v, 1, memory_order_acquire)) {
+        s = k;
+      }
+      if (s == ~0u && (i + 1) % nslots == 0) {
+        if (now_ns() > dl) {
+          r.err = 110;
+          return r;
+        }
+        backoff(i / nslots);
+      }
+    }
+    gfs_slot& q = slots[s];
+    shared_store_relaxed(&q.op, uint32_t(op));
+    shared_store_relaxed(&q.flags, flags);
+    shared_store_relaxed(&q.a0, a0);
+    shared_store_relaxed(&q.a1, a1);
+    shared_store_relaxed(&q.len, len);
+    for (uint32_t i = 0; i < len; ++i) q.text[i] = text[i];
+    system_fence();
+    const uint32_t t = shared_load_relaxed(&q.ticket) + 1;
+    shared_store_release(&q.ticket, t);
+    for (uint32_t i = 0; shared_load_acquire(&q.done) != t; ++i) {
+      if (now_ns() > dl) {
+        // The service may still answer: the slot is freed by whoever
+        // finds it answered (above).
+        client_atomic<uint32_t>(slot_lock[s]).store(2, memory_order_release);
+        r.err = 110;
+        return r;
+      }
+      backoff(i);
+    }
+    r.err = shared_load_relaxed(&q.err);
+    r.r0 = shared_load_relaxed(&q.r0);
+    r.r1 = shared_load_relaxed(&q.r1);
+    r.r2 = shared_load_relaxed(&q.r2);
+    r.r3 = shared_load_relaxed(&q.r3);
+    if (out && out_max) {
+      const uint32_t n = shared_load_relaxed(&q.len);
+      const uint32_t m = n < out_max - 1 ? n : out_max - 1;
+      for (uint32_t i = 0; i < m; ++i) out[i] = q.text[i];
+      out[m] = 0;
+    }
+    client_atomic<uint32_t>(slot_lock[s]).store(0, memory_order_release);
+    return r;
+  }
+};
+
+}  // namespace deepwell

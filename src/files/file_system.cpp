@@ -1,0 +1,473 @@
+// The file API's host side (files/file_system.hpp): the service thread that
+// answers kernels' requests, path resolution beneath the root, the open-file
+// and directory tables, and which windows keep their cached pages.
+#include "deepwell/files/file_system.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "deepwell/array.hpp"
+#include "deepwell/error.hpp"
+#include "window_target.hpp"
+
+namespace deepwell {
+namespace {
+
+int64_t ns_of(const timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
+
+// Opens `path` beneath `root`: nothing outside it is reachable. openat2
+// (Linux 5.6) with RESOLVE_BENEATH refuses "..", absolute paths and
+// symlinks that leave the root; where it is missing, a walk component by
+// component that refuses ".." and every symlink. Returns an fd or -errno;
+// an escape is -EACCES.
+int open_beneath(int root, const std::string& path, int flags, mode_t mode) {
+  if (!path.empty() && path[0] == '/') return -EACCES;
+  const std::string p = path.empty() ? "." : path;
+  open_how how{};
+  how.flags = uint64_t(flags | O_CLOEXEC);
+  how.mode = (flags & O_CREAT) ? mode : 0;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  const long fd = syscall(SYS_openat2, root, p.c_str(), &how, sizeof how);
+  if (fd >= 0) return int(fd);
+  if (errno == EXDEV) return -EACCES;
+  if (errno != ENOSYS && errno != EPERM) return -errno;  // EPERM: a seccomp filter that forbids openat2
+  // The walk.
+  int dir = ::dup(root);
+  if (dir < 0) return -errno;
+  size_t at = 0;
+  for (;;) {
+    const size_t slash = p.find('/', at);
+    const std::string part = p.substr(at, slash == std::string::npos ? std::string::npos : slash - at);
+    if (part == "..") {
+      ::close(dir);
+      return -EACCES;
+    }
+    if (slash == std::string::npos) {
+      const int f = ::openat(dir, part.c_str(), flags | O_CLOEXEC | O_NOFOLLOW, mode);
+      const int e = errno;
+      ::close(dir);
+      if (f >= 0) return f;
+      return e == ELOOP ? -EACCES : -e;
+    }
+    if (!part.empty() && part != ".") {
+      const int next = ::openat(dir, part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      const int e = errno;
+      ::close(dir);
+      if (next < 0) return e == ELOOP ? -EACCES : -e;
+      dir = next;
+    }
+    at = slash + 1;
+  }
+}
+
+}  // namespace
+
+struct file_system::impl {
+  controller& ctl;
+  std::shared_ptr<page_cache> cache;
+  file_system_options opts;
+  std::unique_ptr<client_memory> mem;
+  std::shared_ptr<detail::window_target> target;
+  uint32_t nsid = 0;
+  std::unique_ptr<array<uint8_t>> bytes;
+  int root_fd = -1;
+  uint32_t max_windows = 0;
+  uint32_t next_window = 1;  // window 0 is never handed out: a default gfile matches nothing
+
+  gfs_slot* slots = nullptr;        // host address
+  gfs_open_entry* files = nullptr;  // client-private
+  std::vector<uint32_t> served;     // per slot: the last ticket answered
+
+  struct open_file {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    uint32_t window = 0;
+    uint32_t refs = 0;
+    std::shared_ptr<detail::window_file> file;
+  };
+  struct retained_window {  // a closed file's window, valid while the file is unchanged
+    uint32_t window;
+    int64_t mtime_ns, ctime_ns;
+    uint64_t size;
+  };
+  std::vector<std::optional<open_file>> table;
+  std::vector<uint32_t> free_fds;
+  std::map<std::pair<dev_t, ino_t>, uint32_t> by_inode;
+  std::map<std::pair<dev_t, ino_t>, retained_window> retained;
+  std::vector<DIR*> dirs;
+  std::vector<uint32_t> free_dirs;
+
+  mutable std::mutex stats_mutex;
+  file_system_stats st;
+  std::atomic<bool> stopping{false};
+  std::thread service;
+
+  impl(controller& c, std::shared_ptr<page_cache> pc, const file_system_options& o, std::unique_ptr<client_memory> m)
+      : ctl(c), cache(std::move(pc)), opts(o), mem(std::move(m)) {}
+
+  ~impl() {
+    stopping.store(true);
+    if (service.joinable()) service.join();
+    for (DIR* d : dirs)
+      if (d) ::closedir(d);
+    for (auto& e : table)
+      if (e) target->detach(e->window);
+    if (root_fd >= 0) ::close(root_fd);
+  }
+
+  // ---- the service thread ----
+
+  void run() {
+    uint32_t idle = 0;
+    while (!stopping.load(std::memory_order_relaxed)) {
+      bool any = false;
+      for (uint32_t i = 0; i < opts.slots; ++i) {
+        const uint32_t t = shared_load_acquire(&slots[i].ticket);
+        if (t == served[i]) continue;
+        serve(slots[i]);
+        shared_store_release(&slots[i].done, t);
+        served[i] = t;
+        any = true;
+      }
+      if (any) {
+        idle = 0;
+      } else if (++idle < 512) {
+        spin_pause();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(idle < 20000 ? 20 : 200));
+      }
+    }
+  }
+
+  void serve(gfs_slot& q) {
+    q.r0 = q.r1 = q.r2 = q.r3 = 0;
+    int err = 0;
+    switch (gfs_op(q.op)) {
+      case gfs_op::open: err = do_open(q); break;
+      case gfs_op::close: err = do_close(q); break;
+      case gfs_op::truncate: err = do_truncate(q); break;
+      case gfs_op::sync_size: err = do_sync_size(q); break;
+      case gfs_op::opendir: err = do_opendir(q); break;
+      case gfs_op::readdir: err = do_readdir(q); break;
+      case gfs_op::closedir: err = do_closedir(q); break;
+      default: err = EINVAL;
+    }
+    q.err = err;
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    ++st.requests;
+    if (err) ++st.errors;
+  }
+
+  std::string text_of(const gfs_slot& q) const {
+    return std::string(q.text, q.len < gfs_path_max ? q.len : gfs_path_max - 1);
+  }
+
+  int do_open(gfs_slot& q) {
+    const uint32_t flags = q.flags;
+    if (flags & ~(g_accmode | g_creat | g_trunc)) return EINVAL;
+    const uint32_t acc = flags & g_accmode;
+    if (acc == g_accmode) return EINVAL;
+    const bool want_write = acc != g_rdonly;
+    if ((flags & g_trunc) && !want_write) return EINVAL;
+    if (want_write && opts.read_only) return EROFS;
+    const std::string path = text_of(q);
+    // O_NONBLOCK: a FIFO must not block the service; it is refused below.
+    const int oflags = (want_write ? O_RDWR : O_RDONLY) | ((flags & g_creat) ? O_CREAT : 0) | O_NONBLOCK | O_NOCTTY;
+    const int fd = open_beneath(root_fd, path, oflags, 0644);
+    if (fd < 0) return -fd;
+    struct stat sb {};
+    if (::fstat(fd, &sb) != 0) {
+      const int e = errno;
+      ::close(fd);
+      return e;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+      ::close(fd);
+      return S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
+    }
+    const auto key = std::make_pair(sb.st_dev, sb.st_ino);
+    auto it = by_inode.find(key);
+    if (it != by_inode.end()) {
+      open_file& o = *table[it->second];
+      if (flags & g_trunc) {  // its pages are cached for other users: truncate through gftruncate
+        ::close(fd);
+        return EBUSY;
+      }
+      if (want_write && !o.file->writable) {
+        // A writer joins readers: the window's descriptor becomes this one
+        // (requests in flight keep the old one open until they finish).
+        auto f = std::make_shared<detail::window_file>();
+        f->fd = fd;
+        f->path = path;
+        f->writable = true;
+        o.file = f;
+        target->attach(o.window, f);
+      } else {
+        ::close(fd);
+      }
+      ++o.refs;
+      q.r0 = uint64_t(o.window) << 32 | it->second;
+      q.r1 = uint64_t(sb.st_size);
+      q.r2 = sb.st_mode;
+      q.r3 = uint64_t(ns_of(sb.st_mtim));
+      std::lock_guard<std::mutex> lock(stats_mutex);
+      ++st.opens;
+      return 0;
+    }
+    if (free_fds.empty()) {
+      ::close(fd);
+      return EMFILE;
+    }
+    if ((flags & g_trunc) && sb.st_size != 0) {
+      if (::ftruncate(fd, 0) != 0 || ::fstat(fd, &sb) != 0) {
+        const int e = errno;
+        ::close(fd);
+        return e;
+      }
+    }
+    // The window: the one this file had when the GPU last closed it, if the
+    // file is unchanged since (its cached pages are still the file's), else
+    // a new one.
+    uint32_t window = 0;
+    bool reused = false;
+    auto r = retained.find(key);
+    if (r != retained.end()) {
+      if (r->second.mtime_ns == ns_of(sb.st_mtim) && r->second.ctime_ns == ns_of(sb.st_ctim) &&
+          r->second.size == uint64_t(sb.st_size)) {
+        window = r->second.window;
+        reused = true;
+      }
+      retained.erase(r);
+    }
+    if (!window) {
+      if (next_window >= max_windows) {
+        ::close(fd);
+        return ENFILE;  // every window of this file system has been used
+      }
+      window = next_window++;
+    }
+    const uint32_t h = free_fds.back();
+    free_fds.pop_back();
+    auto f = std::make_shared<detail::window_file>();
+    f->fd = fd;
+    f->path = path;
+    f->writable = want_write;
+    target->attach(window, f);
+    table[h] = open_file{sb.st_dev, sb.st_ino, window, 1, f};
+    by_inode[key] = h;
+    q.r0 = uint64_t(window) << 32 | h;
+    q.r1 = uint64_t(sb.st_size);
+    q.r2 = uint64_t(1) << 32 | sb.st_mode;  // first user: the caller fills the entry
+    q.r3 = uint64_t(ns_of(sb.st_mtim));
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    ++st.opens;
+    ++st.files_opened;
+    if (reused) ++st.windows_reused;
+    ++st.open_files;
+    return 0;
+  }
+
+  open_file* lookup(uint64_t a0) {
+    const uint32_t h = uint32_t(a0), window = uint32_t(a0 >> 32);
+    if (h >= table.size() || !table[h] || table[h]->window != window) return nullptr;
+    return &*table[h];
+  }
+
+  // The file on disk gets the size the GPU sees (page write-backs may have
+  // written past it), durably.
+  static int set_size(const detail::window_file& f, uint64_t size) {
+    struct stat sb {};
+    if (::fstat(f.fd, &sb) != 0) return errno;
+    if (uint64_t(sb.st_size) != size && ::ftruncate(f.fd, off_t(size)) != 0) return errno;
+    if (::fsync(f.fd) != 0) return errno;
+    return 0;
+  }
+
+  int do_close(gfs_slot& q) {
+    open_file* o = lookup(q.a0);
+    if (!o) return EBADF;
+    int err = 0;
+    if ((q.flags & 1) && o->file->writable) err = set_size(*o->file, q.a1);
+    if (--o->refs == 0) {
+      const uint32_t h = uint32_t(q.a0);
+      // Stale gfiles of this file stop matching before the entry is reused.
+      const uint32_t zero = 0;
+      mem->write_private(&files[h].window, &zero, sizeof zero);
+      struct stat sb {};
+      if (::fstat(o->file->fd, &sb) == 0)
+        retained[{o->dev, o->ino}] = {o->window, ns_of(sb.st_mtim), ns_of(sb.st_ctim), uint64_t(sb.st_size)};
+      target->detach(o->window);
+      by_inode.erase({o->dev, o->ino});
+      table[h].reset();
+      free_fds.push_back(h);
+      q.r0 = 1;
+      std::lock_guard<std::mutex> lock(stats_mutex);
+      --st.open_files;
+    }
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    ++st.closes;
+    return err;
+  }
+
+  int do_truncate(gfs_slot& q) {
+    open_file* o = lookup(q.a0);
+    if (!o || !o->file->writable) return EBADF;
+    if (::ftruncate(o->file->fd, off_t(q.a1)) != 0) return errno;
+    return 0;
+  }
+
+  int do_sync_size(gfs_slot& q) {
+    open_file* o = lookup(q.a0);
+    if (!o) return EBADF;
+    return o->file->writable ? set_size(*o->file, q.a1) : 0;
+  }
+
+  int do_opendir(gfs_slot& q) {
+    if (free_dirs.empty()) return EMFILE;
+    const int fd = open_beneath(root_fd, text_of(q), O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0) return -fd;
+    DIR* d = ::fdopendir(fd);
+    if (!d) {
+      const int e = errno;
+      ::close(fd);
+      return e;
+    }
+    const uint32_t id = free_dirs.back();
+    free_dirs.pop_back();
+    dirs[id] = d;
+    q.r0 = id;
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    ++st.open_dirs;
+    return 0;
+  }
+
+  int do_readdir(gfs_slot& q) {
+    const uint64_t id = q.a0;
+    if (id >= dirs.size() || !dirs[id]) return EBADF;
+    for (;;) {
+      errno = 0;
+      const dirent* e = ::readdir(dirs[id]);
+      if (!e) {
+        q.len = 0;
+        return errno;  // 0 at the end
+      }
+      if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
+      uint8_t type = e->d_type;
+      if (type == DT_UNKNOWN) {
+        struct stat sb {};
+        if (::fstatat(::dirfd(dirs[id]), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+          type = S_ISREG(sb.st_mode) ? DT_REG : S_ISDIR(sb.st_mode) ? DT_DIR : S_ISLNK(sb.st_mode) ? DT_LNK : DT_UNKNOWN;
+      }
+      const size_t n = std::min<size_t>(std::strlen(e->d_name), gfs_name_max - 1);
+      std::memcpy(q.text, e->d_name, n);
+      q.len = uint32_t(n);
+      q.r0 = 1;
+      q.r1 = type;
+      return 0;
+    }
+  }
+
+  int do_closedir(gfs_slot& q) {
+    const uint64_t id = q.a0;
+    if (id >= dirs.size() || !dirs[id]) return EBADF;
+    ::closedir(dirs[id]);
+    dirs[id] = nullptr;
+    free_dirs.push_back(uint32_t(id));
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    --st.open_dirs;
+    return 0;
+  }
+};
+
+file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, const file_system_options& opts,
+                         std::unique_ptr<client_memory> memory)
+    : p_(std::make_unique<impl>(ctl, std::move(cache), opts, std::move(memory))) {
+  impl& p = *p_;
+  if (!p.cache) throw error("file system: no page cache");
+  if (p.opts.root.empty()) throw error("file system: no root directory given");
+  if (p.opts.max_open == 0 || p.opts.max_open > (1u << 20))
+    throw error("file system: max_open " + std::to_string(p.opts.max_open) + " is outside 1 to 1048576");
+  if (p.opts.max_dirs == 0 || p.opts.slots == 0 || p.opts.slots > 4096)
+    throw error("file system: max_dirs must be positive and slots from 1 to 4096 (got " +
+                std::to_string(p.opts.max_dirs) + ", " + std::to_string(p.opts.slots) + ")");
+  p.root_fd = ::open(p.opts.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (p.root_fd < 0)
+    throw error("file system: root " + p.opts.root + " cannot be opened as a directory: " + std::strerror(errno));
+  // The namespace: 2^48 pages of the cache's size, at most 2^60 bytes.
+  const uint32_t shift = p.cache->ref().page_shift();
+  const uint32_t bits = std::min<uint32_t>(60, key_page_bits + shift);
+  p.max_windows = uint32_t(1ull << (bits - gfs_window_shift));
+  p.target = std::make_shared<detail::window_target>(1ull << bits, p.opts.root);
+  p.nsid = ctl.add_namespace({p.target, 512, false});
+  p.bytes = std::make_unique<array<uint8_t>>(p.cache, p.nsid);
+
+  p.slots = static_cast<gfs_slot*>(p.mem->alloc_shared(sizeof(gfs_slot) * p.opts.slots));
+  p.served.assign(p.opts.slots, 0);
+  p.files = static_cast<gfs_open_entry*>(p.mem->alloc_private(sizeof(gfs_open_entry) * p.opts.max_open));
+  p.table.resize(p.opts.max_open);
+  for (uint32_t i = p.opts.max_open; i-- > 0;) p.free_fds.push_back(i);
+  p.dirs.assign(p.opts.max_dirs, nullptr);
+  for (uint32_t i = p.opts.max_dirs; i-- > 0;) p.free_dirs.push_back(i);
+
+  ref_.bytes = p.bytes->ref();
+  ref_.slots = static_cast<gfs_slot*>(p.mem->client_address(p.slots));
+  ref_.slot_lock = static_cast<uint32_t*>(p.mem->alloc_private(sizeof(uint32_t) * p.opts.slots));
+  ref_.nslots = p.opts.slots;
+  ref_.files = p.files;
+  ref_.max_open = p.opts.max_open;
+  ref_.zeros_bytes = p.cache->page_size();
+  ref_.zeros = static_cast<const uint8_t*>(p.mem->alloc_private(ref_.zeros_bytes));
+  ref_.timeout_ns = p.opts.timeout_ns ? p.opts.timeout_ns : p.cache->config().timeout_ns;
+  p.service = std::thread([&p] { p.run(); });
+}
+
+file_system::~file_system() = default;
+
+const std::string& file_system::root() const { return p_->opts.root; }
+
+file_system_stats file_system::stats() const {
+  std::lock_guard<std::mutex> lock(p_->stats_mutex);
+  return p_->st;
+}
+
+void file_system::sync() {
+  impl& p = *p_;
+  const uint32_t shift = p.cache->ref().page_shift();
+  for (uint32_t h = 0; h < p.table.size(); ++h) {
+    auto& o = p.table[h];
+    if (!o || !o->file->writable) continue;
+    gfs_open_entry e{};
+    p.mem->read_private(&e, &p.files[h], sizeof e);
+    if (e.window != o->window || !e.written) continue;
+    if (e.size) {
+      const uint64_t first = gfs_ref::base(o->window) >> shift;
+      const request_status r = p.cache->persist(p.bytes->ref().dataset, first, first + ((e.size - 1) >> shift));
+      if (!r.ok()) throw error("file system sync: writing back " + o->file->path + " failed");
+    }
+    if (const int err = impl::set_size(*o->file, e.size))
+      throw error("file system sync: setting the size of " + o->file->path + ": " + std::strerror(err));
+  }
+}
+
+std::shared_ptr<file_system> make_host_file_system(controller& ctl, std::shared_ptr<page_cache> cache,
+                                                   const file_system_options& opts) {
+  if (cache && cache->on_gpu())
+    throw error("make_host_file_system: the cache is a GPU cache (use make_gpu_file_system)");
+  return std::make_shared<file_system>(ctl, std::move(cache), opts, make_host_client_memory());
+}
+
+}  // namespace deepwell

@@ -1,0 +1,148 @@
+// The file API's window target (window_target.hpp).
+#include "window_target.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "deepwell/files/gfs_layout.hpp"
+
+namespace deepwell::detail {
+
+window_file::~window_file() {
+  if (fd >= 0) ::close(fd);
+}
+
+namespace {
+
+constexpr uint64_t window_mask = (1ull << gfs_window_shift) - 1;
+
+// One read or write in flight; it holds its file open until it completes.
+struct window_request {
+  std::shared_ptr<window_file> file;
+  io_engine* io = nullptr;
+  char* buf = nullptr;
+  uint64_t offset = 0;  // in the file
+  uint32_t len = 0;
+  uint32_t done_bytes = 0;
+  bool is_write = false;
+  int rw_flags = 0;
+  io_callback done;
+};
+
+void issue(window_request* r);
+
+void on_done(void* ctx, int64_t result) {
+  auto* r = static_cast<window_request*>(ctx);
+  auto finish = [r](int64_t v) {
+    // Marked on completion: a Flush covers writes completed before it.
+    if (r->is_write && v >= 0) r->file->written.store(true);
+    const io_callback d = r->done;
+    delete r;
+    d(v);
+  };
+  if (result == -EINTR || result == -EAGAIN) return issue(r);
+  if (result < 0) return finish(result);
+  if (result == 0) {
+    if (r->is_write) return finish(-EIO);
+    // The end of the file: the rest of the page reads as zeros.
+    std::memset(r->buf + r->done_bytes, 0, r->len - r->done_bytes);
+    return finish(r->len);
+  }
+  r->done_bytes += uint32_t(result);
+  if (r->done_bytes >= r->len) return finish(r->len);
+  issue(r);
+}
+
+void issue(window_request* r) {
+  io_op op;
+  op.kind = r->is_write ? io_op::write : io_op::read;
+  op.fd = r->file->fd;
+  op.buf = r->buf + r->done_bytes;
+  op.len = r->len - r->done_bytes;
+  op.offset = r->offset + r->done_bytes;
+  op.rw_flags = r->rw_flags;
+  op.done = {&on_done, r};
+  r->io->queue(op);
+}
+
+// Several fsyncs, one completion: the first error, else 0.
+struct flush_group {
+  unsigned left = 0;
+  int64_t first_error = 0;
+  io_callback done;
+  std::vector<std::shared_ptr<window_file>> files;
+};
+
+void on_fsync(void* ctx, int64_t result) {
+  auto* g = static_cast<flush_group*>(ctx);
+  if (result < 0 && g->first_error == 0) g->first_error = result;
+  if (--g->left) return;
+  const io_callback d = g->done;
+  const int64_t v = g->first_error;
+  delete g;
+  d(v);
+}
+
+}  // namespace
+
+void window_target::attach(uint32_t window, std::shared_ptr<window_file> f) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  windows_[window] = std::move(f);
+}
+
+void window_target::detach(uint32_t window) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  windows_.erase(window);
+}
+
+std::shared_ptr<window_file> window_target::find(uint64_t offset) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = windows_.find(uint32_t(offset >> gfs_window_shift));
+  return it == windows_.end() ? nullptr : it->second;
+}
+
+void window_target::read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) {
+  if (len == 0) return done(0);
+  std::shared_ptr<window_file> f = find(offset);
+  if (!f) return done(-EBADF);
+  auto* r = new window_request{std::move(f), &io, static_cast<char*>(buf), offset & window_mask, len, 0, false, 0, done};
+  issue(r);
+}
+
+void window_target::write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) {
+  if (len == 0) return done(0);
+  std::shared_ptr<window_file> f = find(offset);
+  if (!f) return done(-EBADF);
+  if (!f->writable) return done(-EBADF);
+  auto* r = new window_request{std::move(f), &io, static_cast<char*>(const_cast<void*>(buf)), offset & window_mask,
+                               len, 0, true, fua ? RWF_DSYNC : 0, done};
+  issue(r);
+}
+
+void window_target::flush(io_engine& io, io_callback done) {
+  auto* g = new flush_group;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [w, f] : windows_)
+      if (f->written.exchange(false)) g->files.push_back(f);
+  }
+  if (g->files.empty()) {
+    delete g;
+    return done(0);
+  }
+  g->left = unsigned(g->files.size());
+  g->done = done;
+  for (auto& f : g->files) {
+    io_op op;
+    op.kind = io_op::fsync;
+    op.fd = f->fd;
+    op.done = {&on_fsync, g};
+    io.queue(op);
+  }
+}
+
+}  // namespace deepwell::detail

@@ -1,0 +1,54 @@
+// The file API's namespace: every open file is a window of 2^gfs_window_shift
+// bytes (files/gfs_layout.hpp). The file service attaches a window to an
+// open descriptor and detaches it when the file's last GPU user closes it;
+// I/O to a detached window fails with EBADF. Reads past a file's end give
+// zeros (a file shorter than the GPU thinks, shrunk behind its back, reads
+// as zeros, never as another file's bytes); a Flush fsyncs every file
+// written since the last one.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "deepwell/target.hpp"
+
+namespace deepwell::detail {
+
+struct window_file {
+  int fd = -1;
+  std::string path;                  // relative to the root, for messages
+  bool writable = false;
+  std::atomic<bool> written{false};  // writes since the last flush
+  ~window_file();
+};
+
+class window_target final : public target {
+ public:
+  window_target(uint64_t bytes, std::string root) : bytes_(bytes), root_(std::move(root)) {}
+
+  void attach(uint32_t window, std::shared_ptr<window_file> f);
+  void detach(uint32_t window);
+
+  uint64_t size() const override { return bytes_; }
+  bool writable() const override { return true; }
+  uint32_t io_alignment() const override { return 1; }
+  uint32_t memory_alignment() const override { return 1; }
+  std::string describe() const override { return "file windows beneath " + root_; }
+
+  void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override;
+  void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) override;
+  void flush(io_engine& io, io_callback done) override;
+
+ private:
+  std::shared_ptr<window_file> find(uint64_t offset) const;
+
+  uint64_t bytes_;
+  std::string root_;
+  mutable std::mutex mutex_;
+  std::unordered_map<uint32_t, std::shared_ptr<window_file>> windows_;
+};
+
+}  // namespace deepwell::detail

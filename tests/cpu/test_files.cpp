@@ -1,0 +1,520 @@
+// The file API (files/gfs_ref.hpp, files/file_system.hpp) with CPU clients:
+// every call, byte-for-byte reads and writes under eviction and
+// concurrency (threads and emulated warps), close-to-open consistency with
+// the host, directory walks, and each kind of bad input answered with its
+// errno, never a hang or a read outside the file.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache_test_support.hpp"
+#include "deepwell/controller.hpp"
+#include "deepwell/files/file_system.hpp"
+#include "warp_emulator.hpp"
+
+using namespace deepwell;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A directory tree of its own, removed at the end.
+struct tree {
+  fs::path root;
+  tree() {
+    std::string t = test::scratch_dir() + "/deepwell-files-XXXXXX";
+    if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
+    root = t;
+  }
+  ~tree() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+  void put(const std::string& rel, const std::vector<uint8_t>& bytes) const {
+    fs::create_directories((root / rel).parent_path());
+    std::ofstream(root / rel, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+  std::vector<uint8_t> get(const std::string& rel) const {
+    std::ifstream in(root / rel, std::ios::binary);
+    return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+  }
+};
+
+std::vector<uint8_t> pattern(uint64_t n, uint64_t seed) { return test::pattern_bytes(n, 0, seed); }
+
+// A controller, a small host cache (evictions) and the file system over `t`.
+struct rig {
+  controller ctl;
+  std::shared_ptr<page_cache> cache;
+  std::shared_ptr<file_system> files;
+  explicit rig(const tree& t, uint64_t pages = 64, file_system_options o = {})
+      : ctl(controller_config{}), cache(make_host_page_cache(ctl, test::small_cache(pages))) {
+    o.root = t.root.string();
+    files = make_host_file_system(ctl, cache, o);
+  }
+  const gfs_ref& ref() const { return files->ref(); }
+};
+
+std::vector<uint8_t> read_all(const gfs_ref& g, const gfile& f, uint64_t chunk = 3000) {
+  std::vector<uint8_t> out, buf(chunk);
+  for (uint64_t off = 0;;) {
+    const int64_t n = g.gread(f, off, buf.data(), buf.size());
+    if (n < 0) throw std::runtime_error("gread: errno " + std::to_string(-n));
+    if (n == 0) return out;
+    out.insert(out.end(), buf.begin(), buf.begin() + n);
+    off += uint64_t(n);
+  }
+}
+
+}  // namespace
+
+TEST(Files, OpenReadCloseGivesTheFileByteForByte) {
+  tree t;
+  for (uint64_t n : {0ull, 1ull, 4095ull, 4096ull, 100000ull}) t.put("f" + std::to_string(n), pattern(n, n));
+  rig r(t, 8);  // 8 pages: the larger files evict
+  const gfs_ref& g = r.ref();
+  for (uint64_t n : {0ull, 1ull, 4095ull, 4096ull, 100000ull}) {
+    const gfile f = g.gopen(("f" + std::to_string(n)).c_str(), g_rdonly);
+    ASSERT_TRUE(f.ok()) << f.err;
+    gstat st;
+    ASSERT_EQ(g.gfstat(one_lane{}, f, &st), 0);
+    EXPECT_EQ(st.size, n);
+    EXPECT_TRUE(S_ISREG(st.mode));
+    EXPECT_EQ(read_all(g, f), pattern(n, n)) << n;
+    // A read straddling the end comes back short; past the end, 0.
+    std::vector<uint8_t> buf(64, 0xEE);
+    if (n >= 10) EXPECT_EQ(g.gread(f, n - 10, buf.data(), 64), 10);
+    EXPECT_EQ(g.gread(f, n, buf.data(), 64), 0);
+    EXPECT_EQ(g.gread(f, n + 5000, buf.data(), 64), 0);
+    EXPECT_EQ(g.gclose(f), 0);
+  }
+  EXPECT_EQ(r.files->stats().open_files, 0u);
+}
+
+TEST(Files, WritesReachTheFileWithItsExactSizeOnClose) {
+  tree t;
+  rig r(t, 8);
+  const gfs_ref& g = r.ref();
+  const gfile f = g.gopen("out/new.bin", g_rdwr | g_creat);
+  EXPECT_EQ(f.err, ENOENT);  // the directory does not exist: nothing is created on the way
+  fs::create_directories(t.root / "out");
+  const gfile w = g.gopen("out/new.bin", g_rdwr | g_creat);
+  ASSERT_TRUE(w.ok()) << w.err;
+  std::vector<uint8_t> want;
+  std::mt19937_64 rng(3);
+  // Unaligned pieces, some overlapping, some leaving holes (read as zeros).
+  for (int i = 0; i < 40; ++i) {
+    const uint64_t off = rng() % 50000, n = 1 + rng() % 7000;
+    const auto piece = pattern(n, 100 + i);
+    ASSERT_EQ(g.gwrite(w, off, piece.data(), n), int64_t(n));
+    if (want.size() < off + n) want.resize(off + n, 0);
+    std::copy(piece.begin(), piece.end(), want.begin() + off);
+  }
+  EXPECT_EQ(read_all(g, w, 5000), want);  // read back before close
+  EXPECT_EQ(g.gclose(w), 0);
+  EXPECT_EQ(t.get("out/new.bin"), want);  // size exact, not rounded to a page
+}
+
+TEST(Files, ThreadsReadAndWriteManyFilesUnderEviction) {
+  tree t;
+  constexpr int nfiles = 24;
+  for (int i = 0; i < nfiles; ++i) t.put("in/" + std::to_string(i), pattern(20000 + 997 * i, i));
+  fs::create_directories(t.root / "out");
+  rig r(t, 16);
+  const gfs_ref& g = r.ref();
+  std::atomic<int> wrong{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 6; ++k)
+    threads.emplace_back([&, k] {
+      std::mt19937_64 rng(k);
+      for (int round = 0; round < 12; ++round) {
+        // Readers share files with each other (several opens of one file).
+        const int i = int(rng() % nfiles);
+        const gfile f = g.gopen(("in/" + std::to_string(i)).c_str(), g_rdonly);
+        if (!f.ok()) {
+          ++failed;
+          continue;
+        }
+        const uint64_t size = 20000 + 997 * i;
+        for (int a = 0; a < 8; ++a) {
+          const uint64_t off = rng() % size, n = 1 + rng() % 9000;
+          std::vector<uint8_t> buf(n);
+          const int64_t got = g.gread(f, off, buf.data(), n);
+          const uint64_t expect = std::min(n, size - off);
+          if (got != int64_t(expect)) {
+            ++failed;
+            continue;
+          }
+          const auto ref = test::pattern_bytes(expect, off, i);
+          if (!std::equal(ref.begin(), ref.end(), buf.begin())) ++wrong;
+        }
+        if (g.gclose(f) != 0) ++failed;
+      }
+      // Each thread writes a file of its own in pieces and closes it.
+      const gfile w = g.gopen(("out/" + std::to_string(k)).c_str(), g_wronly | g_creat);
+      if (!w.ok()) {
+        ++failed;
+        return;
+      }
+      const auto data = pattern(30000 + k, 50 + k);
+      for (uint64_t off = 0; off < data.size(); off += 1234)
+        if (g.gwrite(w, off, data.data() + off, std::min<uint64_t>(1234, data.size() - off)) < 0) ++failed;
+      if (g.gclose(w) != 0) ++failed;
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+  for (int k = 0; k < 6; ++k) EXPECT_EQ(t.get("out/" + std::to_string(k)), pattern(30000 + k, 50 + k)) << k;
+  EXPECT_EQ(r.files->stats().open_files, 0u);
+}
+
+TEST(Files, WarpCollectiveCallsOnEmulatedWarps) {
+  tree t;
+  t.put("a", pattern(50000, 1));
+  fs::create_directories(t.root / "o");
+  rig r(t, 3 * 32);  // every lane of 3 warps may pin a page at once (page_cache::check_capacity)
+  const gfs_ref& g = r.ref();
+  std::atomic<int> bad{0};
+  std::vector<std::thread> warps;
+  for (uint32_t id = 0; id < 3; ++id)
+    warps.emplace_back([&, id] {
+      const unsigned mask = id == 1 ? 0x0000FF0Fu : 0xFFFFFFFFu;
+      std::vector<uint8_t> buf(50000);  // one buffer for the warp: every lane passes the same arguments
+      const auto data = pattern(9000, 7 + id);
+      test::run_warp(mask, id, [&](test::emulated_warp w) {
+        // One open per warp, every lane with the same arguments.
+        const gfile f = g.gopen(w, "a", g_rdonly);
+        if (!f.ok()) {
+          ++bad;
+          return;
+        }
+        if (g.gread(w, f, 0, buf.data(), buf.size()) != 50000) ++bad;
+        w.sync(w.active());
+        if (w.lane() == lowest_lane(w.active()) && buf != pattern(50000, 1)) ++bad;
+        if (g.gclose(w, f) != 0) ++bad;
+        const std::string name = "o/" + std::to_string(id);
+        const gfile o = g.gopen(w, name.c_str(), g_rdwr | g_creat);
+        if (!o.ok()) {
+          ++bad;
+          return;
+        }
+        if (g.gwrite(w, o, 100, data.data(), data.size()) != 9000) ++bad;
+        if (g.gfsync(w, o) != 0) ++bad;
+        if (g.gclose(w, o) != 0) ++bad;
+      });
+    });
+  for (auto& th : warps) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  for (uint32_t id = 0; id < 3; ++id) {
+    std::vector<uint8_t> want(100, 0);
+    const auto data = pattern(9000, 7 + id);
+    want.insert(want.end(), data.begin(), data.end());
+    EXPECT_EQ(t.get("o/" + std::to_string(id)), want);
+  }
+}
+
+TEST(Files, CloseToOpenWithTheHost) {
+  tree t;
+  t.put("x", pattern(10000, 1));
+  rig r(t, 32);
+  const gfs_ref& g = r.ref();
+  gfile f = g.gopen("x", g_rdonly);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(read_all(g, f), pattern(10000, 1));
+  ASSERT_EQ(g.gclose(f), 0);
+  // Unchanged: the reopen keeps its window (and cached pages).
+  f = g.gopen("x", g_rdonly);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(r.files->stats().windows_reused, 1u);
+  EXPECT_EQ(read_all(g, f), pattern(10000, 1));
+  ASSERT_EQ(g.gclose(f), 0);
+  // The host rewrites it (same size): the next open sees the host's bytes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  t.put("x", pattern(10000, 2));
+  f = g.gopen("x", g_rdonly);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(read_all(g, f), pattern(10000, 2));
+  ASSERT_EQ(g.gclose(f), 0);
+  EXPECT_EQ(r.files->stats().windows_reused, 1u);
+  // And the GPU's writes are the host's once gclose returns.
+  f = g.gopen("x", g_rdwr);
+  ASSERT_TRUE(f.ok());
+  const auto piece = pattern(500, 3);
+  ASSERT_EQ(g.gwrite(f, 9800, piece.data(), 500), 500);
+  ASSERT_EQ(g.gclose(f), 0);
+  auto want = pattern(10000, 2);
+  want.resize(10300);
+  std::copy(piece.begin(), piece.end(), want.begin() + 9800);
+  EXPECT_EQ(t.get("x"), want);
+}
+
+TEST(Files, TruncateShrinksAndGrowsWithZeros) {
+  tree t;
+  t.put("t", pattern(20000, 4));
+  rig r(t, 32);
+  const gfs_ref& g = r.ref();
+  const gfile f = g.gopen("t", g_rdwr);
+  ASSERT_TRUE(f.ok());
+  std::vector<uint8_t> buf(20000);
+  ASSERT_EQ(g.gread(f, 0, buf.data(), buf.size()), 20000);  // all of it cached
+  ASSERT_EQ(g.gftruncate(one_lane{}, f, 5000), 0);
+  EXPECT_EQ(fs::file_size(t.root / "t"), 5000u);
+  ASSERT_EQ(g.gftruncate(one_lane{}, f, 12000), 0);
+  auto want = pattern(5000, 4);
+  want.resize(12000, 0);
+  EXPECT_EQ(read_all(g, f), want);  // the cached tail was zeroed, not resurrected
+  ASSERT_EQ(g.gclose(f), 0);
+  EXPECT_EQ(t.get("t"), want);
+  const gfile ro = g.gopen("t", g_rdonly);
+  EXPECT_EQ(g.gftruncate(one_lane{}, ro, 0), -EINVAL);
+  EXPECT_EQ(g.gclose(ro), 0);
+}
+
+TEST(Files, FsyncMakesTheWritesTheFilesWithoutAClose) {
+  tree t;
+  rig r(t, 32);
+  const gfs_ref& g = r.ref();
+  const gfile f = g.gopen("s", g_rdwr | g_creat);
+  ASSERT_TRUE(f.ok());
+  const auto data = pattern(7777, 9);
+  ASSERT_EQ(g.gwrite(f, 0, data.data(), data.size()), 7777);
+  ASSERT_EQ(g.gfsync(one_lane{}, f), 0);
+  EXPECT_EQ(t.get("s"), data);  // on disk, with its exact size, while still open
+  ASSERT_EQ(g.gclose(f), 0);
+}
+
+TEST(Files, MappedPagesReadAndWriteTheFile) {
+  tree t;
+  t.put("m", pattern(10000, 5));
+  rig r(t, 32);
+  const gfs_ref& g = r.ref();
+  const gfile f = g.gopen("m", g_rdwr);
+  ASSERT_TRUE(f.ok());
+  gmapping m = g.gmmap(one_lane{}, f, 9000);
+  ASSERT_TRUE(m.ok()) << m.err;
+  EXPECT_EQ(m.offset, 8192u);
+  EXPECT_EQ(m.length, 10000u - 8192u);
+  const auto want = pattern(10000, 5);
+  EXPECT_TRUE(std::equal(want.begin() + 8192, want.end(), m.data()));
+  m.write(10, 0xAB);
+  ASSERT_EQ(g.gmsync(one_lane{}, m), 0);
+  g.gmunmap(m);
+  EXPECT_EQ(t.get("m")[8202], 0xAB);
+  EXPECT_EQ(g.gmmap(one_lane{}, f, 10000).err, EINVAL);  // past the end
+  ASSERT_EQ(g.gclose(f), 0);
+}
+
+TEST(Files, AKernelCanWalkADirectoryTree) {
+  tree t;
+  std::set<std::string> want;
+  for (int i = 0; i < 30; ++i) {
+    const std::string p = "d" + std::to_string(i % 4) + (i % 3 ? "/sub" + std::to_string(i % 2) : "") + "/f" +
+                          std::to_string(i);
+    t.put(p, pattern(10 + i, i));
+    want.insert(p);
+  }
+  rig r(t, 32);
+  const gfs_ref& g = r.ref();
+  std::set<std::string> seen;
+  std::function<void(const std::string&)> walk = [&](const std::string& dir) {
+    const gdir d = g.gopendir(one_lane{}, dir.c_str());
+    ASSERT_TRUE(d.ok()) << dir << ": " << d.err;
+    gdirent e;
+    for (int n; (n = g.greaddir(one_lane{}, d, &e)) == 1;) {
+      const std::string p = dir.empty() ? e.name : dir + "/" + e.name;
+      if (e.type == 4) walk(p);
+      if (e.type == 8) {
+        seen.insert(p);
+        const gfile f = g.gopen(p.c_str(), g_rdonly);  // and each file reads back whole
+        ASSERT_TRUE(f.ok());
+        const int i = std::stoi(p.substr(p.rfind('f') + 1));
+        EXPECT_EQ(read_all(g, f), pattern(10 + i, i));
+        EXPECT_EQ(g.gclose(f), 0);
+      }
+    }
+    EXPECT_EQ(g.gclosedir(one_lane{}, d), 0);
+  };
+  walk("");
+  EXPECT_EQ(seen, want);
+  EXPECT_EQ(r.files->stats().open_dirs, 0u);
+}
+
+// ---- bad input: an errno for the calling threads, never a hang or a read outside the file ----
+
+TEST(Files, PathsOutsideTheRootAreRefused) {
+  tree t;
+  t.put("in/ok", pattern(100, 1));
+  fs::path outside = t.root.parent_path() / (t.root.filename().string() + "-outside");
+  std::ofstream(outside) << "secret";
+  fs::create_symlink(outside, t.root / "escape");
+  fs::create_symlink("in/ok", t.root / "inside");
+  fs::create_symlink("../../" + t.root.filename().string() + "-outside", t.root / "in/up");
+  rig r(t);
+  const gfs_ref& g = r.ref();
+  for (const char* p : {"../x", "in/../../x", "/etc/passwd", "escape", "in/up"})
+    EXPECT_EQ(g.gopen(p, g_rdonly).err, EACCES) << p;
+  EXPECT_EQ(g.gopendir(one_lane{}, "..").err, EACCES);
+  const gfile in = g.gopen("inside", g_rdonly);  // a symlink that stays inside is followed
+  EXPECT_TRUE(in.ok()) << in.err;
+  EXPECT_EQ(g.gclose(in), 0);
+  fs::remove(outside);
+}
+
+TEST(Files, MissingFilesDirectoriesLongNamesAndBadFlags) {
+  tree t;
+  t.put("dir/f", pattern(10, 1));
+  ASSERT_EQ(mkfifo((t.root / "fifo").c_str(), 0600), 0);
+  rig r(t);
+  const gfs_ref& g = r.ref();
+  EXPECT_EQ(g.gopen("nope", g_rdonly).err, ENOENT);
+  EXPECT_EQ(g.gopen("", g_rdonly).err, ENOENT);
+  EXPECT_EQ(g.gopen(nullptr, g_rdonly).err, ENOENT);
+  EXPECT_EQ(g.gopen("dir", g_rdonly).err, EISDIR);
+  EXPECT_EQ(g.gopen("dir", g_rdwr).err, EISDIR);
+  EXPECT_EQ(g.gopen("fifo", g_rdonly).err, EINVAL);  // not a regular file, and no hang
+  EXPECT_EQ(g.gopendir(one_lane{}, "dir/f").err, ENOTDIR);
+  const std::string long_name(5000, 'a');
+  EXPECT_EQ(g.gopen(long_name.c_str(), g_rdonly).err, ENAMETOOLONG);
+  const std::string long_part(300, 'b');
+  EXPECT_EQ(g.gopen(long_part.c_str(), g_rdonly).err, ENAMETOOLONG);  // the kernel's NAME_MAX
+  EXPECT_EQ(g.gopen("dir/f", g_rdonly | g_trunc).err, EINVAL);
+  EXPECT_EQ(g.gopen("dir/f", 0x800000).err, EINVAL);
+  EXPECT_EQ(g.gopen("dir/f", 3).err, EINVAL);
+  EXPECT_EQ(r.files->stats().open_files, 0u);
+}
+
+TEST(Files, HandlesThatAreNotOpenAndWritesToReadOnlyHandles) {
+  tree t;
+  t.put("a", pattern(5000, 1));
+  t.put("b", pattern(5000, 2));
+  rig r(t);
+  const gfs_ref& g = r.ref();
+  std::vector<uint8_t> buf(100);
+  EXPECT_EQ(g.gread(gfile{}, 0, buf.data(), 100), -EBADF);
+  gfile forged;
+  forged.err = 0;
+  forged.fd = 100000;
+  EXPECT_EQ(g.gread(forged, 0, buf.data(), 100), -EBADF);
+  const gfile a = g.gopen("a", g_rdonly);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(g.gwrite(a, 0, buf.data(), 100), -EBADF);
+  ASSERT_EQ(g.gclose(a), 0);
+  // A closed handle stays dead, even once its table entry serves another file.
+  EXPECT_EQ(g.gread(a, 0, buf.data(), 100), -EBADF);
+  const gfile b = g.gopen("b", g_rdonly);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b.fd, a.fd);
+  EXPECT_EQ(g.gread(a, 0, buf.data(), 100), -EBADF);
+  EXPECT_EQ(g.gclose(a), -EBADF);
+  EXPECT_EQ(g.gread(b, 0, buf.data(), 100), 100);
+  EXPECT_EQ(g.gclose(b), 0);
+}
+
+TEST(Files, MoreOpenFilesThanTheTableHolds) {
+  tree t;
+  for (int i = 0; i < 6; ++i) t.put(std::to_string(i), pattern(10, i));
+  file_system_options o;
+  o.max_open = 4;
+  o.max_dirs = 1;
+  rig r(t, 64, o);
+  const gfs_ref& g = r.ref();
+  std::vector<gfile> open;
+  for (int i = 0; i < 4; ++i) open.push_back(g.gopen(std::to_string(i).c_str(), g_rdonly));
+  for (auto& f : open) EXPECT_TRUE(f.ok());
+  EXPECT_EQ(g.gopen("4", g_rdonly).err, EMFILE);
+  const gfile again = g.gopen("0", g_rdonly);  // an open file opened again takes no entry
+  EXPECT_TRUE(again.ok());
+  EXPECT_EQ(again.fd, open[0].fd);
+  EXPECT_EQ(g.gclose(again), 0);
+  EXPECT_EQ(g.gclose(open[3]), 0);
+  EXPECT_TRUE(g.gopen("5", g_rdonly).ok());
+  const gdir d = g.gopendir(one_lane{}, "");
+  EXPECT_TRUE(d.ok());
+  EXPECT_EQ(g.gopendir(one_lane{}, "").err, EMFILE);
+  EXPECT_EQ(g.gclosedir(one_lane{}, d), 0);
+}
+
+TEST(Files, AFileThatShrinksWhileOpenReadsZerosNeverOtherBytes) {
+  tree t;
+  t.put("s", pattern(40000, 1));
+  t.put("other", pattern(40000, 2));
+  rig r(t, 4);  // 4 pages: nothing of s stays cached
+  const gfs_ref& g = r.ref();
+  const gfile f = g.gopen("s", g_rdonly);
+  const gfile o = g.gopen("other", g_rdonly);
+  ASSERT_TRUE(f.ok() && o.ok());
+  fs::resize_file(t.root / "s", 1000);  // behind the GPU's back
+  std::vector<uint8_t> buf(40000, 0xEE), other(40000);
+  ASSERT_EQ(g.gread(o, 0, other.data(), other.size()), 40000);
+  EXPECT_EQ(g.gread(f, 0, buf.data(), buf.size()), 40000);  // the size the GPU saw at open
+  const auto head = pattern(1000, 1);
+  EXPECT_TRUE(std::equal(head.begin(), head.end(), buf.begin()));
+  for (uint64_t i = 4096; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0) << i;
+  EXPECT_EQ(g.gclose(f), 0);
+  EXPECT_EQ(g.gclose(o), 0);
+}
+
+TEST(Files, ReadOnlyFileSystemsAndTruncatingAFileOthersHaveOpen) {
+  tree t;
+  t.put("a", pattern(100, 1));
+  {
+    file_system_options o;
+    o.read_only = true;
+    rig r(t, 64, o);
+    EXPECT_EQ(r.ref().gopen("a", g_rdwr).err, EROFS);
+    EXPECT_EQ(r.ref().gopen("new", g_rdwr | g_creat).err, EROFS);
+    EXPECT_FALSE(fs::exists(t.root / "new"));
+  }
+  rig r(t);
+  const gfs_ref& g = r.ref();
+  const gfile f = g.gopen("a", g_rdonly);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(g.gopen("a", g_rdwr | g_trunc).err, EBUSY);
+  const gfile w = g.gopen("a", g_rdwr);  // a writer joins a reader
+  ASSERT_TRUE(w.ok());
+  const uint8_t x = 7;
+  EXPECT_EQ(g.gwrite(w, 0, &x, 1), 1);
+  EXPECT_EQ(g.gclose(w), 0);
+  EXPECT_EQ(g.gclose(f), 0);
+  EXPECT_EQ(t.get("a")[0], 7);
+  if (geteuid() != 0) {  // root passes every permission check
+    fs::permissions(t.root / "a", fs::perms::owner_read);
+    EXPECT_EQ(g.gopen("a", g_rdwr).err, EACCES);
+  }
+}
+
+TEST(Files, BadOptionsAreRefusedByName) {
+  tree t;
+  controller ctl;
+  auto cache = make_host_page_cache(ctl, test::small_cache(16));
+  EXPECT_THROW(
+      {
+        try {
+          make_host_file_system(ctl, cache, {});
+        } catch (const error& e) {
+          EXPECT_NE(std::string(e.what()).find("no root"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      error);
+  file_system_options o;
+  o.root = (t.root / "missing").string();
+  try {
+    make_host_file_system(ctl, cache, o);
+    ADD_FAILURE() << "a missing root was accepted";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+  }
+  o.root = t.root.string();
+  o.max_open = 0;
+  EXPECT_THROW(make_host_file_system(ctl, cache, o), error);
+}

@@ -51,13 +51,20 @@ struct tree {
 
 std::vector<uint8_t> pattern(uint64_t n, uint64_t seed) { return test::pattern_bytes(n, 0, seed); }
 
+// A minute's deadline: ThreadSanitizer on a loaded two-core CI machine is
+// slow, and a slow wait must not read as a failure (a hang still fails).
+cache_config slow_ok(cache_config c) {
+  c.timeout_ns = 60ull * 1000000000ull;
+  return c;
+}
+
 // A controller, a small host cache (evictions) and the file system over `t`.
 struct rig {
   controller ctl;
   std::shared_ptr<page_cache> cache;
   std::shared_ptr<file_system> files;
   explicit rig(const tree& t, uint64_t pages = 64, file_system_options o = {})
-      : ctl(controller_config{}), cache(make_host_page_cache(ctl, test::small_cache(pages))) {
+      : ctl(controller_config{}), cache(make_host_page_cache(ctl, slow_ok(test::small_cache(pages)))) {
     o.root = t.root.string();
     files = make_host_file_system(ctl, cache, o);
   }
@@ -183,7 +190,12 @@ TEST(Files, WarpCollectiveCallsOnEmulatedWarps) {
   fs::create_directories(t.root / "o");
   rig r(t, 3 * 32);  // every lane of 3 warps may pin a page at once (page_cache::check_capacity)
   const gfs_ref& g = r.ref();
-  std::atomic<int> bad{0};
+  std::atomic<int> bad{0}, last_err{0}, step{0};
+  auto fail = [&](int s, int64_t e) {
+    ++bad;
+    step = s;
+    last_err = int(e);
+  };
   std::vector<std::thread> warps;
   for (uint32_t id = 0; id < 3; ++id)
     warps.emplace_back([&, id] {
@@ -193,27 +205,21 @@ TEST(Files, WarpCollectiveCallsOnEmulatedWarps) {
       test::run_warp(mask, id, [&](test::emulated_warp w) {
         // One open per warp, every lane with the same arguments.
         const gfile f = g.gopen(w, "a", g_rdonly);
-        if (!f.ok()) {
-          ++bad;
-          return;
-        }
-        if (g.gread(w, f, 0, buf.data(), buf.size()) != 50000) ++bad;
+        if (!f.ok()) return fail(1, f.err);
+        if (int64_t n = g.gread(w, f, 0, buf.data(), buf.size()); n != 50000) fail(2, n);
         w.sync(w.active());
-        if (w.lane() == lowest_lane(w.active()) && buf != pattern(50000, 1)) ++bad;
-        if (g.gclose(w, f) != 0) ++bad;
+        if (w.lane() == lowest_lane(w.active()) && buf != pattern(50000, 1)) fail(3, 0);
+        if (int e = g.gclose(w, f)) fail(4, e);
         const std::string name = "o/" + std::to_string(id);
         const gfile o = g.gopen(w, name.c_str(), g_rdwr | g_creat);
-        if (!o.ok()) {
-          ++bad;
-          return;
-        }
-        if (g.gwrite(w, o, 100, data.data(), data.size()) != 9000) ++bad;
-        if (g.gfsync(w, o) != 0) ++bad;
-        if (g.gclose(w, o) != 0) ++bad;
+        if (!o.ok()) return fail(5, o.err);
+        if (int64_t n = g.gwrite(w, o, 100, data.data(), data.size()); n != 9000) fail(6, n);
+        if (int e = g.gfsync(w, o)) fail(7, e);
+        if (int e = g.gclose(w, o)) fail(8, e);
       });
     });
   for (auto& th : warps) th.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(bad.load(), 0) << "step " << step << ", result " << last_err;
   for (uint32_t id = 0; id < 3; ++id) {
     std::vector<uint8_t> want(100, 0);
     const auto data = pattern(9000, 7 + id);

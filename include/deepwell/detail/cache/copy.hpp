@@ -62,6 +62,34 @@ DW_HD void copy_in(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* sr
 #endif
 }
 
+// A write-back's copy of a page races, by design, with threads that hold a
+// pin and write other bytes of it (writers re-mark the page dirty after
+// their store, so a byte the copy missed is written again:
+// detail/cache/writeback.hpp). Under ThreadSanitizer the copy is left
+// uninstrumented: a suppression by function name needs both stacks, and
+// TSan cannot always restore the racing copy's (it then reported the race
+// as a failure in about 1 run in 150 of a write-heavy test).
+#if defined(__SANITIZE_THREAD__)
+#define DW_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DW_UNDER_TSAN 1
+#endif
+#endif
+#if !defined(__CUDA_ARCH__) && defined(DW_UNDER_TSAN)
+__attribute__((no_sanitize("thread"), noinline)) inline void racy_page_copy(uint8_t* dst, const uint8_t* src,
+                                                                           uint32_t bytes) {
+  // Volatile word loads: the compiler may not turn the loop into a memcpy
+  // call, which TSan would intercept.
+  const volatile uint64_t* s = reinterpret_cast<const volatile uint64_t*>(src);
+  volatile uint64_t* d = reinterpret_cast<volatile uint64_t*>(dst);
+  for (uint32_t i = 0; i < bytes / 8; ++i) d[i] = s[i];
+  for (uint32_t i = bytes / 8 * 8; i < bytes; ++i) reinterpret_cast<volatile uint8_t*>(dst)[i] = reinterpret_cast<const volatile uint8_t*>(src)[i];
+}
+#else
+inline void racy_page_copy(uint8_t* dst, const uint8_t* src, uint32_t bytes) { std::memcpy(dst, src, bytes); }
+#endif
+
 // Copies a page to staging (one thread): 16-byte words, a batch of loads
 // before their stores.
 DW_HD inline void copy_out(uint8_t* dst_bytes, const uint8_t* src_bytes, uint32_t bytes) {
@@ -78,7 +106,7 @@ DW_HD inline void copy_out(uint8_t* dst_bytes, const uint8_t* src_bytes, uint32_
       if (i + k < bytes / 16) dst[i + k] = r[k];
   }
 #else
-  std::memcpy(dst_bytes, src_bytes, bytes);
+  racy_page_copy(dst_bytes, src_bytes, bytes);
 #endif
 }
 
@@ -94,7 +122,7 @@ DW_HD void copy_out_warp(const Warp& w, unsigned mask, uint8_t* dst, const uint8
 #else
   const uint32_t chunk = (bytes / 16 + n - 1) / n * 16;
   const uint32_t from = rank * chunk;
-  if (from < bytes) std::memcpy(dst + from, src + from, bytes - from < chunk ? bytes - from : chunk);
+  if (from < bytes) racy_page_copy(dst + from, src + from, bytes - from < chunk ? bytes - from : chunk);
 #endif
 }
 

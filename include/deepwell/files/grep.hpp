@@ -1,0 +1,259 @@
+// Whole-word grep of a dictionary over many files, through the file API:
+// each warp (or CPU thread) takes the next file, opens it, reads it in
+// chunks, counts the dictionary words it holds as whole words, closes it,
+// and writes "count<TAB>word<TAB>path" lines through the file API to an
+// output file. A word is a maximal run of ASCII letters, digits and '_'
+// (every other byte separates words): the words of ripgrep's -w with
+// --no-unicode, which is how the results are checked against ripgrep.
+//
+// A (word, path) pair appears on one line, except in files with more
+// distinct dictionary words than half a warp's table holds, whose counts
+// may come in several lines: readers sum them (tools/grep_command.cpp does).
+#pragma once
+#include <cstdint>
+
+#include "deepwell/files/gfs_ref.hpp"
+
+namespace deepwell {
+
+DW_HD inline bool grep_word_byte(uint8_t c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+DW_HD inline uint64_t grep_hash(const uint8_t* p, uint32_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (uint32_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h ^ (h >> 29);
+}
+
+// The dictionary in client memory: words back to back in `blob`, word i at
+// [offs[i], offs[i + 1]); an open-addressing table of word index + 1.
+struct grep_dict_ref {
+  const uint8_t* blob = nullptr;
+  const uint32_t* offs = nullptr;
+  const uint32_t* table = nullptr;
+  uint32_t table_mask = 0;
+  uint32_t max_len = 0;
+
+  DW_HD int32_t find(const uint8_t* p, uint32_t n) const {
+    if (n == 0 || n > max_len) return -1;
+    for (uint32_t h = uint32_t(grep_hash(p, n)) & table_mask;; h = (h + 1) & table_mask) {
+      const uint32_t e = table[h];
+      if (e == 0) return -1;
+      const uint32_t a = offs[e - 1], b = offs[e];
+      if (b - a != n) continue;
+      uint32_t k = 0;
+      while (k < n && blob[a + k] == p[k]) ++k;
+      if (k == n) return int32_t(e - 1);
+    }
+  }
+};
+
+constexpr uint32_t grep_chunk = 4096;        // bytes of a file scanned per step
+constexpr uint32_t grep_table = 8192;        // a warp's (word, count) entries; flushed past half
+constexpr uint32_t grep_text = 64 * 1024;    // a warp's output buffer
+constexpr uint32_t grep_path_stride = 512;   // bytes per path in the job's list (NUL included)
+
+// Per warp scratch, in client memory.
+struct grep_scratch {
+  uint8_t chunk[grep_chunk + 1 + 256];  // the byte before, the chunk, and room to finish a word
+  uint32_t keys[grep_table];            // word index + 1, 0 empty
+  uint32_t counts[grep_table];
+  uint32_t used;
+  uint32_t text_used;
+  char text[grep_text];
+};
+
+struct grep_counters {
+  unsigned long long files, bytes, matches, lines, failed;
+  int last_err;
+};
+
+struct grep_job {
+  gfs_ref in, out;
+  gfile out_file;                   // opened for writing on `out`, shared by all warps
+  grep_dict_ref dict;
+  const char* paths = nullptr;      // npaths x grep_path_stride
+  uint32_t npaths = 0;
+  unsigned long long* next_path = nullptr;   // client memory: the next path to take
+  unsigned long long* out_cursor = nullptr;  // client memory: bytes of output reserved
+  grep_scratch* scratch = nullptr;           // one per worker
+  grep_counters* counters = nullptr;         // client memory
+};
+
+namespace detail {
+
+template <class Warp>
+DW_HD void grep_fail(const Warp& w, unsigned mask, const grep_job& j, int err) {
+  if (w.lane() == lowest_lane(mask)) {
+    client_atomic<unsigned long long>(j.counters->failed).fetch_add(1, memory_order_relaxed);
+    client_atomic<int>(j.counters->last_err).store(err, memory_order_relaxed);
+  }
+}
+
+DW_HD inline uint32_t grep_digits(uint32_t v) {
+  uint32_t n = 1;
+  while (v >= 10) {
+    v /= 10;
+    ++n;
+  }
+  return n;
+}
+
+// Writes the warp's text buffer to the output file.
+template <class Warp>
+DW_HD void grep_write_text(const Warp& w, unsigned mask, const grep_job& j, grep_scratch& s) {
+  const uint32_t n = s.text_used;
+  if (n == 0) return;
+  unsigned long long at = 0;
+  if (w.lane() == lowest_lane(mask)) at = client_atomic<unsigned long long>(*j.out_cursor).fetch_add(n, memory_order_relaxed);
+  at = shfl64(w, mask, at, lowest_lane(mask));
+  const int64_t r = j.out.gwrite(w, j.out_file, at, s.text, n);
+  if (r != int64_t(n)) grep_fail(w, mask, j, r < 0 ? int(-r) : 5);
+  w.sync(mask);
+  if (w.lane() == lowest_lane(mask)) s.text_used = 0;
+  w.sync(mask);
+}
+
+// Emits the table's entries as lines for `path` and empties the table.
+template <class Warp>
+DW_HD void grep_emit(const Warp& w, unsigned mask, const grep_job& j, grep_scratch& s, const char* path,
+                     uint32_t path_len) {
+  const unsigned lanes = popcount32(mask);
+  const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+  for (uint32_t base = 0; base < grep_table; base += lanes) {
+    const uint32_t i = base + rank;
+    const uint32_t key = i < grep_table ? s.keys[i] : 0;
+    uint32_t len = 0, wlen = 0, cnt = 0;
+    if (key) {
+      cnt = s.counts[i];
+      wlen = j.dict.offs[key] - j.dict.offs[key - 1];
+      len = grep_digits(cnt) + 1 + wlen + 1 + path_len + 1;
+    }
+    // Offsets of the lanes' lines: lengths gathered from every lane.
+    uint32_t before = 0, total = 0;
+    for (unsigned m = mask; m; m &= m - 1) {
+      const unsigned l = lowest_lane(m);
+      const uint32_t v = w.shfl(mask, len, l);
+      if (l < w.lane()) before += v;
+      total += v;
+    }
+    if (total == 0) continue;
+    if (s.text_used + total > grep_text) grep_write_text(w, mask, j, s);
+    if (key) {
+      char* o = s.text + s.text_used + before;
+      const uint32_t d = grep_digits(cnt);
+      for (uint32_t k = d, v = cnt; k-- > 0; v /= 10) o[k] = char('0' + v % 10);
+      o += d;
+      *o++ = '\t';
+      const uint8_t* wd = j.dict.blob + j.dict.offs[key - 1];
+      for (uint32_t k = 0; k < wlen; ++k) *o++ = char(wd[k]);
+      *o++ = '\t';
+      for (uint32_t k = 0; k < path_len; ++k) *o++ = path[k];
+      *o++ = '\n';
+      s.keys[i] = 0;
+      s.counts[i] = 0;
+      client_atomic<unsigned long long>(j.counters->lines).fetch_add(1, memory_order_relaxed);
+    }
+    w.sync(mask);
+    if (w.lane() == lowest_lane(mask)) s.text_used += total;
+    w.sync(mask);
+  }
+  if (w.lane() == lowest_lane(mask)) s.used = 0;
+  w.sync(mask);
+}
+
+// Counts word `id` in the table.
+DW_HD inline void grep_count(grep_scratch& s, uint32_t id) {
+  const uint32_t key = id + 1;
+  for (uint32_t h = (key * 2654435761u) & (grep_table - 1);; h = (h + 1) & (grep_table - 1)) {
+    client_atomic<uint32_t> k(s.keys[h]);
+    uint32_t cur = k.load(memory_order_relaxed);
+    if (cur == 0 && k.compare_exchange_strong(cur, key, memory_order_relaxed)) {
+      client_atomic<uint32_t>(s.used).fetch_add(1, memory_order_relaxed);
+      cur = key;
+    }
+    if (cur == key) {
+      client_atomic<uint32_t>(s.counts[h]).fetch_add(1, memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+}  // namespace detail
+
+// One worker (a warp, or a CPU thread as one_lane): files until none is left.
+template <class Warp>
+DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
+  const unsigned mask = w.active();
+  const bool leader = w.lane() == lowest_lane(mask);
+  const unsigned lanes = popcount32(mask);
+  const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+  grep_scratch& s = j.scratch[worker];
+  const uint32_t tail = j.dict.max_len < 255 ? j.dict.max_len + 1 : 256;
+  for (;;) {
+    unsigned long long p = 0;
+    if (leader) p = client_atomic<unsigned long long>(*j.next_path).fetch_add(1, memory_order_relaxed);
+    p = shfl64(w, mask, p, lowest_lane(mask));
+    if (p >= j.npaths) break;
+    const char* path = j.paths + p * grep_path_stride;
+    uint32_t path_len = 0;
+    while (path_len < grep_path_stride && path[path_len]) ++path_len;
+    const gfile f = j.in.gopen(w, path, g_rdonly);
+    if (!f.ok()) {
+      detail::grep_fail(w, mask, j, f.err);
+      continue;
+    }
+    uint64_t size = 0;
+    {
+      gstat st;
+      j.in.gfstat(w, f, &st);
+      size = shfl64(w, mask, st.size, lowest_lane(mask));
+    }
+    for (uint64_t off = 0; off < size; off += grep_chunk) {
+      // The byte before the chunk (is the first byte a word's start?), the
+      // chunk, and enough after it to finish a word that starts inside.
+      const uint64_t from = off ? off - 1 : 0;
+      const int64_t n = j.in.gread(w, f, from, s.chunk, (off - from) + grep_chunk + tail);
+      if (n < 0) {
+        detail::grep_fail(w, mask, j, int(-n));
+        break;
+      }
+      w.sync(mask);  // every lane reads bytes other lanes copied
+      const uint32_t lead = uint32_t(off - from);
+      const uint32_t end = uint32_t(n), stop = uint32_t(n) < lead + grep_chunk ? uint32_t(n) : lead + grep_chunk;
+      unsigned long long found = 0;
+      // Lanes take interleaved 128-byte stripes of the chunk; a word belongs
+      // to the stripe where it starts.
+      for (uint32_t a = lead + rank * 128; a < stop; a += lanes * 128) {
+        const uint32_t b = a + 128 < stop ? a + 128 : stop;
+        for (uint32_t i = a; i < b; ++i) {
+          if (!grep_word_byte(s.chunk[i]) || (i > 0 && grep_word_byte(s.chunk[i - 1]))) continue;
+          uint32_t e = i + 1;
+          while (e < end && grep_word_byte(s.chunk[e])) ++e;
+          const int32_t id = j.dict.find(s.chunk + i, e - i);
+          if (id >= 0) {
+            detail::grep_count(s, uint32_t(id));
+            ++found;
+          }
+          i = e - 1;
+        }
+      }
+      if (found) client_atomic<unsigned long long>(j.counters->matches).fetch_add(found, memory_order_relaxed);
+      w.sync(mask);
+      uint32_t used = leader ? client_atomic<uint32_t>(s.used).load(memory_order_relaxed) : 0;
+      used = w.shfl(mask, used, lowest_lane(mask));
+      if (used > grep_table / 2) detail::grep_emit(w, mask, j, s, path, path_len);
+    }
+    detail::grep_emit(w, mask, j, s, path, path_len);
+    const int c = j.in.gclose(w, f);
+    if (c) detail::grep_fail(w, mask, j, -c);
+    if (leader) {
+      client_atomic<unsigned long long>(j.counters->files).fetch_add(1, memory_order_relaxed);
+      client_atomic<unsigned long long>(j.counters->bytes).fetch_add(size, memory_order_relaxed);
+    }
+  }
+  detail::grep_write_text(w, mask, j, s);
+}
+
+}  // namespace deepwell

@@ -1,0 +1,58 @@
+// `deepwell grep` on the host side: the dictionary, the list of files, the
+// runs (CPU threads here, GPU warps in deepwell_cuda), the output's parser
+// and a plain C++ reference the results are checked against.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deepwell/files/grep.hpp"
+
+namespace deepwell {
+
+struct grep_dictionary {
+  std::vector<std::string> words;  // kept: made of word bytes only, at most 255 bytes, no duplicates
+  uint64_t dropped = 0;            // lines that are not such a word (an apostrophe, a space, ...)
+  std::vector<uint8_t> blob;
+  std::vector<uint32_t> offs;
+  std::vector<uint32_t> table;
+  uint32_t max_len = 0;
+};
+// Reads a word list, one word per line (wamerican's /usr/share/dict/words).
+grep_dictionary load_grep_dictionary(const std::string& path);
+grep_dictionary make_grep_dictionary(const std::vector<std::string>& lines);
+
+// Regular files beneath root (symlinks not followed), as paths relative to
+// it, sorted; paths of grep_path_stride bytes or more are left out and counted.
+std::vector<std::string> list_grep_files(const std::string& root, uint64_t* too_long = nullptr);
+
+// (word, path) -> occurrences as a whole word.
+using grep_counts = std::map<std::pair<std::string, std::string>, uint64_t>;
+
+struct grep_options {
+  std::string root;          // the tree to search
+  std::string out_dir;       // where the output file is written (through a second file system)
+  std::string out_name = "grep.out";
+  unsigned workers = 0;      // CPU threads (0: hardware threads); GPU: warps per SM x SMs
+  uint64_t cache_bytes = 0;  // 0: the default
+};
+
+struct grep_report {
+  grep_counters counters{};
+  double seconds = 0;        // the search kernel (or threads), opening to the last close
+  uint64_t files = 0;        // listed
+  uint64_t output_bytes = 0;
+};
+
+grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files);
+// deepwell_cuda (src/cuda/grep_gpu.cu).
+grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files);
+
+// Sums the lines of an output file.
+grep_counts parse_grep_output(const std::string& path);
+// The same counts by a plain scan of the files on the host.
+grep_counts reference_grep(const std::string& root, const grep_dictionary& d, const std::vector<std::string>& files);
+
+}  // namespace deepwell

@@ -1,0 +1,169 @@
+// `deepwell grep`, host side (files/grep_run.hpp): the dictionary and its
+// hash table, the file list, CPU threads as workers, the output's parser and
+// the reference scan.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "deepwell/controller.hpp"
+#include "deepwell/error.hpp"
+#include "deepwell/files/file_system.hpp"
+#include "deepwell/files/grep_run.hpp"
+#include "deepwell/page_cache.hpp"
+
+namespace deepwell {
+
+grep_dictionary make_grep_dictionary(const std::vector<std::string>& lines) {
+  grep_dictionary d;
+  std::set<std::string> seen;
+  for (const std::string& w : lines) {
+    const bool ok = !w.empty() && w.size() <= 255 &&
+                    std::all_of(w.begin(), w.end(), [](char c) { return grep_word_byte(uint8_t(c)); });
+    if (!ok || !seen.insert(w).second) {
+      d.dropped += !ok;
+      continue;
+    }
+    d.words.push_back(w);
+  }
+  d.offs.push_back(0);
+  for (const std::string& w : d.words) {
+    d.blob.insert(d.blob.end(), w.begin(), w.end());
+    d.offs.push_back(uint32_t(d.blob.size()));
+    d.max_len = std::max<uint32_t>(d.max_len, uint32_t(w.size()));
+  }
+  uint32_t size = 16;
+  while (size < 2 * d.words.size()) size *= 2;
+  d.table.assign(size, 0);
+  for (uint32_t i = 0; i < d.words.size(); ++i) {
+    const std::string& w = d.words[i];
+    uint32_t h = uint32_t(grep_hash(reinterpret_cast<const uint8_t*>(w.data()), uint32_t(w.size()))) & (size - 1);
+    while (d.table[h]) h = (h + 1) & (size - 1);
+    d.table[h] = i + 1;
+  }
+  return d;
+}
+
+grep_dictionary load_grep_dictionary(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw error("grep: cannot read the dictionary " + path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty() && l.back() == '\r') l.pop_back();
+    lines.push_back(l);
+  }
+  grep_dictionary d = make_grep_dictionary(lines);
+  if (d.words.empty()) throw error("grep: the dictionary " + path + " holds no usable word");
+  return d;
+}
+
+std::vector<std::string> list_grep_files(const std::string& root, uint64_t* too_long) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) throw error("grep: " + root + " is not a directory");
+  std::vector<std::string> out;
+  uint64_t skipped = 0;
+  for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
+    std::string rel = fs::relative(it->path(), root, ec).string();
+    if (rel.size() >= grep_path_stride) {
+      ++skipped;
+      continue;
+    }
+    out.push_back(std::move(rel));
+  }
+  std::sort(out.begin(), out.end());
+  if (too_long) *too_long = skipped;
+  return out;
+}
+
+grep_counts parse_grep_output(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw error("grep: cannot read the output " + path);
+  grep_counts c;
+  for (std::string l; std::getline(in, l);) {
+    const size_t a = l.find('\t'), b = a == std::string::npos ? a : l.find('\t', a + 1);
+    if (b == std::string::npos) throw error("grep: a malformed line in " + path + ": " + l.substr(0, 80));
+    c[{l.substr(a + 1, b - a - 1), l.substr(b + 1)}] += std::stoull(l.substr(0, a));
+  }
+  return c;
+}
+
+grep_counts reference_grep(const std::string& root, const grep_dictionary& d, const std::vector<std::string>& files) {
+  std::set<std::string> dict(d.words.begin(), d.words.end());
+  grep_counts c;
+  for (const std::string& f : files) {
+    std::ifstream in(root + "/" + f, std::ios::binary);
+    const std::string s((std::istreambuf_iterator<char>(in)), {});
+    for (size_t i = 0; i < s.size();) {
+      if (!grep_word_byte(uint8_t(s[i]))) {
+        ++i;
+        continue;
+      }
+      size_t e = i;
+      while (e < s.size() && grep_word_byte(uint8_t(s[e]))) ++e;
+      const std::string w = s.substr(i, e - i);
+      if (dict.count(w)) ++c[{w, f}];
+      i = e;
+    }
+  }
+  return c;
+}
+
+grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files) {
+  grep_report rep;
+  rep.files = files.size();
+  controller ctl;
+  cache_config cc;
+  if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
+  auto cache = make_host_page_cache(ctl, cc);
+  file_system_options in_opts;
+  in_opts.root = o.root;
+  in_opts.read_only = true;
+  auto in = make_host_file_system(ctl, cache, in_opts);
+  file_system_options out_opts;
+  out_opts.root = o.out_dir;
+  auto out = make_host_file_system(ctl, cache, out_opts);
+  const unsigned workers = o.workers ? o.workers : std::max(1u, std::thread::hardware_concurrency());
+
+  std::vector<char> paths(files.size() * grep_path_stride, 0);
+  for (size_t i = 0; i < files.size(); ++i) std::memcpy(paths.data() + i * grep_path_stride, files[i].data(), files[i].size());
+  std::vector<grep_scratch> scratch(workers);
+  for (auto& s : scratch) {
+    std::fill(std::begin(s.keys), std::end(s.keys), 0u);
+    std::fill(std::begin(s.counts), std::end(s.counts), 0u);
+    s.used = s.text_used = 0;
+  }
+  unsigned long long next = 0, cursor = 0;
+  grep_counters counters{};
+  grep_job j;
+  j.in = in->ref();
+  j.out = out->ref();
+  j.dict = {d.blob.data(), d.offs.data(), d.table.data(), uint32_t(d.table.size() - 1), d.max_len};
+  j.paths = paths.data();
+  j.npaths = uint32_t(files.size());
+  j.next_path = &next;
+  j.out_cursor = &cursor;
+  j.scratch = scratch.data();
+  j.counters = &counters;
+  const auto t0 = std::chrono::steady_clock::now();
+  j.out_file = j.out.gopen(o.out_name.c_str(), g_rdwr | g_creat | g_trunc);
+  if (!j.out_file.ok())
+    throw error("grep: cannot open " + o.out_dir + "/" + o.out_name + " for writing: " + std::strerror(j.out_file.err));
+  std::vector<std::thread> threads;
+  for (unsigned k = 0; k < workers; ++k) threads.emplace_back([&j, k] { grep_worker(one_lane{}, j, k); });
+  for (auto& t : threads) t.join();
+  const int c = j.out.gclose(j.out_file);
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (c) throw error("grep: closing the output failed: " + std::string(std::strerror(-c)));
+  rep.counters = counters;
+  rep.output_bytes = cursor;
+  return rep;
+}
+
+}  // namespace deepwell

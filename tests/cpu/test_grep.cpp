@@ -1,0 +1,192 @@
+// `deepwell grep` with CPU workers (files/grep.hpp through the file API):
+// per (word, file) counts equal a plain scan's, on generated text whose
+// words cross chunk boundaries, with tokens longer than any word, binary
+// bytes, empty files and files with more distinct words than a worker's
+// table holds; and equal ripgrep's (rg -w --no-unicode) where rg is
+// installed. Emulated warps run the same worker.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "deepwell/files/file_system.hpp"
+#include "deepwell/files/grep_run.hpp"
+#include "cache_test_support.hpp"
+#include "warp_emulator.hpp"
+
+using namespace deepwell;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct tree {
+  fs::path root, out;
+  tree() {
+    std::string t = test::scratch_dir() + "/deepwell-grep-XXXXXX";
+    if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
+    root = fs::path(t) / "src";
+    out = fs::path(t) / "out";
+    fs::create_directories(root);
+    fs::create_directories(out);
+  }
+  ~tree() {
+    std::error_code ec;
+    fs::remove_all(root.parent_path(), ec);
+  }
+};
+
+std::vector<std::string> dictionary_lines() {
+  std::vector<std::string> d = {"alpha", "beta", "gamma", "delta", "a", "I", "x_1", "Zeta9", "can", "t",
+                                "don't", "café", "two words", ""};  // the last four are dropped
+  for (int i = 0; i < 6000; ++i) d.push_back("w" + std::to_string(i));
+  return d;
+}
+
+// Text of words, separators, long tokens and a few bytes >= 0x80.
+std::string text(std::mt19937_64& rng, size_t bytes, int distinct) {
+  static const char* seps[] = {" ", "\n", ", ", ".", "(", ")", "'", "\t", "\xE2\x80\x94", "\xC3\xA9", "-", "\0"};
+  static const char* known[] = {"alpha", "beta", "gamma", "delta", "a", "I", "x_1", "Zeta9", "can", "t", "Alpha"};
+  std::string s;
+  while (s.size() < bytes) {
+    const unsigned k = unsigned(rng() % 10);
+    if (k < 4)
+      s += known[rng() % 11];
+    else if (k < 7)
+      s += "w" + std::to_string(rng() % distinct);
+    else if (k == 7)
+      s += std::string(300 + rng() % 20, 'q');  // longer than any word
+    else
+      s += "alphabet";                          // a word that only starts with one
+    const char* sep = seps[rng() % 12];
+    s.append(sep, *sep ? std::strlen(sep) : 1);
+  }
+  return s;
+}
+
+// 40 files (or `files`), one empty and, if `big`, one of 1.5 MB with more
+// distinct words than half a worker's table.
+void make_tree(const tree& t, int files = 40, size_t max_bytes = 30000, bool big = true) {
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < files; ++i) {
+    const fs::path p = t.root / ("d" + std::to_string(i % 5)) / ("f" + std::to_string(i) + ".c");
+    fs::create_directories(p.parent_path());
+    const size_t bytes = i == 0 ? 0 : i == 1 && big ? 1500000 : size_t(rng() % max_bytes);
+    const std::string s = text(rng, bytes, i == 1 ? 6000 : 200);
+    std::ofstream(p, std::ios::binary).write(s.data(), std::streamsize(bytes ? s.size() : 0));
+  }
+}
+
+}  // namespace
+
+TEST(Grep, CountsEqualAPlainScan) {
+  tree t;
+  make_tree(t);
+  const grep_dictionary d = make_grep_dictionary(dictionary_lines());
+  EXPECT_EQ(d.dropped, 4u);
+  const auto files = list_grep_files(t.root.string());
+  ASSERT_EQ(files.size(), 40u);
+  grep_options o;
+  o.root = t.root.string();
+  o.out_dir = t.out.string();
+  o.workers = 3;
+  o.cache_bytes = 64 * 4096;  // small: evictions while files are read
+  const grep_report r = run_grep_cpu(o, d, files);
+  EXPECT_EQ(r.counters.failed, 0u) << r.counters.last_err;
+  EXPECT_EQ(r.counters.files, 40u);
+  const grep_counts got = parse_grep_output((t.out / "grep.out").string());
+  const grep_counts want = reference_grep(t.root.string(), d, files);
+  uint64_t big_pairs = 0;
+  for (auto& [k, v] : want) big_pairs += k.second == "d1/f1.c";
+  EXPECT_GT(big_pairs, uint64_t(grep_table / 2));  // more than a worker's table half: several flushes
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(fs::file_size(t.out / "grep.out"), r.output_bytes);
+  uint64_t matches = 0;
+  for (auto& [k, v] : want) matches += v;
+  EXPECT_EQ(r.counters.matches, matches);
+}
+
+TEST(Grep, CountsEqualRipgrepWhereItIsInstalled) {
+  if (std::system("rg --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "ripgrep (rg) is not installed";
+  tree t;
+  make_tree(t);
+  const grep_dictionary d = make_grep_dictionary(dictionary_lines());
+  const fs::path dict = t.out.parent_path() / "dict";
+  {
+    std::ofstream o(dict);
+    for (auto& w : d.words) o << w << "\n";
+  }
+  const auto files = list_grep_files(t.root.string());
+  grep_options o;
+  o.root = t.root.string();
+  o.out_dir = t.out.string();
+  o.workers = 2;
+  run_grep_cpu(o, d, files);
+  const grep_counts got = parse_grep_output((t.out / "grep.out").string());
+  // rg prints "path:word" per match (-o), all files (-uu -a), ASCII words (--no-unicode).
+  const fs::path rg_out = t.out.parent_path() / "rg.out";
+  const std::string cmd = "cd '" + t.root.string() + "' && rg -uu -a --no-unicode -F -w -o --no-heading --with-filename " +
+                          "--no-line-number -f '" + dict.string() + "' . > '" + rg_out.string() + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  grep_counts rg;
+  std::ifstream in(rg_out);
+  for (std::string l; std::getline(in, l);) {
+    const size_t c = l.rfind(':');
+    std::string path = l.substr(0, c);
+    if (path.rfind("./", 0) == 0) path = path.substr(2);
+    ++rg[{l.substr(c + 1), path}];
+  }
+  EXPECT_EQ(got, rg);
+}
+
+TEST(Grep, EmulatedWarpsRunTheSameWorker) {
+  tree t;
+  make_tree(t, 8, 9000, false);  // small: each collective is a barrier of threads on a CI machine's two cores
+  const grep_dictionary d = make_grep_dictionary(dictionary_lines());
+  const auto files = list_grep_files(t.root.string());
+  controller ctl;
+  auto cache = make_host_page_cache(ctl, test::small_cache(4 * 32));
+  file_system_options io;
+  io.root = t.root.string();
+  auto in = make_host_file_system(ctl, cache, io);
+  io.root = t.out.string();
+  auto out = make_host_file_system(ctl, cache, io);
+  std::vector<char> paths(files.size() * grep_path_stride, 0);
+  for (size_t i = 0; i < files.size(); ++i) std::memcpy(paths.data() + i * grep_path_stride, files[i].data(), files[i].size());
+  std::vector<grep_scratch> scratch(2);
+  for (auto& s : scratch) s = grep_scratch{};
+  unsigned long long next = 0, cursor = 0;
+  grep_counters counters{};
+  grep_job j;
+  j.in = in->ref();
+  j.out = out->ref();
+  j.dict = {d.blob.data(), d.offs.data(), d.table.data(), uint32_t(d.table.size() - 1), d.max_len};
+  j.paths = paths.data();
+  j.npaths = uint32_t(files.size());
+  j.next_path = &next;
+  j.out_cursor = &cursor;
+  j.scratch = scratch.data();
+  j.counters = &counters;
+  j.out_file = j.out.gopen("grep.out", g_rdwr | g_creat);
+  ASSERT_TRUE(j.out_file.ok());
+  std::vector<std::thread> warps;
+  for (uint32_t id = 0; id < 2; ++id)
+    warps.emplace_back([&, id] {
+      test::run_warp(id == 1 ? 0x0F00000Fu : 0x000000FFu, id, [&](test::emulated_warp w) { grep_worker(w, j, id); });
+    });
+  for (auto& th : warps) th.join();
+  ASSERT_EQ(j.out.gclose(j.out_file), 0);
+  EXPECT_EQ(counters.failed, 0u) << counters.last_err;
+  EXPECT_EQ(parse_grep_output((t.out / "grep.out").string()), reference_grep(t.root.string(), d, files));
+}
+
+TEST(Grep, BadInputIsNamed) {
+  EXPECT_THROW(load_grep_dictionary("/nonexistent/dict"), error);
+  EXPECT_THROW(list_grep_files("/nonexistent/tree"), error);
+  tree t;
+  std::ofstream(t.out / "bad") << "12\tonlytwo\n3 no tabs\n";
+  EXPECT_THROW(parse_grep_output((t.out / "bad").string()), error);
+}

@@ -19,6 +19,7 @@
 #include "deepwell/graph/build.hpp"
 #include "graph_dispatch.hpp"
 #include "graph_options.hpp"
+#include "grep_command.hpp"
 #include "server_commands.hpp"
 
 using namespace deepwell;
@@ -157,9 +158,12 @@ int main(int argc, char** argv) {
 
   tools::server_commands server_cmds;
   tools::add_server_commands(app, server_cmds);
+  tools::grep_command grep_cmd;
+  tools::add_grep_command(app, grep_cmd);
 
   CLI11_PARSE(app, argc, argv);
   if (server_cmds.parsed()) return server_cmds.run();
+  if (grep_cmd.parsed()) return grep_cmd.run();
   try {
     if (settings->parsed()) {
       const std::vector<defaults::knob> knobs = defaults::knobs();  // throws, naming a bad variable

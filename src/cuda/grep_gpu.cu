@@ -1,0 +1,121 @@
+// `deepwell grep` on the GPU (files/grep_run.hpp): every warp a worker of
+// grep_worker, the output file opened and closed by a warp of its own
+// (the file API's calls run on the device).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+#include "deepwell/error.hpp"
+#include "deepwell/files/file_system.hpp"
+#include "deepwell/files/grep_run.hpp"
+#include "deepwell/gpu_launch.hpp"
+
+namespace deepwell {
+namespace {
+
+__global__ void open_output(grep_job* j, const char* name) {
+  const gfile f = j->out.gopen(gpu_full_warp{}, name, g_rdwr | g_creat | g_trunc);
+  if (threadIdx.x == 0) j->out_file = f;
+}
+
+__global__ void close_output(grep_job* j, int* result) {
+  const int r = j->out.gclose(gpu_full_warp{}, j->out_file);
+  if (threadIdx.x == 0) *result = r;
+}
+
+__global__ void grep_kernel(const grep_job* j) {
+  const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  grep_worker(gpu_full_warp{}, *j, warp);
+}
+
+template <class T>
+T* to_device(const void* src, size_t bytes, std::vector<void*>& owned) {
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc for grep");
+  owned.push_back(p);
+  if (bytes) check_cuda(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy for grep");
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
+grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files) {
+  grep_report rep;
+  rep.files = files.size();
+  int dev = 0, sms = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  constexpr int threads = 128;
+  const uint32_t blocks = o.workers ? (o.workers + 3) / 4 : uint32_t(sms) * 4;
+  const uint64_t warps = uint64_t(blocks) * (threads / 32);
+
+  controller ctl;
+  cache_config cc;
+  // Every resident warp may pin a page per lane (page_cache::check_capacity).
+  const uint64_t need = resident_warps(grep_kernel, blocks, threads) * pages_per_warp * cc.page_size * 5 / 4;
+  cc.capacity_bytes = std::max<uint64_t>(o.cache_bytes ? o.cache_bytes : cc.capacity_bytes, need);
+  auto cache = make_gpu_page_cache(ctl, cc);
+  file_system_options in_opts;
+  in_opts.root = o.root;
+  in_opts.read_only = true;
+  in_opts.slots = 256;
+  auto in = make_gpu_file_system(ctl, cache, in_opts);
+  file_system_options out_opts;
+  out_opts.root = o.out_dir;
+  auto out = make_gpu_file_system(ctl, cache, out_opts);
+  check_launch(*cache, grep_kernel, blocks, threads);
+
+  std::vector<void*> owned;
+  std::vector<char> paths(files.size() * grep_path_stride, 0);
+  for (size_t i = 0; i < files.size(); ++i) std::memcpy(paths.data() + i * grep_path_stride, files[i].data(), files[i].size());
+  grep_job j;
+  j.in = in->ref();
+  j.out = out->ref();
+  j.dict = {to_device<uint8_t>(d.blob.data(), d.blob.size(), owned), to_device<uint32_t>(d.offs.data(), d.offs.size() * 4, owned),
+            to_device<uint32_t>(d.table.data(), d.table.size() * 4, owned), uint32_t(d.table.size() - 1), d.max_len};
+  j.paths = to_device<char>(paths.data(), paths.size(), owned);
+  j.npaths = uint32_t(files.size());
+  const unsigned long long zero2[2] = {0, 0};
+  auto* cursors = to_device<unsigned long long>(zero2, sizeof zero2, owned);
+  j.next_path = cursors;
+  j.out_cursor = cursors + 1;
+  check_cuda(cudaMalloc(&j.scratch, warps * sizeof(grep_scratch)), "cudaMalloc of grep scratch");
+  owned.push_back(j.scratch);
+  check_cuda(cudaMemset(j.scratch, 0, warps * sizeof(grep_scratch)), "cudaMemset");
+  const grep_counters zc{};
+  j.counters = to_device<grep_counters>(&zc, sizeof zc, owned);
+  auto* dj = to_device<grep_job>(&j, sizeof j, owned);
+  auto* name = to_device<char>(o.out_name.c_str(), o.out_name.size() + 1, owned);
+  auto* result = to_device<int>(nullptr, sizeof(int), owned);
+
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0);
+  open_output<<<1, 32>>>(dj, name);
+  grep_kernel<<<blocks, threads>>>(dj);
+  close_output<<<1, 32>>>(dj, result);
+  cudaEventRecord(e1);
+  check_cuda(cudaEventSynchronize(e1), "the grep kernel");
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  rep.seconds = ms / 1000.0;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  int closed = 0;
+  gfile of;
+  check_cuda(cudaMemcpy(&of, reinterpret_cast<char*>(dj) + offsetof(grep_job, out_file), sizeof of, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check_cuda(cudaMemcpy(&closed, result, sizeof closed, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check_cuda(cudaMemcpy(&rep.counters, j.counters, sizeof rep.counters, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  unsigned long long cur[2];
+  check_cuda(cudaMemcpy(cur, cursors, sizeof cur, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  rep.output_bytes = cur[1];
+  for (void* p : owned) cudaFree(p);
+  if (!of.ok()) throw error("grep: cannot open " + o.out_dir + "/" + o.out_name + " for writing: " + std::strerror(of.err));
+  if (closed) throw error("grep: closing the output failed: " + std::string(std::strerror(-closed)));
+  return rep;
+}
+
+}  // namespace deepwell

@@ -1,0 +1,72 @@
+// `deepwell grep` (grep_command.hpp).
+#include "grep_command.hpp"
+
+#include <cstdio>
+#include <fstream>
+
+#include "deepwell/error.hpp"
+#include "deepwell/files/grep_run.hpp"
+
+namespace deepwell::tools {
+
+void add_grep_command(CLI::App& app, grep_command& g) {
+  g.app = app.add_subcommand("grep", "count each dictionary word's whole-word occurrences in every file of a tree "
+                                     "(kernels open, read and close the files through the file API)");
+  g.app->add_option("root", g.root, "the tree to search")->required();
+  g.app->add_option("--dict", g.dict, "word list, one per line (default /usr/share/dict/words, Debian's wamerican)");
+  g.app->add_option("--out-dir", g.out_dir, "directory of the output file");
+  g.app->add_option("--out", g.out_name, "output file name: lines of count<TAB>word<TAB>path");
+  g.app->add_flag("--cpu", g.cpu, "CPU threads as the file API's clients (no GPU needed)");
+  g.app->add_option("--workers", g.workers, "CPU threads with --cpu, warps on the GPU (0: the machine's)");
+  g.app->add_flag("--check", g.check, "compare every count with a plain scan of the files on the host");
+  g.app->add_option("--json", g.json, "append a JSON line with the run's figures here");
+}
+
+int grep_command::run() {
+  try {
+    uint64_t too_long = 0;
+    const grep_dictionary d = load_grep_dictionary(dict);
+    const std::vector<std::string> files = list_grep_files(root, &too_long);
+    grep_options o;
+    o.root = root;
+    o.out_dir = out_dir;
+    o.out_name = out_name;
+    o.workers = workers;
+    const grep_report r = cpu ? run_grep_cpu(o, d, files) : run_grep_gpu(o, d, files);
+    std::printf("%s: %llu files, %llu bytes, %llu matches of %zu words (%llu dictionary lines dropped), %llu lines "
+                "in %s/%s, %.3f s (%.2f GB/s)%s\n",
+                cpu ? "cpu" : "gpu", (unsigned long long)r.counters.files, (unsigned long long)r.counters.bytes,
+                (unsigned long long)r.counters.matches, d.words.size(), (unsigned long long)d.dropped,
+                (unsigned long long)r.counters.lines, out_dir.c_str(), out_name.c_str(), r.seconds,
+                r.seconds > 0 ? double(r.counters.bytes) / r.seconds / 1e9 : 0.0,
+                too_long ? (", " + std::to_string(too_long) + " paths too long, skipped").c_str() : "");
+    int rc = 0;
+    if (r.counters.failed) {
+      std::fprintf(stderr, "grep: %llu file operations failed (last errno %d)\n",
+                   (unsigned long long)r.counters.failed, r.counters.last_err);
+      rc = 1;
+    }
+    bool same = true;
+    if (check) {
+      const grep_counts got = parse_grep_output(out_dir + "/" + out_name);
+      const grep_counts want = reference_grep(root, d, files);
+      same = got == want;
+      std::printf("check against a plain scan: %s (%zu word-file pairs here, %zu there)\n", same ? "equal" : "DIFFERENT",
+                  got.size(), want.size());
+      if (!same) rc = 1;
+    }
+    if (!json.empty()) {
+      std::ofstream js(json, std::ios::app);
+      js << "{\"tool\":\"deepwell grep\",\"clients\":\"" << (cpu ? "cpu" : "gpu") << "\",\"files\":" << r.counters.files
+         << ",\"bytes\":" << r.counters.bytes << ",\"matches\":" << r.counters.matches << ",\"words\":" << d.words.size()
+         << ",\"seconds\":" << r.seconds << ",\"failed\":" << r.counters.failed
+         << ",\"checked\":" << (check ? (same ? "\"equal\"" : "\"different\"") : "null") << "}\n";
+    }
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepwell grep: %s\n", e.what());
+    return 2;
+  }
+}
+
+}  // namespace deepwell::tools

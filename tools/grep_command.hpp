@@ -1,0 +1,20 @@
+// `deepwell grep`: whole-word counts of a dictionary over a tree of files,
+// on the GPU through the file API (or CPU threads with --cpu).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace deepwell::tools {
+
+struct grep_command {
+  CLI::App* app = nullptr;
+  std::string root, dict = "/usr/share/dict/words", out_dir = ".", out_name = "grep.out", json;
+  bool cpu = false, check = false;
+  unsigned workers = 0;
+  bool parsed() const { return app && app->parsed(); }
+  int run();
+};
+
+void add_grep_command(CLI::App& app, grep_command& g);
+
+}  // namespace deepwell::tools

@@ -26,7 +26,7 @@ DW_HD inline uint8_t file_byte(uint32_t file, uint64_t off) {
   uint64_t x = (uint64_t(file) << 40 | off) * 0x9E3779B97F4A7C15ull;
   return uint8_t(x >> 56);
 }
-uint64_t file_size(uint32_t i) { return 1000 + uint64_t(i) * 7919 % 300000; }
+DW_HD inline uint64_t file_size(uint32_t i) { return 1000 + uint64_t(i) * 7919 % 300000; }
 
 struct tree {
   fs::path root;

@@ -68,8 +68,7 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   check_launch(*cache, grep_kernel, blocks, threads);
 
   std::vector<void*> owned;
-  std::vector<char> paths(files.size() * grep_path_stride, 0);
-  for (size_t i = 0; i < files.size(); ++i) std::memcpy(paths.data() + i * grep_path_stride, files[i].data(), files[i].size());
+  const std::vector<char> paths = grep_path_table(files);
   grep_job j;
   j.in = in->ref();
   j.out = out->ref();

@@ -288,12 +288,14 @@ struct file_system::impl {
   }
 
   // The file on disk gets the size the GPU sees (page write-backs may have
-  // written past it), durably.
+  // written past it), durably. Every caller has just persisted the file's
+  // pages (write-back, then the window target's fdatasync), so an fsync is
+  // needed only when the size changes here.
   static int set_size(const detail::window_file& f, uint64_t size) {
     struct stat sb {};
     if (::fstat(f.fd, &sb) != 0) return errno;
-    if (uint64_t(sb.st_size) != size && ::ftruncate(f.fd, off_t(size)) != 0) return errno;
-    if (::fsync(f.fd) != 0) return errno;
+    if (uint64_t(sb.st_size) == size) return 0;
+    if (::ftruncate(f.fd, off_t(size)) != 0 || ::fsync(f.fd) != 0) return errno;
     return 0;
   }
 
@@ -327,6 +329,7 @@ struct file_system::impl {
     open_file* o = lookup(q.a0);
     if (!o || !o->file->writable) return EBADF;
     if (::ftruncate(o->file->fd, off_t(q.a1)) != 0) return errno;
+    o->file->written.store(true);  // the next Flush (gfsync, gclose) makes the new size durable
     return 0;
   }
 

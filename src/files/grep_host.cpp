@@ -115,6 +115,26 @@ grep_counts reference_grep(const std::string& root, const grep_dictionary& d, co
   return c;
 }
 
+std::vector<char> grep_path_table(const std::vector<std::string>& files) {
+  std::vector<char> paths(files.size() * grep_path_stride, 0);
+  for (size_t i = 0; i < files.size(); ++i) std::memcpy(paths.data() + i * grep_path_stride, files[i].data(), files[i].size());
+  return paths;
+}
+
+host_grep_run::host_grep_run(const grep_dictionary& d, const std::vector<std::string>& files, const gfs_ref& in,
+                             const gfs_ref& out, unsigned workers)
+    : paths(grep_path_table(files)), scratch(workers) {  // value-initialised: empty tables
+  job.in = in;
+  job.out = out;
+  job.dict = d.ref();
+  job.paths = paths.data();
+  job.npaths = uint32_t(files.size());
+  job.next_path = &next;
+  job.out_cursor = &cursor;
+  job.scratch = scratch.data();
+  job.counters = &counters;
+}
+
 grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files) {
   grep_report rep;
   rep.files = files.size();
@@ -131,26 +151,8 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   auto out = make_host_file_system(ctl, cache, out_opts);
   const unsigned workers = o.workers ? o.workers : std::max(1u, std::thread::hardware_concurrency());
 
-  std::vector<char> paths(files.size() * grep_path_stride, 0);
-  for (size_t i = 0; i < files.size(); ++i) std::memcpy(paths.data() + i * grep_path_stride, files[i].data(), files[i].size());
-  std::vector<grep_scratch> scratch(workers);
-  for (auto& s : scratch) {
-    std::fill(std::begin(s.keys), std::end(s.keys), 0u);
-    std::fill(std::begin(s.counts), std::end(s.counts), 0u);
-    s.used = s.text_used = 0;
-  }
-  unsigned long long next = 0, cursor = 0;
-  grep_counters counters{};
-  grep_job j;
-  j.in = in->ref();
-  j.out = out->ref();
-  j.dict = {d.blob.data(), d.offs.data(), d.table.data(), uint32_t(d.table.size() - 1), d.max_len};
-  j.paths = paths.data();
-  j.npaths = uint32_t(files.size());
-  j.next_path = &next;
-  j.out_cursor = &cursor;
-  j.scratch = scratch.data();
-  j.counters = &counters;
+  host_grep_run run(d, files, in->ref(), out->ref(), workers);
+  grep_job& j = run.job;
   const auto t0 = std::chrono::steady_clock::now();
   j.out_file = j.out.gopen(o.out_name.c_str(), g_rdwr | g_creat | g_trunc);
   if (!j.out_file.ok())
@@ -161,8 +163,8 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   const int c = j.out.gclose(j.out_file);
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (c) throw error("grep: closing the output failed: " + std::string(std::strerror(-c)));
-  rep.counters = counters;
-  rep.output_bytes = cursor;
+  rep.counters = run.counters;
+  rep.output_bytes = run.cursor;
   return rep;
 }
 

@@ -154,22 +154,8 @@ TEST(Grep, EmulatedWarpsRunTheSameWorker) {
   auto in = make_host_file_system(ctl, cache, io);
   io.root = t.out.string();
   auto out = make_host_file_system(ctl, cache, io);
-  std::vector<char> paths(files.size() * grep_path_stride, 0);
-  for (size_t i = 0; i < files.size(); ++i) std::memcpy(paths.data() + i * grep_path_stride, files[i].data(), files[i].size());
-  std::vector<grep_scratch> scratch(2);
-  for (auto& s : scratch) s = grep_scratch{};
-  unsigned long long next = 0, cursor = 0;
-  grep_counters counters{};
-  grep_job j;
-  j.in = in->ref();
-  j.out = out->ref();
-  j.dict = {d.blob.data(), d.offs.data(), d.table.data(), uint32_t(d.table.size() - 1), d.max_len};
-  j.paths = paths.data();
-  j.npaths = uint32_t(files.size());
-  j.next_path = &next;
-  j.out_cursor = &cursor;
-  j.scratch = scratch.data();
-  j.counters = &counters;
+  host_grep_run run(d, files, in->ref(), out->ref(), 2);
+  grep_job& j = run.job;
   j.out_file = j.out.gopen("grep.out", g_rdwr | g_creat);
   ASSERT_TRUE(j.out_file.ok());
   std::vector<std::thread> warps;
@@ -179,7 +165,7 @@ TEST(Grep, EmulatedWarpsRunTheSameWorker) {
     });
   for (auto& th : warps) th.join();
   ASSERT_EQ(j.out.gclose(j.out_file), 0);
-  EXPECT_EQ(counters.failed, 0u) << counters.last_err;
+  EXPECT_EQ(run.counters.failed, 0u) << run.counters.last_err;
   EXPECT_EQ(parse_grep_output((t.out / "grep.out").string()), reference_grep(t.root.string(), d, files));
 }
 

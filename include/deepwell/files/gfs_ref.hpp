@@ -67,10 +67,7 @@ class gfs_ref {
   DW_HD gfile gopen(const Warp& w, const char* path, uint32_t flags) const {
     const unsigned mask = w.active();
     const bool leader = w.lane() == lowest_lane(mask);
-    uint32_t len = 0;
-    if (leader && path)
-      while (len < gfs_path_max && path[len]) ++len;
-    len = w.shfl(mask, len, lowest_lane(mask));
+    const uint32_t len = path_length(w, mask, path);
     gfile f;
     f.flags = flags;
     if (!path || len == 0) {
@@ -278,10 +275,7 @@ class gfs_ref {
   DW_HD gdir gopendir(const Warp& w, const char* path) const {
     const unsigned mask = w.active();
     const bool leader = w.lane() == lowest_lane(mask);
-    uint32_t len = 0;
-    if (leader && path)
-      while (len < gfs_path_max && path[len]) ++len;
-    len = w.shfl(mask, len, lowest_lane(mask));
+    const uint32_t len = path_length(w, mask, path);
     gdir d;
     if (!path) return d;
     if (len >= gfs_path_max) {
@@ -342,6 +336,15 @@ class gfs_ref {
       case client_code::invalid_argument: return 22;   // EINVAL
       default: return 5;                               // EIO
     }
+  }
+
+  // strlen(path) capped at gfs_path_max, measured by the leader, the same in every lane.
+  template <class Warp>
+  DW_HD static uint32_t path_length(const Warp& w, unsigned mask, const char* path) {
+    uint32_t len = 0;
+    if (w.lane() == lowest_lane(mask) && path)
+      while (len < gfs_path_max && path[len]) ++len;
+    return w.shfl(mask, len, lowest_lane(mask));
   }
 
   // 0 if f is an open file of this table (its size into `size`, the same

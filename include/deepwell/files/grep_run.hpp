@@ -19,6 +19,8 @@ struct grep_dictionary {
   std::vector<uint32_t> offs;
   std::vector<uint32_t> table;
   uint32_t max_len = 0;
+  // The view workers read (pointers into this dictionary's vectors).
+  grep_dict_ref ref() const { return {blob.data(), offs.data(), table.data(), uint32_t(table.size() - 1), max_len}; }
 };
 // Reads a word list, one word per line (wamerican's /usr/share/dict/words).
 grep_dictionary load_grep_dictionary(const std::string& path);
@@ -27,6 +29,23 @@ grep_dictionary make_grep_dictionary(const std::vector<std::string>& lines);
 // Regular files beneath root (symlinks not followed), as paths relative to
 // it, sorted; paths of grep_path_stride bytes or more are left out and counted.
 std::vector<std::string> list_grep_files(const std::string& root, uint64_t* too_long = nullptr);
+
+// The job's path list: files.size() entries of grep_path_stride bytes.
+std::vector<char> grep_path_table(const std::vector<std::string>& files);
+
+// Everything a grep_job points at, in host memory, for workers that are CPU
+// threads (or emulated warps). The job's output file is left to the caller.
+struct host_grep_run {
+  std::vector<char> paths;
+  std::vector<grep_scratch> scratch;
+  unsigned long long next = 0, cursor = 0;
+  grep_counters counters{};
+  grep_job job;
+  host_grep_run(const grep_dictionary& d, const std::vector<std::string>& files, const gfs_ref& in,
+                const gfs_ref& out, unsigned workers);
+  host_grep_run(const host_grep_run&) = delete;  // the job points into it
+  host_grep_run& operator=(const host_grep_run&) = delete;
+};
 
 // (word, path) -> occurrences as a whole word.
 using grep_counts = std::map<std::pair<std::string, std::string>, uint64_t>;

@@ -20,6 +20,7 @@
 #include "graph_dispatch.hpp"
 #include "graph_options.hpp"
 #include "grep_command.hpp"
+#include "table_command.hpp"
 #include "server_commands.hpp"
 
 using namespace deepwell;
@@ -160,10 +161,13 @@ int main(int argc, char** argv) {
   tools::add_server_commands(app, server_cmds);
   tools::grep_command grep_cmd;
   tools::add_grep_command(app, grep_cmd);
+  tools::table_command table_cmd;
+  tools::add_table_command(app, table_cmd);
 
   CLI11_PARSE(app, argc, argv);
   if (server_cmds.parsed()) return server_cmds.run();
   if (grep_cmd.parsed()) return grep_cmd.run();
+  if (table_cmd.parsed()) return table_cmd.run();
   try {
     if (settings->parsed()) {
       const std::vector<defaults::knob> knobs = defaults::knobs();  // throws, naming a bad variable

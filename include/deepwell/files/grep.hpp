@@ -115,10 +115,20 @@ DW_HD void grep_write_text(const Warp& w, unsigned mask, const grep_job& j, grep
   w.sync(mask);
 }
 
-// Emits the table's entries as lines for `path` and empties the table.
-template <class Warp>
-DW_HD void grep_emit(const Warp& w, unsigned mask, const grep_job& j, grep_scratch& s, const char* path,
-                     uint32_t path_len) {
+// Writes a warp's text buffer through the file API (the job's output file).
+struct grep_file_sink {
+  const grep_job& j;
+  template <class Warp>
+  DW_HD void operator()(const Warp& w, unsigned mask, grep_scratch& s) const {
+    grep_write_text(w, mask, j, s);
+  }
+};
+
+// Emits the table's entries as lines for `path` and empties the table;
+// `sink(w, mask, s)` takes the text buffer when it fills.
+template <class Warp, class Sink>
+DW_HD void grep_emit(const Warp& w, unsigned mask, const grep_dict_ref& dict, grep_counters* counters,
+                     grep_scratch& s, const char* path, uint32_t path_len, const Sink& sink) {
   const unsigned lanes = popcount32(mask);
   const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
   for (uint32_t base = 0; base < grep_table; base += lanes) {
@@ -127,7 +137,7 @@ DW_HD void grep_emit(const Warp& w, unsigned mask, const grep_job& j, grep_scrat
     uint32_t len = 0, wlen = 0, cnt = 0;
     if (key) {
       cnt = s.counts[i];
-      wlen = j.dict.offs[key] - j.dict.offs[key - 1];
+      wlen = dict.offs[key] - dict.offs[key - 1];
       len = grep_digits(cnt) + 1 + wlen + 1 + path_len + 1;
     }
     // Offsets of the lanes' lines: lengths gathered from every lane.
@@ -139,21 +149,21 @@ DW_HD void grep_emit(const Warp& w, unsigned mask, const grep_job& j, grep_scrat
       total += v;
     }
     if (total == 0) continue;
-    if (s.text_used + total > grep_text) grep_write_text(w, mask, j, s);
+    if (s.text_used + total > grep_text) sink(w, mask, s);
     if (key) {
       char* o = s.text + s.text_used + before;
       const uint32_t d = grep_digits(cnt);
       for (uint32_t k = d, v = cnt; k-- > 0; v /= 10) o[k] = char('0' + v % 10);
       o += d;
       *o++ = '\t';
-      const uint8_t* wd = j.dict.blob + j.dict.offs[key - 1];
+      const uint8_t* wd = dict.blob + dict.offs[key - 1];
       for (uint32_t k = 0; k < wlen; ++k) *o++ = char(wd[k]);
       *o++ = '\t';
       for (uint32_t k = 0; k < path_len; ++k) *o++ = path[k];
       *o++ = '\n';
       s.keys[i] = 0;
       s.counts[i] = 0;
-      client_atomic<unsigned long long>(j.counters->lines).fetch_add(1, memory_order_relaxed);
+      client_atomic<unsigned long long>(counters->lines).fetch_add(1, memory_order_relaxed);
     }
     w.sync(mask);
     if (w.lane() == lowest_lane(mask)) s.text_used += total;
@@ -180,6 +190,31 @@ DW_HD inline void grep_count(grep_scratch& s, uint32_t id) {
   }
 }
 
+// Counts the dictionary words that start in chunk[lead, stop) into the
+// warp's table (a word may run on to `end`); this lane takes the 128-byte
+// stripes rank, rank + lanes, ... Returns the words this lane found.
+DW_HD inline unsigned long long grep_scan_chunk(const grep_dict_ref& dict, grep_scratch& s, const uint8_t* chunk,
+                                                uint32_t lead, uint32_t stop, uint32_t end, unsigned rank,
+                                                unsigned lanes) {
+  unsigned long long found = 0;
+  // A word belongs to the stripe where it starts.
+  for (uint32_t a = lead + rank * 128; a < stop; a += lanes * 128) {
+    const uint32_t b = a + 128 < stop ? a + 128 : stop;
+    for (uint32_t i = a; i < b; ++i) {
+      if (!grep_word_byte(chunk[i]) || (i > 0 && grep_word_byte(chunk[i - 1]))) continue;
+      uint32_t e = i + 1;
+      while (e < end && grep_word_byte(chunk[e])) ++e;
+      const int32_t id = dict.find(chunk + i, e - i);
+      if (id >= 0) {
+        grep_count(s, uint32_t(id));
+        ++found;
+      }
+      i = e - 1;
+    }
+  }
+  return found;
+}
+
 }  // namespace detail
 
 // One worker (a warp, or a CPU thread as one_lane): files until none is left.
@@ -190,6 +225,7 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
   const unsigned lanes = popcount32(mask);
   const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
   grep_scratch& s = j.scratch[worker];
+  const detail::grep_file_sink sink{j};
   const uint32_t tail = j.dict.max_len < 255 ? j.dict.max_len + 1 : 256;
   for (;;) {
     unsigned long long p = 0;
@@ -222,30 +258,15 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
       w.sync(mask);  // every lane reads bytes other lanes copied
       const uint32_t lead = uint32_t(off - from);
       const uint32_t end = uint32_t(n), stop = uint32_t(n) < lead + grep_chunk ? uint32_t(n) : lead + grep_chunk;
-      unsigned long long found = 0;
-      // Lanes take interleaved 128-byte stripes of the chunk; a word belongs
-      // to the stripe where it starts.
-      for (uint32_t a = lead + rank * 128; a < stop; a += lanes * 128) {
-        const uint32_t b = a + 128 < stop ? a + 128 : stop;
-        for (uint32_t i = a; i < b; ++i) {
-          if (!grep_word_byte(s.chunk[i]) || (i > 0 && grep_word_byte(s.chunk[i - 1]))) continue;
-          uint32_t e = i + 1;
-          while (e < end && grep_word_byte(s.chunk[e])) ++e;
-          const int32_t id = j.dict.find(s.chunk + i, e - i);
-          if (id >= 0) {
-            detail::grep_count(s, uint32_t(id));
-            ++found;
-          }
-          i = e - 1;
-        }
-      }
+      const unsigned long long found =
+          detail::grep_scan_chunk(j.dict, s, s.chunk, lead, stop, end, rank, lanes);
       if (found) client_atomic<unsigned long long>(j.counters->matches).fetch_add(found, memory_order_relaxed);
       w.sync(mask);
       uint32_t used = leader ? client_atomic<uint32_t>(s.used).load(memory_order_relaxed) : 0;
       used = w.shfl(mask, used, lowest_lane(mask));
-      if (used > grep_table / 2) detail::grep_emit(w, mask, j, s, path, path_len);
+      if (used > grep_table / 2) detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
     }
-    detail::grep_emit(w, mask, j, s, path, path_len);
+    detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
     const int c = j.in.gclose(w, f);
     if (c) detail::grep_fail(w, mask, j, -c);
     if (leader) {

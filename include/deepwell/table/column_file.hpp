@@ -1,0 +1,131 @@
+// A column store deepwell reads in place (docs/analytics.md): one file, a
+// 4 KiB-aligned header, then one section per column, each 4 KiB-aligned so
+// that a column is a dataset of its own (a file range: file_options'
+// offset and length, or a server's dataset offset/length) and element 0
+// starts a page. Fixed-width little-endian values only; decimals are
+// integers with a scale (cents: scale 2), timestamps microseconds since the
+// epoch. Optional statistics: each row group's minimum and maximum.
+//
+//   [0, 4096 * k)   header: column_file_header, then ncols column_desc
+//   sections        column data, rows * width bytes each, 4 KiB-aligned
+//   statistics      per column that has them: row_groups x (int64 min, int64 max)
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace deepwell::table {
+
+enum class column_type : uint8_t {
+  int8 = 1, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64,
+  decimal32,     // int32 / 10^scale
+  decimal64,     // int64 / 10^scale
+  timestamp_us,  // int64 microseconds since 1970-01-01 UTC
+};
+uint32_t type_width(column_type t);
+const char* type_name(column_type t);
+bool type_is_integer(column_type t);  // decimals and timestamps included (statistics are kept as int64)
+
+constexpr char column_file_magic[8] = {'D', 'W', 'C', 'O', 'L', 'S', '0', '1'};
+constexpr uint32_t column_file_version = 1;
+constexpr uint64_t column_align = 4096;
+constexpr uint32_t column_name_bytes = 48;  // NUL included
+
+// On-disk header (little-endian, packed by construction: 64 bytes).
+struct column_file_header {
+  char magic[8];
+  uint32_t version;
+  uint32_t ncols;
+  uint64_t rows;
+  uint64_t row_group_rows;  // statistics granularity (0: no statistics)
+  uint64_t header_bytes;    // header and descriptors, rounded up to column_align
+  uint64_t file_bytes;      // the whole file, statistics included
+  uint64_t reserved[2];
+};
+static_assert(sizeof(column_file_header) == 64);
+
+// On-disk column descriptor (96 bytes).
+struct column_desc {
+  char name[column_name_bytes];  // NUL-terminated, unique
+  uint8_t type;                  // column_type
+  uint8_t width;                 // bytes per value (type_width(type))
+  int8_t scale;                  // decimals: digits after the point
+  uint8_t has_stats;
+  uint32_t reserved0;
+  uint64_t offset;               // section start (multiple of column_align)
+  uint64_t bytes;                // rows * width
+  uint64_t stats_offset;         // row_groups x 16 bytes, or 0
+  uint64_t reserved1[2];
+};
+static_assert(sizeof(column_desc) == 96);
+
+struct column_info {
+  std::string name;
+  column_type type;
+  uint32_t width;
+  int scale;
+  uint64_t offset, bytes;
+  bool has_stats;
+  uint64_t stats_offset;
+};
+
+// A column file's layout, read and checked: every error names the file (and
+// the column where one is at fault).
+class column_file {
+ public:
+  // Throws deepwell::error on a missing or short file, a bad magic or
+  // version, a section outside the file or of the wrong size, a bad type,
+  // an unterminated or duplicate name.
+  static column_file open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  uint64_t rows() const { return rows_; }
+  uint64_t row_group_rows() const { return row_group_rows_; }
+  const std::vector<column_info>& columns() const { return cols_; }
+  // Throws deepwell::error naming the file, the column and the columns there are.
+  const column_info& column(const std::string& name) const;
+  // Throws unless the column has this type (a clear type-mismatch error).
+  const column_info& column(const std::string& name, column_type want) const;
+  // Row group g's (min, max) of a column with statistics.
+  std::vector<std::pair<int64_t, int64_t>> stats(const std::string& name) const;
+
+ private:
+  std::string path_;
+  uint64_t rows_ = 0, row_group_rows_ = 0;
+  std::vector<column_info> cols_;
+};
+
+// Writes a column file from columns produced in row blocks: the caller
+// declares the columns, then writes each column's bytes for rows
+// [r, r + n) in any order (pwrite at the section's place; thread-safe for
+// disjoint ranges), then finish() writes statistics (computed from the
+// data written, when row_group_rows > 0) and syncs.
+class column_file_writer {
+ public:
+  struct column_spec {
+    std::string name;
+    column_type type;
+    int scale = 0;
+  };
+  column_file_writer(const std::string& path, uint64_t rows, std::vector<column_spec> cols,
+                     uint64_t row_group_rows = 1 << 20);
+  ~column_file_writer();
+  column_file_writer(const column_file_writer&) = delete;
+  column_file_writer& operator=(const column_file_writer&) = delete;
+
+  const std::vector<column_info>& columns() const { return cols_; }
+  // Values of column `col` for rows [first_row, first_row + n): n * width bytes.
+  void write(uint32_t col, uint64_t first_row, uint64_t n, const void* values);
+  void finish();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t rows_, row_group_rows_, header_bytes_, file_bytes_;
+  std::vector<column_info> cols_;
+  struct stats_state;  // per column, per row group: (min, max) of what was written
+  std::unique_ptr<stats_state> stats_;
+};
+
+}  // namespace deepwell::table

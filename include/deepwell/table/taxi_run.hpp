@@ -1,0 +1,62 @@
+// Running the taxi queries (taxi_queries.hpp) over a column file through
+// deepwell: each column the query reads is a dataset of its own (its
+// section of the file), served by an embedded controller through one page
+// cache, with CPU threads (here) or GPU warps (deepwell_cuda) as clients.
+// Reports the answer, the time, and the bytes brought from storage against
+// the bytes the query needs (its I/O amplification).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deepwell/table/column_file.hpp"
+#include "deepwell/table/taxi_queries.hpp"
+
+namespace deepwell {
+class controller;
+}
+
+namespace deepwell::table {
+
+struct taxi_query_options {
+  int query = 5;             // 0..5
+  unsigned workers = 0;      // CPU threads (0: every core); GPU: warps (0: 4 blocks of 256 per SM)
+  uint64_t cache_bytes = 0;  // 0: the library's default
+  uint32_t page_size = 0;    // 0: the library's default
+  bool odirect = false;      // read the file with O_DIRECT (a cold read, past the page cache)
+};
+
+struct taxi_query_report {
+  taxi_query_result result{};
+  double seconds = 0;        // the query alone (the cache and controller are set up before)
+  uint64_t rows = 0;
+  uint64_t bytes_read = 0;   // pages brought into the cache
+  uint64_t bytes_needed = 0; // the scan column in full, and each further column's selected values
+  uint64_t bytes_tiling = 0; // what moving whole columns moves: rows x 4 x (query + 1)
+  uint64_t misses = 0, hits = 0;
+  double io_amplification() const { return bytes_needed ? double(bytes_read) / double(bytes_needed) : 0; }
+};
+
+// Q5's answer from a result: dollars a mile.
+inline double taxi_dollars_per_mile(const taxi_query_result& r) {
+  return r.distance ? double(r.net) / double(r.distance) : 0.0;
+}
+
+// Checks that the file has the query's columns as decimal32 (throws naming
+// the file and the column otherwise).
+void check_taxi_columns(const column_file& f, int query);
+
+taxi_query_report run_taxi_query_cpu(const column_file& f, const taxi_query_options& o);
+// deepwell_cuda (src/cuda/taxi_query_gpu.cu); throws where there is no CUDA.
+taxi_query_report run_taxi_query_gpu(const column_file& f, const taxi_query_options& o);
+
+// The same answer by a plain scan of the file on the host (pread).
+taxi_query_result taxi_reference(const column_file& f, int query);
+
+namespace detail {
+// Namespaces of the query's columns (file ranges) on ctl, in query order.
+std::vector<uint32_t> add_taxi_namespaces(controller& ctl, const column_file& f, int query, bool odirect);
+uint64_t taxi_bytes_needed(const taxi_query_result& r, uint64_t rows, int query);
+}  // namespace detail
+
+}  // namespace deepwell::table

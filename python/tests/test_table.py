@@ -1,0 +1,113 @@
+"""deepwell.table with CPU clients: column files written and read back, the
+query API's exact answers against NumPy and DuckDB, Parquet round trips,
+and errors that name the file and the column."""
+import decimal
+import os
+
+import numpy as np
+import pytest
+
+import deepwell
+import deepwell.table as dt
+
+COLS = ["total_amount", "extra", "improvement_surcharge", "tolls_amount", "mta_tax"]
+
+
+def taxi_like(rows: int, seed: int = 5) -> dict:
+    rng = np.random.default_rng(seed)
+    d = rng.integers(0, 3000, rows).astype(np.int32)
+    far = rng.random(rows) < 0.01
+    d[far] = rng.integers(3000, 15000, far.sum())
+    out = {"trip_distance": d}
+    for c in COLS:
+        out[c] = rng.integers(0, 20000, rows).astype(np.int32)
+    out["tpep_pickup_datetime"] = (1546300800 + rng.integers(0, 86400 * 365, rows)) * 1_000_000
+    out["payment_type"] = rng.integers(1, 5, rows).astype(np.int8)
+    return out
+
+
+def write_taxi_like(path, rows: int):
+    cols = taxi_like(rows)
+    types = {c: "decimal32" for c in ["trip_distance"] + COLS}
+    types["tpep_pickup_datetime"] = "timestamp_us"
+    dt.write(path, cols, types=types, scales={c: 2 for c in types if c.startswith(("trip", *COLS))})
+    return cols
+
+
+def test_layout_round_trip(tmp_path):
+    path = tmp_path / "t.dwcol"
+    cols = write_taxi_like(path, 5000)
+    rows, info = dt.read_layout(path)
+    assert rows == 5000
+    assert [c.name for c in info] == list(cols)
+    by = {c.name: c for c in info}
+    assert by["trip_distance"].type == "decimal32" and by["trip_distance"].scale == 2
+    assert by["tpep_pickup_datetime"].type == "timestamp_us"
+    assert all(c.offset % 4096 == 0 for c in info)
+    for name, want in cols.items():
+        got = np.fromfile(path, dtype=by[name].dtype, count=rows, offset=by[name].offset)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("chunk", [1 << 22, 777])
+def test_queries_are_exact(tmp_path, chunk):
+    path = tmp_path / "q.dwcol"
+    cols = write_taxi_like(path, 20000)
+    sel = cols["trip_distance"] >= 3000
+    with dt.open(path, device="cpu", cache_size="1MiB", chunk_rows=chunk) as t:
+        far = t.where(t.column("trip_distance") >= 30)
+        assert len(far) == int(sel.sum()) > 0
+        np.testing.assert_array_equal(np.sort(np.asarray(far.indices)), np.nonzero(sel)[0])
+        for c in COLS:
+            assert far.sum(c, raw=True) == int(cols[c][sel].astype(np.int64).sum())
+            assert far.sum(c) == decimal.Decimal(int(cols[c][sel].astype(np.int64).sum())).scaleb(-2)
+        assert far.mean("trip_distance") == far.sum("trip_distance") / len(far)
+        # A bound between two cents: >= 29.995 is >= 30.00 on cents; > 29.995 too; < 30.001 is <= 30.00.
+        assert len(t.where(t.column("trip_distance") >= 29.995)) == len(far)
+        assert len(t.where(t.column("trip_distance") < 30.001)) == int((cols["trip_distance"] <= 3000).sum())
+
+
+def test_errors_name_the_file_and_column(tmp_path):
+    path = tmp_path / "e.dwcol"
+    write_taxi_like(path, 100)
+    with dt.open(path, device="cpu") as t:
+        with pytest.raises(deepwell.InvalidArgument, match=r"e\.dwcol: no column 'fare'.*trip_distance"):
+            t.column("fare")
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 4096)
+    with pytest.raises(deepwell.InvalidArgument, match=r"e\.dwcol: header says the file has .* \(truncated"):
+        dt.open(path, device="cpu")
+    bad = tmp_path / "not.dwcol"
+    bad.write_bytes(b"x" * 8192)
+    with pytest.raises(deepwell.InvalidArgument, match="not a column file"):
+        dt.read_layout(bad)
+
+
+@pytest.mark.parametrize("engine", ["pyarrow", "duckdb"])
+def test_parquet_round_trip_and_duckdb_agrees(tmp_path, engine):
+    if engine == "pyarrow":
+        pytest.importorskip("pyarrow")
+    duckdb = pytest.importorskip("duckdb")
+    src = tmp_path / "a.dwcol"
+    cols = write_taxi_like(src, 30000)
+    pq = tmp_path / "a.parquet"
+    dt.to_parquet(src, pq, engine=engine, row_group_rows=4096)
+    con = duckdb.connect()
+    types = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM '{pq}'").fetchall()}
+    assert types["trip_distance"] == "DECIMAL(9,2)" and types["tpep_pickup_datetime"].startswith("TIMESTAMP")
+    net = " - ".join(COLS)
+    n, dist, total = con.execute(f"SELECT count(*), sum(trip_distance), sum({net}) FROM '{pq}' "
+                                "WHERE trip_distance >= 30").fetchone()
+    sel = cols["trip_distance"] >= 3000
+    want = cols[COLS[0]][sel].astype(np.int64).sum() - sum(cols[c][sel].astype(np.int64).sum() for c in COLS[1:])
+    assert n == int(sel.sum())
+    assert int(dist * 100) == int(cols["trip_distance"][sel].astype(np.int64).sum())
+    assert int(total * 100) == int(want)
+    with dt.open(src, device="cpu") as t:
+        far = t.where(t.column("trip_distance") >= 30)
+        mine = far.sum(COLS[0]) - sum(far.sum(c) for c in COLS[1:])
+        assert mine == total  # to the cent: both exact decimals
+    if engine == "pyarrow":  # and back: the same bytes
+        back = tmp_path / "b.dwcol"
+        dt.convert(pq, back)
+        assert back.read_bytes() == src.read_bytes()

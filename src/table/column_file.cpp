@@ -1,0 +1,317 @@
+// The column store's layout: reading and checking a file's header, and
+// writing one (column_file.hpp).
+#include "deepwell/table/column_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <set>
+
+#include "deepwell/error.hpp"
+
+namespace deepwell::table {
+namespace {
+
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& path) {
+  auto* p = static_cast<char*>(dst);
+  while (n) {
+    const ssize_t r = ::pread(fd, p, n, off_t(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw error(errno_message("read " + path, errno));
+    if (r == 0) throw error(path + ": unexpected end of file at byte " + std::to_string(off));
+    p += r;
+    n -= uint64_t(r);
+    off += uint64_t(r);
+  }
+}
+
+void pwrite_all(int fd, const void* src, uint64_t n, uint64_t off, const std::string& path) {
+  auto* p = static_cast<const char*>(src);
+  while (n) {
+    const ssize_t r = ::pwrite(fd, p, n, off_t(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) throw error(errno_message("write " + path, errno));
+    p += r;
+    n -= uint64_t(r);
+    off += uint64_t(r);
+  }
+}
+
+template <class T>
+void min_max(const void* v, uint64_t n, int64_t& lo, int64_t& hi) {
+  const T* p = static_cast<const T*>(v);
+  for (uint64_t i = 0; i < n; ++i) {
+    const int64_t x = int64_t(p[i]);
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+}
+
+void min_max(column_type t, const void* v, uint64_t n, int64_t& lo, int64_t& hi) {
+  switch (t) {
+    case column_type::int8: return min_max<int8_t>(v, n, lo, hi);
+    case column_type::int16: return min_max<int16_t>(v, n, lo, hi);
+    case column_type::int32: case column_type::decimal32: return min_max<int32_t>(v, n, lo, hi);
+    case column_type::int64: case column_type::decimal64: case column_type::timestamp_us:
+      return min_max<int64_t>(v, n, lo, hi);
+    case column_type::uint8: return min_max<uint8_t>(v, n, lo, hi);
+    case column_type::uint16: return min_max<uint16_t>(v, n, lo, hi);
+    case column_type::uint32: return min_max<uint32_t>(v, n, lo, hi);
+    case column_type::uint64: return min_max<uint64_t>(v, n, lo, hi);  // clamps past INT64_MAX
+    default: return;
+  }
+}
+
+}  // namespace
+
+uint32_t type_width(column_type t) {
+  switch (t) {
+    case column_type::int8: case column_type::uint8: return 1;
+    case column_type::int16: case column_type::uint16: return 2;
+    case column_type::int32: case column_type::uint32: case column_type::float32: case column_type::decimal32: return 4;
+    case column_type::int64: case column_type::uint64: case column_type::float64: case column_type::decimal64:
+    case column_type::timestamp_us: return 8;
+  }
+  return 0;
+}
+
+const char* type_name(column_type t) {
+  switch (t) {
+    case column_type::int8: return "int8";
+    case column_type::int16: return "int16";
+    case column_type::int32: return "int32";
+    case column_type::int64: return "int64";
+    case column_type::uint8: return "uint8";
+    case column_type::uint16: return "uint16";
+    case column_type::uint32: return "uint32";
+    case column_type::uint64: return "uint64";
+    case column_type::float32: return "float32";
+    case column_type::float64: return "float64";
+    case column_type::decimal32: return "decimal32";
+    case column_type::decimal64: return "decimal64";
+    case column_type::timestamp_us: return "timestamp_us";
+  }
+  return "unknown";
+}
+
+bool type_is_integer(column_type t) { return t != column_type::float32 && t != column_type::float64; }
+
+column_file column_file::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw error(errno_message("open column file " + path, errno));
+  struct fd_closer {
+    int fd;
+    ~fd_closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (fstat(fd, &st) != 0) throw error(errno_message("stat " + path, errno));
+  const uint64_t size = uint64_t(st.st_size);
+  if (size < sizeof(column_file_header))
+    throw error(path + ": not a column file (" + std::to_string(size) + " bytes, shorter than its header)");
+  column_file_header h{};
+  pread_all(fd, &h, sizeof h, 0, path);
+  if (std::memcmp(h.magic, column_file_magic, sizeof h.magic) != 0)
+    throw error(path + ": not a column file (bad magic; deepwell column files start with DWCOLS01)");
+  if (h.version != column_file_version)
+    throw error(path + ": column file version " + std::to_string(h.version) + ", this library reads version " +
+                std::to_string(column_file_version));
+  if (h.ncols == 0 || h.ncols > 4096) throw error(path + ": header says " + std::to_string(h.ncols) + " columns");
+  const uint64_t need_header = round_up(sizeof h + uint64_t(h.ncols) * sizeof(column_desc), column_align);
+  if (h.header_bytes != need_header || h.header_bytes > size)
+    throw error(path + ": header size " + std::to_string(h.header_bytes) + " does not match " +
+                std::to_string(h.ncols) + " columns (" + std::to_string(need_header) + " bytes) or the file (" +
+                std::to_string(size) + " bytes)");
+  if (h.file_bytes != size)
+    throw error(path + ": header says the file has " + std::to_string(h.file_bytes) + " bytes, it has " +
+                std::to_string(size) + " (truncated or appended to?)");
+  std::vector<column_desc> d(h.ncols);
+  pread_all(fd, d.data(), d.size() * sizeof(column_desc), sizeof h, path);
+  column_file f;
+  f.path_ = path;
+  f.rows_ = h.rows;
+  f.row_group_rows_ = h.row_group_rows;
+  std::set<std::string> names;
+  for (uint32_t i = 0; i < h.ncols; ++i) {
+    const column_desc& c = d[i];
+    if (std::memchr(c.name, 0, sizeof c.name) == nullptr || c.name[0] == 0)
+      throw error(path + ": column " + std::to_string(i) + " has an empty or unterminated name");
+    const std::string name(c.name);
+    const std::string where = path + ": column '" + name + "'";
+    if (!names.insert(name).second) throw error(where + " appears twice");
+    const auto t = column_type(c.type);
+    const uint32_t w = type_width(t);
+    if (w == 0) throw error(where + ": unknown type code " + std::to_string(c.type));
+    if (c.width != w)
+      throw error(where + ": width " + std::to_string(c.width) + " does not match its type " + type_name(t));
+    if (c.offset % column_align || c.offset < h.header_bytes)
+      throw error(where + ": section offset " + std::to_string(c.offset) + " is not a 4 KiB boundary past the header");
+    if (c.bytes != h.rows * w)
+      throw error(where + ": section of " + std::to_string(c.bytes) + " bytes, but " + std::to_string(h.rows) +
+                  " rows of " + std::to_string(w) + " bytes need " + std::to_string(h.rows * w));
+    if (c.offset + c.bytes > size)
+      throw error(where + ": section [" + std::to_string(c.offset) + ", " + std::to_string(c.offset + c.bytes) +
+                  ") runs past the end of the file (" + std::to_string(size) + " bytes)");
+    if (c.has_stats) {
+      if (h.row_group_rows == 0) throw error(where + ": statistics without a row-group size");
+      const uint64_t groups = (h.rows + h.row_group_rows - 1) / h.row_group_rows;
+      if (c.stats_offset + groups * 16 > size || c.stats_offset < h.header_bytes)
+        throw error(where + ": statistics outside the file");
+    }
+    f.cols_.push_back({name, t, w, int(c.scale), c.offset, c.bytes, c.has_stats != 0, c.stats_offset});
+  }
+  return f;
+}
+
+const column_info& column_file::column(const std::string& name) const {
+  for (const column_info& c : cols_)
+    if (c.name == name) return c;
+  std::string have;
+  for (const column_info& c : cols_) have += (have.empty() ? "" : ", ") + c.name;
+  throw error(path_ + ": no column '" + name + "' (columns: " + have + ")");
+}
+
+const column_info& column_file::column(const std::string& name, column_type want) const {
+  const column_info& c = column(name);
+  if (c.type != want)
+    throw error(path_ + ": column '" + name + "' is " + type_name(c.type) + ", the query needs " + type_name(want));
+  return c;
+}
+
+std::vector<std::pair<int64_t, int64_t>> column_file::stats(const std::string& name) const {
+  const column_info& c = column(name);
+  if (!c.has_stats) throw error(path_ + ": column '" + name + "' has no statistics");
+  const uint64_t groups = (rows_ + row_group_rows_ - 1) / row_group_rows_;
+  std::vector<std::pair<int64_t, int64_t>> out(groups);
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw error(errno_message("open " + path_, errno));
+  std::vector<int64_t> raw(groups * 2);
+  try {
+    pread_all(fd, raw.data(), raw.size() * 8, c.stats_offset, path_);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  for (uint64_t g = 0; g < groups; ++g) out[g] = {raw[2 * g], raw[2 * g + 1]};
+  return out;
+}
+
+// ---- writing ----
+
+struct column_file_writer::stats_state {
+  std::mutex m;
+  std::vector<std::vector<int64_t>> minmax;  // per column: groups x (min, max)
+};
+
+column_file_writer::column_file_writer(const std::string& path, uint64_t rows, std::vector<column_spec> cols,
+                                       uint64_t row_group_rows)
+    : path_(path), rows_(rows), row_group_rows_(row_group_rows) {
+  if (cols.empty()) throw error(path + ": a column file needs at least one column");
+  std::set<std::string> names;
+  for (const column_spec& c : cols) {
+    if (c.name.empty() || c.name.size() >= column_name_bytes)
+      throw error(path + ": column name '" + c.name + "' must be 1 to " + std::to_string(column_name_bytes - 1) + " bytes");
+    if (!names.insert(c.name).second) throw error(path + ": column '" + c.name + "' declared twice");
+    if (type_width(c.type) == 0) throw error(path + ": column '" + c.name + "' has an unknown type");
+  }
+  header_bytes_ = round_up(sizeof(column_file_header) + cols.size() * sizeof(column_desc), column_align);
+  uint64_t at = header_bytes_;
+  const uint64_t groups = row_group_rows_ ? (rows_ + row_group_rows_ - 1) / row_group_rows_ : 0;
+  for (const column_spec& c : cols) {
+    const uint32_t w = type_width(c.type);
+    cols_.push_back({c.name, c.type, w, c.scale, at, rows_ * w, false, 0});
+    at = round_up(at + rows_ * w, column_align);
+  }
+  for (column_info& c : cols_)
+    if (groups && type_is_integer(c.type)) {
+      c.has_stats = true;
+      c.stats_offset = at;
+      at += groups * 16;
+    }
+  file_bytes_ = at;
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw error(errno_message("create column file " + path, errno));
+  if (ftruncate(fd_, off_t(file_bytes_)) != 0) {
+    const int e = errno;
+    ::close(fd_);
+    throw error(errno_message("size column file " + path, e));
+  }
+  stats_ = std::make_unique<stats_state>();
+  auto* s = stats_.get();
+  s->minmax.resize(cols_.size());
+  for (size_t i = 0; i < cols_.size(); ++i)
+    if (cols_[i].has_stats)
+      for (uint64_t g = 0; g < groups; ++g) {
+        s->minmax[i].push_back(std::numeric_limits<int64_t>::max());
+        s->minmax[i].push_back(std::numeric_limits<int64_t>::min());
+      }
+}
+
+column_file_writer::~column_file_writer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void column_file_writer::write(uint32_t col, uint64_t first_row, uint64_t n, const void* values) {
+  if (col >= cols_.size()) throw error(path_ + ": column index " + std::to_string(col) + " out of range");
+  const column_info& c = cols_[col];
+  if (first_row > rows_ || n > rows_ - first_row)
+    throw error(path_ + ": column '" + c.name + "': rows [" + std::to_string(first_row) + ", " +
+                std::to_string(first_row + n) + ") past " + std::to_string(rows_) + " rows");
+  pwrite_all(fd_, values, n * c.width, c.offset + first_row * c.width, path_);
+  if (!c.has_stats) return;
+  stats_state& s = *stats_;
+  const auto* p = static_cast<const uint8_t*>(values);
+  for (uint64_t r = first_row; r < first_row + n;) {
+    const uint64_t g = r / row_group_rows_, end = std::min(first_row + n, (g + 1) * row_group_rows_);
+    int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+    min_max(c.type, p + (r - first_row) * c.width, end - r, lo, hi);
+    {
+      std::lock_guard<std::mutex> l(s.m);
+      s.minmax[col][2 * g] = std::min(s.minmax[col][2 * g], lo);
+      s.minmax[col][2 * g + 1] = std::max(s.minmax[col][2 * g + 1], hi);
+    }
+    r = end;
+  }
+}
+
+void column_file_writer::finish() {
+  column_file_header h{};
+  std::memcpy(h.magic, column_file_magic, sizeof h.magic);
+  h.version = column_file_version;
+  h.ncols = uint32_t(cols_.size());
+  h.rows = rows_;
+  h.row_group_rows = row_group_rows_;
+  h.header_bytes = header_bytes_;
+  h.file_bytes = file_bytes_;
+  std::vector<uint8_t> head(header_bytes_, 0);
+  std::memcpy(head.data(), &h, sizeof h);
+  for (size_t i = 0; i < cols_.size(); ++i) {
+    const column_info& c = cols_[i];
+    column_desc d{};
+    std::memcpy(d.name, c.name.data(), c.name.size());
+    d.type = uint8_t(c.type);
+    d.width = uint8_t(c.width);
+    d.scale = int8_t(c.scale);
+    d.has_stats = c.has_stats;
+    d.offset = c.offset;
+    d.bytes = c.bytes;
+    d.stats_offset = c.stats_offset;
+    std::memcpy(head.data() + sizeof h + i * sizeof d, &d, sizeof d);
+  }
+  stats_state& s = *stats_;
+  for (size_t i = 0; i < cols_.size(); ++i)
+    if (cols_[i].has_stats) pwrite_all(fd_, s.minmax[i].data(), s.minmax[i].size() * 8, cols_[i].stats_offset, path_);
+  // The header last: a file whose writer died before this point has no magic.
+  if (fsync(fd_) != 0) throw error(errno_message("fsync " + path_, errno));
+  pwrite_all(fd_, head.data(), head.size(), 0, path_);
+  if (fsync(fd_) != 0) throw error(errno_message("fsync " + path_, errno));
+}
+
+}  // namespace deepwell::table

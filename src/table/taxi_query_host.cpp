@@ -1,0 +1,113 @@
+// The taxi queries on the host: CPU-thread clients, the shared setup, and
+// the plain reference (taxi_run.hpp).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <vector>
+
+#include "deepwell/controller.hpp"
+#include "deepwell/detail/parallel.hpp"
+#include "deepwell/error.hpp"
+#include "deepwell/table/taxi_run.hpp"
+#include "deepwell/target.hpp"
+
+namespace deepwell::table {
+
+void check_taxi_columns(const column_file& f, int query) {
+  if (query < 0 || query >= taxi_queries)
+    throw error("taxi query Q" + std::to_string(query) + " does not exist (Q0 to Q5)");
+  for (int c = 0; c <= query; ++c) f.column(taxi_query_columns[c], column_type::decimal32);
+}
+
+namespace detail {
+
+std::vector<uint32_t> add_taxi_namespaces(controller& ctl, const column_file& f, int query, bool odirect) {
+  check_taxi_columns(f, query);
+  std::vector<uint32_t> ns;
+  for (int c = 0; c <= query; ++c) {
+    const column_info& ci = f.column(taxi_query_columns[c]);
+    file_options fo;
+    fo.offset = ci.offset;
+    fo.length = ci.bytes;
+    fo.direct = odirect;
+    ns.push_back(ctl.add_namespace({open_file_target(f.path(), fo), 4096, true}));
+  }
+  return ns;
+}
+
+uint64_t taxi_bytes_needed(const taxi_query_result& r, uint64_t rows, int query) {
+  return rows * 4 + r.selected * 4 * uint64_t(query);
+}
+
+}  // namespace detail
+
+taxi_query_report run_taxi_query_cpu(const column_file& f, const taxi_query_options& o) {
+  controller ctl;
+  const std::vector<uint32_t> ns = detail::add_taxi_namespaces(ctl, f, o.query, o.odirect);
+  cache_config cc;
+  if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
+  if (o.page_size) cc.page_size = o.page_size;
+  auto cache = make_host_page_cache(ctl, cc);
+  std::vector<array<int32_t>> arrays;
+  std::vector<array_ref<int32_t>> cols;
+  for (uint32_t n : ns) arrays.emplace_back(cache, n);
+  for (auto& a : arrays) cols.push_back(a.ref());
+  const unsigned workers = deepwell::detail::thread_count(o.workers);
+  taxi_query_report rep;
+  rep.rows = f.rows();
+  cache->reset_stats();
+  const auto t0 = std::chrono::steady_clock::now();
+  deepwell::detail::parallel_for(workers, workers, [&](unsigned, uint64_t b, uint64_t e) {
+    for (uint64_t t = b; t < e; ++t) taxi_query_worker(one_lane{}, cols.data(), o.query, t, workers, &rep.result);
+  });
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const cache_stats s = cache->stats();
+  rep.misses = s.misses;
+  rep.hits = s.hits;
+  rep.bytes_read = s.misses * cache->page_size();
+  rep.bytes_needed = detail::taxi_bytes_needed(rep.result, rep.rows, o.query);
+  rep.bytes_tiling = rep.rows * 4 * uint64_t(o.query + 1);
+  if (auto e = cache->last_error(); !e.ok() && rep.result.failed == 0) rep.result.failed = 1;
+  return rep;
+}
+
+taxi_query_result taxi_reference(const column_file& f, int query) {
+  check_taxi_columns(f, query);
+  const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw error(errno_message("open " + f.path(), errno));
+  taxi_query_result r{};
+  constexpr uint64_t chunk = 1 << 20;
+  std::vector<int32_t> d(chunk), v(chunk);
+  auto read_at = [&](const std::string& col, uint64_t row, uint64_t n, int32_t* out) {
+    const column_info& c = f.column(col);
+    uint64_t done = 0;
+    while (done < n * 4) {
+      const ssize_t k = ::pread(fd, reinterpret_cast<char*>(out) + done, n * 4 - done, off_t(c.offset + row * 4 + done));
+      if (k <= 0) {
+        ::close(fd);
+        throw error(f.path() + ": short read of column '" + col + "'");
+      }
+      done += uint64_t(k);
+    }
+  };
+  for (uint64_t row = 0; row < f.rows(); row += chunk) {
+    const uint64_t n = std::min(chunk, f.rows() - row);
+    read_at(taxi_query_columns[0], row, n, d.data());
+    std::vector<long long> net(n, 0);
+    for (int c = 1; c <= query; ++c) {
+      read_at(taxi_query_columns[c], row, n, v.data());
+      for (uint64_t i = 0; i < n; ++i) net[i] += c == 1 ? v[i] : -(long long)v[i];
+    }
+    for (uint64_t i = 0; i < n; ++i)
+      if (d[i] >= taxi_long_trip) {
+        ++r.selected;
+        r.distance += d[i];
+        r.net += net[i];
+      }
+  }
+  ::close(fd);
+  return r;
+}
+
+}  // namespace deepwell::table

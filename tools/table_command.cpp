@@ -1,0 +1,126 @@
+// `deepwell table` (table_command.hpp).
+#include "table_command.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "deepwell/error.hpp"
+#include "deepwell/table/taxi.hpp"
+#include "deepwell/table/taxi_run.hpp"
+
+namespace deepwell::tools {
+namespace {
+
+uint64_t parse_size(const std::string& s, const char* what) {
+  if (s.empty()) return 0;
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+    throw error(std::string(what) + ": '" + s + "' is not a size (say 4096, 512MiB, 2GiB)");
+  }
+  std::string unit = s.substr(pos);
+  const uint64_t mul = unit.empty() || unit == "B" ? 1
+                       : unit == "KiB" || unit == "K" ? 1ull << 10
+                       : unit == "MiB" || unit == "M" ? 1ull << 20
+                       : unit == "GiB" || unit == "G" ? 1ull << 30
+                                                      : 0;
+  if (!mul || v <= 0) throw error(std::string(what) + ": '" + s + "' is not a size (say 4096, 512MiB, 2GiB)");
+  return uint64_t(v * double(mul));
+}
+
+}  // namespace
+
+void add_table_command(CLI::App& app, table_command& t) {
+  t.app = app.add_subcommand("table", "the column store and the taxi queries Q0-Q5 (docs/analytics.md)");
+  t.app->require_subcommand(1);
+  t.gen = t.app->add_subcommand("gen", "write a deterministic NYC-taxi-trip table as a column file");
+  t.gen->add_option("path", t.path, "the column file to write")->required();
+  t.gen->add_option("--rows", t.rows, "rows (trips)");
+  t.gen->add_option("--seed", t.seed, "generator seed");
+  t.gen->add_option("--row-group", t.row_group_rows, "rows per statistics row group");
+  t.gen->add_option("--threads", t.workers, "generator threads (0: every core)");
+  t.info = t.app->add_subcommand("info", "print a column file's columns, types and sections");
+  t.info->add_option("path", t.path, "the column file")->required();
+  t.query = t.app->add_subcommand("query", "run taxi queries (default Q0-Q5) on the GPU, or CPU threads with --cpu");
+  t.query->add_option("path", t.path, "the column file (deepwell table gen, or python -m deepwell.table convert)")->required();
+  t.query->add_option("-q,--query", t.queries, "query numbers 0-5 (repeatable; default all)")->check(CLI::Range(0, 5));
+  t.query->add_flag("--cpu", t.cpu, "CPU threads as clients (no GPU needed)");
+  t.query->add_option("--workers", t.workers, "CPU threads with --cpu, warps on the GPU (0: the machine's)");
+  t.query->add_flag("--check", t.check, "compare each answer with a plain scan of the file");
+  t.query->add_flag("--odirect", t.odirect, "read the file with O_DIRECT (past the page cache)");
+  t.query->add_option("--cache", t.cache, "cache size (e.g. 1GiB; default the library's)");
+  t.query->add_option("--page", t.page, "page size (e.g. 4096)");
+  t.query->add_option("--json", t.json, "append a JSON line per query here");
+}
+
+int table_command::run() {
+  using namespace deepwell::table;
+  try {
+    if (gen->parsed()) {
+      if (rows == 0) throw error("table gen: --rows must be at least 1");
+      const auto t0 = std::chrono::steady_clock::now();
+      generate_taxi(path, {rows, seed, workers, row_group_rows});
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const column_file f = column_file::open(path);
+      std::printf("%s: %llu trips, %zu columns, %.1f s\n", path.c_str(), (unsigned long long)f.rows(),
+                  f.columns().size(), s);
+      return 0;
+    }
+    const column_file f = column_file::open(path);
+    if (info->parsed()) {
+      std::printf("%s: %llu rows, row groups of %llu\n", path.c_str(), (unsigned long long)f.rows(),
+                  (unsigned long long)f.row_group_rows());
+      for (const column_info& c : f.columns())
+        std::printf("  %-24s %-12s scale %d  bytes [%llu, %llu)%s\n", c.name.c_str(), type_name(c.type), c.scale,
+                    (unsigned long long)c.offset, (unsigned long long)(c.offset + c.bytes),
+                    c.has_stats ? "  stats" : "");
+      return 0;
+    }
+    std::vector<int> qs = queries;
+    if (qs.empty()) qs = {0, 1, 2, 3, 4, 5};
+    taxi_query_options o;
+    o.workers = workers;
+    o.odirect = odirect;
+    o.cache_bytes = parse_size(cache, "--cache");
+    o.page_size = uint32_t(parse_size(page, "--page"));
+    int rc = 0;
+    for (int q : qs) {
+      o.query = q;
+      const taxi_query_report r = cpu ? run_taxi_query_cpu(f, o) : run_taxi_query_gpu(f, o);
+      std::printf("Q%d %s: %llu trips >= 30 mi, %.2f mi, net $%.2f, $%.4f/mi; %.4f s, read %.1f MiB "
+                  "(I/O amplification %.2f; tiling moves %.1f MiB)%s\n",
+                  q, cpu ? "cpu" : "gpu", (unsigned long long)r.result.selected, r.result.distance / 100.0,
+                  r.result.net / 100.0, taxi_dollars_per_mile(r.result), r.seconds, r.bytes_read / 1048576.0,
+                  r.io_amplification(), r.bytes_tiling / 1048576.0,
+                  r.result.failed ? (", " + std::to_string(r.result.failed) + " accesses FAILED").c_str() : "");
+      if (r.result.failed) rc = 1;
+      std::string checked = "null";
+      if (check) {
+        const taxi_query_result want = taxi_reference(f, q);
+        const bool same = want.selected == r.result.selected && want.distance == r.result.distance &&
+                          (q == 0 || want.net == r.result.net);
+        std::printf("  check against a plain scan: %s\n", same ? "equal" : "DIFFERENT");
+        checked = same ? "\"equal\"" : "\"different\"";
+        if (!same) rc = 1;
+      }
+      if (!json.empty()) {
+        std::ofstream js(json, std::ios::app);
+        js << "{\"tool\":\"deepwell table query\",\"query\":" << q << ",\"clients\":\"" << (cpu ? "cpu" : "gpu")
+           << "\",\"rows\":" << r.rows << ",\"selected\":" << r.result.selected << ",\"distance\":" << r.result.distance
+           << ",\"net\":" << r.result.net << ",\"seconds\":" << r.seconds << ",\"bytes_read\":" << r.bytes_read
+           << ",\"bytes_needed\":" << r.bytes_needed << ",\"bytes_tiling\":" << r.bytes_tiling
+           << ",\"misses\":" << r.misses << ",\"hits\":" << r.hits << ",\"failed\":" << r.result.failed
+           << ",\"odirect\":" << (odirect ? "true" : "false") << ",\"checked\":" << checked << "}\n";
+      }
+    }
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepwell table: %s\n", e.what());
+    return 2;
+  }
+}
+
+}  // namespace deepwell::tools

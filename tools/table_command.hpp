@@ -1,0 +1,24 @@
+// `deepwell table`: the column store and BaM's taxi queries
+// (docs/analytics.md): gen (a deterministic taxi-trip table), info (a
+// column file's layout), query (Q0-Q5 on the GPU, or CPU threads with --cpu).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace deepwell::tools {
+
+struct table_command {
+  CLI::App *app = nullptr, *gen = nullptr, *info = nullptr, *query = nullptr;
+  std::string path, json;
+  uint64_t rows = 1 << 20, seed = 1, row_group_rows = 1 << 20;
+  std::vector<int> queries;
+  bool cpu = false, check = false, odirect = false;
+  unsigned workers = 0;
+  std::string cache = "", page = "";
+  bool parsed() const { return app && app->parsed(); }
+  int run();
+};
+
+void add_table_command(CLI::App& app, table_command& t);
+
+}  // namespace deepwell::tools

@@ -2,6 +2,8 @@
 // every warp a taxi_query_worker over a grid-stride share of the row groups.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/gpu_client.hpp"
@@ -39,7 +41,11 @@ taxi_query_report run_taxi_query_gpu(const column_file& f, const taxi_query_opti
   int dev = 0, sms = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-  const unsigned blocks = o.workers ? (o.workers + 7) / 8 : unsigned(sms) * 4;
+  // By default as many blocks as the cache lets pin their pages at once
+  // (pages_per_warp a warp), up to 4 a multiprocessor; an explicit count of
+  // warps is checked as given.
+  const unsigned fit = std::max(1u, cache->slots() / (pages_per_warp * 8));
+  const unsigned blocks = o.workers ? (o.workers + 7) / 8 : std::min(unsigned(sms) * 4, fit);
   check_launch(*cache, taxi_query_kernel, blocks, 256);
   taxi_query_result* d = nullptr;
   check_cuda(cudaMalloc(&d, sizeof *d), "cudaMalloc");

@@ -20,7 +20,7 @@ namespace deepwell::table {
 
 struct taxi_query_options {
   int query = 5;             // 0..5
-  unsigned workers = 0;      // CPU threads (0: every core); GPU: warps (0: 4 blocks of 256 per SM)
+  unsigned workers = 0;      // CPU threads (0: every core); GPU: warps (0: 4 blocks of 256 per SM, fewer where the cache could not hold the pages they pin)
   uint64_t cache_bytes = 0;  // 0: the library's default
   uint32_t page_size = 0;    // 0: the library's default
   bool odirect = false;      // read the file with O_DIRECT (a cold read, past the page cache)

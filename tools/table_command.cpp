@@ -53,6 +53,8 @@ void add_table_command(CLI::App& app, table_command& t) {
   t.query->add_flag("--odirect", t.odirect, "read the file with O_DIRECT (past the page cache)");
   t.query->add_option("--cache", t.cache, "cache size (e.g. 1GiB; default the library's)");
   t.query->add_option("--page", t.page, "page size (e.g. 4096)");
+  t.query->add_flag("--no-direct-tier", t.no_direct, "GPU: every miss through the controller, even for columns in the page cache");
+  t.query->add_option("--pollers", t.pollers, "controller poller threads (0: the library's default)");
   t.query->add_option("--json", t.json, "append a JSON line per query here");
 }
 
@@ -84,6 +86,8 @@ int table_command::run() {
     taxi_query_options o;
     o.workers = workers;
     o.odirect = odirect;
+    o.direct_tier = !no_direct;
+    o.pollers = pollers;
     o.cache_bytes = parse_size(cache, "--cache");
     o.page_size = uint32_t(parse_size(page, "--page"));
     int rc = 0;
@@ -113,7 +117,8 @@ int table_command::run() {
            << ",\"net\":" << r.result.net << ",\"seconds\":" << r.seconds << ",\"bytes_read\":" << r.bytes_read
            << ",\"bytes_needed\":" << r.bytes_needed << ",\"bytes_tiling\":" << r.bytes_tiling
            << ",\"misses\":" << r.misses << ",\"hits\":" << r.hits << ",\"failed\":" << r.result.failed
-           << ",\"odirect\":" << (odirect ? "true" : "false") << ",\"checked\":" << checked << "}\n";
+           << ",\"odirect\":" << (odirect ? "true" : "false") << ",\"setup_seconds\":" << r.setup_seconds
+           << ",\"direct_columns\":" << r.direct_columns << ",\"checked\":" << checked << "}\n";
       }
     }
     return rc;

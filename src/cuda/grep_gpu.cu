@@ -35,7 +35,8 @@ T* to_device(const void* src, size_t bytes, std::vector<void*>& owned) {
   void* p = nullptr;
   check_cuda(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc for grep");
   owned.push_back(p);
-  if (bytes) check_cuda(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy for grep");
+  if (bytes && src) check_cuda(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy for grep");
+  else if (bytes) check_cuda(cudaMemset(p, 0, bytes), "cudaMemset for grep");
   return static_cast<T*>(p);
 }
 

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
@@ -26,18 +27,24 @@ __global__ void __launch_bounds__(256) taxi_query_kernel(taxi_cols cols, int q, 
 }  // namespace
 
 taxi_query_report run_taxi_query_gpu(const column_file& f, const taxi_query_options& o) {
-  controller ctl;
+  controller_config ctl_cfg;
+  if (o.pollers) ctl_cfg.pollers = o.pollers;
+  controller ctl(ctl_cfg);
   const std::vector<uint32_t> ns = detail::add_taxi_namespaces(ctl, f, o.query, o.odirect);
+  const auto t_setup = std::chrono::steady_clock::now();
   cache_config cc;
   if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
   if (o.page_size) cc.page_size = o.page_size;
-  // A file read once: through the cache, not a registered mapping.
-  cc.direct_tier = false;
+  // The direct tier only where every page of a column is in the page cache
+  // (a column on storage is read through the controller either way).
+  cc.direct_tier = o.direct_tier && !o.odirect;
+  cc.direct_files = cache_config::file_tier::resident;
   auto cache = make_gpu_page_cache(ctl, cc);
   std::vector<array<int32_t>> arrays;
   taxi_cols cols{};
   for (uint32_t n : ns) arrays.emplace_back(cache, n);
   for (size_t i = 0; i < arrays.size(); ++i) cols.c[i] = arrays[i].ref();
+  const double setup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_setup).count();
   int dev = 0, sms = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
@@ -52,6 +59,8 @@ taxi_query_report run_taxi_query_gpu(const column_file& f, const taxi_query_opti
   check_cuda(cudaMemset(d, 0, sizeof *d), "cudaMemset");
   taxi_query_report rep;
   rep.rows = f.rows();
+  rep.setup_seconds = setup;
+  for (uint32_t i = 0; i < uint32_t(arrays.size()); ++i) rep.direct_columns += cache->dataset(arrays[i].ref().dataset).direct != nullptr;
   cache->reset_stats();
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);

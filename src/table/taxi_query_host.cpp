@@ -43,7 +43,9 @@ uint64_t taxi_bytes_needed(const taxi_query_result& r, uint64_t rows, int query)
 }  // namespace detail
 
 taxi_query_report run_taxi_query_cpu(const column_file& f, const taxi_query_options& o) {
-  controller ctl;
+  controller_config ctl_cfg;
+  if (o.pollers) ctl_cfg.pollers = o.pollers;
+  controller ctl(ctl_cfg);
   const std::vector<uint32_t> ns = detail::add_taxi_namespaces(ctl, f, o.query, o.odirect);
   cache_config cc;
   if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;

@@ -24,11 +24,19 @@ struct taxi_query_options {
   uint64_t cache_bytes = 0;  // 0: the library's default
   uint32_t page_size = 0;    // 0: the library's default
   bool odirect = false;      // read the file with O_DIRECT (a cold read, past the page cache)
+  // GPU: columns wholly in the page cache are read through a registered
+  // read-only mapping of their sections (the direct tier: warps copy the
+  // pages they miss, no controller round trip); false, or with odirect,
+  // every miss goes through the controller, as for data on storage.
+  bool direct_tier = true;
+  unsigned pollers = 0;      // controller poller threads (0: the library's default)
 };
 
 struct taxi_query_report {
   taxi_query_result result{};
   double seconds = 0;        // the query alone (the cache and controller are set up before)
+  double setup_seconds = 0;  // the cache and the columns' datasets (mapping registration included)
+  uint32_t direct_columns = 0;  // columns the direct tier serves (GPU)
   uint64_t rows = 0;
   uint64_t bytes_read = 0;   // pages brought into the cache
   uint64_t bytes_needed = 0; // the scan column in full, and each further column's selected values

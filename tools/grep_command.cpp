@@ -2,6 +2,7 @@
 #include "grep_command.hpp"
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "deepwell/error.hpp"
@@ -42,8 +43,9 @@ int grep_command::run() {
                 too_long ? (", " + std::to_string(too_long) + " paths too long, skipped").c_str() : "");
     int rc = 0;
     if (r.counters.failed) {
-      std::fprintf(stderr, "grep: %llu file operations failed (last errno %d)\n",
-                   (unsigned long long)r.counters.failed, r.counters.last_err);
+      std::fprintf(stderr, "grep: %llu file operations failed (the last: %s, errno %d: %s)\n",
+                   (unsigned long long)r.counters.failed, grep_call_name(r.counters.last_call), r.counters.last_err,
+                   std::strerror(r.counters.last_err));
       rc = 1;
     }
     bool same = true;

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 
@@ -90,20 +91,20 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   auto* name = to_device<char>(o.out_name.c_str(), o.out_name.size() + 1, owned);
   auto* result = to_device<int>(nullptr, sizeof(int), owned);
 
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaEventRecord(e0);
+  // Nothing is queued behind a kernel that waits on the file service: the
+  // service's copies (a closed file's table entry) run on a stream of their
+  // own, and work queued behind the running kernel on the same hardware
+  // queue could hold them back until the kernel's calls time out (seen on
+  // an H100: every gclose took the full deadline when close_output and an
+  // event were queued behind grep_kernel). So each kernel is waited for.
   open_output<<<1, 32>>>(dj, name);
+  check_cuda(cudaDeviceSynchronize(), "opening the grep output");
+  const auto t0 = std::chrono::steady_clock::now();
   grep_kernel<<<blocks, threads>>>(dj);
+  check_cuda(cudaDeviceSynchronize(), "the grep kernel");
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   close_output<<<1, 32>>>(dj, result);
-  cudaEventRecord(e1);
-  check_cuda(cudaEventSynchronize(e1), "the grep kernel");
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  rep.seconds = ms / 1000.0;
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  check_cuda(cudaDeviceSynchronize(), "closing the grep output");
   int closed = 0;
   gfile of;
   check_cuda(cudaMemcpy(&of, reinterpret_cast<char*>(dj) + offsetof(grep_job, out_file), sizeof of, cudaMemcpyDeviceToHost), "cudaMemcpy");

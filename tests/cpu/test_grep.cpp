@@ -6,6 +6,7 @@
 // installed. Emulated warps run the same worker.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -175,4 +176,23 @@ TEST(Grep, BadInputIsNamed) {
   tree t;
   std::ofstream(t.out / "bad") << "12\tonlytwo\n3 no tabs\n";
   EXPECT_THROW(parse_grep_output((t.out / "bad").string()), error);
+}
+
+// A listed file that is gone by the time a worker opens it is counted as a
+// failure with its errno (ENOENT), and the other files are still searched.
+TEST(Grep, AFileThatIsGoneIsReportedAndTheRestSearched) {
+  tree t;
+  std::ofstream(t.root / "here.c") << "alpha beta alpha\n";
+  const grep_dictionary d = make_grep_dictionary({"alpha", "beta"});
+  grep_options o;
+  o.root = t.root.string();
+  o.out_dir = t.out.string();
+  o.workers = 2;
+  const grep_report r = run_grep_cpu(o, d, {"here.c", "gone.c"});
+  EXPECT_EQ(r.counters.failed, 1u);
+  EXPECT_EQ(r.counters.last_err, ENOENT);
+  EXPECT_EQ(r.counters.last_call, int(grep_call::open));
+  const grep_counts got = parse_grep_output((t.out / "grep.out").string());
+  const grep_counts want = {{{"alpha", "here.c"}, 2}, {{"beta", "here.c"}, 1}};
+  EXPECT_TRUE(got == want);
 }

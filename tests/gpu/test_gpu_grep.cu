@@ -83,7 +83,7 @@ TEST(GpuGrep, CountsEqualAPlainScanUnderEviction) {
   o.workers = 16;           // 16 warps: they may pin 512 pages, 2.5 MiB with headroom
   o.cache_bytes = 4 << 20;  // a third of the tree: pages are evicted while files are read
   const grep_report r = run_grep_gpu(o, d, listed);
-  EXPECT_EQ(r.counters.failed, 0u) << r.counters.last_err;
+  EXPECT_EQ(r.counters.failed, 0u) << grep_call_name(r.counters.last_call) << " errno " << r.counters.last_err;
   EXPECT_EQ(r.counters.files, uint64_t(files));
   const grep_counts got = parse_grep_output((t.out / "grep.out").string());
   const grep_counts want = reference_grep(t.root.string(), d, listed);
@@ -107,8 +107,9 @@ TEST(GpuGrep, AFileThatIsGoneIsReportedAndTheRestSearched) {
   o.out_dir = t.out.string();
   o.workers = 4;
   const grep_report r = run_grep_gpu(o, d, {"here.c", "gone.c"});
-  EXPECT_EQ(r.counters.failed, 1u);
+  EXPECT_EQ(r.counters.failed, 1u) << grep_call_name(r.counters.last_call) << " errno " << r.counters.last_err;
   EXPECT_EQ(r.counters.last_err, ENOENT);
+  EXPECT_EQ(r.counters.last_call, int(grep_call::open));
   const grep_counts got = parse_grep_output((t.out / "grep.out").string());
   const grep_counts want = {{{"alpha", "here.c"}, 2}, {{"beta", "here.c"}, 1}};
   EXPECT_TRUE(got == want);

@@ -64,9 +64,17 @@ struct grep_scratch {
   char text[grep_text];
 };
 
+// The file API call a failure came from (grep_counters::last_call).
+enum class grep_call : int { none = 0, open, read, close, write };
+inline const char* grep_call_name(int c) {
+  constexpr const char* names[] = {"none", "gopen", "gread", "gclose", "gwrite"};
+  return c >= 0 && c <= 4 ? names[c] : "?";
+}
+
 struct grep_counters {
   unsigned long long files, bytes, matches, lines, failed;
-  int last_err;
+  int last_err;   // the errno of the last failure
+  int last_call;  // and its call (grep_call)
 };
 
 struct grep_job {
@@ -84,10 +92,11 @@ struct grep_job {
 namespace detail {
 
 template <class Warp>
-DW_HD void grep_fail(const Warp& w, unsigned mask, const grep_job& j, int err) {
+DW_HD void grep_fail(const Warp& w, unsigned mask, const grep_job& j, int err, grep_call call) {
   if (w.lane() == lowest_lane(mask)) {
     client_atomic<unsigned long long>(j.counters->failed).fetch_add(1, memory_order_relaxed);
     client_atomic<int>(j.counters->last_err).store(err, memory_order_relaxed);
+    client_atomic<int>(j.counters->last_call).store(int(call), memory_order_relaxed);
   }
 }
 
@@ -109,7 +118,7 @@ DW_HD void grep_write_text(const Warp& w, unsigned mask, const grep_job& j, grep
   if (w.lane() == lowest_lane(mask)) at = client_atomic<unsigned long long>(*j.out_cursor).fetch_add(n, memory_order_relaxed);
   at = shfl64(w, mask, at, lowest_lane(mask));
   const int64_t r = j.out.gwrite(w, j.out_file, at, s.text, n);
-  if (r != int64_t(n)) grep_fail(w, mask, j, r < 0 ? int(-r) : 5);
+  if (r != int64_t(n)) grep_fail(w, mask, j, r < 0 ? int(-r) : 5, grep_call::write);
   w.sync(mask);
   if (w.lane() == lowest_lane(mask)) s.text_used = 0;
   w.sync(mask);
@@ -237,7 +246,7 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
     while (path_len < grep_path_stride && path[path_len]) ++path_len;
     const gfile f = j.in.gopen(w, path, g_rdonly);
     if (!f.ok()) {
-      detail::grep_fail(w, mask, j, f.err);
+      detail::grep_fail(w, mask, j, f.err, grep_call::open);
       continue;
     }
     uint64_t size = 0;
@@ -252,7 +261,7 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
       const uint64_t from = off ? off - 1 : 0;
       const int64_t n = j.in.gread(w, f, from, s.chunk, (off - from) + grep_chunk + tail);
       if (n < 0) {
-        detail::grep_fail(w, mask, j, int(-n));
+        detail::grep_fail(w, mask, j, int(-n), grep_call::read);
         break;
       }
       w.sync(mask);  // every lane reads bytes other lanes copied
@@ -268,7 +277,7 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
     }
     detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
     const int c = j.in.gclose(w, f);
-    if (c) detail::grep_fail(w, mask, j, -c);
+    if (c) detail::grep_fail(w, mask, j, -c, grep_call::close);
     if (leader) {
       client_atomic<unsigned long long>(j.counters->files).fetch_add(1, memory_order_relaxed);
       client_atomic<unsigned long long>(j.counters->bytes).fetch_add(size, memory_order_relaxed);

@@ -3,7 +3,9 @@
 //   deepwell  the queries through deepwell's cache (run_taxi_query_gpu):
 //             the scan column in full, the others where a long trip lies;
 //             columns in the page cache through the direct tier (setup,
-//             registering their mappings, reported apart)
+//             registering their mappings, reported apart), the selected
+//             rows' values read alone from host memory
+//   deepwell-pages  the same bringing those rows' pages into the cache
 //   deepwell-queued  the same with every miss served by the controller's
 //             pollers (--queued-pollers), as for data on storage
 //   tiling    the RAPIDS way: every column the query needs moved to the GPU
@@ -147,7 +149,14 @@ int main(int argc, char** argv) try {
     const taxi_query_report dw = run_taxi_query_gpu(f, o);
     emit("deepwell", dw.seconds, dw.result, dw.bytes_read,
          {{"bytes_needed", dw.bytes_needed}, {"io_amplification", dw.io_amplification()}, {"misses", dw.misses},
-          {"setup_seconds", dw.setup_seconds}, {"direct_columns", dw.direct_columns}});
+          {"setup_seconds", dw.setup_seconds}, {"direct_columns", dw.direct_columns}, {"sparse_reads", dw.sparse_reads}});
+    // The same bringing the selected rows' pages into the cache.
+    taxi_query_options op = o;
+    op.sparse_gather = false;
+    const taxi_query_report dp = run_taxi_query_gpu(f, op);
+    emit("deepwell-pages", dp.seconds, dp.result, dp.bytes_read,
+         {{"bytes_needed", dp.bytes_needed}, {"io_amplification", dp.io_amplification()}, {"misses", dp.misses},
+          {"setup_seconds", dp.setup_seconds}, {"direct_columns", dp.direct_columns}});
     // The same with every miss through the controller (as for data on
     // storage, here served from the page cache by its pollers).
     taxi_query_options oq = o;
@@ -227,7 +236,8 @@ int main(int argc, char** argv) try {
     emit("tiling", tiling_s, tile_r, rows * 4 * uint64_t(q + 1), {{"tile_rows", tile_rows}, {"read_threads", threads}});
     json agree = base;
     agree["method"] = "agreement";
-    agree["all_equal"] = same(dw.result, floor_r, q) && same(dq.result, floor_r, q) && same(tile_r, floor_r, q);
+    agree["all_equal"] = same(dw.result, floor_r, q) && same(dp.result, floor_r, q) && same(dq.result, floor_r, q) &&
+                        same(tile_r, floor_r, q);
     std::printf("%s\n", agree.dump().c_str());
   }
   ::close(fd);

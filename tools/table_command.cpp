@@ -55,6 +55,8 @@ void add_table_command(CLI::App& app, table_command& t) {
   t.query->add_option("--page", t.page, "page size (e.g. 4096)");
   t.query->add_flag("--no-direct-tier", t.no_direct, "GPU: every miss through the controller, even for columns in the page cache");
   t.query->add_option("--pollers", t.pollers, "controller poller threads (0: the library's default)");
+  t.query->add_flag("--page-gather", t.page_gather,
+                    "bring the selected rows' pages into the cache (default: read their values alone from a direct tier)");
   t.query->add_option("--json", t.json, "append a JSON line per query here");
 }
 
@@ -88,6 +90,7 @@ int table_command::run() {
     o.odirect = odirect;
     o.direct_tier = !no_direct;
     o.pollers = pollers;
+    o.sparse_gather = !page_gather;
     o.cache_bytes = parse_size(cache, "--cache");
     o.page_size = uint32_t(parse_size(page, "--page"));
     int rc = 0;
@@ -118,7 +121,7 @@ int table_command::run() {
            << ",\"bytes_needed\":" << r.bytes_needed << ",\"bytes_tiling\":" << r.bytes_tiling
            << ",\"misses\":" << r.misses << ",\"hits\":" << r.hits << ",\"failed\":" << r.result.failed
            << ",\"odirect\":" << (odirect ? "true" : "false") << ",\"setup_seconds\":" << r.setup_seconds
-           << ",\"direct_columns\":" << r.direct_columns << ",\"checked\":" << checked << "}\n";
+           << ",\"direct_columns\":" << r.direct_columns << ",\"sparse_reads\":" << r.sparse_reads << ",\"checked\":" << checked << "}\n";
       }
     }
     return rc;

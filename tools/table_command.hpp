@@ -12,7 +12,7 @@ struct table_command {
   std::string path, json;
   uint64_t rows = 1 << 20, seed = 1, row_group_rows = 1 << 20;
   std::vector<int> queries;
-  bool cpu = false, check = false, odirect = false, no_direct = false;
+  bool cpu = false, check = false, odirect = false, no_direct = false, page_gather = false;
   unsigned workers = 0, pollers = 0;
   std::string cache = "", page = "";
   bool parsed() const { return app && app->parsed(); }

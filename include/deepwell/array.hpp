@@ -17,6 +17,7 @@
 // call; in divergent code each converged group coalesces on its own.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -104,6 +105,26 @@ class array_ref {
     cache.set_error(s);
     if (status) *status = s;
     return v;
+  }
+
+  // A read that brings no page into the cache, for accesses too sparse to
+  // reuse one (a selected row's value): a read-only dataset with a direct
+  // tier gives the element straight from host memory (one small read over
+  // the link, as zero-copy does, where read() would copy the whole page in);
+  // any other dataset is read through the cache as read() does. Read-only:
+  // the host's bytes are the cache's, so skipping the cache is safe.
+  DW_HD T read_sparse(uint64_t i, request_status* status) const {
+    if (i < n) {
+      if (const uint8_t* host = cache.direct_read_only(dataset)) {
+        if (status) *status = request_status{};
+        const uint8_t* at = host + i * sizeof(T);
+        if ((reinterpret_cast<uintptr_t>(at) & (alignof(T) - 1)) == 0) return *reinterpret_cast<const T*>(at);
+        T v;
+        memcpy(&v, at, sizeof(T));
+        return v;
+      }
+    }
+    return read(this_thread_warp{}, i, status);
   }
 
   // ---- writes (the page is fetched first, then marked dirty) ----

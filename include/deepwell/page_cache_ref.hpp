@@ -75,6 +75,15 @@ class page_cache_ref {
   // False for a default-constructed ref (no cache behind it).
   DW_HD bool attached() const { return state != nullptr; }
 
+  // A read-only dataset's bytes in host memory where it has a direct tier
+  // (readable by this client), else nullptr: what is there is what the
+  // cache would hold, so sparse reads may skip the cache.
+  DW_HD const uint8_t* direct_read_only(uint32_t dataset) const {
+    if (dataset >= ndatasets) return nullptr;
+    const dataset_desc& d = datasets[dataset];
+    return d.read_only ? d.direct : nullptr;
+  }
+
   // ---- access: pin pages, use them, release them ----
 
   // Every lane of the calling warp (as `w` sees it) calls this together.

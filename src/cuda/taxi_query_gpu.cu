@@ -18,10 +18,10 @@ struct taxi_cols {
   array_ref<int32_t> c[taxi_queries];
 };
 
-__global__ void __launch_bounds__(256) taxi_query_kernel(taxi_cols cols, int q, taxi_query_result* out) {
+__global__ void __launch_bounds__(256) taxi_query_kernel(taxi_cols cols, int q, taxi_query_result* out, bool sparse) {
   const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
-  taxi_query_worker(gpu_full_warp{}, cols.c, q, warp, warps, out);
+  taxi_query_worker(gpu_full_warp{}, cols.c, q, warp, warps, out, sparse);
 }
 
 }  // namespace
@@ -66,7 +66,7 @@ taxi_query_report run_taxi_query_gpu(const column_file& f, const taxi_query_opti
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
   cudaEventRecord(e0);
-  taxi_query_kernel<<<blocks, 256>>>(cols, o.query, d);
+  taxi_query_kernel<<<blocks, 256>>>(cols, o.query, d, o.sparse_gather);
   cudaEventRecord(e1);
   const cudaError_t ke = cudaEventSynchronize(e1);
   float ms = 0;
@@ -80,7 +80,10 @@ taxi_query_report run_taxi_query_gpu(const column_file& f, const taxi_query_opti
   const cache_stats s = cache->stats();
   rep.misses = s.misses;
   rep.hits = s.hits;
-  rep.bytes_read = s.misses * cache->page_size();
+  if (o.sparse_gather)
+    for (size_t c = 1; c < arrays.size(); ++c)
+      if (cache->dataset(arrays[c].ref().dataset).direct) rep.sparse_reads += rep.result.selected;
+  rep.bytes_read = s.misses * cache->page_size() + rep.sparse_reads * 32;
   rep.bytes_needed = detail::taxi_bytes_needed(rep.result, rep.rows, o.query);
   rep.bytes_tiling = rep.rows * 4 * uint64_t(o.query + 1);
   if (auto e = cache->last_error(); !e.ok() && rep.result.failed == 0) rep.result.failed = 1;

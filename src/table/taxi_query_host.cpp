@@ -50,6 +50,8 @@ taxi_query_report run_taxi_query_cpu(const column_file& f, const taxi_query_opti
   cache_config cc;
   if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
   if (o.page_size) cc.page_size = o.page_size;
+  cc.direct_tier = o.direct_tier && !o.odirect;
+  cc.direct_files = cache_config::file_tier::resident;
   auto cache = make_host_page_cache(ctl, cc);
   std::vector<array<int32_t>> arrays;
   std::vector<array_ref<int32_t>> cols;
@@ -61,13 +63,18 @@ taxi_query_report run_taxi_query_cpu(const column_file& f, const taxi_query_opti
   cache->reset_stats();
   const auto t0 = std::chrono::steady_clock::now();
   deepwell::detail::parallel_for(workers, workers, [&](unsigned, uint64_t b, uint64_t e) {
-    for (uint64_t t = b; t < e; ++t) taxi_query_worker(one_lane{}, cols.data(), o.query, t, workers, &rep.result);
+    for (uint64_t t = b; t < e; ++t) taxi_query_worker(one_lane{}, cols.data(), o.query, t, workers, &rep.result, o.sparse_gather);
   });
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const cache_stats s = cache->stats();
   rep.misses = s.misses;
   rep.hits = s.hits;
-  rep.bytes_read = s.misses * cache->page_size();
+  for (size_t c = 0; c < arrays.size(); ++c) {
+    const bool direct = cache->dataset(arrays[c].ref().dataset).direct != nullptr;
+    rep.direct_columns += direct;
+    if (c > 0 && direct && o.sparse_gather) rep.sparse_reads += rep.result.selected;
+  }
+  rep.bytes_read = s.misses * cache->page_size() + rep.sparse_reads * 32;
   rep.bytes_needed = detail::taxi_bytes_needed(rep.result, rep.rows, o.query);
   rep.bytes_tiling = rep.rows * 4 * uint64_t(o.query + 1);
   if (auto e = cache->last_error(); !e.ok() && rep.result.failed == 0) rep.result.failed = 1;

@@ -211,15 +211,25 @@ TEST(TaxiQueries, CpuClientsEqualAPlainScanUnderEviction) {
   const uint64_t rows = 2000000 / deepwell::test::scale_div;
   generate_taxi(f.path(), {rows, 3, 0, 1 << 18});
   const column_file cf = column_file::open(f.path());
+  // Modes: the direct tier with the selected values read alone (the file
+  // was just written: in the page cache), the direct tier bringing their
+  // pages in, every miss through the controller.
+  for (int mode = 0; mode < 3; ++mode)
   for (int q = 0; q < taxi_queries; ++q) {
     taxi_query_options o;
     o.query = q;
     o.workers = 4;
     o.cache_bytes = 1 << 20;  // 256 pages for up to 6 columns of 8 MB: every page evicted
     o.page_size = 4096;
+    o.direct_tier = mode < 2;
+    o.sparse_gather = mode == 0;
     const taxi_query_report r = run_taxi_query_cpu(cf, o);
     const taxi_query_result want = taxi_reference(cf, q);
-    EXPECT_EQ(r.result.failed, 0u) << "Q" << q;
+    EXPECT_EQ(r.result.failed, 0u) << "Q" << q << " mode " << mode;
+    if (mode == 2) EXPECT_EQ(r.direct_columns, 0u);
+    // Values read alone: the selected rows of each further direct column.
+    if (mode == 0 && r.direct_columns == uint32_t(q + 1)) EXPECT_EQ(r.sparse_reads, want.selected * uint64_t(q));
+    if (mode != 0) EXPECT_EQ(r.sparse_reads, 0u);
     EXPECT_EQ(r.result.selected, want.selected) << "Q" << q;
     EXPECT_EQ(r.result.distance, want.distance) << "Q" << q;
     EXPECT_EQ(r.result.net, want.net) << "Q" << q;

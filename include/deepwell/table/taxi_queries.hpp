@@ -40,6 +40,7 @@ struct plain_column {
     if (s) *s = request_status{};
     return p[i];
   }
+  DW_HD int32_t read_sparse(uint64_t i, request_status* s) const { return read(this_thread_warp{}, i, s); }
 };
 
 namespace detail {
@@ -114,9 +115,12 @@ DW_HD inline uint32_t taxi_unit_elems(const plain_column&, uint32_t group) { ret
 // One worker (a warp, or a CPU thread as one_lane) runs query q over
 // groups first, first + step, ... of the table's rows; results are added
 // to *out. cols[0..q] are the query's columns, all of the same length.
+// sparse: the selected rows' values by read_sparse (a column with a direct
+// tier: the value alone from host memory, no page brought in); else by
+// read (the page into the cache).
 template <class Warp, class Col>
 DW_HD void taxi_query_worker(const Warp& w, const Col* cols, int q, uint64_t first, uint64_t step,
-                             taxi_query_result* out) {
+                             taxi_query_result* out, bool sparse = true) {
   const unsigned mask = w.active();
   const unsigned lanes = popcount32(mask);
   const unsigned lane = popcount32(mask & ((1u << w.lane()) - 1));
@@ -137,10 +141,10 @@ DW_HD void taxi_query_worker(const Warp& w, const Col* cols, int q, uint64_t fir
       bits &= bits - 1;
       const uint64_t k = base + lane + uint64_t(j) * lanes;
       request_status s;
-      long long v = cols[1].read(this_thread_warp{}, k, &s);
+      long long v = sparse ? cols[1].read_sparse(k, &s) : cols[1].read(this_thread_warp{}, k, &s);
       failed += !s.ok();
       for (int c = 2; c <= q; ++c) {
-        v -= cols[c].read(this_thread_warp{}, k, &s);
+        v -= sparse ? cols[c].read_sparse(k, &s) : cols[c].read(this_thread_warp{}, k, &s);
         failed += !s.ok();
       }
       net += v;

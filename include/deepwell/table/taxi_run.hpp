@@ -30,6 +30,9 @@ struct taxi_query_options {
   // every miss goes through the controller, as for data on storage.
   bool direct_tier = true;
   unsigned pollers = 0;      // controller poller threads (0: the library's default)
+  // The selected rows' values of a direct-tier column read alone from host
+  // memory (array_ref::read_sparse), not by bringing their pages in.
+  bool sparse_gather = true;
 };
 
 struct taxi_query_report {
@@ -38,7 +41,10 @@ struct taxi_query_report {
   double setup_seconds = 0;  // the cache and the columns' datasets (mapping registration included)
   uint32_t direct_columns = 0;  // columns the direct tier serves (GPU)
   uint64_t rows = 0;
-  uint64_t bytes_read = 0;   // pages brought into the cache
+  // Pages brought into the cache, and 32 bytes (a sector, the smallest
+  // read of host memory from a GPU) for each value read alone.
+  uint64_t bytes_read = 0;
+  uint64_t sparse_reads = 0; // values read alone from host memory (sparse_gather)
   uint64_t bytes_needed = 0; // the scan column in full, and each further column's selected values
   uint64_t bytes_tiling = 0; // what moving whole columns moves: rows x 4 x (query + 1)
   uint64_t misses = 0, hits = 0;

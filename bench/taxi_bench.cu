@@ -142,30 +142,33 @@ int main(int argc, char** argv) try {
       std::printf("%s\n", j.dump().c_str());
       std::fflush(stdout);
     };
-    // deepwell (warm page cache; its cache empty at the start of each run).
+    // deepwell's methods (warm page cache; its cache empty at the start of each run).
+    auto run_deepwell = [&](const char* method, const taxi_query_options& opts, json extra) {
+      const taxi_query_report r = run_taxi_query_gpu(f, opts);
+      extra["bytes_needed"] = r.bytes_needed;
+      extra["io_amplification"] = r.io_amplification();
+      extra["misses"] = r.misses;
+      extra["setup_seconds"] = r.setup_seconds;
+      extra["direct_columns"] = r.direct_columns;
+      extra["sparse_reads"] = r.sparse_reads;
+      emit(method, r.seconds, r.result, r.bytes_read, extra);
+      return r;
+    };
     taxi_query_options o;
     o.query = q;
     if (cache_mib) o.cache_bytes = cache_mib << 20;
-    const taxi_query_report dw = run_taxi_query_gpu(f, o);
-    emit("deepwell", dw.seconds, dw.result, dw.bytes_read,
-         {{"bytes_needed", dw.bytes_needed}, {"io_amplification", dw.io_amplification()}, {"misses", dw.misses},
-          {"setup_seconds", dw.setup_seconds}, {"direct_columns", dw.direct_columns}, {"sparse_reads", dw.sparse_reads}});
+    // Columns in the page cache through the direct tier, the selected values read alone.
+    const taxi_query_report dw = run_deepwell("deepwell", o, {});
     // The same bringing the selected rows' pages into the cache.
     taxi_query_options op = o;
     op.sparse_gather = false;
-    const taxi_query_report dp = run_taxi_query_gpu(f, op);
-    emit("deepwell-pages", dp.seconds, dp.result, dp.bytes_read,
-         {{"bytes_needed", dp.bytes_needed}, {"io_amplification", dp.io_amplification()}, {"misses", dp.misses},
-          {"setup_seconds", dp.setup_seconds}, {"direct_columns", dp.direct_columns}});
+    const taxi_query_report dp = run_deepwell("deepwell-pages", op, {});
     // The same with every miss through the controller (as for data on
     // storage, here served from the page cache by its pollers).
     taxi_query_options oq = o;
     oq.direct_tier = false;
     oq.pollers = queued_pollers;
-    const taxi_query_report dq = run_taxi_query_gpu(f, oq);
-    emit("deepwell-queued", dq.seconds, dq.result, dq.bytes_read,
-         {{"bytes_needed", dq.bytes_needed}, {"io_amplification", dq.io_amplification()}, {"misses", dq.misses},
-          {"setup_seconds", dq.setup_seconds}, {"pollers", queued_pollers}});
+    const taxi_query_report dq = run_deepwell("deepwell-queued", oq, {{"pollers", queued_pollers}});
     // The floor.
     plain_cols fc{};
     for (int c = 0; c <= q; ++c) fc.c[c] = {dcol[c], rows};

@@ -21,7 +21,9 @@ void check_taxi_columns(const column_file& f, int query) {
 }
 
 namespace detail {
+namespace {
 
+// Namespaces of the query's columns (file ranges) on ctl, in query order.
 std::vector<uint32_t> add_taxi_namespaces(controller& ctl, const column_file& f, int query, bool odirect) {
   check_taxi_columns(f, query);
   std::vector<uint32_t> ns;
@@ -36,48 +38,69 @@ std::vector<uint32_t> add_taxi_namespaces(controller& ctl, const column_file& f,
   return ns;
 }
 
-uint64_t taxi_bytes_needed(const taxi_query_result& r, uint64_t rows, int query) {
-  return rows * 4 + r.selected * 4 * uint64_t(query);
+}  // namespace
+
+controller_config taxi_controller_config(const taxi_query_options& o) {
+  controller_config c;
+  if (o.pollers) c.pollers = o.pollers;
+  return c;
+}
+
+taxi_columns open_taxi_columns(controller& ctl, const column_file& f, const taxi_query_options& o,
+                               page_cache_maker make) {
+  const std::vector<uint32_t> ns = add_taxi_namespaces(ctl, f, o.query, o.odirect);
+  const auto t0 = std::chrono::steady_clock::now();
+  cache_config cc;
+  if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
+  if (o.page_size) cc.page_size = o.page_size;
+  // The direct tier only where every page of a column is in the page cache
+  // (a column on storage is read through the controller either way).
+  cc.direct_tier = o.direct_tier && !o.odirect;
+  cc.direct_files = cache_config::file_tier::resident;
+  taxi_columns t;
+  t.cache = make(ctl, cc);
+  for (uint32_t n : ns) t.arrays.emplace_back(t.cache, n);
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return t;
+}
+
+void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi_columns& t,
+                        const taxi_query_options& o) {
+  rep.rows = f.rows();
+  rep.setup_seconds = t.seconds;
+  const cache_stats s = t.cache->stats();
+  rep.misses = s.misses;
+  rep.hits = s.hits;
+  for (size_t c = 0; c < t.arrays.size(); ++c) {
+    const bool direct = t.cache->dataset(t.arrays[c].ref().dataset).direct != nullptr;
+    rep.direct_columns += direct;
+    // Values read alone (read_sparse): the selected rows of each further direct column.
+    if (c > 0 && direct && o.sparse_gather) rep.sparse_reads += rep.result.selected;
+  }
+  rep.bytes_read = s.misses * t.cache->page_size() + rep.sparse_reads * 32;
+  rep.bytes_needed = rep.rows * 4 + rep.result.selected * 4 * uint64_t(o.query);
+  rep.bytes_tiling = rep.rows * 4 * uint64_t(o.query + 1);
+  if (auto e = t.cache->last_error(); !e.ok() && rep.result.failed == 0) rep.result.failed = 1;
 }
 
 }  // namespace detail
 
 taxi_query_report run_taxi_query_cpu(const column_file& f, const taxi_query_options& o) {
-  controller_config ctl_cfg;
-  if (o.pollers) ctl_cfg.pollers = o.pollers;
-  controller ctl(ctl_cfg);
-  const std::vector<uint32_t> ns = detail::add_taxi_namespaces(ctl, f, o.query, o.odirect);
-  cache_config cc;
-  if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
-  if (o.page_size) cc.page_size = o.page_size;
-  cc.direct_tier = o.direct_tier && !o.odirect;
-  cc.direct_files = cache_config::file_tier::resident;
-  auto cache = make_host_page_cache(ctl, cc);
-  std::vector<array<int32_t>> arrays;
+  controller ctl(detail::taxi_controller_config(o));
+  const detail::taxi_columns t = detail::open_taxi_columns(
+      ctl, f, o, [](controller& c, const cache_config& cc) { return make_host_page_cache(c, cc); });
   std::vector<array_ref<int32_t>> cols;
-  for (uint32_t n : ns) arrays.emplace_back(cache, n);
-  for (auto& a : arrays) cols.push_back(a.ref());
+  for (auto& a : t.arrays) cols.push_back(a.ref());
   const unsigned workers = deepwell::detail::thread_count(o.workers);
   taxi_query_report rep;
-  rep.rows = f.rows();
-  cache->reset_stats();
+  t.cache->reset_stats();
   const auto t0 = std::chrono::steady_clock::now();
   deepwell::detail::parallel_for(workers, workers, [&](unsigned, uint64_t b, uint64_t e) {
-    for (uint64_t t = b; t < e; ++t) taxi_query_worker(one_lane{}, cols.data(), o.query, t, workers, &rep.result, o.sparse_gather);
+    for (uint64_t w = b; w < e; ++w)
+      taxi_query_worker(one_lane{}, cols.data(), o.query, w, workers, &rep.result, o.sparse_gather);
   });
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const cache_stats s = cache->stats();
-  rep.misses = s.misses;
-  rep.hits = s.hits;
-  for (size_t c = 0; c < arrays.size(); ++c) {
-    const bool direct = cache->dataset(arrays[c].ref().dataset).direct != nullptr;
-    rep.direct_columns += direct;
-    if (c > 0 && direct && o.sparse_gather) rep.sparse_reads += rep.result.selected;
-  }
-  rep.bytes_read = s.misses * cache->page_size() + rep.sparse_reads * 32;
-  rep.bytes_needed = detail::taxi_bytes_needed(rep.result, rep.rows, o.query);
-  rep.bytes_tiling = rep.rows * 4 * uint64_t(o.query + 1);
-  if (auto e = cache->last_error(); !e.ok() && rep.result.failed == 0) rep.result.failed = 1;
+  detail::finish_taxi_report(rep, f, t, o);
   return rep;
 }
 

@@ -6,15 +6,14 @@
 // the bytes the query needs (its I/O amplification).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "deepwell/controller.hpp"
+#include "deepwell/page_cache.hpp"
 #include "deepwell/table/column_file.hpp"
 #include "deepwell/table/taxi_queries.hpp"
-
-namespace deepwell {
-class controller;
-}
 
 namespace deepwell::table {
 
@@ -39,7 +38,7 @@ struct taxi_query_report {
   taxi_query_result result{};
   double seconds = 0;        // the query alone (the cache and controller are set up before)
   double setup_seconds = 0;  // the cache and the columns' datasets (mapping registration included)
-  uint32_t direct_columns = 0;  // columns the direct tier serves (GPU)
+  uint32_t direct_columns = 0;  // columns the direct tier serves
   uint64_t rows = 0;
   // Pages brought into the cache, and 32 bytes (a sector, the smallest
   // read of host memory from a GPU) for each value read alone.
@@ -68,9 +67,23 @@ taxi_query_report run_taxi_query_gpu(const column_file& f, const taxi_query_opti
 taxi_query_result taxi_reference(const column_file& f, int query);
 
 namespace detail {
-// Namespaces of the query's columns (file ranges) on ctl, in query order.
-std::vector<uint32_t> add_taxi_namespaces(controller& ctl, const column_file& f, int query, bool odirect);
-uint64_t taxi_bytes_needed(const taxi_query_result& r, uint64_t rows, int query);
+// What the CPU and GPU runners share (src/table/taxi_query_host.cpp).
+controller_config taxi_controller_config(const taxi_query_options& o);
+// The query's columns as arrays on one cache (made by `make` from the
+// options), in query order; `seconds`: making the cache and adding the
+// datasets (mapping registration included).
+struct taxi_columns {
+  std::shared_ptr<page_cache> cache;
+  std::vector<array<int32_t>> arrays;
+  double seconds = 0;
+};
+using page_cache_maker = std::shared_ptr<page_cache> (*)(controller&, const cache_config&);
+taxi_columns open_taxi_columns(controller& ctl, const column_file& f, const taxi_query_options& o,
+                               page_cache_maker make);
+// The report's rows, counters and byte accounting, after a run whose
+// answer is in rep.result (the cache's statistics reset before the run).
+void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi_columns& t,
+                        const taxi_query_options& o);
 }  // namespace detail
 
 }  // namespace deepwell::table

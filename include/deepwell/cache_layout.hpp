@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "deepwell/config.hpp"
+#include "deepwell/tier_layout.hpp"
 
 namespace deepwell {
 
@@ -59,6 +60,9 @@ struct dataset_desc {
   uint64_t blocks = 0;   // namespace blocks
   uint64_t pages = 0;
   const uint8_t* direct = nullptr;  // the dataset in host memory, readable by this client: the direct tier
+  // Where there is no `direct`: the dataset's arena of a server's host-memory
+  // tier, whose resident pages fills copy with no controller round trip.
+  tier_ref tier;
 };
 
 // Group commit of one dataset's flushes (page_cache_ref::persist): flushes
@@ -88,12 +92,15 @@ struct alignas(128) cache_stats_shard {
   unsigned long long cleans;         // write-backs started ahead of the CLOCK hand (the cleaner)
   unsigned long long reaped;         // I/O left in flight finished by a thread short of command ids
   unsigned long long flushes;        // namespace flushes run by persists (each may serve many)
+  unsigned long long tier_fills;     // fills copied from a host-tier arena (no controller round trip)
+  unsigned long long tier_retries;   // such copies discarded because the server changed the frame meanwhile
 };
 constexpr uint32_t cache_stats_shards = 32;
 
 struct cache_stats {
   uint64_t accesses = 0, hits = 0, misses = 0, waits = 0, evictions = 0, writebacks = 0, bytes_read = 0,
-           bytes_written = 0, direct_fills = 0, errors = 0, cleans = 0, reaped = 0, flushes = 0;
+           bytes_written = 0, direct_fills = 0, errors = 0, cleans = 0, reaped = 0, flushes = 0, tier_fills = 0,
+           tier_retries = 0;
   double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0.0; }
 };
 
@@ -113,6 +120,8 @@ inline cache_stats sum_stats(const cache_stats_shard* s, uint32_t n) {
     t.cleans += s[i].cleans;
     t.reaped += s[i].reaped;
     t.flushes += s[i].flushes;
+    t.tier_fills += s[i].tier_fills;
+    t.tier_retries += s[i].tier_retries;
   }
   return t;
 }

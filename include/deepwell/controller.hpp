@@ -128,6 +128,8 @@ class controller {
   // A read-only mapping of the namespace's file, if its target is a file
   // (the direct tier for data in the page cache). nullptr otherwise.
   std::shared_ptr<host_mapping> map_readonly(uint32_t nsid) const;
+  // The namespace's arena of a host-memory tier (target::map_tier), or nullptr.
+  std::shared_ptr<host_mapping> map_tier(uint32_t nsid) const;
 
   // Creates a queue pair served by one of the pollers (round robin).
   // Entries: powers of two, 2 to 65536; slot_bytes: a multiple of 512.

@@ -78,6 +78,10 @@ class controller_link {
   // (writable if the dataset is), else, if `files`, a read-only mapping of
   // its file (with its residency). nullptr where there is neither.
   virtual std::shared_ptr<const host_mapping> map_dataset(uint32_t nsid, bool files) const = 0;
+  // The namespace's arena of the server's host-memory tier (tier_layout.hpp),
+  // mapped read-only, for readers that copy resident pages from it; nullptr
+  // where the namespace has none.
+  virtual std::shared_ptr<const host_mapping> map_tier(uint32_t nsid) const = 0;
   // Controller and queue state, for watchdogs and bug reports.
   virtual std::string dump() const = 0;
 };

@@ -109,6 +109,9 @@ class page_cache {
   virtual const uint8_t* direct_pointer(void* host, uint64_t bytes, bool read_only) = 0;
   // The direct tier of namespace nsid, if any.
   const uint8_t* direct_source(uint32_t nsid, const namespace_info& info);
+  // The namespace's arena of a server's host-memory tier, where there is
+  // one whose pages are this cache's size (tier_layout.hpp); else detached.
+  tier_ref tier_source(uint32_t nsid, const dataset_desc& d);
   // NVMe Flush of every writable dataset through the control queue.
   request_status flush_namespaces();
   // The statistics shards and the error flag, where the backend reads them.

@@ -36,6 +36,12 @@ class target {
   // A read-only mapping of the dataset, where the target can make one (files
   // and block devices); nullptr otherwise.
   virtual std::shared_ptr<host_mapping> map_readonly() const { return nullptr; }
+  // The dataset's arena of the server's host-memory tier (host_tier.hpp,
+  // tier_layout.hpp), for readers that copy resident pages from it: a
+  // read-only view in this process, and the memfd another process maps.
+  // nullptr and -1 where the target reads through no tier.
+  virtual std::shared_ptr<host_mapping> map_tier() const { return nullptr; }
+  virtual int tier_fd() const { return -1; }
 
   // [offset, offset + len) of the dataset. Results: len on success, or a
   // negative errno (-EIO for a short transfer that is not at the end of

@@ -28,6 +28,7 @@ enum class op : uint16_t {
   dump = 7,              // -> text: controller and queue state
   stats = 8,             // -> text: JSON (per client and per dataset)
   list = 9,              // -> text: the datasets this client may see, one "nsid name rights bytes" per line
+  map_tier = 10,         // a: nsid -> x: bytes, fd: its host-tier arena, read-only (none: no fd)
 };
 
 // A dataset reply: a: nsid, b: block size, c: read_only (the dataset),

@@ -127,6 +127,7 @@ uint32_t page_cache::add_dataset(uint32_t nsid) {
   d.blocks = info.blocks;
   d.pages = (info.bytes + geo_.page_size - 1) / geo_.page_size;
   d.direct = direct_source(nsid, info);
+  if (!d.direct) d.tier = tier_source(nsid, d);
   const uint32_t id = uint32_t(datasets_.size());
   datasets_.push_back(d);
   write_dataset(id, d);
@@ -143,6 +144,34 @@ const uint8_t* page_cache::direct_source(uint32_t nsid, const namespace_info& in
   if (!base) return nullptr;
   mappings_.push_back(m);
   return base + (m->data - static_cast<const uint8_t*>(m->base));
+}
+
+tier_ref page_cache::tier_source(uint32_t nsid, const dataset_desc& d) {
+  if (!cfg_.direct_tier) return {};
+  std::shared_ptr<const host_mapping> m = link_->map_tier(nsid);
+  if (!m || m->base_bytes < sizeof(tier_header)) return {};
+  // The server's word on the arena's layout, checked before any of it is
+  // used: a mismatch (another page size, another version) means no tier.
+  const auto* h = static_cast<const tier_header*>(m->base);
+  if (h->magic != tier_magic || h->version != tier_layout_version || h->page_bytes != geo_.page_size ||
+      h->pages != d.pages || h->frames == 0 || h->frames >= (1ull << 32) || h->bytes > m->base_bytes)
+    return {};
+  const tier_geometry g = tier_geometry::of(h->pages, h->frames, h->page_bytes);
+  if (g.bytes != h->bytes || g.index_offset != h->index_offset || g.seq_offset != h->seq_offset ||
+      g.page_of_offset != h->page_of_offset || g.data_offset != h->data_offset)
+    return {};
+  const uint8_t* base = direct_pointer(m->base, m->base_bytes, true);
+  if (!base) return {};
+  mappings_.push_back(m);
+  tier_ref t;
+  t.index = reinterpret_cast<const uint32_t*>(base + g.index_offset);
+  t.seq = reinterpret_cast<const uint64_t*>(base + g.seq_offset);
+  t.page_of = reinterpret_cast<const uint64_t*>(base + g.page_of_offset);
+  t.data = base + g.data_offset;
+  t.pages = h->pages;
+  t.frames = uint32_t(h->frames);
+  t.page_shift = ref_.page_shift();
+  return t;
 }
 
 const dataset_desc& page_cache::dataset(uint32_t id) const {

@@ -721,6 +721,12 @@ std::shared_ptr<host_mapping> controller::map_readonly(uint32_t nsid) const {
   return namespaces_[nsid - 1]->data->map_readonly();
 }
 
+std::shared_ptr<host_mapping> controller::map_tier(uint32_t nsid) const {
+  const uint32_t n = ns_count_.load(std::memory_order_acquire);
+  if (nsid == 0 || nsid > n) return nullptr;
+  return namespaces_[nsid - 1]->data->map_tier();
+}
+
 std::shared_ptr<queue_pair> controller::create_queue_pair(const qp_geometry& g, const queue_options& opts) {
   auto pow2 = [](uint32_t v) { return v >= 2 && v <= 65536 && (v & (v - 1)) == 0; };
   if (!pow2(g.sq_entries) || !pow2(g.cq_entries))

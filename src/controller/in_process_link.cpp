@@ -63,6 +63,8 @@ class in_process final : public controller_link {
     return ctl_.map_readonly(nsid);
   }
 
+  std::shared_ptr<const host_mapping> map_tier(uint32_t nsid) const override { return ctl_.map_tier(nsid); }
+
   std::string dump() const override { return ctl_.dump(); }
 
  private:

@@ -128,6 +128,22 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     }
   }
 
+  std::shared_ptr<const host_mapping> map_tier(uint32_t nsid) const override {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::map_tier);
+    m.h.a = nsid;
+    wire::message r = call(std::move(m));
+    if (r.fd < 0) return nullptr;
+    try {
+      auto mp = map_fd(r.fd, wire::map_kind::memory, false, r.h.x);
+      close(r.fd);
+      return mp;
+    } catch (...) {
+      close(r.fd);
+      throw;
+    }
+  }
+
   std::string dump() const override { return text_call(wire::op::dump); }
   std::string stats() const override { return text_call(wire::op::stats); }
   std::string list() const override { return text_call(wire::op::list); }

@@ -103,6 +103,7 @@ const char* op_name(uint16_t o) {
     case op::open_queue_pair: return "open_queue_pair";
     case op::close_queue_pair: return "close_queue_pair";
     case op::map_dataset: return "map_dataset";
+    case op::map_tier: return "map_tier";
     case op::dump: return "dump";
     case op::stats: return "stats";
     case op::list: return "list";

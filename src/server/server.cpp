@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -111,11 +112,16 @@ void server::impl::open_datasets() {
   cc.pollers = cfg.pollers;
   cc.io_budget_bytes = cfg.io_budget_bytes;
   ctl = std::make_unique<controller>(cc);
-  if (cfg.host_cache_bytes) tier = host_tier::make(cfg.host_cache_bytes, 4096);
+  auto where = [this](const dataset_config& d) {
+    return cfg.source + ":" + std::to_string(d.line) + ": dataset " + d.name + ": ";
+  };
+  // Open every dataset first: the host tier is shared out among the file
+  // and device datasets in proportion to their sizes.
+  std::vector<dataset_state> opened;
+  uint64_t tiered_bytes = 0;
   for (const dataset_config& d : cfg.datasets) {
     dataset_state s;
     s.cfg = &d;
-    const std::string where = cfg.source + ":" + std::to_string(d.line) + ": dataset " + d.name + ": ";
     try {
       if (d.kind == dataset_config::kind_t::memory) {
         s.memory = shared_region::create(d.memory_bytes, "deepwell-dataset-" + d.name);
@@ -127,12 +133,28 @@ void server::impl::open_datasets() {
         fo.offset = d.offset;
         fo.length = d.length;
         s.data = open_file_target(d.path, fo);
-        if (tier) s.data = tier->wrap(s.data);
         s.real = real_path(d.path);
+        tiered_bytes += s.data->size();
+      }
+    } catch (const std::exception& e) {
+      throw error(where(d) + e.what());
+    }
+    opened.push_back(std::move(s));
+  }
+  if (cfg.host_cache_bytes && tiered_bytes) tier = host_tier::make(cfg.host_cache_bytes, 4096);
+  for (dataset_state& s : opened) {
+    const dataset_config& d = *s.cfg;
+    try {
+      if (tier && d.kind != dataset_config::kind_t::memory) {
+        // Its share of the tier, never more than its whole pages fill.
+        const uint64_t size = s.data->size();
+        const uint64_t share = uint64_t((long double)cfg.host_cache_bytes * size / tiered_bytes);
+        const uint64_t bytes = std::min({std::max<uint64_t>(share, 4096), size / 4096 * 4096, tier->bytes_left()});
+        if (bytes >= 4096) s.data = tier->wrap(s.data, bytes);
       }
       s.nsid = ctl->add_namespace({s.data, d.block_size, !d.writable});
     } catch (const std::exception& e) {
-      throw error(where + e.what());
+      throw error(where(d) + e.what());
     }
     s.bytes = s.data->size();
     s.writable = d.writable;
@@ -425,6 +447,25 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
         if (r.fd >= 0) r.h.a = uint32_t(wire::map_kind::file);
       }
       return r;  // none: read it through the queues
+    }
+    case wire::op::map_tier: {
+      // Any grant reads; a read-only descriptor of the dataset's own arena
+      // (no other dataset's pages are in it), which cannot be mapped writable.
+      const dataset_state* d = visible(c, m.h.a);
+      if (!d) return refuse(wire::status::not_found, "no namespace " + std::to_string(m.h.a) + " for this client");
+      wire::message r;
+      const int fd = d->data->tier_fd();
+      if (fd < 0) return r;  // no tier over this dataset
+      const std::string self = "/proc/self/fd/" + std::to_string(fd);
+      r.fd = open(self.c_str(), O_RDONLY | O_CLOEXEC);
+      if (r.fd < 0) throw error(errno_message("reopening a host-tier arena's memfd", errno));
+      struct stat st{};
+      if (fstat(r.fd, &st) != 0) {
+        close(r.fd);
+        throw error(errno_message("fstat of a host-tier arena's memfd", errno));
+      }
+      r.h.x = uint64_t(st.st_size);
+      return r;
     }
     case wire::op::dump:
       return wire::message{{}, ctl->dump(), -1};

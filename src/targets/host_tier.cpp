@@ -1,34 +1,201 @@
-// host_tier.hpp: the server's shared page cache in host memory.
+// host_tier.hpp: the server's shared page cache in host memory, one arena
+// (tier_layout.hpp) per dataset.
 #include "deepwell/host_tier.hpp"
 
-#include <sys/mman.h>
-
+#include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
+#include "deepwell/detail/cache/copy.hpp"
 #include "deepwell/error.hpp"
+#include "deepwell/shared_region.hpp"
+#include "deepwell/tier_layout.hpp"
 
 namespace deepwell {
 
 namespace {
 
-class tier_impl;
+// One dataset's part of the tier. The server's threads (pollers) change it
+// under `mutex_`; other processes only read it, by the sequence locks.
+class tier_arena {
+ public:
+  tier_arena(uint64_t dataset_bytes, uint64_t frames, uint32_t page, const std::string& name)
+      : page_(page), pages_((dataset_bytes + page - 1) / page), full_pages_(dataset_bytes / page), frames_(frames) {
+    const tier_geometry g = tier_geometry::of(pages_, frames_, page_);
+    region_ = shared_region::create(g.bytes, name);  // zeroed: no page resident
+    auto* base = static_cast<uint8_t*>(region_.data());
+    auto* h = reinterpret_cast<tier_header*>(base);
+    h->magic = tier_magic;
+    h->version = tier_layout_version;
+    h->page_bytes = page_;
+    h->pages = pages_;
+    h->frames = frames_;
+    h->index_offset = g.index_offset;
+    h->seq_offset = g.seq_offset;
+    h->page_of_offset = g.page_of_offset;
+    h->data_offset = g.data_offset;
+    h->bytes = g.bytes;
+    index_ = reinterpret_cast<uint32_t*>(base + g.index_offset);
+    seq_ = reinterpret_cast<uint64_t*>(base + g.seq_offset);
+    page_of_ = reinterpret_cast<uint64_t*>(base + g.page_of_offset);
+    data_ = base + g.data_offset;
+    for (uint64_t f = 0; f < frames_; ++f) shared_store_relaxed(page_of_ + f, tier_no_page);
+    used_.assign(frames_, 0);
+  }
 
-// One dataset read through the tier.
+  uint64_t frames() const { return frames_; }
+  const shared_region& region() const { return region_; }
+
+  host_tier_stats stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    host_tier_stats s = stats_;
+    s.resident_pages = resident_;
+    s.capacity_pages = frames_;
+    return s;
+  }
+
+  // Copies [offset, offset + len) into buf if every page of it is resident.
+  bool try_hit(uint8_t* buf, uint32_t len, uint64_t offset) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t first = offset / page_, last = (offset + len - 1) / page_;
+    for (uint64_t p = first; p <= last; ++p)
+      if (frame_of(p) < 0) {
+        ++stats_.misses;
+        return false;
+      }
+    for (uint64_t p = first; p <= last; ++p) {
+      const uint32_t f = uint32_t(frame_of(p));
+      used_[f] = 1;
+      const uint64_t from = std::max(offset, p * page_), to = std::min(offset + len, (p + 1) * page_);
+      std::memcpy(buf + (from - offset), frame(f) + (from - p * page_), to - from);
+    }
+    ++stats_.hits;
+    return true;
+  }
+
+  // The whole pages of [offset, offset + len) from buf, CLOCK evicting,
+  // unless a write began since the read that brought them (writes_begun
+  // moved from `epoch`): checked under the lock that invalidate() takes
+  // after a writer counts itself, so no write slips between the check and
+  // the install.
+  void install(const uint8_t* buf, uint32_t len, uint64_t offset, const std::atomic<uint64_t>& writes_begun,
+               uint64_t epoch) {
+    const uint64_t first = (offset + page_ - 1) / page_, end = std::min((offset + len) / page_, full_pages_);  // a partial last page is never held
+    if (first >= end) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (writes_begun.load(std::memory_order_acquire) != epoch) return;
+    for (uint64_t p = first; p < end; ++p) {
+      const int64_t have = frame_of(p);
+      if (have >= 0) {  // resident: its bytes are storage's (writes drop pages), so these are the same
+        used_[uint32_t(have)] = 1;
+        continue;
+      }
+      const uint32_t f = victim();
+      // The sequence lock: odd while the frame changes.
+      const uint64_t s = seq_[f];
+      shared_store_relaxed(seq_ + f, s + 1);
+      cuda::atomic_thread_fence(cuda::std::memory_order_release, cuda::thread_scope_system);
+      shared_store_relaxed(page_of_ + f, p);
+      // Readers in this process may copy the frame while it changes (and
+      // then discard what they copied): a race by design, uninstrumented.
+      detail::racy_page_copy(frame(f), buf + (p * page_ - offset), page_);
+      shared_store_release(seq_ + f, s + 2);
+      shared_store_release(index_ + p, f + 1);
+      used_[f] = 1;
+      ++resident_;
+      ++stats_.pages_installed;
+    }
+  }
+
+  void invalidate(uint32_t len, uint64_t offset) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t first = offset / page_, last = std::min((offset + len - 1) / page_, pages_ - 1);
+    for (uint64_t p = first; p <= last; ++p) {
+      const int64_t f = frame_of(p);
+      if (f < 0) continue;
+      drop(uint32_t(f));
+      ++stats_.invalidations;
+    }
+  }
+
+ private:
+  const uint64_t page_;
+  const uint64_t pages_, full_pages_, frames_;  // the dataset's pages, its whole ones, the arena's frames
+  shared_region region_;
+  uint32_t* index_ = nullptr;
+  uint64_t* seq_ = nullptr;
+  uint64_t* page_of_ = nullptr;
+  uint8_t* data_ = nullptr;
+  mutable std::mutex mutex_;
+  std::vector<uint8_t> used_;  // CLOCK's use bits
+  uint64_t hand_ = 0;
+  uint64_t resident_ = 0;
+  host_tier_stats stats_;
+
+  uint8_t* frame(uint32_t f) const { return data_ + uint64_t(f) * page_; }
+
+  // The frame holding page p, or -1 (under the lock).
+  int64_t frame_of(uint64_t p) const {
+    if (p >= pages_) return -1;
+    const uint32_t e = index_[p];
+    return e ? int64_t(e) - 1 : -1;
+  }
+
+  // Unlinks frame f's page: its sequence moves on (a reader that began on
+  // it discards its copy) and it no longer names a page.
+  void drop(uint32_t f) {
+    const uint64_t p = page_of_[f];
+    if (p == tier_no_page) return;
+    const uint64_t s = seq_[f];
+    shared_store_relaxed(seq_ + f, s + 1);
+    shared_store_relaxed(index_ + p, 0u);
+    shared_store_relaxed(page_of_ + f, tier_no_page);
+    shared_store_release(seq_ + f, s + 2);
+    used_[f] = 0;
+    --resident_;
+  }
+
+  uint32_t victim() {
+    for (;;) {
+      const uint32_t f = uint32_t(hand_);
+      hand_ = (hand_ + 1) % frames_;
+      if (page_of_[f] == tier_no_page) return f;
+      if (used_[f]) {
+        used_[f] = 0;
+        continue;
+      }
+      drop(f);
+      ++stats_.evictions;
+      return f;
+    }
+  }
+};
+
+// One dataset read through its arena.
 class tiered_target final : public target {
  public:
-  tiered_target(std::shared_ptr<tier_impl> tier, std::shared_ptr<target> inner, uint64_t id)
-      : tier_(std::move(tier)), inner_(std::move(inner)), id_(id) {}
+  tiered_target(std::shared_ptr<const void> tier, std::shared_ptr<tier_arena> arena, std::shared_ptr<target> inner)
+      : tier_(std::move(tier)), arena_(std::move(arena)), inner_(std::move(inner)) {}
   uint64_t size() const override { return inner_->size(); }
   bool writable() const override { return inner_->writable(); }
   uint32_t io_alignment() const override { return inner_->io_alignment(); }
   uint32_t memory_alignment() const override { return inner_->memory_alignment(); }
   std::string describe() const override { return inner_->describe() + " via the host tier"; }
   std::shared_ptr<host_mapping> map_readonly() const override { return inner_->map_readonly(); }
+  std::shared_ptr<host_mapping> map_tier() const override {
+    auto m = std::make_shared<host_mapping>();
+    const shared_region& r = arena_->region();
+    m->data = static_cast<const uint8_t*>(r.data());
+    m->bytes = r.size();
+    m->base = r.data();
+    m->base_bytes = r.size();
+    m->resident = 1.0;
+    m->owner = arena_;  // the arena's memory stays while the view does
+    return m;
+  }
+  int tier_fd() const override { return arena_->region().fd(); }
   void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override;
   void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) override;
   void flush(io_engine& io, io_callback done) override { inner_->flush(io, done); }
@@ -38,9 +205,9 @@ class tiered_target final : public target {
   std::atomic<uint64_t> writes_begun{0};
   std::atomic<uint64_t> writes_in_flight{0};
 
-  std::shared_ptr<tier_impl> tier_;
+  std::shared_ptr<const void> tier_;
+  std::shared_ptr<tier_arena> arena_;
   std::shared_ptr<target> inner_;
-  const uint64_t id_;
 };
 
 class tier_impl final : public host_tier, public std::enable_shared_from_this<tier_impl> {
@@ -48,122 +215,54 @@ class tier_impl final : public host_tier, public std::enable_shared_from_this<ti
   tier_impl(uint64_t bytes, uint32_t page) : page_(page) {
     if (page < 512 || page > 65536 || (page & (page - 1)))
       throw error("host tier page size " + std::to_string(page) + ": a power of two from 512 to 65536");
-    frames_ = bytes / page;
-    if (frames_ == 0) throw error("host tier of " + std::to_string(bytes) + " bytes holds no page of " + std::to_string(page));
-    if (frames_ > (1u << 31)) throw error("host tier too large");
-    mem_bytes_ = frames_ * page;
-    void* p = mmap(nullptr, mem_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw error(errno_message("host tier: mmap of " + std::to_string(mem_bytes_) + " bytes", errno));
-    mem_ = static_cast<uint8_t*>(p);
-    key_.assign(frames_, empty);
-    used_.assign(frames_, 0);
-    dir_.reserve(size_t(frames_));
+    frames_left_ = bytes / page;
+    if (frames_left_ == 0)
+      throw error("host tier of " + std::to_string(bytes) + " bytes holds no page of " + std::to_string(page));
+    if (frames_left_ > (1ull << 31)) throw error("host tier too large");
   }
-  ~tier_impl() override { munmap(mem_, mem_bytes_); }
 
-  std::shared_ptr<target> wrap(std::shared_ptr<target> inner) override {
+  std::shared_ptr<target> wrap(std::shared_ptr<target> inner, uint64_t bytes) override {
     if (!inner) throw error("host tier: no target to wrap");
-    return std::make_shared<tiered_target>(shared_from_this(), std::move(inner), next_id_++);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uint64_t whole = inner->size() / page_;
+    uint64_t frames = bytes ? bytes / page_ : std::min(frames_left_, whole);
+    if (frames > frames_left_) frames = frames_left_;
+    if (frames == 0)
+      throw error("host tier: " + std::string(frames_left_ ? "the arena for " + inner->describe() + " holds no whole page"
+                                                             : "no memory left for " + inner->describe()));
+    auto arena = std::make_shared<tier_arena>(inner->size(), frames, page_, "deepwell-tier");
+    frames_left_ -= frames;
+    arenas_.push_back(arena);
+    return std::make_shared<tiered_target>(shared_from_this(), std::move(arena), std::move(inner));
   }
 
   host_tier_stats stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
-    host_tier_stats s = stats_;
-    s.resident_pages = dir_.size();
-    s.capacity_pages = frames_;
+    host_tier_stats s;
+    for (const auto& a : arenas_) {
+      const host_tier_stats x = a->stats();
+      s.hits += x.hits;
+      s.misses += x.misses;
+      s.pages_installed += x.pages_installed;
+      s.evictions += x.evictions;
+      s.invalidations += x.invalidations;
+      s.resident_pages += x.resident_pages;
+      s.capacity_pages += x.capacity_pages;
+    }
     return s;
   }
   uint32_t page_bytes() const override { return page_; }
-
-  // Copies [offset, offset + len) of dataset `id` into buf if every page
-  // of it is resident.
-  bool try_hit(uint64_t id, uint8_t* buf, uint32_t len, uint64_t offset) {
+  uint64_t bytes_left() const override {
     std::lock_guard<std::mutex> lock(mutex_);
-    const uint64_t first = offset / page_, last = (offset + len - 1) / page_;
-    for (uint64_t p = first; p <= last; ++p)
-      if (!dir_.count(key(id, p))) {
-        ++stats_.misses;
-        return false;
-      }
-    for (uint64_t p = first; p <= last; ++p) {
-      const uint32_t f = dir_[key(id, p)];
-      used_[f] = 1;
-      const uint64_t from = std::max(offset, p * page_), to = std::min(offset + len, (p + 1) * page_);
-      std::memcpy(buf + (from - offset), mem_ + uint64_t(f) * page_ + (from - p * page_), to - from);
-    }
-    ++stats_.hits;
-    return true;
-  }
-
-  // The whole pages of [offset, offset + len) from buf, CLOCK evicting.
-  void install(uint64_t id, const uint8_t* buf, uint32_t len, uint64_t offset) {
-    const uint64_t first = (offset + page_ - 1) / page_, end = (offset + len) / page_;
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (uint64_t p = first; p < end; ++p) {
-      const uint64_t k = key(id, p);
-      auto it = dir_.find(k);
-      uint32_t f;
-      if (it != dir_.end()) {
-        f = it->second;
-      } else {
-        f = victim();
-        dir_[k] = f;
-        key_[f] = k;
-        ++stats_.pages_installed;
-      }
-      used_[f] = 1;
-      std::memcpy(mem_ + uint64_t(f) * page_, buf + (p * page_ - offset), page_);
-    }
-  }
-
-  void invalidate(uint64_t id, uint32_t len, uint64_t offset) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const uint64_t first = offset / page_, last = (offset + len - 1) / page_;
-    for (uint64_t p = first; p <= last; ++p) {
-      auto it = dir_.find(key(id, p));
-      if (it == dir_.end()) continue;
-      key_[it->second] = empty;
-      used_[it->second] = 0;
-      dir_.erase(it);
-      ++stats_.invalidations;
-    }
+    return frames_left_ * page_;
   }
 
  private:
-  static constexpr uint64_t empty = ~uint64_t(0);
   const uint64_t page_;
-  uint64_t frames_ = 0, mem_bytes_ = 0;
-  uint8_t* mem_ = nullptr;
   mutable std::mutex mutex_;
-  std::unordered_map<uint64_t, uint32_t> dir_;  // (dataset, page) -> frame
-  std::vector<uint64_t> key_;                   // frame -> its key, or empty
-  std::vector<uint8_t> used_;                   // CLOCK's use bits
-  uint64_t hand_ = 0;
-  host_tier_stats stats_;
-  std::atomic<uint64_t> next_id_{0};
-
-  static uint64_t key(uint64_t id, uint64_t page) { return id << 48 | page; }
-
-  uint32_t victim() {
-    for (;;) {
-      const uint32_t f = uint32_t(hand_);
-      hand_ = (hand_ + 1) % frames_;
-      if (key_[f] == empty) return f;
-      if (used_[f]) {
-        used_[f] = 0;
-        continue;
-      }
-      dir_.erase(key_[f]);
-      key_[f] = empty;
-      ++stats_.evictions;
-      return f;
-    }
-  }
+  uint64_t frames_left_ = 0;
+  std::vector<std::shared_ptr<tier_arena>> arenas_;
 };
-
-void tier_install(tiered_target& t, const uint8_t* buf, uint32_t len, uint64_t offset) {
-  t.tier_->install(t.id_, buf, len, offset);
-}
 
 // A read that went to storage: installs its pages when it is done.
 struct miss {
@@ -176,9 +275,8 @@ struct miss {
   io_callback done;
   static void finish(void* ctx, int64_t result) {
     auto* m = static_cast<miss*>(ctx);
-    if (result == int64_t(m->len) && m->may_install &&
-        m->t->writes_begun.load(std::memory_order_acquire) == m->epoch)
-      tier_install(*m->t, m->buf, m->len, m->offset);
+    if (result == int64_t(m->len) && m->may_install)
+      m->t->arena_->install(m->buf, m->len, m->offset, m->t->writes_begun, m->epoch);
     const io_callback done = m->done;
     delete m;
     done(result);
@@ -206,7 +304,7 @@ void tiered_target::read(io_engine& io, void* buf, uint32_t len, uint64_t offset
   // A write in flight may or may not be in the tier's copy yet: storage answers.
   const uint64_t epoch = writes_begun.load(std::memory_order_acquire);
   const bool quiet = writes_in_flight.load(std::memory_order_acquire) == 0;
-  if (quiet && tier_->try_hit(id_, b, len, offset)) {
+  if (quiet && arena_->try_hit(b, len, offset)) {
     done(len);
     return;
   }
@@ -218,7 +316,7 @@ void tiered_target::read(io_engine& io, void* buf, uint32_t len, uint64_t offset
 void tiered_target::write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) {
   writes_in_flight.fetch_add(1, std::memory_order_acq_rel);
   writes_begun.fetch_add(1, std::memory_order_acq_rel);
-  if (len) tier_->invalidate(id_, len, offset);
+  if (len) arena_->invalidate(len, offset);
   auto* w = new write_done{this, done};
   inner_->write(io, buf, len, offset, fua, io_callback{&write_done::finish, w});
 }

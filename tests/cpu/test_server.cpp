@@ -6,6 +6,7 @@
 // reaches its clients as controller_lost; nothing a client sends stops it.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <signal.h>
@@ -531,4 +532,51 @@ TEST(ServerHostTier, ASecondProgramReadsWhatTheFirstBroughtIntoHostMemory) {
     }
   }
   EXPECT_NE(srv.prometheus().find("deepwell_host_tier_hits_total 256"), std::string::npos);
+}
+
+TEST(ServerHostTier, AGrantedProgramCopiesTierPagesItselfAndSeesNoOtherDataset) {
+  test::scratch_file f(1 << 20, 32), other(1 << 20, 33);
+  const std::string sock = socket_path();
+  server::server srv(server::parse_config(
+      "[server]\nsocket = \"" + sock + "\"\nhost_cache = \"2MiB\"\n" + "[[dataset]]\nname = \"d\"\nfile = \"" +
+          f.path() + "\"\n" + "[[dataset]]\nname = \"secret\"\nfile = \"" + other.path() + "\"\n" +
+          "[[grant]]\ndataset = \"d\"\neveryone = true\n" + "[[grant]]\ndataset = \"secret\"\nuid = " +
+          std::to_string(getuid() + 4242) + "\n",
+      "tier.toml"));
+  std::thread loop([&] { srv.run(); });
+  struct stopper {
+    server::server& s;
+    std::thread& t;
+    ~stopper() {
+      s.stop();
+      t.join();
+    }
+  } stop_at_end{srv, loop};
+  cache_config cfg = test::small_cache(32);
+  cfg.direct_files = cache_config::file_tier::never;  // the tier, not a mapping of the file
+  uint64_t hits = 0, misses = 0;
+  for (int program = 0; program < 2; ++program) {
+    auto link = server_link::connect(sock, "program " + std::to_string(program));
+    array<uint64_t> a(make_host_page_cache(link, cfg), link->lookup("d"));
+    for (uint64_t i = 0; i < a.size(); i += 512) ASSERT_EQ(a.ref()[i], test::pattern_word(i * 8, 32)) << i;
+    const auto j = nlohmann::json::parse(link->stats());
+    const cache_stats cs = a.cache().stats();
+    if (program == 0) {
+      hits = j["host_tier"]["hits"].get<uint64_t>();
+      misses = j["host_tier"]["misses"].get<uint64_t>();
+      EXPECT_EQ(misses, 256u) << "the first program's reads went to storage";
+      EXPECT_EQ(cs.tier_fills, 0u);
+    } else {
+      EXPECT_EQ(j["host_tier"]["misses"].get<uint64_t>(), misses) << "none of the second's went to storage";
+      EXPECT_EQ(j["host_tier"]["hits"].get<uint64_t>(), hits) << "nor through the server at all";
+      EXPECT_EQ(cs.tier_fills, 256u) << "it copied every page from the arena it mapped";
+      // The arena is mapped read-only and cannot be made writable; another
+      // tenant's dataset has no arena for this client.
+      auto m = link->map_tier(link->lookup("d"));
+      ASSERT_TRUE(m);
+      EXPECT_NE(mprotect(m->base, 4096, PROT_READ | PROT_WRITE), 0);
+      const uint32_t secret = 2;
+      EXPECT_THROW(link->map_tier(secret), error);
+    }
+  }
 }

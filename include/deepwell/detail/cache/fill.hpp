@@ -19,6 +19,9 @@ struct page_cache_ref::fill_job {
   bool has_io = false;
   bool mine = true;  // the slot's key is the one asked for (false: an adopted orphan of another key)
   bool hit = false;   // found valid by probe (counted once per warp by acquire)
+  bool from_tier = false;  // src is a host-tier frame: checked after the copy (tier_ref::still)
+  uint32_t tier_frame = 0;
+  uint64_t tier_version = 0;
   uint32_t cover = 0;  // bytes the caller overwrites from the page's start (acquire's `cover`)
   const uint8_t* src = nullptr;
   uint32_t bytes = 0;
@@ -237,6 +240,17 @@ DW_HD inline bool page_cache_ref::probe(fill_job& j, cache_stats_shard& sh) cons
       client_atomic<unsigned long long>(sh.bytes_read).fetch_add(j.bytes, memory_order_relaxed);
       return true;
     }
+    if (d.tier.attached() && d.tier.begin(key_page(j.key), j.tier_frame, j.tier_version)) {
+      // Resident in the server's host tier: copy it from there, then check
+      // that the server did not change the frame meanwhile (finish_fill).
+      // Only whole pages are ever resident there.
+      j.bytes = page_size_;
+      j.src = d.tier.frame_data(j.tier_frame);
+      j.from_tier = true;
+      j.has_io = false;
+      j.step = step_fill;
+      return true;
+    }
     j.step = step_issue;
 #if DW_CACHE_PHASE_TIMING
     j.t_phase = now_ns();
@@ -300,6 +314,22 @@ DW_HD inline void page_cache_ref::io_done(fill_job& j, const wait_result& r) con
 
 // After the warp copied the page in: publish it, free the command id.
 DW_HD inline void page_cache_ref::finish_fill(fill_job& j) const {
+  if (j.from_tier) {
+    j.from_tier = false;
+    const dataset_desc& d = datasets[key_dataset(j.key)];
+    if (!d.tier.still(j.tier_frame, j.tier_version)) {
+      // The server dropped or reused the frame while the warp copied it:
+      // what the slot holds may be torn. Read the page through the
+      // controller instead (the slot stays claimed; the read overwrites it).
+      client_atomic<unsigned long long>(shard_of(j.qhint).tier_retries).fetch_add(1, memory_order_relaxed);
+      j.src = nullptr;
+      j.step = step_issue;
+      return;
+    }
+    cache_stats_shard& sh = shard_of(j.qhint);
+    client_atomic<unsigned long long>(sh.tier_fills).fetch_add(1, memory_order_relaxed);
+    client_atomic<unsigned long long>(sh.bytes_read).fetch_add(j.bytes, memory_order_relaxed);
+  }
   if (j.has_io) {
     phase_end(j, 3);  // copied in from staging
     queues[j.queue].release_cid(j.cid);

@@ -148,7 +148,12 @@ int main(int argc, char** argv) try {
   app.add_option("--cache-mib", cache_mib, "GPU cache size");
   app.add_option("--queues", queues, "queue pairs (0: the default)");
   app.add_flag("--direct-io", direct_file, "embedded: open the file with O_DIRECT");
-  app.add_flag("--direct-tier", direct_tier, "embedded: let the cache read resident file pages directly");
+  app.add_flag("--direct-tier", direct_tier,
+               "let the cache read host memory directly: resident file pages (embedded, or --direct-files), "
+               "the server's host-tier arena (server)");
+  std::string direct_files = "resident";
+  app.add_option("--direct-files", direct_files, "with --direct-tier: map files never, when resident, or always")
+      ->check(CLI::IsMember({"never", "resident", "always"}));
   app.add_option("--pollers", pollers, "embedded: controller pollers (0: the default)");
   app.add_option("--sparse-pause-us", sparse_pause_us, "sparse: pause between reads");
   app.add_option("--sparse-reads", sparse_reads, "sparse: reads per launch");
@@ -190,12 +195,16 @@ int main(int argc, char** argv) try {
   cfg.capacity_bytes = cache_mib << 20;
   if (queues) cfg.queue_pairs = queues;
   cfg.direct_tier = direct_tier;
+  cfg.direct_files = direct_files == "never"    ? cache_config::file_tier::never
+                     : direct_files == "always" ? cache_config::file_tier::always
+                                                : cache_config::file_tier::resident;
   auto cache = make_gpu_page_cache(link, cfg);
   array<uint64_t> a(cache, ns);
   const uint64_t words = a.size(), pages = words / 512;
   j["dataset_bytes"] = words * 8;
   j["cache_bytes"] = cfg.capacity_bytes;
   j["direct_tier"] = cache->dataset(0).direct != nullptr;
+  j["host_tier_arena"] = cache->dataset(0).tier.attached();
 
   unsigned long long *wrong, *failed;
   check_cuda(cudaMalloc(&wrong, 8), "cudaMalloc");
@@ -269,6 +278,8 @@ int main(int argc, char** argv) try {
     j["seconds"] = s;
     j["gbps"] = words * 8.0 / s / 1e9;
     j["misses"] = st.misses;
+    j["tier_fills"] = st.tier_fills;
+    j["tier_retries"] = st.tier_retries;
   }
   unsigned long long w = 0, f = 0;
   cudaMemcpy(&w, wrong, 8, cudaMemcpyDeviceToHost);

@@ -58,6 +58,11 @@ struct controller_config {
   // (tenancy.hpp). 0 (embedded mode, one client): commands are admitted
   // as they come and no client accounts are kept.
   uint64_t io_budget_bytes = 0;
+  // Server mode: while several clients use the storage, hold the budget
+  // back until the storage's latency is within this factor of its floor
+  // (detail/share_arbiter.hpp), so that a light client's misses do not wait
+  // behind a neighbour's backlog. 0: off (the budget is fixed).
+  double latency_target = 0;
 };
 
 // Who a queue pair serves (server mode). Default: the embedded client,

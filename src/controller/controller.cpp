@@ -156,6 +156,7 @@ struct controller::poller {
     // command was fetched (latency).
     uint32_t cost;
     uint64_t fetched_ns;
+    uint64_t admitted_ns;  // when it went to the target (the storage's latency starts)
   };
   std::vector<std::unique_ptr<context[]>> context_blocks;
   context* free_contexts = nullptr;
@@ -167,7 +168,8 @@ struct controller::poller {
   unsigned serve_pass();
   unsigned fetch(queue_pair::impl& q);
   void execute(queue_pair::impl& q, const nvme::command& c, uint32_t cost, uint64_t fetched_ns);
-  void settle(queue_pair::impl& q, uint8_t opcode, uint32_t cost, uint64_t fetched_ns, uint64_t bytes, bool ok);
+  void settle(queue_pair::impl& q, uint8_t opcode, uint32_t cost, uint64_t fetched_ns, uint64_t bytes, bool ok,
+              uint64_t admitted_ns = 0);
   uint32_t cost_of(const queue_pair::impl& q, const nvme::command& c) const;
   void complete(queue_pair::impl& q, uint16_t cid, nvme::status s, bool owns_cid, uint32_t dw0 = 0,
                 uint32_t dw1 = 0);
@@ -333,7 +335,7 @@ void controller::poller::on_io_done(void* ctx, int64_t result) {
   } else if (c->opcode == nvme::op_write) {
     q.bytes_written.add(c->bytes);
   }
-  if (q.account) p->settle(q, c->opcode, c->cost, c->fetched_ns, s.ok() ? c->bytes : 0, s.ok());
+  if (q.account) p->settle(q, c->opcode, c->cost, c->fetched_ns, s.ok() ? c->bytes : 0, s.ok(), c->admitted_ns);
   p->complete(q, c->cid, s, true);
   p->free_context(c);
 }
@@ -341,7 +343,7 @@ void controller::poller::on_io_done(void* ctx, int64_t result) {
 // Server mode: the client's account learns a command is done (what it
 // moved, its latency), and its share is given back.
 void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t cost, uint64_t fetched_ns,
-                                uint64_t bytes, bool ok) {
+                                uint64_t bytes, bool ok, uint64_t admitted_ns) {
   detail::client_account& a = *q.account;
   a.commands.fetch_add(1, std::memory_order_relaxed);
   if (!ok) a.errors.fetch_add(1, std::memory_order_relaxed);
@@ -354,7 +356,12 @@ void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t co
   } else if (opcode == nvme::op_flush) {
     a.flushes.fetch_add(1, std::memory_order_relaxed);
   }
-  if (opcode == nvme::op_read || opcode == nvme::op_write) a.record_latency(now_ns() - fetched_ns);
+  if (opcode == nvme::op_read || opcode == nvme::op_write) {
+    const uint64_t t = now_ns();
+    a.record_latency(t - fetched_ns);
+    // The storage's own latency (from admission), for the latency target.
+    if (admitted_ns && ok && cost) owner->arbiter_->completed(a, t - admitted_ns, t);
+  }
   owner->arbiter_->finish(a, cost, true);
 }
 
@@ -435,7 +442,7 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, ui
       context* ctx = alloc_context();
       const uint32_t bytes = cc.opcode == nvme::op_flush ? 0 : cc.bytes;
       *ctx = context{this, &q, c.cid, cc.opcode, bytes, nullptr, &n, q.staging + cc.buffer_offset,
-                     cc.byte_offset, cc.fua, 0, cost, fetched_ns};
+                     cc.byte_offset, cc.fua, 0, cost, fetched_ns, q.account ? now_ns() : 0};
       issue(ctx);
       return;
     }
@@ -644,7 +651,13 @@ void controller::poller::drain() {
 controller::controller(controller_config cfg)
     : cfg_(cfg), namespaces_(std::make_unique<std::unique_ptr<ns_entry>[]>(max_namespaces)) {
   if (cfg_.pollers == 0) throw error("controller needs at least one poller thread (pollers = 0)");
-  if (cfg_.io_budget_bytes != 0) arbiter_ = std::make_unique<detail::share_arbiter>(cfg_.io_budget_bytes);
+  if (cfg_.latency_target != 0 && !(cfg_.latency_target >= 1 && cfg_.latency_target <= 1000))
+    throw error("latency_target must be 0 (off) or a factor from 1 to 1000, not " + std::to_string(cfg_.latency_target));
+  if (cfg_.io_budget_bytes != 0) {
+    detail::latency_target lt;
+    lt.factor = cfg_.latency_target;
+    arbiter_ = std::make_unique<detail::share_arbiter>(cfg_.io_budget_bytes, lt);
+  }
   const io_backend backend = cfg_.backend;
   for (unsigned i = 0; i < cfg_.pollers; ++i) {
     auto p = std::make_unique<poller>();

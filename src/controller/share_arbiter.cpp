@@ -79,6 +79,10 @@ void share_arbiter::begin(client_account& a) {
   if (a.active_weight == 0 && a.demand.load(std::memory_order_acquire) != 0) {
     a.active_weight = a.weight_milli.load(std::memory_order_relaxed);
     active_weight_.fetch_add(a.active_weight, std::memory_order_relaxed);
+    const uint64_t n = active_clients_.fetch_add(1, std::memory_order_relaxed) + 1;
+    uint64_t peak = window_peak_clients_.load(std::memory_order_relaxed);
+    while (n > peak && !window_peak_clients_.compare_exchange_weak(peak, n, std::memory_order_relaxed)) {
+    }
   }
 }
 
@@ -89,7 +93,87 @@ void share_arbiter::finish(client_account& a, uint64_t cost, bool admitted) {
   if (a.active_weight != 0 && a.demand.load(std::memory_order_acquire) == 0) {
     active_weight_.fetch_sub(a.active_weight, std::memory_order_relaxed);
     a.active_weight = 0;
+    active_clients_.fetch_sub(1, std::memory_order_relaxed);
   }
+}
+
+void share_arbiter::completed(client_account& a, uint64_t device_ns, uint64_t now_ns) {
+  if (target_.factor <= 0) return;
+  (void)a;
+  // A probe's samples: commands admitted after it began (those admitted
+  // before waited behind the backlog it is draining).
+  if (probing_.load(std::memory_order_relaxed) && now_ns - device_ns >= probed_at_.load(std::memory_order_relaxed)) {
+    uint64_t p = probe_min_.load(std::memory_order_relaxed);
+    while (device_ns < p && !probe_min_.compare_exchange_weak(p, device_ns, std::memory_order_relaxed)) {
+    }
+  }
+  // Any faster command lowers the floor at once (the storage can be that fast).
+  uint64_t f = floor_ns_.load(std::memory_order_relaxed);
+  while (f != 0 && device_ns < f && !floor_ns_.compare_exchange_weak(f, device_ns, std::memory_order_relaxed)) {
+  }
+  window_sum_.fetch_add(device_ns, std::memory_order_relaxed);
+  window_count_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t m = window_min_.load(std::memory_order_relaxed);
+  while (device_ns < m && !window_min_.compare_exchange_weak(m, device_ns, std::memory_order_relaxed)) {
+  }
+  uint64_t start = window_start_.load(std::memory_order_relaxed);
+  if (start == 0) {
+    window_start_.compare_exchange_strong(start, now_ns, std::memory_order_relaxed);
+    return;
+  }
+  // One thread ends each window: the one whose CAS moves its start.
+  if (now_ns - start >= target_.window_ns &&
+      window_start_.compare_exchange_strong(start, now_ns, std::memory_order_relaxed))
+    end_window(now_ns);
+}
+
+void share_arbiter::end_window(uint64_t now_ns) {
+  const uint64_t count = window_count_.exchange(0, std::memory_order_relaxed);
+  const uint64_t sum = window_sum_.exchange(0, std::memory_order_relaxed);
+  // Clients that had commands waiting or in flight at once, at the most,
+  // during the window (a light client's one miss counts).
+  const uint64_t clients = window_peak_clients_.exchange(active_clients_.load(std::memory_order_relaxed),
+                                                         std::memory_order_relaxed);
+  const uint64_t least = window_min_.exchange(UINT64_MAX, std::memory_order_relaxed);
+  const uint64_t eff = effective_.load(std::memory_order_relaxed);
+  const uint64_t step = std::max<uint64_t>(budget_ / 32, 4096);
+  (void)least;
+  if (probing_.load(std::memory_order_relaxed)) {
+    // The probe runs with one command per client until a command admitted
+    // after it began completes: the fastest such is the storage's own
+    // latency. Then it resumes where it was (or gives up after a second).
+    const uint64_t p = probe_min_.load(std::memory_order_relaxed);
+    const bool timed_out = now_ns - probed_at_.load(std::memory_order_relaxed) > 1'000'000'000;
+    if (p == UINT64_MAX && !timed_out) return;
+    if (p != UINT64_MAX) floor_ns_.store(p, std::memory_order_relaxed);
+    probing_.store(false, std::memory_order_relaxed);
+    effective_.store(std::max<uint64_t>(resume_budget_.load(std::memory_order_relaxed), 1), std::memory_order_relaxed);
+    return;
+  }
+  if (clients >= 2) contended_until_.store(now_ns + target_.hold_ns, std::memory_order_relaxed);
+  if (count == 0 || (clients < 2 && now_ns >= contended_until_.load(std::memory_order_relaxed))) {
+    // One client (or none) for a while: nobody to protect; back to the whole budget.
+    effective_.store(std::min(budget_, eff + 8 * step), std::memory_order_relaxed);
+    return;
+  }
+  const uint64_t floor = floor_ns_.load(std::memory_order_relaxed);
+  if (floor == 0 || now_ns - probed_at_.load(std::memory_order_relaxed) >= target_.probe_every_ns) {
+    probed_at_.store(now_ns, std::memory_order_relaxed);
+    resume_budget_.store(eff, std::memory_order_relaxed);
+    probe_min_.store(UINT64_MAX, std::memory_order_relaxed);
+    probing_.store(true, std::memory_order_relaxed);
+    effective_.store(1, std::memory_order_relaxed);  // every client keeps its one command
+    return;
+  }
+  const double mean = double(sum) / double(count), target = target_.factor * double(floor);
+  if (mean > target) {
+    // Down in proportion to the overshoot (latency follows the backlog on
+    // a device that is already busy), at least by a quarter, at most 16x.
+    const double cut = std::clamp(target / mean, 1.0 / 16, 0.75);
+    effective_.store(std::max<uint64_t>(uint64_t(double(eff) * cut), 1), std::memory_order_relaxed);
+  }
+  else
+    effective_.store(std::min(budget_, eff + step), std::memory_order_relaxed);
 }
 
 bool share_arbiter::try_admit(client_account& a, uint64_t cost, uint64_t now_ns) {
@@ -97,7 +181,7 @@ bool share_arbiter::try_admit(client_account& a, uint64_t cost, uint64_t now_ns)
   if (mine != 0) {
     const uint64_t w = a.weight_milli.load(std::memory_order_relaxed);
     const uint64_t all = std::max(active_weight_.load(std::memory_order_relaxed), w);
-    const uint64_t allowed = uint64_t((unsigned __int128)budget_ * w / all);
+    const uint64_t allowed = uint64_t((unsigned __int128)budget() * w / all);
     if (mine + cost > allowed) return false;
   }
   if (const uint64_t rate = a.rate_bytes.load(std::memory_order_relaxed); rate != 0) {

@@ -187,7 +187,12 @@ struct file_system::impl {
     const std::string path = text_of(q);
     // O_NONBLOCK: a FIFO must not block the service; it is refused below.
     const int oflags = (want_write ? O_RDWR : O_RDONLY) | ((flags & g_creat) ? O_CREAT : 0) | O_NONBLOCK | O_NOCTTY;
-    const int fd = open_beneath(root_fd, path, oflags, 0644);
+    bool direct = !want_write && opts.direct_io;
+    int fd = open_beneath(root_fd, path, oflags | (direct ? O_DIRECT : 0), 0644);
+    if (fd == -EINVAL && direct) {  // a file system without O_DIRECT (tmpfs, some overlays): buffered
+      direct = false;
+      fd = open_beneath(root_fd, path, oflags, 0644);
+    }
     if (fd < 0) return -fd;
     struct stat sb {};
     if (::fstat(fd, &sb) != 0) {
@@ -266,6 +271,7 @@ struct file_system::impl {
     f->fd = fd;
     f->path = path;
     f->writable = want_write;
+    f->direct = direct;
     target->attach(window, f);
     table[h] = open_file{sb.st_dev, sb.st_ino, window, 1, f};
     by_inode[key] = h;
@@ -276,6 +282,7 @@ struct file_system::impl {
     std::lock_guard<std::mutex> lock(stats_mutex);
     ++st.opens;
     ++st.files_opened;
+    if (direct) ++st.direct_opens;
     if (reused) ++st.windows_reused;
     ++st.open_files;
     return 0;

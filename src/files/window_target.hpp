@@ -21,6 +21,7 @@ struct window_file {
   int fd = -1;
   std::string path;                  // relative to the root, for messages
   bool writable = false;
+  bool direct = false;               // O_DIRECT: a short read is the end of the file
   std::atomic<bool> written{false};  // writes since the last flush
   ~window_file();
 };

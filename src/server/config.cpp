@@ -226,7 +226,7 @@ server_config parse_config(std::string_view text, const std::string& source) {
   if (const toml::node* n = root.get("server")) {
     const toml::table* t = n->as_table();
     if (!t) fail(source, *n, "server", "must be a [server] section");
-    check_keys(source, *t, "server", {"socket", "metrics", "pollers", "io_budget", "max_queue_pairs", "max_staging", "host_cache"});
+    check_keys(source, *t, "server", {"socket", "metrics", "pollers", "io_budget", "max_queue_pairs", "max_staging", "host_cache", "latency_target"});
     const reader r{source, *t, "server"};
     if (auto v = r.string("socket")) {
       if (v->empty() || (*v)[0] != '/') fail(source, *t->get("socket"), "server.socket", "must be an absolute path");
@@ -247,6 +247,11 @@ server_config parse_config(std::string_view text, const std::string& source) {
     if (auto v = r.bytes("io_budget")) {
       if (*v < 4096) fail(source, *t->get("io_budget"), "server.io_budget", "must be at least 4096 bytes");
       cfg.io_budget_bytes = *v;
+    }
+    if (auto v = r.number("latency_target")) {
+      if (*v != 0 && !(*v >= 1 && *v <= 1000))
+        fail(source, *t->get("latency_target"), "server.latency_target", "must be 0 (off) or a factor from 1 to 1000");
+      cfg.latency_target = *v;
     }
     if (auto v = r.integer("max_queue_pairs", 1, 65536)) cfg.max_queue_pairs = uint32_t(*v);
     if (auto v = r.bytes("max_staging")) {

@@ -111,6 +111,7 @@ void server::impl::open_datasets() {
   controller_config cc;
   cc.pollers = cfg.pollers;
   cc.io_budget_bytes = cfg.io_budget_bytes;
+  cc.latency_target = cfg.latency_target;
   ctl = std::make_unique<controller>(cc);
   auto where = [this](const dataset_config& d) {
     return cfg.source + ":" + std::to_string(d.line) + ": dataset " + d.name + ": ";

@@ -107,6 +107,36 @@ TEST(Files, OpenReadCloseGivesTheFileByteForByte) {
   EXPECT_EQ(r.files->stats().open_files, 0u);
 }
 
+TEST(Files, DirectIoReadsGiveTheFileByteForByteAndWritersStayBuffered) {
+  tree t;
+  const std::vector<uint64_t> sizes = {0, 1, 4095, 4096, 3 * 4096 + 100, 100000};
+  for (uint64_t n : sizes) t.put("f" + std::to_string(n), pattern(n, n + 7));
+  file_system_options o;
+  o.direct_io = true;
+  rig r(t, 8, o);
+  const gfs_ref& g = r.ref();
+  for (uint64_t n : sizes) {
+    const gfile f = g.gopen(("f" + std::to_string(n)).c_str(), g_rdonly);
+    ASSERT_TRUE(f.ok()) << f.err;
+    EXPECT_EQ(read_all(g, f, 5000), pattern(n, n + 7)) << n;
+    std::vector<uint8_t> buf(64, 0xEE);
+    if (n >= 10) EXPECT_EQ(g.gread(f, n - 10, buf.data(), 64), 10);
+    EXPECT_EQ(g.gclose(f), 0);
+  }
+  // Opened for writing: buffered, and the write reaches the file.
+  const gfile w = g.gopen("f4096", g_rdwr);
+  ASSERT_TRUE(w.ok()) << w.err;
+  const std::vector<uint8_t> x(100, 0x42);
+  EXPECT_EQ(g.gwrite(w, 10, x.data(), x.size()), 100);
+  EXPECT_EQ(g.gclose(w), 0);
+  std::vector<uint8_t> want = pattern(4096, 4096 + 7);
+  std::fill(want.begin() + 10, want.begin() + 110, 0x42);
+  EXPECT_EQ(t.get("f4096"), want);
+  const file_system_stats s = r.files->stats();
+  EXPECT_LE(s.direct_opens, sizes.size()) << "only read-only opens use O_DIRECT";
+  RecordProperty("direct_opens", std::to_string(s.direct_opens));  // 0 where the file system has no O_DIRECT
+}
+
 TEST(Files, WritesReachTheFileWithItsExactSizeOnClose) {
   tree t;
   rig r(t, 8);

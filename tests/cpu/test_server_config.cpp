@@ -34,6 +34,7 @@ socket = "/run/dw.sock"
 metrics = "127.0.0.1:9464"
 pollers = 3
 io_budget = "8MiB"
+latency_target = 2.5
 max_queue_pairs = 32
 max_staging = "1GiB"
 
@@ -75,6 +76,7 @@ rate = "500MiB"
   EXPECT_EQ(c.metrics, "127.0.0.1:9464");
   EXPECT_EQ(c.pollers, 3u);
   EXPECT_EQ(c.io_budget_bytes, 8u << 20);
+  EXPECT_EQ(c.latency_target, 2.5);
   EXPECT_EQ(c.max_queue_pairs, 32u);
   EXPECT_EQ(c.max_staging_bytes, 1u << 30);
   ASSERT_EQ(c.datasets.size(), 3u);
@@ -86,7 +88,7 @@ rate = "500MiB"
   EXPECT_FALSE(f.writable);
   EXPECT_EQ(f.offset, 4096u);
   EXPECT_EQ(f.length, 1u << 20);
-  EXPECT_EQ(f.line, 10);
+  EXPECT_EQ(f.line, 11);
   EXPECT_EQ(c.datasets[1].kind, dataset_config::kind_t::device);
   EXPECT_TRUE(c.datasets[1].writable);
   EXPECT_EQ(c.datasets[2].kind, dataset_config::kind_t::memory);
@@ -134,6 +136,8 @@ TEST(ServerConfig, MistakesNameTheFileTheLineAndTheKey) {
       {one_dataset + "[[grant]]\ndataset = \"d\"\nuser = \"no-such-user-deepwell\"\n",
        "grant[1].user: no user 'no-such-user-deepwell'"},
       {"[server]\nio_budget = \"lots\"\n" + one_dataset, "bad.toml:2: server.io_budget: 'lots' is not a size"},
+      {"[server]\nlatency_target = 0.5\n" + one_dataset, "bad.toml:2: server.latency_target: must be 0 (off) or a factor"},
+      {"[server]\nlatency_target = \"2x\"\n" + one_dataset, "bad.toml:2: server.latency_target: must be a number"},
       {"[server]\nmetrics = \"9464\"\n" + one_dataset, "server.metrics: '9464' is not HOST:PORT"},
       {"[server]\nsocket = \"rel.sock\"\n" + one_dataset, "server.socket: must be an absolute path"},
       {one_dataset + "[[share]]\neveryone = true\nweight = 0\n", "share[1].weight: must be above 0"},

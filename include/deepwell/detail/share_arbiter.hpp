@@ -33,10 +33,36 @@ struct client_account {
   void record_latency(uint64_t ns);
 };
 
+// The latency target (controller_config::latency_target): while two or
+// more clients use the storage, the budget they share shrinks until the
+// storage's latency is within `factor` of its floor, and grows back when it
+// is (additive increase, multiplicative decrease, one step per window);
+// with one client it returns to the whole budget. The floor is the fastest
+// command admitted during a probe (every probe_every_ns under contention,
+// the smallest budget, one command per client, until such a command
+// completes), or any faster command since: the storage's own latency, not
+// its latency behind a backlog.
+struct latency_target {
+  double factor = 0;                     // 0: off (the budget is fixed)
+  uint64_t window_ns = 10'000'000;       // 10 ms
+  uint64_t probe_every_ns = 2'000'000'000;
+  // How long the budget stays held after the last window with two clients:
+  // a light client's misses come and go, and each return should not find
+  // a full backlog in front of it.
+  uint64_t hold_ns = 500'000'000;
+};
+
 class share_arbiter {
  public:
-  explicit share_arbiter(uint64_t budget_bytes) : budget_(budget_bytes) {}
-  uint64_t budget() const { return budget_; }
+  explicit share_arbiter(uint64_t budget_bytes, latency_target lt = {})
+      : budget_(budget_bytes), target_(lt), effective_(budget_bytes) {}
+  // The budget now (below the configured one while the latency target holds it back).
+  uint64_t budget() const { return effective_.load(std::memory_order_relaxed); }
+  uint64_t configured_budget() const { return budget_; }
+  // The latency target's floor estimate (0: none yet).
+  uint64_t latency_floor_ns() const { return floor_ns_.load(std::memory_order_relaxed); }
+  // A read or write of `a` done, `device_ns` after it was admitted.
+  void completed(client_account& a, uint64_t device_ns, uint64_t now_ns);
   // The account of `client`, made on first use with weight 1 and no rate cap.
   std::shared_ptr<client_account> account(uint32_t client);
   std::shared_ptr<client_account> find(uint32_t client) const;
@@ -56,7 +82,16 @@ class share_arbiter {
 
  private:
   const uint64_t budget_;
+  const latency_target target_;
+  std::atomic<uint64_t> effective_;
   std::atomic<uint64_t> active_weight_{0};
+  // The latency target's window: its start, latency sum, count and
+  // minimum; the clients active now and the most active at once in it.
+  std::atomic<uint64_t> window_start_{0}, window_sum_{0}, window_count_{0}, window_min_{UINT64_MAX};
+  std::atomic<uint64_t> active_clients_{0}, window_peak_clients_{0};
+  std::atomic<uint64_t> floor_ns_{0}, probed_at_{0}, resume_budget_{0}, contended_until_{0}, probe_min_{UINT64_MAX};
+  std::atomic<bool> probing_{false};
+  void end_window(uint64_t now_ns);
   mutable std::mutex mutex_;  // the map only
   std::map<uint32_t, std::shared_ptr<client_account>> accounts_;
   std::mutex activity_mutex_;  // activation and deactivation (rare next to commands)

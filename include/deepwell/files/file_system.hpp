@@ -38,6 +38,10 @@ struct file_system_options {
   uint32_t max_dirs = 1024;    // open directories at once (more: EMFILE)
   uint32_t slots = 64;         // request slots (requests in flight from kernels at once)
   bool read_only = false;      // refuse every open for writing (EROFS)
+  // Files opened read-only are read with O_DIRECT (storage to staging, no
+  // page cache: a large cold stream), where the file system allows it
+  // (elsewhere, and for files opened for writing, buffered).
+  bool direct_io = false;
   uint64_t timeout_ns = 0;     // a request's deadline; 0: the cache's timeout
 };
 
@@ -45,6 +49,7 @@ struct file_system_stats {
   uint64_t requests = 0;       // answered
   uint64_t opens = 0;          // successful gopen calls (each warp's)
   uint64_t files_opened = 0;   // files the host opened (first users)
+  uint64_t direct_opens = 0;   // of those, opened with O_DIRECT (file_system_options::direct_io)
   uint64_t windows_reused = 0; // reopens that kept their cached pages
   uint64_t closes = 0;
   uint64_t errors = 0;         // requests answered with an errno

@@ -1,0 +1,348 @@
+// Issue 17's file-API benchmarks, each against its baseline measured in the
+// same process:
+//   stream  one kernel reads a multi-GiB file front to back through gread
+//           (every warp a strided share of 256 KiB chunks, every word
+//           checked), buffered with the file in the page cache (warm) or
+//           with O_DIRECT (file_system_options::direct_io). Baselines:
+//           cudaMemcpy from pinned host memory (gread_stream_vs_h2d), and
+//           for O_DIRECT a plain io_uring loop reading the same file front
+//           to back with 1 MiB requests, as fio would
+//           (gread_stream_odirect_vs_fio).
+//   opens   every warp opens, reads the first word of and closes small
+//           files, as many as --files: gopen_gclose_per_s.
+// Files are made here (deterministic: word i of the stream file holds i;
+// small file k starts with k) under --dir. Prints one JSON line.
+#include <cuda_runtime.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_common.cuh"
+#include "deepwell/controller.hpp"
+#include "deepwell/files/file_system.hpp"
+#include "deepwell/gpu_launch.hpp"
+
+using namespace deepwell;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr uint64_t chunk_bytes = 256 << 10;
+
+struct stream_job {
+  gfs_ref fs;
+  gfile file;
+  uint64_t size;
+  uint8_t* scratch;  // chunk_bytes per warp
+  unsigned long long* wrong;
+  unsigned long long* failed;
+};
+
+__global__ void open_file(stream_job* j, const char* path) {
+  const gfile f = j->fs.gopen(gpu_full_warp{}, path, g_rdonly);
+  if (threadIdx.x == 0) j->file = f;
+}
+
+__global__ void close_file(stream_job* j, int* result) {
+  const int r = j->fs.gclose(gpu_full_warp{}, j->file);
+  if (threadIdx.x == 0) *result = r;
+}
+
+__global__ void stream_kernel(const stream_job* jp) {
+  const stream_job& j = *jp;
+  const gpu_full_warp w;
+  const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
+  uint8_t* mine = j.scratch + warp * chunk_bytes;
+  const uint64_t chunks = (j.size + chunk_bytes - 1) / chunk_bytes;
+  unsigned long long wrong = 0;
+  for (uint64_t c = warp; c < chunks; c += warps) {
+    const int64_t n = j.fs.gread(w, j.file, c * chunk_bytes, mine, chunk_bytes);
+    if (n <= 0) {
+      if (w.lane() == 0) atomicAdd(j.failed, 1ull);
+      continue;
+    }
+    const uint64_t first = c * chunk_bytes / 8;
+    const uint64_t* words = reinterpret_cast<const uint64_t*>(mine);
+    for (uint64_t k = w.lane(); k < uint64_t(n) / 8; k += 32) wrong += words[k] != first + k;
+  }
+  if (wrong) atomicAdd(j.wrong, wrong);
+}
+
+struct opens_job {
+  gfs_ref fs;
+  const char* names;  // files * name_bytes, NUL-terminated
+  uint32_t name_bytes;
+  uint32_t files;
+  unsigned long long* next;
+  unsigned long long* wrong;
+  unsigned long long* failed;
+};
+
+__global__ void opens_kernel(const opens_job* jp) {
+  const opens_job& j = *jp;
+  const gpu_full_warp w;
+  for (;;) {
+    unsigned long long k = 0;
+    if (w.lane() == 0) k = atomicAdd(j.next, 1ull);
+    k = __shfl_sync(~0u, k, 0);
+    if (k >= j.files) return;
+    const gfile f = j.fs.gopen(w, j.names + k * j.name_bytes, g_rdonly);
+    if (!f.ok()) {
+      if (w.lane() == 0) atomicAdd(j.failed, 1ull);
+      continue;
+    }
+    uint64_t first = ~0ull;
+    const int64_t n = j.fs.gread(w, f, 0, &first, 8);
+    if (w.lane() == 0 && (n != 8 || first != k)) atomicAdd(j.wrong, 1ull);
+    if (j.fs.gclose(w, f) != 0 && w.lane() == 0) atomicAdd(j.failed, 1ull);
+  }
+}
+
+template <class T>
+T* device_copy(const void* src, size_t bytes) {
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+  if (src && bytes) check_cuda(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  else check_cuda(cudaMemset(p, 0, bytes ? bytes : 1), "cudaMemset");
+  return static_cast<T*>(p);
+}
+
+// The file front to back with O_DIRECT through one io_uring, `depth`
+// requests of `block` bytes in flight: what fio's sequential read does.
+json uring_stream(const std::string& path, uint64_t size, uint32_t block, unsigned depth) {
+  json j;
+  const int fd = open(path.c_str(), O_RDONLY | O_DIRECT);
+  io_uring ring;
+  if (fd < 0 || io_uring_queue_init(depth, &ring, 0) != 0) {
+    if (fd >= 0) close(fd);
+    j["error"] = "cannot open with O_DIRECT or make a ring";
+    return j;
+  }
+  std::vector<void*> bufs(depth);
+  for (auto& b : bufs) b = aligned_alloc(4096, block);
+  uint64_t next = 0, done = 0;
+  unsigned inflight = 0;
+  bool failed = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto submit = [&](unsigned slot) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_prep_read(sqe, fd, bufs[slot], block, next);
+    io_uring_sqe_set_data64(sqe, slot);
+    next += block;
+    ++inflight;
+  };
+  for (unsigned s = 0; s < depth && next < size; ++s) submit(s);
+  io_uring_submit(&ring);
+  while (inflight) {
+    io_uring_cqe* cqe;
+    if (io_uring_wait_cqe(&ring, &cqe) != 0) {
+      failed = true;
+      break;
+    }
+    const unsigned slot = unsigned(io_uring_cqe_get_data64(cqe));
+    if (cqe->res <= 0) failed = true;
+    else done += uint64_t(cqe->res);
+    io_uring_cqe_seen(&ring, cqe);
+    --inflight;
+    if (next < size && !failed) {
+      submit(slot);
+      io_uring_submit(&ring);
+    }
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  io_uring_queue_exit(&ring);
+  close(fd);
+  for (auto b : bufs) free(b);
+  j["block"] = block;
+  j["depth"] = depth;
+  j["bytes"] = done;
+  j["seconds"] = s;
+  j["gbps"] = done / s / 1e9;
+  if (failed) j["error"] = "a read failed";
+  return j;
+}
+
+double h2d_gbps() {
+  const size_t bytes = 256ull << 20;
+  void *h = nullptr, *d = nullptr;
+  check_cuda(cudaMallocHost(&h, bytes), "cudaMallocHost");
+  check_cuda(cudaMalloc(&d, bytes), "cudaMalloc");
+  std::memset(h, 1, bytes);
+  cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+  bench::timer t;
+  t.start();
+  for (int i = 0; i < 8; ++i) cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+  const double s = t.stop();
+  cudaFreeHost(h);
+  cudaFree(d);
+  return 8.0 * bytes / s / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  CLI::App app{"deepwell file API benchmarks (issue 17)"};
+  std::string mode = "stream", dir;
+  double gib = 2;
+  uint32_t files = 20000, page_kib = 64, blocks = 0;
+  uint64_t cache_mib = 1024;
+  bool direct_io = false;
+  app.add_option("--mode", mode, "stream or opens")->check(CLI::IsMember({"stream", "opens"}));
+  app.add_option("--dir", dir, "where the files are made (the file system's root)")->required();
+  app.add_option("--gib", gib, "stream: the file's size");
+  app.add_option("--files", files, "opens: small files");
+  app.add_option("--page-kib", page_kib, "the cache's page size (KiB): each miss is one read of a page");
+  app.add_option("--cache-mib", cache_mib, "the GPU cache");
+  app.add_option("--blocks", blocks, "blocks of 128 threads (0: 4 per SM)");
+  app.add_flag("--direct-io", direct_io, "stream: read with O_DIRECT");
+  CLI11_PARSE(app, argc, argv);
+
+  json j;
+  j["mode"] = mode;
+  j["env"] = bench::deepwell_env();
+  std::filesystem::create_directories(dir);
+  int dev = 0, sms = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  constexpr int threads = 128;
+  if (!blocks) blocks = uint32_t(sms) * 4;
+  const uint64_t warps = uint64_t(blocks) * threads / 32;
+
+  controller ctl;
+  cache_config cc;
+  cc.page_size = page_kib * 1024;
+  cc.capacity_bytes = cache_mib << 20;
+  const uint64_t need = resident_warps(stream_kernel, blocks, threads) * pages_per_warp * uint64_t(cc.page_size) * 5 / 4;
+  cc.capacity_bytes = std::max<uint64_t>(cc.capacity_bytes, need);
+  auto cache = make_gpu_page_cache(ctl, cc);
+  file_system_options fo;
+  fo.root = dir;
+  fo.read_only = true;
+  fo.direct_io = direct_io;
+  fo.slots = 256;
+  auto fs = make_gpu_file_system(ctl, cache, fo);
+  j["page_bytes"] = cc.page_size;
+  j["cache_bytes"] = cc.capacity_bytes;
+  j["warps"] = warps;
+  j["h2d_gbps"] = h2d_gbps();
+  unsigned long long* counters = device_copy<unsigned long long>(nullptr, 3 * 8);
+  unsigned long long got[3];
+  int failures = 0;
+
+  if (mode == "stream") {
+    const uint64_t size = uint64_t(gib * (1ull << 30)) / chunk_bytes * chunk_bytes;
+    const std::string name = "stream.bin", path = dir + "/" + name;
+    bench::ensure_pattern_file(path, size);  // word i holds i
+    if (!direct_io) bench::read_through(path, size);  // warm: in the page cache
+    check_launch(*cache, stream_kernel, blocks, threads);
+    stream_job sj;
+    sj.fs = fs->ref();
+    sj.size = size;
+    check_cuda(cudaMalloc(&sj.scratch, warps * chunk_bytes), "cudaMalloc of the stream's scratch");
+    sj.wrong = counters;
+    sj.failed = counters + 1;
+    auto* dj = device_copy<stream_job>(&sj, sizeof sj);
+    auto* dpath = device_copy<char>(name.c_str(), name.size() + 1);
+    int* result = device_copy<int>(nullptr, sizeof(int));
+    // Each kernel waited for: the file service's copies must not queue
+    // behind a kernel that waits on them (grep_gpu.cu says why).
+    open_file<<<1, 32>>>(dj, dpath);
+    check_cuda(cudaDeviceSynchronize(), "gopen");
+    bench::timer t;
+    t.start();
+    stream_kernel<<<blocks, threads>>>(dj);
+    const double s = t.stop();
+    check_cuda(cudaDeviceSynchronize(), "the stream kernel");
+    close_file<<<1, 32>>>(dj, result);
+    check_cuda(cudaDeviceSynchronize(), "gclose");
+    int closed = 0;
+    gfile f;
+    cudaMemcpy(&f, reinterpret_cast<char*>(dj) + offsetof(stream_job, file), sizeof f, cudaMemcpyDeviceToHost);
+    cudaMemcpy(&closed, result, sizeof closed, cudaMemcpyDeviceToHost);
+    cudaMemcpy(got, counters, sizeof got, cudaMemcpyDeviceToHost);
+    const cache_stats st = cache->stats();
+    j["file_bytes"] = size;
+    j["direct_io"] = direct_io;
+    j["direct_opens"] = fs->stats().direct_opens;
+    j["seconds"] = s;
+    j["gbps"] = size / s / 1e9;
+    j["misses"] = st.misses;
+    j["wrong_words"] = got[0];
+    j["failed_reads"] = got[1];
+    j["open_errno"] = f.err;
+    j["close_result"] = closed;
+    failures = got[0] || got[1] || !f.ok() || closed;
+    j["ratios"]["gread_stream_vs_h2d"] = double(j["gbps"]) / double(j["h2d_gbps"]);
+    if (direct_io) {
+      const json fio = uring_stream(path, size, 1u << 20, 32);
+      j["baselines"]["uring_stream_odirect"] = fio;
+      if (fio.contains("gbps") && !fio.contains("error"))
+        j["ratios"]["gread_stream_odirect_vs_fio"] = double(j["gbps"]) / double(fio["gbps"]);
+    }
+    cudaFree(sj.scratch);
+    cudaFree(dj);
+    cudaFree(dpath);
+    cudaFree(result);
+  } else {  // opens
+    const uint32_t name_bytes = 32;
+    std::vector<char> names(uint64_t(files) * name_bytes, 0);
+    std::filesystem::create_directories(dir + "/small");
+    for (uint32_t k = 0; k < files; ++k) {
+      const std::string rel = "small/" + std::to_string(k);
+      std::snprintf(&names[uint64_t(k) * name_bytes], name_bytes, "%s", rel.c_str());
+      const std::string p = dir + "/" + rel;
+      struct stat sb {};
+      if (stat(p.c_str(), &sb) == 0 && sb.st_size == 4096) continue;
+      std::vector<uint64_t> body(512, 0);
+      body[0] = k;
+      FILE* out = std::fopen(p.c_str(), "wb");
+      if (!out || std::fwrite(body.data(), 8, 512, out) != 512) throw error("cannot write " + p);
+      std::fclose(out);
+    }
+    check_launch(*cache, opens_kernel, blocks, threads);
+    opens_job oj;
+    oj.fs = fs->ref();
+    oj.names = device_copy<char>(names.data(), names.size());
+    oj.name_bytes = name_bytes;
+    oj.files = files;
+    oj.next = counters + 2;
+    oj.wrong = counters;
+    oj.failed = counters + 1;
+    auto* dj = device_copy<opens_job>(&oj, sizeof oj);
+    bench::timer t;
+    t.start();
+    opens_kernel<<<blocks, threads>>>(dj);
+    const double s = t.stop();
+    check_cuda(cudaDeviceSynchronize(), "the opens kernel");
+    cudaMemcpy(got, counters, sizeof got, cudaMemcpyDeviceToHost);
+    j["files"] = files;
+    j["seconds"] = s;
+    j["wrong"] = got[0];
+    j["failed"] = got[1];
+    j["file_system"] = {{"requests", fs->stats().requests}, {"files_opened", fs->stats().files_opened}};
+    failures = got[0] || got[1];
+    j["ratios"]["gopen_gclose_per_s"] = files / s;
+    cudaFree(const_cast<char*>(oj.names));
+    cudaFree(dj);
+  }
+  cudaFree(counters);
+  if (auto e = cache->last_error(); !e.ok()) j["last_error"] = describe(e);
+  std::printf("%s\n", j.dump().c_str());
+  return failures ? 1 : 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "files_bench: %s\n", e.what());
+  return 2;
+}

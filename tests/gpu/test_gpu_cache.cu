@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -17,6 +19,8 @@
 #include "../common/scratch_file.hpp"
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/array.hpp"
+#include "deepwell/host_client.hpp"
+#include "deepwell/host_tier.hpp"
 #include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
@@ -164,6 +168,89 @@ TEST(GpuCache, DirectTierReadsAResidentFileThroughARegisteredMapping) {
   EXPECT_GT(st.misses, 0u);
   EXPECT_EQ(st.direct_fills, st.misses);
   EXPECT_EQ(ctl.total_counters().reads, 0u);
+}
+
+// The server's host tier as the GPU reads it (the direct tier across
+// processes, here in one): a GPU cache copies resident pages from the
+// dataset's arena with no command; every word is checked.
+TEST(GpuCache, HostTierArenaPagesAreCopiedWithoutCommands) {
+  const uint64_t bytes = 256ull << 20;
+  auto tier = host_tier::make(bytes);
+  controller ctl(pollers(2));
+  // A fault target with no rules: no host pointer, so no embedded direct tier.
+  const uint32_t ns = ctl.add_namespace({tier->wrap(make_fault_target(pattern_memory(bytes, false))), 4096, true});
+  {
+    cache_config first = gpu_cache(64ull << 20);
+    first.direct_tier = false;  // through the controller: installs every page in the arena
+    auto cache = make_gpu_page_cache(ctl, first);
+    array<uint64_t> a(cache, ns);
+    device_counts c;
+    check_launch(*cache, read_kernel, 64, 256);
+    read_kernel<<<64, 256>>>(a.ref(), uint32_t(bytes / 8 / (64 * 256)), true, c.d);
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(c.get().bad + c.get().failed, 0u);
+  }
+  ASSERT_EQ(tier->stats().resident_pages, bytes / 4096);
+  const uint64_t reads = ctl.total_counters().reads;
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(64ull << 20));
+  array<uint64_t> a(cache, ns);
+  ASSERT_TRUE(cache->dataset(a.ref().dataset).tier.attached());
+  device_counts c;
+  check_launch(*cache, read_kernel, 2048, 256);
+  read_kernel<<<2048, 256>>>(a.ref(), 8, false, c.d);
+  CUDA_OK(cudaDeviceSynchronize());
+  const counts r = c.get();
+  EXPECT_EQ(r.ok, 8ull * 2048 * 256);
+  EXPECT_EQ(r.bad + r.failed, 0u) << describe(request_status::unpack(r.last_status));
+  const cache_stats st = cache->stats();
+  EXPECT_GT(st.misses, 0u);
+  EXPECT_EQ(st.tier_fills + st.tier_retries, st.misses);
+  EXPECT_EQ(st.tier_retries, 0u) << "nothing changed the arena";
+  EXPECT_EQ(ctl.total_counters().reads, reads) << "no command reached the controller";
+}
+
+// The same while CPU threads churn a small arena (installs evict, frames
+// are reused for other pages): a copy the server changed underneath is
+// never kept, so every word the GPU reads is right.
+TEST(GpuCache, HostTierArenaUnderChurnNeverGivesATornPage) {
+  const uint64_t bytes = 64ull << 20;
+  auto tier = host_tier::make(4ull << 20);  // 1024 frames over 16384 pages
+  controller ctl(pollers(2));
+  const uint32_t ns = ctl.add_namespace({tier->wrap(make_fault_target(pattern_memory(bytes, false))), 4096, true});
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> churn;
+  for (unsigned t = 0; t < 4; ++t)
+    churn.emplace_back([&, t] {
+      host_queue_client q(ctl.create_queue_pair({64, 64, 4096}));
+      std::vector<uint8_t> buf(4096);
+      uint64_t x = t + 1;
+      while (!stop.load()) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        if (!q.read(ns, (x >> 20) % (bytes / 4096), 1, 4096, buf.data()).ok()) break;
+      }
+    });
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(16ull << 20));
+  array<uint64_t> a(cache, ns);
+  device_counts c;
+  check_launch(*cache, read_kernel, 128, 128);
+  uint64_t launches = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3)) {
+    read_kernel<<<128, 128>>>(a.ref(), 64, false, c.d);
+    CUDA_OK(cudaDeviceSynchronize());
+    ++launches;
+  }
+  stop = true;
+  for (auto& th : churn) th.join();
+  const counts r = c.get();
+  EXPECT_EQ(r.ok, launches * 64 * 128 * 128);
+  EXPECT_EQ(r.bad, 0u) << "words from a page the server changed while the GPU copied it";
+  EXPECT_EQ(r.failed, 0u) << describe(request_status::unpack(r.last_status));
+  const cache_stats st = cache->stats();
+  EXPECT_GT(st.tier_fills, 0u) << "the GPU never copied from the arena: the test tested nothing";
+  std::printf("tier fills %llu, retries %llu, misses %llu, arena evictions %llu\n", (unsigned long long)st.tier_fills,
+              (unsigned long long)st.tier_retries, (unsigned long long)st.misses,
+              (unsigned long long)tier->stats().evictions);
 }
 
 TEST(GpuCache, FileAtOnePercentCacheWithATinyQueueReusingStaging) {

@@ -156,6 +156,11 @@ class controller {
   // What a client's queue pairs did (server mode); zeros for a client
   // never seen.
   client_counters client_stats(uint32_t client) const;
+  // Server mode: the I/O budget clients share now (below io_budget_bytes
+  // while the latency target holds it back), and the target's estimate of
+  // the storage's own latency (0: none yet, or no target).
+  uint64_t io_budget_now() const;
+  uint64_t latency_floor_ns() const;
 
   // Stops the pollers. Every outstanding command completes with an abort
   // status (Command Aborted due to SQ Deletion) and every queue is marked

@@ -808,6 +808,9 @@ void controller::set_client_share(uint32_t client, const client_share& s) {
   arbiter_->set_share(client, s);
 }
 
+uint64_t controller::io_budget_now() const { return arbiter_ ? arbiter_->budget() : 0; }
+uint64_t controller::latency_floor_ns() const { return arbiter_ ? arbiter_->latency_floor_ns() : 0; }
+
 client_counters controller::client_stats(uint32_t client) const {
   if (!arbiter_) return {};
   auto a = arbiter_->find(client);

@@ -534,6 +534,9 @@ std::string server::impl::stats_json() const {
                  {"backend", ctl->backend_name()},
                  {"pollers", cfg.pollers},
                  {"io_budget_bytes", cfg.io_budget_bytes},
+                 {"io_budget_now_bytes", ctl->io_budget_now()},
+                 {"latency_target", cfg.latency_target},
+                 {"latency_floor_us", double(ctl->latency_floor_ns()) / 1e3},
                  {"queue_pairs", ctl->queue_pair_count()},
                  {"clients_total", total_clients},
                  {"commands", t.commands},
@@ -614,6 +617,8 @@ std::string server::impl::prometheus() const {
   for (const dataset_state& d : datasets)
     o += "deepwell_dataset_bytes{dataset=\"" + label(d.cfg->name) + "\"} " + std::to_string(d.bytes) + "\n";
   std::lock_guard<std::mutex> lock(mutex);
+  metric("deepwell_io_budget_bytes", "gauge", "Storage bytes in flight that clients share now (the latency target may hold it below io_budget).");
+  o += "deepwell_io_budget_bytes " + std::to_string(ctl->io_budget_now()) + "\n";
   metric("deepwell_clients", "gauge", "Connected clients.");
   o += "deepwell_clients " + std::to_string(clients.size()) + "\n";
   struct row {

@@ -108,6 +108,7 @@ class fifo_device final : public target {
 // a one-at-a-time device.
 struct light_and_flood {
   double alone_us = 0, loaded_p50_us = 0, loaded_p90_us = 0, flood_per_s = 0;
+  uint64_t budget_now = 0, floor_ns = 0;  // the arbiter's, while both ran
 };
 
 light_and_flood measure_light_beside_flood(double latency_target) {
@@ -141,6 +142,8 @@ light_and_flood measure_light_beside_flood(double latency_target) {
   sparse_reads(150);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.flood_per_s = double(f.done.load() - flood_before) / secs;
+  r.budget_now = ctl.io_budget_now();
+  r.floor_ns = ctl.latency_floor_ns();
   client_counters after = ctl.client_stats(1);
   stop = true;
   f.join();
@@ -312,6 +315,12 @@ TEST(FairShare, TheLatencyTargetKeepsALightClientsMissesNearTheDevicesOwnLatency
 #endif
   EXPECT_LE(held.loaded_p90_us, bound * held.alone_us) << "with the target: " << say(held);
   EXPECT_GE(held.flood_per_s, 0.5 * fixed.flood_per_s) << say(held) << "; without: " << say(fixed);
+  EXPECT_EQ(fixed.budget_now, 64u * 4096) << "no target: the budget is fixed";
+  EXPECT_EQ(fixed.floor_ns, 0u);
+  EXPECT_LT(held.budget_now, 16u * 4096) << "the target held the budget back";
+  // The floor is the device's own 200 us (and a timer's slack), not its latency behind a backlog.
+  EXPECT_GE(held.floor_ns, 190'000u);
+  EXPECT_LE(held.floor_ns, 1'000'000u);
 }
 
 TEST(FairShare, TheLatencyTargetMustBeAFactorOfAtLeastOne) {

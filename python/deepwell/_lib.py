@@ -13,7 +13,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 OK, EINVAL, EIO, ERANGE, ENOCUDA, ERUNTIME = 0, -1, -2, -3, -4, -5
 
@@ -87,7 +87,7 @@ class Stats(ctypes.Structure):
             "direct_fills", "controller_reads", "controller_bytes_read", "controller_writes",
             "controller_bytes_written",
         )
-    ] + [("controller_cpu_seconds", ctypes.c_double)]
+    ] + [("controller_cpu_seconds", ctypes.c_double), ("tier_fills", ctypes.c_uint64), ("tier_retries", ctypes.c_uint64)]
 
 
 def _library_path() -> str:

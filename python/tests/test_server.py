@@ -97,3 +97,47 @@ def test_no_server_is_one_clear_error(tmp_path):
     with pytest.raises(deepwell.IOFailure, match="no deepwell server at"):
         deepwell.connect(str(tmp_path / "nobody.sock"))
     assert deepwell._server.current() is None
+
+
+def test_a_second_array_copies_pages_from_the_servers_host_tier(tmp_path):
+    """The server's host tier as a client reads it: the first array's misses bring the pages into the
+    tier through the server; a second array copies them from the dataset's arena, which the client maps
+    read-only, with no command (docs/server.md, the host tier)."""
+    data = np.random.default_rng(9).integers(0, 256, size=(256, 4096), dtype=np.uint8)
+    data.tofile(tmp_path / "d.bin")
+    sock = tmp_path / "tier.sock"
+    (tmp_path / "tier.toml").write_text(f"""
+[server]
+socket = "{sock}"
+host_cache = "2MiB"
+[[dataset]]
+name = "d"
+file = "{tmp_path / 'd.bin'}"
+[[grant]]
+dataset = "d"
+uid = {os.getuid()}
+""")
+    proc = subprocess.Popen([_cli(), "serve", "--config", str(tmp_path / "tier.toml")], stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if sock.exists():
+                break
+            time.sleep(0.02)
+        assert sock.exists(), "the server did not start"
+        deepwell.connect(str(sock))
+        rows = np.arange(256)
+        # direct="never": not the file's own mapping, so the tier is what serves the second array.
+        first = deepwell.open("d", dtype="uint8", shape=(-1, 4096), device="cpu", cache_size="256KiB", direct="never")
+        assert np.array_equal(np.asarray(first[rows]), data)
+        assert first.stats()["tier_fills"] == 0
+        first.close()
+        second = deepwell.open("d", dtype="uint8", shape=(-1, 4096), device="cpu", cache_size="256KiB", direct="never")
+        assert np.array_equal(np.asarray(second[rows]), data)
+        st = second.stats()
+        assert st["misses"] > 0
+        assert st["tier_fills"] == st["misses"], st
+        second.close()
+    finally:
+        deepwell.disconnect()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()

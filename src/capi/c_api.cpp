@@ -523,7 +523,7 @@ int dw_stats_get(dw_array* ap, dw_stats* out) {
     const double cpu = a.ctl() ? a.ctl()->poller_cpu_seconds() : 0.0;
     *out = dw_stats{s.accesses,   s.hits,          s.misses,       s.evictions, s.writebacks,
                     s.bytes_read, s.bytes_written, s.direct_fills, q.reads,     q.bytes_read,
-                    q.writes,     q.bytes_written, cpu};
+                    q.writes,     q.bytes_written, cpu,           s.tier_fills, s.tier_retries};
   });
 }
 

@@ -26,7 +26,7 @@ extern "C" {
 #define DW_API
 #endif
 
-#define DW_ABI_VERSION 2
+#define DW_ABI_VERSION 3
 
 enum dw_errc {
   DW_OK = 0,
@@ -82,6 +82,8 @@ typedef struct dw_stats {
   uint64_t bytes_read, bytes_written, direct_fills;
   uint64_t controller_reads, controller_bytes_read, controller_writes, controller_bytes_written;
   double controller_cpu_seconds; /* CPU time of the controller's poller threads */
+  uint64_t tier_fills;   /* pages copied from a server's host-tier arena, no command (docs/server.md) */
+  uint64_t tier_retries; /* such copies the server changed meanwhile, read through the server instead */
 } dw_stats;
 
 DW_API int dw_abi_version(void);

@@ -324,6 +324,9 @@ DW_HD inline void page_cache_ref::finish_fill(fill_job& j) const {
       client_atomic<unsigned long long>(shard_of(j.qhint).tier_retries).fetch_add(1, memory_order_relaxed);
       j.src = nullptr;
       j.step = step_issue;
+#if DW_CACHE_PHASE_TIMING
+      j.t_phase = now_ns();
+#endif
       return;
     }
     cache_stats_shard& sh = shard_of(j.qhint);

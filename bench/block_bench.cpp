@@ -49,6 +49,8 @@ struct options {
   std::string json_path;
   std::string commit = "unknown";
   std::string backend = "auto";
+  std::string server_budget;  // non-empty: server mode's command path (grants, shares) with this io_budget
+  double latency_target = 0;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -131,6 +133,10 @@ int main(int argc, char** argv) {
   app.add_option("--backend", o.backend, "auto | uring | threads")->check(CLI::IsMember({"auto", "uring", "threads"}));
   app.add_option("--json", o.json_path, "append the result as one JSON line to this file");
   app.add_option("--commit", o.commit, "commit hash to record");
+  app.add_option("--server-budget", o.server_budget,
+                 "serve the queues as a server does (a grant per queue pair, every queue pair a client of its own, "
+                 "this io_budget in bytes, e.g. 4194304): server mode's cost per command");
+  app.add_option("--latency-target", o.latency_target, "with --server-budget: the latency target (0: off)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -139,6 +145,10 @@ int main(int argc, char** argv) {
     o.size = o.size / o.block * o.block;
     controller_config cc;
     cc.pollers = o.pollers;
+    if (!o.server_budget.empty()) {
+      cc.io_budget_bytes = std::stoull(o.server_budget);
+      cc.latency_target = o.latency_target;
+    }
     cc.backend = o.backend == "uring" ? io_backend::uring : o.backend == "threads" ? io_backend::threads : io_backend::automatic;
     controller ctl(cc);
     std::shared_ptr<target> t;
@@ -169,7 +179,13 @@ int main(int argc, char** argv) {
     const uint32_t nsid = ctl.add_namespace({t, o.block, o.op != "write"});
     std::vector<std::unique_ptr<host_queue_client>> clients;
     qp_geometry g{o.queue_entries, o.queue_entries, o.block};
-    for (unsigned i = 0; i < o.queues; ++i) clients.push_back(std::make_unique<host_queue_client>(ctl.create_queue_pair(g)));
+    auto grants = std::make_shared<access_grants>();
+    grants->set(nsid, access_grants::read | access_grants::write);
+    for (unsigned i = 0; i < o.queues; ++i) {
+      queue_options qo;
+      if (!o.server_budget.empty()) qo = {grants, i + 1};
+      clients.push_back(std::make_unique<host_queue_client>(client_handle(ctl.create_queue_pair(g, qo))));
+    }
     const uint64_t blocks = o.size / o.block;
 
     std::atomic<bool> stop{false};
@@ -198,6 +214,7 @@ int main(int argc, char** argv) {
     j["config"] = {{"location", o.location}, {"path", o.path},     {"direct", o.direct},   {"size", o.size},
                    {"block", o.block},       {"threads", o.threads}, {"depth", o.depth},   {"queues", o.queues},
                    {"pollers", o.pollers},   {"op", o.op},           {"pattern", o.pattern}, {"seconds", o.seconds},
+                   {"server_budget", o.server_budget}, {"latency_target", o.latency_target},
                    {"backend", ctl.backend_name()}};
     j["metrics"] = {{"requests", reqs},
                     {"errors", errs},

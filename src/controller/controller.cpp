@@ -161,13 +161,18 @@ struct controller::poller {
   std::vector<std::unique_ptr<context[]>> context_blocks;
   context* free_contexts = nullptr;
   bool draining = false;  // stop(): every completion becomes an abort
+  // Server mode's clock for client accounts (latency, shares): read once a
+  // fetch and once before each reap, not once a command (a clock read costs
+  // about as much as the rest of a command's accounting).
+  uint64_t clock_ns = 0;
   std::unique_ptr<io_engine> io;
 
   void run();
   void serve_until_stopped();
   unsigned serve_pass();
   unsigned fetch(queue_pair::impl& q);
-  void execute(queue_pair::impl& q, const nvme::command& c, uint32_t cost, uint64_t fetched_ns);
+  void execute(queue_pair::impl& q, const nvme::command& c, uint32_t cost, uint64_t fetched_ns,
+               uint64_t admitted_ns = 0);
   void settle(queue_pair::impl& q, uint8_t opcode, uint32_t cost, uint64_t fetched_ns, uint64_t bytes, bool ok,
               uint64_t admitted_ns = 0);
   uint32_t cost_of(const queue_pair::impl& q, const nvme::command& c) const;
@@ -357,10 +362,11 @@ void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t co
     a.flushes.fetch_add(1, std::memory_order_relaxed);
   }
   if (opcode == nvme::op_read || opcode == nvme::op_write) {
-    const uint64_t t = now_ns();
+    const uint64_t t = std::max(clock_ns, fetched_ns);
     a.record_latency(t - fetched_ns);
-    // The storage's own latency (from admission), for the latency target.
-    if (admitted_ns && ok && cost) owner->arbiter_->completed(a, t - admitted_ns, t);
+    // The storage's own latency (from admission), for the latency target;
+    // not for commands served on the spot (host memory: no storage).
+    if (admitted_ns && ok && cost && t > admitted_ns) owner->arbiter_->completed(a, t - admitted_ns, t);
   }
   owner->arbiter_->finish(a, cost, true);
 }
@@ -377,7 +383,8 @@ uint32_t controller::poller::cost_of(const queue_pair::impl& q, const nvme::comm
   return uint32_t(std::min<uint64_t>(bytes, q.limits.max_transfer));
 }
 
-void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, uint32_t cost, uint64_t fetched_ns) {
+void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, uint32_t cost, uint64_t fetched_ns,
+                                 uint64_t admitted_ns) {
   q.commands.add(1);
   q.outstanding.store(q.outstanding.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   // Completions that do not go to the target settle the client's account here.
@@ -442,7 +449,7 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, ui
       context* ctx = alloc_context();
       const uint32_t bytes = cc.opcode == nvme::op_flush ? 0 : cc.bytes;
       *ctx = context{this, &q, c.cid, cc.opcode, bytes, nullptr, &n, q.staging + cc.buffer_offset,
-                     cc.byte_offset, cc.fua, 0, cost, fetched_ns, q.account ? now_ns() : 0};
+                     cc.byte_offset, cc.fua, 0, cost, fetched_ns, admitted_ns};
       issue(ctx);
       return;
     }
@@ -462,6 +469,7 @@ unsigned controller::poller::serve_pass() {
     work += fetched;
   }
   io->submit();
+  if (owner->arbiter_) clock_ns = now_ns();  // the completions reaped now finished by then
   work += io->reap();
   for (auto& qp : queues) work += post(*qp->impl_);
   return work;
@@ -493,8 +501,8 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
   // One that must wait is held here (already copied: it stays the command
   // that gets checked), and the queue is left until the next pass.
   detail::share_arbiter& arb = *owner->arbiter_;
+  const uint64_t t = clock_ns = now_ns();
   while ((q.has_held || q.sq_head != tail) && q.outstanding.load(std::memory_order_relaxed) < limit && n < batch) {
-    const uint64_t t = now_ns();
     if (!q.has_held) {
       std::memcpy(&q.held, static_cast<const void*>(q.sq + q.sq_head), sizeof(q.held));
       q.sq_head = (q.sq_head + 1) & (q.sq_entries - 1);
@@ -515,7 +523,7 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
       break;
     }
     q.has_held = false;
-    execute(q, q.held, cost, q.held_since);
+    execute(q, q.held, cost, q.held_since, t);
     ++n;
   }
   return n;

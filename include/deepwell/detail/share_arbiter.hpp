@@ -41,7 +41,9 @@ struct client_account {
 // command admitted during a probe (every probe_every_ns under contention,
 // the smallest budget, one command per client, until such a command
 // completes), or any faster command since: the storage's own latency, not
-// its latency behind a backlog.
+// its latency behind a backlog. One floor for all namespaces: the target
+// assumes the datasets it protects share one storage device (per-device
+// floors are not built).
 struct latency_target {
   double factor = 0;                     // 0: off (the budget is fixed)
   uint64_t window_ns = 10'000'000;       // 10 ms

@@ -308,13 +308,15 @@ TEST(FairShare, TheLatencyTargetKeepsALightClientsMissesNearTheDevicesOwnLatency
   RecordProperty("fixed", say(fixed));
   RecordProperty("held", say(held));
   EXPECT_GE(fixed.loaded_p50_us, 16 * fixed.alone_us) << "without the target: " << say(fixed);
+  // ThreadSanitizer's poller takes longer a command: with the flood held
+  // to a command or two, its turnaround is what the flood loses.
 #if DEEPWELL_TSAN_BUILD
-  const double bound = 16;
+  const double bound = 16, kept = 0.2;
 #else
-  const double bound = 8;
+  const double bound = 8, kept = 0.5;
 #endif
   EXPECT_LE(held.loaded_p90_us, bound * held.alone_us) << "with the target: " << say(held);
-  EXPECT_GE(held.flood_per_s, 0.5 * fixed.flood_per_s) << say(held) << "; without: " << say(fixed);
+  EXPECT_GE(held.flood_per_s, kept * fixed.flood_per_s) << say(held) << "; without: " << say(fixed);
   EXPECT_EQ(fixed.budget_now, 64u * 4096) << "no target: the budget is fixed";
   EXPECT_EQ(fixed.floor_ns, 0u);
   EXPECT_LT(held.budget_now, 16u * 4096) << "the target held the budget back";

@@ -118,7 +118,7 @@ light_and_flood measure_light_beside_flood(double latency_target) {
   cc.latency_target = latency_target;
   controller ctl(cc);
   const uint32_t ns =
-      ctl.add_namespace({std::make_shared<fifo_device>(test::pattern_memory(1 << 20, false, 8), 200'000), 4096, true});
+      ctl.add_namespace({std::make_shared<fifo_device>(test::pattern_memory(1 << 20, false, 8), 1'000'000), 4096, true});
   host_queue_client light(client_handle(ctl.create_queue_pair({16, 16, 4096}, {nullptr, 1})));
   host_queue_client heavy(client_handle(ctl.create_queue_pair({256, 256, 4096}, {nullptr, 2})));
   auto sparse_reads = [&](int n) {
@@ -129,17 +129,17 @@ light_and_flood measure_light_beside_flood(double latency_target) {
     }
   };
   light_and_flood r;
-  sparse_reads(60);
+  sparse_reads(40);
   r.alone_us = ctl.client_stats(1).latency_percentile_us(0.5);
   std::atomic<bool> stop{false};
   flooder f;
   f.start(heavy, ns, 96, stop);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  sparse_reads(30);  // both running for a while: the steady state is measured, not the first arrival
+  sparse_reads(20);  // both running for a while: the steady state is measured, not the first arrival
   const client_counters before = ctl.client_stats(1);
   const uint64_t flood_before = f.done.load();
   const auto t0 = std::chrono::steady_clock::now();
-  sparse_reads(150);
+  sparse_reads(60);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.flood_per_s = double(f.done.load() - flood_before) / secs;
   r.budget_now = ctl.io_budget_now();
@@ -291,7 +291,8 @@ TEST(FairShare, ALightClientsMissesAreNotStarvedByAFloodingNeighbour) {
 }
 
 TEST(FairShare, TheLatencyTargetKeepsALightClientsMissesNearTheDevicesOwnLatency) {
-  // A device that serves 5000 reads a second, one at a time. Without the
+  // A device that serves 1000 reads a second, one at a time (slow enough
+  // that a loaded CI machine's scheduling is small beside it). Without the
   // target the flood keeps its share of the budget (63 commands) queued at
   // the device and the light client's reads wait behind them (about 64x
   // the device's own latency); with it the shared budget shrinks until
@@ -320,9 +321,9 @@ TEST(FairShare, TheLatencyTargetKeepsALightClientsMissesNearTheDevicesOwnLatency
   EXPECT_EQ(fixed.budget_now, 64u * 4096) << "no target: the budget is fixed";
   EXPECT_EQ(fixed.floor_ns, 0u);
   EXPECT_LT(held.budget_now, 16u * 4096) << "the target held the budget back";
-  // The floor is the device's own 200 us (and a timer's slack), not its latency behind a backlog.
-  EXPECT_GE(held.floor_ns, 190'000u);
-  EXPECT_LE(held.floor_ns, 1'000'000u);
+  // The floor is the device's own 1 ms (and a timer's slack), not its latency behind a backlog.
+  EXPECT_GE(held.floor_ns, 990'000u);
+  EXPECT_LE(held.floor_ns, 3'000'000u);
 }
 
 TEST(FairShare, TheLatencyTargetMustBeAFactorOfAtLeastOne) {

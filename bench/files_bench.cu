@@ -33,6 +33,7 @@
 #include "deepwell/controller.hpp"
 #include "deepwell/files/file_system.hpp"
 #include "deepwell/gpu_launch.hpp"
+#include "deepwell/memcpy_ceiling.hpp"
 
 using namespace deepwell;
 using json = nlohmann::json;
@@ -175,22 +176,6 @@ json uring_stream(const std::string& path, uint64_t size, uint32_t block, unsign
   return j;
 }
 
-double h2d_gbps() {
-  const size_t bytes = 256ull << 20;
-  void *h = nullptr, *d = nullptr;
-  check_cuda(cudaMallocHost(&h, bytes), "cudaMallocHost");
-  check_cuda(cudaMalloc(&d, bytes), "cudaMalloc");
-  std::memset(h, 1, bytes);
-  cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-  bench::timer t;
-  t.start();
-  for (int i = 0; i < 8; ++i) cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-  const double s = t.stop();
-  cudaFreeHost(h);
-  cudaFree(d);
-  return 8.0 * bytes / s / 1e9;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -237,7 +222,7 @@ int main(int argc, char** argv) try {
   j["page_bytes"] = cc.page_size;
   j["cache_bytes"] = cc.capacity_bytes;
   j["warps"] = warps;
-  j["h2d_gbps"] = h2d_gbps();
+  j["h2d_gbps"] = measure_h2d_gbps();
   unsigned long long* counters = device_copy<unsigned long long>(nullptr, 3 * 8);
   unsigned long long got[3];
   int failures = 0;

@@ -366,7 +366,7 @@ void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t co
     a.record_latency(t - fetched_ns);
     // The storage's own latency (from admission), for the latency target;
     // not for commands served on the spot (host memory: no storage).
-    if (admitted_ns && ok && cost && t > admitted_ns) owner->arbiter_->completed(a, t - admitted_ns, t);
+    if (admitted_ns && ok && cost && t > admitted_ns) owner->arbiter_->completed(t - admitted_ns, t);
   }
   owner->arbiter_->finish(a, cost, true);
 }

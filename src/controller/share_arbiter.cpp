@@ -97,9 +97,8 @@ void share_arbiter::finish(client_account& a, uint64_t cost, bool admitted) {
   }
 }
 
-void share_arbiter::completed(client_account& a, uint64_t device_ns, uint64_t now_ns) {
+void share_arbiter::completed(uint64_t device_ns, uint64_t now_ns) {
   if (target_.factor <= 0) return;
-  (void)a;
   // A probe's samples: commands admitted after it began (those admitted
   // before waited behind the backlog it is draining).
   if (probing_.load(std::memory_order_relaxed) && now_ns - device_ns >= probed_at_.load(std::memory_order_relaxed)) {
@@ -113,9 +112,6 @@ void share_arbiter::completed(client_account& a, uint64_t device_ns, uint64_t no
   }
   window_sum_.fetch_add(device_ns, std::memory_order_relaxed);
   window_count_.fetch_add(1, std::memory_order_relaxed);
-  uint64_t m = window_min_.load(std::memory_order_relaxed);
-  while (device_ns < m && !window_min_.compare_exchange_weak(m, device_ns, std::memory_order_relaxed)) {
-  }
   uint64_t start = window_start_.load(std::memory_order_relaxed);
   if (start == 0) {
     window_start_.compare_exchange_strong(start, now_ns, std::memory_order_relaxed);
@@ -134,10 +130,8 @@ void share_arbiter::end_window(uint64_t now_ns) {
   // during the window (a light client's one miss counts).
   const uint64_t clients = window_peak_clients_.exchange(active_clients_.load(std::memory_order_relaxed),
                                                          std::memory_order_relaxed);
-  const uint64_t least = window_min_.exchange(UINT64_MAX, std::memory_order_relaxed);
   const uint64_t eff = effective_.load(std::memory_order_relaxed);
   const uint64_t step = std::max<uint64_t>(budget_ / 32, 4096);
-  (void)least;
   if (probing_.load(std::memory_order_relaxed)) {
     // The probe runs with one command per client until a command admitted
     // after it began completes: the fastest such is the storage's own

@@ -503,22 +503,25 @@ TEST_F(ServerTest, AHostileProcessIsKilledAndReclaimedWhileAnHonestOneReads) {
   }
 }
 
+// A server from a configuration's text, serving on a thread of its own
+// until the end of the scope.
+struct running_server {
+  server::server s;
+  std::thread loop;
+  explicit running_server(const std::string& toml) : s(server::parse_config(toml, "tier.toml")) {
+    loop = std::thread([this] { s.run(); });
+  }
+  ~running_server() {
+    s.stop();
+    loop.join();
+  }
+};
+
 TEST(ServerHostTier, ASecondProgramReadsWhatTheFirstBroughtIntoHostMemory) {
   test::scratch_file f(1 << 20, 31);
   const std::string sock = socket_path();
-  server::server srv(server::parse_config("[server]\nsocket = \"" + sock + "\"\nhost_cache = \"2MiB\"\n" +
-                                              "[[dataset]]\nname = \"d\"\nfile = \"" + f.path() + "\"\n" +
-                                              "[[grant]]\ndataset = \"d\"\neveryone = true\n",
-                                          "tier.toml"));
-  std::thread loop([&] { srv.run(); });
-  struct stopper {
-    server::server& s;
-    std::thread& t;
-    ~stopper() {
-      s.stop();
-      t.join();
-    }
-  } stop_at_end{srv, loop};
+  running_server srv("[server]\nsocket = \"" + sock + "\"\nhost_cache = \"2MiB\"\n" + "[[dataset]]\nname = \"d\"\nfile = \"" +
+                     f.path() + "\"\n" + "[[grant]]\ndataset = \"d\"\neveryone = true\n");
   cache_config cfg = test::small_cache(32);
   cfg.direct_tier = false;
   uint64_t storage_after_first = 0;
@@ -535,27 +538,16 @@ TEST(ServerHostTier, ASecondProgramReadsWhatTheFirstBroughtIntoHostMemory) {
       EXPECT_EQ(j["host_tier"]["hits"].get<uint64_t>(), 256u);
     }
   }
-  EXPECT_NE(srv.prometheus().find("deepwell_host_tier_hits_total 256"), std::string::npos);
+  EXPECT_NE(srv.s.prometheus().find("deepwell_host_tier_hits_total 256"), std::string::npos);
 }
 
 TEST(ServerHostTier, AGrantedProgramCopiesTierPagesItselfAndSeesNoOtherDataset) {
   test::scratch_file f(1 << 20, 32), other(1 << 20, 33);
   const std::string sock = socket_path();
-  server::server srv(server::parse_config(
-      "[server]\nsocket = \"" + sock + "\"\nhost_cache = \"2MiB\"\n" + "[[dataset]]\nname = \"d\"\nfile = \"" +
-          f.path() + "\"\n" + "[[dataset]]\nname = \"secret\"\nfile = \"" + other.path() + "\"\n" +
-          "[[grant]]\ndataset = \"d\"\neveryone = true\n" + "[[grant]]\ndataset = \"secret\"\nuid = " +
-          std::to_string(getuid() + 4242) + "\n",
-      "tier.toml"));
-  std::thread loop([&] { srv.run(); });
-  struct stopper {
-    server::server& s;
-    std::thread& t;
-    ~stopper() {
-      s.stop();
-      t.join();
-    }
-  } stop_at_end{srv, loop};
+  running_server srv("[server]\nsocket = \"" + sock + "\"\nhost_cache = \"2MiB\"\n" + "[[dataset]]\nname = \"d\"\nfile = \"" +
+                     f.path() + "\"\n" + "[[dataset]]\nname = \"secret\"\nfile = \"" + other.path() + "\"\n" +
+                     "[[grant]]\ndataset = \"d\"\neveryone = true\n" + "[[grant]]\ndataset = \"secret\"\nuid = " +
+                     std::to_string(getuid() + 4242) + "\n");
   cache_config cfg = test::small_cache(32);
   cfg.direct_files = cache_config::file_tier::never;  // the tier, not a mapping of the file
   uint64_t hits = 0, misses = 0;

@@ -63,8 +63,8 @@ class share_arbiter {
   uint64_t configured_budget() const { return budget_; }
   // The latency target's floor estimate (0: none yet).
   uint64_t latency_floor_ns() const { return floor_ns_.load(std::memory_order_relaxed); }
-  // A read or write of `a` done, `device_ns` after it was admitted.
-  void completed(client_account& a, uint64_t device_ns, uint64_t now_ns);
+  // A read or write done, `device_ns` after it was admitted.
+  void completed(uint64_t device_ns, uint64_t now_ns);
   // The account of `client`, made on first use with weight 1 and no rate cap.
   std::shared_ptr<client_account> account(uint32_t client);
   std::shared_ptr<client_account> find(uint32_t client) const;
@@ -87,9 +87,9 @@ class share_arbiter {
   const latency_target target_;
   std::atomic<uint64_t> effective_;
   std::atomic<uint64_t> active_weight_{0};
-  // The latency target's window: its start, latency sum, count and
-  // minimum; the clients active now and the most active at once in it.
-  std::atomic<uint64_t> window_start_{0}, window_sum_{0}, window_count_{0}, window_min_{UINT64_MAX};
+  // The latency target's window: its start, latency sum and count; the
+  // clients active now and the most active at once in it.
+  std::atomic<uint64_t> window_start_{0}, window_sum_{0}, window_count_{0};
   std::atomic<uint64_t> active_clients_{0}, window_peak_clients_{0};
   std::atomic<uint64_t> floor_ns_{0}, probed_at_{0}, resume_budget_{0}, contended_until_{0}, probe_min_{UINT64_MAX};
   std::atomic<bool> probing_{false};

@@ -105,7 +105,11 @@ __global__ void opens_kernel(const opens_job* jp) {
       if (w.lane() == 0) atomicAdd(j.failed, 1ull);
       continue;
     }
-    uint64_t first = ~0ull;
+    // The warp's buffer is in shared memory: a gread's lanes share the copy.
+    __shared__ uint64_t firsts[32];
+    uint64_t& first = firsts[threadIdx.x / 32];
+    if (w.lane() == 0) first = ~0ull;
+    __syncwarp();
     const int64_t n = j.fs.gread(w, f, 0, &first, 8);
     if (w.lane() == 0 && (n != 8 || first != k)) atomicAdd(j.wrong, 1ull);
     if (j.fs.gclose(w, f) != 0 && w.lane() == 0) atomicAdd(j.failed, 1ull);

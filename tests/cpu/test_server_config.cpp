@@ -112,6 +112,8 @@ TEST(ServerConfig, DefaultsAndTheSocketFromTheRuntimeDirectory) {
   EXPECT_EQ(c.socket_path, "/run/user/77/deepwell.sock");
   EXPECT_EQ(c.pollers, 2u);
   EXPECT_TRUE(c.metrics.empty());
+  EXPECT_EQ(c.latency_target, 2.0) << "on by default: it acts only while clients share";
+  EXPECT_EQ(parse_config("[server]\nlatency_target = 0\n" + one_dataset).latency_target, 0.0) << "0 turns it off";
   EXPECT_EQ(c.datasets[0].block_size, 4096u);
   EXPECT_TRUE(c.grants.empty()) << "no grants: nobody may read anything";
   unsetenv("XDG_RUNTIME_DIR");

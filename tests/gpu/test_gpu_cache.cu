@@ -192,7 +192,9 @@ TEST(GpuCache, HostTierArenaPagesAreCopiedWithoutCommands) {
   }
   ASSERT_EQ(tier->stats().resident_pages, bytes / 4096);
   const uint64_t reads = ctl.total_counters().reads;
-  auto cache = make_gpu_page_cache(ctl, gpu_cache(64ull << 20));
+  // 160 MiB: room for the pins of every warp resident at once (2048 blocks
+  // run 1056 warps at a time on an H100, 32 pages each).
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(160ull << 20));
   array<uint64_t> a(cache, ns);
   ASSERT_TRUE(cache->dataset(a.ref().dataset).tier.attached());
   device_counts c;
@@ -217,6 +219,12 @@ TEST(GpuCache, HostTierArenaUnderChurnNeverGivesATornPage) {
   auto tier = host_tier::make(4ull << 20);  // 1024 frames over 16384 pages
   controller ctl(pollers(2));
   const uint32_t ns = ctl.add_namespace({tier->wrap(make_fault_target(pattern_memory(bytes, false))), 4096, true});
+  // 24 blocks of 128: 96 warps pin at most 3072 of the 4096 pages. Checked
+  // before the churning threads start, so a throw cannot leave them running.
+  const unsigned blocks = 24, threads = 128;
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(16ull << 20));
+  array<uint64_t> a(cache, ns);
+  check_launch(*cache, read_kernel, blocks, threads);
   std::atomic<bool> stop{false};
   std::vector<std::thread> churn;
   for (unsigned t = 0; t < 4; ++t)
@@ -229,21 +237,18 @@ TEST(GpuCache, HostTierArenaUnderChurnNeverGivesATornPage) {
         if (!q.read(ns, (x >> 20) % (bytes / 4096), 1, 4096, buf.data()).ok()) break;
       }
     });
-  auto cache = make_gpu_page_cache(ctl, gpu_cache(16ull << 20));
-  array<uint64_t> a(cache, ns);
   device_counts c;
-  check_launch(*cache, read_kernel, 128, 128);
   uint64_t launches = 0;
   const auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3)) {
-    read_kernel<<<128, 128>>>(a.ref(), 64, false, c.d);
+    read_kernel<<<blocks, threads>>>(a.ref(), 64, false, c.d);
     CUDA_OK(cudaDeviceSynchronize());
     ++launches;
   }
   stop = true;
   for (auto& th : churn) th.join();
   const counts r = c.get();
-  EXPECT_EQ(r.ok, launches * 64 * 128 * 128);
+  EXPECT_EQ(r.ok, launches * 64 * blocks * threads);
   EXPECT_EQ(r.bad, 0u) << "words from a page the server changed while the GPU copied it";
   EXPECT_EQ(r.failed, 0u) << describe(request_status::unpack(r.last_status));
   const cache_stats st = cache->stats();

@@ -136,7 +136,8 @@ __global__ void count_entries(gfs_ref g, unsigned* files, tallies* t) {
 
 __global__ void bad_handles(gfs_ref g, int* out) {
   gpu_warp w;
-  uint8_t b[16];
+  __shared__ uint8_t b[16];
+  uint64_t on_my_stack = 0;
   out[0] = g.gopen(w, "../outside", g_rdonly).err;
   out[1] = g.gopen(w, "missing", g_rdonly).err;
   gfile forged;
@@ -146,6 +147,9 @@ __global__ void bad_handles(gfs_ref g, int* out) {
   out[2] = int(g.gread(w, forged, 0, b, 16));
   const gfile f = g.gopen(w, "f0", g_rdonly);
   out[3] = f.err;
+  // A whole warp reading into one thread's stack: refused, not scattered.
+  out[6] = int(g.gread(w, f, 0, &on_my_stack, 8));
+  out[7] = int(g.gread(w, f, 0, b, 16));  // the same file into shared memory
   out[4] = g.gclose(w, f);
   out[5] = int(g.gread(w, f, 0, b, 16));
 }
@@ -239,7 +243,7 @@ TEST(GpuFiles, AWarpListsADirectoryAndBadHandlesGetErrors) {
   int* out = nullptr;
   CUDA_OK(cudaMallocManaged(&n, sizeof(unsigned)));
   CUDA_OK(cudaMallocManaged(&tl, sizeof(tallies)));
-  CUDA_OK(cudaMallocManaged(&out, 6 * sizeof(int)));
+  CUDA_OK(cudaMallocManaged(&out, 8 * sizeof(int)));
   *n = 0;
   std::memset(tl, 0, sizeof *tl);
   count_entries<<<1, 32>>>(r.files->ref(), n, tl);
@@ -254,6 +258,8 @@ TEST(GpuFiles, AWarpListsADirectoryAndBadHandlesGetErrors) {
   EXPECT_EQ(out[3], 0);
   EXPECT_EQ(out[4], 0);
   EXPECT_EQ(out[5], -EBADF);
+  EXPECT_EQ(out[6], -EFAULT);
+  EXPECT_EQ(out[7], 1) << "f0 holds one byte";
   cudaFree(n);
   cudaFree(tl);
   cudaFree(out);

@@ -131,13 +131,15 @@ class gfs_ref {
   // ---- bytes ----
 
   // Up to n bytes at `offset` into dst; returns the bytes read (0 at or past
-  // the end of the file) or -errno.
+  // the end of the file) or -errno. dst is the warp's: shared or global
+  // memory, not one thread's stack (-EFAULT when more than one lane calls).
   template <class Warp>
   DW_HD int64_t gread(const Warp& w, const gfile& f, uint64_t offset, void* dst, uint64_t n) const {
     const unsigned mask = w.active();
     uint64_t size = 0;
     const int bad = check(w, mask, f, size);
     if (bad) return bad;
+    if (one_lanes_memory(mask, dst)) return -14;  // EFAULT
     if (offset >= size || n == 0) return 0;
     const uint64_t m = n < size - offset ? n : size - offset;
     const request_status s = bytes.read_range(w, static_cast<uint8_t*>(dst), base(f.window) + offset, m);
@@ -153,6 +155,7 @@ class gfs_ref {
     uint64_t size = 0;
     const int bad = check(w, mask, f, size);
     if (bad) return bad;
+    if (one_lanes_memory(mask, src)) return -14;  // EFAULT
     if (!f.writable()) return -9;  // EBADF
     if (offset > max_file_bytes() || n > max_file_bytes() - offset) return -27;  // EFBIG
     if (n == 0) return 0;
@@ -336,6 +339,24 @@ class gfs_ref {
       case client_code::invalid_argument: return 22;   // EINVAL
       default: return 5;                               // EIO
     }
+  }
+
+  // True for a buffer in a thread's local memory (a variable on its stack)
+  // when more than one lane calls: the lanes share the copy, and each would
+  // move its part to or from its own stack, so the bytes would be scattered.
+  DW_HD static bool one_lanes_memory(unsigned mask, const void* p) {
+#ifdef __CUDA_ARCH__
+    if ((mask & (mask - 1)) == 0) return false;
+    // isspacep.local by hand: nvcc 13's __isLocal broke the LLVM verifier
+    // ("call parameter type does not match") once inlined into grep's kernel.
+    unsigned local = 0;
+    asm("{\n\t.reg .pred p;\n\tisspacep.local p, %1;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(local) : "l"(p));
+    return local != 0;
+#else
+    (void)mask;
+    (void)p;
+    return false;
+#endif
   }
 
   // strlen(path) capped at gfs_path_max, measured by the leader, the same in every lane.

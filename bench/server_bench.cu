@@ -78,19 +78,29 @@ __global__ void sparse_kernel(array_ref<uint64_t> a, uint64_t seed, unsigned cou
   }
 }
 
-// Every word once, grid-stride; word i must hold i.
+// Every word once, word i must hold i. Each warp reads whole 4 KiB pages
+// (its lanes 32 words apart), the warps taking pages grid-stride: every
+// warp has a page of its own in flight, as a scan through a paged cache
+// should (a thread-per-word grid-stride loop puts 16 warps on each page
+// and keeps only a few hundred pages in flight).
 __global__ void scan_kernel(array_ref<uint64_t> a, uint64_t words, unsigned long long* wrong,
                             unsigned long long* failed) {
-  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
-  // Whole warps take the loop together (the cache's accesses are warp-aware).
-  for (uint64_t base = uint64_t(blockIdx.x) * blockDim.x; base < words; base += stride) {
-    const uint64_t i = base + threadIdx.x;
-    if (i < words) {
+  constexpr uint64_t page_words = 4096 / 8;
+  const unsigned lane = threadIdx.x & 31;
+  const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
+  const uint64_t pages = (words + page_words - 1) / page_words;
+  for (uint64_t p = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; p < pages; p += warps) {
+    unsigned long long bad = 0, err = 0;
+    for (uint64_t k = lane; k < page_words; k += 32) {
+      const uint64_t i = p * page_words + k;
+      if (i >= words) break;
       request_status s;
       const uint64_t v = a.try_read(i, &s);
-      if (!s.ok()) atomicAdd(failed, 1ull);
-      else if (v != i) atomicAdd(wrong, 1ull);
+      if (!s.ok()) ++err;
+      else if (v != i) ++bad;
     }
+    if (err) atomicAdd(failed, err);
+    if (bad) atomicAdd(wrong, bad);
   }
 }
 

@@ -158,9 +158,10 @@ class controller {
   client_counters client_stats(uint32_t client) const;
   // Server mode: the I/O budget clients share now (below io_budget_bytes
   // while the latency target holds it back), and the target's estimate of
-  // the storage's own latency (0: none yet, or no target).
+  // the storage's own latency for namespace `nsid` (0: none yet, or no
+  // target; nsid 0: the lowest of any namespace).
   uint64_t io_budget_now() const;
-  uint64_t latency_floor_ns() const;
+  uint64_t latency_floor_ns(uint32_t nsid = 0) const;
 
   // Stops the pollers. Every outstanding command completes with an abort
   // status (Command Aborted due to SQ Deletion) and every queue is marked

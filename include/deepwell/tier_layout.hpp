@@ -8,13 +8,18 @@
 //   header | index: uint32_t[pages] | seq: uint64_t[frames] |
 //   page_of: uint64_t[frames] | data: frames * page_bytes
 // index[p] is 1 + the frame holding page p, or 0. Each frame has a
-// sequence lock: the server (the only writer, under its mutex) makes
-// seq[f] odd, changes page_of[f] and the frame's bytes, then makes seq[f]
-// even again; dropping a page (a write to it, an eviction) moves seq[f] on
-// as well. A reader takes seq[f] (even), checks page_of[f], copies the
-// frame, and keeps the copy only if seq[f] has not moved: whatever it kept
-// is a page the server held, whole, at one instant. index is only a hint
-// (page_of decides), so a reader never needs the server's lock.
+// sequence lock whose word also names the frame's page: (page + 1) << 24
+// | a 24-bit count (0 above it: no page), the count odd while the frame
+// changes. The server (the only writer, under its mutex) makes the count
+// odd, changes the frame's bytes (and page_of[f], its own record), then
+// stores the new page with the count moved on by two; dropping a page (a
+// write to it, an eviction) moves it on as well. A reader loads seq[f]
+// once: even, and naming its page, it copies the frame and keeps the copy
+// only if seq[f] has not moved: whatever it kept is a page the server held,
+// whole, at one instant (the word would come back only after 2^23 changes
+// of that frame during one copy). One word, not the count and page_of[f]:
+// each is a round trip over PCIe from a GPU. index is only a hint (seq
+// decides), so a reader never needs the server's lock.
 #pragma once
 #include <cstdint>
 
@@ -24,8 +29,16 @@
 namespace deepwell {
 
 constexpr uint64_t tier_magic = 0x5245495457445744ull;  // "DWDWTIER"
-constexpr uint32_t tier_layout_version = 1;
+constexpr uint32_t tier_layout_version = 2;
 constexpr uint64_t tier_no_page = ~uint64_t(0);
+
+// A frame's sequence word (above).
+constexpr unsigned tier_count_bits = 24;
+constexpr uint64_t tier_count_mask = (uint64_t(1) << tier_count_bits) - 1;
+constexpr uint64_t tier_max_pages = (uint64_t(1) << (64 - tier_count_bits)) - 1;  // page + 1 must fit
+DW_HD constexpr uint64_t tier_seq_word(uint64_t page_plus_1, uint64_t count) {
+  return page_plus_1 << tier_count_bits | (count & tier_count_mask);
+}
 
 struct tier_header {
   uint64_t magic;
@@ -57,7 +70,6 @@ struct tier_geometry {
 struct tier_ref {
   const uint32_t* index = nullptr;
   const uint64_t* seq = nullptr;
-  const uint64_t* page_of = nullptr;
   const uint8_t* data = nullptr;
   uint64_t pages = 0;
   uint32_t frames = 0;
@@ -65,7 +77,7 @@ struct tier_ref {
 
   DW_HD bool attached() const { return index != nullptr; }
 
-  // If page p is resident: its frame and the frame's sequence number, to
+  // If page p is resident: its frame and the frame's sequence word, to
   // copy from frame_data(frame) and then check with still().
   DW_HD bool begin(uint64_t p, uint32_t& frame, uint64_t& version) const {
     if (p >= pages) return false;
@@ -74,7 +86,7 @@ struct tier_ref {
     frame = e - 1;
     version = shared_load_acquire(seq + frame);
     if (version & 1) return false;  // being changed
-    return shared_load_relaxed(page_of + frame) == p;
+    return version >> tier_count_bits == p + 1;
   }
   DW_HD const uint8_t* frame_data(uint32_t frame) const { return data + (uint64_t(frame) << page_shift); }
   // True if the frame did not change since begin(): the copy made in

@@ -166,7 +166,6 @@ tier_ref page_cache::tier_source(uint32_t nsid, const dataset_desc& d) {
   tier_ref t;
   t.index = reinterpret_cast<const uint32_t*>(base + g.index_offset);
   t.seq = reinterpret_cast<const uint64_t*>(base + g.seq_offset);
-  t.page_of = reinterpret_cast<const uint64_t*>(base + g.page_of_offset);
   t.data = base + g.data_offset;
   t.pages = h->pages;
   t.frames = uint32_t(h->frames);

@@ -174,7 +174,7 @@ struct controller::poller {
   void execute(queue_pair::impl& q, const nvme::command& c, uint32_t cost, uint64_t fetched_ns,
                uint64_t admitted_ns = 0);
   void settle(queue_pair::impl& q, uint8_t opcode, uint32_t cost, uint64_t fetched_ns, uint64_t bytes, bool ok,
-              uint64_t admitted_ns = 0);
+              uint64_t admitted_ns = 0, uint32_t nsid = 0);
   uint32_t cost_of(const queue_pair::impl& q, const nvme::command& c) const;
   void complete(queue_pair::impl& q, uint16_t cid, nvme::status s, bool owns_cid, uint32_t dw0 = 0,
                 uint32_t dw1 = 0);
@@ -340,7 +340,8 @@ void controller::poller::on_io_done(void* ctx, int64_t result) {
   } else if (c->opcode == nvme::op_write) {
     q.bytes_written.add(c->bytes);
   }
-  if (q.account) p->settle(q, c->opcode, c->cost, c->fetched_ns, s.ok() ? c->bytes : 0, s.ok(), c->admitted_ns);
+  if (q.account)
+    p->settle(q, c->opcode, c->cost, c->fetched_ns, s.ok() ? c->bytes : 0, s.ok(), c->admitted_ns, c->ns->info.nsid);
   p->complete(q, c->cid, s, true);
   p->free_context(c);
 }
@@ -348,7 +349,7 @@ void controller::poller::on_io_done(void* ctx, int64_t result) {
 // Server mode: the client's account learns a command is done (what it
 // moved, its latency), and its share is given back.
 void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t cost, uint64_t fetched_ns,
-                                uint64_t bytes, bool ok, uint64_t admitted_ns) {
+                                uint64_t bytes, bool ok, uint64_t admitted_ns, uint32_t nsid) {
   detail::client_account& a = *q.account;
   a.commands.fetch_add(1, std::memory_order_relaxed);
   if (!ok) a.errors.fetch_add(1, std::memory_order_relaxed);
@@ -366,7 +367,7 @@ void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t co
     a.record_latency(t - fetched_ns);
     // The storage's own latency (from admission), for the latency target;
     // not for commands served on the spot (host memory: no storage).
-    if (admitted_ns && ok && cost && t > admitted_ns) owner->arbiter_->completed(t - admitted_ns, t);
+    if (admitted_ns && ok && cost && t > admitted_ns) owner->arbiter_->completed(nsid, t - admitted_ns, t);
   }
   owner->arbiter_->finish(a, cost, true);
 }
@@ -664,7 +665,7 @@ controller::controller(controller_config cfg)
   if (cfg_.io_budget_bytes != 0) {
     detail::latency_target lt;
     lt.factor = cfg_.latency_target;
-    arbiter_ = std::make_unique<detail::share_arbiter>(cfg_.io_budget_bytes, lt);
+    arbiter_ = std::make_unique<detail::share_arbiter>(cfg_.io_budget_bytes, lt, max_namespaces);
   }
   const io_backend backend = cfg_.backend;
   for (unsigned i = 0; i < cfg_.pollers; ++i) {
@@ -817,7 +818,7 @@ void controller::set_client_share(uint32_t client, const client_share& s) {
 }
 
 uint64_t controller::io_budget_now() const { return arbiter_ ? arbiter_->budget() : 0; }
-uint64_t controller::latency_floor_ns() const { return arbiter_ ? arbiter_->latency_floor_ns() : 0; }
+uint64_t controller::latency_floor_ns(uint32_t nsid) const { return arbiter_ ? arbiter_->latency_floor_ns(nsid) : 0; }
 
 client_counters controller::client_stats(uint32_t client) const {
   if (!arbiter_) return {};

@@ -97,21 +97,34 @@ void share_arbiter::finish(client_account& a, uint64_t cost, bool admitted) {
   }
 }
 
-void share_arbiter::completed(uint64_t device_ns, uint64_t now_ns) {
-  if (target_.factor <= 0) return;
+uint64_t share_arbiter::latency_floor_ns(uint32_t nsid) const {
+  if (nsid != 0) return nsid <= max_nsid_ ? ns_[nsid].floor.load(std::memory_order_relaxed) : 0;
+  uint64_t lowest = 0;
+  const uint32_t top = top_nsid_.load(std::memory_order_relaxed);
+  for (uint32_t n = 1; n <= top; ++n)
+    if (const uint64_t f = ns_[n].floor.load(std::memory_order_relaxed); f && (!lowest || f < lowest)) lowest = f;
+  return lowest;
+}
+
+void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns) {
+  if (target_.factor <= 0 || nsid == 0 || nsid > max_nsid_) return;
+  ns_latency& n = ns_[nsid];
+  if (uint32_t top = top_nsid_.load(std::memory_order_relaxed); nsid > top)
+    while (nsid > top && !top_nsid_.compare_exchange_weak(top, nsid, std::memory_order_relaxed)) {
+    }
   // A probe's samples: commands admitted after it began (those admitted
   // before waited behind the backlog it is draining).
   if (probing_.load(std::memory_order_relaxed) && now_ns - device_ns >= probed_at_.load(std::memory_order_relaxed)) {
-    uint64_t p = probe_min_.load(std::memory_order_relaxed);
-    while (device_ns < p && !probe_min_.compare_exchange_weak(p, device_ns, std::memory_order_relaxed)) {
+    uint64_t p = n.probe_min.load(std::memory_order_relaxed);
+    while (device_ns < p && !n.probe_min.compare_exchange_weak(p, device_ns, std::memory_order_relaxed)) {
     }
   }
   // Any faster command lowers the floor at once (the storage can be that fast).
-  uint64_t f = floor_ns_.load(std::memory_order_relaxed);
-  while (f != 0 && device_ns < f && !floor_ns_.compare_exchange_weak(f, device_ns, std::memory_order_relaxed)) {
+  uint64_t f = n.floor.load(std::memory_order_relaxed);
+  while (f != 0 && device_ns < f && !n.floor.compare_exchange_weak(f, device_ns, std::memory_order_relaxed)) {
   }
-  window_sum_.fetch_add(device_ns, std::memory_order_relaxed);
-  window_count_.fetch_add(1, std::memory_order_relaxed);
+  n.sum.fetch_add(device_ns, std::memory_order_relaxed);
+  n.count.fetch_add(1, std::memory_order_relaxed);
   uint64_t start = window_start_.load(std::memory_order_relaxed);
   if (start == 0) {
     window_start_.compare_exchange_strong(start, now_ns, std::memory_order_relaxed);
@@ -124,8 +137,23 @@ void share_arbiter::completed(uint64_t device_ns, uint64_t now_ns) {
 }
 
 void share_arbiter::end_window(uint64_t now_ns) {
-  const uint64_t count = window_count_.exchange(0, std::memory_order_relaxed);
-  const uint64_t sum = window_sum_.exchange(0, std::memory_order_relaxed);
+  // Each namespace's window: the worst mean latency against its floor.
+  const uint32_t top = top_nsid_.load(std::memory_order_relaxed);
+  uint64_t count = 0;
+  double worst = 0;         // mean / (factor * floor), over namespaces with a floor
+  bool unfloored = false;   // a namespace was used that has no floor yet
+  for (uint32_t i = 1; i <= top; ++i) {
+    ns_latency& n = ns_[i];
+    const uint64_t c = n.count.exchange(0, std::memory_order_relaxed);
+    const uint64_t sum = n.sum.exchange(0, std::memory_order_relaxed);
+    if (c == 0) continue;
+    count += c;
+    const uint64_t floor = n.floor.load(std::memory_order_relaxed);
+    if (floor == 0)
+      unfloored = true;
+    else
+      worst = std::max(worst, double(sum) / double(c) / (target_.factor * double(floor)));
+  }
   // Clients that had commands waiting or in flight at once, at the most,
   // during the window (a light client's one miss counts).
   const uint64_t clients = window_peak_clients_.exchange(active_clients_.load(std::memory_order_relaxed),
@@ -134,12 +162,16 @@ void share_arbiter::end_window(uint64_t now_ns) {
   const uint64_t step = std::max<uint64_t>(budget_ / 32, 4096);
   if (probing_.load(std::memory_order_relaxed)) {
     // The probe runs with one command per client until a command admitted
-    // after it began completes: the fastest such is the storage's own
-    // latency. Then it resumes where it was (or gives up after a second).
-    const uint64_t p = probe_min_.load(std::memory_order_relaxed);
+    // after it began completes: the fastest such, per namespace, is the
+    // storage's own latency. Then it resumes where it was (or gives up
+    // after a second). A namespace with no sample keeps its floor.
+    bool sampled = false;
+    for (uint32_t i = 1; i <= top; ++i) sampled |= ns_[i].probe_min.load(std::memory_order_relaxed) != UINT64_MAX;
     const bool timed_out = now_ns - probed_at_.load(std::memory_order_relaxed) > 1'000'000'000;
-    if (p == UINT64_MAX && !timed_out) return;
-    if (p != UINT64_MAX) floor_ns_.store(p, std::memory_order_relaxed);
+    if (!sampled && !timed_out) return;
+    for (uint32_t i = 1; i <= top; ++i)
+      if (const uint64_t p = ns_[i].probe_min.load(std::memory_order_relaxed); p != UINT64_MAX)
+        ns_[i].floor.store(p, std::memory_order_relaxed);
     probing_.store(false, std::memory_order_relaxed);
     effective_.store(std::max<uint64_t>(resume_budget_.load(std::memory_order_relaxed), 1), std::memory_order_relaxed);
     return;
@@ -150,23 +182,24 @@ void share_arbiter::end_window(uint64_t now_ns) {
     effective_.store(std::min(budget_, eff + 8 * step), std::memory_order_relaxed);
     return;
   }
-  const uint64_t floor = floor_ns_.load(std::memory_order_relaxed);
-  if (floor == 0 || now_ns - probed_at_.load(std::memory_order_relaxed) >= target_.probe_every_ns) {
+  const uint64_t since_probe = now_ns - probed_at_.load(std::memory_order_relaxed);
+  // A namespace without a floor asks for a probe, but not more often than
+  // every 100 ms (its commands may not finish within a probe).
+  if ((unfloored && since_probe >= 100'000'000) || since_probe >= target_.probe_every_ns) {
     probed_at_.store(now_ns, std::memory_order_relaxed);
     resume_budget_.store(eff, std::memory_order_relaxed);
-    probe_min_.store(UINT64_MAX, std::memory_order_relaxed);
+    for (uint32_t i = 1; i <= top; ++i) ns_[i].probe_min.store(UINT64_MAX, std::memory_order_relaxed);
     probing_.store(true, std::memory_order_relaxed);
     effective_.store(1, std::memory_order_relaxed);  // every client keeps its one command
     return;
   }
-  const double mean = double(sum) / double(count), target = target_.factor * double(floor);
-  if (mean > target) {
+  if (worst == 0) return;  // only namespaces without a floor: no verdict
+  if (worst > 1) {
     // Down in proportion to the overshoot (latency follows the backlog on
     // a device that is already busy), at least by a quarter, at most 16x.
-    const double cut = std::clamp(target / mean, 1.0 / 16, 0.75);
+    const double cut = std::clamp(1 / worst, 1.0 / 16, 0.75);
     effective_.store(std::max<uint64_t>(uint64_t(double(eff) * cut), 1), std::memory_order_relaxed);
-  }
-  else
+  } else
     effective_.store(std::min(budget_, eff + step), std::memory_order_relaxed);
 }
 

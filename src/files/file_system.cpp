@@ -1,5 +1,5 @@
-// The file API's host side (files/file_system.hpp): the service thread that
-// answers kernels' requests, path resolution beneath the root, the open-file
+// The file API's host side (files/file_system.hpp): the service threads that
+// answer kernels' requests, path resolution beneath the root, the open-file
 // and directory tables, and which windows keep their cached pages.
 #include "deepwell/files/file_system.hpp"
 
@@ -114,14 +114,17 @@ struct file_system::impl {
   mutable std::mutex stats_mutex;
   file_system_stats st;
   std::atomic<bool> stopping{false};
-  std::thread service;
+  std::vector<std::thread> services;
+  // The tables above (files, inodes, windows, directories): one service
+  // thread at a time changes them. An open's system calls come before it.
+  std::mutex state;
 
   impl(controller& c, std::shared_ptr<page_cache> pc, const file_system_options& o, std::unique_ptr<client_memory> m)
       : ctl(c), cache(std::move(pc)), opts(o), mem(std::move(m)) {}
 
   ~impl() {
     stopping.store(true);
-    if (service.joinable()) service.join();
+    for (std::thread& t : services) t.join();
     for (DIR* d : dirs)
       if (d) ::closedir(d);
     for (auto& e : table)
@@ -129,13 +132,14 @@ struct file_system::impl {
     if (root_fd >= 0) ::close(root_fd);
   }
 
-  // ---- the service thread ----
+  // ---- the service threads ----
 
-  void run() {
+  // Service thread k of n answers slots k, k + n, k + 2n, ...
+  void run(uint32_t k, uint32_t n) {
     uint32_t idle = 0;
     while (!stopping.load(std::memory_order_relaxed)) {
       bool any = false;
-      for (uint32_t i = 0; i < opts.slots; ++i) {
+      for (uint32_t i = k; i < opts.slots; i += n) {
         const uint32_t t = shared_load_acquire(&slots[i].ticket);
         if (t == served[i]) continue;
         serve(slots[i]);
@@ -156,7 +160,11 @@ struct file_system::impl {
   void serve(gfs_slot& q) {
     q.r0 = q.r1 = q.r2 = q.r3 = 0;
     int err = 0;
-    switch (gfs_op(q.op)) {
+    const gfs_op op = gfs_op(q.op);
+    // do_open takes the lock itself, after its system calls.
+    std::unique_lock<std::mutex> lock(state, std::defer_lock);
+    if (op != gfs_op::open) lock.lock();
+    switch (op) {
       case gfs_op::open: err = do_open(q); break;
       case gfs_op::close: err = do_close(q); break;
       case gfs_op::truncate: err = do_truncate(q); break;
@@ -167,7 +175,7 @@ struct file_system::impl {
       default: err = EINVAL;
     }
     q.err = err;
-    std::lock_guard<std::mutex> lock(stats_mutex);
+    std::lock_guard<std::mutex> stats_lock(stats_mutex);
     ++st.requests;
     if (err) ++st.errors;
   }
@@ -204,6 +212,7 @@ struct file_system::impl {
       ::close(fd);
       return S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
     }
+    std::lock_guard<std::mutex> tables(state);
     const auto key = std::make_pair(sb.st_dev, sb.st_ino);
     auto it = by_inode.find(key);
     if (it != by_inode.end()) {
@@ -411,6 +420,8 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   if (p.opts.root.empty()) throw error("file system: no root directory given");
   if (p.opts.max_open == 0 || p.opts.max_open > (1u << 20))
     throw error("file system: max_open " + std::to_string(p.opts.max_open) + " is outside 1 to 1048576");
+  if (p.opts.service_threads == 0 || p.opts.service_threads > 64)
+    throw error("file system: service_threads " + std::to_string(p.opts.service_threads) + " is outside 1 to 64");
   if (p.opts.max_dirs == 0 || p.opts.slots == 0 || p.opts.slots > 4096)
     throw error("file system: max_dirs must be positive and slots from 1 to 4096 (got " +
                 std::to_string(p.opts.max_dirs) + ", " + std::to_string(p.opts.slots) + ")");
@@ -442,7 +453,8 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   ref_.zeros_bytes = p.cache->page_size();
   ref_.zeros = static_cast<const uint8_t*>(p.mem->alloc_private(ref_.zeros_bytes));
   ref_.timeout_ns = p.opts.timeout_ns ? p.opts.timeout_ns : p.cache->config().timeout_ns;
-  p.service = std::thread([&p] { p.run(); });
+  const uint32_t n = std::min(p.opts.service_threads, p.opts.slots);
+  for (uint32_t k = 0; k < n; ++k) p.services.emplace_back([&p, k, n] { p.run(k, n); });
 }
 
 file_system::~file_system() = default;
@@ -456,6 +468,7 @@ file_system_stats file_system::stats() const {
 
 void file_system::sync() {
   impl& p = *p_;
+  std::lock_guard<std::mutex> lock(p.state);
   const uint32_t shift = p.cache->ref().page_shift();
   for (uint32_t h = 0; h < p.table.size(); ++h) {
     auto& o = p.table[h];

@@ -561,7 +561,8 @@ std::string server::impl::stats_json() const {
                              {"target", d.data->describe()},
                              {"bytes", d.bytes},
                              {"block_size", d.cfg->block_size},
-                             {"writable", d.writable}});
+                             {"writable", d.writable},
+                             {"latency_floor_us", double(ctl->latency_floor_ns(d.nsid)) / 1e3}});
   j["clients"] = nlohmann::json::array();
   std::lock_guard<std::mutex> lock(mutex);
   for (const auto& [fd, c] : clients) {

@@ -23,6 +23,9 @@ class tier_arena {
  public:
   tier_arena(uint64_t dataset_bytes, uint64_t frames, uint32_t page, const std::string& name)
       : page_(page), pages_((dataset_bytes + page - 1) / page), full_pages_(dataset_bytes / page), frames_(frames) {
+    if (pages_ > tier_max_pages)
+      throw error("host tier: a dataset of " + std::to_string(pages_) + " pages is more than an arena can name (" +
+                  std::to_string(tier_max_pages) + ")");
     const tier_geometry g = tier_geometry::of(pages_, frames_, page_);
     region_ = shared_region::create(g.bytes, name);  // zeroed: no page resident
     auto* base = static_cast<uint8_t*>(region_.data());
@@ -41,7 +44,7 @@ class tier_arena {
     seq_ = reinterpret_cast<uint64_t*>(base + g.seq_offset);
     page_of_ = reinterpret_cast<uint64_t*>(base + g.page_of_offset);
     data_ = base + g.data_offset;
-    for (uint64_t f = 0; f < frames_; ++f) shared_store_relaxed(page_of_ + f, tier_no_page);
+    for (uint64_t f = 0; f < frames_; ++f) page_of_[f] = tier_no_page;  // seq_[f] 0: no page
     used_.assign(frames_, 0);
   }
 
@@ -97,11 +100,11 @@ class tier_arena {
       const uint64_t s = seq_[f];
       shared_store_relaxed(seq_ + f, s + 1);
       cuda::atomic_thread_fence(cuda::std::memory_order_release, cuda::thread_scope_system);
-      shared_store_relaxed(page_of_ + f, p);
+      page_of_[f] = p;
       // Readers in this process may copy the frame while it changes (and
       // then discard what they copied): a race by design, uninstrumented.
       detail::racy_page_copy(frame(f), buf + (p * page_ - offset), page_);
-      shared_store_release(seq_ + f, s + 2);
+      shared_store_release(seq_ + f, tier_seq_word(p + 1, s + 2));
       shared_store_release(index_ + p, f + 1);
       used_[f] = 1;
       ++resident_;
@@ -151,8 +154,8 @@ class tier_arena {
     const uint64_t s = seq_[f];
     shared_store_relaxed(seq_ + f, s + 1);
     shared_store_relaxed(index_ + p, 0u);
-    shared_store_relaxed(page_of_ + f, tier_no_page);
-    shared_store_release(seq_ + f, s + 2);
+    page_of_[f] = tier_no_page;
+    shared_store_release(seq_ + f, tier_seq_word(0, s + 2));
     used_[f] = 0;
     --resident_;
   }

@@ -326,6 +326,49 @@ TEST(FairShare, TheLatencyTargetKeepsALightClientsMissesNearTheDevicesOwnLatency
   EXPECT_LE(held.floor_ns, 3'000'000u);
 }
 
+// One server, two storages: a dataset that answers in 100 us (the page
+// cache, say) and one that takes 1 ms (a disk). Each gets a floor of its
+// own: were the fast one's floor the disk's too, the disk's ordinary
+// latency would look like a 10x backlog and the target would throttle its
+// clients to a command each (seen on the H100 machine with one floor:
+// 0.24 of the flood's throughput, and weights 1:3 served nearly 1:1).
+TEST(FairShare, TheLatencyTargetKeepsAFloorPerNamespace) {
+  controller_config cc;
+  cc.pollers = 1;
+  cc.io_budget_bytes = 64 * 4096;
+  cc.latency_target = 2;
+  controller ctl(cc);
+  const uint32_t fast =
+      ctl.add_namespace({std::make_shared<fifo_device>(test::pattern_memory(1 << 20, false, 8), 100'000), 4096, true});
+  const uint32_t slow =
+      ctl.add_namespace({std::make_shared<fifo_device>(test::pattern_memory(1 << 20, false, 9), 1'000'000), 4096, true});
+  host_queue_client a(client_handle(ctl.create_queue_pair({64, 64, 4096}, {nullptr, 1})));
+  host_queue_client b(client_handle(ctl.create_queue_pair({64, 64, 4096}, {nullptr, 2})));
+  std::atomic<bool> stop{false};
+  flooder fa, fb, sa, sb;  // both clients read both namespaces: contention, and samples of each in the probes
+  fa.start(a, fast, 4, stop);
+  fb.start(b, fast, 4, stop);
+  sa.start(a, slow, 4, stop);
+  sb.start(b, slow, 4, stop);
+  uint64_t f_fast = 0, f_slow = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    f_fast = ctl.latency_floor_ns(fast);
+    f_slow = ctl.latency_floor_ns(slow);
+    if (f_fast && f_slow && std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(400)) break;
+  }
+  stop = true;
+  for (flooder* f : {&fa, &fb, &sa, &sb}) f->join();
+  for (flooder* f : {&fa, &fb, &sa, &sb}) EXPECT_EQ(f->failed.load(), 0u);
+  ASSERT_NE(f_fast, 0u) << "the fast namespace was never probed";
+  ASSERT_NE(f_slow, 0u) << "the slow namespace was never probed";
+  EXPECT_GE(f_fast, 99'000u);
+  EXPECT_LT(f_fast, 900'000u) << "the fast namespace's floor is its own";
+  EXPECT_GE(f_slow, 990'000u) << "the slow namespace's floor is not the fast one's";
+  EXPECT_EQ(ctl.latency_floor_ns(), f_fast) << "nsid 0: the lowest floor";
+}
+
 TEST(FairShare, TheLatencyTargetMustBeAFactorOfAtLeastOne) {
   controller_config cc;
   cc.io_budget_bytes = 1 << 20;

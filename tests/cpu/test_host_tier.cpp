@@ -165,7 +165,6 @@ static tier_ref view_of(const host_mapping& m) {
   tier_ref t;
   t.index = reinterpret_cast<const uint32_t*>(b + h->index_offset);
   t.seq = reinterpret_cast<const uint64_t*>(b + h->seq_offset);
-  t.page_of = reinterpret_cast<const uint64_t*>(b + h->page_of_offset);
   t.data = b + h->data_offset;
   t.pages = h->pages;
   t.frames = uint32_t(h->frames);

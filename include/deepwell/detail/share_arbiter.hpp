@@ -37,13 +37,13 @@ struct client_account {
 // more clients use the storage, the budget they share shrinks until the
 // storage's latency is within `factor` of its floor, and grows back when it
 // is (additive increase, multiplicative decrease, one step per window);
-// with one client it returns to the whole budget. The floor is the fastest
-// command admitted during a probe (every probe_every_ns under contention,
-// the smallest budget, one command per client, until such a command
-// completes), or any faster command since: the storage's own latency, not
-// its latency behind a backlog. One floor for all namespaces: the target
-// assumes the datasets it protects share one storage device (per-device
-// floors are not built).
+// with one client it returns to the whole budget. Each namespace has its
+// own floor (a dataset in the page cache answers in microseconds, one on a
+// disk in hundreds): the fastest command admitted during a probe (every
+// probe_every_ns under contention, the smallest budget, one command per
+// client, until such a command completes), or any faster command since:
+// the storage's own latency, not its latency behind a backlog. A window's
+// verdict is its worst namespace's: mean latency over factor * floor.
 struct latency_target {
   double factor = 0;                     // 0: off (the budget is fixed)
   uint64_t window_ns = 10'000'000;       // 10 ms
@@ -56,15 +56,18 @@ struct latency_target {
 
 class share_arbiter {
  public:
-  explicit share_arbiter(uint64_t budget_bytes, latency_target lt = {})
-      : budget_(budget_bytes), target_(lt), effective_(budget_bytes) {}
+  // Namespaces 1..max_nsid get floors of their own (others are not timed).
+  explicit share_arbiter(uint64_t budget_bytes, latency_target lt = {}, uint32_t max_nsid = 1024)
+      : budget_(budget_bytes), target_(lt), effective_(budget_bytes), max_nsid_(max_nsid),
+        ns_(std::make_unique<ns_latency[]>(size_t(max_nsid) + 1)) {}
   // The budget now (below the configured one while the latency target holds it back).
   uint64_t budget() const { return effective_.load(std::memory_order_relaxed); }
   uint64_t configured_budget() const { return budget_; }
-  // The latency target's floor estimate (0: none yet).
-  uint64_t latency_floor_ns() const { return floor_ns_.load(std::memory_order_relaxed); }
-  // A read or write done, `device_ns` after it was admitted.
-  void completed(uint64_t device_ns, uint64_t now_ns);
+  // The latency target's floor estimate for namespace `nsid` (0: none yet);
+  // with nsid 0, the lowest of any namespace.
+  uint64_t latency_floor_ns(uint32_t nsid = 0) const;
+  // A read or write of namespace `nsid` done, `device_ns` after it was admitted.
+  void completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns);
   // The account of `client`, made on first use with weight 1 and no rate cap.
   std::shared_ptr<client_account> account(uint32_t client);
   std::shared_ptr<client_account> find(uint32_t client) const;
@@ -87,11 +90,19 @@ class share_arbiter {
   const latency_target target_;
   std::atomic<uint64_t> effective_;
   std::atomic<uint64_t> active_weight_{0};
-  // The latency target's window: its start, latency sum and count; the
-  // clients active now and the most active at once in it.
-  std::atomic<uint64_t> window_start_{0}, window_sum_{0}, window_count_{0};
+  // Per namespace: its floor, the window's latency sum and count, and the
+  // probe's fastest sample.
+  struct ns_latency {
+    std::atomic<uint64_t> floor{0}, sum{0}, count{0}, probe_min{UINT64_MAX};
+  };
+  const uint32_t max_nsid_;
+  std::unique_ptr<ns_latency[]> ns_;
+  std::atomic<uint32_t> top_nsid_{0};  // the highest namespace timed so far
+  // The latency target's window start; the clients active now and the most
+  // active at once in it.
+  std::atomic<uint64_t> window_start_{0};
   std::atomic<uint64_t> active_clients_{0}, window_peak_clients_{0};
-  std::atomic<uint64_t> floor_ns_{0}, probed_at_{0}, resume_budget_{0}, contended_until_{0}, probe_min_{UINT64_MAX};
+  std::atomic<uint64_t> probed_at_{0}, resume_budget_{0}, contended_until_{0};
   std::atomic<bool> probing_{false};
   void end_window(uint64_t now_ns);
   mutable std::mutex mutex_;  // the map only

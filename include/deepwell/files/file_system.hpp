@@ -43,6 +43,10 @@ struct file_system_options {
   // (elsewhere, and for files opened for writing, buffered).
   bool direct_io = false;
   uint64_t timeout_ns = 0;     // a request's deadline; 0: the cache's timeout
+  // Host threads answering the slots (each its share of them): opens make
+  // their system calls (openat, fstat) in parallel; everything that changes
+  // the tables takes one lock. 1 to 64.
+  uint32_t service_threads = 4;
 };
 
 struct file_system_stats {

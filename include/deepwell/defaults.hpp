@@ -14,7 +14,6 @@ namespace deepwell::defaults {
 
 // ---- built-in defaults ----
 namespace builtin {
-constexpr uint32_t pollers = 2;               // controller poller threads
 constexpr uint32_t io_depth = 512;            // I/O in flight per poller
 constexpr const char* io_backend = "auto";    // uring, threads or auto
 constexpr uint32_t poller_spin_us = 100;      // busy-poll this long after the last work, then sleep
@@ -30,6 +29,11 @@ constexpr const char* direct_files = "resident";  // never, resident or always
 constexpr double clean_threshold = 1.0 / 16;  // dirty share of the slots above which the cleaner runs
 constexpr const char* staging_stores = "streaming";  // streaming, cached or demote
 constexpr uint32_t max_cpu_threads = 16;      // a CPU client's gather threads: the cores, at most this
+// Controller poller threads: half the cores, from 2 to 8. Each poller
+// copies what it serves (pread into staging, for files in the page cache),
+// so a stream needs several: on the H100 machine (16 cores) a warm 4 GiB
+// gread stream ran 7.6 GB/s with 2 and 23 GB/s with 8. Idle pollers sleep.
+uint32_t pollers();
 }  // namespace builtin
 
 // ---- values: the environment's if set (checked), else the built-in ----

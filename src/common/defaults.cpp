@@ -72,7 +72,10 @@ double env_share(const char* name, double fallback) {
   return d;
 }
 
-uint32_t pollers() { return uint32_t(env_number("DEEPWELL_POLLERS", builtin::pollers, 1, 256)); }
+namespace builtin {
+uint32_t pollers() { return std::clamp(std::thread::hardware_concurrency() / 2, 2u, 8u); }
+}  // namespace builtin
+uint32_t pollers() { return uint32_t(env_number("DEEPWELL_POLLERS", builtin::pollers(), 1, 256)); }
 uint32_t io_depth() { return uint32_t(env_number("DEEPWELL_IO_DEPTH", builtin::io_depth, 1, 65536)); }
 std::string io_backend() {
   const std::string s = env_choice("DEEPWELL_IO", builtin::io_backend, {"uring", "io_uring", "threads", "auto"});
@@ -117,7 +120,7 @@ std::vector<knob> knobs() {
     return s;
   };
   return {
-      {"DEEPWELL_POLLERS", n(builtin::pollers), n(pollers()), "controller poller threads"},
+      {"DEEPWELL_POLLERS", n(builtin::pollers()), n(pollers()), "controller poller threads (half the cores, 2 to 8)"},
       {"DEEPWELL_IO_DEPTH", n(builtin::io_depth), n(io_depth()), "I/O in flight per poller"},
       {"DEEPWELL_IO", builtin::io_backend, io_backend(), "I/O backend: uring, threads or auto"},
       {"DEEPWELL_POLLER_SPIN_US", n(builtin::poller_spin_us), n(poller_spin_us()),

@@ -115,13 +115,8 @@ void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns
   // A probe's samples: commands admitted after it began (those admitted
   // before waited behind the backlog it is draining).
   if (probing_.load(std::memory_order_relaxed) && now_ns - device_ns >= probed_at_.load(std::memory_order_relaxed)) {
-    uint64_t p = n.probe_min.load(std::memory_order_relaxed);
-    while (device_ns < p && !n.probe_min.compare_exchange_weak(p, device_ns, std::memory_order_relaxed)) {
-    }
-  }
-  // Any faster command lowers the floor at once (the storage can be that fast).
-  uint64_t f = n.floor.load(std::memory_order_relaxed);
-  while (f != 0 && device_ns < f && !n.floor.compare_exchange_weak(f, device_ns, std::memory_order_relaxed)) {
+    const uint64_t k = n.probe_count.fetch_add(1, std::memory_order_relaxed);
+    if (k < latency_target::max_probe_samples) n.probe[k].store(device_ns, std::memory_order_relaxed);
   }
   n.sum.fetch_add(device_ns, std::memory_order_relaxed);
   n.count.fetch_add(1, std::memory_order_relaxed);
@@ -161,17 +156,28 @@ void share_arbiter::end_window(uint64_t now_ns) {
   const uint64_t eff = effective_.load(std::memory_order_relaxed);
   const uint64_t step = std::max<uint64_t>(budget_ / 32, 4096);
   if (probing_.load(std::memory_order_relaxed)) {
-    // The probe runs with one command per client until a command admitted
-    // after it began completes: the fastest such, per namespace, is the
-    // storage's own latency. Then it resumes where it was (or gives up
-    // after a second). A namespace with no sample keeps its floor.
-    bool sampled = false;
-    for (uint32_t i = 1; i <= top; ++i) sampled |= ns_[i].probe_min.load(std::memory_order_relaxed) != UINT64_MAX;
-    const bool timed_out = now_ns - probed_at_.load(std::memory_order_relaxed) > 1'000'000'000;
-    if (!sampled && !timed_out) return;
-    for (uint32_t i = 1; i <= top; ++i)
-      if (const uint64_t p = ns_[i].probe_min.load(std::memory_order_relaxed); p != UINT64_MAX)
-        ns_[i].floor.store(p, std::memory_order_relaxed);
+    // The probe runs with one command per client until every namespace
+    // that has commands done in it has probe_samples of them (or probe_ns
+    // passed and one has some): their median is the storage's own latency.
+    // Then it resumes where it was (or gives up after a second). A
+    // namespace with no sample keeps its floor.
+    bool sampled = false, enough = true;
+    for (uint32_t i = 1; i <= top; ++i) {
+      const uint64_t c = ns_[i].probe_count.load(std::memory_order_relaxed);
+      sampled |= c != 0;
+      if (c != 0 && c < target_.probe_samples) enough = false;
+    }
+    const uint64_t probing_for = now_ns - probed_at_.load(std::memory_order_relaxed);
+    if (!(sampled && (enough || probing_for >= target_.probe_ns)) && probing_for <= 1'000'000'000) return;
+    for (uint32_t i = 1; i <= top; ++i) {
+      const uint64_t c = std::min<uint64_t>(ns_[i].probe_count.load(std::memory_order_relaxed),
+                                            latency_target::max_probe_samples);
+      if (c == 0) continue;
+      uint64_t v[latency_target::max_probe_samples];
+      for (uint64_t k = 0; k < c; ++k) v[k] = ns_[i].probe[k].load(std::memory_order_relaxed);
+      std::nth_element(v, v + c / 2, v + c);
+      if (v[c / 2] != 0) ns_[i].floor.store(v[c / 2], std::memory_order_relaxed);  // 0: a sample not yet stored
+    }
     probing_.store(false, std::memory_order_relaxed);
     effective_.store(std::max<uint64_t>(resume_budget_.load(std::memory_order_relaxed), 1), std::memory_order_relaxed);
     return;
@@ -188,7 +194,10 @@ void share_arbiter::end_window(uint64_t now_ns) {
   if ((unfloored && since_probe >= 100'000'000) || since_probe >= target_.probe_every_ns) {
     probed_at_.store(now_ns, std::memory_order_relaxed);
     resume_budget_.store(eff, std::memory_order_relaxed);
-    for (uint32_t i = 1; i <= top; ++i) ns_[i].probe_min.store(UINT64_MAX, std::memory_order_relaxed);
+    for (uint32_t i = 1; i <= top; ++i) {
+      for (auto& x : ns_[i].probe) x.store(0, std::memory_order_relaxed);
+      ns_[i].probe_count.store(0, std::memory_order_relaxed);
+    }
     probing_.store(true, std::memory_order_relaxed);
     effective_.store(1, std::memory_order_relaxed);  // every client keeps its one command
     return;

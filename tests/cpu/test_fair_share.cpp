@@ -369,6 +369,31 @@ TEST(FairShare, TheLatencyTargetKeepsAFloorPerNamespace) {
   EXPECT_EQ(ctl.latency_floor_ns(), f_fast) << "nsid 0: the lowest floor";
 }
 
+// The arbiter alone, on a clock of its own: reads of 1 ms with every fifth
+// answered in 20 us (a virtual disk's host cache). The floor is the probe's
+// median, 1 ms, so the budget stays whole while reads take 1 ms; with the
+// fastest read as the floor, 2x 20 us could never be met and the budget
+// would fall to a command per client.
+TEST(FairShare, TheFloorIsTheProbesMedianNotAFastOutlier) {
+  detail::latency_target lt;
+  lt.factor = 2;
+  const uint64_t budget = 64 * 4096;
+  detail::share_arbiter arb(budget, lt, 4);
+  auto a = arb.account(1), b = arb.account(2);
+  arb.begin(*a);  // two clients with commands waiting or in flight
+  arb.begin(*b);
+  uint64_t t = 1'000'000'000;
+  for (int k = 0; k < 4000; ++k) {
+    t += 100'000;
+    arb.completed(1, k % 5 == 4 ? 20'000 : 1'000'000, t);
+  }
+  EXPECT_GE(arb.latency_floor_ns(1), 990'000u) << "the median of the probe, not its fastest read";
+  EXPECT_LE(arb.latency_floor_ns(1), 1'000'000u);
+  EXPECT_EQ(arb.budget(), budget) << "reads at their floor: the target holds nothing back";
+  arb.finish(*a, 0, false);
+  arb.finish(*b, 0, false);
+}
+
 TEST(FairShare, TheLatencyTargetMustBeAFactorOfAtLeastOne) {
   controller_config cc;
   cc.io_budget_bytes = 1 << 20;

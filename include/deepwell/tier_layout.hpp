@@ -6,18 +6,18 @@
 //
 // Layout (offsets in the header, each 4 KiB-aligned):
 //   header | index: uint32_t[pages] | seq: uint64_t[frames] |
-//   page_of: uint64_t[frames] | data: frames * page_bytes
+//   data: frames * page_bytes
 // index[p] is 1 + the frame holding page p, or 0. Each frame has a
 // sequence lock whose word also names the frame's page: (page + 1) << 24
 // | a 24-bit count (0 above it: no page), the count odd while the frame
 // changes. The server (the only writer, under its mutex) makes the count
-// odd, changes the frame's bytes (and page_of[f], its own record), then
+// odd, changes the frame's bytes, then
 // stores the new page with the count moved on by two; dropping a page (a
 // write to it, an eviction) moves it on as well. A reader loads seq[f]
 // once: even, and naming its page, it copies the frame and keeps the copy
 // only if seq[f] has not moved: whatever it kept is a page the server held,
 // whole, at one instant (the word would come back only after 2^23 changes
-// of that frame during one copy). One word, not the count and page_of[f]:
+// of that frame during one copy). One word, not a count and a page number:
 // each is a round trip over PCIe from a GPU. index is only a hint (seq
 // decides), so a reader never needs the server's lock.
 #pragma once
@@ -46,20 +46,19 @@ struct tier_header {
   uint32_t page_bytes;
   uint64_t pages;   // the dataset's pages (index entries); the last one, if partial, is never held
   uint64_t frames;  // pages the arena holds
-  uint64_t index_offset, seq_offset, page_of_offset, data_offset;
+  uint64_t index_offset, seq_offset, data_offset;
   uint64_t bytes;   // the whole arena
 };
 
 // Where everything of an arena of `frames` frames over `pages` pages lies.
 struct tier_geometry {
-  uint64_t index_offset, seq_offset, page_of_offset, data_offset, bytes;
+  uint64_t index_offset, seq_offset, data_offset, bytes;
   static constexpr uint64_t align(uint64_t v) { return (v + 4095) / 4096 * 4096; }
   static constexpr tier_geometry of(uint64_t pages, uint64_t frames, uint32_t page_bytes) {
     tier_geometry g{};
     g.index_offset = align(sizeof(tier_header));
     g.seq_offset = align(g.index_offset + pages * 4);
-    g.page_of_offset = align(g.seq_offset + frames * 8);
-    g.data_offset = align(g.page_of_offset + frames * 8);
+    g.data_offset = align(g.seq_offset + frames * 8);
     g.bytes = g.data_offset + frames * page_bytes;
     return g;
   }

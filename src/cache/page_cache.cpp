@@ -158,7 +158,7 @@ tier_ref page_cache::tier_source(uint32_t nsid, const dataset_desc& d) {
     return {};
   const tier_geometry g = tier_geometry::of(h->pages, h->frames, h->page_bytes);
   if (g.bytes != h->bytes || g.index_offset != h->index_offset || g.seq_offset != h->seq_offset ||
-      g.page_of_offset != h->page_of_offset || g.data_offset != h->data_offset)
+      g.data_offset != h->data_offset)
     return {};
   const uint8_t* base = direct_pointer(m->base, m->base_bytes, true);
   if (!base) return {};

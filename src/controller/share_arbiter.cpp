@@ -190,8 +190,8 @@ void share_arbiter::end_window(uint64_t now_ns) {
   }
   const uint64_t since_probe = now_ns - probed_at_.load(std::memory_order_relaxed);
   // A namespace without a floor asks for a probe, but not more often than
-  // every 100 ms (its commands may not finish within a probe).
-  if ((unfloored && since_probe >= 100'000'000) || since_probe >= target_.probe_every_ns) {
+  // every probe_ns (its commands may not finish within a probe).
+  if ((unfloored && since_probe >= target_.probe_ns) || since_probe >= target_.probe_every_ns) {
     probed_at_.store(now_ns, std::memory_order_relaxed);
     resume_budget_.store(eff, std::memory_order_relaxed);
     for (uint32_t i = 1; i <= top; ++i) {

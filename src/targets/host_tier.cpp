@@ -37,14 +37,12 @@ class tier_arena {
     h->frames = frames_;
     h->index_offset = g.index_offset;
     h->seq_offset = g.seq_offset;
-    h->page_of_offset = g.page_of_offset;
     h->data_offset = g.data_offset;
     h->bytes = g.bytes;
     index_ = reinterpret_cast<uint32_t*>(base + g.index_offset);
     seq_ = reinterpret_cast<uint64_t*>(base + g.seq_offset);
-    page_of_ = reinterpret_cast<uint64_t*>(base + g.page_of_offset);
     data_ = base + g.data_offset;
-    for (uint64_t f = 0; f < frames_; ++f) page_of_[f] = tier_no_page;  // seq_[f] 0: no page
+    page_of_.assign(frames_, tier_no_page);  // seq_[f] 0: no page
     used_.assign(frames_, 0);
   }
 
@@ -129,7 +127,7 @@ class tier_arena {
   shared_region region_;
   uint32_t* index_ = nullptr;
   uint64_t* seq_ = nullptr;
-  uint64_t* page_of_ = nullptr;
+  std::vector<uint64_t> page_of_;  // each frame's page (the server's record; readers use seq_)
   uint8_t* data_ = nullptr;
   mutable std::mutex mutex_;
   std::vector<uint8_t> used_;  // CLOCK's use bits

@@ -93,9 +93,9 @@ struct server_config {
   uint32_t pollers = 2;
   uint64_t io_budget_bytes = 4ull << 20;
   // controller_config::latency_target: 0 off, else a factor. On by default:
-  // it acts only while two clients or more are busy, and a flooding client
-  // keeps most of its throughput (0.97 on the H100 machine's disk) while a
-  // light client's p99 falls 217x -> 6x beside it (bench/results).
+  // it acts only while two clients or more are busy. On the H100 machine's
+  // disk a light client's p99 beside a flood fell from 14-217x alone to
+  // 5-18x, the flood keeping 0.47-0.77 of its throughput (docs/server.md).
   double latency_target = 2;
   uint32_t max_queue_pairs = 128;
   uint64_t max_staging_bytes = 2ull << 30;

@@ -321,9 +321,11 @@ TEST(FairShare, TheLatencyTargetKeepsALightClientsMissesNearTheDevicesOwnLatency
   EXPECT_EQ(fixed.budget_now, 64u * 4096) << "no target: the budget is fixed";
   EXPECT_EQ(fixed.floor_ns, 0u);
   EXPECT_LT(held.budget_now, 16u * 4096) << "the target held the budget back";
-  // The floor is the device's own 1 ms (and a timer's slack), not its latency behind a backlog.
+  // The floor is the device's own latency with a command per client (1-2
+  // ms, and a loaded machine's timer slack: 4 ms seen in CI), not its
+  // latency behind the fixed budget's backlog (64 ms).
   EXPECT_GE(held.floor_ns, 990'000u);
-  EXPECT_LE(held.floor_ns, 3'000'000u);
+  EXPECT_LE(held.floor_ns, 8'000'000u);
 }
 
 // One server, two storages: a dataset that answers in 100 us (the page

@@ -187,6 +187,15 @@ class array_ref {
     if (read_only) return request_status::client(client_code::read_only);
     return range(w, const_cast<T*>(src), begin, count, true);
   }
+  // write_range for output nobody reads first: a page that is not cached
+  // is not read before the write, it starts as zeros (the bytes the range
+  // leaves out of it are zeros in the dataset, or the dataset's target
+  // merges them: the file API's write-once files).
+  template <class Warp>
+  DW_HD request_status write_range_unread(const Warp& w, const T* src, uint64_t begin, uint64_t count) const {
+    if (read_only) return request_status::client(client_code::read_only);
+    return range(w, const_cast<T*>(src), begin, count, true, true);
+  }
   DW_HD request_status read_range(T* dst, uint64_t begin, uint64_t count) const {
     return read_range(this_thread_warp{}, dst, begin, count);
   }
@@ -235,7 +244,8 @@ class array_ref {
 
  private:
   template <class Warp>
-  DW_HD request_status range(const Warp& w, T* mem, uint64_t begin, uint64_t count, bool to_cache) const {
+  DW_HD request_status range(const Warp& w, T* mem, uint64_t begin, uint64_t count, bool to_cache,
+                             bool unread = false) const {
     if (begin > n || count > n - begin) {
       cache.set_error(request_status::client(client_code::out_of_range));
       return request_status::client(client_code::out_of_range);
@@ -252,7 +262,9 @@ class array_ref {
       // A write that starts at or before this page's start covers its
       // bytes up to b1: a page written whole is not read first.
       const uint64_t start = mine << cache.page_shift(), end = start + cache.page_size();
-      const uint32_t cover = to_cache && mine <= p1 && b0 <= start ? uint32_t((b1 < end ? b1 : end) - start) : 0;
+      const uint32_t cover = to_cache && mine <= p1 && (unread || b0 <= start)
+                                 ? (unread ? cache.page_size() : uint32_t((b1 < end ? b1 : end) - start))
+                                 : 0;
       const warp_pin p = cache.acquire(w, mine <= p1, make_key(dataset, mine), 0, cover);
       const unsigned have = w.ballot(mask, mine <= p1 && p.status.ok());
       const unsigned bad = w.ballot(mask, mine <= p1 && !p.status.ok());

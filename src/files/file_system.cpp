@@ -186,15 +186,19 @@ struct file_system::impl {
 
   int do_open(gfs_slot& q) {
     const uint32_t flags = q.flags;
-    if (flags & ~(g_accmode | g_creat | g_trunc)) return EINVAL;
+    if (flags & ~(g_accmode | g_creat | g_trunc | g_gwronce)) return EINVAL;
     const uint32_t acc = flags & g_accmode;
     if (acc == g_accmode) return EINVAL;
     const bool want_write = acc != g_rdonly;
     if ((flags & g_trunc) && !want_write) return EINVAL;
+    // A write-once file is new output: write-only, created, emptied.
+    const bool write_once = flags & g_gwronce;
+    if (write_once && acc != g_wronly) return EINVAL;
     if (want_write && opts.read_only) return EROFS;
     const std::string path = text_of(q);
     // O_NONBLOCK: a FIFO must not block the service; it is refused below.
-    const int oflags = (want_write ? O_RDWR : O_RDONLY) | ((flags & g_creat) ? O_CREAT : 0) | O_NONBLOCK | O_NOCTTY;
+    const int oflags =
+        (want_write ? O_RDWR : O_RDONLY) | ((flags & g_creat) || write_once ? O_CREAT : 0) | O_NONBLOCK | O_NOCTTY;
     bool direct = !want_write && opts.direct_io;
     int fd = open_beneath(root_fd, path, oflags | (direct ? O_DIRECT : 0), 0644);
     if (fd == -EINVAL && direct) {  // a file system without O_DIRECT (tmpfs, some overlays): buffered
@@ -217,7 +221,10 @@ struct file_system::impl {
     auto it = by_inode.find(key);
     if (it != by_inode.end()) {
       open_file& o = *table[it->second];
-      if (flags & g_trunc) {  // its pages are cached for other users: truncate through gftruncate
+      // g_trunc: its pages are cached for other users (truncate through
+      // gftruncate). A write-once file is its writer's alone: its cached
+      // pages hold zeros where the file has bytes written back.
+      if ((flags & g_trunc) || write_once || o.file->write_once) {
         ::close(fd);
         return EBUSY;
       }
@@ -246,7 +253,7 @@ struct file_system::impl {
       ::close(fd);
       return EMFILE;
     }
-    if ((flags & g_trunc) && sb.st_size != 0) {
+    if ((flags & g_trunc || write_once) && sb.st_size != 0) {
       if (::ftruncate(fd, 0) != 0 || ::fstat(fd, &sb) != 0) {
         const int e = errno;
         ::close(fd);
@@ -260,7 +267,7 @@ struct file_system::impl {
     bool reused = false;
     auto r = retained.find(key);
     if (r != retained.end()) {
-      if (r->second.mtime_ns == ns_of(sb.st_mtim) && r->second.ctime_ns == ns_of(sb.st_ctim) &&
+      if (!write_once && r->second.mtime_ns == ns_of(sb.st_mtim) && r->second.ctime_ns == ns_of(sb.st_ctim) &&
           r->second.size == uint64_t(sb.st_size)) {
         window = r->second.window;
         reused = true;
@@ -281,6 +288,7 @@ struct file_system::impl {
     f->path = path;
     f->writable = want_write;
     f->direct = direct;
+    f->write_once = write_once;
     target->attach(window, f);
     table[h] = open_file{sb.st_dev, sb.st_ino, window, 1, f};
     by_inode[key] = h;
@@ -326,7 +334,10 @@ struct file_system::impl {
       const uint32_t zero = 0;
       mem->write_private(&files[h].window, &zero, sizeof zero);
       struct stat sb {};
-      if (::fstat(o->file->fd, &sb) == 0)
+      // A write-once file's cached pages may lack bytes that are in the
+      // file (zeros where a page written back was evicted and written
+      // again): its window is never reused.
+      if (!o->file->write_once && ::fstat(o->file->fd, &sb) == 0)
         retained[{o->dev, o->ino}] = {o->window, ns_of(sb.st_mtim), ns_of(sb.st_ctim), uint64_t(sb.st_size)};
       target->detach(o->window);
       by_inode.erase({o->dev, o->ino});

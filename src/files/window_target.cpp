@@ -93,6 +93,34 @@ void on_fsync(void* ctx, int64_t result) {
   d(v);
 }
 
+// A write-once file's page comes from a cache that never read it: zeros
+// wherever this writer did not write. Bytes already in the file (written
+// back before the page was evicted and written again) are kept by OR-ing
+// them in: writers write each byte once, so the bytes never overlap. On
+// the poller's thread, under the file's merge lock: a merge's read and
+// write must not interleave with another merge of the same page.
+int64_t merge_write_once(window_file& f, const uint8_t* buf, uint32_t len, uint64_t offset, bool fua) {
+  std::lock_guard<std::mutex> lock(f.merge_mutex);
+  std::vector<uint8_t> page(buf, buf + len);
+  for (uint32_t got = 0; got < len;) {
+    const ssize_t n = ::pread(f.fd, page.data() + got, len - got, off_t(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    if (n == 0) break;  // past the end of the file: nothing to keep
+    for (ssize_t i = 0; i < n; ++i) page[got + i] = uint8_t(page[got + i] | buf[got + i]);
+    got += uint32_t(n);
+  }
+  for (uint32_t put = 0; put < len;) {
+    const ssize_t n = ::pwrite(f.fd, page.data() + put, len - put, off_t(offset + put));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? -errno : -EIO;
+    put += uint32_t(n);
+  }
+  if (fua && ::fdatasync(f.fd) != 0) return -errno;
+  f.written.store(true);
+  return len;
+}
+
 }  // namespace
 
 void window_target::attach(uint32_t window, std::shared_ptr<window_file> f) {
@@ -124,6 +152,7 @@ void window_target::write(io_engine& io, const void* buf, uint32_t len, uint64_t
   std::shared_ptr<window_file> f = find(offset);
   if (!f) return done(-EBADF);
   if (!f->writable) return done(-EBADF);
+  if (f->write_once) return done(merge_write_once(*f, static_cast<const uint8_t*>(buf), len, offset & window_mask, fua));
   auto* r = new window_request{std::move(f), &io, static_cast<char*>(const_cast<void*>(buf)), offset & window_mask,
                                len, 0, true, fua ? RWF_DSYNC : 0, done};
   issue(r);

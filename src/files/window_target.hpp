@@ -4,7 +4,8 @@
 // I/O to a detached window fails with EBADF. Reads past a file's end give
 // zeros (a file shorter than the GPU thinks, shrunk behind its back, reads
 // as zeros, never as another file's bytes); a Flush fsyncs every file
-// written since the last one.
+// written since the last one. A write-once file's writes are merged into
+// what the file holds (files/gfs_layout.hpp, g_gwronce).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -22,6 +23,10 @@ struct window_file {
   std::string path;                  // relative to the root, for messages
   bool writable = false;
   bool direct = false;               // O_DIRECT: a short read is the end of the file
+  // g_gwronce: writes are merged into the file's bytes (a byte-wise OR),
+  // one at a time, under merge_mutex.
+  bool write_once = false;
+  std::mutex merge_mutex;
   std::atomic<bool> written{false};  // writes since the last flush
   ~window_file();
 };

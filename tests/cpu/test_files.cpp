@@ -161,6 +161,57 @@ TEST(Files, WritesReachTheFileWithItsExactSizeOnClose) {
   EXPECT_EQ(t.get("out/new.bin"), want);  // size exact, not rounded to a page
 }
 
+// GPUfs's O_GWRONCE: an output file whose pages are never read. Four
+// threads write interleaved 100-byte pieces (every page gets pieces of
+// all four) through an 8-page cache, so pages are written back, evicted
+// and written again: the host merges each write-back into the file.
+TEST(Files, WriteOnceFilesAreNeverReadAndKeepEveryPiece) {
+  tree t;
+  t.put("out.bin", pattern(300000, 9));  // emptied at open
+  rig r(t, 8);
+  const gfs_ref& g = r.ref();
+  const uint64_t size = 200003, piece = 100;
+  std::vector<uint8_t> want = pattern(size, 77);
+  for (size_t i = 0; i < want.size(); i += 7) want[i] = 0;  // zeros written are bytes written too
+  const uint64_t read_before = r.cache->stats().bytes_read;
+  const gfile f = g.gopen("out.bin", g_wronly | g_gwronce);
+  ASSERT_TRUE(f.ok()) << f.err;
+  EXPECT_EQ(g.gopen("out.bin", g_rdonly).err, EBUSY) << "a write-once file is its writer's alone";
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (uint64_t k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (uint64_t off = k * piece; off < size; off += 4 * piece) {
+        const uint64_t n = std::min(piece, size - off);
+        if (g.gwrite(f, off, want.data() + off, n) != int64_t(n)) ++failed;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(r.cache->stats().bytes_read, read_before) << "no page of a write-once file is read";
+  EXPECT_GT(r.cache->stats().writebacks, 8u) << "pages were written back before the close (evictions)";
+  std::vector<uint8_t> buf(10);
+  EXPECT_EQ(g.gread(f, 0, buf.data(), 10), -EBADF) << "write-only";
+  EXPECT_EQ(g.gmmap(one_lane{}, f, 0).err, EACCES);
+  ASSERT_EQ(g.gclose(f), 0);
+  EXPECT_EQ(t.get("out.bin"), want);
+  // Reopened, it reads as the file: its window (cached pages with zeros
+  // where the file has bytes) is not reused.
+  const gfile again = g.gopen("out.bin", g_rdonly);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(read_all(g, again, 7000), want);
+  EXPECT_EQ(g.gclose(again), 0);
+  EXPECT_EQ(r.files->stats().windows_reused, 0u);
+  // Write-once comes with write-only, and needs the file to itself.
+  EXPECT_EQ(g.gopen("x", g_rdwr | g_gwronce).err, EINVAL);
+  EXPECT_EQ(g.gopen("x", g_rdonly | g_gwronce).err, EINVAL);
+  const gfile reader = g.gopen("out.bin", g_rdonly);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ(g.gopen("out.bin", g_wronly | g_gwronce).err, EBUSY);
+  EXPECT_EQ(g.gclose(reader), 0);
+  EXPECT_EQ(r.files->stats().open_files, 0u);
+}
+
 TEST(Files, ThreadsReadAndWriteManyFilesUnderEviction) {
   tree t;
   constexpr int nfiles = 24;

@@ -26,6 +26,14 @@ constexpr uint32_t g_rdwr = 02;
 constexpr uint32_t g_creat = 0100;
 constexpr uint32_t g_trunc = 01000;
 constexpr uint32_t g_accmode = 03;
+// GPUfs's O_GWRONCE: a new output file, each byte written at most once (by
+// any warp, in disjoint ranges), never read. Comes with g_wronly; the file
+// is created or emptied at open, and nobody else may have it open (EBUSY).
+// A page not in the cache is never read first: it starts as zeros, and the
+// host merges its written-back bytes into the file (a byte-wise OR, so a
+// page written back, evicted and written again keeps both parts). Not a
+// Linux O_* bit.
+constexpr uint32_t g_gwronce = 1u << 30;
 
 // A file opened by gopen: the same in every lane of the warp that opened
 // it; pass it by value. err is 0 or an errno (ENOENT, EACCES, EISDIR,
@@ -39,6 +47,8 @@ struct gfile {
   int64_t mtime_ns = 0;   // st_mtim at open
   DW_HD bool ok() const { return err == 0; }
   DW_HD bool writable() const { return (flags & g_accmode) != g_rdonly; }
+  DW_HD bool readable() const { return (flags & g_accmode) != g_wronly; }
+  DW_HD bool write_once() const { return (flags & g_gwronce) != 0; }
 };
 
 struct gstat {

@@ -140,6 +140,7 @@ class gfs_ref {
     const int bad = check(w, mask, f, size);
     if (bad) return bad;
     if (one_lanes_memory(mask, dst)) return -14;  // EFAULT
+    if (!f.readable()) return -9;                 // EBADF: opened write-only
     if (offset >= size || n == 0) return 0;
     const uint64_t m = n < size - offset ? n : size - offset;
     const request_status s = bytes.read_range(w, static_cast<uint8_t*>(dst), base(f.window) + offset, m);
@@ -159,8 +160,10 @@ class gfs_ref {
     if (!f.writable()) return -9;  // EBADF
     if (offset > max_file_bytes() || n > max_file_bytes() - offset) return -27;  // EFBIG
     if (n == 0) return 0;
+    // A write-once file's pages are never read first (g_gwronce).
     const request_status s =
-        bytes.write_range(w, static_cast<const uint8_t*>(src), base(f.window) + offset, n);
+        f.write_once() ? bytes.write_range_unread(w, static_cast<const uint8_t*>(src), base(f.window) + offset, n)
+                       : bytes.write_range(w, static_cast<const uint8_t*>(src), base(f.window) + offset, n);
     if (!s.ok()) return -errno_of(s);
     if (w.lane() == lowest_lane(mask)) {
       gfs_open_entry& e = files[f.fd];
@@ -243,8 +246,8 @@ class gfs_ref {
     gmapping m;
     uint64_t size = 0;
     const int bad = check(w, mask, f, size);
-    if (bad || offset >= size) {
-      m.err = bad ? -bad : 22;  // EINVAL past the end
+    if (bad || offset >= size || !f.readable()) {
+      m.err = bad ? -bad : !f.readable() ? 13 : 22;  // EACCES: opened write-only; EINVAL past the end
       return m;
     }
     const uint64_t page = bytes.cache.page_size();

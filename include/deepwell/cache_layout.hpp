@@ -63,6 +63,13 @@ struct dataset_desc {
   // Where there is no `direct`: the dataset's arena of a server's host-memory
   // tier, whose resident pages fills copy with no controller round trip.
   tier_ref tier;
+  // Where set (the file API's windows): a counter per 2^write_count_shift
+  // pages, in client memory, raised as each write-back of those pages is
+  // submitted. The host compares it with the writes its target completed,
+  // to learn when a closed file's write-backs have all landed
+  // (gfs_ref::gclose_async).
+  uint32_t* write_counts = nullptr;
+  uint32_t write_count_shift = 0;
 };
 
 // Group commit of one dataset's flushes (page_cache_ref::persist): flushes

@@ -68,6 +68,11 @@ class page_cache {
   // size or the cache has no room for another dataset.
   uint32_t add_dataset(uint32_t nsid);
   const dataset_desc& dataset(uint32_t id) const;
+  // Counts the write-backs of dataset `id` submitted to each group of
+  // 2^shift pages into counts[page >> shift] (client memory, zeroed,
+  // enough words for the dataset's pages): dataset_desc::write_counts.
+  // Before any access uses the dataset.
+  void count_write_backs(uint32_t id, uint32_t* counts, uint32_t shift);
 
   const cache_config& config() const { return cfg_; }
   controller_link& link() const { return *link_; }

@@ -167,6 +167,15 @@ class page_cache_ref {
   // Every dirty page of the cache, then every writable dataset flushed.
   template <class Warp>
   DW_HD request_status persist_all(const Warp& w) const;
+  // Starts the write-back of the dirty pages [first_page, last_page] of
+  // dataset ds and returns once every write is submitted, not waiting for
+  // them (they complete as orphans). A page written since its write-back
+  // in flight began waits for that one first (one write-back of a page at
+  // a time). Every lane of `w` calls it with the same arguments. Nothing is
+  // flushed: the caller learns when the writes landed some other way (the
+  // file API: dataset_desc::write_counts).
+  template <class Warp>
+  DW_HD request_status start_write_back(const Warp& w, uint32_t ds, uint64_t first_page, uint64_t last_page) const;
 
   // ---- the host owner's operations (page_cache runs them in its kernels
   // or CPU loops; no access may run meanwhile) ----
@@ -278,7 +287,7 @@ class page_cache_ref {
   DW_HD void submit_writeback(uint32_t s, uint32_t qi, uint16_t cid, bool evict_claim) const;
   DW_HD bool finish_writeback(uint32_t s, uint64_t dl, request_status* out) const;
   template <class Warp>
-  DW_HD request_status write_back_warp(const Warp& w, unsigned mask, uint32_t s, bool pending) const;
+  DW_HD request_status write_back_warp(const Warp& w, unsigned mask, uint32_t s, bool pending, bool wait = true) const;
 
   // ---- persist (detail/cache/persist.hpp) ----
   DW_HD uint32_t pin_cached(uint64_t key, uint64_t dl, request_status& r) const;
@@ -287,7 +296,7 @@ class page_cache_ref {
   DW_HD request_status group_flush(uint32_t ds, uint32_t qhint, uint64_t dl) const;
   template <class Warp>
   DW_HD request_status write_back_range(const Warp& w, unsigned mask, uint32_t ds, uint64_t first_page,
-                                        uint64_t last_page) const;
+                                        uint64_t last_page, bool wait = true) const;
   template <class Warp>
   DW_HD request_status end_persist(const Warp& w, unsigned mask, request_status r, uint32_t ds) const;
 

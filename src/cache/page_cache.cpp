@@ -178,6 +178,14 @@ const dataset_desc& page_cache::dataset(uint32_t id) const {
   return datasets_[id];
 }
 
+void page_cache::count_write_backs(uint32_t id, uint32_t* counts, uint32_t shift) {
+  if (id >= datasets_.size()) throw error("page cache: no dataset " + std::to_string(id));
+  if (!counts || shift >= 64) throw error("page cache: write-back counts need memory and a shift below 64");
+  datasets_[id].write_counts = counts;
+  datasets_[id].write_count_shift = shift;
+  write_dataset(id, datasets_[id]);
+}
+
 void page_cache::check_capacity(uint64_t resident_warps) const {
   const uint64_t need = resident_warps * pages_per_warp;
   if (geo_.slots < need)

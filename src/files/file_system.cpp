@@ -12,6 +12,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -115,6 +117,22 @@ struct file_system::impl {
   file_system_stats st;
   std::atomic<bool> stopping{false};
   std::vector<std::thread> services;
+
+  // Closes taken from gclose_async: each waits until its window's target
+  // has completed as many writes as the client had submitted (the
+  // write_counts word it sent), then the closer thread fsyncs the file,
+  // sets its size and drops the user's reference.
+  struct pending_close {
+    uint32_t h, window, started;
+    uint64_t size, deadline_ns;
+  };
+  uint32_t* write_counts = nullptr;  // client memory, a word per window
+  std::mutex pending_mutex;          // pending, closer_stop, background_error; after `state` when both
+  std::condition_variable pending_cv;
+  std::vector<pending_close> pending;
+  bool closer_stop = false;
+  std::string background_error;      // the first failed background close since the last sync()
+  std::thread closer;
   // The tables above (files, inodes, windows, directories): one service
   // thread at a time changes them. An open's system calls come before it.
   std::mutex state;
@@ -125,6 +143,12 @@ struct file_system::impl {
   ~impl() {
     stopping.store(true);
     for (std::thread& t : services) t.join();
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex);
+      closer_stop = true;  // it finishes what is pending first (each close has a deadline)
+    }
+    pending_cv.notify_all();
+    if (closer.joinable()) closer.join();
     for (DIR* d : dirs)
       if (d) ::closedir(d);
     for (auto& e : table)
@@ -326,10 +350,31 @@ struct file_system::impl {
   int do_close(gfs_slot& q) {
     open_file* o = lookup(q.a0);
     if (!o) return EBADF;
+    if ((q.flags & 3) == 3 && o->file->writable) {  // written, from gclose_async: finished by the closer
+      const uint64_t timeout = opts.timeout_ns ? opts.timeout_ns : cache->config().timeout_ns;
+      {
+        std::lock_guard<std::mutex> lock(pending_mutex);
+        pending.push_back({uint32_t(q.a0), o->window, uint32_t(q.a2), q.a1, now_ns() + timeout});
+      }
+      pending_cv.notify_all();
+      std::lock_guard<std::mutex> lock(stats_mutex);
+      ++st.closes;
+      ++st.closes_pending;
+      return 0;
+    }
     int err = 0;
     if ((q.flags & 1) && o->file->writable) err = set_size(*o->file, q.a1);
+    drop_user(uint32_t(q.a0), *o, &q.r0);
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    ++st.closes;
+    return err;
+  }
+
+  // One user of table entry h closed it; the last one's close frees the
+  // entry (under `state`). *freed: 1 if it did.
+  void drop_user(uint32_t h, open_file& fo, uint64_t* freed) {
+    open_file* o = &fo;
     if (--o->refs == 0) {
-      const uint32_t h = uint32_t(q.a0);
       // Stale gfiles of this file stop matching before the entry is reused.
       const uint32_t zero = 0;
       mem->write_private(&files[h].window, &zero, sizeof zero);
@@ -343,13 +388,87 @@ struct file_system::impl {
       by_inode.erase({o->dev, o->ino});
       table[h].reset();
       free_fds.push_back(h);
-      q.r0 = 1;
+      if (freed) *freed = 1;
       std::lock_guard<std::mutex> lock(stats_mutex);
       --st.open_files;
     }
-    std::lock_guard<std::mutex> lock(stats_mutex);
-    ++st.closes;
-    return err;
+  }
+
+  // The closer thread: finishes gclose_async's closes as their writes land.
+  void close_in_background() {
+    std::unique_lock<std::mutex> lock(pending_mutex);
+    for (uint32_t idle = 0;;) {
+      if (pending.empty()) {
+        if (closer_stop) return;
+        pending_cv.wait_for(lock, std::chrono::milliseconds(50));
+        continue;
+      }
+      std::vector<pending_close> ready;
+      const uint64_t now = now_ns();
+      for (size_t i = 0; i < pending.size();) {
+        const pending_close& p = pending[i];
+        if (int32_t(target->writes_done(p.window) - p.started) >= 0 || now >= p.deadline_ns) {
+          ready.push_back(p);
+          pending[i] = pending.back();
+          pending.pop_back();
+        } else {
+          ++i;
+        }
+      }
+      if (ready.empty()) {
+        // Writes in flight: a page's write takes tens of microseconds or more.
+        lock.unlock();
+        if (++idle < 64)
+          spin_pause();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        lock.lock();
+        continue;
+      }
+      idle = 0;
+      lock.unlock();
+      for (const pending_close& p : ready) finish_close(p);
+      lock.lock();
+      pending_cv.notify_all();  // sync() waits for pending to empty
+    }
+  }
+
+  void finish_close(const pending_close& p) {
+    std::shared_ptr<detail::window_file> file;
+    {
+      std::lock_guard<std::mutex> tables(state);
+      file = table[p.h]->file;  // the close's reference keeps the entry
+    }
+    int err = 0;
+    std::string what;
+    if (int32_t(target->writes_done(p.window) - p.started) < 0) {
+      err = ETIMEDOUT;
+      what = "its pages' write-backs did not all complete before the deadline";
+    } else if (const int e = file->write_error.load()) {
+      err = e;
+      what = "a write-back failed";
+    } else if (::fsync(file->fd) != 0) {
+      err = errno;
+      what = "fsync";
+    } else if (const int e = set_size(*file, p.size)) {
+      err = e;
+      what = "setting its size";
+    }
+    {
+      std::lock_guard<std::mutex> tables(state);
+      drop_user(p.h, *table[p.h], nullptr);
+    }
+    {
+      std::lock_guard<std::mutex> lock(stats_mutex);
+      --st.closes_pending;
+      ++st.background_closes;
+      if (err) ++st.background_close_errors;
+    }
+    if (err) {
+      std::lock_guard<std::mutex> lock(pending_mutex);
+      if (background_error.empty())
+        background_error = "the background close of " + file->path + " failed: " + what + ": " + std::strerror(err);
+    }
   }
 
   int do_truncate(gfs_slot& q) {
@@ -446,6 +565,9 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   p.target = std::make_shared<detail::window_target>(1ull << bits, p.opts.root);
   p.nsid = ctl.add_namespace({p.target, 512, false});
   p.bytes = std::make_unique<array<uint8_t>>(p.cache, p.nsid);
+  // A word per window: the write-backs submitted (gclose_async).
+  p.write_counts = static_cast<uint32_t*>(p.mem->alloc_private(sizeof(uint32_t) * uint64_t(p.max_windows)));
+  p.cache->count_write_backs(p.bytes->ref().dataset, p.write_counts, gfs_window_shift - shift);
 
   p.slots = static_cast<gfs_slot*>(p.mem->alloc_shared(sizeof(gfs_slot) * p.opts.slots));
   p.served.assign(p.opts.slots, 0);
@@ -464,6 +586,8 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   ref_.zeros_bytes = p.cache->page_size();
   ref_.zeros = static_cast<const uint8_t*>(p.mem->alloc_private(ref_.zeros_bytes));
   ref_.timeout_ns = p.opts.timeout_ns ? p.opts.timeout_ns : p.cache->config().timeout_ns;
+  ref_.write_counts = p.write_counts;
+  p.closer = std::thread([&p] { p.close_in_background(); });
   const uint32_t n = std::min(p.opts.service_threads, p.opts.slots);
   for (uint32_t k = 0; k < n; ++k) p.services.emplace_back([&p, k, n] { p.run(k, n); });
 }
@@ -479,6 +603,24 @@ file_system_stats file_system::stats() const {
 
 void file_system::sync() {
   impl& p = *p_;
+  {
+    // gclose_async's closes first: each ends by its deadline.
+    std::unique_lock<std::mutex> lock(p.pending_mutex);
+    const uint64_t timeout = p_->opts.timeout_ns ? p_->opts.timeout_ns : p.cache->config().timeout_ns;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(2 * timeout) + std::chrono::seconds(1);
+    for (;;) {
+      uint32_t left;
+      {
+        std::lock_guard<std::mutex> stats(p.stats_mutex);
+        left = p.st.closes_pending;
+      }
+      if (left == 0) break;
+      if (std::chrono::steady_clock::now() > until)
+        throw error("file system sync: " + std::to_string(left) + " background closes did not finish");
+      p.pending_cv.wait_for(lock, std::chrono::milliseconds(1));
+    }
+    if (!p.background_error.empty()) throw error("file system sync: " + std::exchange(p.background_error, {}));
+  }
   std::lock_guard<std::mutex> lock(p.state);
   const uint32_t shift = p.cache->ref().page_shift();
   for (uint32_t h = 0; h < p.table.size(); ++h) {

@@ -31,6 +31,7 @@ struct window_request {
   bool is_write = false;
   int rw_flags = 0;
   io_callback done;
+  std::atomic<uint32_t>* counted = nullptr;  // a write: its window's writes_done, raised when it ends
 };
 
 void issue(window_request* r);
@@ -40,8 +41,14 @@ void on_done(void* ctx, int64_t result) {
   auto finish = [r](int64_t v) {
     // Marked on completion: a Flush covers writes completed before it.
     if (r->is_write && v >= 0) r->file->written.store(true);
+    if (r->is_write && v < 0) {
+      int none = 0;
+      r->file->write_error.compare_exchange_strong(none, int(-v));
+    }
     const io_callback d = r->done;
+    std::atomic<uint32_t>* counted = r->counted;
     delete r;
+    if (counted) counted->fetch_add(1, std::memory_order_release);
     d(v);
   };
   if (result == -EINTR || result == -EAGAIN) return issue(r);
@@ -148,13 +155,26 @@ void window_target::read(io_engine& io, void* buf, uint32_t len, uint64_t offset
 }
 
 void window_target::write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) {
-  if (len == 0) return done(0);
+  const uint32_t window = uint32_t(offset >> gfs_window_shift);
+  std::atomic<uint32_t>* counted = window < windows() ? &writes_done_[window] : nullptr;
+  // Every write is counted as it ends, failed ones too (whoever waits for
+  // the count learns of the failure from the cache's error).
+  auto end = [&](int64_t v) {
+    if (counted) counted->fetch_add(1, std::memory_order_release);
+    done(v);
+  };
+  if (len == 0) return end(0);
   std::shared_ptr<window_file> f = find(offset);
-  if (!f) return done(-EBADF);
-  if (!f->writable) return done(-EBADF);
-  if (f->write_once) return done(merge_write_once(*f, static_cast<const uint8_t*>(buf), len, offset & window_mask, fua));
+  if (!f) return end(-EBADF);
+  if (!f->writable) return end(-EBADF);
+  if (f->write_once) {
+    const int64_t v = merge_write_once(*f, static_cast<const uint8_t*>(buf), len, offset & window_mask, fua);
+    int none = 0;
+    if (v < 0) f->write_error.compare_exchange_strong(none, int(-v));
+    return end(v);
+  }
   auto* r = new window_request{std::move(f), &io, static_cast<char*>(const_cast<void*>(buf)), offset & window_mask,
-                               len, 0, true, fua ? RWF_DSYNC : 0, done};
+                               len, 0, true, fua ? RWF_DSYNC : 0, done, counted};
   issue(r);
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "deepwell/files/gfs_layout.hpp"
 #include "deepwell/target.hpp"
 
 namespace deepwell::detail {
@@ -28,15 +29,24 @@ struct window_file {
   bool write_once = false;
   std::mutex merge_mutex;
   std::atomic<bool> written{false};  // writes since the last flush
+  std::atomic<int> write_error{0};   // the first failed write's errno (a background close reports it)
   ~window_file();
 };
 
 class window_target final : public target {
  public:
-  window_target(uint64_t bytes, std::string root) : bytes_(bytes), root_(std::move(root)) {}
+  window_target(uint64_t bytes, std::string root)
+      : bytes_(bytes), root_(std::move(root)), writes_done_(new std::atomic<uint32_t>[windows()]()) {}
 
   void attach(uint32_t window, std::shared_ptr<window_file> f);
   void detach(uint32_t window);
+  uint32_t windows() const { return uint32_t(bytes_ >> gfs_window_shift); }
+  // Writes to `window` completed (or failed) since the target was made,
+  // modulo 2^32: the other half of dataset_desc::write_counts, which
+  // counts the write-backs clients submitted.
+  uint32_t writes_done(uint32_t window) const {
+    return window < windows() ? writes_done_[window].load(std::memory_order_acquire) : 0;
+  }
 
   uint64_t size() const override { return bytes_; }
   bool writable() const override { return true; }
@@ -55,6 +65,7 @@ class window_target final : public target {
   std::string root_;
   mutable std::mutex mutex_;
   std::unordered_map<uint32_t, std::shared_ptr<window_file>> windows_;
+  std::unique_ptr<std::atomic<uint32_t>[]> writes_done_;
 };
 
 }  // namespace deepwell::detail

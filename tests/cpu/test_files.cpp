@@ -4,10 +4,13 @@
 // the host, directory walks, and each kind of bad input answered with its
 // errno, never a hang or a read outside the file.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -210,6 +213,123 @@ TEST(Files, WriteOnceFilesAreNeverReadAndKeepEveryPiece) {
   EXPECT_EQ(g.gopen("out.bin", g_wronly | g_gwronce).err, EBUSY);
   EXPECT_EQ(g.gclose(reader), 0);
   EXPECT_EQ(r.files->stats().open_files, 0u);
+}
+
+// gclose_async does not wait for the file's writes: the storage here is
+// held to 256 KiB/s (server mode's rate cap on the embedded client), so
+// writing back 96 dirty pages takes over a second. gclose waits that long;
+// gclose_async returns once the writes are submitted, and sync() waits for
+// the host to finish the close.
+TEST(Files, AnAsyncCloseReturnsBeforeTheWritesLandAndSyncWaitsForThem) {
+  tree t;
+  controller_config cc;
+  cc.io_budget_bytes = 1 << 20;
+  controller ctl(cc);
+  ctl.set_client_share(0, {1, 256 * 1024});
+  auto cache = make_host_page_cache(ctl, slow_ok(test::small_cache(256)));
+  auto files = make_host_file_system(ctl, cache, {.root = t.root.string()});
+  const gfs_ref& g = files->ref();
+  const uint64_t n = 96 * 4096 - 100;  // a partial last page
+  auto write_file = [&](const char* name, uint64_t seed) {
+    const gfile f = g.gopen(name, g_wronly | g_creat);
+    EXPECT_TRUE(f.ok()) << f.err;
+    const auto data = pattern(n, seed);
+    EXPECT_EQ(g.gwrite(f, 0, data.data(), n), int64_t(n));
+    return f;
+  };
+  auto seconds = [](auto t0) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  // The rate's first burst (64 KiB) goes at once; the rest takes 1.25 s.
+  const gfile a = write_file("a", 1);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(g.gclose_async(a), 0);
+  const double async_s = seconds(t0);
+  EXPECT_EQ(files->stats().closes_pending, 1u) << "the close waits for its writes on the host";
+  files->sync();
+  const double landed_s = seconds(t0);
+  EXPECT_EQ(t.get("a"), pattern(n, 1)) << "size exact, bytes equal";
+  EXPECT_EQ(files->stats().closes_pending, 0u);
+  EXPECT_EQ(files->stats().background_closes, 1u);
+  EXPECT_EQ(files->stats().open_files, 0u);
+  const gfile b = write_file("b", 2);
+  t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(g.gclose(b), 0);
+  const double sync_close_s = seconds(t0);
+  EXPECT_EQ(t.get("b"), pattern(n, 2));
+  RecordProperty("seconds", std::to_string(async_s) + " async, " + std::to_string(landed_s) + " landed, " +
+                                std::to_string(sync_close_s) + " gclose");
+  EXPECT_GT(sync_close_s, 0.8) << "the rate cap did not slow the writes: the test shows nothing";
+  EXPECT_LT(async_s, sync_close_s / 4) << async_s << " s against " << sync_close_s << " s for gclose";
+  EXPECT_GT(landed_s, 0.8);
+}
+
+// Threads write files of their own under eviction, close them with
+// gclose_async, and reopen some at once: this program sees its writes
+// (the same cache); after sync() the host sees every file.
+TEST(Files, AsyncClosesUnderEvictionReachTheFiles) {
+  tree t;
+  rig r(t, 16);
+  const gfs_ref& g = r.ref();
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 6; ++k)
+    threads.emplace_back([&, k] {
+      for (int i = 0; i < 5; ++i) {
+        const std::string name = std::to_string(k) + "-" + std::to_string(i);
+        const auto data = pattern(20000 + 3001 * i + k, 10 * k + i);
+        const gfile w = g.gopen(name.c_str(), g_rdwr | g_creat);
+        if (!w.ok()) {
+          ++failed;
+          continue;
+        }
+        for (uint64_t off = 0; off < data.size(); off += 3333)
+          if (g.gwrite(w, off, data.data() + off, std::min<uint64_t>(3333, data.size() - off)) < 0) ++failed;
+        if (g.gclose_async(w) != 0) ++failed;
+        if (i % 2) {
+          const gfile again = g.gopen(name.c_str(), g_rdonly);
+          if (!again.ok() || read_all(g, again, 4000) != data) ++failed;
+          if (g.gclose(again) != 0) ++failed;
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failed.load(), 0);
+  r.files->sync();
+  for (int k = 0; k < 6; ++k)
+    for (int i = 0; i < 5; ++i)
+      EXPECT_EQ(t.get(std::to_string(k) + "-" + std::to_string(i)), pattern(20000 + 3001 * i + k, 10 * k + i));
+  const file_system_stats s = r.files->stats();
+  EXPECT_EQ(s.background_closes, 30u);
+  EXPECT_EQ(s.background_close_errors, 0u);
+  EXPECT_EQ(s.open_files, 0u);
+}
+
+// A write-back that fails (the file may not grow past RLIMIT_FSIZE) is
+// reported by sync(), naming the file, once.
+TEST(Files, AFailedAsyncCloseIsReportedBySync) {
+  tree t;
+  rig r(t, 64);
+  const gfs_ref& g = r.ref();
+  const gfile f = g.gopen("big", g_wronly | g_creat);
+  ASSERT_TRUE(f.ok());
+  const auto data = pattern(100000, 5);
+  ASSERT_EQ(g.gwrite(f, 0, data.data(), data.size()), int64_t(data.size()));
+  std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit small = old;
+  small.rlim_cur = 16384;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  EXPECT_EQ(g.gclose_async(f), 0) << "taken; it fails on the host";
+  try {
+    r.files->sync();
+    ADD_FAILURE() << "sync did not report the failed close";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("big"), std::string::npos) << e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  EXPECT_EQ(r.files->stats().background_close_errors, 1u);
+  EXPECT_EQ(r.files->stats().open_files, 0u);
+  EXPECT_NO_THROW(r.files->sync()) << "reported once";
 }
 
 TEST(Files, ThreadsReadAndWriteManyFilesUnderEviction) {

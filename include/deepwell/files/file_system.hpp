@@ -19,7 +19,9 @@
 // size, mtime or ctime differ from when the GPU last closed it) starts from
 // a fresh window; a gclose of a written file writes its pages back, makes
 // them durable and sets the file's size, so the host (or another program)
-// that opens it afterwards sees the GPU's writes.
+// that opens it afterwards sees the GPU's writes. gclose_async leaves that
+// to a closer thread, which finishes the close once the window's target
+// has completed every write-back the client had submitted (sync() waits).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -56,6 +58,9 @@ struct file_system_stats {
   uint64_t direct_opens = 0;   // of those, opened with O_DIRECT (file_system_options::direct_io)
   uint64_t windows_reused = 0; // reopens that kept their cached pages
   uint64_t closes = 0;
+  uint64_t background_closes = 0;        // gclose_async closes finished by the host
+  uint64_t background_close_errors = 0;  // of those, failed (sync() throws the first)
+  uint32_t closes_pending = 0;           // gclose_async closes whose writes have not all landed
   uint64_t errors = 0;         // requests answered with an errno
   uint32_t open_files = 0;
   uint32_t open_dirs = 0;
@@ -70,8 +75,10 @@ class file_system {
   const gfs_ref& ref() const { return ref_; }
   const std::string& root() const;
   file_system_stats stats() const;
-  // After the kernels that used ref() are done: writes back every written
-  // file still open on the GPU, makes it durable and sets its size on disk.
+  // After the kernels that used ref() are done: waits for gclose_async's
+  // closes (throwing the first that failed since the last sync), then
+  // writes back every written file still open on the GPU, makes it durable
+  // and sets its size on disk.
   void sync();
 
   // Use make_host_file_system / make_gpu_file_system.

@@ -92,7 +92,7 @@ struct alignas(64) gfs_slot {
   uint32_t done;
   uint32_t op;
   uint32_t flags;
-  uint64_t a0, a1;          // arguments (fd, window, size, ...)
+  uint64_t a0, a1, a2;      // arguments (fd, window, size, ...)
   int32_t err;              // reply: 0 or an errno
   uint32_t len;             // bytes of text (path in, name out)
   uint64_t r0, r1, r2, r3;  // reply values

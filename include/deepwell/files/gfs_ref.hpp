@@ -54,6 +54,7 @@ class gfs_ref {
   gfs_open_entry* files = nullptr;   // client memory, the open-file table
   uint32_t max_open = 0;
   const uint8_t* zeros = nullptr;    // client memory: a page of zeros (gftruncate)
+  uint32_t* write_counts = nullptr;  // client memory: write-backs submitted per window (dataset_desc::write_counts)
   uint32_t zeros_bytes = 0;
   uint64_t timeout_ns = 0;
 
@@ -126,6 +127,40 @@ class gfs_ref {
     const reply r = call(w, mask, leader, gfs_op::close, written ? 1u : 0u, uint64_t(f.window) << 32 | uint32_t(f.fd),
                          size, nullptr, 0, nullptr, 0);
     return err ? err : -r.err;
+  }
+
+  // gclose without the wait: the file's dirty pages have their write-backs
+  // submitted, not waited for, and the host finishes the close (fsync, the
+  // file's size, the window's release) once every write-back of the window
+  // submitted so far has landed. Returns 0 or -errno once the host has
+  // taken the close (a round trip, no I/O). The host and other programs see
+  // the writes after file_system::sync() (which waits for such closes and
+  // reports their errors) or once stats().closes_pending is 0; this
+  // program's later gopen of the file sees them at once (the same cache).
+  // A gopen with g_trunc or g_gwronce meanwhile gets EBUSY.
+  template <class Warp>
+  DW_HD int gclose_async(const Warp& w, const gfile& f) const {
+    const unsigned mask = w.active();
+    const bool leader = w.lane() == lowest_lane(mask);
+    uint64_t size = 0;
+    const int bad = check(w, mask, f, size);
+    if (bad) return bad;
+    const bool written = f.writable() && load_written(w, mask, f) && write_counts;
+    if (!written) return gclose(w, f);
+    if (size) {
+      const uint64_t first = base(f.window) >> bytes.cache.page_shift();
+      const request_status s =
+          bytes.cache.start_write_back(w, bytes.dataset, first, first + ((size - 1) >> bytes.cache.page_shift()));
+      if (!s.ok()) return -errno_of(s);
+    }
+    // Every write-back this warp submitted or saw in flight is counted;
+    // the sync orders the lanes' observations before the leader's read.
+    w.sync(mask);
+    uint32_t started = 0;
+    if (leader) started = client_atomic<uint32_t>(write_counts[f.window]).fetch_add(0, memory_order_acq_rel);
+    const reply r = call(w, mask, leader, gfs_op::close, 1u | 2u, uint64_t(f.window) << 32 | uint32_t(f.fd), size,
+                         nullptr, 0, nullptr, 0, started);
+    return -r.err;
   }
 
   // ---- bytes ----
@@ -320,6 +355,7 @@ class gfs_ref {
   // ---- one thread at a time (CPU threads; GPU code that wants no coalescing) ----
   DW_HD gfile gopen(const char* path, uint32_t flags) const { return gopen(this_thread_warp{}, path, flags); }
   DW_HD int gclose(const gfile& f) const { return gclose(this_thread_warp{}, f); }
+  DW_HD int gclose_async(const gfile& f) const { return gclose_async(this_thread_warp{}, f); }
   DW_HD int64_t gread(const gfile& f, uint64_t off, void* dst, uint64_t n) const {
     return gread(this_thread_warp{}, f, off, dst, n);
   }
@@ -405,9 +441,9 @@ class gfs_ref {
   // the reply. `out` (leader-written) receives the reply's text.
   template <class Warp>
   DW_HD reply call(const Warp& w, unsigned mask, bool leader, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1,
-                   const char* text, uint32_t len, char* out, uint32_t out_max) const {
+                   const char* text, uint32_t len, char* out, uint32_t out_max, uint64_t a2 = 0) const {
     reply r;
-    if (leader) r = call_one(w.queue_hint(), op, flags, a0, a1, text, len, out, out_max);
+    if (leader) r = call_one(w.queue_hint(), op, flags, a0, a1, text, len, out, out_max, a2);
     const unsigned src = lowest_lane(mask);
     r.err = int32_t(w.shfl(mask, uint32_t(r.err), src));
     r.r0 = shfl64(w, mask, r.r0, src);
@@ -418,7 +454,7 @@ class gfs_ref {
   }
 
   DW_HD reply call_one(uint32_t hint, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1, const char* text,
-                       uint32_t len, char* out, uint32_t out_max) const {
+                       uint32_t len, char* out, uint32_t out_max, uint64_t a2 = 0) const {
     reply r;
     const uint64_t dl = now_ns() + timeout_ns;
     // A slot: free, or abandoned by a timed-out caller and answered since.
@@ -445,6 +481,7 @@ class gfs_ref {
     shared_store_relaxed(&q.flags, flags);
     shared_store_relaxed(&q.a0, a0);
     shared_store_relaxed(&q.a1, a1);
+    shared_store_relaxed(&q.a2, a2);
     shared_store_relaxed(&q.len, len);
     for (uint32_t i = 0; i < len; ++i) q.text[i] = text[i];
     system_fence();

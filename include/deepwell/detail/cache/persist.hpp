@@ -131,7 +131,8 @@ DW_HD inline request_status page_cache_ref::end_persist(const Warp& w, unsigned 
 // (the whole warp, a page per lane), waiting for their writes.
 template <class Warp>
 DW_HD inline request_status page_cache_ref::write_back_range(const Warp& w, unsigned mask, uint32_t ds,
-                                                             uint64_t first_page, uint64_t last_page) const {
+                                                             uint64_t first_page, uint64_t last_page,
+                                                             bool wait) const {
   const unsigned lanes = popcount32(mask);
   const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
   const uint64_t pages = datasets[ds].pages;
@@ -141,7 +142,7 @@ DW_HD inline request_status page_cache_ref::write_back_range(const Warp& w, unsi
     const uint64_t pg = base + rank;
     request_status e{};
     const uint32_t s = pg <= last_page ? pin_cached(make_key(ds, pg), deadline(), e) : ~0u;
-    const request_status wb = write_back_warp(w, mask, s, s != ~0u);
+    const request_status wb = write_back_warp(w, mask, s, s != ~0u, wait);
     if (s != ~0u) client_atomic<uint32_t>(state[s]).fetch_sub(1, memory_order_release);
     if (r.ok()) r = e.ok() ? wb : e;
     if (last_page - base < lanes) break;  // also keeps base from wrapping
@@ -171,6 +172,16 @@ DW_HD inline request_status page_cache_ref::persist(const Warp& w, uint32_t ds, 
     if (r.ok()) r = e;
   }
   return end_persist(w, mask, r, ds);
+}
+
+template <class Warp>
+DW_HD inline request_status page_cache_ref::start_write_back(const Warp& w, uint32_t ds, uint64_t first_page,
+                                                             uint64_t last_page) const {
+  const unsigned mask = w.active();
+  if (ds >= ndatasets || datasets[ds].read_only || first_page > last_page) return {};
+  const request_status r = warp_first_error(w, mask, write_back_range(w, mask, ds, first_page, last_page, false));
+  set_error(r);
+  return r;
 }
 
 // A page this lane has pinned (a page handle; `written`: the handle wrote

@@ -57,6 +57,10 @@ DW_HD inline void page_cache_ref::submit_writeback(uint32_t s, uint32_t qi, uint
   const dataset_desc& d = datasets[key_dataset(key)];
   uint32_t nlb;
   const uint64_t lba = page_lba(d, key, nlb);
+  // Counted before the submit: whoever sees this write-back in flight
+  // (the writeback bit, released below) sees it counted.
+  if (d.write_counts)
+    client_atomic<uint32_t>(d.write_counts[key_page(key) >> d.write_count_shift]).fetch_add(1, memory_order_relaxed);
   q.submit(cid, nvme::make_write(d.nsid, lba, nlb, q.buffer_offset(cid)));
   orphan_io(s, qi, cid);
   client_atomic<uint32_t> st(state[s]);
@@ -75,14 +79,16 @@ DW_HD inline request_status page_cache_ref::flush_warp(const Warp& w, uint32_t f
 
 // Each lane of `mask` with `pending` writes back slot s if it is dirty (after any
 // write-back of it already in flight), the warp copying the pages; the
-// lanes return once their writes have completed. Safe beside running
+// lanes return once their writes have completed (with !wait: once they are
+// submitted; a write-back already in flight of a page not written since is
+// left to complete on its own). Safe beside running
 // accesses when the caller holds a pin of s (no evictor can claim it):
 // writers re-mark the page dirty with a release RMW (mark_dirty) that
 // either precedes the clearing of dirty here (its bytes are then in the
 // copy) or follows it (the page stays dirty).
 template <class Warp>
 DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsigned mask, uint32_t s,
-                                                            bool pending) const {
+                                                            bool pending, bool wait) const {
   const uint64_t dl = deadline();
   request_status r{};
   // In rounds: lanes take a command id only if one is free now (never
@@ -98,6 +104,10 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
       for (;;) {
         uint32_t v = st.load(memory_order_acquire);
         if (v & slot_state::writeback) {  // a write-back in flight: it comes first
+          if (!wait && !(v & slot_state::dirty)) {
+            pending = false;  // it holds every write so far
+            break;
+          }
           if ((v & slot_state::orphan) && take_orphan(s)) {
             request_status e;
             if (!finish_writeback(s, dl, &e)) {
@@ -151,7 +161,7 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
     w.sync(mask);
     if (claimed) {
       submit_writeback(s, qi, cid, false);
-      if (take_orphan(s)) {
+      if (wait && take_orphan(s)) {
         request_status e;
         if (!finish_writeback(s, dl, &e))
           r = request_status::client(client_code::timeout);

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -98,6 +99,7 @@ struct file_system::impl {
     dev_t dev = 0;
     ino_t ino = 0;
     uint32_t window = 0;
+    uint32_t tag = 0;  // window | generation << gfs_tag_window_bits (gfs_layout.hpp)
     uint32_t refs = 0;
     std::shared_ptr<detail::window_file> file;
   };
@@ -107,7 +109,12 @@ struct file_system::impl {
     uint64_t size;
   };
   std::vector<std::optional<open_file>> table;
-  std::vector<uint32_t> free_fds;
+  // Free entries, oldest first: an entry's window word is cleared by a copy
+  // that is not waited for at the close (clear_ticket), so reusing entries
+  // in the order they were freed leaves that copy time to be done.
+  std::deque<uint32_t> free_fds;
+  std::vector<uint64_t> clear_ticket;
+  std::vector<uint32_t> entry_gen;  // per entry: its generation, raised as it is handed out
   std::map<std::pair<dev_t, ino_t>, uint32_t> by_inode;
   std::map<std::pair<dev_t, ino_t>, retained_window> retained;
   std::vector<DIR*> dirs;
@@ -265,7 +272,7 @@ struct file_system::impl {
         ::close(fd);
       }
       ++o.refs;
-      q.r0 = uint64_t(o.window) << 32 | it->second;
+      q.r0 = uint64_t(o.tag) << 32 | it->second;
       q.r1 = uint64_t(sb.st_size);
       q.r2 = sb.st_mode;
       q.r3 = uint64_t(ns_of(sb.st_mtim));
@@ -305,8 +312,12 @@ struct file_system::impl {
       }
       window = next_window++;
     }
-    const uint32_t h = free_fds.back();
-    free_fds.pop_back();
+    const uint32_t h = free_fds.front();
+    free_fds.pop_front();
+    mem->wait_private(clear_ticket[h]);  // the old tag is gone before the opener publishes its own
+    // Generations 1 to 4095: a tag is never 0 (no file).
+    entry_gen[h] = entry_gen[h] % ((1u << (32 - gfs_tag_window_bits)) - 1) + 1;
+    const uint32_t tag = window | entry_gen[h] << gfs_tag_window_bits;
     auto f = std::make_shared<detail::window_file>();
     f->fd = fd;
     f->path = path;
@@ -314,9 +325,9 @@ struct file_system::impl {
     f->direct = direct;
     f->write_once = write_once;
     target->attach(window, f);
-    table[h] = open_file{sb.st_dev, sb.st_ino, window, 1, f};
+    table[h] = open_file{sb.st_dev, sb.st_ino, window, tag, 1, f};
     by_inode[key] = h;
-    q.r0 = uint64_t(window) << 32 | h;
+    q.r0 = uint64_t(tag) << 32 | h;
     q.r1 = uint64_t(sb.st_size);
     q.r2 = uint64_t(1) << 32 | sb.st_mode;  // first user: the caller fills the entry
     q.r3 = uint64_t(ns_of(sb.st_mtim));
@@ -330,8 +341,8 @@ struct file_system::impl {
   }
 
   open_file* lookup(uint64_t a0) {
-    const uint32_t h = uint32_t(a0), window = uint32_t(a0 >> 32);
-    if (h >= table.size() || !table[h] || table[h]->window != window) return nullptr;
+    const uint32_t h = uint32_t(a0), tag = uint32_t(a0 >> 32);
+    if (h >= table.size() || !table[h] || table[h]->tag != tag) return nullptr;
     return &*table[h];
   }
 
@@ -376,8 +387,9 @@ struct file_system::impl {
     open_file* o = &fo;
     if (--o->refs == 0) {
       // Stale gfiles of this file stop matching before the entry is reused.
-      const uint32_t zero = 0;
-      mem->write_private(&files[h].window, &zero, sizeof zero);
+      // The closing warp clears the tag itself (gfs_ref::kill_handles); this
+      // clear covers a closer that timed out or a close finished here.
+      clear_ticket[h] = mem->zero_private_async(&files[h].tag, sizeof files[h].tag);
       struct stat sb {};
       // A write-once file's cached pages may lack bytes that are in the
       // file (zeros where a page written back was evicted and written
@@ -562,6 +574,7 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   const uint32_t shift = p.cache->ref().page_shift();
   const uint32_t bits = std::min<uint32_t>(60, key_page_bits + shift);
   p.max_windows = uint32_t(1ull << (bits - gfs_window_shift));
+  static_assert(60 - gfs_window_shift <= gfs_tag_window_bits, "a tag holds every window");
   p.target = std::make_shared<detail::window_target>(1ull << bits, p.opts.root);
   p.nsid = ctl.add_namespace({p.target, 512, false});
   p.bytes = std::make_unique<array<uint8_t>>(p.cache, p.nsid);
@@ -573,7 +586,9 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   p.served.assign(p.opts.slots, 0);
   p.files = static_cast<gfs_open_entry*>(p.mem->alloc_private(sizeof(gfs_open_entry) * p.opts.max_open));
   p.table.resize(p.opts.max_open);
-  for (uint32_t i = p.opts.max_open; i-- > 0;) p.free_fds.push_back(i);
+  for (uint32_t i = 0; i < p.opts.max_open; ++i) p.free_fds.push_back(i);
+  p.clear_ticket.assign(p.opts.max_open, 0);
+  p.entry_gen.assign(p.opts.max_open, 0);
   p.dirs.assign(p.opts.max_dirs, nullptr);
   for (uint32_t i = p.opts.max_dirs; i-- > 0;) p.free_dirs.push_back(i);
 
@@ -628,7 +643,7 @@ void file_system::sync() {
     if (!o || !o->file->writable) continue;
     gfs_open_entry e{};
     p.mem->read_private(&e, &p.files[h], sizeof e);
-    if (e.window != o->window || !e.written) continue;
+    if (e.tag != o->tag || !e.written) continue;
     if (e.size) {
       const uint64_t first = gfs_ref::base(o->window) >> shift;
       const request_status r = p.cache->persist(p.bytes->ref().dataset, first, first + ((e.size - 1) >> shift));

@@ -603,7 +603,9 @@ TEST(Files, HandlesThatAreNotOpenAndWritesToReadOnlyHandles) {
   tree t;
   t.put("a", pattern(5000, 1));
   t.put("b", pattern(5000, 2));
-  rig r(t);
+  file_system_options one;
+  one.max_open = 1;  // b must take a's entry (entries are reused oldest first)
+  rig r(t, 64, one);
   const gfs_ref& g = r.ref();
   std::vector<uint8_t> buf(100);
   EXPECT_EQ(g.gread(gfile{}, 0, buf.data(), 100), -EBADF);
@@ -624,6 +626,18 @@ TEST(Files, HandlesThatAreNotOpenAndWritesToReadOnlyHandles) {
   EXPECT_EQ(g.gclose(a), -EBADF);
   EXPECT_EQ(g.gread(b, 0, buf.data(), 100), 100);
   EXPECT_EQ(g.gclose(b), 0);
+  // The same file again, in the same entry and the same (kept) window: the
+  // entry's generation still tells the old handle from the new one.
+  const gfile a2 = g.gopen("a", g_rdonly);
+  ASSERT_TRUE(a2.ok());
+  EXPECT_EQ(a2.fd, a.fd);
+  EXPECT_EQ(a2.window, a.window);
+  EXPECT_NE(a2.tag, a.tag);
+  EXPECT_EQ(g.gread(a, 0, buf.data(), 100), -EBADF);
+  EXPECT_EQ(g.gclose(a), -EBADF) << "a stale close does not close the new one";
+  EXPECT_EQ(g.gread(a2, 0, buf.data(), 100), 100);
+  EXPECT_EQ(g.gclose(a2), 0);
+  EXPECT_EQ(r.files->stats().windows_reused, 1u);
 }
 
 TEST(Files, MoreOpenFilesThanTheTableHolds) {

@@ -97,7 +97,7 @@ __global__ void read_files(gfs_ref g, const char* names, uint32_t nfiles, uint8_
 }
 
 // Warp k writes out/k: its bytes in 3000-byte pieces from a shared buffer.
-__global__ void write_files(gfs_ref g, const char* names, uint32_t nfiles, uint8_t* buf, tallies* t) {
+__global__ void write_files(gfs_ref g, const char* names, uint32_t nfiles, uint8_t* buf, tallies* t, bool async) {
   const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   if (warp >= nfiles) return;
   gpu_warp w;
@@ -114,6 +114,32 @@ __global__ void write_files(gfs_ref g, const char* names, uint32_t nfiles, uint8
     const uint64_t n = size - off < 3000 ? size - off : 3000;
     if (g.gwrite(w, f, off, mine + off, n) != int64_t(n) && w.lane() == 0) fail(t, 5);
   }
+  const int c = async ? g.gclose_async(w, f) : g.gclose(w, f);
+  if (c && w.lane() == 0) fail(t, -c);
+}
+
+// Write-once output (g_gwronce): one warp opens it, every warp of the next
+// kernel writes interleaved 100-byte pieces, one warp closes it.
+__global__ void open_write_once(gfs_ref g, const char* name, gfile* out) {
+  gpu_warp w;
+  const gfile f = g.gopen(w, name, g_wronly | g_gwronce);
+  if (w.lane() == 0) *out = f;
+}
+__global__ void write_pieces(gfs_ref g, gfile f, uint64_t size, uint8_t* buf, tallies* t) {
+  const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const uint32_t warps = gridDim.x * blockDim.x / 32;
+  gpu_warp w;
+  uint8_t* mine = buf + uint64_t(warp) * 128;
+  for (uint64_t off = uint64_t(warp) * 100; off < size; off += uint64_t(warps) * 100) {
+    const uint64_t n = size - off < 100 ? size - off : 100;
+    for (uint64_t k = w.lane(); k < n; k += 32) mine[k] = file_byte(7, off + k);
+    __syncwarp();
+    if (g.gwrite(w, f, off, mine, n) != int64_t(n) && w.lane() == 0) fail(t, 5);
+    __syncwarp();
+  }
+}
+__global__ void close_file(gfs_ref g, gfile f, tallies* t) {
+  gpu_warp w;
   const int c = g.gclose(w, f);
   if (c && w.lane() == 0) fail(t, -c);
 }
@@ -144,6 +170,7 @@ __global__ void bad_handles(gfs_ref g, int* out) {
   forged.err = 0;
   forged.fd = 3;
   forged.window = 12345;
+  forged.tag = 12345;
   out[2] = int(g.gread(w, forged, 0, b, 16));
   const gfile f = g.gopen(w, "f0", g_rdonly);
   out[3] = f.err;
@@ -207,7 +234,11 @@ TEST(GpuFiles, WarpsReadManyFilesUnderEvictionByteForByte) {
   cudaFree(tl);
 }
 
-TEST(GpuFiles, WarpsWriteFilesTheHostReadsBackExactly) {
+class GpuFilesClose : public ::testing::TestWithParam<bool> {};
+
+// gclose, and gclose_async (the host finishes the closes; sync() waits).
+TEST_P(GpuFilesClose, WarpsWriteFilesTheHostReadsBackExactly) {
+  const bool async = GetParam();
   tree t;
   fs::create_directories(t.root / "out");
   constexpr uint32_t nfiles = 64;
@@ -218,9 +249,12 @@ TEST(GpuFiles, WarpsWriteFilesTheHostReadsBackExactly) {
   CUDA_OK(cudaMalloc(&buf, uint64_t(nfiles) * 65536));
   CUDA_OK(cudaMallocManaged(&tl, sizeof(tallies)));
   std::memset(tl, 0, sizeof *tl);
-  write_files<<<nfiles / 4, 128>>>(r.files->ref(), names, nfiles, buf, tl);
+  write_files<<<nfiles / 4, 128>>>(r.files->ref(), names, nfiles, buf, tl, async);
   CUDA_OK(cudaDeviceSynchronize());
   EXPECT_EQ(tl->failed, 0u) << "last errno " << tl->last_err;
+  r.files->sync();
+  EXPECT_EQ(r.files->stats().background_closes, async ? uint64_t(nfiles) : 0u);
+  EXPECT_EQ(r.files->stats().open_files, 0u);
   for (uint32_t i = 0; i < nfiles; ++i) {
     std::ifstream in(t.root / "out" / std::to_string(i), std::ios::binary);
     const std::vector<uint8_t> got((std::istreambuf_iterator<char>(in)), {});
@@ -229,6 +263,45 @@ TEST(GpuFiles, WarpsWriteFilesTheHostReadsBackExactly) {
     for (uint64_t k = 0; k < size; ++k) ASSERT_EQ(got[k], file_byte(1000 + i, k)) << i << " at " << k;
   }
   cudaFree(names);
+  cudaFree(buf);
+  cudaFree(tl);
+}
+
+INSTANTIATE_TEST_SUITE_P(Close, GpuFilesClose, ::testing::Values(false, true),
+                         [](const auto& i) { return std::string(i.param ? "Async" : "Waiting"); });
+
+// 8 warps write a 4 MiB write-once file through a 1 MiB cache: pages are
+// written back, evicted and written again, and the host merges them.
+TEST(GpuFiles, WarpsWriteAWriteOnceFileNeverReadingIt) {
+  tree t;
+  { std::ofstream(t.root / "once") << "old bytes, emptied at open"; }
+  rig r(t, 256);
+  check_launch(*r.cache, write_pieces, 2, 128);
+  char* name = device_copy(std::vector<char>{'o', 'n', 'c', 'e', 0});
+  gfile* f = nullptr;
+  uint8_t* buf = nullptr;
+  tallies* tl = nullptr;
+  CUDA_OK(cudaMallocManaged(&f, sizeof(gfile)));
+  CUDA_OK(cudaMalloc(&buf, 2ull * 4 * 128));
+  CUDA_OK(cudaMallocManaged(&tl, sizeof(tallies)));
+  std::memset(tl, 0, sizeof *tl);
+  const uint64_t size = (4ull << 20) + 77;
+  open_write_once<<<1, 32>>>(r.files->ref(), name, f);
+  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_TRUE(f->ok()) << f->err;
+  const uint64_t read_before = r.cache->stats().bytes_read;
+  write_pieces<<<2, 128>>>(r.files->ref(), *f, size, buf, tl);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(r.cache->stats().bytes_read, read_before) << "no page of a write-once file is read";
+  close_file<<<1, 32>>>(r.files->ref(), *f, tl);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(tl->failed, 0u) << "last errno " << tl->last_err;
+  std::ifstream in(t.root / "once", std::ios::binary);
+  const std::vector<uint8_t> got((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_EQ(got.size(), size);
+  for (uint64_t k = 0; k < size; ++k) ASSERT_EQ(got[k], file_byte(7, k)) << "at " << k;
+  cudaFree(name);
+  cudaFree(f);
   cudaFree(buf);
   cudaFree(tl);
 }

@@ -23,6 +23,12 @@ class client_memory {
   // Writes client-private memory, beside running clients (a GPU: a copy on
   // a stream of its own, which needs no SM, so it cannot wait on a kernel).
   virtual void write_private(void* dst, const void* src, uint64_t bytes) = 0;
+  // Zeroes `bytes` (at most 64) of client-private memory beside running
+  // clients without waiting for it: a GPU queues a copy on the stream of
+  // write_private. Returns a ticket for wait_private.
+  virtual uint64_t zero_private_async(void* dst, uint32_t bytes) = 0;
+  // Returns once the zeroing that gave `ticket`, and every earlier one, is done.
+  virtual void wait_private(uint64_t ticket) = 0;
   virtual bool on_gpu() const = 0;
 };
 

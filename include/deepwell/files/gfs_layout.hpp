@@ -18,6 +18,12 @@ namespace deepwell {
 constexpr uint32_t gfs_window_shift = 40;      // bytes per window: a file may grow to 1 TiB
 constexpr uint32_t gfs_path_max = 4096;        // PATH_MAX, the terminating NUL included
 constexpr uint32_t gfs_name_max = 256;         // a directory entry's name, NUL included
+// An open-file entry's tag: its window (the low gfs_tag_window_bits; a file
+// system has at most 2^20 windows) and the entry's generation (the high
+// bits, raised each time the entry is handed out), so a handle, or a late
+// clear, of an entry's earlier file never matches its later one.
+constexpr uint32_t gfs_tag_window_bits = 20;
+DW_HD constexpr uint32_t gfs_tag_window(uint32_t tag) { return tag & ((1u << gfs_tag_window_bits) - 1); }
 
 // gopen flags: Linux's O_* values, so host code may pass those.
 constexpr uint32_t g_rdonly = 00;
@@ -41,6 +47,7 @@ constexpr uint32_t g_gwronce = 1u << 30;
 struct gfile {
   int32_t fd = -1;        // index in the open-file table
   uint32_t window = 0;    // which window of the namespace holds its bytes
+  uint32_t tag = 0;       // what its entry publishes while open (gfs_tag_window)
   uint32_t flags = 0;     // g_* as opened
   int32_t err = 9;        // EBADF until opened
   uint32_t mode = 0;      // st_mode at open
@@ -70,10 +77,11 @@ struct gdirent {
 
 // One open file's state on the clients' side (client memory). The host
 // hands out `fd`; the first warp to open the file fills the entry and
-// publishes `window` last, later openers wait to see it.
+// publishes `tag` last, later openers wait to see it. The last close clears
+// it (the closing warp, and the host before the entry is handed out again).
 struct alignas(32) gfs_open_entry {
   unsigned long long size;  // logical size: raised by gwrite (atomic max), set by gftruncate
-  uint32_t window;          // published last (release)
+  uint32_t tag;             // published last (release); 0: no file
   uint32_t written;         // some gwrite or writable mapping since open
   uint32_t flags;
   uint32_t pad[3];

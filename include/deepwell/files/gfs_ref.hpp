@@ -83,7 +83,8 @@ class gfs_ref {
     f.err = r.err;
     if (r.err) return f;
     f.fd = int32_t(r.r0);
-    f.window = uint32_t(r.r0 >> 32);
+    f.tag = uint32_t(r.r0 >> 32);
+    f.window = gfs_tag_window(f.tag);
     f.mode = uint32_t(r.r2);
     f.mtime_ns = int64_t(r.r3);
     // r.r2 >> 32: 1 if this open made the entry (its first user): fill it
@@ -95,10 +96,10 @@ class gfs_ref {
         client_atomic<unsigned long long>(e.size).store(r.r1, memory_order_relaxed);
         client_atomic<uint32_t>(e.written).store(0, memory_order_relaxed);
         client_atomic<uint32_t>(e.flags).store(flags, memory_order_relaxed);
-        client_atomic<uint32_t>(e.window).store(f.window, memory_order_release);
+        client_atomic<uint32_t>(e.tag).store(f.tag, memory_order_release);
       } else {
         const uint64_t dl = now_ns() + timeout_ns;
-        for (uint32_t i = 0; client_atomic<uint32_t>(e.window).load(memory_order_acquire) != f.window; ++i) {
+        for (uint32_t i = 0; client_atomic<uint32_t>(e.tag).load(memory_order_acquire) != f.tag; ++i) {
           if (now_ns() > dl) {
             err = 110;  // ETIMEDOUT
             break;
@@ -124,8 +125,9 @@ class gfs_ref {
     const bool written = f.writable() && load_written(w, mask, f);
     int err = 0;
     if (written) err = persist_range(w, f, size);
-    const reply r = call(w, mask, leader, gfs_op::close, written ? 1u : 0u, uint64_t(f.window) << 32 | uint32_t(f.fd),
+    const reply r = call(w, mask, leader, gfs_op::close, written ? 1u : 0u, uint64_t(f.tag) << 32 | uint32_t(f.fd),
                          size, nullptr, 0, nullptr, 0);
+    if (!r.err && r.r0 == 1) kill_handles(w, mask, f);
     return err ? err : -r.err;
   }
 
@@ -158,7 +160,7 @@ class gfs_ref {
     w.sync(mask);
     uint32_t started = 0;
     if (leader) started = client_atomic<uint32_t>(write_counts[f.window]).fetch_add(0, memory_order_acq_rel);
-    const reply r = call(w, mask, leader, gfs_op::close, 1u | 2u, uint64_t(f.window) << 32 | uint32_t(f.fd), size,
+    const reply r = call(w, mask, leader, gfs_op::close, 1u | 2u, uint64_t(f.tag) << 32 | uint32_t(f.fd), size,
                          nullptr, 0, nullptr, 0, started);
     return -r.err;
   }
@@ -245,7 +247,7 @@ class gfs_ref {
       if (!s.ok()) return -errno_of(s);
       at = end;
     }
-    const reply r = call(w, mask, leader, gfs_op::truncate, 0, uint64_t(f.window) << 32 | uint32_t(f.fd), size,
+    const reply r = call(w, mask, leader, gfs_op::truncate, 0, uint64_t(f.tag) << 32 | uint32_t(f.fd), size,
                          nullptr, 0, nullptr, 0);
     if (r.err) return -r.err;
     if (leader) {
@@ -269,7 +271,7 @@ class gfs_ref {
     const int err = persist_range(w, f, size);
     if (err) return err;
     const reply r = call(w, mask, w.lane() == lowest_lane(mask), gfs_op::sync_size, 0,
-                         uint64_t(f.window) << 32 | uint32_t(f.fd), size, nullptr, 0, nullptr, 0);
+                         uint64_t(f.tag) << 32 | uint32_t(f.fd), size, nullptr, 0, nullptr, 0);
     return -r.err;
   }
 
@@ -407,6 +409,18 @@ class gfs_ref {
     return w.shfl(mask, len, lowest_lane(mask));
   }
 
+  // The last close of a file: its handles stop matching its entry at once
+  // (the host also clears the tag before it hands the entry out again; a
+  // CAS, so that a clear that comes late never touches a later file's).
+  template <class Warp>
+  DW_HD void kill_handles(const Warp& w, unsigned mask, const gfile& f) const {
+    if (w.lane() == lowest_lane(mask)) {
+      uint32_t expected = f.tag;
+      client_atomic<uint32_t>(files[f.fd].tag).compare_exchange_strong(expected, 0u, memory_order_acq_rel);
+    }
+    w.sync(mask);
+  }
+
   // 0 if f is an open file of this table (its size into `size`, the same
   // in every lane), else -EBADF.
   template <class Warp>
@@ -415,7 +429,7 @@ class gfs_ref {
     uint32_t good = 0;
     if (w.lane() == lowest_lane(mask)) {
       gfs_open_entry& e = files[f.fd];
-      good = client_atomic<uint32_t>(e.window).load(memory_order_acquire) == f.window;
+      good = client_atomic<uint32_t>(e.tag).load(memory_order_acquire) == f.tag;
       size = client_atomic<unsigned long long>(e.size).load(memory_order_acquire);
     }
     good = w.shfl(mask, good, lowest_lane(mask));

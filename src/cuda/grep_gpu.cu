@@ -17,7 +17,9 @@ namespace deepwell {
 namespace {
 
 __global__ void open_output(grep_job* j, const char* name) {
-  const gfile f = j->out.gopen(gpu_full_warp{}, name, g_rdwr | g_creat | g_trunc);
+  // Write-once: lines go to disjoint offsets (a cursor), and their pages
+  // are never read first.
+  const gfile f = j->out.gopen(gpu_full_warp{}, name, g_wronly | g_gwronce);
   if (threadIdx.x == 0) j->out_file = f;
 }
 

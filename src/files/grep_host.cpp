@@ -154,7 +154,7 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   host_grep_run run(d, files, in->ref(), out->ref(), workers);
   grep_job& j = run.job;
   const auto t0 = std::chrono::steady_clock::now();
-  j.out_file = j.out.gopen(o.out_name.c_str(), g_rdwr | g_creat | g_trunc);
+  j.out_file = j.out.gopen(o.out_name.c_str(), g_wronly | g_gwronce);  // lines at disjoint offsets, never read
   if (!j.out_file.ok())
     throw error("grep: cannot open " + o.out_dir + "/" + o.out_name + " for writing: " + std::strerror(j.out_file.err));
   std::vector<std::thread> threads;

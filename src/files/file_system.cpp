@@ -101,6 +101,7 @@ struct file_system::impl {
     uint32_t window = 0;
     uint32_t tag = 0;  // window | generation << gfs_tag_window_bits (gfs_layout.hpp)
     uint32_t refs = 0;
+    uint32_t closing = 0;  // of refs, closes taken from gclose_async and not finished
     std::shared_ptr<detail::window_file> file;
   };
   struct retained_window {  // a closed file's window, valid while the file is unchanged
@@ -325,7 +326,7 @@ struct file_system::impl {
     f->direct = direct;
     f->write_once = write_once;
     target->attach(window, f);
-    table[h] = open_file{sb.st_dev, sb.st_ino, window, tag, 1, f};
+    table[h] = open_file{sb.st_dev, sb.st_ino, window, tag, 1, 0, f};
     by_inode[key] = h;
     q.r0 = uint64_t(tag) << 32 | h;
     q.r1 = uint64_t(sb.st_size);
@@ -360,13 +361,16 @@ struct file_system::impl {
 
   int do_close(gfs_slot& q) {
     open_file* o = lookup(q.a0);
-    if (!o) return EBADF;
+    // Every user left is closing already: a close too many (a handle closed
+    // twice) must not take a pending close's reference.
+    if (!o || o->refs == o->closing) return EBADF;
     if ((q.flags & 3) == 3 && o->file->writable) {  // written, from gclose_async: finished by the closer
       const uint64_t timeout = opts.timeout_ns ? opts.timeout_ns : cache->config().timeout_ns;
       {
         std::lock_guard<std::mutex> lock(pending_mutex);
         pending.push_back({uint32_t(q.a0), o->window, uint32_t(q.a2), q.a1, now_ns() + timeout});
       }
+      ++o->closing;
       pending_cv.notify_all();
       std::lock_guard<std::mutex> lock(stats_mutex);
       ++st.closes;
@@ -468,6 +472,7 @@ struct file_system::impl {
     }
     {
       std::lock_guard<std::mutex> tables(state);
+      --table[p.h]->closing;
       drop_user(p.h, *table[p.h], nullptr);
     }
     {

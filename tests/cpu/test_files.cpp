@@ -244,6 +244,9 @@ TEST(Files, AnAsyncCloseReturnsBeforeTheWritesLandAndSyncWaitsForThem) {
   ASSERT_EQ(g.gclose_async(a), 0);
   const double async_s = seconds(t0);
   EXPECT_EQ(files->stats().closes_pending, 1u) << "the close waits for its writes on the host";
+  // Closed once is closed: a second close finds no user left to close.
+  EXPECT_EQ(g.gclose(a), -EBADF);
+  EXPECT_EQ(g.gclose_async(a), -EBADF);
   files->sync();
   const double landed_s = seconds(t0);
   EXPECT_EQ(t.get("a"), pattern(n, 1)) << "size exact, bytes equal";

@@ -432,6 +432,57 @@ TEST(Files, WarpCollectiveCallsOnEmulatedWarps) {
   }
 }
 
+// The new calls on emulated warps (one with a partial mask): each warp
+// writes a file of its own whole-warp and closes it with gclose_async (the
+// warp's lanes submit its pages' write-backs together), and all three
+// write interleaved pieces of one write-once file, through a cache small
+// enough to evict.
+TEST(Files, AsyncClosesAndWriteOnceFilesOnEmulatedWarps) {
+  tree t;
+  rig r(t, 3 * 32);
+  const gfs_ref& g = r.ref();
+  const uint64_t shared_size = 300000, piece = 700;
+  std::vector<uint8_t> shared = pattern(shared_size, 99);
+  const gfile once = g.gopen("once", g_wronly | g_gwronce);
+  ASSERT_TRUE(once.ok()) << once.err;
+  std::atomic<int> bad{0}, last_err{0}, step{0};
+  auto fail = [&](int s, int64_t e) {
+    ++bad;
+    step = s;
+    last_err = int(e);
+  };
+  std::vector<std::thread> warps;
+  for (uint32_t id = 0; id < 3; ++id)
+    warps.emplace_back([&, id] {
+      const unsigned mask = id == 1 ? 0x00F0FF0Fu : 0xFFFFFFFFu;
+      const auto data = pattern(60000 + 999 * id, 20 + id);
+      test::run_warp(mask, id, [&](test::emulated_warp w) {
+        for (uint64_t off = id * piece; off < shared_size; off += 3 * piece) {
+          const uint64_t n = std::min(piece, shared_size - off);
+          if (int64_t got = g.gwrite(w, once, off, shared.data() + off, n); got != int64_t(n)) fail(1, got);
+        }
+        const std::string name = "w" + std::to_string(id);
+        const gfile o = g.gopen(w, name.c_str(), g_rdwr | g_creat);
+        if (!o.ok()) return fail(2, o.err);
+        for (uint64_t off = 0; off < data.size(); off += 5000) {
+          const uint64_t n = std::min<uint64_t>(5000, data.size() - off);
+          if (int64_t got = g.gwrite(w, o, off, data.data() + off, n); got != int64_t(n)) fail(3, got);
+        }
+        if (int e = g.gclose_async(w, o)) fail(4, e);
+      });
+    });
+  for (auto& th : warps) th.join();
+  EXPECT_EQ(bad.load(), 0) << "step " << step << ", result " << last_err;
+  EXPECT_EQ(g.gclose_async(once), 0);
+  r.files->sync();
+  for (uint32_t id = 0; id < 3; ++id)
+    EXPECT_EQ(t.get("w" + std::to_string(id)), pattern(60000 + 999 * id, 20 + id)) << id;
+  EXPECT_EQ(t.get("once"), shared);
+  const file_system_stats st = r.files->stats();
+  EXPECT_EQ(st.background_closes, 4u);
+  EXPECT_EQ(st.open_files, 0u);
+}
+
 TEST(Files, CloseToOpenWithTheHost) {
   tree t;
   t.put("x", pattern(10000, 1));

@@ -104,8 +104,11 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
       for (;;) {
         uint32_t v = st.load(memory_order_acquire);
         if (v & slot_state::writeback) {  // a write-back in flight: it comes first
-          if (!wait && !(v & slot_state::dirty)) {
-            pending = false;  // it holds every write so far
+          if (!wait && (v & slot_state::orphan) && !(v & slot_state::dirty)) {
+            // Submitted (so counted in write_counts) and holding every
+            // write so far. One claimed and not yet submitted is waited
+            // for below, as is one being finished.
+            pending = false;
             break;
           }
           if ((v & slot_state::orphan) && take_orphan(s)) {

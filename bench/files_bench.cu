@@ -10,6 +10,13 @@
 //           (gread_stream_odirect_vs_fio).
 //   opens   every warp opens, reads the first word of and closes small
 //           files, as many as --files: gopen_gclose_per_s.
+//   writes  every warp creates --files files of --write-kib each, written in
+//           --piece-bytes pieces (not whole pages), three times: closed
+//           with gclose, with gclose_async, and written once (g_gwronce)
+//           and closed with gclose_async; every file checked word by word
+//           on the host after each. gclose_async_vs_gclose: the kernel's
+//           time against gclose's; write_once_vs_plain: until the files
+//           are on the host (file_system::sync), g_gwronce against plain.
 // Files are made here (deterministic: word i of the stream file holds i;
 // small file k starts with k) under --dir. Prints one JSON line.
 #include <cuda_runtime.h>
@@ -116,6 +123,48 @@ __global__ void opens_kernel(const opens_job* jp) {
   }
 }
 
+struct writes_job {
+  gfs_ref fs;
+  const char* names;
+  uint32_t name_bytes;
+  uint32_t files;
+  uint32_t bytes;   // per file
+  uint32_t piece;   // bytes per gwrite, at most piece_max
+  uint32_t flags;   // gopen's
+  bool async;       // gclose_async
+  unsigned long long* next;
+  unsigned long long* failed;
+};
+constexpr uint32_t piece_max = 4096;
+
+// Word w of file k holds k << 32 | w.
+__global__ void writes_kernel(const writes_job* jp) {
+  const writes_job& j = *jp;
+  const gpu_full_warp w;
+  __shared__ uint64_t pieces[4][piece_max / 8];  // 128 threads: 4 warps
+  uint64_t* buf = pieces[threadIdx.x / 32];
+  for (;;) {
+    unsigned long long k = 0;
+    if (w.lane() == 0) k = atomicAdd(j.next, 1ull);
+    k = __shfl_sync(~0u, k, 0);
+    if (k >= j.files) return;
+    const gfile f = j.fs.gopen(w, j.names + k * j.name_bytes, j.flags);
+    if (!f.ok()) {
+      if (w.lane() == 0) atomicAdd(j.failed, 1ull);
+      continue;
+    }
+    for (uint32_t off = 0; off < j.bytes; off += j.piece) {
+      const uint32_t n = j.bytes - off < j.piece ? j.bytes - off : j.piece;
+      for (uint32_t i = w.lane(); i < n / 8; i += 32) buf[i] = k << 32 | (off / 8 + i);
+      __syncwarp();
+      if (j.fs.gwrite(w, f, off, buf, n) != int64_t(n) && w.lane() == 0) atomicAdd(j.failed, 1ull);
+      __syncwarp();
+    }
+    const int c = j.async ? j.fs.gclose_async(w, f) : j.fs.gclose(w, f);
+    if (c != 0 && w.lane() == 0) atomicAdd(j.failed, 1ull);
+  }
+}
+
 template <class T>
 T* device_copy(const void* src, size_t bytes) {
   void* p = nullptr;
@@ -189,7 +238,10 @@ int main(int argc, char** argv) try {
   uint32_t files = 20000, page_kib = 64, blocks = 0;
   uint64_t cache_mib = 1024;
   bool direct_io = false;
-  app.add_option("--mode", mode, "stream or opens")->check(CLI::IsMember({"stream", "opens"}));
+  uint32_t write_kib = 64, piece_bytes = 1000;
+  app.add_option("--mode", mode, "stream, opens or writes")->check(CLI::IsMember({"stream", "opens", "writes"}));
+  app.add_option("--write-kib", write_kib, "writes: each file's size (KiB)");
+  app.add_option("--piece-bytes", piece_bytes, "writes: bytes per gwrite (a multiple of 8, at most 4096)");
   app.add_option("--dir", dir, "where the files are made (the file system's root)")->required();
   app.add_option("--gib", gib, "stream: the file's size");
   app.add_option("--files", files, "opens: small files");
@@ -219,7 +271,7 @@ int main(int argc, char** argv) try {
   auto cache = make_gpu_page_cache(ctl, cc);
   file_system_options fo;
   fo.root = dir;
-  fo.read_only = true;
+  fo.read_only = mode != "writes";
   fo.direct_io = direct_io;
   fo.slots = 256;
   auto fs = make_gpu_file_system(ctl, cache, fo);
@@ -285,6 +337,83 @@ int main(int argc, char** argv) try {
     cudaFree(dj);
     cudaFree(dpath);
     cudaFree(result);
+  } else if (mode == "writes") {
+    if (piece_bytes == 0 || piece_bytes % 8 || piece_bytes > piece_max)
+      throw error("--piece-bytes must be a multiple of 8 from 8 to 4096");
+    const uint32_t name_bytes = 32, bytes = write_kib * 1024;
+    std::vector<char> names(uint64_t(files) * name_bytes, 0);
+    std::filesystem::create_directories(dir + "/written");
+    for (uint32_t k = 0; k < files; ++k)
+      std::snprintf(&names[uint64_t(k) * name_bytes], name_bytes, "written/%u", k);
+    check_launch(*cache, writes_kernel, blocks, threads);
+    writes_job wj;
+    wj.fs = fs->ref();
+    wj.names = device_copy<char>(names.data(), names.size());
+    wj.name_bytes = name_bytes;
+    wj.files = files;
+    wj.bytes = bytes;
+    wj.piece = piece_bytes;
+    wj.next = counters + 2;
+    wj.failed = counters + 1;
+    // Every word of every file, read back on the host.
+    auto check_files = [&]() -> uint64_t {
+      uint64_t bad = 0;
+      std::vector<uint64_t> words(bytes / 8);
+      for (uint32_t k = 0; k < files; ++k) {
+        FILE* in = std::fopen((dir + "/written/" + std::to_string(k)).c_str(), "rb");
+        struct stat sb {};
+        if (!in || fstat(fileno(in), &sb) != 0 || uint64_t(sb.st_size) != bytes ||
+            std::fread(words.data(), 8, words.size(), in) != words.size()) {
+          ++bad;
+        } else {
+          for (uint64_t i = 0; i < words.size(); ++i) bad += words[i] != (uint64_t(k) << 32 | i);
+        }
+        if (in) std::fclose(in);
+      }
+      return bad;
+    };
+    struct pass {
+      const char* name;
+      uint32_t flags;
+      bool async;
+    };
+    const pass passes[] = {{"gclose", g_wronly | g_creat | g_trunc, false},
+                           {"gclose_async", g_wronly | g_creat | g_trunc, true},
+                           {"write_once", g_wronly | g_gwronce, true}};
+    for (const pass& ps : passes) {
+      wj.flags = ps.flags;
+      wj.async = ps.async;
+      check_cuda(cudaMemset(counters, 0, 3 * 8), "cudaMemset");
+      auto* dj = device_copy<writes_job>(&wj, sizeof wj);
+      const uint64_t reads_before = cache->stats().bytes_read;
+      bench::timer t;
+      t.start();
+      writes_kernel<<<blocks, threads>>>(dj);
+      const double kernel_s = t.stop();
+      check_cuda(cudaDeviceSynchronize(), "the writes kernel");
+      const auto t0 = std::chrono::steady_clock::now();
+      fs->sync();  // the async closes finished, on the host
+      const double landed_s = kernel_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      cudaMemcpy(got, counters, sizeof got, cudaMemcpyDeviceToHost);
+      const uint64_t wrong = check_files();
+      j["passes"][ps.name] = {{"kernel_seconds", kernel_s},
+                              {"landed_seconds", landed_s},
+                              {"failed", got[1]},
+                              {"wrong_words_or_files", wrong},
+                              {"bytes_read_into_cache", cache->stats().bytes_read - reads_before}};
+      failures |= got[1] || wrong;
+      cudaFree(dj);
+    }
+    const json& ps = j["passes"];
+    j["files"] = files;
+    j["file_bytes"] = bytes;
+    j["piece_bytes"] = piece_bytes;
+    j["background_closes"] = fs->stats().background_closes;
+    j["ratios"]["gclose_async_vs_gclose"] =
+        double(ps["gclose_async"]["kernel_seconds"]) / double(ps["gclose"]["kernel_seconds"]);
+    j["ratios"]["write_once_vs_plain"] =
+        double(ps["write_once"]["landed_seconds"]) / double(ps["gclose_async"]["landed_seconds"]);
+    cudaFree(const_cast<char*>(wj.names));
   } else {  // opens
     const uint32_t name_bytes = 32;
     std::vector<char> names(uint64_t(files) * name_bytes, 0);

@@ -11,12 +11,16 @@
 //   opens   every warp opens, reads the first word of and closes small
 //           files, as many as --files: gopen_gclose_per_s.
 //   writes  every warp creates --files files of --write-kib each, written in
-//           --piece-bytes pieces (not whole pages), three times: closed
-//           with gclose, with gclose_async, and written once (g_gwronce)
-//           and closed with gclose_async; every file checked word by word
-//           on the host after each. gclose_async_vs_gclose: the kernel's
-//           time against gclose's; write_once_vs_plain: until the files
-//           are on the host (file_system::sync), g_gwronce against plain.
+//           --piece-bytes pieces (not whole pages), three times, each pass
+//           into a directory of its own made fresh (no pass truncates an
+//           earlier pass's files): closed with gclose, with gclose_async,
+//           and written once (g_gwronce) and closed with gclose_async;
+//           every file checked word by word on the host after each.
+//           gclose_async_vs_gclose: the closing warps' time inside the
+//           close call (the stall), gclose_async's against gclose's;
+//           gclose_async_kernel_vs_gclose: the whole kernel's time;
+//           write_once_vs_plain: until the files are on the host
+//           (file_system::sync), g_gwronce against plain.
 // Files are made here (deterministic: word i of the stream file holds i;
 // small file k starts with k) under --dir. Prints one JSON line.
 #include <cuda_runtime.h>
@@ -97,6 +101,7 @@ struct opens_job {
   unsigned long long* next;
   unsigned long long* wrong;
   unsigned long long* failed;
+  unsigned long long* phase_ns;  // [3]: in gopen, gread, gclose, summed over warps
 };
 
 __global__ void opens_kernel(const opens_job* jp) {
@@ -107,7 +112,9 @@ __global__ void opens_kernel(const opens_job* jp) {
     if (w.lane() == 0) k = atomicAdd(j.next, 1ull);
     k = __shfl_sync(~0u, k, 0);
     if (k >= j.files) return;
+    const uint64_t t0 = now_ns();
     const gfile f = j.fs.gopen(w, j.names + k * j.name_bytes, g_rdonly);
+    const uint64_t t1 = now_ns();
     if (!f.ok()) {
       if (w.lane() == 0) atomicAdd(j.failed, 1ull);
       continue;
@@ -119,7 +126,13 @@ __global__ void opens_kernel(const opens_job* jp) {
     __syncwarp();
     const int64_t n = j.fs.gread(w, f, 0, &first, 8);
     if (w.lane() == 0 && (n != 8 || first != k)) atomicAdd(j.wrong, 1ull);
+    const uint64_t t2 = now_ns();
     if (j.fs.gclose(w, f) != 0 && w.lane() == 0) atomicAdd(j.failed, 1ull);
+    if (w.lane() == 0) {
+      atomicAdd(j.phase_ns, (unsigned long long)(t1 - t0));
+      atomicAdd(j.phase_ns + 1, (unsigned long long)(t2 - t1));
+      atomicAdd(j.phase_ns + 2, (unsigned long long)(now_ns() - t2));
+    }
   }
 }
 
@@ -134,6 +147,7 @@ struct writes_job {
   bool async;       // gclose_async
   unsigned long long* next;
   unsigned long long* failed;
+  unsigned long long* close_ns;  // summed over the closing warps
 };
 constexpr uint32_t piece_max = 4096;
 
@@ -160,7 +174,9 @@ __global__ void writes_kernel(const writes_job* jp) {
       if (j.fs.gwrite(w, f, off, buf, n) != int64_t(n) && w.lane() == 0) atomicAdd(j.failed, 1ull);
       __syncwarp();
     }
+    const uint64_t t0 = now_ns();
     const int c = j.async ? j.fs.gclose_async(w, f) : j.fs.gclose(w, f);
+    if (w.lane() == 0) atomicAdd(j.close_ns, (unsigned long long)(now_ns() - t0));
     if (c != 0 && w.lane() == 0) atomicAdd(j.failed, 1ull);
   }
 }
@@ -235,7 +251,7 @@ int main(int argc, char** argv) try {
   CLI::App app{"deepwell file API benchmarks (issue 17)"};
   std::string mode = "stream", dir;
   double gib = 2;
-  uint32_t files = 20000, page_kib = 64, blocks = 0;
+  uint32_t files = 20000, page_kib = 64, blocks = 0, service_threads = file_system_options{}.service_threads, slots = 256;
   uint64_t cache_mib = 1024;
   bool direct_io = false;
   uint32_t write_kib = 64, piece_bytes = 1000;
@@ -247,6 +263,10 @@ int main(int argc, char** argv) try {
   app.add_option("--files", files, "opens: small files");
   app.add_option("--page-kib", page_kib, "the cache's page size (KiB): each miss is one read of a page");
   app.add_option("--cache-mib", cache_mib, "the GPU cache");
+  app.add_option("--service-threads", service_threads, "the file system's host service threads")
+      ->check(CLI::Range(1u, 64u));
+  app.add_option("--slots", slots, "the file system's request slots (requests in flight from kernels)")
+      ->check(CLI::Range(1u, 4096u));
   app.add_option("--blocks", blocks, "blocks of 128 threads (0: 4 per SM)");
   app.add_flag("--direct-io", direct_io, "stream: read with O_DIRECT");
   CLI11_PARSE(app, argc, argv);
@@ -273,14 +293,15 @@ int main(int argc, char** argv) try {
   fo.root = dir;
   fo.read_only = mode != "writes";
   fo.direct_io = direct_io;
-  fo.slots = 256;
+  fo.slots = slots;
+  fo.service_threads = service_threads;
   auto fs = make_gpu_file_system(ctl, cache, fo);
   j["page_bytes"] = cc.page_size;
   j["cache_bytes"] = cc.capacity_bytes;
   j["warps"] = warps;
   j["h2d_gbps"] = measure_h2d_gbps();
-  unsigned long long* counters = device_copy<unsigned long long>(nullptr, 3 * 8);
-  unsigned long long got[3];
+  unsigned long long* counters = device_copy<unsigned long long>(nullptr, 4 * 8);
+  unsigned long long got[4] = {};
   int failures = 0;
 
   if (mode == "stream") {
@@ -340,27 +361,23 @@ int main(int argc, char** argv) try {
   } else if (mode == "writes") {
     if (piece_bytes == 0 || piece_bytes % 8 || piece_bytes > piece_max)
       throw error("--piece-bytes must be a multiple of 8 from 8 to 4096");
-    const uint32_t name_bytes = 32, bytes = write_kib * 1024;
-    std::vector<char> names(uint64_t(files) * name_bytes, 0);
-    std::filesystem::create_directories(dir + "/written");
-    for (uint32_t k = 0; k < files; ++k)
-      std::snprintf(&names[uint64_t(k) * name_bytes], name_bytes, "written/%u", k);
+    const uint32_t name_bytes = 48, bytes = write_kib * 1024;
     check_launch(*cache, writes_kernel, blocks, threads);
     writes_job wj;
     wj.fs = fs->ref();
-    wj.names = device_copy<char>(names.data(), names.size());
     wj.name_bytes = name_bytes;
     wj.files = files;
     wj.bytes = bytes;
     wj.piece = piece_bytes;
     wj.next = counters + 2;
     wj.failed = counters + 1;
-    // Every word of every file, read back on the host.
-    auto check_files = [&]() -> uint64_t {
+    wj.close_ns = counters + 3;
+    // Every word of every file of a pass, read back on the host.
+    auto check_files = [&](const std::string& sub) -> uint64_t {
       uint64_t bad = 0;
       std::vector<uint64_t> words(bytes / 8);
       for (uint32_t k = 0; k < files; ++k) {
-        FILE* in = std::fopen((dir + "/written/" + std::to_string(k)).c_str(), "rb");
+        FILE* in = std::fopen((dir + "/" + sub + "/" + std::to_string(k)).c_str(), "rb");
         struct stat sb {};
         if (!in || fstat(fileno(in), &sb) != 0 || uint64_t(sb.st_size) != bytes ||
             std::fread(words.data(), 8, words.size(), in) != words.size()) {
@@ -381,9 +398,18 @@ int main(int argc, char** argv) try {
                            {"gclose_async", g_wronly | g_creat | g_trunc, true},
                            {"write_once", g_wronly | g_gwronce, true}};
     for (const pass& ps : passes) {
+      // Each pass writes new files in a directory of its own, so that no
+      // pass pays for truncating another's.
+      const std::string sub = std::string("written-") + ps.name;
+      std::filesystem::remove_all(dir + "/" + sub);
+      std::filesystem::create_directories(dir + "/" + sub);
+      std::vector<char> names(uint64_t(files) * name_bytes, 0);
+      for (uint32_t k = 0; k < files; ++k)
+        std::snprintf(&names[uint64_t(k) * name_bytes], name_bytes, "%s/%u", sub.c_str(), k);
+      wj.names = device_copy<char>(names.data(), names.size());
       wj.flags = ps.flags;
       wj.async = ps.async;
-      check_cuda(cudaMemset(counters, 0, 3 * 8), "cudaMemset");
+      check_cuda(cudaMemset(counters, 0, 4 * 8), "cudaMemset");
       auto* dj = device_copy<writes_job>(&wj, sizeof wj);
       const uint64_t reads_before = cache->stats().bytes_read;
       bench::timer t;
@@ -395,14 +421,16 @@ int main(int argc, char** argv) try {
       fs->sync();  // the async closes finished, on the host
       const double landed_s = kernel_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       cudaMemcpy(got, counters, sizeof got, cudaMemcpyDeviceToHost);
-      const uint64_t wrong = check_files();
+      const uint64_t wrong = check_files(sub);
       j["passes"][ps.name] = {{"kernel_seconds", kernel_s},
                               {"landed_seconds", landed_s},
+                              {"close_us_mean", files ? double(got[3]) / 1e3 / files : 0.0},
                               {"failed", got[1]},
                               {"wrong_words_or_files", wrong},
                               {"bytes_read_into_cache", cache->stats().bytes_read - reads_before}};
       failures |= got[1] || wrong;
       cudaFree(dj);
+      cudaFree(const_cast<char*>(wj.names));
     }
     const json& ps = j["passes"];
     j["files"] = files;
@@ -410,10 +438,11 @@ int main(int argc, char** argv) try {
     j["piece_bytes"] = piece_bytes;
     j["background_closes"] = fs->stats().background_closes;
     j["ratios"]["gclose_async_vs_gclose"] =
+        double(ps["gclose_async"]["close_us_mean"]) / double(ps["gclose"]["close_us_mean"]);
+    j["ratios"]["gclose_async_kernel_vs_gclose"] =
         double(ps["gclose_async"]["kernel_seconds"]) / double(ps["gclose"]["kernel_seconds"]);
     j["ratios"]["write_once_vs_plain"] =
         double(ps["write_once"]["landed_seconds"]) / double(ps["gclose_async"]["landed_seconds"]);
-    cudaFree(const_cast<char*>(wj.names));
   } else {  // opens
     const uint32_t name_bytes = 32;
     std::vector<char> names(uint64_t(files) * name_bytes, 0);
@@ -439,7 +468,9 @@ int main(int argc, char** argv) try {
     oj.next = counters + 2;
     oj.wrong = counters;
     oj.failed = counters + 1;
+    oj.phase_ns = device_copy<unsigned long long>(nullptr, 3 * 8);
     auto* dj = device_copy<opens_job>(&oj, sizeof oj);
+    const file_system_stats before = fs->stats();
     bench::timer t;
     t.start();
     opens_kernel<<<blocks, threads>>>(dj);
@@ -450,10 +481,24 @@ int main(int argc, char** argv) try {
     j["seconds"] = s;
     j["wrong"] = got[0];
     j["failed"] = got[1];
-    j["file_system"] = {{"requests", fs->stats().requests}, {"files_opened", fs->stats().files_opened}};
+    const file_system_stats after = fs->stats();
+    unsigned long long phase[3] = {};
+    cudaMemcpy(phase, oj.phase_ns, sizeof phase, cudaMemcpyDeviceToHost);
+    // Where a file's time goes: each call's mean latency in a warp, and how
+    // busy the host's service threads were (1: always answering).
+    j["gopen_us_mean"] = double(phase[0]) / 1e3 / files;
+    j["gread_us_mean"] = double(phase[1]) / 1e3 / files;
+    j["gclose_us_mean"] = double(phase[2]) / 1e3 / files;
+    j["file_system"] = {{"requests", after.requests - before.requests},
+                        {"files_opened", after.files_opened - before.files_opened},
+                        {"service_threads", fo.service_threads},
+                        {"slots", fo.slots},
+                        {"service_busy", double(after.service_ns - before.service_ns) / 1e9 / s /
+                                             fo.service_threads}};
     failures = got[0] || got[1];
     j["ratios"]["gopen_gclose_per_s"] = files / s;
     cudaFree(const_cast<char*>(oj.names));
+    cudaFree(oj.phase_ns);
     cudaFree(dj);
   }
   cudaFree(counters);

@@ -14,9 +14,17 @@ trains a DistributedDataParallel model; gradients are averaged over NCCL.
   python3 examples/graphsage_ddp.py --gpus 2                 # two GPUs
   python3 examples/graphsage_ddp.py --gpus 1,2 --out r.json  # one, then two: ddp_epoch_scaling
 
-With --gpus 1,2 it runs the same epochs (the same global batches) on one
-GPU and on two, and reports ddp_epoch_scaling = epoch time on one / on two
-(issue 15's goal: >= 1.8). The first epoch of each run warms the caches and
+An epoch is the same --batches x --batch training seeds on any number of
+GPUs. How they are split (--split): "seeds" (the default, as
+torch.utils.data.DistributedSampler does) gives each process its share of
+the epoch's seeds in mini-batches of --batch, so N GPUs take 1/N of the
+steps; "batch" keeps the global mini-batch at --batch and splits each one
+over the GPUs (every GPU takes every step, on 1/N of the seeds).
+With --gpus 1,2 it runs the epochs on one GPU and on two, and reports
+ddp_epoch_scaling = epoch time on one / on two (issue 15's goal: >= 1.8),
+for the --split asked for; --split seeds,batch runs both (one GPU's run is
+the same for both) and reports the second as
+ddp_epoch_scaling_fixed_global_batch. The first epoch of each run warms the caches and
 the tier; the last one is compared. Every process checks the first rows it
 loads against the file (numpy.memmap): feature loading through the server
 must give the file's bytes.
@@ -78,7 +86,7 @@ def start_server(args, path, workdir):
     return p, sock
 
 
-def worker(rank, world, args, path, sock, port, results):
+def worker(rank, world, args, path, sock, port, results, split):
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             device_id=torch.device(f"cuda:{rank}"))
@@ -106,10 +114,12 @@ def worker(rank, world, args, path, sock, port, results):
         dist.barrier()
         torch.cuda.synchronize()
         t_start = time.perf_counter()
-        # Global batch b: its rank-th slice of args.batch // world seeds.
-        per = args.batch // world
-        for b in range(args.batches):
-            seeds = order[b * args.batch + rank * per:b * args.batch + (rank + 1) * per]
+        if split == "seeds":  # step b: this rank's batch of the world * args.batch seeds of step b
+            per, steps = args.batch, args.batches // world
+        else:  # step b: this rank's slice of global batch b
+            per, steps = args.batch // world, args.batches
+        for b in range(steps):
+            seeds = order[(b * world + rank) * per:(b * world + rank + 1) * per]
             t0 = time.perf_counter()
             sub = sampler.sample(seeds)
             torch.cuda.synchronize()
@@ -145,11 +155,11 @@ def worker(rank, world, args, path, sock, port, results):
     dist.destroy_process_group()
 
 
-def run(world, args, path, sock):
+def run(world, args, path, sock, split):
     port = free_port()
     with mp.Manager() as m:
         results = m.dict()
-        mp.spawn(worker, args=(world, args, path, sock, port, results), nprocs=world, join=True)
+        mp.spawn(worker, args=(world, args, path, sock, port, results, split), nprocs=world, join=True)
         return dict(results)
 
 
@@ -162,9 +172,12 @@ def main():
     ap.add_argument("--classes", type=int, default=16)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--cache", default="1GiB", help="each GPU's deepwell cache")
-    ap.add_argument("--batch", type=int, default=2048, help="global mini-batch (split over the GPUs)")
+    ap.add_argument("--batch", type=int, default=2048,
+                    help="seeds per mini-batch: each process's (--split seeds) or the global one's (--split batch)")
+    ap.add_argument("--split", default="seeds",
+                    help="how the epoch is shared among GPUs: seeds, batch, or seeds,batch for both (see above)")
     ap.add_argument("--fanouts", default="10,5")
-    ap.add_argument("--batches", type=int, default=40, help="global mini-batches per epoch")
+    ap.add_argument("--batches", type=int, default=40, help="an epoch is --batches x --batch seeds")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--seed", type=int, default=1)
@@ -181,8 +194,13 @@ def main():
     counts = [int(c) for c in args.gpus.split(",")] if args.gpus else [n]
     if max(counts) > n:
         sys.exit(f"graphsage_ddp.py: {max(counts)} GPUs asked for, {n} visible")
-    if any(args.batch % c for c in counts):
-        sys.exit(f"--batch {args.batch} must divide among {counts} GPUs")
+    splits = args.split.split(",")
+    if any(sp not in ("seeds", "batch") for sp in splits):
+        sys.exit(f"--split {args.split}: each must be 'seeds' or 'batch'")
+    if "batch" in splits and any(args.batch % c for c in counts):
+        sys.exit(f"--split batch: --batch {args.batch} must divide among {counts} GPUs")
+    if "seeds" in splits and any(args.batches % c for c in counts):
+        sys.exit(f"--split seeds: --batches {args.batches} must divide among {counts} GPUs")
     path = os.path.join(args.dir, f"graphsage-{args.nodes}x{args.dim}-s{args.seed}.f32")
     make_features(path, args.nodes, args.dim, args.classes, args.seed)  # once, before the workers
     server, workdir = None, None
@@ -192,11 +210,16 @@ def main():
         server, sock = start_server(args, path, workdir)
     out = {"config": vars(args), "runs": {}}
     try:
-        for c in counts:
-            r = run(c, args, path, sock)
-            out["runs"][str(c)] = r
-            if any(v["wrong_rows"] for v in r.values()):
-                print(f"{c} GPU(s): features that differ from the file!", flush=True)
+        for i, sp in enumerate(splits):
+            for c in counts:
+                if c == 1 and i > 0:
+                    continue  # one GPU: the same run for every split
+                key = str(c) if i == 0 or c == 1 else f"{c}-{sp}"
+                print(f"{c} GPU(s), split {sp}:", flush=True)
+                r = run(c, args, path, sock, sp)
+                out["runs"][key] = r
+                if any(v["wrong_rows"] for v in r.values()):
+                    print(f"{c} GPU(s): features that differ from the file!", flush=True)
         if server is not None:
             out["server_stats"] = deepwell.connect(sock).stats()
             deepwell.disconnect()
@@ -205,10 +228,14 @@ def main():
             server.terminate()
             server.wait(timeout=30)
     last = {c: max(v["epochs"][-1]["epoch_s"] for v in r.values()) for c, r in out["runs"].items()}
-    if "1" in last and len(last) > 1:
-        top = max(last, key=int)
-        out["ddp_epoch_scaling"] = last["1"] / last[top]
-        print(f"ddp_epoch_scaling ({top} GPUs against 1): {out['ddp_epoch_scaling']:.2f}", flush=True)
+    top = max(counts)
+    if "1" in last and top > 1:
+        for i, sp in enumerate(splits):
+            key, name = (str(top), "ddp_epoch_scaling") if i == 0 else (f"{top}-{sp}", f"ddp_epoch_scaling_split_{sp}")
+            if sp == "batch" and i > 0:
+                name = "ddp_epoch_scaling_fixed_global_batch"
+            out[name] = last["1"] / last[key]
+            print(f"{name} ({top} GPUs against 1, split {sp}): {out[name]:.2f}", flush=True)
     wrong = sum(v["wrong_rows"] for r in out["runs"].values() for v in r.values())
     out["wrong_rows"] = wrong
     if args.out:

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -334,7 +335,12 @@ recovery_result write_ahead_log::recover() {
                    std::to_string(r.array()) + ", which the log's arrays " + arrays_text(m.arrays) + " do not have");
           t.entries.push_back(entry{row, lane, r.array(), r.index(), r.value()});
         } else {
-          m.fail("a record of kind " + std::to_string(r.kind_of()) + " in a " + form_name(h.form) + " log at " + where);
+          // Its words, so that a report tells a checksum that passed by
+          // chance (2^-32 a slot: zeros, or a torn mix) from a real record.
+          char words[8 * 9 + 1] = {};
+          for (uint32_t j = 0; j < lf::entry_words; ++j) std::snprintf(words + 9 * j, 10, " %08x", r.w[j]);
+          m.fail("a record of kind " + std::to_string(r.kind_of()) + " in a " + form_name(h.form) + " log at " + where +
+                 " (words" + words + ")");
         }
       }
 

@@ -143,8 +143,39 @@ struct file_system::impl {
   std::string background_error;      // the first failed background close since the last sync()
   std::thread closer;
   // The tables above (files, inodes, windows, directories): one service
-  // thread at a time changes them. An open's system calls come before it.
+  // thread at a time changes them. An open's system calls come before it,
+  // and a close's descriptor and tag clear after it (after_lock), so that
+  // the service threads overlap their system calls.
   std::mutex state;
+
+  // Held for a microsecond or two by up to service_threads threads: a
+  // waiter spins a little before it sleeps (a futex wake-up costs more).
+  void lock_state(std::unique_lock<std::mutex>& l) {
+    for (int i = 0; i < 256; ++i) {
+      if (l.try_lock()) return;
+      spin_pause();
+    }
+    l.lock();
+  }
+
+  // What a request leaves for after the tables' lock.
+  struct after_lock {
+    std::shared_ptr<detail::window_file> file;  // the last reference: its descriptor is closed here
+    int fd = -1;                                // a descriptor to close
+    int64_t clear = -1;                         // an entry whose tag the host clears, then frees
+  };
+  void finish(after_lock& later) {
+    if (later.fd >= 0) ::close(later.fd);
+    later.file.reset();
+    if (later.clear >= 0) {
+      const uint32_t h = uint32_t(later.clear);
+      const uint64_t ticket = mem->zero_private_async(&files[h].tag, sizeof files[h].tag);
+      std::unique_lock<std::mutex> lock(state, std::defer_lock);
+      lock_state(lock);
+      clear_ticket[h] = ticket;
+      free_fds.push_back(h);
+    }
+  }
 
   impl(controller& c, std::shared_ptr<page_cache> pc, const file_system_options& o, std::unique_ptr<client_memory> m)
       : ctl(c), cache(std::move(pc)), opts(o), mem(std::move(m)) {}
@@ -191,15 +222,17 @@ struct file_system::impl {
   }
 
   void serve(gfs_slot& q) {
+    const uint64_t t0 = now_ns();
     q.r0 = q.r1 = q.r2 = q.r3 = 0;
     int err = 0;
     const gfs_op op = gfs_op(q.op);
     // do_open takes the lock itself, after its system calls.
     std::unique_lock<std::mutex> lock(state, std::defer_lock);
-    if (op != gfs_op::open) lock.lock();
+    if (op != gfs_op::open) lock_state(lock);
+    after_lock later;
     switch (op) {
-      case gfs_op::open: err = do_open(q); break;
-      case gfs_op::close: err = do_close(q); break;
+      case gfs_op::open: err = do_open(q, later); break;
+      case gfs_op::close: err = do_close(q, later); break;
       case gfs_op::truncate: err = do_truncate(q); break;
       case gfs_op::sync_size: err = do_sync_size(q); break;
       case gfs_op::opendir: err = do_opendir(q); break;
@@ -208,16 +241,19 @@ struct file_system::impl {
       default: err = EINVAL;
     }
     q.err = err;
+    if (lock.owns_lock()) lock.unlock();
+    finish(later);  // before the reply: a freed entry is free when the caller hears of it
     std::lock_guard<std::mutex> stats_lock(stats_mutex);
     ++st.requests;
     if (err) ++st.errors;
+    st.service_ns += now_ns() - t0;
   }
 
   std::string text_of(const gfs_slot& q) const {
     return std::string(q.text, q.len < gfs_path_max ? q.len : gfs_path_max - 1);
   }
 
-  int do_open(gfs_slot& q) {
+  int do_open(gfs_slot& q, after_lock& later) {
     const uint32_t flags = q.flags;
     if (flags & ~(g_accmode | g_creat | g_trunc | g_gwronce)) return EINVAL;
     const uint32_t acc = flags & g_accmode;
@@ -249,7 +285,14 @@ struct file_system::impl {
       ::close(fd);
       return S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
     }
-    std::lock_guard<std::mutex> tables(state);
+    auto f = std::make_shared<detail::window_file>();
+    f->fd = fd;
+    f->path = path;
+    f->writable = want_write;
+    f->direct = direct;
+    f->write_once = write_once;
+    std::unique_lock<std::mutex> tables(state, std::defer_lock);
+    lock_state(tables);
     const auto key = std::make_pair(sb.st_dev, sb.st_ino);
     auto it = by_inode.find(key);
     if (it != by_inode.end()) {
@@ -258,20 +301,18 @@ struct file_system::impl {
       // gftruncate). A write-once file is its writer's alone: its cached
       // pages hold zeros where the file has bytes written back.
       if ((flags & g_trunc) || write_once || o.file->write_once) {
-        ::close(fd);
+        later.file = std::move(f);
         return EBUSY;
       }
       if (want_write && !o.file->writable) {
         // A writer joins readers: the window's descriptor becomes this one
         // (requests in flight keep the old one open until they finish).
-        auto f = std::make_shared<detail::window_file>();
-        f->fd = fd;
-        f->path = path;
-        f->writable = true;
+        f->direct = false;
+        later.file = std::move(o.file);
         o.file = f;
         target->attach(o.window, f);
       } else {
-        ::close(fd);
+        later.file = std::move(f);
       }
       ++o.refs;
       q.r0 = uint64_t(o.tag) << 32 | it->second;
@@ -283,13 +324,13 @@ struct file_system::impl {
       return 0;
     }
     if (free_fds.empty()) {
-      ::close(fd);
+      later.file = std::move(f);
       return EMFILE;
     }
     if ((flags & g_trunc || write_once) && sb.st_size != 0) {
       if (::ftruncate(fd, 0) != 0 || ::fstat(fd, &sb) != 0) {
         const int e = errno;
-        ::close(fd);
+        later.file = std::move(f);
         return e;
       }
     }
@@ -309,7 +350,7 @@ struct file_system::impl {
     }
     if (!window) {
       if (next_window >= max_windows) {
-        ::close(fd);
+        later.file = std::move(f);
         return ENFILE;  // every window of this file system has been used
       }
       window = next_window++;
@@ -320,12 +361,6 @@ struct file_system::impl {
     // Generations 1 to 4095: a tag is never 0 (no file).
     entry_gen[h] = entry_gen[h] % ((1u << (32 - gfs_tag_window_bits)) - 1) + 1;
     const uint32_t tag = window | entry_gen[h] << gfs_tag_window_bits;
-    auto f = std::make_shared<detail::window_file>();
-    f->fd = fd;
-    f->path = path;
-    f->writable = want_write;
-    f->direct = direct;
-    f->write_once = write_once;
     target->attach(window, f);
     table[h] = open_file{sb.st_dev, sb.st_ino, window, tag, 1, 0, f};
     by_inode[key] = h;
@@ -360,7 +395,7 @@ struct file_system::impl {
     return 0;
   }
 
-  int do_close(gfs_slot& q) {
+  int do_close(gfs_slot& q, after_lock& later) {
     open_file* o = lookup(q.a0);
     // Every user left is closing already: a close too many (a handle closed
     // twice) must not take a pending close's reference.
@@ -380,21 +415,24 @@ struct file_system::impl {
     }
     int err = 0;
     if ((q.flags & 1) && o->file->writable) err = set_size(*o->file, q.a1);
-    drop_user(uint32_t(q.a0), *o, &q.r0);
+    // The closing warp clears the tag itself when told the entry is freed.
+    drop_user(uint32_t(q.a0), *o, &q.r0, later);
     std::lock_guard<std::mutex> lock(stats_mutex);
     ++st.closes;
     return err;
   }
 
   // One user of table entry h closed it; the last one's close frees the
-  // entry (under `state`). *freed: 1 if it did.
-  void drop_user(uint32_t h, open_file& fo, uint64_t* freed) {
+  // entry (under `state`). freed: the close's reply, told that it did (set
+  // to 1): that warp clears the entry's tag (gfs_ref::kill_handles), and
+  // the entry is free at once. With none (a close the closer thread
+  // finished), the host clears the tag (in `later`, a copy not waited for)
+  // and frees the entry after it. A stale gfile stops matching once the
+  // tag is cleared, or once the entry's next opener writes its own (a new
+  // generation); a warp whose gclose timed out keeps matching until then.
+  void drop_user(uint32_t h, open_file& fo, uint64_t* freed, after_lock& later) {
     open_file* o = &fo;
     if (--o->refs == 0) {
-      // Stale gfiles of this file stop matching before the entry is reused.
-      // The closing warp clears the tag itself (gfs_ref::kill_handles); this
-      // clear covers a closer that timed out or a close finished here.
-      clear_ticket[h] = mem->zero_private_async(&files[h].tag, sizeof files[h].tag);
       struct stat sb {};
       // A write-once file's cached pages may lack bytes that are in the
       // file (zeros where a page written back was evicted and written
@@ -403,9 +441,15 @@ struct file_system::impl {
         retained[{o->dev, o->ino}] = {o->window, ns_of(sb.st_mtim), ns_of(sb.st_ctim), uint64_t(sb.st_size)};
       target->detach(o->window);
       by_inode.erase({o->dev, o->ino});
+      later.file = std::move(o->file);
       table[h].reset();
-      free_fds.push_back(h);
-      if (freed) *freed = 1;
+      if (freed) {
+        *freed = 1;
+        clear_ticket[h] = 0;
+        free_fds.push_back(h);
+      } else {
+        later.clear = h;
+      }
       std::lock_guard<std::mutex> lock(stats_mutex);
       --st.open_files;
     }
@@ -483,11 +527,13 @@ struct file_system::impl {
       err = e;
       what = "setting its size";
     }
+    after_lock later;
     {
       std::lock_guard<std::mutex> tables(state);
       --table[p.h]->closing;
-      drop_user(p.h, *table[p.h], nullptr);
+      drop_user(p.h, *table[p.h], nullptr, later);
     }
+    finish(later);
     {
       std::lock_guard<std::mutex> lock(stats_mutex);
       --st.closes_pending;

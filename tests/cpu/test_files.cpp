@@ -250,6 +250,8 @@ TEST(Files, AnAsyncCloseReturnsBeforeTheWritesLandAndSyncWaitsForThem) {
   files->sync();
   const double landed_s = seconds(t0);
   EXPECT_EQ(t.get("a"), pattern(n, 1)) << "size exact, bytes equal";
+  const uint8_t late = 7;
+  EXPECT_EQ(g.gwrite(a, 0, &late, 1), -EBADF) << "the host clears the tag of an entry its closer thread frees";
   EXPECT_EQ(files->stats().closes_pending, 0u);
   EXPECT_EQ(files->stats().background_closes, 1u);
   EXPECT_EQ(files->stats().open_files, 0u);

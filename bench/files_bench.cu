@@ -493,6 +493,8 @@ int main(int argc, char** argv) try {
                         {"files_opened", after.files_opened - before.files_opened},
                         {"service_threads", fo.service_threads},
                         {"slots", fo.slots},
+                        {"lock_wait_share", after.service_ns == before.service_ns ? 0.0 :
+                             double(after.lock_wait_ns - before.lock_wait_ns) / double(after.service_ns - before.service_ns)},
                         {"service_busy", double(after.service_ns - before.service_ns) / 1e9 / s /
                                              fo.service_threads}};
     failures = got[0] || got[1];

@@ -17,10 +17,10 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -117,8 +117,16 @@ struct file_system::impl {
   std::deque<uint32_t> free_fds;
   std::vector<uint64_t> clear_ticket;
   std::vector<uint32_t> entry_gen;  // per entry: its generation, raised as it is handed out
-  std::map<std::pair<dev_t, ino_t>, uint32_t> by_inode;
-  std::map<std::pair<dev_t, ino_t>, retained_window> retained;
+  // Keyed by (device, inode); hashed, because they are looked up under the
+  // tables' lock at every open and close, and `retained` holds every file
+  // closed so far.
+  struct inode_hash {
+    size_t operator()(const std::pair<dev_t, ino_t>& k) const {
+      return std::hash<uint64_t>{}(uint64_t(k.second) * 0x9E3779B97F4A7C15ull ^ uint64_t(k.first));
+    }
+  };
+  std::unordered_map<std::pair<dev_t, ino_t>, uint32_t, inode_hash> by_inode;
+  std::unordered_map<std::pair<dev_t, ino_t>, retained_window, inode_hash> retained;
   std::vector<DIR*> dirs;
   std::vector<uint32_t> free_dirs;
 
@@ -151,12 +159,16 @@ struct file_system::impl {
   // Held for a microsecond or two by up to service_threads threads: a
   // waiter spins a little before it sleeps (a futex wake-up costs more).
   void lock_state(std::unique_lock<std::mutex>& l) {
-    for (int i = 0; i < 256; ++i) {
-      if (l.try_lock()) return;
+    if (l.try_lock()) return;
+    const uint64_t t0 = now_ns();
+    for (int i = 0; i < 256 && !l.owns_lock(); ++i) {
       spin_pause();
+      l.try_lock();
     }
-    l.lock();
+    if (!l.owns_lock()) l.lock();
+    lock_wait_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   }
+  std::atomic<uint64_t> lock_wait_ns{0};
 
   // What a request leaves for after the tables' lock.
   struct after_lock {
@@ -677,7 +689,9 @@ const std::string& file_system::root() const { return p_->opts.root; }
 
 file_system_stats file_system::stats() const {
   std::lock_guard<std::mutex> lock(p_->stats_mutex);
-  return p_->st;
+  file_system_stats s = p_->st;
+  s.lock_wait_ns = p_->lock_wait_ns.load(std::memory_order_relaxed);
+  return s;
 }
 
 void file_system::sync() {

@@ -107,7 +107,11 @@ TEST(Files, OpenReadCloseGivesTheFileByteForByte) {
     EXPECT_EQ(g.gread(f, n + 5000, buf.data(), 64), 0);
     EXPECT_EQ(g.gclose(f), 0);
   }
-  EXPECT_EQ(r.files->stats().open_files, 0u);
+  const file_system_stats st = r.files->stats();
+  EXPECT_EQ(st.open_files, 0u);
+  EXPECT_EQ(st.requests, 10u) << "an open and a close a file";
+  EXPECT_GT(st.service_ns, 0u) << "the service's time answering them is counted";
+  EXPECT_LE(st.lock_wait_ns, st.service_ns);
 }
 
 TEST(Files, DirectIoReadsGiveTheFileByteForByteAndWritersStayBuffered) {

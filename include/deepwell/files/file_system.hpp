@@ -63,7 +63,7 @@ struct file_system_stats {
   uint32_t closes_pending = 0;           // gclose_async closes whose writes have not all landed
   uint64_t errors = 0;         // requests answered with an errno
   uint64_t service_ns = 0;     // time the service threads spent answering requests (summed)
-  uint64_t lock_wait_ns = 0;   // of that, waiting for the tables' lock
+  uint64_t lock_wait_ns = 0;   // waiting for the tables' lock (mostly within service_ns; also the closer's)
   uint32_t open_files = 0;
   uint32_t open_dirs = 0;
 };

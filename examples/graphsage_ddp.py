@@ -155,6 +155,16 @@ def worker(rank, world, args, path, sock, port, results, split):
     dist.destroy_process_group()
 
 
+# The runs' keys in the output: the first split's by GPU count ("1", "2"),
+# a later split's with its name ("2-batch"); one GPU runs once.
+def run_key(gpus, i, split):
+    return str(gpus) if i == 0 or gpus == 1 else f"{gpus}-{split}"
+
+
+# The figure each split's scaling is reported as, after the first's.
+LATER_SPLIT_FIGURE = {"batch": "ddp_epoch_scaling_fixed_global_batch", "seeds": "ddp_epoch_scaling_split_seeds"}
+
+
 def run(world, args, path, sock, split):
     port = free_port()
     with mp.Manager() as m:
@@ -214,7 +224,7 @@ def main():
             for c in counts:
                 if c == 1 and i > 0:
                     continue  # one GPU: the same run for every split
-                key = str(c) if i == 0 or c == 1 else f"{c}-{sp}"
+                key = run_key(c, i, sp)
                 print(f"{c} GPU(s), split {sp}:", flush=True)
                 r = run(c, args, path, sock, sp)
                 out["runs"][key] = r
@@ -231,10 +241,8 @@ def main():
     top = max(counts)
     if "1" in last and top > 1:
         for i, sp in enumerate(splits):
-            key, name = (str(top), "ddp_epoch_scaling") if i == 0 else (f"{top}-{sp}", f"ddp_epoch_scaling_split_{sp}")
-            if sp == "batch" and i > 0:
-                name = "ddp_epoch_scaling_fixed_global_batch"
-            out[name] = last["1"] / last[key]
+            name = "ddp_epoch_scaling" if i == 0 else LATER_SPLIT_FIGURE[sp]
+            out[name] = last["1"] / last[run_key(top, i, sp)]
             print(f"{name} ({top} GPUs against 1, split {sp}): {out[name]:.2f}", flush=True)
     wrong = sum(v["wrong_rows"] for r in out["runs"].values() for v in r.values())
     out["wrong_rows"] = wrong

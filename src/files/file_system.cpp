@@ -161,11 +161,12 @@ struct file_system::impl {
   void lock_state(std::unique_lock<std::mutex>& l) {
     if (l.try_lock()) return;
     const uint64_t t0 = now_ns();
-    for (int i = 0; i < 256 && !l.owns_lock(); ++i) {
+    bool got = false;
+    for (int i = 0; i < 256 && !got; ++i) {
       spin_pause();
-      l.try_lock();
+      got = l.try_lock();
     }
-    if (!l.owns_lock()) l.lock();
+    if (!got) l.lock();
     lock_wait_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   }
   std::atomic<uint64_t> lock_wait_ns{0};
@@ -173,11 +174,9 @@ struct file_system::impl {
   // What a request leaves for after the tables' lock.
   struct after_lock {
     std::shared_ptr<detail::window_file> file;  // the last reference: its descriptor is closed here
-    int fd = -1;                                // a descriptor to close
     int64_t clear = -1;                         // an entry whose tag the host clears, then frees
   };
   void finish(after_lock& later) {
-    if (later.fd >= 0) ::close(later.fd);
     later.file.reset();
     if (later.clear >= 0) {
       const uint32_t h = uint32_t(later.clear);
@@ -319,7 +318,6 @@ struct file_system::impl {
       if (want_write && !o.file->writable) {
         // A writer joins readers: the window's descriptor becomes this one
         // (requests in flight keep the old one open until they finish).
-        f->direct = false;
         later.file = std::move(o.file);
         o.file = f;
         target->attach(o.window, f);

@@ -50,6 +50,13 @@ DW_HD constexpr uint64_t key_page(uint64_t key) { return key & ((1ull << key_pag
 constexpr uint32_t dir_ways = 16;
 constexpr uint32_t dir_pending = ~0u;  // entry reserved by an inserter that has no slot yet
 
+// A window's direct tier (the file API): a read-only file's registered
+// mapping and its length, or nothing (data == nullptr).
+struct window_source {
+  unsigned long long data;   // the mapping as clients address it (a pointer), 0: none
+  unsigned long long bytes;  // the file's length at open: pages past it go through the controller
+};
+
 // One dataset served through the cache: a namespace of the controller.
 struct dataset_desc {
   uint32_t nsid = 0;
@@ -70,6 +77,13 @@ struct dataset_desc {
   // (gfs_ref::gclose_async).
   uint32_t* write_counts = nullptr;
   uint32_t write_count_shift = 0;
+  // Where set (the file API's windows): a direct tier per 2^window_shift
+  // pages, in client memory, each set by the host while that window's file
+  // is open read-only, fully in the page cache and registered; read with
+  // relaxed atomics (never from a stale L1 line), so a miss sees an entry
+  // the host wrote before the open's reply.
+  const window_source* windows = nullptr;
+  uint32_t window_shift = 0;
 };
 
 // Group commit of one dataset's flushes (page_cache_ref::persist): flushes

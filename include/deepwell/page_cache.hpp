@@ -73,6 +73,21 @@ class page_cache {
   // enough words for the dataset's pages): dataset_desc::write_counts.
   // Before any access uses the dataset.
   void count_write_backs(uint32_t id, uint32_t* counts, uint32_t shift);
+  // Dataset id gets a direct tier per window of 2^shift pages (the file
+  // API): `table` in client memory, a window_source per window, which the
+  // owner sets and clears while no client reads that window's pages through
+  // it (dataset_desc::windows).
+  void serve_windows_directly(uint32_t id, const window_source* table, uint32_t shift);
+  // Host memory made readable by this cache's clients (registered and
+  // mapped for a GPU; read-only for a PROT_READ file mapping): its address
+  // as they see it, or nullptr if it cannot be. Pair with unshare_host.
+  const uint8_t* share_host(void* host, uint64_t bytes, bool read_only) {
+    return direct_pointer(host, bytes, read_only);
+  }
+  // Undoes share_host. For a GPU this waits for every running kernel
+  // (cudaHostUnregister does): call it when no running kernel waits on the
+  // caller, or both wait forever.
+  virtual void unshare_host(void* host) = 0;
 
   const cache_config& config() const { return cfg_; }
   controller_link& link() const { return *link_; }

@@ -186,6 +186,14 @@ void page_cache::count_write_backs(uint32_t id, uint32_t* counts, uint32_t shift
   write_dataset(id, datasets_[id]);
 }
 
+void page_cache::serve_windows_directly(uint32_t id, const window_source* table, uint32_t shift) {
+  if (id >= datasets_.size()) throw error("page cache: no dataset " + std::to_string(id));
+  if (!table || shift >= 64) throw error("page cache: window direct tiers need a table and a shift below 64");
+  datasets_[id].windows = table;
+  datasets_[id].window_shift = shift;
+  write_dataset(id, datasets_[id]);
+}
+
 void page_cache::check_capacity(uint64_t resident_warps) const {
   const uint64_t need = resident_warps * pages_per_warp;
   if (geo_.slots < need)
@@ -299,6 +307,7 @@ class host_page_cache final : public page_cache {
     std::memcpy(meta_ + layout_.datasets + id * sizeof(dataset_desc), &d, sizeof(d));
   }
   const uint8_t* direct_pointer(void* host, uint64_t, bool) override { return static_cast<const uint8_t*>(host); }
+  void unshare_host(void*) override {}
 
  private:
   std::vector<std::unique_ptr<host_queue_client>> clients_;

@@ -208,6 +208,15 @@ class gpu_page_cache final : public page_cache {
     return static_cast<const uint8_t*>(dev);
   }
 
+  void unshare_host(void* p) override {
+    for (size_t i = 0; i < registered_.size(); ++i)
+      if (registered_[i] == p) {
+        registered_.erase(registered_.begin() + i);
+        unregister_shared(p);
+        return;
+      }
+  }
+
  private:
   cudaStream_t stream_ = nullptr;
   std::vector<std::unique_ptr<gpu_queue_client>> clients_;

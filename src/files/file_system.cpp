@@ -26,6 +26,7 @@
 
 #include "deepwell/array.hpp"
 #include "deepwell/error.hpp"
+#include "direct_map.hpp"
 #include "window_target.hpp"
 
 namespace deepwell {
@@ -88,7 +89,10 @@ struct file_system::impl {
   std::shared_ptr<detail::window_target> target;
   uint32_t nsid = 0;
   std::unique_ptr<array<uint8_t>> bytes;
-  int root_fd = -1;
+  // One descriptor of the root per service thread, each its own open file:
+  // openat2 relative to a descriptor shared by threads bumps that file's
+  // reference count on every call, one cache line for them all.
+  std::vector<int> root_fds;
   uint32_t max_windows = 0;
   uint32_t next_window = 1;  // window 0 is never handed out: a default gfile matches nothing
 
@@ -104,6 +108,9 @@ struct file_system::impl {
     uint32_t refs = 0;
     uint32_t closing = 0;  // of refs, closes taken from gclose_async and not finished
     std::shared_ptr<detail::window_file> file;
+    int64_t mtime_ns = 0, ctime_ns = 0;  // the file as its first user opened it
+    uint64_t size = 0;
+    bool had_writer = false;  // some user opened it for writing
   };
   struct retained_window {  // a closed file's window, valid while the file is unchanged
     uint32_t window;
@@ -129,6 +136,20 @@ struct file_system::impl {
   std::unordered_map<std::pair<dev_t, ino_t>, retained_window, inode_hash> retained;
   std::vector<DIR*> dirs;
   std::vector<uint32_t> free_dirs;
+
+  // Direct tiers (file_system_options::files_direct). A window's entry in
+  // `windows` (client memory) is set while its registration lives: from
+  // the open that made it until the sync() after the file's last close (a
+  // GPU cannot unregister memory while a kernel runs), so a stale handle
+  // never reads unregistered memory. A reopen of the unchanged file keeps
+  // the window and so its registration. Under `state`, with direct_pinned.
+  bool direct_enabled = false;
+  bool direct_need_resident = true;
+  uint64_t direct_budget = 0;
+  std::atomic<uint64_t> direct_pinned{0};  // bytes registered (window_maps, orphan_maps), or reserved by an open making one
+  window_source* windows = nullptr;
+  std::unordered_map<uint32_t, detail::direct_map> window_maps;
+  std::vector<detail::direct_map> orphan_maps;  // entries cleared (a writer came), released at sync()
 
   mutable std::mutex stats_mutex;
   file_system_stats st;
@@ -172,12 +193,35 @@ struct file_system::impl {
   std::atomic<uint64_t> lock_wait_ns{0};
 
   // What a request leaves for after the tables' lock.
+  // Statistics a request changes, added to `st` once, after the tables'
+  // lock (stats_mutex is never taken under it).
+  struct counts {
+    uint32_t opens = 0, files_opened = 0, direct_opens = 0, direct_tier_opens = 0, windows_reused = 0;
+    uint32_t closes = 0, closes_pending = 0, open_dirs_up = 0, open_dirs_down = 0;
+    int32_t open_files = 0;
+  };
+  void add(const counts& c) {  // under stats_mutex
+    st.opens += c.opens;
+    st.files_opened += c.files_opened;
+    st.direct_opens += c.direct_opens;
+    st.direct_tier_opens += c.direct_tier_opens;
+    st.windows_reused += c.windows_reused;
+    st.closes += c.closes;
+    st.closes_pending += c.closes_pending;
+    st.open_dirs = st.open_dirs + c.open_dirs_up - c.open_dirs_down;
+    st.open_files = uint32_t(int64_t(st.open_files) + c.open_files);
+  }
+
   struct after_lock {
     std::shared_ptr<detail::window_file> file;  // the last reference: its descriptor is closed here
     int64_t clear = -1;                         // an entry whose tag the host clears, then frees
+    int64_t window = -1;                        // a window whose direct tier entry is written (before the reply)
+    window_source source{};
+    counts n;
   };
   void finish(after_lock& later) {
     later.file.reset();
+    if (later.window >= 0) mem->write_private(&windows[later.window], &later.source, sizeof later.source);
     if (later.clear >= 0) {
       const uint32_t h = uint32_t(later.clear);
       const uint64_t ticket = mem->zero_private_async(&files[h].tag, sizeof files[h].tag);
@@ -204,7 +248,9 @@ struct file_system::impl {
       if (d) ::closedir(d);
     for (auto& e : table)
       if (e) target->detach(e->window);
-    if (root_fd >= 0) ::close(root_fd);
+    for (auto& [w, m] : window_maps) m.release(*cache);
+    for (detail::direct_map& m : orphan_maps) m.release(*cache);
+    for (int fd : root_fds) ::close(fd);
   }
 
   // ---- the service threads ----
@@ -217,7 +263,7 @@ struct file_system::impl {
       for (uint32_t i = k; i < opts.slots; i += n) {
         const uint32_t t = shared_load_acquire(&slots[i].ticket);
         if (t == served[i]) continue;
-        serve(slots[i]);
+        serve(slots[i], root_fds[k]);
         shared_store_release(&slots[i].done, t);
         served[i] = t;
         any = true;
@@ -232,7 +278,7 @@ struct file_system::impl {
     }
   }
 
-  void serve(gfs_slot& q) {
+  void serve(gfs_slot& q, int root) {
     const uint64_t t0 = now_ns();
     q.r0 = q.r1 = q.r2 = q.r3 = 0;
     int err = 0;
@@ -242,19 +288,20 @@ struct file_system::impl {
     if (op != gfs_op::open) lock_state(lock);
     after_lock later;
     switch (op) {
-      case gfs_op::open: err = do_open(q, later); break;
+      case gfs_op::open: err = do_open(q, root, later); break;
       case gfs_op::close: err = do_close(q, later); break;
       case gfs_op::truncate: err = do_truncate(q); break;
       case gfs_op::sync_size: err = do_sync_size(q); break;
-      case gfs_op::opendir: err = do_opendir(q); break;
+      case gfs_op::opendir: err = do_opendir(q, root, later); break;
       case gfs_op::readdir: err = do_readdir(q); break;
-      case gfs_op::closedir: err = do_closedir(q); break;
+      case gfs_op::closedir: err = do_closedir(q, later); break;
       default: err = EINVAL;
     }
     q.err = err;
     if (lock.owns_lock()) lock.unlock();
     finish(later);  // before the reply: a freed entry is free when the caller hears of it
     std::lock_guard<std::mutex> stats_lock(stats_mutex);
+    add(later.n);
     ++st.requests;
     if (err) ++st.errors;
     st.service_ns += now_ns() - t0;
@@ -264,7 +311,7 @@ struct file_system::impl {
     return std::string(q.text, q.len < gfs_path_max ? q.len : gfs_path_max - 1);
   }
 
-  int do_open(gfs_slot& q, after_lock& later) {
+  int do_open(gfs_slot& q, int root, after_lock& later) {
     const uint32_t flags = q.flags;
     if (flags & ~(g_accmode | g_creat | g_trunc | g_gwronce)) return EINVAL;
     const uint32_t acc = flags & g_accmode;
@@ -280,10 +327,10 @@ struct file_system::impl {
     const int oflags =
         (want_write ? O_RDWR : O_RDONLY) | ((flags & g_creat) || write_once ? O_CREAT : 0) | O_NONBLOCK | O_NOCTTY;
     bool direct = !want_write && opts.direct_io;
-    int fd = open_beneath(root_fd, path, oflags | (direct ? O_DIRECT : 0), 0644);
+    int fd = open_beneath(root, path, oflags | (direct ? O_DIRECT : 0), 0644);
     if (fd == -EINVAL && direct) {  // a file system without O_DIRECT (tmpfs, some overlays): buffered
       direct = false;
-      fd = open_beneath(root_fd, path, oflags, 0644);
+      fd = open_beneath(root, path, oflags, 0644);
     }
     if (fd < 0) return -fd;
     struct stat sb {};
@@ -302,8 +349,22 @@ struct file_system::impl {
     f->writable = want_write;
     f->direct = direct;
     f->write_once = write_once;
+    // A direct tier, made before the tables' lock (registering a large
+    // file takes a while) unless the file has one already.
+    std::optional<detail::direct_map> made;
+    if (direct_enabled && !want_write && !direct && uint64_t(sb.st_size) >= opts.direct_min_bytes)
+      made = make_direct(fd, sb);
     std::unique_lock<std::mutex> tables(state, std::defer_lock);
     lock_state(tables);
+    // One the open does not use (another opener's came first, or the open
+    // fails) is released at sync(): it cannot be unregistered now.
+    struct spare_guard {
+      std::optional<detail::direct_map>& m;
+      std::vector<detail::direct_map>& orphans;
+      ~spare_guard() {
+        if (m) orphans.push_back(*m);
+      }
+    } spare{made, orphan_maps};
     const auto key = std::make_pair(sb.st_dev, sb.st_ino);
     auto it = by_inode.find(key);
     if (it != by_inode.end()) {
@@ -321,6 +382,8 @@ struct file_system::impl {
         later.file = std::move(o.file);
         o.file = f;
         target->attach(o.window, f);
+        o.had_writer = true;
+        drop_direct(o.window, later);  // the pages may change now: the entry is cleared before the writer hears back
       } else {
         later.file = std::move(f);
       }
@@ -329,8 +392,7 @@ struct file_system::impl {
       q.r1 = uint64_t(sb.st_size);
       q.r2 = sb.st_mode;
       q.r3 = uint64_t(ns_of(sb.st_mtim));
-      std::lock_guard<std::mutex> lock(stats_mutex);
-      ++st.opens;
+      ++later.n.opens;
       return 0;
     }
     if (free_fds.empty()) {
@@ -351,8 +413,7 @@ struct file_system::impl {
     bool reused = false;
     auto r = retained.find(key);
     if (r != retained.end()) {
-      if (!write_once && r->second.mtime_ns == ns_of(sb.st_mtim) && r->second.ctime_ns == ns_of(sb.st_ctim) &&
-          r->second.size == uint64_t(sb.st_size)) {
+      if (!write_once && unchanged(r->second, sb)) {
         window = r->second.window;
         reused = true;
       }
@@ -371,20 +432,97 @@ struct file_system::impl {
     // Generations 1 to 4095: a tag is never 0 (no file).
     entry_gen[h] = entry_gen[h] % ((1u << (32 - gfs_tag_window_bits)) - 1) + 1;
     const uint32_t tag = window | entry_gen[h] << gfs_tag_window_bits;
+    if (want_write) {
+      drop_direct(window, later);  // a reused window's tier is for readers only
+    } else if (made && !window_maps.count(window)) {
+      later.window = window;
+      later.source = {reinterpret_cast<unsigned long long>(made->client), made->file_bytes};
+      window_maps[window] = *made;
+      made.reset();
+    }
+    const bool tiered = !want_write && window_maps.count(window);
     target->attach(window, f);
-    table[h] = open_file{sb.st_dev, sb.st_ino, window, tag, 1, 0, f};
+    table[h] = open_file{sb.st_dev,          sb.st_ino,          window, tag, 1, 0, f, ns_of(sb.st_mtim),
+                         ns_of(sb.st_ctim), uint64_t(sb.st_size), want_write};
     by_inode[key] = h;
     q.r0 = uint64_t(tag) << 32 | h;
     q.r1 = uint64_t(sb.st_size);
     q.r2 = uint64_t(1) << 32 | sb.st_mode;  // first user: the caller fills the entry
     q.r3 = uint64_t(ns_of(sb.st_mtim));
-    std::lock_guard<std::mutex> lock(stats_mutex);
-    ++st.opens;
-    ++st.files_opened;
-    if (direct) ++st.direct_opens;
-    if (reused) ++st.windows_reused;
-    ++st.open_files;
+    counts& n = later.n;
+    ++n.opens;
+    ++n.files_opened;
+    n.direct_opens += direct;
+    n.direct_tier_opens += tiered;
+    n.windows_reused += reused;
+    ++n.open_files;
     return 0;
+  }
+
+  static bool unchanged(const retained_window& r, const struct stat& sb) {
+    return r.mtime_ns == ns_of(sb.st_mtim) && r.ctime_ns == ns_of(sb.st_ctim) && r.size == uint64_t(sb.st_size);
+  }
+
+  // A direct tier for the file open as fd, unless it has one (open, or
+  // closed unchanged with its registration kept) or the budget is spent.
+  std::optional<detail::direct_map> make_direct(int fd, const struct stat& sb) {
+    const uint64_t size = uint64_t(sb.st_size);
+    {
+      std::unique_lock<std::mutex> tables(state, std::defer_lock);
+      lock_state(tables);
+      const auto key = std::make_pair(sb.st_dev, sb.st_ino);
+      if (by_inode.count(key)) return std::nullopt;
+      const auto r = retained.find(key);
+      if (r != retained.end() && unchanged(r->second, sb) && window_maps.count(r->second.window)) return std::nullopt;
+      if (direct_pinned.load() + size > direct_budget) return std::nullopt;
+      direct_pinned += size;  // reserved while it is made
+    }
+    std::optional<detail::direct_map> m = detail::direct_map::make(*cache, fd, size, direct_need_resident);
+    if (!m) direct_pinned -= size;
+    return m;
+  }
+
+  // sync(): the direct tiers of files no longer open, and the orphans, are
+  // released; their entries are cleared first. Unregistering waits for
+  // running kernels, so it happens outside the tables' lock: a service
+  // thread (and a kernel waiting on it) is never held up behind it.
+  void release_direct() {
+    std::vector<detail::direct_map> going;
+    {
+      std::lock_guard<std::mutex> tables(state);
+      if (window_maps.empty() && orphan_maps.empty()) return;
+      std::vector<bool> open(max_windows, false);
+      for (const auto& e : table)
+        if (e) open[e->window] = true;
+      const window_source none{};
+      for (auto it = window_maps.begin(); it != window_maps.end();) {
+        if (open[it->first]) {
+          ++it;
+          continue;
+        }
+        mem->write_private(&windows[it->first], &none, sizeof none);
+        going.push_back(it->second);
+        it = window_maps.erase(it);
+      }
+      going.insert(going.end(), orphan_maps.begin(), orphan_maps.end());
+      orphan_maps.clear();
+    }
+    for (detail::direct_map& m : going) {
+      m.release(*cache);
+      direct_pinned -= m.file_bytes;
+    }
+  }
+
+  // Window w's direct tier, if any, is no longer read: its entry is
+  // cleared (in `later`, before the reply) and the registration kept until
+  // sync().
+  void drop_direct(uint32_t w, after_lock& later) {
+    const auto it = window_maps.find(w);
+    if (it == window_maps.end()) return;
+    orphan_maps.push_back(it->second);
+    window_maps.erase(it);
+    later.window = w;
+    later.source = {};
   }
 
   open_file* lookup(uint64_t a0) {
@@ -418,17 +556,15 @@ struct file_system::impl {
       }
       ++o->closing;
       pending_cv.notify_all();
-      std::lock_guard<std::mutex> lock(stats_mutex);
-      ++st.closes;
-      ++st.closes_pending;
+      ++later.n.closes;
+      ++later.n.closes_pending;
       return 0;
     }
     int err = 0;
     if ((q.flags & 1) && o->file->writable) err = set_size(*o->file, q.a1);
     // The closing warp clears the tag itself when told the entry is freed.
     drop_user(uint32_t(q.a0), *o, &q.r0, later);
-    std::lock_guard<std::mutex> lock(stats_mutex);
-    ++st.closes;
+    ++later.n.closes;
     return err;
   }
 
@@ -443,11 +579,16 @@ struct file_system::impl {
   void drop_user(uint32_t h, open_file& fo, uint64_t* freed, after_lock& later) {
     open_file* o = &fo;
     if (--o->refs == 0) {
+      // The window is kept for a reopen of the file unchanged since: as it
+      // was at open if nobody wrote it (a change by the host meanwhile then
+      // rightly costs the window: its cached pages may predate it), else as
+      // it is now, with the GPU's writes. A write-once file's cached pages
+      // may lack bytes that are in the file (zeros where a page written
+      // back was evicted and written again): its window is never reused.
       struct stat sb {};
-      // A write-once file's cached pages may lack bytes that are in the
-      // file (zeros where a page written back was evicted and written
-      // again): its window is never reused.
-      if (!o->file->write_once && ::fstat(o->file->fd, &sb) == 0)
+      if (!o->had_writer)
+        retained[{o->dev, o->ino}] = {o->window, o->mtime_ns, o->ctime_ns, o->size};
+      else if (!o->file->write_once && ::fstat(o->file->fd, &sb) == 0)
         retained[{o->dev, o->ino}] = {o->window, ns_of(sb.st_mtim), ns_of(sb.st_ctim), uint64_t(sb.st_size)};
       target->detach(o->window);
       by_inode.erase({o->dev, o->ino});
@@ -460,8 +601,7 @@ struct file_system::impl {
       } else {
         later.clear = h;
       }
-      std::lock_guard<std::mutex> lock(stats_mutex);
-      --st.open_files;
+      --later.n.open_files;
     }
   }
 
@@ -546,6 +686,7 @@ struct file_system::impl {
     finish(later);
     {
       std::lock_guard<std::mutex> lock(stats_mutex);
+      add(later.n);
       --st.closes_pending;
       ++st.background_closes;
       if (err) ++st.background_close_errors;
@@ -571,9 +712,9 @@ struct file_system::impl {
     return o->file->writable ? set_size(*o->file, q.a1) : 0;
   }
 
-  int do_opendir(gfs_slot& q) {
+  int do_opendir(gfs_slot& q, int root, after_lock& later) {
     if (free_dirs.empty()) return EMFILE;
-    const int fd = open_beneath(root_fd, text_of(q), O_RDONLY | O_DIRECTORY, 0);
+    const int fd = open_beneath(root, text_of(q), O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0) return -fd;
     DIR* d = ::fdopendir(fd);
     if (!d) {
@@ -585,8 +726,7 @@ struct file_system::impl {
     free_dirs.pop_back();
     dirs[id] = d;
     q.r0 = id;
-    std::lock_guard<std::mutex> lock(stats_mutex);
-    ++st.open_dirs;
+    ++later.n.open_dirs_up;
     return 0;
   }
 
@@ -616,14 +756,13 @@ struct file_system::impl {
     }
   }
 
-  int do_closedir(gfs_slot& q) {
+  int do_closedir(gfs_slot& q, after_lock& later) {
     const uint64_t id = q.a0;
     if (id >= dirs.size() || !dirs[id]) return EBADF;
     ::closedir(dirs[id]);
     dirs[id] = nullptr;
     free_dirs.push_back(uint32_t(id));
-    std::lock_guard<std::mutex> lock(stats_mutex);
-    --st.open_dirs;
+    ++later.n.open_dirs_down;
     return 0;
   }
 };
@@ -641,9 +780,13 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   if (p.opts.max_dirs == 0 || p.opts.slots == 0 || p.opts.slots > 4096)
     throw error("file system: max_dirs must be positive and slots from 1 to 4096 (got " +
                 std::to_string(p.opts.max_dirs) + ", " + std::to_string(p.opts.slots) + ")");
-  p.root_fd = ::open(p.opts.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (p.root_fd < 0)
-    throw error("file system: root " + p.opts.root + " cannot be opened as a directory: " + std::strerror(errno));
+  const uint32_t threads = std::min(p.opts.service_threads, p.opts.slots);
+  for (uint32_t k = 0; k < threads; ++k) {
+    const int fd = ::open(p.opts.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+      throw error("file system: root " + p.opts.root + " cannot be opened as a directory: " + std::strerror(errno));
+    p.root_fds.push_back(fd);
+  }
   // The namespace: 2^48 pages of the cache's size, at most 2^60 bytes.
   const uint32_t shift = p.cache->ref().page_shift();
   const uint32_t bits = std::min<uint32_t>(60, key_page_bits + shift);
@@ -655,6 +798,19 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   // A word per window: the write-backs submitted (gclose_async).
   p.write_counts = static_cast<uint32_t*>(p.mem->alloc_private(sizeof(uint32_t) * uint64_t(p.max_windows)));
   p.cache->count_write_backs(p.bytes->ref().dataset, p.write_counts, gfs_window_shift - shift);
+  // Direct tiers: a window_source per window, where the cache allows them.
+  const cache_config& cc = p.cache->config();
+  using tier = file_system_options::direct_tier;
+  p.direct_enabled = cc.direct_tier && cc.direct_files != cache_config::file_tier::never &&
+                     (p.opts.files_direct == tier::on || (p.opts.files_direct == tier::automatic && p.cache->on_gpu()));
+  p.direct_need_resident = cc.direct_files == cache_config::file_tier::resident;
+  p.direct_budget = p.opts.direct_max_bytes
+                        ? p.opts.direct_max_bytes
+                        : uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE)) / 4;
+  if (p.direct_enabled) {
+    p.windows = static_cast<window_source*>(p.mem->alloc_private(sizeof(window_source) * uint64_t(p.max_windows)));
+    p.cache->serve_windows_directly(p.bytes->ref().dataset, p.windows, gfs_window_shift - shift);
+  }
 
   p.slots = static_cast<gfs_slot*>(p.mem->alloc_shared(sizeof(gfs_slot) * p.opts.slots));
   p.served.assign(p.opts.slots, 0);
@@ -689,6 +845,7 @@ file_system_stats file_system::stats() const {
   std::lock_guard<std::mutex> lock(p_->stats_mutex);
   file_system_stats s = p_->st;
   s.lock_wait_ns = p_->lock_wait_ns.load(std::memory_order_relaxed);
+  s.direct_tier_bytes = p_->direct_pinned.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -712,6 +869,7 @@ void file_system::sync() {
     }
     if (!p.background_error.empty()) throw error("file system sync: " + std::exchange(p.background_error, {}));
   }
+  p.release_direct();
   std::lock_guard<std::mutex> lock(p.state);
   const uint32_t shift = p.cache->ref().page_shift();
   for (uint32_t h = 0; h < p.table.size(); ++h) {

@@ -799,3 +799,106 @@ TEST(Files, BadOptionsAreRefusedByName) {
   o.max_open = 0;
   EXPECT_THROW(make_host_file_system(ctl, cache, o), error);
 }
+
+// The direct tier (file_system_options::files_direct): a large read-only
+// file in the page cache is read from its mapping, with no controller
+// round trip, byte for byte, by threads at once; a small one is not. The
+// mapping outlives the close until sync(); a reopen of the unchanged file
+// keeps it; a writer that joins turns it off for the window before its
+// open returns, and readers then see its writes through the cache.
+TEST(Files, LargeResidentFilesAreReadThroughTheDirectTierUntilAWriterComes) {
+  tree t;
+  const uint64_t big = 300000 + 123, small = 20000;
+  t.put("big", pattern(big, 5));
+  t.put("small", pattern(small, 6));  // both just written: in the page cache
+  file_system_options o;
+  o.files_direct = file_system_options::direct_tier::on;
+  o.direct_min_bytes = 64 << 10;
+  rig r(t, 8, o);  // 8 pages: the big file evicts itself
+  const gfs_ref& g = r.ref();
+
+  const gfile s = g.gopen("small", g_rdonly);
+  ASSERT_TRUE(s.ok()) << s.err;
+  EXPECT_EQ(read_all(g, s), pattern(small, 6));
+  EXPECT_EQ(g.gclose(s), 0);
+  EXPECT_EQ(r.files->stats().direct_tier_opens, 0u) << "below direct_min_bytes";
+  EXPECT_EQ(r.cache->stats().direct_fills, 0u);
+
+  // Four threads read the big file in random pieces at once.
+  const std::vector<uint8_t> want = pattern(big, 5);
+  auto readers = [&](int rounds) {
+    std::vector<std::thread> th;
+    std::atomic<int> bad{0};
+    for (int k = 0; k < 4; ++k)
+      th.emplace_back([&, k] {
+        const gfile f = g.gopen("big", g_rdonly);
+        if (!f.ok()) return void(++bad);
+        std::mt19937_64 rng(k);
+        std::vector<uint8_t> buf(9000);
+        for (int i = 0; i < rounds; ++i) {
+          const uint64_t off = rng() % (big + 100), n = 1 + rng() % buf.size();
+          const int64_t got = g.gread(f, off, buf.data(), n);
+          const uint64_t expect = off >= big ? 0 : std::min(n, big - off);
+          if (got != int64_t(expect) || !std::equal(buf.begin(), buf.begin() + expect, want.begin() + off)) ++bad;
+        }
+        if (g.gclose(f) != 0) ++bad;
+      });
+    for (auto& x : th) x.join();
+    return bad.load();
+  };
+  r.cache->reset_stats();
+  EXPECT_EQ(readers(300), 0);
+  cache_stats cs = r.cache->stats();
+  EXPECT_GT(cs.direct_fills, 0u);
+  EXPECT_EQ(cs.direct_fills, cs.misses) << "every miss of the big file from its mapping";
+  file_system_stats st = r.files->stats();
+  EXPECT_EQ(st.direct_tier_opens, st.files_opened - 1) << "every first open of the big file";
+  EXPECT_EQ(st.direct_tier_bytes, big) << "kept after the last close, until sync()";
+  EXPECT_EQ(readers(50), 0) << "reopened unchanged: the window and its mapping kept";
+  EXPECT_EQ(r.files->stats().direct_tier_bytes, big);
+  r.files->sync();
+  EXPECT_EQ(r.files->stats().direct_tier_bytes, 0u);
+
+  // A reader, then a writer joins: later misses go through the controller
+  // and see the writer's bytes.
+  const gfile rd = g.gopen("big", g_rdonly);
+  ASSERT_TRUE(rd.ok()) << rd.err;
+  EXPECT_EQ(read_all(g, rd, 5000), want);
+  const gfile wr = g.gopen("big", g_rdwr);
+  ASSERT_TRUE(wr.ok()) << wr.err;
+  const std::vector<uint8_t> x(50000, 0x5A);
+  EXPECT_EQ(g.gwrite(wr, 100000, x.data(), x.size()), int64_t(x.size()));
+  EXPECT_EQ(g.gclose(wr), 0);  // written back and durable
+  std::vector<uint8_t> now = want;
+  std::fill(now.begin() + 100000, now.begin() + 150000, 0x5A);
+  r.cache->reset_stats();
+  EXPECT_EQ(read_all(g, rd, 5000), now);
+  EXPECT_EQ(r.cache->stats().direct_fills, 0u) << "no reads from the mapping once a writer came";
+  EXPECT_EQ(g.gclose(rd), 0);
+  EXPECT_EQ(t.get("big"), now);
+  r.files->sync();
+  EXPECT_EQ(r.files->stats().direct_tier_bytes, 0u);
+}
+
+TEST(Files, TheDirectTierKeepsToItsBudgetAndIsOffForCpuClientsByDefault) {
+  tree t;
+  const uint64_t big = 200000;
+  t.put("big", pattern(big, 8));
+  for (int mode = 0; mode < 2; ++mode) {
+    file_system_options o;
+    o.direct_min_bytes = 4096;
+    if (mode == 0) {
+      o.files_direct = file_system_options::direct_tier::on;
+      o.direct_max_bytes = big - 1;  // the file does not fit
+    }  // mode 1: automatic, which is off for CPU clients
+    rig r(t, 8, o);
+    const gfs_ref& g = r.ref();
+    const gfile f = g.gopen("big", g_rdonly);
+    ASSERT_TRUE(f.ok()) << f.err;
+    EXPECT_EQ(read_all(g, f), pattern(big, 8)) << mode;
+    EXPECT_EQ(g.gclose(f), 0);
+    EXPECT_EQ(r.files->stats().direct_tier_opens, 0u) << mode;
+    EXPECT_EQ(r.files->stats().direct_tier_bytes, 0u) << mode;
+    EXPECT_EQ(r.cache->stats().direct_fills, 0u) << mode;
+  }
+}

@@ -45,13 +45,12 @@ struct rig {
   controller ctl;
   std::shared_ptr<page_cache> cache;
   std::shared_ptr<file_system> files;
-  rig(const tree& t, uint64_t pages) {
+  rig(const tree& t, uint64_t pages, file_system_options o = {}) {
     cache_config c;
     c.page_size = 4096;
     c.capacity_bytes = pages * 4096;
     c.timeout_ns = 20ull * 1000000000ull;
     cache = make_gpu_page_cache(ctl, c);
-    file_system_options o;
     o.root = t.root.string();
     files = make_gpu_file_system(ctl, cache, o);
   }
@@ -144,6 +143,36 @@ __global__ void close_file(gfs_ref g, gfile f, tallies* t) {
   if (c && w.lane() == 0) fail(t, -c);
 }
 
+// Every warp opens file `name` (file_byte's file 77), reads 64 KiB chunks
+// warp, warp + warps, ... and checks every byte, then closes it.
+__global__ void read_chunks(gfs_ref g, const char* name, uint64_t size, uint8_t* buf, tallies* t) {
+  const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const uint32_t warps = gridDim.x * blockDim.x / 32;
+  uint8_t* mine = buf + uint64_t(warp) * 65536;
+  gpu_warp w;
+  const gfile f = g.gopen(w, name, g_rdonly);
+  if (!f.ok()) {
+    if (w.lane() == 0) fail(t, f.err);
+    return;
+  }
+  for (uint64_t off = uint64_t(warp) * 65536; off < size; off += uint64_t(warps) * 65536) {
+    const int64_t n = g.gread(w, f, off, mine, 65536);
+    const int64_t want = size - off < 65536 ? int64_t(size - off) : 65536;
+    if (n != want) {
+      if (w.lane() == 0) fail(t, n < 0 ? int(-n) : 5);
+      continue;
+    }
+    __syncwarp();
+    unsigned long long bad = 0;
+    for (int64_t k = w.lane(); k < n; k += 32) bad += mine[k] != file_byte(77, off + uint64_t(k));
+    if (bad) atomicAdd(&t->wrong, bad);
+    if (w.lane() == 0) atomicAdd(&t->bytes, (unsigned long long)n);
+    __syncwarp();
+  }
+  const int c = g.gclose(w, f);
+  if (c && w.lane() == 0) fail(t, -c);
+}
+
 // One warp lists the root: how many regular files.
 __global__ void count_entries(gfs_ref g, unsigned* files, tallies* t) {
   gpu_warp w;
@@ -230,6 +259,52 @@ TEST(GpuFiles, WarpsReadManyFilesUnderEvictionByteForByte) {
   EXPECT_EQ(st.files_opened, 2u * nfiles);
   EXPECT_EQ(st.windows_reused, uint64_t(nfiles));
   cudaFree(names);
+  cudaFree(buf);
+  cudaFree(tl);
+}
+
+// A large file in the page cache, read by 128 warps at once through the
+// direct tier (each miss copied from the file's registered mapping, no
+// controller round trip) under eviction, byte for byte. A second pass
+// reopens it (window and registration kept); sync() unpins it, and a third
+// pass registers it again.
+TEST(GpuFiles, WarpsReadALargeResidentFileThroughTheDirectTier) {
+  tree t;
+  const uint64_t size = (48ull << 20) + 1234;  // a partial last page
+  {
+    std::vector<uint8_t> b(size);
+    for (uint64_t k = 0; k < size; ++k) b[k] = file_byte(77, k);
+    std::ofstream(t.root / "big", std::ios::binary).write(reinterpret_cast<char*>(b.data()), b.size());
+  }  // just written: in the page cache
+  rig r(t, 4096);  // 16 MiB of cache: the file evicts itself
+  check_launch(*r.cache, read_chunks, 32, 128);
+  char* name = device_copy(std::vector<char>{'b', 'i', 'g', 0});
+  uint8_t* buf = nullptr;
+  tallies* tl = nullptr;
+  CUDA_OK(cudaMalloc(&buf, 32ull * 4 * 65536));
+  CUDA_OK(cudaMallocManaged(&tl, sizeof(tallies)));
+  for (int pass = 0; pass < 3; ++pass) {
+    if (pass == 2) {
+      r.files->sync();
+      EXPECT_EQ(r.files->stats().direct_tier_bytes, 0u) << "sync() unpins files no longer open";
+    }
+    std::memset(tl, 0, sizeof *tl);
+    r.cache->reset_stats();
+    read_chunks<<<32, 128>>>(r.files->ref(), name, size, buf, tl);
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(tl->failed, 0u) << "pass " << pass << ", last errno " << tl->last_err;
+    EXPECT_EQ(tl->wrong, 0u) << "pass " << pass;
+    EXPECT_EQ(tl->bytes, size) << "pass " << pass;
+    const cache_stats cs = r.cache->stats();
+    EXPECT_GT(cs.direct_fills, 0u) << "pass " << pass;
+    EXPECT_EQ(cs.direct_fills, cs.misses) << "pass " << pass << ": every miss from the mapping";
+    const auto st = r.files->stats();
+    EXPECT_EQ(st.direct_tier_opens, st.files_opened) << "pass " << pass;
+    EXPECT_EQ(st.direct_tier_bytes, size) << "pass " << pass << ": kept after the close until sync()";
+  }
+  r.files->sync();
+  EXPECT_EQ(r.files->stats().direct_tier_bytes, 0u);
+  cudaFree(name);
   cudaFree(buf);
   cudaFree(tl);
 }

@@ -44,6 +44,19 @@ struct file_system_options {
   // page cache: a large cold stream), where the file system allows it
   // (elsewhere, and for files opened for writing, buffered).
   bool direct_io = false;
+  // Large files opened read-only whose pages are all in the page cache
+  // (the cache's direct_files policy: `always` skips the check) are read
+  // through the direct tier: mapped, registered, and copied by the missing
+  // warp from host memory with no controller round trip. `automatic`: on
+  // for a GPU cache (its registration pins the pages, so a file that
+  // shrinks meanwhile leaves the GPU its bytes as at open), off for CPU
+  // clients (a mapping read past a shrunken file's end raises SIGBUS).
+  enum class direct_tier { automatic, off, on } files_direct = direct_tier::automatic;
+  uint64_t direct_min_bytes = 8ull << 20;  // smaller files: registering costs more than it saves
+  // Pinned at once by direct tiers (files open, and closed ones until
+  // sync()); 0: a quarter of the machine's memory. Beyond it, opens go
+  // through the controller.
+  uint64_t direct_max_bytes = 0;
   uint64_t timeout_ns = 0;     // a request's deadline; 0: the cache's timeout
   // Host threads answering the slots (each its share of them): opens make
   // their system calls (openat, fstat) in parallel; everything that changes
@@ -56,6 +69,8 @@ struct file_system_stats {
   uint64_t opens = 0;          // successful gopen calls (each warp's)
   uint64_t files_opened = 0;   // files the host opened (first users)
   uint64_t direct_opens = 0;   // of those, opened with O_DIRECT (file_system_options::direct_io)
+  uint64_t direct_tier_opens = 0;  // of those, read through the direct tier (file_system_options::files_direct)
+  uint64_t direct_tier_bytes = 0;  // pinned by direct tiers now (released at sync())
   uint64_t windows_reused = 0; // reopens that kept their cached pages
   uint64_t closes = 0;
   uint64_t background_closes = 0;        // gclose_async closes finished by the host
@@ -80,7 +95,8 @@ class file_system {
   // After the kernels that used ref() are done: waits for gclose_async's
   // closes (throwing the first that failed since the last sync), then
   // writes back every written file still open on the GPU, makes it durable
-  // and sets its size on disk.
+  // and sets its size on disk, and releases the direct tiers of files no
+  // longer open (a GPU cannot unregister memory while a kernel runs).
   void sync();
 
   // Use make_host_file_system / make_gpu_file_system.

@@ -9,6 +9,21 @@
 
 namespace deepwell {
 
+// Page `page` of a dataset with per-window direct tiers (the file API):
+// where its window has one and the page begins inside the file, `src` is
+// its bytes in host memory and `left` the file's bytes from there on.
+DW_HD inline void window_direct(const dataset_desc& d, uint64_t page, uint32_t page_shift, const uint8_t*& src,
+                                 uint64_t& left) {
+  window_source& e = const_cast<window_source&>(d.windows[page >> d.window_shift]);
+  const unsigned long long data = client_atomic<unsigned long long>(e.data).load(memory_order_relaxed);
+  if (!data) return;
+  const unsigned long long bytes = client_atomic<unsigned long long>(e.bytes).load(memory_order_relaxed);
+  const uint64_t within = (page & ((1ull << d.window_shift) - 1)) << page_shift;
+  if (within >= bytes) return;
+  src = reinterpret_cast<const uint8_t*>(data) + within;
+  left = bytes - within;
+}
+
 struct page_cache_ref::fill_job {
   uint64_t key = empty_key;
   uint32_t step = step_done;
@@ -104,7 +119,10 @@ DW_HD inline warp_pin page_cache_ref::acquire(const Warp& w, bool want, uint64_t
 
 DW_HD inline void page_cache_ref::prefetch(uint64_t key, uint32_t qhint) const {
   const dataset_desc& d = datasets[key_dataset(key)];
-  if (d.direct) return;  // the direct tier has no I/O latency to hide
+  const uint8_t* direct = d.direct;
+  uint64_t left = 0;
+  if (!direct && d.windows) window_direct(d, key_page(key), page_shift_, direct, left);
+  if (direct) return;  // the direct tier has no I/O latency to hide
   const uint32_t b = dir.bucket_of(key);
   if (dir.find(key, b) >= 0) return;
   const detail::dir_insert_result ins = dir.insert(key, b);
@@ -230,10 +248,17 @@ DW_HD inline bool page_cache_ref::probe(fill_job& j, cache_stats_shard& sh) cons
       j.step = step_fill;
       return true;
     }
+    const uint8_t* direct = nullptr;
+    uint64_t left = 0;
     if (d.direct) {
-      const uint64_t left = d.bytes - off;
+      direct = d.direct + off;
+      left = d.bytes - off;
+    } else if (d.windows) {
+      window_direct(d, key_page(j.key), page_shift_, direct, left);
+    }
+    if (direct) {
       j.bytes = left < page_size_ ? uint32_t(left) : page_size_;
-      j.src = d.direct + off;
+      j.src = direct;
       j.has_io = false;
       j.step = step_fill;
       client_atomic<unsigned long long>(sh.direct_fills).fetch_add(1, memory_order_relaxed);

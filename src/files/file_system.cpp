@@ -21,6 +21,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -150,6 +151,10 @@ struct file_system::impl {
   window_source* windows = nullptr;
   std::unordered_map<uint32_t, detail::direct_map> window_maps;
   std::vector<detail::direct_map> orphan_maps;  // entries cleared (a writer came), released at sync()
+  // Files whose tier an open is making (outside the lock): other openers
+  // meanwhile make none, and the maker gives its tier to the file's entry
+  // even if another opener made that entry first.
+  std::unordered_set<std::pair<dev_t, ino_t>, inode_hash> making;
 
   mutable std::mutex stats_mutex;
   file_system_stats st;
@@ -352,20 +357,24 @@ struct file_system::impl {
     // A direct tier, made before the tables' lock (registering a large
     // file takes a while) unless the file has one already.
     std::optional<detail::direct_map> made;
+    bool maker = false;  // this open is the one making the file's tier (in `making`)
     if (direct_enabled && !want_write && !direct && uint64_t(sb.st_size) >= opts.direct_min_bytes)
-      made = make_direct(fd, sb);
+      made = make_direct(fd, sb, maker);
     std::unique_lock<std::mutex> tables(state, std::defer_lock);
     lock_state(tables);
-    // One the open does not use (another opener's came first, or the open
-    // fails) is released at sync(): it cannot be unregistered now.
-    struct spare_guard {
-      std::optional<detail::direct_map>& m;
-      std::vector<detail::direct_map>& orphans;
-      ~spare_guard() {
-        if (m) orphans.push_back(*m);
-      }
-    } spare{made, orphan_maps};
     const auto key = std::make_pair(sb.st_dev, sb.st_ino);
+    // A tier the open does not use (a writer came, or the open fails) is
+    // released at sync(): it cannot be unregistered now.
+    struct spare_guard {
+      impl& fs;
+      std::optional<detail::direct_map>& m;
+      bool maker;
+      std::pair<dev_t, ino_t> key;
+      ~spare_guard() {
+        if (m) fs.orphan_maps.push_back(*m);
+        if (maker) fs.making.erase(key);
+      }
+    } spare{*this, made, maker, key};
     auto it = by_inode.find(key);
     if (it != by_inode.end()) {
       open_file& o = *table[it->second];
@@ -386,6 +395,8 @@ struct file_system::impl {
         drop_direct(o.window, later);  // the pages may change now: the entry is cleared before the writer hears back
       } else {
         later.file = std::move(f);
+        // Its first opener came while this open made the tier.
+        if (made && !o.had_writer && use_direct(o.window, made, later)) ++later.n.direct_tier_opens;
       }
       ++o.refs;
       q.r0 = uint64_t(o.tag) << 32 | it->second;
@@ -434,11 +445,8 @@ struct file_system::impl {
     const uint32_t tag = window | entry_gen[h] << gfs_tag_window_bits;
     if (want_write) {
       drop_direct(window, later);  // a reused window's tier is for readers only
-    } else if (made && !window_maps.count(window)) {
-      later.window = window;
-      later.source = {reinterpret_cast<unsigned long long>(made->client), made->file_bytes};
-      window_maps[window] = *made;
-      made.reset();
+    } else if (made) {
+      (void)use_direct(window, made, later);
     }
     const bool tiered = !want_write && window_maps.count(window);
     target->attach(window, f);
@@ -464,22 +472,41 @@ struct file_system::impl {
   }
 
   // A direct tier for the file open as fd, unless it has one (open, or
-  // closed unchanged with its registration kept) or the budget is spent.
-  std::optional<detail::direct_map> make_direct(int fd, const struct stat& sb) {
+  // closed unchanged with its registration kept), another open is making
+  // one, a writer has it open, or the budget is spent. maker: set when this
+  // open entered the file in `making` (do_open takes it out).
+  std::optional<detail::direct_map> make_direct(int fd, const struct stat& sb, bool& maker) {
     const uint64_t size = uint64_t(sb.st_size);
+    const auto key = std::make_pair(sb.st_dev, sb.st_ino);
     {
       std::unique_lock<std::mutex> tables(state, std::defer_lock);
       lock_state(tables);
-      const auto key = std::make_pair(sb.st_dev, sb.st_ino);
-      if (by_inode.count(key)) return std::nullopt;
+      if (making.count(key)) return std::nullopt;
+      const auto o = by_inode.find(key);
+      if (o != by_inode.end() && (table[o->second]->had_writer || window_maps.count(table[o->second]->window)))
+        return std::nullopt;
       const auto r = retained.find(key);
-      if (r != retained.end() && unchanged(r->second, sb) && window_maps.count(r->second.window)) return std::nullopt;
+      if (o == by_inode.end() && r != retained.end() && unchanged(r->second, sb) && window_maps.count(r->second.window))
+        return std::nullopt;
       if (direct_pinned.load() + size > direct_budget) return std::nullopt;
       direct_pinned += size;  // reserved while it is made
+      making.insert(key);
+      maker = true;
     }
     std::optional<detail::direct_map> m = detail::direct_map::make(*cache, fd, size, direct_need_resident);
     if (!m) direct_pinned -= size;
     return m;
+  }
+
+  // Window w (open, read-only so far) reads through `made` from now on,
+  // unless it has a tier already: the entry is written before the reply.
+  bool use_direct(uint32_t w, std::optional<detail::direct_map>& made, after_lock& later) {
+    if (window_maps.count(w)) return false;  // made stays: an orphan
+    later.window = w;
+    later.source = {reinterpret_cast<unsigned long long>(made->client), made->file_bytes};
+    window_maps[w] = *made;
+    made.reset();
+    return true;
   }
 
   // sync(): the direct tiers of files no longer open, and the orphans, are

@@ -265,7 +265,8 @@ TEST(GpuFiles, WarpsReadManyFilesUnderEvictionByteForByte) {
 
 // A large file in the page cache, read by 128 warps at once through the
 // direct tier (each miss copied from the file's registered mapping, no
-// controller round trip) under eviction, byte for byte. A second pass
+// controller round trip) under eviction, byte for byte. The warps open it
+// together: one registration, whichever open made it. A second pass
 // reopens it (window and registration kept); sync() unpins it, and a third
 // pass registers it again.
 TEST(GpuFiles, WarpsReadALargeResidentFileThroughTheDirectTier) {
@@ -297,7 +298,11 @@ TEST(GpuFiles, WarpsReadALargeResidentFileThroughTheDirectTier) {
     EXPECT_EQ(tl->bytes, size) << "pass " << pass;
     const cache_stats cs = r.cache->stats();
     EXPECT_GT(cs.direct_fills, 0u) << "pass " << pass;
-    EXPECT_EQ(cs.direct_fills, cs.misses) << "pass " << pass << ": every miss from the mapping";
+    // Reopened with its registration kept, every miss comes from the
+    // mapping. Where the tier is made (passes 0 and 2), warps that opened
+    // the file while another open registered it read their first pages
+    // through the controller.
+    if (pass == 1) EXPECT_EQ(cs.direct_fills, cs.misses) << "every miss from the mapping";
     const auto st = r.files->stats();
     EXPECT_EQ(st.direct_tier_opens, st.files_opened) << "pass " << pass;
     EXPECT_EQ(st.direct_tier_bytes, size) << "pass " << pass << ": kept after the close until sync()";

@@ -69,7 +69,8 @@ struct file_system_stats {
   uint64_t opens = 0;          // successful gopen calls (each warp's)
   uint64_t files_opened = 0;   // files the host opened (first users)
   uint64_t direct_opens = 0;   // of those, opened with O_DIRECT (file_system_options::direct_io)
-  uint64_t direct_tier_opens = 0;  // of those, read through the direct tier (file_system_options::files_direct)
+  uint64_t direct_tier_opens = 0;  // of those, read through the direct tier (file_system_options::files_direct;
+                                   // one whose tier was made by a later opener counts once it has it)
   uint64_t direct_tier_bytes = 0;  // pinned by direct tiers now (released at sync())
   uint64_t windows_reused = 0; // reopens that kept their cached pages
   uint64_t closes = 0;

@@ -224,6 +224,14 @@ struct file_system::impl {
     window_source source{};
     counts n;
   };
+  struct open_prep {
+    int err = 0;
+    std::shared_ptr<detail::window_file> file;
+    struct stat sb {};
+    std::optional<detail::direct_map> made;
+    bool maker = false;  // this open is the one making the file's tier (in `making`)
+  };
+
   void finish(after_lock& later) {
     later.file.reset();
     if (later.window >= 0) mem->write_private(&windows[later.window], &later.source, sizeof later.source);
@@ -261,20 +269,39 @@ struct file_system::impl {
   // ---- the service threads ----
 
   // Service thread k of n answers slots k, k + n, k + 2n, ...
+  // Requests a service thread answers together: the opens' system calls
+  // first, then every request's table work under one hold of the lock,
+  // then what comes after the lock, then the replies. Under load a thread
+  // finds several of its slots waiting, and the lock changes hands once
+  // for them all.
+  static constexpr uint32_t max_batch = 32;
+  struct batch {
+    uint32_t n = 0;
+    uint32_t slot[max_batch], ticket[max_batch];
+    open_prep prep[max_batch];
+    after_lock later[max_batch];
+  };
+
+  // Service thread k of n answers slots k, k + n, k + 2n, ...
   void run(uint32_t k, uint32_t n) {
-    uint32_t idle = 0;
+    auto b = std::make_unique<batch>();
+    uint32_t idle = 0, next = k;
     while (!stopping.load(std::memory_order_relaxed)) {
-      bool any = false;
-      for (uint32_t i = k; i < opts.slots; i += n) {
+      b->n = 0;
+      // From where the last batch stopped, so that no slot waits behind
+      // a busy run of lower ones.
+      const uint32_t mine = (opts.slots - k + n - 1) / n;
+      for (uint32_t seen = 0; seen < mine && b->n < max_batch; ++seen) {
+        const uint32_t i = next;
+        next = next + n < opts.slots ? next + n : k;
         const uint32_t t = shared_load_acquire(&slots[i].ticket);
         if (t == served[i]) continue;
-        serve(slots[i], root_fds[k]);
-        shared_store_release(&slots[i].done, t);
-        served[i] = t;
-        any = true;
+        b->slot[b->n] = i;
+        b->ticket[b->n++] = t;
       }
-      if (any) {
+      if (b->n) {
         idle = 0;
+        serve(*b, root_fds[k]);
       } else if (++idle < 512) {
         spin_pause();
       } else {
@@ -283,32 +310,47 @@ struct file_system::impl {
     }
   }
 
-  void serve(gfs_slot& q, int root) {
+  void serve(batch& b, int root) {
     const uint64_t t0 = now_ns();
-    q.r0 = q.r1 = q.r2 = q.r3 = 0;
-    int err = 0;
-    const gfs_op op = gfs_op(q.op);
-    // do_open takes the lock itself, after its system calls.
-    std::unique_lock<std::mutex> lock(state, std::defer_lock);
-    if (op != gfs_op::open) lock_state(lock);
-    after_lock later;
-    switch (op) {
-      case gfs_op::open: err = do_open(q, root, later); break;
-      case gfs_op::close: err = do_close(q, later); break;
-      case gfs_op::truncate: err = do_truncate(q); break;
-      case gfs_op::sync_size: err = do_sync_size(q); break;
-      case gfs_op::opendir: err = do_opendir(q, root, later); break;
-      case gfs_op::readdir: err = do_readdir(q); break;
-      case gfs_op::closedir: err = do_closedir(q, later); break;
-      default: err = EINVAL;
+    for (uint32_t j = 0; j < b.n; ++j) {
+      gfs_slot& q = slots[b.slot[j]];
+      q.r0 = q.r1 = q.r2 = q.r3 = 0;
+      b.prep[j] = open_prep{};
+      b.later[j] = after_lock{};
+      if (gfs_op(q.op) == gfs_op::open) prepare_open(q, root, b.prep[j]);
     }
-    q.err = err;
-    if (lock.owns_lock()) lock.unlock();
-    finish(later);  // before the reply: a freed entry is free when the caller hears of it
+    uint32_t errors = 0;
+    {
+      std::unique_lock<std::mutex> lock(state, std::defer_lock);
+      lock_state(lock);
+      for (uint32_t j = 0; j < b.n; ++j) {
+        gfs_slot& q = slots[b.slot[j]];
+        after_lock& later = b.later[j];
+        int err = 0;
+        switch (gfs_op(q.op)) {
+          case gfs_op::open: err = commit_open(q, b.prep[j], later); break;
+          case gfs_op::close: err = do_close(q, later); break;
+          case gfs_op::truncate: err = do_truncate(q); break;
+          case gfs_op::sync_size: err = do_sync_size(q); break;
+          case gfs_op::opendir: err = do_opendir(q, root, later); break;
+          case gfs_op::readdir: err = do_readdir(q); break;
+          case gfs_op::closedir: err = do_closedir(q, later); break;
+          default: err = EINVAL;
+        }
+        q.err = err;
+        errors += err != 0;
+      }
+    }
+    // Before the replies: a freed entry is free when its caller hears of it.
+    for (uint32_t j = 0; j < b.n; ++j) finish(b.later[j]);
+    for (uint32_t j = 0; j < b.n; ++j) {
+      shared_store_release(&slots[b.slot[j]].done, b.ticket[j]);
+      served[b.slot[j]] = b.ticket[j];
+    }
     std::lock_guard<std::mutex> stats_lock(stats_mutex);
-    add(later.n);
-    ++st.requests;
-    if (err) ++st.errors;
+    for (uint32_t j = 0; j < b.n; ++j) add(b.later[j].n);
+    st.requests += b.n;
+    st.errors += errors;
     st.service_ns += now_ns() - t0;
   }
 
@@ -316,7 +358,13 @@ struct file_system::impl {
     return std::string(q.text, q.len < gfs_path_max ? q.len : gfs_path_max - 1);
   }
 
-  int do_open(gfs_slot& q, int root, after_lock& later) {
+  // An open's work before the tables' lock: its checks and system calls
+  // (and a direct tier's registration), run in parallel by the threads.
+  void prepare_open(gfs_slot& q, int root, open_prep& p) {
+    p.err = open_files_it(q, root, p);
+  }
+
+  int open_files_it(gfs_slot& q, int root, open_prep& p) {
     const uint32_t flags = q.flags;
     if (flags & ~(g_accmode | g_creat | g_trunc | g_gwronce)) return EINVAL;
     const uint32_t acc = flags & g_accmode;
@@ -354,14 +402,25 @@ struct file_system::impl {
     f->writable = want_write;
     f->direct = direct;
     f->write_once = write_once;
+    p.file = std::move(f);
+    p.sb = sb;
     // A direct tier, made before the tables' lock (registering a large
     // file takes a while) unless the file has one already.
-    std::optional<detail::direct_map> made;
-    bool maker = false;  // this open is the one making the file's tier (in `making`)
     if (direct_enabled && !want_write && !direct && uint64_t(sb.st_size) >= opts.direct_min_bytes)
-      made = make_direct(fd, sb, maker);
-    std::unique_lock<std::mutex> tables(state, std::defer_lock);
-    lock_state(tables);
+      p.made = make_direct(fd, sb, p.maker);
+    return 0;
+  }
+
+  // The rest of an open, under the tables' lock.
+  int commit_open(gfs_slot& q, open_prep& p, after_lock& later) {
+    if (p.err) return p.err;
+    const uint32_t flags = q.flags;
+    const bool want_write = (flags & g_accmode) != g_rdonly, write_once = flags & g_gwronce;
+    std::shared_ptr<detail::window_file> f = std::move(p.file);
+    const bool direct = f->direct;
+    struct stat& sb = p.sb;
+    std::optional<detail::direct_map>& made = p.made;
+    const bool maker = p.maker;
     const auto key = std::make_pair(sb.st_dev, sb.st_ino);
     // A tier the open does not use (a writer came, or the open fails) is
     // released at sync(): it cannot be unregistered now.
@@ -411,7 +470,7 @@ struct file_system::impl {
       return EMFILE;
     }
     if ((flags & g_trunc || write_once) && sb.st_size != 0) {
-      if (::ftruncate(fd, 0) != 0 || ::fstat(fd, &sb) != 0) {
+      if (::ftruncate(f->fd, 0) != 0 || ::fstat(f->fd, &sb) != 0) {
         const int e = errno;
         later.file = std::move(f);
         return e;

@@ -104,6 +104,28 @@ __global__ void scan_kernel(array_ref<uint64_t> a, uint64_t words, unsigned long
   }
 }
 
+// The same scan as a user would write it through page handles: each warp
+// pins a whole cache page (one lookup) and its lanes check the words.
+__global__ void scan_pages_kernel(array_ref<uint64_t> a, uint64_t words, unsigned long long* wrong,
+                                  unsigned long long* failed) {
+  const gpu_warp w;
+  const unsigned lane = threadIdx.x & 31;
+  const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
+  const uint64_t per_page = a.cache.page_size() / 8;
+  const uint64_t pages = (words + per_page - 1) / per_page;
+  for (uint64_t p = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; p < pages; p += warps) {
+    page_handle<uint64_t> h = a.page(w, p * per_page);
+    if (!h.ok()) {
+      if (lane == 0) atomicAdd(failed, 1ull);
+      continue;
+    }
+    unsigned long long bad = 0;
+    for (uint64_t k = lane; k < h.count(); k += 32) bad += h[h.first() + k] != h.first() + k;
+    h.release();
+    if (bad) atomicAdd(wrong, bad);
+  }
+}
+
 double now_realtime() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -149,7 +171,8 @@ int main(int argc, char** argv) try {
   double seconds = 5, start_at = 0;
   uint64_t cache_mib = 256;
   bool direct_file = false, direct_tier = false;
-  unsigned pollers = 0, queues = 0, sparse_pause_us = 200, sparse_reads = 64;
+  unsigned pollers = 0, queues = 0, sparse_pause_us = 200, sparse_reads = 64, page_kib = 4;
+  std::string scan_by = "page";
   app.add_option("--mode", mode, "flood, sparse, scan or h2d")->check(CLI::IsMember({"flood", "sparse", "scan", "h2d"}));
   app.add_option("--dataset", dataset, "a dataset name (server mode) or a file (embedded)");
   app.add_option("--label", label, "a name for the JSON line");
@@ -165,6 +188,11 @@ int main(int argc, char** argv) try {
   app.add_option("--direct-files", direct_files, "with --direct-tier: map files never, when resident, or always")
       ->check(CLI::IsMember({"never", "resident", "always"}));
   app.add_option("--pollers", pollers, "embedded: controller pollers (0: the default)");
+  app.add_option("--page-kib", page_kib, "the cache's page (KiB; a server's host tier is read directly only when "
+                                         "its pages are this size)")
+      ->check(CLI::IsMember({1u, 2u, 4u, 8u, 16u, 32u, 64u}));
+  app.add_option("--scan-by", scan_by, "scan: a page handle per warp (page) or a read per word (element)")
+      ->check(CLI::IsMember({"page", "element"}));
   app.add_option("--sparse-pause-us", sparse_pause_us, "sparse: pause between reads");
   app.add_option("--sparse-reads", sparse_reads, "sparse: reads per launch");
   CLI11_PARSE(app, argc, argv);
@@ -201,8 +229,9 @@ int main(int argc, char** argv) try {
     j["direct_io"] = direct_file;
   }
   cache_config cfg;
-  cfg.page_size = 4096;
+  cfg.page_size = page_kib * 1024;
   cfg.capacity_bytes = cache_mib << 20;
+  j["page_bytes"] = cfg.page_size;
   if (queues) cfg.queue_pairs = queues;
   cfg.direct_tier = direct_tier;
   cfg.direct_files = direct_files == "never"    ? cache_config::file_tier::never
@@ -210,7 +239,7 @@ int main(int argc, char** argv) try {
                                                 : cache_config::file_tier::resident;
   auto cache = make_gpu_page_cache(link, cfg);
   array<uint64_t> a(cache, ns);
-  const uint64_t words = a.size(), pages = words / 512;
+  const uint64_t words = a.size(), pages = words / (cfg.page_size / 8);
   j["dataset_bytes"] = words * 8;
   j["cache_bytes"] = cfg.capacity_bytes;
   j["direct_tier"] = cache->dataset(0).direct != nullptr;
@@ -282,7 +311,11 @@ int main(int argc, char** argv) try {
     cache->reset_stats();
     bench::timer t;
     t.start();
-    scan_kernel<<<1024, 256>>>(a.ref(), words, wrong, failed);
+    if (scan_by == "page")
+      scan_pages_kernel<<<1024, 256>>>(a.ref(), words, wrong, failed);
+    else
+      scan_kernel<<<1024, 256>>>(a.ref(), words, wrong, failed);
+    j["scan_by"] = scan_by;
     const double s = t.stop();
     const cache_stats st = cache->stats();
     j["seconds"] = s;

@@ -226,7 +226,7 @@ server_config parse_config(std::string_view text, const std::string& source) {
   if (const toml::node* n = root.get("server")) {
     const toml::table* t = n->as_table();
     if (!t) fail(source, *n, "server", "must be a [server] section");
-    check_keys(source, *t, "server", {"socket", "metrics", "pollers", "io_budget", "max_queue_pairs", "max_staging", "host_cache", "latency_target"});
+    check_keys(source, *t, "server", {"socket", "metrics", "pollers", "io_budget", "max_queue_pairs", "max_staging", "host_cache", "host_cache_page", "latency_target"});
     const reader r{source, *t, "server"};
     if (auto v = r.string("socket")) {
       if (v->empty() || (*v)[0] != '/') fail(source, *t->get("socket"), "server.socket", "must be an absolute path");
@@ -261,6 +261,12 @@ server_config parse_config(std::string_view text, const std::string& source) {
     if (auto v = r.bytes("host_cache")) {
       if (*v != 0 && *v < 4096) fail(source, *t->get("host_cache"), "server.host_cache", "must be 0 (none) or at least 4096 bytes");
       cfg.host_cache_bytes = *v;
+    }
+    if (auto v = r.bytes("host_cache_page")) {
+      if (*v < 512 || *v > 65536 || (*v & (*v - 1)))
+        fail(source, *t->get("host_cache_page"), "server.host_cache_page",
+             "must be a power of two from 512 bytes to 64 KiB");
+      cfg.host_cache_page = uint32_t(*v);
     }
   }
 

@@ -142,7 +142,8 @@ void server::impl::open_datasets() {
     }
     opened.push_back(std::move(s));
   }
-  if (cfg.host_cache_bytes && tiered_bytes) tier = host_tier::make(cfg.host_cache_bytes, 4096);
+  if (cfg.host_cache_bytes && tiered_bytes) tier = host_tier::make(cfg.host_cache_bytes, cfg.host_cache_page);
+  const uint64_t tier_page = cfg.host_cache_page;
   for (dataset_state& s : opened) {
     const dataset_config& d = *s.cfg;
     try {
@@ -150,8 +151,9 @@ void server::impl::open_datasets() {
         // Its share of the tier, never more than its whole pages fill.
         const uint64_t size = s.data->size();
         const uint64_t share = uint64_t((long double)cfg.host_cache_bytes * size / tiered_bytes);
-        const uint64_t bytes = std::min({std::max<uint64_t>(share, 4096), size / 4096 * 4096, tier->bytes_left()});
-        if (bytes >= 4096) s.data = tier->wrap(s.data, bytes);
+        const uint64_t bytes =
+            std::min({std::max<uint64_t>(share, tier_page), size / tier_page * tier_page, tier->bytes_left()});
+        if (bytes >= tier_page) s.data = tier->wrap(s.data, bytes);
       }
       s.nsid = ctl->add_namespace({s.data, d.block_size, !d.writable});
     } catch (const std::exception& e) {

@@ -576,3 +576,37 @@ TEST(ServerHostTier, AGrantedProgramCopiesTierPagesItselfAndSeesNoOtherDataset) 
     }
   }
 }
+
+// host_cache_page: a tier of 64 KiB pages. A program whose cache has 64 KiB
+// pages copies them from the arena itself; one with 4 KiB pages reads
+// through commands, which the server answers from its 64 KiB frames. Both
+// read every word right.
+TEST(ServerHostTier, ATierOfLargePagesServesCachesOfItsPageItselfAndOthersByCommand) {
+  test::scratch_file f((1 << 20) + (64 << 10), 34);  // 17 tier pages
+  const std::string sock = socket_path();
+  running_server srv("[server]\nsocket = \"" + sock + "\"\nhost_cache = \"4MiB\"\nhost_cache_page = \"64KiB\"\n" +
+                     "[[dataset]]\nname = \"d\"\nfile = \"" + f.path() + "\"\n" +
+                     "[[grant]]\ndataset = \"d\"\neveryone = true\n");
+  for (int program = 0; program < 3; ++program) {
+    cache_config cfg = test::small_cache(32);
+    if (program < 2) {
+      cfg.page_size = 65536;
+      cfg.capacity_bytes = 32ull * 65536;
+    }
+    cfg.direct_files = cache_config::file_tier::never;  // the tier, not a mapping of the file
+    auto link = server_link::connect(sock, "program " + std::to_string(program));
+    array<uint64_t> a(make_host_page_cache(link, cfg), link->lookup("d"));
+    for (uint64_t i = 0; i < a.size(); i += 7) ASSERT_EQ(a.ref()[i], test::pattern_word(i * 8, 34)) << i;
+    const auto j = nlohmann::json::parse(link->stats());
+    const cache_stats cs = a.cache().stats();
+    if (program == 0) {
+      EXPECT_EQ(j["host_tier"]["misses"].get<uint64_t>(), 17u) << "a miss reads a 64 KiB page from storage";
+    } else if (program == 1) {
+      EXPECT_EQ(cs.tier_fills, 17u) << "64 KiB pages: copied from the arena";
+      EXPECT_EQ(j["host_tier"]["misses"].get<uint64_t>(), 17u) << "nothing more from storage";
+    } else {
+      EXPECT_EQ(cs.tier_fills, 0u) << "4 KiB pages: not the tier's size, so commands";
+      EXPECT_EQ(j["host_tier"]["misses"].get<uint64_t>(), 17u) << "served from the tier's frames";
+    }
+  }
+}

@@ -115,6 +115,8 @@ TEST(ServerConfig, DefaultsAndTheSocketFromTheRuntimeDirectory) {
   EXPECT_EQ(c.latency_target, 2.0) << "on by default: it acts only while clients share";
   EXPECT_EQ(parse_config("[server]\nlatency_target = 0\n" + one_dataset).latency_target, 0.0) << "0 turns it off";
   EXPECT_EQ(c.datasets[0].block_size, 4096u);
+  EXPECT_EQ(c.host_cache_page, 4096u);
+  EXPECT_EQ(parse_config("[server]\nhost_cache_page = \"64KiB\"\n" + one_dataset).host_cache_page, 65536u);
   EXPECT_TRUE(c.grants.empty()) << "no grants: nobody may read anything";
   unsetenv("XDG_RUNTIME_DIR");
   EXPECT_EQ(default_socket_path(), "/tmp/deepwell-" + std::to_string(getuid()) + ".sock");
@@ -140,6 +142,9 @@ TEST(ServerConfig, MistakesNameTheFileTheLineAndTheKey) {
       {"[server]\nio_budget = \"lots\"\n" + one_dataset, "bad.toml:2: server.io_budget: 'lots' is not a size"},
       {"[server]\nlatency_target = 0.5\n" + one_dataset, "bad.toml:2: server.latency_target: must be 0 (off) or a factor"},
       {"[server]\nlatency_target = \"2x\"\n" + one_dataset, "bad.toml:2: server.latency_target: must be a number"},
+      {"[server]\nhost_cache_page = \"3000\"\n" + one_dataset,
+       "bad.toml:2: server.host_cache_page: must be a power of two from 512 bytes to 64 KiB"},
+      {"[server]\nhost_cache_page = \"128KiB\"\n" + one_dataset, "server.host_cache_page: must be a power of two"},
       {"[server]\nmetrics = \"9464\"\n" + one_dataset, "server.metrics: '9464' is not HOST:PORT"},
       {"[server]\nsocket = \"rel.sock\"\n" + one_dataset, "server.socket: must be an absolute path"},
       {one_dataset + "[[share]]\neveryone = true\nweight = 0\n", "share[1].weight: must be above 0"},

@@ -10,6 +10,8 @@
 //   max_queue_pairs = 128                     # per client
 //   max_staging = "2GiB"                      # per client: queue pair memory
 //   host_cache = "8GiB"                       # the shared host-memory tier (default: none)
+//   host_cache_page = "64KiB"                 # its pages (default 4 KiB): a client reads the
+//                                             # tier itself where its cache's pages are this size
 //   latency_target = 2                        # while clients share, hold the budget back to 2x the storage's floor latency (0: off)
 //
 //   [[dataset]]
@@ -100,6 +102,11 @@ struct server_config {
   uint32_t max_queue_pairs = 128;
   uint64_t max_staging_bytes = 2ull << 30;
   uint64_t host_cache_bytes = 0;  // the shared host-memory tier over file and device datasets; 0: none
+  // The tier's page: what a miss reads from storage, and the page size a
+  // client's cache must have to copy the tier's pages itself (else its
+  // reads are commands, served from the tier). Larger pages suit scans
+  // (fewer checks a byte), smaller ones random reads (less read a miss).
+  uint32_t host_cache_page = 4096;
   std::vector<dataset_config> datasets;
   std::vector<grant_config> grants;
   std::vector<share_config> shares;

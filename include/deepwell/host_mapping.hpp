@@ -24,4 +24,11 @@ struct host_mapping {
   ~host_mapping();
 };
 
+// A PROT_READ, MAP_SHARED mapping of `size` bytes of file `fd` from byte
+// `offset` (any alignment: the view starts at the page below), with its
+// residency; nullptr if size is 0 or mmap fails.
+std::shared_ptr<host_mapping> map_file_readonly(int fd, uint64_t offset, uint64_t size);
+// The share of the pages of [p, p + len) in memory (mincore); 0 if it fails.
+double resident_share(const void* p, uint64_t len);
+
 }  // namespace deepwell

@@ -213,18 +213,9 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     m->base_bytes = len;
     m->file = kind == wire::map_kind::file;
     m->writable = prot & PROT_WRITE;
-    m->resident = kind == wire::map_kind::memory ? 1.0 : residency(p, len);
+    m->resident = kind == wire::map_kind::memory ? 1.0 : resident_share(p, len);
     // Not owned by anyone else: host_mapping's destructor unmaps it.
     return m;
-  }
-
-  static double residency(void* p, size_t len) {
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    std::vector<unsigned char> v((len + page - 1) / page);
-    if (mincore(p, len, v.data()) != 0 || v.empty()) return 0;
-    size_t in = 0;
-    for (unsigned char c : v) in += c & 1;
-    return double(in) / double(v.size());
   }
 
   void close_queue_pair(uint32_t qid) {

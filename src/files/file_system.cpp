@@ -197,7 +197,6 @@ struct file_system::impl {
   }
   std::atomic<uint64_t> lock_wait_ns{0};
 
-  // What a request leaves for after the tables' lock.
   // Statistics a request changes, added to `st` once, after the tables'
   // lock (stats_mutex is never taken under it).
   struct counts {
@@ -217,6 +216,7 @@ struct file_system::impl {
     st.open_files = uint32_t(int64_t(st.open_files) + c.open_files);
   }
 
+  // What a request leaves for after the tables' lock.
   struct after_lock {
     std::shared_ptr<detail::window_file> file;  // the last reference: its descriptor is closed here
     int64_t clear = -1;                         // an entry whose tag the host clears, then frees
@@ -317,7 +317,7 @@ struct file_system::impl {
       q.r0 = q.r1 = q.r2 = q.r3 = 0;
       b.prep[j] = open_prep{};
       b.later[j] = after_lock{};
-      if (gfs_op(q.op) == gfs_op::open) prepare_open(q, root, b.prep[j]);
+      if (gfs_op(q.op) == gfs_op::open) b.prep[j].err = prepare_open(q, root, b.prep[j]);
     }
     uint32_t errors = 0;
     {
@@ -360,11 +360,8 @@ struct file_system::impl {
 
   // An open's work before the tables' lock: its checks and system calls
   // (and a direct tier's registration), run in parallel by the threads.
-  void prepare_open(gfs_slot& q, int root, open_prep& p) {
-    p.err = open_files_it(q, root, p);
-  }
-
-  int open_files_it(gfs_slot& q, int root, open_prep& p) {
+  // Returns 0 or an errno.
+  int prepare_open(gfs_slot& q, int root, open_prep& p) {
     const uint32_t flags = q.flags;
     if (flags & ~(g_accmode | g_creat | g_trunc | g_gwronce)) return EINVAL;
     const uint32_t acc = flags & g_accmode;
@@ -533,7 +530,7 @@ struct file_system::impl {
   // A direct tier for the file open as fd, unless it has one (open, or
   // closed unchanged with its registration kept), another open is making
   // one, a writer has it open, or the budget is spent. maker: set when this
-  // open entered the file in `making` (do_open takes it out).
+  // open entered the file in `making` (commit_open takes it out).
   std::optional<detail::direct_map> make_direct(int fd, const struct stat& sb, bool& maker) {
     const uint64_t size = uint64_t(sb.st_size);
     const auto key = std::make_pair(sb.st_dev, sb.st_ino);

@@ -66,25 +66,7 @@ class file_target final : public target {
   uint32_t memory_alignment() const override { return layout_.memory_alignment; }
 
   std::shared_ptr<host_mapping> map_readonly() const override {
-    if (layout_.size == 0) return nullptr;
-    const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
-    const uint64_t start = layout_.data_offset / page * page;
-    const uint64_t len = layout_.data_offset - start + layout_.size;
-    void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd_, off_t(start));
-    if (p == MAP_FAILED) return nullptr;
-    auto m = std::make_shared<host_mapping>();
-    m->file = true;
-    m->base = p;
-    m->base_bytes = (len + page - 1) / page * page;
-    m->data = static_cast<const uint8_t*>(p) + (layout_.data_offset - start);
-    m->bytes = layout_.size;
-    std::vector<unsigned char> vec(m->base_bytes / page);
-    if (::mincore(p, len, vec.data()) == 0) {
-      uint64_t in = 0;
-      for (unsigned char v : vec) in += v & 1;
-      m->resident = double(in) / double(vec.size());
-    }
-    return m;
+    return map_file_readonly(fd_, layout_.data_offset, layout_.size);
   }
 
   std::string describe() const override {

@@ -74,6 +74,21 @@ class page_handle {
   request_status status_{};
 };
 
+// One page of an array pinned once for a whole warp (array_ref::page_shared):
+// every lane reads from it, one pin and one release for all of them, where
+// page handles pin once per lane. Read-only.
+template <class T>
+struct shared_page {
+  warp_pin pin{};
+  const T* base = nullptr;
+  uint64_t first = 0;  // array indices [first, first + count) are in this page
+  uint32_t count = 0;
+  request_status status = request_status::client(client_code::invalid_argument);  // nothing pinned yet
+  DW_HD bool ok() const { return status.ok(); }
+  DW_HD bool contains(uint64_t i) const { return i - first < count; }
+  DW_HD const T& operator[](uint64_t i) const { return base[i - first]; }
+};
+
 template <class T>
 class array_ref {
   static_assert(std::is_trivially_copyable_v<T>, "array_ref<T> needs a trivially copyable T");
@@ -172,6 +187,32 @@ class array_ref {
     }
     cache.set_error(h.status_);
     return h;
+  }
+
+  // The page holding element i, pinned once for the warp: every lane of w
+  // passes the same i (a warp walking one list). Every lane calls
+  // release_shared with it afterwards.
+  template <class Warp>
+  DW_HD shared_page<T> page_shared(const Warp& w, uint64_t i) const {
+    const bool in = i < n;
+    const uint64_t byte = in ? i * sizeof(T) : 0;
+    const uint64_t pg = byte >> cache.page_shift();
+    shared_page<T> h;
+    h.pin = cache.acquire(w, in, make_key(dataset, pg));
+    h.status = in ? h.pin.status : request_status::client(client_code::out_of_range);
+    if (h.status.ok()) {
+      const uint64_t per_page = cache.page_size() / sizeof(T);
+      h.base = reinterpret_cast<const T*>(cache.page_data(h.pin.slot));
+      h.first = pg * per_page;
+      h.count = uint32_t(n - h.first < per_page ? n - h.first : per_page);
+    }
+    cache.set_error(h.status);
+    return h;
+  }
+  template <class Warp>
+  DW_HD void release_shared(const Warp& w, shared_page<T>& h) const {
+    cache.release(w, h.pin, false);
+    h = shared_page<T>{};
   }
 
   // ---- bulk copies: the whole warp moves a range, one page per lane in flight ----
@@ -295,6 +336,67 @@ class array_ref {
 };
 
 // A dataset as an array of T. Kernels take ref() by value.
+// A cursor: reference reuse across accesses (BaM's, with reads that never
+// mark a page dirty). It keeps the page of its last access pinned, so an
+// access to the same page costs no lookup at all: the element is read
+// straight from the pinned slot. An access to another page drops that pin
+// and takes the new page's (one lookup, coalesced with the other lanes
+// moving at the same time). For walks over neighbouring elements: a scan, a
+// neighbour list, a run of rows.
+//
+//   array_cursor<uint32_t> c(nbr);
+//   for (uint64_t i = b; i < e; ++i) sum += c.read(i);   // one lookup a page
+//
+// Per thread; usable in divergent code. A live cursor holds one pin, so a
+// kernel that keeps c cursors per thread while it makes other accesses
+// needs c more pages per lane in the cache (check_launch's `cursors`).
+// Writes mark the page dirty when the cursor leaves it or is released: a
+// flush sees them from then on. Release it (or let it go out of scope)
+// before the kernel ends.
+template <class T>
+class array_cursor {
+ public:
+  DW_HD explicit array_cursor(const array_ref<T>& a) : a_(a) {}
+  DW_HD ~array_cursor() { release(); }
+  array_cursor(const array_cursor&) = delete;
+  array_cursor& operator=(const array_cursor&) = delete;
+
+  DW_HD T read(uint64_t i, request_status* status = nullptr) {
+    const bool ok = at(i);
+    if (status) *status = ok ? request_status{} : h_.status();
+    return ok ? h_[i] : T{};
+  }
+  DW_HD request_status write(uint64_t i, const T& v) {
+    if (a_.read_only && i < a_.n) {
+      const request_status s = request_status::client(client_code::read_only);
+      a_.cache.set_error(s);
+      return s;
+    }
+    if (!at(i)) return h_.status();
+    h_.write(i, v);
+    return {};
+  }
+  // Drops the pin (marking the page dirty if it was written).
+  DW_HD void release() {
+    if (h_.ok()) h_.release();
+    h_ = page_handle<T>{};
+  }
+  // The pinned page (not ok() when none).
+  DW_HD const page_handle<T>& page() const { return h_; }
+
+ private:
+  // Pins i's page unless it is the one held; false (h_ says why) if it
+  // cannot be (out of range, a failed fill).
+  DW_HD bool at(uint64_t i) {
+    if (h_.ok() && h_.contains(i)) return true;
+    release();
+    h_ = a_.page(i);
+    return h_.ok();
+  }
+  array_ref<T> a_;
+  page_handle<T> h_{};
+};
+
 template <class T>
 class array {
  public:

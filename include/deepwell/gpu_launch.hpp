@@ -26,11 +26,12 @@ uint64_t resident_warps(Kernel kernel, uint64_t grid_blocks, int block_threads, 
 }
 
 // Throws deepwell::error, naming the numbers, if `cache` is too small for
-// this launch.
+// this launch. `cursors`: array_cursors each thread keeps alive while it
+// makes other accesses (each holds one page pinned).
 template <class Kernel>
 void check_launch(const page_cache& cache, Kernel kernel, uint64_t grid_blocks, int block_threads,
-                  size_t shared_bytes = 0) {
-  cache.check_capacity(resident_warps(kernel, grid_blocks, block_threads, shared_bytes));
+                  size_t shared_bytes = 0, uint32_t cursors = 0) {
+  cache.check_capacity(resident_warps(kernel, grid_blocks, block_threads, shared_bytes), cursors);
 }
 
 }  // namespace deepwell

@@ -44,23 +44,38 @@ taxi_query_report run_taxi_query_gpu(const column_file& f, const taxi_query_opti
   check_cuda(cudaMalloc(&d, sizeof *d), "cudaMalloc");
   check_cuda(cudaMemset(d, 0, sizeof *d), "cudaMemset");
   taxi_query_report rep;
-  t.cache->reset_stats();
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  cudaEventRecord(e0);
-  taxi_query_kernel<<<blocks, 256>>>(cols, o.query, d, o.sparse_gather);
-  cudaEventRecord(e1);
-  const cudaError_t ke = cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
+  // One run: its seconds and answer.
+  auto run = [&](taxi_query_result& r) {
+    check_cuda(cudaMemset(d, 0, sizeof *d), "cudaMemset");
+    cudaEventRecord(e0);
+    taxi_query_kernel<<<blocks, 256>>>(cols, o.query, d, o.sparse_gather);
+    cudaEventRecord(e1);
+    const cudaError_t ke = cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    check_cuda(ke, "the taxi query kernel");
+    check_cuda(cudaMemcpy(&r, d, sizeof *d, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return ms / 1e3;
+  };
+  t.cache->reset_stats();
+  rep.seconds = run(rep.result);
+  // The report's counters are the first run's; the warm runs find the
+  // pages it brought in.
+  const cache_stats first = t.cache->stats();
+  for (unsigned i = 0; i < o.warm_runs; ++i) {
+    taxi_query_result r{};
+    const double s = run(r);
+    if (rep.warm_seconds == 0 || s < rep.warm_seconds) rep.warm_seconds = s;
+    rep.warm_agrees = rep.warm_agrees && r.selected == rep.result.selected && r.distance == rep.result.distance &&
+                      r.net == rep.result.net && r.failed == 0;
+  }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  check_cuda(ke, "the taxi query kernel");
-  rep.seconds = ms / 1e3;
-  check_cuda(cudaMemcpy(&rep.result, d, sizeof *d, cudaMemcpyDeviceToHost), "cudaMemcpy");
   cudaFree(d);
-  detail::finish_taxi_report(rep, f, t, o);
+  detail::finish_taxi_report(rep, f, t, o, &first);
   return rep;
 }
 

@@ -65,10 +65,10 @@ taxi_columns open_taxi_columns(controller& ctl, const column_file& f, const taxi
 }
 
 void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi_columns& t,
-                        const taxi_query_options& o) {
+                        const taxi_query_options& o, const cache_stats* first_run) {
   rep.rows = f.rows();
   rep.setup_seconds = t.seconds;
-  const cache_stats s = t.cache->stats();
+  const cache_stats s = first_run ? *first_run : t.cache->stats();
   rep.misses = s.misses;
   rep.hits = s.hits;
   for (size_t c = 0; c < t.arrays.size(); ++c) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "deepwell/array.hpp"
+#include "deepwell/detail/cache/access.hpp"
 #include "deepwell/page_cache.hpp"
 #include "cache_test_support.hpp"
 #include "warp_emulator.hpp"
@@ -349,6 +350,115 @@ TEST(Cache, PageHandlesReuseOnePinAndOnlyWritesDirty) {
   ASSERT_TRUE(cache->flush().ok());
   EXPECT_EQ(cache->stats().writebacks, 1u);
   EXPECT_EQ(a.ref()[701], 5u);
+}
+
+TEST(Cache, CursorsLookUpOncePerPageAndReadWhatTheArrayHolds) {
+  controller ctl;
+  const uint64_t bytes = 1 << 20;  // 256 pages of 512 words, through 16 slots
+  const uint32_t ns = ctl.add_namespace({pattern_memory(bytes, true), 4096, false});
+  auto cache = make_host_page_cache(ctl, small_cache(16));
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  cache->reset_stats();
+  {
+    array_cursor<uint64_t> c(ref);
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < a.size(); ++i) bad += c.read(i) != expected(i);
+    EXPECT_EQ(bad, 0u);
+    // One lookup a page, however many elements the walk read from it.
+    EXPECT_EQ(cache->stats().accesses, bytes / 4096);
+    // Back and forth inside one page: no lookup.
+    for (uint64_t i = a.size() - 1; i > a.size() - 512; --i) ASSERT_EQ(c.read(i), expected(i));
+    EXPECT_EQ(cache->stats().accesses, bytes / 4096);
+    // Writes: every third element of pages 10 to 13, in order.
+    for (uint64_t i = 10 * 512; i < 14 * 512; i += 3) ASSERT_TRUE(c.write(i, ~i).ok());
+  }  // the cursor's scope ends: its pin is dropped and the last page marked dirty
+  EXPECT_EQ(detail::cache_access::check_invariants(cache->ref()), "");
+  ASSERT_TRUE(cache->flush().ok());
+  ASSERT_TRUE(cache->clear().ok());
+  for (uint64_t i = 9 * 512; i < 15 * 512; ++i)
+    ASSERT_EQ(ref[i], (i >= 10 * 512 && i < 14 * 512 && (i - 10 * 512) % 3 == 0) ? ~i : expected(i)) << i;
+  // Out of range: a status and the error flag; the cursor goes on.
+  array_cursor<uint64_t> c(ref);
+  request_status s;
+  EXPECT_EQ(c.read(a.size(), &s), 0u);
+  EXPECT_EQ(s.code, client_code::out_of_range);
+  EXPECT_EQ(c.write(a.size(), 1).code, client_code::out_of_range);
+  EXPECT_EQ(cache->last_error().code, client_code::out_of_range);
+  EXPECT_EQ(c.read(5, &s), expected(5));
+  EXPECT_TRUE(s.ok());
+  c.release();
+  // A read-only array refuses a cursor's writes.
+  const uint32_t ro = ctl.add_namespace({pattern_memory(1 << 16, false), 4096, true});
+  array<uint64_t> b(cache, ro);
+  array_cursor<uint64_t> rc(b.ref());
+  EXPECT_EQ(rc.write(0, 1).code, client_code::read_only);
+  EXPECT_EQ(rc.read(0), expected(0));
+  rc.release();
+  EXPECT_EQ(detail::cache_access::check_invariants(cache->ref()), "");
+}
+
+TEST(Cache, ACursorHoldsItsPageUntilItMovesOrIsReleased) {
+  controller ctl;
+  const uint32_t ns = ctl.add_namespace({pattern_memory(1 << 20, false), 4096, true});
+  cache_config cfg = small_cache(2);
+  cfg.timeout_ns = 200'000'000;
+  auto cache = make_host_page_cache(ctl, cfg);
+  array<uint64_t> a(cache, ns);
+  array_cursor<uint64_t> c(a.ref());
+  ASSERT_EQ(c.read(3), expected(3));  // page 0 pinned by the cursor
+  auto h = a.ref().page(512);          // page 1 pinned by a handle
+  ASSERT_TRUE(h.ok());
+  request_status s;
+  a.ref().try_read(2 * 512, &s);  // no slot left: the cursor's pin counts
+  EXPECT_EQ(s.code, client_code::cache_exhausted);
+  ASSERT_EQ(c.read(5 * 512 + 1), expected(5 * 512 + 1));  // moving frees page 0's slot for page 5
+  h.release();
+  c.release();
+  EXPECT_EQ(a.ref().try_read(2 * 512, &s), expected(2 * 512));
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(detail::cache_access::check_invariants(cache->ref()), "");
+}
+
+TEST(Cache, CursorsOfManyThreadsReadAndWriteUnderEviction) {
+  controller ctl(two_pollers());
+  const uint64_t words = (4 << 20) / 8;  // 1024 pages through 32 slots
+  const uint32_t ns = ctl.add_namespace({pattern_memory(words * 8, true), 4096, false});
+  auto cache = make_host_page_cache(ctl, small_cache(32));
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  constexpr int threads = 6;
+  std::atomic<uint64_t> bad{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      array_cursor<uint64_t> c(ref);
+      // Thread t owns a slice of the array (slices share their boundary
+      // pages, not words): it walks runs of it, checks every word and
+      // rewrites every other one, while the others evict its pages.
+      const uint64_t first = words * t / threads, last = words * (t + 1) / threads;
+      const uint64_t mark = (t + 1) * 0x9E3779B97F4A7C15ull;
+      for (int round = 0; round < 40; ++round) {
+        const uint64_t begin = first + rng() % (last - first - 2048);
+        for (uint64_t i = begin; i < begin + 2048; ++i) {
+          request_status s;
+          const uint64_t v = c.read(i, &s);
+          if (!s.ok() || (v != expected(i) && v != (expected(i) ^ mark))) ++bad;
+          if (i % 2 == 0 && !c.write(i, expected(i) ^ mark).ok()) ++bad;
+        }
+      }
+      c.release();
+      for (uint64_t i = first; i < last; ++i) {  // every word: untouched, or rewritten (even ones only)
+        const uint64_t v = ref[i];
+        if (v != expected(i) && (i % 2 != 0 || v != (expected(i) ^ mark))) ++bad;
+      }
+    });
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(detail::cache_access::check_invariants(cache->ref()), "");
+  EXPECT_GT(cache->stats().evictions, 0u);
+  ASSERT_TRUE(cache->flush().ok());
 }
 
 TEST(Cache, PrefetchedPagesAreFoundOrAdoptedByTheClock) {

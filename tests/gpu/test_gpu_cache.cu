@@ -368,6 +368,84 @@ TEST(GpuCache, WritesFlushAndRereadThroughPosix) {
   EXPECT_EQ(bad, 0u);
 }
 
+namespace {
+
+// Each thread walks a run of `run` consecutive elements from its own
+// starting point with a cursor: lanes change pages at different moments
+// (divergent), and pages are evicted under them.
+__global__ void cursor_read_kernel(array_ref<uint64_t> a, uint64_t run, counts* c) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint64_t begin = (tid * 0x9E3779B97F4A7C15ull) % (a.size() - run);
+  array_cursor<uint64_t> cur(a);
+  unsigned long long ok = 0;
+  for (uint64_t i = begin; i < begin + run; ++i) {
+    request_status s;
+    const uint64_t v = cur.read(i, &s);
+    if (s.ok() && v == expected(i)) {
+      ++ok;
+    } else {
+      tally(c, s, false);
+    }
+  }
+  atomicAdd(&c->ok, ok);
+}
+
+// Thread t rewrites every third element of its own run [t * run, (t + 1) * run).
+__global__ void cursor_write_kernel(array_ref<uint64_t> a, uint64_t run, counts* c) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  array_cursor<uint64_t> cur(a);
+  for (uint64_t i = tid * run; i < (tid + 1) * run && i < a.size(); ++i)
+    if (i % 3 == 0) tally(c, cur.write(i, expected(i, 99)), true);
+}
+
+}  // namespace
+
+TEST(GpuCache, CursorsWalkRunsWithALookupAPageAndWriteBackExactly) {
+  const uint64_t bytes = 64ull << 20;
+  scratch_file f(bytes, seed);
+  controller ctl(pollers(4));
+  file_options o;
+  o.writable = true;
+  const uint32_t ns = ctl.add_namespace({open_file_target(f.path(), o), 4096, false});
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(16ull << 20));  // a quarter of the file: evictions
+  array<uint64_t> a(cache, ns);
+  const unsigned blocks = 32, threads = 128;
+  const uint64_t n = uint64_t(blocks) * threads;
+  {
+    device_counts c;
+    const uint64_t run = 3000;  // about 6 pages a thread
+    check_launch(*cache, cursor_read_kernel, blocks, threads);  // the cursor is the only access: a pin a lane
+    cache->reset_stats();
+    cursor_read_kernel<<<blocks, threads>>>(a.ref(), run, c.d);
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    const counts r = c.get();
+    EXPECT_EQ(r.ok, n * run);
+    EXPECT_EQ(r.bad, 0u);
+    EXPECT_EQ(r.failed, 0u) << describe(request_status::unpack(r.last_status));
+    // A lookup for each page a run enters, not one per element.
+    const cache_stats st = cache->stats();
+    EXPECT_LE(st.accesses, n * (run / 512 + 2));
+    EXPECT_GE(st.accesses, n * (run / 512));
+  }
+  device_counts c;
+  const uint64_t run = (bytes / 8 + n - 1) / n;
+  check_launch(*cache, cursor_write_kernel, blocks, threads);
+  cursor_write_kernel<<<blocks, threads>>>(a.ref(), run, c.d);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  const counts r = c.get();
+  EXPECT_EQ(r.failed, 0u) << describe(request_status::unpack(r.last_status));
+  EXPECT_EQ(r.ok, (bytes / 8 + 2) / 3);
+  const request_status fl = cache->flush();
+  EXPECT_TRUE(fl.ok()) << describe(fl);
+  EXPECT_GT(cache->stats().evictions, 0u);
+  const std::vector<uint64_t> file = test::file_words(f.path(), bytes);
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < file.size(); ++i) bad += file[i] != (i % 3 == 0 ? expected(i, 99) : expected(i));
+  EXPECT_EQ(bad, 0u);
+}
+
 TEST(GpuCache, FaultInjectedErrorsReachThreadsAsStatuses) {
   controller ctl(pollers(2));
   auto faults = make_fault_target(pattern_memory(64ull << 20, false));

@@ -7,7 +7,8 @@
 //   cached_graph  deepwell arrays: the neighbour (and weight) lists, and the
 //                 offsets unless they are given in memory, through the page
 //                 cache. A warp reads a list a page at a time: one lookup pins
-//                 the page, then every lane reads from it (reference reuse).
+//                 the page once for the warp, then every lane reads from it
+//                 (reference reuse).
 //
 // Collective calls (offsets, for_each_edge) are made by all lanes of the
 // warp together with the same arguments where noted, as the cache requires;
@@ -112,11 +113,12 @@ struct cached_graph {
     const unsigned lanes = popcount32(mask), rank = lane_rank(w, mask);
     uint64_t i0 = b;
     while (i0 < e) {
-      page_handle<uint32_t> hn = nbr.page(w, i0);
+      // One pin for the warp (every lane reads the same page), not one per lane.
+      shared_page<uint32_t> hn = nbr.page_shared(w, i0);
       if (!hn.ok()) return i0 - b;  // the cache recorded the error; the host reports it
-      page_handle<uint32_t> hw;
-      if (Weighted) hw = wts.page(w, i0);
-      const uint64_t last = hn.first() + hn.count();
+      shared_page<uint32_t> hw;
+      if (Weighted) hw = wts.page_shared(w, i0);
+      const uint64_t last = hn.first + hn.count;
       const uint64_t end = e < last ? e : last;
       bool stopped = false;
       const bool w_ok = !Weighted || hw.ok();
@@ -131,8 +133,8 @@ struct cached_graph {
           }
         }
       }
-      hn.release();
-      if (Weighted) hw.release();
+      nbr.release_shared(w, hn);
+      if (Weighted) wts.release_shared(w, hw);
       if (!w_ok || stopped) return i0 - b;
       i0 = end;
     }

@@ -47,12 +47,12 @@ namespace detail {
 
 // Loads elements base + lane + j * lanes (j < per_lane) of the scan column:
 // bit j of the result is set where the trip is long; adds their distance.
-// Array: one pinned page for the whole group (reference reuse), released
+// Array: one page pinned once for the warp's whole group (reference reuse), released
 // before the selected rows' other columns are fetched.
 template <class Warp>
 DW_HD uint32_t taxi_scan_group(const Warp& w, const array_ref<int32_t>& c, uint64_t base, uint32_t per_lane,
                                unsigned lane, unsigned lanes, long long& dist, unsigned long long& failed) {
-  page_handle<int32_t> h = c.page(w, base);
+  shared_page<int32_t> h = c.page_shared(w, base);  // one pin for the warp
   uint32_t bits = 0;
   if (h.ok()) {
     for (uint32_t j = 0; j < per_lane; ++j) {
@@ -68,7 +68,7 @@ DW_HD uint32_t taxi_scan_group(const Warp& w, const array_ref<int32_t>& c, uint6
   } else if (lane == 0) {
     ++failed;
   }
-  h.release();
+  c.release_shared(w, h);
   return bits;
 }
 

@@ -32,12 +32,18 @@ struct taxi_query_options {
   // The selected rows' values of a direct-tier column read alone from host
   // memory (array_ref::read_sparse), not by bringing their pages in.
   bool sparse_gather = true;
+  // GPU: the query again this many times over the same cache, its pages
+  // now in HBM (a cache that holds them: cache_bytes), the best of them in
+  // warm_seconds. What the cache costs over data already in GPU memory.
+  unsigned warm_runs = 0;
 };
 
 struct taxi_query_report {
   taxi_query_result result{};
   double seconds = 0;        // the query alone (the cache and controller are set up before)
   double setup_seconds = 0;  // the cache and the columns' datasets (mapping registration included)
+  double warm_seconds = 0;   // the best of the warm runs (taxi_query_options::warm_runs), 0 if none
+  bool warm_agrees = true;   // every warm run gave the first run's answer
   uint32_t direct_columns = 0;  // columns the direct tier serves
   uint64_t rows = 0;
   // Pages brought into the cache, and 32 bytes (a sector, the smallest
@@ -81,9 +87,10 @@ using page_cache_maker = std::shared_ptr<page_cache> (*)(controller&, const cach
 taxi_columns open_taxi_columns(controller& ctl, const column_file& f, const taxi_query_options& o,
                                page_cache_maker make);
 // The report's rows, counters and byte accounting, after a run whose
-// answer is in rep.result (the cache's statistics reset before the run).
+// answer is in rep.result (the cache's statistics reset before the run;
+// `first_run`: those statistics, taken before later runs added to them).
 void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi_columns& t,
-                        const taxi_query_options& o);
+                        const taxi_query_options& o, const cache_stats* first_run = nullptr);
 }  // namespace detail
 
 }  // namespace deepwell::table

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "deepwell/cache_layout.hpp"
+#include "deepwell/detail/cache/meta_hint.hpp"
 #include "deepwell/queue.hpp"
 
 namespace deepwell::detail {
@@ -36,13 +37,19 @@ struct cache_directory {
   DW_HD uint32_t bucket_of(uint64_t key) const { return uint32_t(mix64(key)) & (nbuckets - 1); }
 
   // The entry of `key` in bucket b, or -1. Inserts fill a bucket from its
-  // first way, so the scan stops at the first match: a hit loads only the
-  // ways up to its own, not the whole bucket. Relaxed is
-  // enough: the caller checks what it finds.
-  DW_HD int64_t find(uint64_t key, uint32_t b) const {
+  // first way, so the scan stops at the group holding the first match: a
+  // hit loads four ways at a time (one 32-byte sector, in flight at once)
+  // up to its own, not the whole bucket. Relaxed is enough: the caller
+  // checks what it finds.
+  DW_HD int64_t find(uint64_t key, uint32_t b, meta_hint h = {}) const {
+    static_assert(dir_ways % 4 == 0, "the scan reads four ways at a time");
     const uint64_t base = uint64_t(b) * dir_ways;
-    for (uint32_t w = 0; w < dir_ways; ++w)
-      if (client_atomic<uint64_t>(keys[base + w]).load(memory_order_relaxed) == key) return int64_t(base + w);
+    for (uint32_t w = 0; w < dir_ways; w += 4) {
+      uint64_t k[4];
+      meta_load4_relaxed(keys + base + w, h, k);
+      for (uint32_t i = 0; i < 4; ++i)
+        if (k[i] == key) return int64_t(base + w + i);
+    }
     return -1;
   }
 

@@ -196,15 +196,16 @@ DW_HD inline uint32_t page_cache_ref::page_bytes(uint64_t key) const {
 // again next round. True if it changed the step.
 DW_HD inline bool page_cache_ref::probe(fill_job& j, cache_stats_shard& sh) const {
   const uint32_t b = dir.bucket_of(j.key);
+  const detail::meta_hint h = hint();
   for (uint32_t i = 0; i < 8; ++i) {
-    const int64_t e = dir.find(j.key, b);
+    const int64_t e = dir.find(j.key, b, h);
     if (e >= 0) {
-      const uint32_t s = client_atomic<uint32_t>(dir.slots[e]).load(memory_order_acquire);
+      const uint32_t s = detail::meta_load_acquire(dir.slots + e, h);
       if (s == dir_pending) return false;  // its inserter is claiming a slot
       client_atomic<uint32_t> st(state[s]);
-      const uint32_t old = st.fetch_add(1, memory_order_acq_rel);
+      const uint32_t old = detail::meta_pin(state + s, h);
       if ((old & slot_state::valid) && !(old & slot_state::evict)) {
-        if (client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed) == j.key) {
+        if (detail::meta_load_relaxed(slot_key + s, h) == j.key) {
           if (!(old & slot_state::use)) st.fetch_or(slot_state::use, memory_order_relaxed);
           j.hit = true;
           j.slot = s;

@@ -190,9 +190,13 @@ __device__ __forceinline__ uint64_t fold(const T& x) {
   }
 }
 
-template <class T>
-__global__ void hit_elem_sized_kernel(array_ref<T> a, unsigned per_thread, unsigned long long* sink,
-                                      unsigned long long* failed) {
+// MinBlocks > 1: the same kernel capped in registers (__launch_bounds__(256,
+// MinBlocks)) so that MinBlocks blocks fit on an SM; the lookup's rare
+// paths (acquire_rest) spill, its hit path should not.
+template <class T, int MinBlocks = 1>
+__global__ void __launch_bounds__(256, MinBlocks) hit_elem_sized_kernel(array_ref<T> a, unsigned per_thread,
+                                                                        unsigned long long* sink,
+                                                                        unsigned long long* failed) {
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   uint64_t sum = 0, bad = 0;
   for (unsigned k = 0; k < per_thread; ++k) {
@@ -232,21 +236,21 @@ std::shared_ptr<page_cache> make_hit_cache(controller& ctl, uint64_t cache_bytes
 
 // All-hit random reads of T-sized elements through a fresh cache holding
 // the whole dataset, and the same reads from device memory.
-template <class T>
+template <class T, int MinBlocks = 1>
 elem_result hit_elem_sized(controller& ctl, uint32_t ns, uint64_t data_bytes, uint64_t cache_bytes, unsigned grid,
                            unsigned tpb, unsigned long long* sink, unsigned long long* failed, double l2_share) {
   auto cache = make_hit_cache(ctl, cache_bytes, l2_share);
   array<T> a(cache, ns);
-  check_launch(*cache, hit_elem_sized_kernel<T>, grid, tpb);
+  check_launch(*cache, hit_elem_sized_kernel<T, MinBlocks>, grid, tpb);
   const unsigned per_thread = 64;
   // Warm: every page in, then measure.
-  hit_elem_sized_kernel<T><<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
+  hit_elem_sized_kernel<T, MinBlocks><<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
   check_cuda(cudaDeviceSynchronize(), "warm-up");
   cudaMemset(failed, 0, 8);
   cache->reset_stats();
   timer t;
   t.start();
-  hit_elem_sized_kernel<T><<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
+  hit_elem_sized_kernel<T, MinBlocks><<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
   const double s1 = t.stop();
   elem_result r{};
   r.hit_rate = cache->stats().hit_rate();
@@ -399,18 +403,20 @@ int main(int argc, char** argv) {
 
       // Element sizes 4 to 64 bytes, each against the same random reads of
       // device memory (a ceiling per size, beside the 4 KiB-block one).
-      auto sized = [&](auto tag, unsigned bytes, double l2_share) {
+      auto sized = [&](auto tag, unsigned bytes, double l2_share, auto min_blocks) {
         using T = decltype(tag);
-        const elem_result r = hit_elem_sized<T>(ctl, ns, hit_data, cache_bytes, grid, tpb, sink, failed, l2_share);
+        constexpr int MinBlocks = decltype(min_blocks)::value;
+        const elem_result r =
+            hit_elem_sized<T, MinBlocks>(ctl, ns, hit_data, cache_bytes, grid, tpb, sink, failed, l2_share);
         const double gbps = r.cache_reads_per_s * bytes / 1e9;
         std::printf("all-hit: a[i] %2u B random %.0f M/s = %.1f GB/s (%.3f of HBM blocks; HBM %u B reads %.0f M/s, "
-                    "ratio %.3f), hit rate %.4f, failed %llu, l2_metadata_share %.2f\n",
+                    "ratio %.3f), hit rate %.4f, failed %llu, l2_metadata_share %.2f, min blocks %d\n",
                     bytes, r.cache_reads_per_s / 1e6, gbps, gbps / hbm, bytes, r.hbm_reads_per_s / 1e6,
-                    r.cache_reads_per_s / r.hbm_reads_per_s, r.hit_rate, r.failed, l2_share);
+                    r.cache_reads_per_s / r.hbm_reads_per_s, r.hit_rate, r.failed, l2_share, MinBlocks);
         json e;
         e["config"] = {{"mode", "all-hit-elem"}, {"page_size", 4096}, {"elem_bytes", bytes}, {"data_bytes", hit_data},
                        {"cache_bytes", cache_bytes}, {"grid", grid}, {"block", tpb}, {"per_thread", 64},
-                       {"location", "hostmem"}, {"l2_metadata_share", l2_share}};
+                       {"location", "hostmem"}, {"l2_metadata_share", l2_share}, {"min_blocks_per_sm", MinBlocks}};
         e["metrics"] = {{"elem_reads_per_s", r.cache_reads_per_s}, {"elem_gbps", gbps}, {"hit_rate", r.hit_rate},
                         {"failed", r.failed}};
         e["baselines"] = {{"hbm_elem_reads_per_s", r.hbm_reads_per_s}};
@@ -420,13 +426,20 @@ int main(int argc, char** argv) {
       // Other L2 shares first (the summary takes the last line of a size:
       // the default's).
       const double share = defaults::l2_metadata_share();
+      using one = std::integral_constant<int, 1>;
       for (double s : l2_shares)
-        if (s != share) sized(uint64_t{}, 8, s);
-      sized(uint32_t{}, 4, share);
-      sized(uint64_t{}, 8, share);
-      sized(elem<16>{}, 16, share);
-      sized(elem<32>{}, 32, share);
-      sized(elem<64>{}, 64, share);
+        if (s != share) {
+          sized(uint64_t{}, 8, s, one{});
+          sized(uint64_t{}, 8, s, std::integral_constant<int, 4>{});
+        }
+      // Capped in registers: 2 and 4 blocks of 256 an SM.
+      sized(uint64_t{}, 8, share, std::integral_constant<int, 2>{});
+      sized(uint64_t{}, 8, share, std::integral_constant<int, 4>{});
+      sized(uint32_t{}, 4, share, one{});
+      sized(uint64_t{}, 8, share, one{});
+      sized(elem<16>{}, 16, share, one{});
+      sized(elem<32>{}, 32, share, one{});
+      sized(elem<64>{}, 64, share, one{});
     }
 
     // ---- writes: whole pages overwritten in the cache, then flush() ----

@@ -109,8 +109,12 @@ def summarize(lines: list[Line], commit: str | None = None, config: dict | None 
     default_share = get(elem_lines[-1], "config", "l2_metadata_share") if elem_lines else None
     for e in elem_lines:
         share = get(e, "config", "l2_metadata_share")
+        blocks = get(e, "config", "min_blocks_per_sm") or 1
         if share is not None and share != default_share:
-            out["ratios"][f"hit_elem8_l2share{share:g}_vs_hbm_elem_reads"] = get(e, "ratios", "vs_hbm_elem_reads")
+            lb = f"_lb{blocks}" if blocks > 1 else ""
+            out["ratios"][f"hit_elem8{lb}_l2share{share:g}_vs_hbm_elem_reads"] = get(e, "ratios", "vs_hbm_elem_reads")
+        elif blocks > 1:
+            out["ratios"][f"hit_elem8_lb{blocks}_vs_hbm_elem_reads"] = get(e, "ratios", "vs_hbm_elem_reads")
     for size in (4, 8, 16, 32, 64):
         e = find(lines, "array", mode="all-hit-elem", elem_bytes=size)
         if e:

@@ -340,14 +340,15 @@ class array_ref {
 // mark a page dirty). It keeps the page of its last access pinned, so an
 // access to the same page costs no lookup at all: the element is read
 // straight from the pinned slot. An access to another page drops that pin
-// and takes the new page's (one lookup, coalesced with the other lanes
-// moving at the same time). For walks over neighbouring elements: a scan, a
-// neighbour list, a run of rows.
+// and takes the new page's (one lookup of the thread's own: lanes move at
+// moments of their own, so the move makes no warp collective and does not
+// coalesce). For walks over neighbouring elements: a scan, a neighbour
+// list, a run of rows.
 //
 //   array_cursor<uint32_t> c(nbr);
 //   for (uint64_t i = b; i < e; ++i) sum += c.read(i);   // one lookup a page
 //
-// Per thread; usable in divergent code. A live cursor holds one pin, so a
+// Per thread; made for divergent code. A live cursor holds one pin, so a
 // kernel that keeps c cursors per thread while it makes other accesses
 // needs c more pages per lane in the cache (check_launch's `cursors`).
 // Writes mark the page dirty when the cursor leaves it or is released: a
@@ -390,7 +391,7 @@ class array_cursor {
   DW_HD bool at(uint64_t i) {
     if (h_.ok() && h_.contains(i)) return true;
     release();
-    h_ = a_.page(i);
+    h_ = a_.page(this_thread_alone{}, i);  // lanes move at moments of their own: no collectives (warp.hpp)
     return h_.ok();
   }
   array_ref<T> a_;

@@ -17,6 +17,9 @@
 #endif
 
 #define DW_FORCEINLINE inline __attribute__((always_inline))
+// Kept out of line: code that is rarely run and needs many registers (a
+// kernel capped with __launch_bounds__ spills there, not in its hot path).
+#define DW_NOINLINE __attribute__((noinline))
 
 // Loop unrolling hint understood by nvcc; nothing for the host compiler.
 #if defined(__CUDACC__)

@@ -256,6 +256,13 @@ class page_cache_ref {
     step_failed = 5,  // status says why
   };
   struct fill_job;  // one leader's progress through those steps
+  // The hit path: one lookup and one pin of `key`'s page where it is valid.
+  DW_HD bool try_hit(uint64_t key, uint32_t& slot) const;
+  // The rest of acquire, where some leader did not hit: fills, waits,
+  // evictions. Leaders with `hit` already hold a pin of `slot`.
+  template <class Warp>
+  DW_HD DW_NOINLINE warp_pin acquire_rest(const Warp& w, bool want, uint64_t key, uint32_t accesses, uint32_t cover,
+                                          warp_pin out, bool hit, uint32_t slot) const;
   DW_HD static void phase_end(fill_job& j, int i);
   DW_HD uint32_t start_read(const queue_ref& q, uint16_t cid, uint64_t key, uint32_t qhint) const;
   DW_HD uint64_t page_lba(const dataset_desc& d, uint64_t key, uint32_t& nlb) const;

@@ -58,14 +58,27 @@ struct gpu_warp {
 struct gpu_full_warp : gpu_warp {
   DW_DEVICE unsigned active() const { return 0xFFFFFFFFu; }
 };
+
+// A GPU thread on its own, a warp of one lane: for calls that lanes make at
+// moments of their own (an array_cursor moving to another page inside a
+// lane's loop). Collectives with __activemask() there are unsafe: two groups
+// of lanes that each read their own mask may be reconverged by the hardware
+// in the middle of a call, and then shuffle with different masks. The first
+// GPU run of the cursor read a garbage pointer that way. No coalescing, no
+// collectives; the queues spread as a warp's do.
+struct gpu_lane : one_lane {
+  DW_DEVICE uint32_t queue_hint() const { return gpu_warp{}.queue_hint(); }
+};
 #endif
 
 // The warp policy of the calling thread, for use inside DW_HD function
 // bodies: the real warp in device code, one lane on the host.
 #if DW_DEVICE_CODE
 using this_thread_warp = gpu_warp;
+using this_thread_alone = gpu_lane;
 #else
 using this_thread_warp = one_lane;
+using this_thread_alone = one_lane;
 #endif
 
 // 64-bit values through a 32-bit shuffle.

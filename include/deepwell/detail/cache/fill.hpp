@@ -46,9 +46,30 @@ struct page_cache_ref::fill_job {
 #endif
 };
 
+// The hit path, kept small (it is inlined into every access): the
+// bucket's keys four at a time, the entry's slot (relaxed: the directory is
+// a hint, checked below), a pin with acquire, then the slot's own state and
+// key. Anything else (pending, busy, evicting, reused) drops the pin and
+// leaves the page to acquire_rest.
+DW_HD DW_FORCEINLINE bool page_cache_ref::try_hit(uint64_t key, uint32_t& slot) const {
+  const detail::meta_hint h = hint();
+  const int64_t e = dir.find(key, dir.bucket_of(key), h);
+  if (e < 0) return false;
+  const uint32_t s = detail::meta_load_relaxed32(dir.slots + e, h);
+  if (s == dir_pending) return false;
+  const uint32_t old = detail::meta_pin(state + s, h);
+  if ((old & slot_state::valid) && !(old & slot_state::evict) && detail::meta_load_relaxed(slot_key + s, h) == key) {
+    if (!(old & slot_state::use)) client_atomic<uint32_t>(state[s]).fetch_or(slot_state::use, memory_order_relaxed);
+    slot = s;
+    return true;
+  }
+  detail::meta_unpin(state + s, h);
+  return false;
+}
+
 template <class Warp>
-DW_HD inline warp_pin page_cache_ref::acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses,
-                                              uint32_t cover) const {
+DW_HD DW_FORCEINLINE warp_pin page_cache_ref::acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses,
+                                                      uint32_t cover) const {
   warp_pin out;
   out.mask = w.active();
   const unsigned lane = w.lane();
@@ -56,12 +77,44 @@ DW_HD inline warp_pin page_cache_ref::acquire(const Warp& w, bool want, uint64_t
   out.peers = peers;
   out.leader = lowest_lane(peers);
   const bool lead = want && lane == out.leader;
+  // Every leader's page valid at its first lookup: nothing else runs (no
+  // deadline, no fill loop; acquire_rest is out of line, so a kernel
+  // capped in registers spills there and not here).
+  uint32_t slot = ~0u;
+  const bool hit = lead && try_hit(key, slot);
+  if (w.ballot(out.mask, lead && !hit)) return acquire_rest(w, want, key, accesses, cover, out, hit, slot);
+  // Counted once per warp, as acquire_rest does.
+  const unsigned wanted = w.ballot(out.mask, want);
+  const unsigned leaders = w.ballot(out.mask, lead);
+  if (lane == lowest_lane(out.mask) && wanted) {
+    cache_stats_shard& sh = shard(w);
+    if (accesses)
+      client_atomic<unsigned long long>(sh.accesses).fetch_add(uint64_t(accesses) * popcount32(wanted), memory_order_relaxed);
+    client_atomic<unsigned long long>(sh.hits).fetch_add(popcount32(leaders), memory_order_relaxed);
+  }
+  out.slot = w.shfl(out.mask, slot, out.leader);
+  out.status = want ? request_status{} : request_status::client(client_code::invalid_argument);
+  out.owner = lead;
+  w.sync(out.mask);
+  return out;
+}
+
+template <class Warp>
+DW_HD DW_NOINLINE warp_pin page_cache_ref::acquire_rest(const Warp& w, bool want, uint64_t key, uint32_t accesses,
+                                                        uint32_t cover, warp_pin out, bool hit, uint32_t slot) const {
+  const unsigned lane = w.lane();
+  const unsigned peers = out.peers;
+  const bool lead = want && lane == out.leader;
   const uint64_t dl = deadline();
   cache_stats_shard& sh = shard(w);
   fill_job job;
   job.key = key;
   job.qhint = w.queue_hint();
-  job.step = lead ? step_probe : step_done;
+  job.step = lead && !hit ? step_probe : step_done;
+  if (lead && hit) {
+    job.hit = true;
+    job.slot = slot;
+  }
   // An overwrite only if every lane asking for the page overwrites it.
   const unsigned partial = w.ballot(out.mask, want && cover == 0);
   job.cover = (partial & peers) ? 0 : cover;

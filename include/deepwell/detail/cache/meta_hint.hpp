@@ -76,6 +76,18 @@ DW_HD DW_FORCEINLINE void meta_load4_relaxed(const uint64_t* p, meta_hint h, uin
 #endif
 }
 
+DW_HD DW_FORCEINLINE uint32_t meta_load_relaxed32(const uint32_t* p, meta_hint h) {
+#if DW_DEVICE_CODE
+  if (h.on) {
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(h.policy) : "memory");
+    return v;
+  }
+#endif
+  (void)h;
+  return client_atomic<uint32_t>(*const_cast<uint32_t*>(p)).load(memory_order_relaxed);
+}
+
 DW_HD DW_FORCEINLINE uint32_t meta_load_acquire(const uint32_t* p, meta_hint h) {
 #if DW_DEVICE_CODE
   if (h.on) {

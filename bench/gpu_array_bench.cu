@@ -224,12 +224,10 @@ struct elem_result {
 
 // A cache of 4 KiB pages for the all-hit runs: it holds the whole dataset,
 // so few queues (only the warm-up misses).
-std::shared_ptr<page_cache> make_hit_cache(controller& ctl, uint64_t cache_bytes,
-                                           double l2_share = defaults::l2_metadata_share()) {
+std::shared_ptr<page_cache> make_hit_cache(controller& ctl, uint64_t cache_bytes) {
   cache_config cfg;
   cfg.page_size = 4096;
   cfg.capacity_bytes = cache_bytes;
-  cfg.l2_metadata_share = l2_share;
   cfg.queue_pairs = 16;
   return make_gpu_page_cache(ctl, cfg);
 }
@@ -238,8 +236,8 @@ std::shared_ptr<page_cache> make_hit_cache(controller& ctl, uint64_t cache_bytes
 // the whole dataset, and the same reads from device memory.
 template <class T, int MinBlocks = 1>
 elem_result hit_elem_sized(controller& ctl, uint32_t ns, uint64_t data_bytes, uint64_t cache_bytes, unsigned grid,
-                           unsigned tpb, unsigned long long* sink, unsigned long long* failed, double l2_share) {
-  auto cache = make_hit_cache(ctl, cache_bytes, l2_share);
+                           unsigned tpb, unsigned long long* sink, unsigned long long* failed) {
+  auto cache = make_hit_cache(ctl, cache_bytes);
   array<T> a(cache, ns);
   check_launch(*cache, hit_elem_sized_kernel<T, MinBlocks>, grid, tpb);
   const unsigned per_thread = 64;
@@ -307,7 +305,6 @@ int main(int argc, char** argv) {
   uint64_t hit_data = 1ull << 30, miss_data = 4ull << 30, cache_bytes = 2ull << 30;
   std::vector<uint32_t> page_sizes{4096, 512, 65536};
   std::vector<std::string> paths{"direct", "controller"};
-  std::vector<double> l2_shares{0.0, 1.0};
   bool skip_hit = false, skip_write = false, write_first = false, with_null = false, bounded = false, only_hit = false;
   CLI::App app{"deepwell array_ref benchmark (GPU page cache)"};
   app.add_option("--pollers", pollers, "controller poller threads");
@@ -319,8 +316,6 @@ int main(int argc, char** argv) {
   app.add_option("--cache", cache_bytes, "cache bytes");
   app.add_option("--page-sizes", page_sizes, "page sizes for the miss runs");
   app.add_option("--paths", paths, "miss paths to run: direct, controller");
-  app.add_option("--l2-shares", l2_shares,
-                 "l2_metadata_share values to run the 8-byte all-hit reads with besides the default (0: no L2 hints)");
   app.add_flag("--skip-hit", skip_hit, "skip the all-hit runs");
   app.add_flag("--only-hit", only_hit, "run the all-hit runs only");
   app.add_flag("--skip-write", skip_write, "skip the write + flush runs");
@@ -403,43 +398,35 @@ int main(int argc, char** argv) {
 
       // Element sizes 4 to 64 bytes, each against the same random reads of
       // device memory (a ceiling per size, beside the 4 KiB-block one).
-      auto sized = [&](auto tag, unsigned bytes, double l2_share, auto min_blocks) {
+      auto sized = [&](auto tag, unsigned bytes, auto min_blocks) {
         using T = decltype(tag);
         constexpr int MinBlocks = decltype(min_blocks)::value;
-        const elem_result r =
-            hit_elem_sized<T, MinBlocks>(ctl, ns, hit_data, cache_bytes, grid, tpb, sink, failed, l2_share);
+        const elem_result r = hit_elem_sized<T, MinBlocks>(ctl, ns, hit_data, cache_bytes, grid, tpb, sink, failed);
         const double gbps = r.cache_reads_per_s * bytes / 1e9;
         std::printf("all-hit: a[i] %2u B random %.0f M/s = %.1f GB/s (%.3f of HBM blocks; HBM %u B reads %.0f M/s, "
-                    "ratio %.3f), hit rate %.4f, failed %llu, l2_metadata_share %.2f, min blocks %d\n",
+                    "ratio %.3f), hit rate %.4f, failed %llu, min blocks %d\n",
                     bytes, r.cache_reads_per_s / 1e6, gbps, gbps / hbm, bytes, r.hbm_reads_per_s / 1e6,
-                    r.cache_reads_per_s / r.hbm_reads_per_s, r.hit_rate, r.failed, l2_share, MinBlocks);
+                    r.cache_reads_per_s / r.hbm_reads_per_s, r.hit_rate, r.failed, MinBlocks);
         json e;
         e["config"] = {{"mode", "all-hit-elem"}, {"page_size", 4096}, {"elem_bytes", bytes}, {"data_bytes", hit_data},
                        {"cache_bytes", cache_bytes}, {"grid", grid}, {"block", tpb}, {"per_thread", 64},
-                       {"location", "hostmem"}, {"l2_metadata_share", l2_share}, {"min_blocks_per_sm", MinBlocks}};
+                       {"location", "hostmem"}, {"min_blocks_per_sm", MinBlocks}};
         e["metrics"] = {{"elem_reads_per_s", r.cache_reads_per_s}, {"elem_gbps", gbps}, {"hit_rate", r.hit_rate},
                         {"failed", r.failed}};
         e["baselines"] = {{"hbm_elem_reads_per_s", r.hbm_reads_per_s}};
         e["ratios"] = {{"vs_hbm_read", gbps / hbm}, {"vs_hbm_elem_reads", r.cache_reads_per_s / r.hbm_reads_per_s}};
         emit(e);
       };
-      // Other L2 shares first (the summary takes the last line of a size:
-      // the default's).
-      const double share = defaults::l2_metadata_share();
+      // Capped in registers first, 2 and 4 blocks of 256 an SM (the
+      // summary takes the last line of a size: the uncapped one).
       using one = std::integral_constant<int, 1>;
-      for (double s : l2_shares)
-        if (s != share) {
-          sized(uint64_t{}, 8, s, one{});
-          sized(uint64_t{}, 8, s, std::integral_constant<int, 4>{});
-        }
-      // Capped in registers: 2 and 4 blocks of 256 an SM.
-      sized(uint64_t{}, 8, share, std::integral_constant<int, 2>{});
-      sized(uint64_t{}, 8, share, std::integral_constant<int, 4>{});
-      sized(uint32_t{}, 4, share, one{});
-      sized(uint64_t{}, 8, share, one{});
-      sized(elem<16>{}, 16, share, one{});
-      sized(elem<32>{}, 32, share, one{});
-      sized(elem<64>{}, 64, share, one{});
+      sized(uint64_t{}, 8, std::integral_constant<int, 2>{});
+      sized(uint64_t{}, 8, std::integral_constant<int, 4>{});
+      sized(uint32_t{}, 4, one{});
+      sized(uint64_t{}, 8, one{});
+      sized(elem<16>{}, 16, one{});
+      sized(elem<32>{}, 32, one{});
+      sized(elem<64>{}, 64, one{});
     }
 
     // ---- writes: whole pages overwritten in the cache, then flush() ----

@@ -105,15 +105,9 @@ def summarize(lines: list[Line], commit: str | None = None, config: dict | None 
     put("ratios", "hit_page_vs_hbm_read", get(hit, "ratios", "hit_page_vs_hbm_read"))
     put("metrics", "hit_elem8_reads_per_s", get(hit, "metrics", "elem_reads_per_s"))
     put("metrics", "hit_page_gbps", get(hit, "metrics", "page_gbps"))
-    elem_lines = select(lines, "array", mode="all-hit-elem", elem_bytes=8)
-    default_share = get(elem_lines[-1], "config", "l2_metadata_share") if elem_lines else None
-    for e in elem_lines:
-        share = get(e, "config", "l2_metadata_share")
+    for e in select(lines, "array", mode="all-hit-elem", elem_bytes=8):
         blocks = get(e, "config", "min_blocks_per_sm") or 1
-        if share is not None and share != default_share:
-            lb = f"_lb{blocks}" if blocks > 1 else ""
-            out["ratios"][f"hit_elem8{lb}_l2share{share:g}_vs_hbm_elem_reads"] = get(e, "ratios", "vs_hbm_elem_reads")
-        elif blocks > 1:
+        if blocks > 1:  # the kernel capped in registers (__launch_bounds__(256, blocks))
             out["ratios"][f"hit_elem8_lb{blocks}_vs_hbm_elem_reads"] = get(e, "ratios", "vs_hbm_elem_reads")
     for size in (4, 8, 16, 32, 64):
         e = find(lines, "array", mode="all-hit-elem", elem_bytes=size)

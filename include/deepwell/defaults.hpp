@@ -27,7 +27,6 @@ constexpr uint32_t queue_entries = 512;       // entries per queue pair
 constexpr uint64_t timeout_ms = 30000;        // deadline of every wait inside an access
 constexpr const char* direct_files = "resident";  // never, resident or always
 constexpr double clean_threshold = 1.0 / 16;  // dirty share of the slots above which the cleaner runs
-constexpr double l2_metadata_share = 0.5;     // share of L2 a GPU cache's hit-path metadata may keep (evict_last)
 constexpr const char* staging_stores = "streaming";  // streaming, cached or demote
 constexpr uint32_t max_cpu_threads = 16;      // a CPU client's gather threads: the cores, at most this
 // Controller poller threads: half the cores, from 2 to 8. Each poller
@@ -52,7 +51,6 @@ uint32_t queue_entries();            // DEEPWELL_QUEUE_ENTRIES
 uint64_t timeout_ns();               // DEEPWELL_TIMEOUT_MS
 std::string direct_files();          // DEEPWELL_DIRECT_FILES
 double clean_threshold();            // DEEPWELL_CLEAN_THRESHOLD
-double l2_metadata_share();          // DEEPWELL_L2_METADATA_SHARE
 std::string staging_stores();        // DEEPWELL_STAGING_STORES
 uint32_t cpu_threads();              // DEEPWELL_CPU_THREADS
 

@@ -46,11 +46,6 @@ struct cache_config {
   // than this share of the slots is dirty (0: never), so that most victims
   // are clean when the hand reaches them.
   double clean_threshold = defaults::clean_threshold();
-  // A GPU cache marks the metadata its lookups read (directory, state words,
-  // keys) evict_last in L2, so that data streaming through L2 does not push
-  // it out; this caps that metadata at this share of L2 (beyond it, only
-  // part of the lines is marked). 0: no hints. CPU caches ignore it.
-  double l2_metadata_share = defaults::l2_metadata_share();
 
   static file_tier file_tier_from(const std::string& name) {
     return name == "never" ? file_tier::never : name == "always" ? file_tier::always : file_tier::resident;
@@ -128,9 +123,6 @@ class page_cache {
   // Lays out metadata in `meta` (as the clients see it) and page data in
   // `data`; `queues` are the clients' views of the cache's queue pairs.
   void build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue_ref>& queues);
-  // A GPU backend's L2 of l2_bytes: sets the share of the lookup metadata
-  // marked evict_last (cache_config::l2_metadata_share).
-  void keep_metadata_in_l2(uint64_t l2_bytes);
   // Host image of metadata (initial state), written to the cache's memory by the backend.
   std::vector<uint8_t> initial_metadata(const std::vector<queue_ref>& queues) const;
   virtual void write_dataset(uint32_t id, const dataset_desc& d) = 0;

@@ -124,8 +124,9 @@ class page_cache_ref {
 
   // Drops one pin; `dirty` marks the page for write-back first.
   DW_HD void unpin(uint32_t s, bool dirty = false) const {
+    client_atomic<uint32_t> st(state[s]);
     if (dirty) mark_dirty(s);
-    detail::meta_unpin(state + s, hint());
+    st.fetch_sub(1, memory_order_release);
   }
 
   // The bytes of a slot this thread (or its warp) has pinned.
@@ -225,9 +226,7 @@ class page_cache_ref {
   uint32_t clean_above = 0;  // the cleaner runs while more pages than this are dirty (0: never)
   uint32_t clean_ahead = 0;  // how many slots ahead of the CLOCK hand it cleans
   uint64_t timeout_ns = 0;
-  float l2_keep_ = 0;  // share of the hit path's metadata lines marked evict_last in L2 (meta_hint.hpp); 0: no hints
 
-  DW_HD detail::meta_hint hint() const { return detail::make_meta_hint(l2_keep_); }
   DW_HD uint64_t deadline() const { return now_ns() + timeout_ns; }
   DW_HD cache_stats_shard& shard_of(uint32_t qhint) const { return stats[qhint % cache_stats_shards]; }
   template <class Warp>

@@ -45,9 +45,6 @@ page_cache::page_cache(std::shared_ptr<controller_link> link, const cache_config
   if (!(cfg_.clean_threshold >= 0.0 && cfg_.clean_threshold <= 1.0))
     throw error("page cache: clean_threshold " + std::to_string(cfg_.clean_threshold) +
                 " is not a share of the slots from 0 to 1");
-  if (!(cfg_.l2_metadata_share >= 0.0 && cfg_.l2_metadata_share <= 1.0))
-    throw error("page cache: l2_metadata_share " + std::to_string(cfg_.l2_metadata_share) +
-                " is not a share of L2 from 0 to 1");
   geo_.page_size = cfg_.page_size;
   geo_.slots = uint32_t(slots);
   // Four directory entries per slot: a bucket of 16 then holds 4 on
@@ -106,14 +103,6 @@ void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue
   // is still a victim then.
   ref_.clean_ahead = std::max<uint32_t>(1, std::min<uint32_t>(geo_.slots / 8, 4096));
   ref_.timeout_ns = cfg_.timeout_ns;
-}
-
-void page_cache::keep_metadata_in_l2(uint64_t l2_bytes) {
-  // What a hit reads: the directory's keys and slots, the state words, the
-  // slot keys.
-  const uint64_t hot = (layout_.dir_locks - layout_.dir_keys) + (layout_.slot_io - layout_.state);
-  const double budget = cfg_.l2_metadata_share * double(l2_bytes);
-  ref_.l2_keep_ = hot == 0 || budget <= 0 ? 0.0f : float(std::min(1.0, budget / double(hot)));
 }
 
 uint32_t page_cache::add_dataset(uint32_t nsid) {

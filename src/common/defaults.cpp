@@ -104,7 +104,6 @@ std::string direct_files() {
   return env_choice("DEEPWELL_DIRECT_FILES", builtin::direct_files, {"never", "resident", "always"});
 }
 double clean_threshold() { return env_share("DEEPWELL_CLEAN_THRESHOLD", builtin::clean_threshold); }
-double l2_metadata_share() { return env_share("DEEPWELL_L2_METADATA_SHARE", builtin::l2_metadata_share); }
 std::string staging_stores() {
   return env_choice("DEEPWELL_STAGING_STORES", builtin::staging_stores, {"streaming", "cached", "demote"});
 }
@@ -141,8 +140,6 @@ std::vector<knob> knobs() {
        "read-only files read by GPU warps straight from the page cache: never, resident or always"},
       {"DEEPWELL_CLEAN_THRESHOLD", d(builtin::clean_threshold), d(clean_threshold()),
        "dirty share of the cache above which the cleaner writes pages back ahead of eviction (0: never)"},
-      {"DEEPWELL_L2_METADATA_SHARE", d(builtin::l2_metadata_share), d(l2_metadata_share()),
-       "share of the GPU's L2 a cache's lookup metadata may hold at high priority (0: no hints)"},
       {"DEEPWELL_STAGING_STORES", builtin::staging_stores, staging_stores(),
        "how the controller fills staging: streaming, cached or demote"},
       {"DEEPWELL_CPU_THREADS", "cores, at most " + n(builtin::max_cpu_threads), n(cpu_threads()),

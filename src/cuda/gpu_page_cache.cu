@@ -104,10 +104,6 @@ class gpu_page_cache final : public page_cache {
     const std::vector<uint8_t> img = initial_metadata(refs);
     check_cuda(cudaMemcpy(meta_, img.data(), img.size(), cudaMemcpyHostToDevice), "cudaMemcpy of cache metadata");
     build_ref(static_cast<uint8_t*>(meta_), data_, refs);
-    int device = 0, l2 = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute(L2)");
-    keep_metadata_in_l2(uint64_t(l2));
     check_cuda(cudaMalloc(reinterpret_cast<void**>(&flush_error_), 2 * sizeof(uint32_t)), "cudaMalloc");  // flush, persist
     // Pinned, so that reading counters back is a true async copy on our
     // non-blocking stream and never waits for a running kernel.

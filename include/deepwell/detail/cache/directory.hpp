@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "deepwell/cache_layout.hpp"
-#include "deepwell/detail/cache/meta_hint.hpp"
+#include "deepwell/detail/cache/wide_load.hpp"
 #include "deepwell/queue.hpp"
 
 namespace deepwell::detail {
@@ -41,16 +41,37 @@ struct cache_directory {
   // hit loads four ways at a time (one 32-byte sector, in flight at once)
   // up to its own, not the whole bucket. Relaxed is enough: the caller
   // checks what it finds.
-  DW_HD int64_t find(uint64_t key, uint32_t b, meta_hint h = {}) const {
+  DW_HD int64_t find(uint64_t key, uint32_t b) const {
     static_assert(dir_ways % 4 == 0, "the scan reads four ways at a time");
     const uint64_t base = uint64_t(b) * dir_ways;
     for (uint32_t w = 0; w < dir_ways; w += 4) {
       uint64_t k[4];
-      meta_load4_relaxed(keys + base + w, h, k);
+      load4_relaxed(keys + base + w, k);
       for (uint32_t i = 0; i < 4; ++i)
         if (k[i] == key) return int64_t(base + w + i);
     }
     return -1;
+  }
+
+  // find() for the hit path: the slots of each group of four ways are read
+  // with its keys, in the same round trip, and the matching entry's slot
+  // returned in `slot`. Read together, not after the key, a slot may be
+  // older than its key (an entry being reused): the caller's pin and key
+  // check catch that, as they catch any stale entry.
+  DW_HD bool find_slot(uint64_t key, uint32_t b, uint32_t& slot) const {
+    const uint64_t base = uint64_t(b) * dir_ways;
+    for (uint32_t w = 0; w < dir_ways; w += 4) {
+      uint64_t k[4];
+      uint32_t s[4];
+      load4_relaxed(keys + base + w, k);
+      load4_relaxed(slots + base + w, s);
+      for (uint32_t i = 0; i < 4; ++i)
+        if (k[i] == key) {
+          slot = s[i];
+          return true;
+        }
+    }
+    return false;
   }
 
   // Reserves an entry for `key` (slot pending) unless the key is there.

@@ -47,23 +47,23 @@ struct page_cache_ref::fill_job {
 };
 
 // The hit path, kept small (it is inlined into every access): the
-// bucket's keys four at a time, the entry's slot (relaxed: the directory is
-// a hint, checked below), a pin with acquire, then the slot's own state and
-// key. Anything else (pending, busy, evicting, reused) drops the pin and
+// bucket's keys four at a time with their slots (relaxed: the directory is
+// a hint, checked below), a pin with acquire (not acq_rel: nothing before
+// it needs publishing, and a release would first wait for this thread's
+// last unpin to reach L2), then the slot's own state and key. Anything else (pending, busy, evicting, reused) drops the pin and
 // leaves the page to acquire_rest.
 DW_HD DW_FORCEINLINE bool page_cache_ref::try_hit(uint64_t key, uint32_t& slot) const {
-  const detail::meta_hint h = hint();
-  const int64_t e = dir.find(key, dir.bucket_of(key), h);
-  if (e < 0) return false;
-  const uint32_t s = detail::meta_load_relaxed32(dir.slots + e, h);
-  if (s == dir_pending) return false;
-  const uint32_t old = detail::meta_pin(state + s, h);
-  if ((old & slot_state::valid) && !(old & slot_state::evict) && detail::meta_load_relaxed(slot_key + s, h) == key) {
-    if (!(old & slot_state::use)) client_atomic<uint32_t>(state[s]).fetch_or(slot_state::use, memory_order_relaxed);
+  uint32_t s;
+  if (!dir.find_slot(key, dir.bucket_of(key), s) || s == dir_pending) return false;
+  client_atomic<uint32_t> st(state[s]);
+  const uint32_t old = st.fetch_add(1, memory_order_acquire);
+  if ((old & slot_state::valid) && !(old & slot_state::evict) &&
+      client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed) == key) {
+    if (!(old & slot_state::use)) st.fetch_or(slot_state::use, memory_order_relaxed);
     slot = s;
     return true;
   }
-  detail::meta_unpin(state + s, h);
+  st.fetch_sub(1, memory_order_release);
   return false;
 }
 
@@ -249,16 +249,15 @@ DW_HD inline uint32_t page_cache_ref::page_bytes(uint64_t key) const {
 // again next round. True if it changed the step.
 DW_HD inline bool page_cache_ref::probe(fill_job& j, cache_stats_shard& sh) const {
   const uint32_t b = dir.bucket_of(j.key);
-  const detail::meta_hint h = hint();
   for (uint32_t i = 0; i < 8; ++i) {
-    const int64_t e = dir.find(j.key, b, h);
+    const int64_t e = dir.find(j.key, b);
     if (e >= 0) {
-      const uint32_t s = detail::meta_load_acquire(dir.slots + e, h);
+      const uint32_t s = client_atomic<uint32_t>(dir.slots[e]).load(memory_order_acquire);
       if (s == dir_pending) return false;  // its inserter is claiming a slot
       client_atomic<uint32_t> st(state[s]);
-      const uint32_t old = detail::meta_pin(state + s, h);
+      const uint32_t old = st.fetch_add(1, memory_order_acq_rel);
       if ((old & slot_state::valid) && !(old & slot_state::evict)) {
-        if (detail::meta_load_relaxed(slot_key + s, h) == j.key) {
+        if (client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed) == j.key) {
           if (!(old & slot_state::use)) st.fetch_or(slot_state::use, memory_order_relaxed);
           j.hit = true;
           j.slot = s;

@@ -17,7 +17,11 @@ struct taxi_cols {
   array_ref<int32_t> c[taxi_queries];
 };
 
-__global__ void __launch_bounds__(256) taxi_query_kernel(taxi_cols cols, int q, taxi_query_result* out, bool sparse) {
+// Capped at 64 registers (4 blocks of 256 an SM, 32 warps): the scan is a
+// lookup a page and then loads, so resident warps set its rate over pages
+// already in HBM; uncapped it took 255 registers (8 warps an SM) and spilled
+// as much. The lookup's rare paths (acquire_rest) take the extra spills.
+__global__ void __launch_bounds__(256, 4) taxi_query_kernel(taxi_cols cols, int q, taxi_query_result* out, bool sparse) {
   const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
   taxi_query_worker(gpu_full_warp{}, cols.c, q, warp, warps, out, sparse);

@@ -50,8 +50,9 @@ struct page_cache_ref::fill_job {
 // bucket's keys four at a time with their slots (relaxed: the directory is
 // a hint, checked below), a pin with acquire (not acq_rel: nothing before
 // it needs publishing, and a release would first wait for this thread's
-// last unpin to reach L2), then the slot's own state and key. Anything else (pending, busy, evicting, reused) drops the pin and
-// leaves the page to acquire_rest.
+// last unpin to reach L2), then the slot's own state and key. Anything
+// else (pending, busy, evicting, reused) drops the pin and leaves the page
+// to acquire_rest.
 DW_HD DW_FORCEINLINE bool page_cache_ref::try_hit(uint64_t key, uint32_t& slot) const {
   uint32_t s;
   if (!dir.find_slot(key, dir.bucket_of(key), s) || s == dir_pending) return false;

@@ -30,6 +30,7 @@
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/memcpy_ceiling.hpp"
 #include "deepwell/array.hpp"
+#include "deepwell/detail/cache/access.hpp"
 #include "deepwell/page_cache.hpp"
 
 #if DW_CACHE_PHASE_TIMING
@@ -234,22 +235,61 @@ std::shared_ptr<page_cache> make_hit_cache(controller& ctl, uint64_t cache_bytes
 
 // All-hit random reads of T-sized elements through a fresh cache holding
 // the whole dataset, and the same reads from device memory.
+// An experiment on where all-hit reads lose their time: with `l2_window`,
+// the lookup's metadata (detail::cache_access::lookup_metadata) is made a
+// persisting access-policy window of the kernel's stream, with L2 set aside
+// for it, so that the random data sectors do not evict it. What the window
+// held is reported in `window_bytes` and `window_hit_ratio`.
+struct l2_window_info {
+  uint64_t window_bytes = 0;
+  double hit_ratio = 0;
+};
+
 template <class T, int MinBlocks = 1>
 elem_result hit_elem_sized(controller& ctl, uint32_t ns, uint64_t data_bytes, uint64_t cache_bytes, unsigned grid,
-                           unsigned tpb, unsigned long long* sink, unsigned long long* failed) {
+                           unsigned tpb, unsigned long long* sink, unsigned long long* failed,
+                           l2_window_info* l2_window = nullptr) {
   auto cache = make_hit_cache(ctl, cache_bytes);
   array<T> a(cache, ns);
   check_launch(*cache, hit_elem_sized_kernel<T, MinBlocks>, grid, tpb);
   const unsigned per_thread = 64;
+  cudaStream_t st = nullptr;  // blocking: the timer's events on stream 0 bracket it
+  if (l2_window) {
+    check_cuda(cudaStreamCreate(&st), "cudaStreamCreate");
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    uint64_t bytes = 0;
+    const void* meta = detail::cache_access::lookup_metadata(a.ref().cache, bytes);
+    bytes = std::min<uint64_t>(bytes, uint64_t(prop.accessPolicyMaxWindowSize));
+    const uint64_t aside = std::min<uint64_t>(bytes, uint64_t(prop.persistingL2CacheMaxSize));
+    check_cuda(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, aside), "cudaDeviceSetLimit(persisting L2)");
+    cudaStreamAttrValue v{};
+    v.accessPolicyWindow.base_ptr = const_cast<void*>(meta);
+    v.accessPolicyWindow.num_bytes = bytes;
+    v.accessPolicyWindow.hitRatio = bytes ? float(std::min(1.0, double(aside) / double(bytes))) : 0.0f;
+    v.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+    v.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+    check_cuda(cudaStreamSetAttribute(st, cudaStreamAttributeAccessPolicyWindow, &v), "cudaStreamSetAttribute");
+    l2_window->window_bytes = bytes;
+    l2_window->hit_ratio = v.accessPolicyWindow.hitRatio;
+  }
   // Warm: every page in, then measure.
-  hit_elem_sized_kernel<T, MinBlocks><<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
+  hit_elem_sized_kernel<T, MinBlocks><<<grid, tpb, 0, st>>>(a.ref(), per_thread, sink, failed);
   check_cuda(cudaDeviceSynchronize(), "warm-up");
   cudaMemset(failed, 0, 8);
   cache->reset_stats();
   timer t;
   t.start();
-  hit_elem_sized_kernel<T, MinBlocks><<<grid, tpb>>>(a.ref(), per_thread, sink, failed);
+  hit_elem_sized_kernel<T, MinBlocks><<<grid, tpb, 0, st>>>(a.ref(), per_thread, sink, failed);
   const double s1 = t.stop();
+  if (l2_window) {
+    cudaStreamAttrValue off{};
+    off.accessPolicyWindow.num_bytes = 0;
+    cudaStreamSetAttribute(st, cudaStreamAttributeAccessPolicyWindow, &off);
+    cudaCtxResetPersistingL2Cache();
+    cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
+    cudaStreamDestroy(st);
+  }
   elem_result r{};
   r.hit_rate = cache->stats().hit_rate();
   cudaMemcpy(&r.failed, failed, 8, cudaMemcpyDeviceToHost);
@@ -398,10 +438,12 @@ int main(int argc, char** argv) {
 
       // Element sizes 4 to 64 bytes, each against the same random reads of
       // device memory (a ceiling per size, beside the 4 KiB-block one).
-      auto sized = [&](auto tag, unsigned bytes, auto min_blocks) {
+      auto sized = [&](auto tag, unsigned bytes, auto min_blocks, bool window = false) {
         using T = decltype(tag);
         constexpr int MinBlocks = decltype(min_blocks)::value;
-        const elem_result r = hit_elem_sized<T, MinBlocks>(ctl, ns, hit_data, cache_bytes, grid, tpb, sink, failed);
+        l2_window_info w;
+        const elem_result r =
+            hit_elem_sized<T, MinBlocks>(ctl, ns, hit_data, cache_bytes, grid, tpb, sink, failed, window ? &w : nullptr);
         const double gbps = r.cache_reads_per_s * bytes / 1e9;
         std::printf("all-hit: a[i] %2u B random %.0f M/s = %.1f GB/s (%.3f of HBM blocks; HBM %u B reads %.0f M/s, "
                     "ratio %.3f), hit rate %.4f, failed %llu, min blocks %d\n",
@@ -410,7 +452,8 @@ int main(int argc, char** argv) {
         json e;
         e["config"] = {{"mode", "all-hit-elem"}, {"page_size", 4096}, {"elem_bytes", bytes}, {"data_bytes", hit_data},
                        {"cache_bytes", cache_bytes}, {"grid", grid}, {"block", tpb}, {"per_thread", 64},
-                       {"location", "hostmem"}, {"min_blocks_per_sm", MinBlocks}};
+                       {"location", "hostmem"}, {"min_blocks_per_sm", MinBlocks}, {"l2_window", window}};
+        if (window) e["config"]["l2_window_bytes"] = w.window_bytes, e["config"]["l2_window_hit_ratio"] = w.hit_ratio;
         e["metrics"] = {{"elem_reads_per_s", r.cache_reads_per_s}, {"elem_gbps", gbps}, {"hit_rate", r.hit_rate},
                         {"failed", r.failed}};
         e["baselines"] = {{"hbm_elem_reads_per_s", r.hbm_reads_per_s}};
@@ -420,6 +463,8 @@ int main(int argc, char** argv) {
       // Capped in registers first, 2 and 4 blocks of 256 an SM (the
       // summary takes the last line of a size: the uncapped one).
       using one = std::integral_constant<int, 1>;
+      sized(uint64_t{}, 8, one{}, true);
+      sized(uint64_t{}, 8, std::integral_constant<int, 2>{}, true);
       sized(uint64_t{}, 8, std::integral_constant<int, 2>{});
       sized(uint64_t{}, 8, std::integral_constant<int, 4>{});
       sized(uint32_t{}, 4, one{});

@@ -107,8 +107,11 @@ def summarize(lines: list[Line], commit: str | None = None, config: dict | None 
     put("metrics", "hit_page_gbps", get(hit, "metrics", "page_gbps"))
     for e in select(lines, "array", mode="all-hit-elem", elem_bytes=8):
         blocks = get(e, "config", "min_blocks_per_sm") or 1
-        if blocks > 1:  # the kernel capped in registers (__launch_bounds__(256, blocks))
-            out["ratios"][f"hit_elem8_lb{blocks}_vs_hbm_elem_reads"] = get(e, "ratios", "vs_hbm_elem_reads")
+        lb = f"_lb{blocks}" if blocks > 1 else ""  # the kernel capped in registers (__launch_bounds__(256, blocks))
+        if get(e, "config", "l2_window"):  # the lookup's metadata in a persisting L2 window
+            out["ratios"][f"hit_elem8{lb}_l2window_vs_hbm_elem_reads"] = get(e, "ratios", "vs_hbm_elem_reads")
+        elif blocks > 1:
+            out["ratios"][f"hit_elem8{lb}_vs_hbm_elem_reads"] = get(e, "ratios", "vs_hbm_elem_reads")
     for size in (4, 8, 16, 32, 64):
         e = find(lines, "array", mode="all-hit-elem", elem_bytes=size)
         if e:

@@ -21,6 +21,13 @@ struct cache_access {
   static uint64_t dirty_pages(const page_cache_ref& c) {
     return client_atomic<unsigned long long>(*c.dirty_pages).load(memory_order_relaxed);
   }
+  // Where the metadata a lookup reads lies: one range from the state words
+  // through the directory's slots (cache_layout.hpp's order), as the
+  // clients address it. For the array benchmark's L2 experiment.
+  static const void* lookup_metadata(const page_cache_ref& c, uint64_t& bytes) {
+    bytes = uint64_t(reinterpret_cast<const uint8_t*>(c.dir.locks) - reinterpret_cast<const uint8_t*>(c.state));
+    return c.state;
+  }
 
   // Checks the cache's invariants while no access runs; returns what is
   // wrong (empty if nothing):

@@ -28,6 +28,18 @@ struct cache_access {
     bytes = uint64_t(reinterpret_cast<const uint8_t*>(c.dir.locks) - reinterpret_cast<const uint8_t*>(c.state));
     return c.state;
   }
+  // The arrays a lookup touches, for the array benchmark's experiments
+  // that take the hit path apart (valid while the cache lives).
+  struct lookup_arrays {
+    cache_directory dir;
+    uint32_t* state;
+    const uint64_t* slot_key;
+    const uint8_t* data;
+    uint32_t page_shift;
+  };
+  static lookup_arrays lookup_parts(const page_cache_ref& c) {
+    return {c.dir, c.state, c.slot_key, c.data, c.page_shift_};
+  }
 
   // Checks the cache's invariants while no access runs; returns what is
   // wrong (empty if nothing):

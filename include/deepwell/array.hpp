@@ -335,7 +335,6 @@ class array_ref {
   }
 };
 
-// A dataset as an array of T. Kernels take ref() by value.
 // A cursor: reference reuse across accesses (BaM's, with reads that never
 // mark a page dirty). It keeps the page of its last access pinned, so an
 // access to the same page costs no lookup at all: the element is read
@@ -398,6 +397,7 @@ class array_cursor {
   page_handle<T> h_{};
 };
 
+// A dataset as an array of T. Kernels take ref() by value.
 template <class T>
 class array {
  public:

@@ -262,9 +262,6 @@ class page_cache_ref {
   template <class Warp>
   DW_HD DW_NOINLINE warp_pin acquire_rest(const Warp& w, bool want, uint64_t key, uint32_t accesses, uint32_t cover,
                                           warp_pin out, bool hit, uint32_t slot) const;
-  template <class Warp>
-  DW_HD warp_pin finish_acquire(const Warp& w, warp_pin out, bool want, uint32_t accesses, bool hit, uint32_t slot,
-                                request_status status, bool owner) const;
   DW_HD static void phase_end(fill_job& j, int i);
   DW_HD uint32_t start_read(const queue_ref& q, uint16_t cid, uint64_t key, uint32_t qhint) const;
   DW_HD uint64_t page_lba(const dataset_desc& d, uint64_t key, uint32_t& nlb) const;

@@ -84,31 +84,18 @@ DW_HD DW_FORCEINLINE warp_pin page_cache_ref::acquire(const Warp& w, bool want, 
   uint32_t slot = ~0u;
   const bool hit = lead && try_hit(key, slot);
   if (w.ballot(out.mask, lead && !hit)) return acquire_rest(w, want, key, accesses, cover, out, hit, slot);
-  return finish_acquire(w, out, want, accesses, lead, slot, request_status{}, lead);
-}
-
-// The end of acquire, either way: accesses and hits counted once per warp,
-// not once per leader (in a random all-hit pattern every lane leads, and
-// 64 atomics on one statistics line per warp access cost more than the
-// lookups), then each leader's slot and status handed to its peers.
-template <class Warp>
-DW_HD DW_FORCEINLINE warp_pin page_cache_ref::finish_acquire(const Warp& w, warp_pin out, bool want, uint32_t accesses,
-                                                             bool hit, uint32_t slot, request_status status,
-                                                             bool owner) const {
+  // Counted once per warp, as acquire_rest does.
   const unsigned wanted = w.ballot(out.mask, want);
-  const unsigned hits = w.ballot(out.mask, hit);
-  if (w.lane() == lowest_lane(out.mask)) {
+  const unsigned leaders = w.ballot(out.mask, lead);
+  if (lane == lowest_lane(out.mask) && wanted) {
     cache_stats_shard& sh = shard(w);
-    if (wanted && accesses)
+    if (accesses)
       client_atomic<unsigned long long>(sh.accesses).fetch_add(uint64_t(accesses) * popcount32(wanted), memory_order_relaxed);
-    if (hits) client_atomic<unsigned long long>(sh.hits).fetch_add(popcount32(hits), memory_order_relaxed);
+    client_atomic<unsigned long long>(sh.hits).fetch_add(popcount32(leaders), memory_order_relaxed);
   }
   out.slot = w.shfl(out.mask, slot, out.leader);
-  out.status = request_status::unpack(w.shfl(out.mask, status.pack(), out.leader));
-  out.owner = owner;
-  if (!want) out.status = request_status::client(client_code::invalid_argument);
-  // The leader's acquire (pin or fill) ordered the page's data; the lanes
-  // that read it are ordered after it by this barrier.
+  out.status = want ? request_status{} : request_status::client(client_code::invalid_argument);
+  out.owner = lead;
   w.sync(out.mask);
   return out;
 }
@@ -164,7 +151,24 @@ DW_HD DW_NOINLINE warp_pin page_cache_ref::acquire_rest(const Warp& w, bool want
     if (!w.ballot(out.mask, job.step != step_done && job.step != step_failed)) break;
     if (!progress) backoff(round);
   }
-  return finish_acquire(w, out, want, accesses, lead && job.hit, job.slot, job.status, lead && job.step == step_done);
+  // Accesses and hits are counted once per warp, not once per leader: in a
+  // random all-hit pattern every lane leads, and 64 atomics on one
+  // statistics line per warp access cost more than the lookups.
+  const unsigned wanted = w.ballot(out.mask, want);
+  const unsigned hits = w.ballot(out.mask, lead && job.hit);
+  if (lane == lowest_lane(out.mask)) {
+    if (wanted && accesses)
+      client_atomic<unsigned long long>(sh.accesses).fetch_add(uint64_t(accesses) * popcount32(wanted), memory_order_relaxed);
+    if (hits) client_atomic<unsigned long long>(sh.hits).fetch_add(popcount32(hits), memory_order_relaxed);
+  }
+  out.slot = w.shfl(out.mask, job.slot, out.leader);
+  out.status = request_status::unpack(w.shfl(out.mask, job.status.pack(), out.leader));
+  out.owner = lead && job.step == step_done;
+  if (!want) out.status = request_status::client(client_code::invalid_argument);
+  // The leader's acquire (pin or fill) ordered the page's data; the lanes
+  // that read it are ordered after it by this barrier.
+  w.sync(out.mask);
+  return out;
 }
 
 DW_HD inline void page_cache_ref::prefetch(uint64_t key, uint32_t qhint) const {

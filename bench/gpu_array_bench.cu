@@ -211,7 +211,11 @@ __global__ void __launch_bounds__(256, MinBlocks) hit_elem_sized_kernel(array_re
 // The hit path taken apart (an experiment; all-hit, no eviction runs, so
 // skipping the pin is safe here and nowhere else). Per thread, no warp
 // collectives: Parts 3 = lookup (keys and slots), pin, key check, data,
-// unpin; 2 = the same without pin and unpin; 1 = lookup and data only.
+// unpin; 2 = the same without pin and unpin; 1 = lookup and data only;
+// 4-7: validated reads with no pin (the state with acquire, key and data,
+// the state again), the second state read ordered after the data by a
+// fence (4), by an acquire load of the data (5), by a dependency on it (6),
+// and none (7, with a per-warp ballot and statistics atomic as a[i] has).
 template <int Parts>
 __global__ void __launch_bounds__(256, 2) hit_parts_kernel(detail::cache_access::lookup_arrays c, uint32_t dataset,
                                                            uint64_t n, unsigned per_thread, unsigned long long* sink,
@@ -226,9 +230,46 @@ __global__ void __launch_bounds__(256, 2) hit_parts_kernel(detail::cache_access:
       ++bad;
       continue;
     }
+    const uint64_t* at =
+        reinterpret_cast<const uint64_t*>(c.data + (uint64_t(s) << c.page_shift) + ((i * 8) & ((1u << c.page_shift) - 1)));
+    if (Parts >= 4) {
+      // Validated with no pin: the state read with acquire, the key and
+      // the data after it, then the state again once the data is in.
+      client_atomic<uint32_t> st(c.state[s]);
+      const uint32_t s1 = st.load(memory_order_acquire);
+      const uint64_t k = client_atomic<uint64_t>(const_cast<uint64_t&>(c.slot_key[s])).load(memory_order_relaxed);
+      uint64_t v;
+      if (Parts == 5) {
+        v = client_atomic<uint64_t>(*const_cast<uint64_t*>(at)).load(memory_order_acquire);
+      } else {
+        v = *at;
+      }
+      uint32_t s2;
+      if (Parts == 4) {
+        __threadfence();
+        s2 = st.load(memory_order_relaxed);
+      } else if (Parts == 6) {
+        // ordered by a dependency the compiler cannot see through
+        uint64_t z;
+        asm volatile("and.b64 %0, %1, 0;" : "=l"(z) : "l"(v));
+        s2 = client_atomic<uint32_t>(c.state[s + z]).load(memory_order_relaxed);
+      } else {
+        s2 = st.load(memory_order_relaxed);
+      }
+      const bool ok = (s1 & slot_state::valid) && !(s1 & (slot_state::evict | slot_state::busy)) && k == key && s1 == s2;
+      bad += !ok;
+      sum += v;
+      if (Parts == 7) {
+        const unsigned m = __activemask();
+        const unsigned fails = __ballot_sync(m, !ok);
+        if (fails) atomicAdd(failed, 0ull);
+        if ((threadIdx.x & 31) == unsigned(__ffs(m) - 1)) atomicAdd(sink + 1 + (blockIdx.x & 15), static_cast<unsigned long long>(__popc(m)));
+      }
+      continue;
+    }
     if (Parts == 3) client_atomic<uint32_t>(c.state[s]).fetch_add(1, memory_order_acquire);
     if (Parts >= 2 && client_atomic<uint64_t>(const_cast<uint64_t&>(c.slot_key[s])).load(memory_order_relaxed) != key) ++bad;
-    sum += *reinterpret_cast<const uint64_t*>(c.data + (uint64_t(s) << c.page_shift) + ((i * 8) & ((1u << c.page_shift) - 1)));
+    sum += *at;
     if (Parts == 3) client_atomic<uint32_t>(c.state[s]).fetch_sub(1, memory_order_release);
   }
   if (sum == 42) atomicAdd(sink, 1ull);
@@ -402,7 +443,7 @@ int main(int argc, char** argv) {
     const double d2h = measure_d2h_gbps();
     std::printf("ceilings: cudaMemcpy H2D %.1f GB/s, HBM random 4 KiB reads %.1f GB/s\n", link, hbm);
     unsigned long long *sink, *failed;
-    check_cuda(cudaMalloc(&sink, 8), "cudaMalloc");
+    check_cuda(cudaMalloc(&sink, 256), "cudaMalloc");
     check_cuda(cudaMalloc(&failed, 8), "cudaMalloc");
     std::vector<json> out;
     auto emit = [&](json j) {
@@ -522,6 +563,10 @@ int main(int argc, char** argv) {
         run("lookup pin key data unpin", [&] { hit_parts_kernel<3><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
         run("lookup key data", [&] { hit_parts_kernel<2><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
         run("lookup data", [&] { hit_parts_kernel<1><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
+        run("validated, fence", [&] { hit_parts_kernel<4><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
+        run("validated, acquire data", [&] { hit_parts_kernel<5><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
+        run("validated, dependency", [&] { hit_parts_kernel<6><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
+        run("validated, ballot stats", [&] { hit_parts_kernel<7><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
       }
       // Capped in registers first, 2 and 4 blocks of 256 an SM (the
       // summary takes the last line of a size: the uncapped one).

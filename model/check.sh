@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Model check of the queue protocol (model/queue.pml). The protocol must pass
+# Model checks of the queue protocol (model/queue.pml) and of the cache's
+# pin-free validated read against eviction (model/slot.pml). The protocol must pass
 # in each configuration, and each deliberately broken variant must fail
 # (otherwise the model would check nothing). Needs spin and a C compiler;
 # about a minute and 1 GB of memory per configuration.
@@ -42,6 +43,18 @@ for v in "BROKEN_NO_CQ_ROOM -DN=2 -DCLIENTS=2 -DK=3 -DGREEDY" "BROKEN_RING_EARLY
   verify "$name" "-D$name" "$@"
   case $? in
     0) echo "  $name passed: the model does not catch it"; status=1 ;;
+    2) status=1 ;;
+  esac
+done
+model=$PWD/slot.pml
+echo "validated read of a slot (must pass):"
+verify slot-3-cycles -DCYCLES=3 -DREADS=2 || status=1
+verify slot-4-cycles -DCYCLES=4 -DREADS=3 || status=1
+echo "broken variants (must fail):"
+for v in BROKEN_NO_GEN BROKEN_GEN_LATE BROKEN_NO_RECHECK; do
+  verify "$v" "-D$v" -DCYCLES=3
+  case $? in
+    0) echo "  $v passed: the model does not catch it"; status=1 ;;
     2) status=1 ;;
   esac
 done

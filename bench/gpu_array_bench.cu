@@ -235,8 +235,8 @@ __global__ void __launch_bounds__(256, 2) hit_parts_kernel(detail::cache_access:
     if (Parts >= 4) {
       // Validated with no pin: the state read with acquire, the key and
       // the data after it, then the state again once the data is in.
-      client_atomic<uint32_t> st(c.state[s]);
-      const uint32_t s1 = st.load(memory_order_acquire);
+      client_atomic<uint64_t> st(c.state[s]);
+      const slot_word s1 = st.load(memory_order_acquire);
       const uint64_t k = client_atomic<uint64_t>(const_cast<uint64_t&>(c.slot_key[s])).load(memory_order_relaxed);
       uint64_t v;
       if (Parts == 5) {
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(256, 2) hit_parts_kernel(detail::cache_access:
       } else {
         v = *at;
       }
-      uint32_t s2;
+      slot_word s2;
       if (Parts == 4) {
         __threadfence();
         s2 = st.load(memory_order_relaxed);
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(256, 2) hit_parts_kernel(detail::cache_access:
         // ordered by a dependency the compiler cannot see through
         uint64_t z;
         asm volatile("and.b64 %0, %1, 0;" : "=l"(z) : "l"(v));
-        s2 = client_atomic<uint32_t>(c.state[s + z]).load(memory_order_relaxed);
+        s2 = client_atomic<uint64_t>(c.state[s + z]).load(memory_order_relaxed);
       } else {
         s2 = st.load(memory_order_relaxed);
       }
@@ -267,10 +267,10 @@ __global__ void __launch_bounds__(256, 2) hit_parts_kernel(detail::cache_access:
       }
       continue;
     }
-    if (Parts == 3) client_atomic<uint32_t>(c.state[s]).fetch_add(1, memory_order_acquire);
+    if (Parts == 3) client_atomic<uint64_t>(c.state[s]).fetch_add(1, memory_order_acquire);
     if (Parts >= 2 && client_atomic<uint64_t>(const_cast<uint64_t&>(c.slot_key[s])).load(memory_order_relaxed) != key) ++bad;
     sum += *at;
-    if (Parts == 3) client_atomic<uint32_t>(c.state[s]).fetch_sub(1, memory_order_release);
+    if (Parts == 3) client_atomic<uint64_t>(c.state[s]).fetch_sub(1, memory_order_release);
   }
   if (sum == 42) atomicAdd(sink, 1ull);
   if (bad) atomicAdd(failed, bad);

@@ -112,11 +112,10 @@ class array_ref {
   DW_HD T read(const Warp& w, uint64_t i, request_status* status) const {
     const bool in = i < n;
     const uint64_t byte = in ? i * sizeof(T) : 0;
-    const warp_pin p = cache.acquire(w, in, make_key(dataset, byte >> cache.page_shift()));
-    const request_status s = in ? p.status : request_status::client(client_code::out_of_range);
     T v{};
-    if (s.ok()) v = *reinterpret_cast<const T*>(cache.page_data(p.slot) + (byte & (cache.page_size() - 1)));
-    cache.release(w, p, false);
+    const request_status r = cache.read_element(w, in, make_key(dataset, byte >> cache.page_shift()),
+                                                uint32_t(byte & (cache.page_size() - 1)), v);
+    const request_status s = in ? r : request_status::client(client_code::out_of_range);
     cache.set_error(s);
     if (status) *status = s;
     return v;

@@ -11,21 +11,29 @@
 
 namespace deepwell {
 
-// A slot's state word. Low bits count pins (references); the flags above
-// them say what the slot holds. Pinning is a fetch_add of 1, so a thread
-// learns the state at the moment it pinned from the value it gets back, and
-// transitions that others may race with change flag bits only with
-// arithmetic or bitwise atomics, never by storing a whole word.
+// A slot's state word, 64 bits. In the low 32, pins (references) in the
+// low bits and flags above them saying what the slot holds; in the high 32,
+// the slot's generation, raised each time its page leaves (eviction,
+// clear), so that a reader holding no pin can tell that the page it read
+// was not replaced meanwhile (page_cache_ref::read_hit). Pinning is a
+// fetch_add of 1, so a thread learns the state at the moment it pinned from
+// the value it gets back, and transitions that others may race with change
+// flag bits only with arithmetic or bitwise atomics, never by storing a
+// whole word (a store would also lose the generation).
+using slot_word = uint64_t;
 namespace slot_state {
-constexpr uint32_t ref_mask = 0x00FFFFFFu;
-constexpr uint32_t valid = 1u << 24;      // holds the page of slot_key
-constexpr uint32_t busy = 1u << 25;       // being filled; the filler owns it
-constexpr uint32_t evict = 1u << 26;      // claimed by an evictor: write-back / reuse under way
-constexpr uint32_t dirty = 1u << 27;      // written since the last write-back
-constexpr uint32_t use = 1u << 28;        // CLOCK's second-chance bit, set on access
-constexpr uint32_t error = 1u << 29;      // the last fill failed; the slot is free to reclaim
-constexpr uint32_t orphan = 1u << 30;     // I/O in flight that no thread waits for (slot_io names it)
-constexpr uint32_t writeback = 1u << 31;  // the page's one write-back is under way
+constexpr slot_word ref_mask = 0x00FFFFFFu;
+constexpr slot_word valid = 1u << 24;      // holds the page of slot_key
+constexpr slot_word busy = 1u << 25;       // being filled; the filler owns it
+constexpr slot_word evict = 1u << 26;      // claimed by an evictor: write-back / reuse under way
+constexpr slot_word dirty = 1u << 27;      // written since the last write-back
+constexpr slot_word use = 1u << 28;        // CLOCK's second-chance bit, set on access
+constexpr slot_word error = 1u << 29;      // the last fill failed; the slot is free to reclaim
+constexpr slot_word orphan = 1u << 30;     // I/O in flight that no thread waits for (slot_io names it)
+constexpr slot_word writeback = 1u << 31;  // the page's one write-back is under way
+constexpr slot_word gen_one = 1ull << 32;  // one generation
+constexpr slot_word gen_mask = ~0ull << 32;
+DW_HD constexpr uint32_t gen(slot_word w) { return uint32_t(w >> 32); }
 // The two kinds of I/O left in flight (orphans), whoever finishes them:
 //  busy | orphan:              a prefetch's read; the finisher copies the page in
 //  valid | writeback | orphan: a write-back (eviction, cleaner, or a flush
@@ -115,6 +123,7 @@ struct alignas(128) cache_stats_shard {
   unsigned long long flushes;        // namespace flushes run by persists (each may serve many)
   unsigned long long tier_fills;     // fills copied from a host-tier arena (no controller round trip)
   unsigned long long tier_retries;   // such copies discarded because the server changed the frame meanwhile
+  unsigned long long hit_reads;      // element reads served with no pin (read_hit): each one access and one hit
 };
 constexpr uint32_t cache_stats_shards = 32;
 
@@ -143,6 +152,8 @@ inline cache_stats sum_stats(const cache_stats_shard* s, uint32_t n) {
     t.flushes += s[i].flushes;
     t.tier_fills += s[i].tier_fills;
     t.tier_retries += s[i].tier_retries;
+    t.accesses += s[i].hit_reads;
+    t.hits += s[i].hit_reads;
   }
   return t;
 }
@@ -173,7 +184,7 @@ inline cache_meta_layout compute_cache_layout(const cache_geometry& g, uint64_t 
     o = cache_align(o + bytes);
     return at;
   };
-  l.state = take(uint64_t(g.slots) * 4);
+  l.state = take(uint64_t(g.slots) * sizeof(slot_word));
   l.slot_key = take(uint64_t(g.slots) * 8);
   l.slot_io = take(uint64_t(g.slots) * 4);
   l.io_slot = take(uint64_t(g.queues) * g.queue_entries * 4);

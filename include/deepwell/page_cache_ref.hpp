@@ -101,6 +101,25 @@ class page_cache_ref {
   template <class Warp>
   DW_HD warp_pin acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses = 1, uint32_t cover = 0) const;
 
+  // A read of one T at byte `offset` of `key`'s page by the calling thread
+  // alone, with no pin and no warp collective, where the page is valid:
+  // one lookup of the directory, the slot's state word (with acquire), its
+  // key and the data, then the state word again. The data is kept only if
+  // the slot held `key`, was valid, and kept its generation throughout (an
+  // evictor raises it before the slot can be refilled; model/slot.pml checks
+  // the protocol). False: not cached, being filled, or changed meanwhile;
+  // `out` is untouched and the caller takes the pinned path. Reads only:
+  // a write needs its pin (a page must not be evicted mid-write).
+  template <class T>
+  DW_HD bool read_hit(uint64_t key, uint32_t offset, T& out) const;
+
+  // An element read by every lane of `w` together (`want`: this lane
+  // reads `key`'s page at `offset`): lanes whose page is valid read it with
+  // read_hit, the rest through acquire (fetching, waiting, evicting). The
+  // lane's status; invalid_argument where !want.
+  template <class T, class Warp>
+  DW_HD request_status read_element(const Warp& w, bool want, uint64_t key, uint32_t offset, T& out) const;
+
   // Starts fetching `key` if it is neither cached nor being fetched, and
   // returns without waiting. The fill is finished by the first thread that
   // touches the page, or by the clock. Best effort: gives up rather than
@@ -119,12 +138,12 @@ class page_cache_ref {
   // Adds `n` pins to a slot this thread already pinned (page handles give
   // every lane its own pin).
   DW_HD void add_pins(uint32_t s, uint32_t n) const {
-    if (n) client_atomic<uint32_t>(state[s]).fetch_add(n, memory_order_relaxed);
+    if (n) client_atomic<uint64_t>(state[s]).fetch_add(n, memory_order_relaxed);
   }
 
   // Drops one pin; `dirty` marks the page for write-back first.
   DW_HD void unpin(uint32_t s, bool dirty = false) const {
-    client_atomic<uint32_t> st(state[s]);
+    client_atomic<uint64_t> st(state[s]);
     if (dirty) mark_dirty(s);
     st.fetch_sub(1, memory_order_release);
   }
@@ -204,7 +223,7 @@ class page_cache_ref {
   friend struct detail::cache_access;  // tests: detail/cache/access.hpp
 
   uint8_t* data = nullptr;  // slots x page_size
-  uint32_t* state = nullptr;
+  slot_word* state = nullptr;
   uint64_t* slot_key = nullptr;
   uint32_t* slot_io = nullptr;  // orphan I/O: queue << 16 | cid; failed fill: the packed status
   uint32_t* io_slot = nullptr;  // [queue * io_stride + cid]: the slot whose orphan I/O holds that id
@@ -240,7 +259,7 @@ class page_cache_ref {
   // ordered: either this one precedes the persist's clear (which acquires
   // it, so the copy holds the bytes) or it follows (the page stays dirty).
   DW_HD void mark_dirty(uint32_t s) const {
-    client_atomic<uint32_t> st(state[s]);
+    client_atomic<uint64_t> st(state[s]);
     if (!(st.fetch_or(slot_state::dirty, memory_order_release) & slot_state::dirty))
       client_atomic<unsigned long long>(*dirty_pages).fetch_add(1, memory_order_relaxed);
   }
@@ -262,6 +281,9 @@ class page_cache_ref {
   template <class Warp>
   DW_HD DW_NOINLINE warp_pin acquire_rest(const Warp& w, bool want, uint64_t key, uint32_t accesses, uint32_t cover,
                                           warp_pin out, bool hit, uint32_t slot) const;
+  template <class Warp>
+  DW_HD warp_pin finish_acquire(const Warp& w, warp_pin out, bool want, uint32_t accesses, bool hit, uint32_t slot,
+                                request_status status, bool owner) const;
   DW_HD static void phase_end(fill_job& j, int i);
   DW_HD uint32_t start_read(const queue_ref& q, uint16_t cid, uint64_t key, uint32_t qhint) const;
   DW_HD uint64_t page_lba(const dataset_desc& d, uint64_t key, uint32_t& nlb) const;
@@ -308,7 +330,7 @@ class page_cache_ref {
   DW_HD request_status end_persist(const Warp& w, unsigned mask, request_status r, uint32_t ds) const;
 
   // ---- CLOCK eviction and the cleaner (detail/cache/clock.hpp) ----
-  DW_HD bool evict_claimed(uint32_t s, uint32_t st_at_claim, uint32_t qhint) const;
+  DW_HD bool evict_claimed(uint32_t s, slot_word st_at_claim, uint32_t qhint) const;
   DW_HD void clean_ahead_of(uint64_t hand_pos, uint32_t qhint) const;
   DW_HD bool evict_from_bucket(uint32_t b, uint32_t qhint) const;
   DW_HD uint32_t claim_slot(uint32_t qhint) const;

@@ -74,7 +74,7 @@ std::vector<uint8_t> page_cache::initial_metadata(const std::vector<queue_ref>& 
 
 void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue_ref>& queues) {
   ref_.data = data;
-  ref_.state = reinterpret_cast<uint32_t*>(meta + layout_.state);
+  ref_.state = reinterpret_cast<slot_word*>(meta + layout_.state);
   ref_.slot_key = reinterpret_cast<uint64_t*>(meta + layout_.slot_key);
   ref_.slot_io = reinterpret_cast<uint32_t*>(meta + layout_.slot_io);
   ref_.io_slot = reinterpret_cast<uint32_t*>(meta + layout_.io_slot);

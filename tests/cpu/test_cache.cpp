@@ -461,6 +461,79 @@ TEST(Cache, CursorsOfManyThreadsReadAndWriteUnderEviction) {
   ASSERT_TRUE(cache->flush().ok());
 }
 
+// Element reads of cached pages take no pin (page_cache_ref::read_hit):
+// each checks the slot's generation after the data. Eight slots refilled
+// from host memory (the direct tier, a copy, so a slot can change hands
+// many times while a reader is between its two reads of the state word),
+// threads reading words of random pages and also words that rewriters keep
+// changing: every value read must belong to the word asked for.
+TEST(Cache, ElementReadsWithNoPinNeverSeeAnotherPagesBytes) {
+  controller ctl(two_pollers());
+  const uint64_t words = (1 << 20) / 8;  // 256 pages through 8 slots
+  const uint32_t ns = ctl.add_namespace({pattern_memory(words * 8, true), 4096, false});
+  auto cache = make_host_page_cache(ctl, small_cache(8));
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  const unsigned threads = test::scale_div > 1 ? 4 : 8;
+  const uint64_t per_thread = 20000 / test::scale_div;
+  constexpr uint64_t mark = 0x5A5A5A5A00000000ull;
+  std::atomic<uint64_t> bad{0}, failed{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(t + 100);
+      uint64_t base = 0;
+      for (uint64_t k = 0; k < per_thread; ++k) {
+        // Runs of a few words of one page (hits) between jumps (misses).
+        if (k % 4 == 0) base = rng() % words;
+        const uint64_t i = (base + rng() % 8) % words;
+        if (t == 0 && i % 512 == 1) {  // the first thread also rewrites word 1 of pages
+          if (!ref.write(i, expected(i) ^ mark).ok()) ++failed;
+          continue;
+        }
+        request_status s;
+        const uint64_t v = ref.try_read(i, &s);
+        if (!s.ok()) ++failed;
+        else if (v != expected(i) && v != (expected(i) ^ mark)) ++bad;
+      }
+    });
+  for (auto& th : pool) th.join();
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_EQ(bad.load(), 0u) << "reads that returned another word's or another page's bytes";
+  EXPECT_EQ(detail::cache_access::check_invariants(cache->ref()), "");
+  const cache_stats st = cache->stats();
+  EXPECT_GT(st.evictions, 1000u / test::scale_div);
+  EXPECT_GT(st.hits, 0u);
+  ASSERT_TRUE(cache->flush().ok());
+}
+
+// A slot's generation rises when its page leaves, so a reader that read
+// the page before can tell; a read that hits leaves no pin behind.
+TEST(Cache, AnEvictedSlotChangesGenerationAndHitsLeaveNoPin) {
+  controller ctl;
+  const uint32_t ns = ctl.add_namespace({pattern_memory(1 << 20, false), 4096, true});
+  auto cache = make_host_page_cache(ctl, small_cache(4));
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  ASSERT_EQ(ref[3], expected(3));  // page 0 in
+  ASSERT_EQ(ref[5], expected(5));  // a hit
+  uint32_t slot = ~0u;
+  for (uint32_t s = 0; s < cache->slots(); ++s)
+    if (detail::cache_access::slot_key(cache->ref(), s) == make_key(ref.dataset, 0)) slot = s;
+  ASSERT_NE(slot, ~0u);
+  const slot_word before = detail::cache_access::slot_state(cache->ref(), slot);
+  EXPECT_TRUE(before & slot_state::valid);
+  EXPECT_EQ(before & slot_state::ref_mask, 0u) << "a read left a pin";
+  uint64_t out = 0;
+  EXPECT_TRUE(cache->ref().read_hit(make_key(ref.dataset, 0), 8 * 7, out));
+  EXPECT_EQ(out, expected(7));
+  EXPECT_FALSE(cache->ref().read_hit(make_key(ref.dataset, 9), 0, out)) << "page 9 is not cached";
+  for (uint64_t p = 1; p < 64; ++p) ASSERT_EQ(ref[p * 512], expected(p * 512));  // evicts page 0
+  const slot_word after = detail::cache_access::slot_state(cache->ref(), slot);
+  EXPECT_NE(slot_state::gen(after), slot_state::gen(before));
+  EXPECT_EQ(detail::cache_access::check_invariants(cache->ref()), "");
+}
+
 TEST(Cache, PrefetchedPagesAreFoundOrAdoptedByTheClock) {
   controller ctl(two_pollers());
   const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(4 << 20, false)), 4096, true});

@@ -150,6 +150,47 @@ TEST(GpuCache, DirectTierRandomAndSequentialReads) {
   EXPECT_EQ(ctl.total_counters().reads, 0u);
 }
 
+// Runs of eight words of one page (reads that hit, with no pin) between
+// random jumps (misses that evict), so that slots change hands while other
+// lanes read them.
+__global__ void churn_read_kernel(array_ref<uint64_t> a, unsigned per_thread, counts* c) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint64_t x = tid * 0x9E3779B97F4A7C15ull + 7, base = 0;
+  for (unsigned k = 0; k < per_thread; ++k) {
+    if (k % 4 == 0) base = xorshift(x) % a.size();
+    const uint64_t i = (base + xorshift(x) % 8) % a.size();
+    request_status s;
+    const uint64_t v = a.try_read(i, &s);
+    tally(c, s, v == expected(i));
+  }
+}
+
+// Element reads of cached pages take no pin (page_cache_ref::read_hit) and
+// check the slot's generation after the data: a cache of 64 MiB for 1 GiB,
+// refilled from host memory by copies (fast, so slots turn over while
+// readers are mid-read); every value must be the word asked for.
+TEST(GpuCache, PinFreeHitsUnderChurnReadOnlyTheirOwnWords) {
+  controller ctl(pollers(2));
+  const uint64_t bytes = 1ull << 30;
+  const uint32_t ns = ctl.add_namespace({pattern_memory(bytes, false), 4096, true});
+  auto cache = make_gpu_page_cache(ctl, gpu_cache(64ull << 20));
+  array<uint64_t> a(cache, ns);
+  const unsigned blocks = 48, per_thread = 256;
+  check_launch(*cache, churn_read_kernel, blocks, 256);
+  device_counts c;
+  churn_read_kernel<<<blocks, 256>>>(a.ref(), per_thread, c.d);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  const counts r = c.get();
+  EXPECT_EQ(r.ok, uint64_t(per_thread) * blocks * 256);
+  EXPECT_EQ(r.bad, 0u) << "reads that returned another word's or page's bytes";
+  EXPECT_EQ(r.failed, 0u) << describe(request_status::unpack(r.last_status));
+  const cache_stats st = cache->stats();
+  EXPECT_EQ(st.accesses, uint64_t(per_thread) * blocks * 256);
+  EXPECT_GT(st.evictions, 10000u);
+  EXPECT_GT(st.hits, st.misses) << "runs of a page should mostly hit";
+}
+
 TEST(GpuCache, DirectTierReadsAResidentFileThroughARegisteredMapping) {
   const uint64_t bytes = 256ull << 20;
   scratch_file f(bytes, seed);  // just written: resident in the page cache

@@ -12,8 +12,8 @@
 namespace deepwell::detail {
 
 struct cache_access {
-  static uint32_t slot_state(const page_cache_ref& c, uint32_t s) {
-    return client_atomic<uint32_t>(c.state[s]).load(memory_order_acquire);
+  static slot_word slot_state(const page_cache_ref& c, uint32_t s) {
+    return client_atomic<uint64_t>(c.state[s]).load(memory_order_acquire);
   }
   static uint64_t slot_key(const page_cache_ref& c, uint32_t s) {
     return client_atomic<uint64_t>(c.slot_key[s]).load(memory_order_relaxed);
@@ -32,7 +32,7 @@ struct cache_access {
   // that take the hit path apart (valid while the cache lives).
   struct lookup_arrays {
     cache_directory dir;
-    uint32_t* state;
+    slot_word* state;
     const uint64_t* slot_key;
     const uint8_t* data;
     uint32_t page_shift;
@@ -59,7 +59,7 @@ struct cache_access {
     std::map<uint64_t, uint32_t> holder;
     uint64_t dirty = 0;
     for (uint32_t s = 0; s < c.slots(); ++s) {
-      const uint32_t v = slot_state(c, s);
+      const slot_word v = slot_state(c, s);
       const uint64_t k = slot_key(c, s);
       const std::string at = "slot " + std::to_string(s) + " (state 0x" + hex(v) + ")";
       if (v & slot_state::ref_mask) fail(at + " is still pinned");

@@ -90,6 +90,19 @@ __attribute__((no_sanitize("thread"), noinline)) inline void racy_page_copy(uint
 inline void racy_page_copy(uint8_t* dst, const uint8_t* src, uint32_t bytes) { std::memcpy(dst, src, bytes); }
 #endif
 
+// One T read from a page with no pin (page_cache_ref::read_hit), which a
+// fill of the slot may race; the reader then throws the value away.
+template <class T>
+DW_HD DW_FORCEINLINE T racy_load(const uint8_t* p) {
+#if DW_DEVICE_CODE
+  return *reinterpret_cast<const T*>(p);
+#else
+  T v;
+  racy_page_copy(reinterpret_cast<uint8_t*>(&v), p, uint32_t(sizeof(T)));
+  return v;
+#endif
+}
+
 // Copies a page to staging (one thread): 16-byte words, a batch of loads
 // before their stores.
 DW_HD inline void copy_out(uint8_t* dst_bytes, const uint8_t* src_bytes, uint32_t bytes) {

@@ -41,38 +41,14 @@ struct cache_directory {
   // hit loads four ways at a time (one 32-byte sector, in flight at once)
   // up to its own, not the whole bucket. Relaxed is enough: the caller
   // checks what it finds.
-  DW_HD int64_t find(uint64_t key, uint32_t b) const {
-    static_assert(dir_ways % 4 == 0, "the scan reads four ways at a time");
-    const uint64_t base = uint64_t(b) * dir_ways;
-    for (uint32_t w = 0; w < dir_ways; w += 4) {
-      uint64_t k[4];
-      load4_relaxed(keys + base + w, k);
-      for (uint32_t i = 0; i < 4; ++i)
-        if (k[i] == key) return int64_t(base + w + i);
-    }
-    return -1;
-  }
+  DW_HD int64_t find(uint64_t key, uint32_t b) const { return scan<false>(key, b, nullptr); }
 
   // find() for the hit path: the slots of each group of four ways are read
   // with its keys, in the same round trip, and the matching entry's slot
   // returned in `slot`. Read together, not after the key, a slot may be
   // older than its key (an entry being reused): the caller's pin and key
   // check catch that, as they catch any stale entry.
-  DW_HD bool find_slot(uint64_t key, uint32_t b, uint32_t& slot) const {
-    const uint64_t base = uint64_t(b) * dir_ways;
-    for (uint32_t w = 0; w < dir_ways; w += 4) {
-      uint64_t k[4];
-      uint32_t s[4];
-      load4_relaxed(keys + base + w, k);
-      load4_relaxed(slots + base + w, s);
-      for (uint32_t i = 0; i < 4; ++i)
-        if (k[i] == key) {
-          slot = s[i];
-          return true;
-        }
-    }
-    return false;
-  }
+  DW_HD bool find_slot(uint64_t key, uint32_t b, uint32_t& slot) const { return scan<true>(key, b, &slot) >= 0; }
 
   // Reserves an entry for `key` (slot pending) unless the key is there.
   DW_HD dir_insert_result insert(uint64_t key, uint32_t b) const {
@@ -114,6 +90,24 @@ struct cache_directory {
   }
 
  private:
+  template <bool WithSlots>
+  DW_HD DW_FORCEINLINE int64_t scan(uint64_t key, uint32_t b, uint32_t* slot) const {
+    static_assert(dir_ways % 4 == 0, "the scan reads four ways at a time");
+    const uint64_t base = uint64_t(b) * dir_ways;
+    for (uint32_t w = 0; w < dir_ways; w += 4) {
+      uint64_t k[4];
+      uint32_t s[4];
+      load4_relaxed(keys + base + w, k);
+      if (WithSlots) load4_relaxed(slots + base + w, s);
+      for (uint32_t i = 0; i < 4; ++i)
+        if (k[i] == key) {
+          if (WithSlots) *slot = s[i];
+          return int64_t(base + w + i);
+        }
+    }
+    return -1;
+  }
+
   DW_HD void lock_bucket(uint32_t b) const {
     client_atomic<uint32_t> l(locks[b]);
     for (uint32_t i = 0;; ++i) {

@@ -56,8 +56,8 @@ struct page_cache_ref::fill_job {
 DW_HD DW_FORCEINLINE bool page_cache_ref::try_hit(uint64_t key, uint32_t& slot) const {
   uint32_t s;
   if (!dir.find_slot(key, dir.bucket_of(key), s) || s == dir_pending) return false;
-  client_atomic<uint32_t> st(state[s]);
-  const uint32_t old = st.fetch_add(1, memory_order_acquire);
+  client_atomic<uint64_t> st(state[s]);
+  const slot_word old = st.fetch_add(1, memory_order_acquire);
   if ((old & slot_state::valid) && !(old & slot_state::evict) &&
       client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed) == key) {
     if (!(old & slot_state::use)) st.fetch_or(slot_state::use, memory_order_relaxed);
@@ -66,6 +66,55 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::try_hit(uint64_t key, uint32_t& slot) 
   }
   st.fetch_sub(1, memory_order_release);
   return false;
+}
+
+// read_hit (page_cache_ref.hpp says what it checks). Why it is safe with no
+// pin: an evictor claims the slot with a CAS and, before the slot's key or
+// bytes change, raises its generation and clears valid in one RMW
+// (evict_claimed); the fill that overwrites the bytes comes after that
+// (claim_slot's release RMW). So if the data read saw any byte of a later
+// page, the second read of the state word, ordered after the data
+// (zero_after_loads), sees the new generation. The first read, with
+// acquire, makes the bytes of the fill that published `valid` visible. A
+// racing eviction makes the data read a discarded race, not a wrong answer
+// (detail::racy_load, uninstrumented under ThreadSanitizer).
+template <class T>
+DW_HD DW_FORCEINLINE bool page_cache_ref::read_hit(uint64_t key, uint32_t offset, T& out) const {
+  uint32_t s;
+  if (!dir.find_slot(key, dir.bucket_of(key), s) || s == dir_pending) return false;
+  client_atomic<uint64_t> st(state[s]);
+  const slot_word before = st.load(memory_order_acquire);
+  if (!(before & slot_state::valid)) return false;
+  const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+  const T v = detail::racy_load<T>(page_data(s) + offset);
+  const slot_word after = client_atomic<uint64_t>(state[s + zero_after_loads(v)]).load(memory_order_relaxed);
+  if (k != key || slot_state::gen(after) != slot_state::gen(before)) return false;
+  // CLOCK's use bit, only with a CAS on the word just read and only while
+  // no evictor has claimed the slot: holding no pin, a fetch_or could land
+  // after an evictor took it, and the fill then publishes with arithmetic
+  // that expects use clear (use + use carries into error). A CAS that fails
+  // (pins moved) leaves the bit unset: it is a hint.
+  slot_word seen = after;
+  if (!(after & (slot_state::use | slot_state::evict)))
+    st.compare_exchange_strong(seen, after | slot_state::use, memory_order_relaxed);
+  out = v;
+  return true;
+}
+
+template <class T, class Warp>
+DW_HD DW_FORCEINLINE request_status page_cache_ref::read_element(const Warp& w, bool want, uint64_t key,
+                                                                 uint32_t offset, T& out) const {
+  const unsigned mask = w.active();
+  const bool hit = want && read_hit(key, offset, out);
+  const unsigned hits = w.ballot(mask, hit);
+  // Counted once per warp: each lane that read is one access and one hit.
+  if (hits && w.lane() == lowest_lane(mask))
+    client_atomic<unsigned long long>(shard(w).hit_reads).fetch_add(popcount32(hits), memory_order_relaxed);
+  if (!w.ballot(mask, want && !hit)) return want ? request_status{} : request_status::client(client_code::invalid_argument);
+  const warp_pin p = acquire(w, want && !hit, key);
+  if (want && !hit && p.status.ok()) out = *reinterpret_cast<const T*>(page_data(p.slot) + offset);
+  release(w, p, false);
+  return hit ? request_status{} : p.status;
 }
 
 template <class Warp>
@@ -84,18 +133,31 @@ DW_HD DW_FORCEINLINE warp_pin page_cache_ref::acquire(const Warp& w, bool want, 
   uint32_t slot = ~0u;
   const bool hit = lead && try_hit(key, slot);
   if (w.ballot(out.mask, lead && !hit)) return acquire_rest(w, want, key, accesses, cover, out, hit, slot);
-  // Counted once per warp, as acquire_rest does.
+  return finish_acquire(w, out, want, accesses, lead, slot, request_status{}, lead);
+}
+
+// The end of acquire, either way: accesses and hits counted once per warp,
+// not once per leader (in a random all-hit pattern every lane leads, and
+// 64 atomics on one statistics line per warp access cost more than the
+// lookups), then each leader's slot and status handed to its peers.
+template <class Warp>
+DW_HD DW_FORCEINLINE warp_pin page_cache_ref::finish_acquire(const Warp& w, warp_pin out, bool want, uint32_t accesses,
+                                                             bool hit, uint32_t slot, request_status status,
+                                                             bool owner) const {
   const unsigned wanted = w.ballot(out.mask, want);
-  const unsigned leaders = w.ballot(out.mask, lead);
-  if (lane == lowest_lane(out.mask) && wanted) {
+  const unsigned hits = w.ballot(out.mask, hit);
+  if (w.lane() == lowest_lane(out.mask)) {
     cache_stats_shard& sh = shard(w);
-    if (accesses)
+    if (wanted && accesses)
       client_atomic<unsigned long long>(sh.accesses).fetch_add(uint64_t(accesses) * popcount32(wanted), memory_order_relaxed);
-    client_atomic<unsigned long long>(sh.hits).fetch_add(popcount32(leaders), memory_order_relaxed);
+    if (hits) client_atomic<unsigned long long>(sh.hits).fetch_add(popcount32(hits), memory_order_relaxed);
   }
   out.slot = w.shfl(out.mask, slot, out.leader);
-  out.status = want ? request_status{} : request_status::client(client_code::invalid_argument);
-  out.owner = lead;
+  out.status = request_status::unpack(w.shfl(out.mask, status.pack(), out.leader));
+  out.owner = owner;
+  if (!want) out.status = request_status::client(client_code::invalid_argument);
+  // The leader's acquire (pin or fill) ordered the page's data; the lanes
+  // that read it are ordered after it by this barrier.
   w.sync(out.mask);
   return out;
 }
@@ -151,24 +213,7 @@ DW_HD DW_NOINLINE warp_pin page_cache_ref::acquire_rest(const Warp& w, bool want
     if (!w.ballot(out.mask, job.step != step_done && job.step != step_failed)) break;
     if (!progress) backoff(round);
   }
-  // Accesses and hits are counted once per warp, not once per leader: in a
-  // random all-hit pattern every lane leads, and 64 atomics on one
-  // statistics line per warp access cost more than the lookups.
-  const unsigned wanted = w.ballot(out.mask, want);
-  const unsigned hits = w.ballot(out.mask, lead && job.hit);
-  if (lane == lowest_lane(out.mask)) {
-    if (wanted && accesses)
-      client_atomic<unsigned long long>(sh.accesses).fetch_add(uint64_t(accesses) * popcount32(wanted), memory_order_relaxed);
-    if (hits) client_atomic<unsigned long long>(sh.hits).fetch_add(popcount32(hits), memory_order_relaxed);
-  }
-  out.slot = w.shfl(out.mask, job.slot, out.leader);
-  out.status = request_status::unpack(w.shfl(out.mask, job.status.pack(), out.leader));
-  out.owner = lead && job.step == step_done;
-  if (!want) out.status = request_status::client(client_code::invalid_argument);
-  // The leader's acquire (pin or fill) ordered the page's data; the lanes
-  // that read it are ordered after it by this barrier.
-  w.sync(out.mask);
-  return out;
+  return finish_acquire(w, out, want, accesses, lead && job.hit, job.slot, job.status, lead && job.step == step_done);
 }
 
 DW_HD inline void page_cache_ref::prefetch(uint64_t key, uint32_t qhint) const {
@@ -194,13 +239,13 @@ DW_HD inline void page_cache_ref::prefetch(uint64_t key, uint32_t qhint) const {
   if (!q.try_acquire_cid(cid)) {
     // Without a command id there is nothing to start: hand the slot back.
     dir.remove(key, s);
-    client_atomic<uint32_t>(state[s]).fetch_sub(slot_state::busy + 1, memory_order_release);
+    client_atomic<uint64_t>(state[s]).fetch_sub(slot_state::busy + 1, memory_order_release);
     return;
   }
   client_atomic<unsigned long long>(shard_of(qhint).misses).fetch_add(1, memory_order_relaxed);
   start_read(q, cid, key, qhint);
   orphan_io(s, qi, cid);
-  client_atomic<uint32_t>(state[s]).fetch_add(slot_state::orphan - 1, memory_order_release);  // unpin, orphaned
+  client_atomic<uint64_t>(state[s]).fetch_add(slot_state::orphan - 1, memory_order_release);  // unpin, orphaned
 }
 
 // Ends phase i of a controller fill (DW_CACHE_PHASE_TIMING): adds its
@@ -255,8 +300,8 @@ DW_HD inline bool page_cache_ref::probe(fill_job& j, cache_stats_shard& sh) cons
     if (e >= 0) {
       const uint32_t s = client_atomic<uint32_t>(dir.slots[e]).load(memory_order_acquire);
       if (s == dir_pending) return false;  // its inserter is claiming a slot
-      client_atomic<uint32_t> st(state[s]);
-      const uint32_t old = st.fetch_add(1, memory_order_acq_rel);
+      client_atomic<uint64_t> st(state[s]);
+      const slot_word old = st.fetch_add(1, memory_order_acq_rel);
       if ((old & slot_state::valid) && !(old & slot_state::evict)) {
         if (client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed) == j.key) {
           if (!(old & slot_state::use)) st.fetch_or(slot_state::use, memory_order_relaxed);
@@ -419,7 +464,7 @@ DW_HD inline void page_cache_ref::finish_fill(fill_job& j) const {
   }
   // One release RMW: whoever sees `valid` sees the data. busy is set and
   // valid and use are clear here, so the sum changes just those bits.
-  client_atomic<uint32_t> st(state[j.slot]);
+  client_atomic<uint64_t> st(state[j.slot]);
   st.fetch_add(slot_state::valid + slot_state::use - slot_state::busy, memory_order_release);
   if (j.mine) {
     j.step = step_done;
@@ -437,7 +482,7 @@ DW_HD inline void page_cache_ref::fail_fill(fill_job& j, request_status why) con
   client_atomic<uint32_t>(slot_io[j.slot]).store(why.pack(), memory_order_relaxed);
   // error set, busy cleared, the filler's pin dropped: one release RMW, so
   // a waiter that sees `error` also sees the status in slot_io.
-  client_atomic<uint32_t>(state[j.slot]).fetch_add(slot_state::error - slot_state::busy - 1, memory_order_release);
+  client_atomic<uint64_t>(state[j.slot]).fetch_add(slot_state::error - slot_state::busy - 1, memory_order_release);
   j.slot = ~0u;
   if (j.mine) {
     j.status = why;
@@ -450,9 +495,9 @@ DW_HD inline void page_cache_ref::fail_fill(fill_job& j, request_status why) con
 // The leader pinned a slot another thread is filling: wait (bounded per
 // round) until it is valid or failed, then check it holds our key.
 DW_HD inline bool page_cache_ref::await_other(fill_job& j) const {
-  client_atomic<uint32_t> st(state[j.slot]);
+  client_atomic<uint64_t> st(state[j.slot]);
   for (uint32_t i = 0; i < 256; ++i) {
-    const uint32_t v = st.load(memory_order_acquire);
+    const slot_word v = st.load(memory_order_acquire);
     if (v & slot_state::valid) {
       if (client_atomic<uint64_t>(slot_key[j.slot]).load(memory_order_relaxed) == j.key) {
         j.step = step_done;
@@ -509,7 +554,7 @@ DW_HD inline void page_cache_ref::give_up(fill_job& j) const {
     return;
   }
   if (j.step == step_wait) {
-    client_atomic<uint32_t>(state[j.slot]).fetch_sub(1, memory_order_release);
+    client_atomic<uint64_t>(state[j.slot]).fetch_sub(1, memory_order_release);
     j.slot = ~0u;
     j.status = request_status::client(client_code::timeout);
   } else {
@@ -520,7 +565,7 @@ DW_HD inline void page_cache_ref::give_up(fill_job& j) const {
 
 // Finishes an orphaned prefetch the clock came across (single thread).
 DW_HD inline void page_cache_ref::adopt_orphan(uint32_t s, uint32_t qhint) const {
-  client_atomic<uint32_t>(state[s]).fetch_add(1, memory_order_acquire);
+  client_atomic<uint64_t>(state[s]).fetch_add(1, memory_order_acquire);
   fill_job j;
   j.qhint = qhint;
   j.key = adopt_io(j, s);
@@ -528,7 +573,7 @@ DW_HD inline void page_cache_ref::adopt_orphan(uint32_t s, uint32_t qhint) const
   if (j.step != step_fill) return;  // failed: the slot is marked and unpinned
   detail::copy_in(one_lane{}, 1u, page_data(s), j.src, j.bytes, page_size_);
   finish_fill(j);
-  client_atomic<uint32_t> st(state[s]);
+  client_atomic<uint64_t> st(state[s]);
   st.fetch_and(~slot_state::use, memory_order_relaxed);  // not used yet: first to go
   st.fetch_sub(1, memory_order_release);
 }

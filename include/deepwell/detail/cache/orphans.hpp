@@ -9,7 +9,7 @@
 namespace deepwell {
 
 DW_HD inline bool page_cache_ref::take_orphan(uint32_t s) const {
-  return client_atomic<uint32_t>(state[s]).fetch_and(~slot_state::orphan, memory_order_acq_rel) & slot_state::orphan;
+  return client_atomic<uint64_t>(state[s]).fetch_and(~slot_state::orphan, memory_order_acq_rel) & slot_state::orphan;
 }
 
 // Records that slot s's I/O on (qi, cid) is left in flight. The caller
@@ -52,12 +52,12 @@ DW_HD inline uint32_t page_cache_ref::reap_queue(uint32_t qi, uint32_t qhint, ui
     const uint32_t s = client_atomic<uint32_t>(io_slot[uint64_t(qi) * io_stride + cid]).load(memory_order_relaxed);
     if (s >= nslots_) continue;
     const uint32_t expect = qi << 16 | cid;
-    const uint32_t v = client_atomic<uint32_t>(state[s]).load(memory_order_acquire);
+    const slot_word v = client_atomic<uint64_t>(state[s]).load(memory_order_acquire);
     if (!(v & slot_state::orphan) || client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed) != expect)
       continue;
     if (!take_orphan(s)) continue;
     if (client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed) != expect) {
-      client_atomic<uint32_t>(state[s]).fetch_or(slot_state::orphan, memory_order_release);  // not ours after all
+      client_atomic<uint64_t>(state[s]).fetch_or(slot_state::orphan, memory_order_release);  // not ours after all
       continue;
     }
     if (!finish_taken_orphan(s, qhint, 0)) continue;
@@ -70,8 +70,8 @@ DW_HD inline uint32_t page_cache_ref::reap_queue(uint32_t qi, uint32_t qhint, ui
 // Finishes slot s's orphan I/O if its completion is in: a write-back is
 // settled, a prefetch copied in. Never waits. True if s has no orphan now.
 DW_HD inline bool page_cache_ref::settle_orphan(uint32_t s, uint32_t qhint) const {
-  client_atomic<uint32_t> st(state[s]);
-  const uint32_t v = st.load(memory_order_acquire);
+  client_atomic<uint64_t> st(state[s]);
+  const slot_word v = st.load(memory_order_acquire);
   if (!(v & slot_state::orphan)) return true;
   const uint32_t io = client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed);
   const queue_ref& q = queues[io >> 16];
@@ -85,14 +85,14 @@ DW_HD inline bool page_cache_ref::settle_orphan(uint32_t s, uint32_t qhint) cons
 // once its completion is in (looking until dl; 0: once; false and
 // orphaned again if it is not), a prefetch's read is awaited and copied in.
 DW_HD inline bool page_cache_ref::finish_taken_orphan(uint32_t s, uint32_t qhint, uint64_t dl) const {
-  if (client_atomic<uint32_t>(state[s]).load(memory_order_acquire) & slot_state::valid)
+  if (client_atomic<uint64_t>(state[s]).load(memory_order_acquire) & slot_state::valid)
     return finish_writeback(s, dl, nullptr);
   adopt_orphan(s, qhint);
   return true;
 }
 
 DW_HD inline void page_cache_ref::finish_orphan(uint32_t s) const {
-  if ((client_atomic<uint32_t>(state[s]).load(memory_order_acquire) & slot_state::orphan) && take_orphan(s))
+  if ((client_atomic<uint64_t>(state[s]).load(memory_order_acquire) & slot_state::orphan) && take_orphan(s))
     (void)finish_taken_orphan(s, s, deadline());
 }
 

@@ -33,8 +33,8 @@ DW_HD inline uint32_t page_cache_ref::pin_cached(uint64_t key, uint64_t dl, requ
     if (e < 0) return ~0u;
     const uint32_t s = client_atomic<uint32_t>(dir.slots[e]).load(memory_order_acquire);
     if (s == dir_pending) return ~0u;  // its inserter is about to fill it: nothing written yet
-    client_atomic<uint32_t> st(state[s]);
-    const uint32_t old = st.fetch_add(1, memory_order_acq_rel);
+    client_atomic<uint64_t> st(state[s]);
+    const slot_word old = st.fetch_add(1, memory_order_acq_rel);
     const bool ours = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed) == key;
     if (ours && !(old & slot_state::evict)) {
       if (old & slot_state::valid) return s;
@@ -143,7 +143,7 @@ DW_HD inline request_status page_cache_ref::write_back_range(const Warp& w, unsi
     request_status e{};
     const uint32_t s = pg <= last_page ? pin_cached(make_key(ds, pg), deadline(), e) : ~0u;
     const request_status wb = write_back_warp(w, mask, s, s != ~0u, wait);
-    if (s != ~0u) client_atomic<uint32_t>(state[s]).fetch_sub(1, memory_order_release);
+    if (s != ~0u) client_atomic<uint64_t>(state[s]).fetch_sub(1, memory_order_release);
     if (r.ok()) r = e.ok() ? wb : e;
     if (last_page - base < lanes) break;  // also keeps base from wrapping
   }
@@ -199,11 +199,11 @@ DW_HD inline request_status page_cache_ref::persist_pinned(const Warp& w, uint32
 // Pins slot s for persist_all if it holds a page that may need writing;
 // waits out an evictor's claim (its write-back must be waited for too).
 DW_HD inline bool page_cache_ref::pin_for_persist(uint32_t s, uint64_t dl, request_status& r) const {
-  client_atomic<uint32_t> st(state[s]);
+  client_atomic<uint64_t> st(state[s]);
   for (uint32_t i = 0;; ++i) {
     if (!(st.load(memory_order_relaxed) & (slot_state::dirty | slot_state::writeback | slot_state::evict)))
       return false;
-    const uint32_t old = st.fetch_add(1, memory_order_acq_rel);
+    const slot_word old = st.fetch_add(1, memory_order_acq_rel);
     if (!(old & slot_state::evict)) {
       if (old & slot_state::valid) return true;
       st.fetch_sub(1, memory_order_release);
@@ -229,7 +229,7 @@ DW_HD inline request_status page_cache_ref::persist_all(const Warp& w) const {
     request_status e{};
     const bool pinned = s < nslots_ && pin_for_persist(s, deadline(), e);
     const request_status wb = write_back_warp(w, mask, s, pinned);
-    if (pinned) client_atomic<uint32_t>(state[s]).fetch_sub(1, memory_order_release);
+    if (pinned) client_atomic<uint64_t>(state[s]).fetch_sub(1, memory_order_release);
     if (r.ok()) r = e.ok() ? wb : e;
   }
   // Every writable dataset, a lane each (group commit per dataset).

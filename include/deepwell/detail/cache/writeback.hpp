@@ -33,7 +33,7 @@ DW_HD inline request_status page_cache_ref::start_writeback(uint32_t s, uint32_t
 // the page to queues[qi].buffer(cid), then the write is submitted.
 DW_HD inline request_status page_cache_ref::begin_writeback(uint32_t s, uint32_t qhint, uint64_t dl, bool evict_claim, uint32_t& qi,
                                      uint16_t& cid) const {
-  client_atomic<uint32_t> st(state[s]);
+  client_atomic<uint64_t> st(state[s]);
   qi = qhint % nqueues;
   const request_status a = get_cid(qi, qhint, cid, dl);
   if (!a.ok()) {
@@ -63,7 +63,7 @@ DW_HD inline void page_cache_ref::submit_writeback(uint32_t s, uint32_t qi, uint
     client_atomic<uint32_t>(d.write_counts[key_page(key) >> d.write_count_shift]).fetch_add(1, memory_order_relaxed);
   q.submit(cid, nvme::make_write(d.nsid, lba, nlb, q.buffer_offset(cid)));
   orphan_io(s, qi, cid);
-  client_atomic<uint32_t> st(state[s]);
+  client_atomic<uint64_t> st(state[s]);
   if (evict_claim)
     st.fetch_add(slot_state::writeback + slot_state::orphan - slot_state::evict, memory_order_release);
   else
@@ -100,9 +100,9 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
     uint32_t qi = 0;
     uint16_t cid = 0;
     if (pending) {
-      client_atomic<uint32_t> st(state[s]);
+      client_atomic<uint64_t> st(state[s]);
       for (;;) {
-        uint32_t v = st.load(memory_order_acquire);
+        slot_word v = st.load(memory_order_acquire);
         if (v & slot_state::writeback) {  // a write-back in flight: it comes first
           if (!wait && (v & slot_state::orphan) && !(v & slot_state::dirty)) {
             // Submitted (so counted in write_counts) and holding every
@@ -170,7 +170,7 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
           r = request_status::client(client_code::timeout);
         else if (!e.ok())
           r = e;
-        else if (!r.ok() && !(client_atomic<uint32_t>(state[s]).load(memory_order_acquire) & slot_state::dirty))
+        else if (!r.ok() && !(client_atomic<uint64_t>(state[s]).load(memory_order_acquire) & slot_state::dirty))
           r = {};  // an earlier failed write-back, now written
       }
     }
@@ -185,7 +185,7 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
 // False (the write stays in flight, orphaned again) if it has not. A
 // failed write leaves the page dirty and is recorded in the error flag.
 DW_HD inline bool page_cache_ref::finish_writeback(uint32_t s, uint64_t dl, request_status* out) const {
-  client_atomic<uint32_t> st(state[s]);
+  client_atomic<uint64_t> st(state[s]);
   const uint32_t io = client_atomic<uint32_t>(slot_io[s]).load(memory_order_relaxed);
   const uint32_t qi = io >> 16;
   const uint16_t cid = uint16_t(io & 0xFFFF);

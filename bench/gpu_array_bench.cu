@@ -249,10 +249,8 @@ __global__ void __launch_bounds__(256, 2) hit_parts_kernel(detail::cache_access:
         __threadfence();
         s2 = st.load(memory_order_relaxed);
       } else if (Parts == 6) {
-        // ordered by a dependency the compiler cannot see through
-        uint64_t z;
-        asm volatile("and.b64 %0, %1, 0;" : "=l"(z) : "l"(v));
-        s2 = client_atomic<uint64_t>(c.state[s + z]).load(memory_order_relaxed);
+        // ordered by a dependency on the data (what read_hit uses)
+        s2 = client_atomic<uint64_t>(c.state[s + zero_after_loads(v)]).load(memory_order_relaxed);
       } else {
         s2 = st.load(memory_order_relaxed);
       }

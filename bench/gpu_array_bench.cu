@@ -274,6 +274,47 @@ __global__ void __launch_bounds__(256, 2) hit_parts_kernel(detail::cache_access:
   if (bad) atomicAdd(failed, bad);
 }
 
+// A read through the cache's page hint (read_hit's first path, taken
+// apart): the hint with acquire, then the slot key and the data, then the
+// state word ordered after both; kept if the key matches and the state is
+// valid at the hint's generation. Stats adds a[i]'s per-warp ballot, miss
+// branch and statistics atomic.
+template <bool Stats>
+__global__ void __launch_bounds__(256, 2) hint_parts_kernel(detail::cache_access::lookup_arrays c, uint32_t dataset, uint64_t n, unsigned per_thread,
+                                                            unsigned long long* sink, unsigned long long* failed) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint64_t sum = 0, bad = 0;
+  for (unsigned k = 0; k < per_thread; ++k) {
+    const uint64_t i = mix(tid * per_thread + k) % n;
+    const uint64_t key = make_key(dataset, (i * 8) >> c.page_shift);
+    const uint64_t h = client_atomic<uint64_t>(c.hints[hint_position(key) & c.hint_mask]).load(memory_order_acquire);
+    const uint32_t s = hint_slot(h);
+    const bool have = uint32_t(h) != 0;
+    uint64_t v = 0, kk = 0;
+    slot_word s2 = 0;
+    if (have) {
+      v = *reinterpret_cast<const uint64_t*>(c.data + (uint64_t(s) << c.page_shift) + ((i * 8) & ((1u << c.page_shift) - 1)));
+      kk = client_atomic<uint64_t>(const_cast<uint64_t&>(c.slot_key[s])).load(memory_order_relaxed);
+      s2 = client_atomic<uint64_t>(c.state[s + (zero_after_loads(v) | zero_after_loads(kk))]).load(memory_order_relaxed);
+    }
+    const bool ok = have && kk == key && (s2 & slot_state::valid) && slot_state::gen(s2) == uint32_t(h >> 32);
+    sum += v;
+    if (Stats) {
+      const unsigned m = __activemask();
+      const unsigned hits = __ballot_sync(m, ok);
+      if ((threadIdx.x & 31) == unsigned(__ffs(m) - 1))
+        atomicAdd(sink + 1 + (blockIdx.x & 15), static_cast<unsigned long long>(__popc(hits)));
+      if (__ballot_sync(m, !ok)) {  // a[i]'s miss path: these lanes go through acquire
+        if (!ok) atomicAdd(failed, 1ull);
+      }
+    } else {
+      bad += !ok;
+    }
+  }
+  if (sum == 42) atomicAdd(sink, 1ull);
+  if (bad) atomicAdd(failed, bad);
+}
+
 // The same random element reads straight from device memory: the HBM
 // ceiling for reads of that size (each costs at least a 32-byte sector).
 template <class T>
@@ -565,6 +606,8 @@ int main(int argc, char** argv) {
         run("validated, acquire data", [&] { hit_parts_kernel<5><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
         run("validated, dependency", [&] { hit_parts_kernel<6><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
         run("validated, ballot stats", [&] { hit_parts_kernel<7><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
+        run("hint, key data, state", [&] { hint_parts_kernel<false><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
+        run("hint ... ballot miss", [&] { hint_parts_kernel<true><<<grid, tpb>>>(parts, ds, n, per_thread, sink, failed); });
       }
       // Capped in registers first, 2 and 4 blocks of 256 an SM (the
       // summary takes the last line of a size: the uncapped one).

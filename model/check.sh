@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Model checks of the queue protocol (model/queue.pml) and of the cache's
-# pin-free validated read against eviction (model/slot.pml). The protocol must pass
+# pin-free validated read against eviction, through the directory and through a
+# page hint (model/slot.pml). The protocol must pass
 # in each configuration, and each deliberately broken variant must fail
 # (otherwise the model would check nothing). Needs spin and a C compiler;
 # about a minute and 1 GB of memory per configuration.
@@ -55,6 +56,17 @@ for v in BROKEN_NO_GEN BROKEN_GEN_LATE BROKEN_NO_RECHECK; do
   verify "$v" "-D$v" -DCYCLES=3
   case $? in
     0) echo "  $v passed: the model does not catch it"; status=1 ;;
+    2) status=1 ;;
+  esac
+done
+echo "read through a page hint (must pass):"
+verify hint-3-cycles -DHINT -DCYCLES=3 -DREADS=2 || status=1
+verify hint-4-cycles -DHINT -DCYCLES=4 -DREADS=3 || status=1
+echo "broken variants (must fail):"
+for v in BROKEN_HINT_NO_KEY BROKEN_HINT_NO_GEN; do
+  verify "hint-$v" -DHINT "-D$v" -DCYCLES=3
+  case $? in
+    0) echo "  hint-$v passed: the model does not catch it"; status=1 ;;
     2) status=1 ;;
   esac
 done

@@ -11,6 +11,13 @@
  * publishes it; later it may bring page K back into the same slot (the ABA
  * case that the generation is for).
  *
+ * With -DHINT the reader takes read_hit's first path instead: the page
+ * hint (the generation a fill published, stored after the page is valid;
+ * one entry shared by K and J, as pages that map to one hint entry share
+ * it), then the key and a data word, then the state word once, keeping the
+ * data only if the key was K, the slot valid, and the generation the
+ * hint's. A hint is never cleared: it goes stale.
+ *
  * Checked: every read the reader keeps holds page K's data. Spin explores
  * interleavings under sequential consistency; the fences that give the
  * real code that order are argued in fill.hpp, not checked here.
@@ -21,6 +28,10 @@
  *                      evicted, filled with J, evicted, and refilled with K)
  *   BROKEN_GEN_LATE    the generation is raised at publication, after the data
  *   BROKEN_NO_RECHECK  the reader does not read the state again after the data
+ *   BROKEN_HINT_NO_KEY with HINT: the reader trusts the hint without the key
+ *                      (J's fill left the hint)
+ *   BROKEN_HINT_NO_GEN with HINT: the reader checks the key and valid but
+ *                      not the hint's generation (fails by ABA, as above)
  */
 
 #define K 1
@@ -40,6 +51,8 @@ byte gen = 0;
 /* the slot's key and its page's data (two words: a reader reads one) */
 byte key = K;
 byte data[2] = K;
+/* the page hint: the published generation + 1 (0: none); K is in at 0 */
+byte hint = 1;
 
 active proctype evictor() {
   byte c = 0;
@@ -77,6 +90,8 @@ active proctype evictor() {
        gen++
 #endif
      };
+     /* the hint, stored after publication (release) */
+     hint = gen + 1;
      c++
   :: else -> break
   od
@@ -85,13 +100,35 @@ active proctype evictor() {
 active proctype reader() {
   byte r = 0;
   bool v1, e1, b1, v2, e2, b2;
-  byte g1, g2, k, k2, w, i;
+  byte g1, g2, k, k2, w, i, h;
   do
   :: r < READS ->
      if
      :: i = 0
      :: i = 1
      fi;
+#ifdef HINT
+     h = hint;
+     /* the key and the data: two loads with no order between them */
+     if
+     :: k = key; w = data[i]
+     :: w = data[i]; k = key
+     fi;
+     atomic { v2 = valid; g2 = gen };
+#ifdef BROKEN_HINT_NO_KEY
+     k = K;
+#endif
+#ifdef BROKEN_HINT_NO_GEN
+     g2 = h - 1;
+#endif
+     if
+     :: h != 0 && k == K && v2 && g2 == h - 1 ->
+        assert(w == K)
+     :: else -> skip
+     fi;
+     r++;
+     goto next;
+#endif
      atomic { v1 = valid; e1 = evict; b1 = busy; g1 = gen };
      k = key;
      w = data[i];
@@ -109,7 +146,9 @@ active proctype reader() {
         assert(w == K)  /* kept: it must be page K's word */
      :: else -> skip     /* the slow path (pinned) takes over */
      fi;
-     r++
+     r++;
+next:
+     skip
   :: else -> break
   od
 }

@@ -58,6 +58,24 @@ DW_HD constexpr uint64_t key_page(uint64_t key) { return key & ((1ull << key_pag
 constexpr uint32_t dir_ways = 16;
 constexpr uint32_t dir_pending = ~0u;  // entry reserved by an inserter that has no slot yet
 
+// Page hints: a direct-mapped table beside the directory, indexed by page
+// number (consecutive pages in consecutive entries) and sized at two
+// entries per slot or more, so a dataset that fits in the cache has one
+// entry per page. A fill stores its page's entry with release once the page
+// is valid: (generation << 32) | (slot + 1); 0 is no hint. A hint is never
+// removed nor trusted: the reader checks the slot's key and generation
+// (page_cache_ref::read_hit), so a stale hint, or one that another page
+// took over, only sends it to the directory.
+DW_HD constexpr uint64_t make_hint(uint32_t slot, uint32_t generation) {
+  return uint64_t(generation) << 32 | (uint64_t(slot) + 1);
+}
+DW_HD constexpr uint32_t hint_slot(uint64_t hint) { return uint32_t(hint) - 1; }  // ~0u for no hint
+DW_HD constexpr uint32_t hint_generation(uint64_t hint) { return uint32_t(hint >> 32); }
+// Datasets start far apart in the table (a golden-ratio stride).
+DW_HD constexpr uint64_t hint_position(uint64_t key) {
+  return key_page(key) + uint64_t(key_dataset(key)) * 0x9E3779B1ull;
+}
+
 // A window's direct tier (the file API): a read-only file's registered
 // mapping and its length, or nothing (data == nullptr).
 struct window_source {
@@ -164,14 +182,15 @@ struct cache_geometry {
   uint32_t page_size = 0;
   uint32_t slots = 0;
   uint32_t buckets = 0;  // a power of two
+  uint32_t hints = 0;    // page hints (page_cache_ref::hints), a power of two
   uint32_t queues = 0;
   uint32_t queue_entries = 0;  // per queue: the stride of io_slot
   uint32_t max_datasets = 0;
 };
 
 struct cache_meta_layout {
-  uint64_t state, slot_key, slot_io, io_slot, orphans, dir_keys, dir_slots, dir_locks, clock, dirty, error, stats,
-      queues, datasets, persists, total;
+  uint64_t state, slot_key, slot_io, io_slot, orphans, dir_keys, dir_slots, dir_locks, hints, clock, dirty, error,
+      stats, queues, datasets, persists, total;
 };
 
 DW_HD constexpr uint64_t cache_align(uint64_t v) { return (v + 127) / 128 * 128; }
@@ -192,6 +211,7 @@ inline cache_meta_layout compute_cache_layout(const cache_geometry& g, uint64_t 
   l.dir_keys = take(uint64_t(g.buckets) * dir_ways * 8);
   l.dir_slots = take(uint64_t(g.buckets) * dir_ways * 4);
   l.dir_locks = take(uint64_t(g.buckets) * 4);
+  l.hints = take(uint64_t(g.hints) * 8);
   l.clock = take(8);
   l.dirty = take(8);
   l.error = take(4);

@@ -29,7 +29,7 @@ namespace deepwell {
 // else the built-in ones); what code sets here wins over both.
 struct cache_config {
   uint32_t page_size = defaults::page_size();  // 512 B to 64 KiB, a power of two, >= every dataset's block size
-  uint64_t capacity_bytes = defaults::cache_bytes();  // page data; metadata comes on top (about 80 bytes a page)
+  uint64_t capacity_bytes = defaults::cache_bytes();  // page data; metadata comes on top (about 100 bytes a page)
   uint32_t queue_pairs = 0;  // 0: defaults::gpu_queue_pairs() for a GPU cache, cpu_queue_pairs() for a CPU one
   uint32_t queue_entries = defaults::queue_entries();  // per queue pair (a power of two)
   uint64_t timeout_ns = defaults::timeout_ns();        // deadline of every wait inside an access

@@ -102,14 +102,18 @@ class page_cache_ref {
   DW_HD warp_pin acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses = 1, uint32_t cover = 0) const;
 
   // A read of one T at byte `offset` of `key`'s page by the calling thread
-  // alone, with no pin and no warp collective, where the page is valid:
-  // one lookup of the directory, the slot's state word (with acquire), its
-  // key and the data, then the state word again. The data is kept only if
-  // the slot held `key`, was valid, and kept its generation throughout (an
-  // evictor raises it before the slot can be refilled; model/slot.pml checks
-  // the protocol). False: not cached, being filled, or changed meanwhile;
-  // `out` is untouched and the caller takes the pinned path. Reads only:
-  // a write needs its pin (a page must not be evicted mid-write).
+  // alone, with no pin and no warp collective, where the page is valid.
+  // First through the page's hint (with acquire; the fill stored it after
+  // publishing the page): the hinted slot's key and the data, then its state
+  // word, kept if the slot holds `key`, is valid, and has the hint's
+  // generation. Else through the directory: its lookup, the slot's state
+  // word (with acquire), key and data, then the state word again, kept if
+  // the slot held `key`, was valid, and kept its generation throughout. (An
+  // evictor raises the generation before the slot can be refilled;
+  // model/slot.pml checks both paths.) False: not cached, being filled, or
+  // changed meanwhile; `out` is untouched and the caller takes the pinned
+  // path. Reads only: a write needs its pin (a page must not be evicted
+  // mid-write).
   template <class T>
   DW_HD bool read_hit(uint64_t key, uint32_t offset, T& out) const;
 
@@ -230,6 +234,8 @@ class page_cache_ref {
   uint32_t* orphans = nullptr;  // [queue]: orphan I/Os holding ids of that queue (a hint)
   unsigned long long* dirty_pages = nullptr;  // pages marked dirty and not yet being written back (a hint)
   detail::cache_directory dir;
+  uint64_t* hints = nullptr;  // page hints (cache_layout.hpp: make_hint), [hint_position(key) & hint_mask]
+  uint32_t hint_mask = 0;
   unsigned long long* clock = nullptr;
   uint32_t* error_word = nullptr;  // the first error any access met (packed request_status), 0 if none
   cache_stats_shard* stats = nullptr;
@@ -248,6 +254,7 @@ class page_cache_ref {
 
   DW_HD uint64_t deadline() const { return now_ns() + timeout_ns; }
   DW_HD cache_stats_shard& shard_of(uint32_t qhint) const { return stats[qhint % cache_stats_shards]; }
+  DW_HD void note_use(uint32_t s, slot_word seen) const;
   template <class Warp>
   DW_HD cache_stats_shard& shard(const Warp& w) const {
     return shard_of(w.queue_hint());

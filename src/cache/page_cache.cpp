@@ -52,6 +52,10 @@ page_cache::page_cache(std::shared_ptr<controller_link> link, const cache_config
   uint64_t buckets = 1;
   while (buckets * dir_ways < 4 * slots) buckets <<= 1;
   geo_.buckets = uint32_t(buckets);
+  // Two page hints per slot or more (a power of two): 16 bytes a slot.
+  uint64_t hints = 1;
+  while (hints < 2 * slots && hints < (1ull << 31)) hints <<= 1;
+  geo_.hints = uint32_t(hints);
   geo_.queues = cfg_.queue_pairs;
   geo_.queue_entries = cfg_.queue_entries;
   geo_.max_datasets = cfg_.max_datasets;
@@ -83,6 +87,8 @@ void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue
   ref_.dir.keys = reinterpret_cast<uint64_t*>(meta + layout_.dir_keys);
   ref_.dir.slots = reinterpret_cast<uint32_t*>(meta + layout_.dir_slots);
   ref_.dir.locks = reinterpret_cast<uint32_t*>(meta + layout_.dir_locks);
+  ref_.hints = reinterpret_cast<uint64_t*>(meta + layout_.hints);
+  ref_.hint_mask = geo_.hints - 1;
   ref_.clock = reinterpret_cast<unsigned long long*>(meta + layout_.clock);
   ref_.error_word = reinterpret_cast<uint32_t*>(meta + layout_.error);
   ref_.stats = reinterpret_cast<cache_stats_shard*>(meta + layout_.stats);

@@ -534,6 +534,67 @@ TEST(Cache, AnEvictedSlotChangesGenerationAndHitsLeaveNoPin) {
   EXPECT_EQ(detail::cache_access::check_invariants(cache->ref()), "");
 }
 
+// A fill leaves its page's hint (slot and generation); a read follows a
+// hint only where the slot still holds that page at that generation, and
+// otherwise finds the page through the directory: a hint another page
+// took over, one forged to name another page's slot, one from before the
+// slot was refilled, or one naming no slot at all never returns wrong bytes.
+TEST(Cache, PageHintsAreFollowedOnlyWhileTheirSlotHoldsThePage) {
+  controller ctl;
+  const uint32_t ns = ctl.add_namespace({pattern_memory(1 << 20, false), 4096, true});
+  auto cache = make_host_page_cache(ctl, small_cache(4));
+  array<uint64_t> a(cache, ns);
+  const auto ref = a.ref();
+  const page_cache_ref& c = cache->ref();
+  const uint32_t n = detail::cache_access::hint_entries(c);
+  ASSERT_GE(n, 2 * cache->slots());
+  auto slot_of = [&](uint64_t page) {
+    for (uint32_t s = 0; s < cache->slots(); ++s)
+      if (detail::cache_access::slot_key(c, s) == make_key(ref.dataset, page)) return s;
+    return ~0u;
+  };
+  const uint64_t k0 = make_key(ref.dataset, 0), kn = make_key(ref.dataset, n);  // one entry for both
+  ASSERT_EQ(&detail::cache_access::hint_entry(c, k0), &detail::cache_access::hint_entry(c, kn));
+  ASSERT_EQ(ref[1], expected(1));
+  const uint32_t s0 = slot_of(0);
+  ASSERT_NE(s0, ~0u);
+  uint64_t& h = detail::cache_access::hint_entry(c, k0);
+  EXPECT_EQ(h, make_hint(s0, slot_state::gen(detail::cache_access::slot_state(c, s0))));
+  uint64_t out = 0;
+  EXPECT_TRUE(c.read_hit(k0, 8 * 2, out));
+  EXPECT_EQ(out, expected(2));
+
+  // Page n takes the entry over; page 0 is still found, through the directory.
+  ASSERT_EQ(ref[n * 512 + 3], expected(n * 512 + 3));
+  const uint32_t sn = slot_of(n);
+  ASSERT_NE(sn, ~0u);
+  EXPECT_EQ(hint_slot(h), sn);
+  EXPECT_TRUE(c.read_hit(k0, 8 * 4, out));
+  EXPECT_EQ(out, expected(4));
+  EXPECT_TRUE(c.read_hit(kn, 8 * 5, out));
+  EXPECT_EQ(out, expected(n * 512 + 5));
+
+  // Forged hints for page 0: another page's slot at its right generation,
+  // a slot past the end, and nothing. Each read still returns page 0's word.
+  for (const uint64_t forged :
+       {make_hint(sn, slot_state::gen(detail::cache_access::slot_state(c, sn))), make_hint(1u << 30, 0), uint64_t{0}}) {
+    h = forged;
+    out = 0;
+    EXPECT_TRUE(c.read_hit(k0, 8 * 6, out));
+    EXPECT_EQ(out, expected(6));
+  }
+
+  // Page 0's own hint kept from before its slot was refilled: refused.
+  const uint64_t old = make_hint(s0, slot_state::gen(detail::cache_access::slot_state(c, s0)));
+  for (uint64_t p = 100; p < 120; ++p) ASSERT_EQ(ref[p * 512], expected(p * 512));  // evicts pages 0 and n
+  ASSERT_EQ(slot_of(0), ~0u);
+  h = old;
+  EXPECT_FALSE(c.read_hit(k0, 8 * 7, out)) << "a hint from before the slot was refilled was followed";
+  EXPECT_EQ(ref[7], expected(7));  // the pinned path brings page 0 back and leaves a fresh hint
+  EXPECT_EQ(hint_slot(h), slot_of(0));
+  EXPECT_EQ(detail::cache_access::check_invariants(c), "");
+}
+
 TEST(Cache, PrefetchedPagesAreFoundOrAdoptedByTheClock) {
   controller ctl(two_pollers());
   const uint32_t ns = ctl.add_namespace({make_fault_target(pattern_memory(4 << 20, false)), 4096, true});

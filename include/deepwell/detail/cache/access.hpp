@@ -18,6 +18,9 @@ struct cache_access {
   static uint64_t slot_key(const page_cache_ref& c, uint32_t s) {
     return client_atomic<uint64_t>(c.slot_key[s]).load(memory_order_relaxed);
   }
+  // The page hint entry that `key` maps to (shared with other pages).
+  static uint64_t& hint_entry(const page_cache_ref& c, uint64_t key) { return c.hints[hint_position(key) & c.hint_mask]; }
+  static uint32_t hint_entries(const page_cache_ref& c) { return c.hint_mask + 1; }
   static uint64_t dirty_pages(const page_cache_ref& c) {
     return client_atomic<unsigned long long>(*c.dirty_pages).load(memory_order_relaxed);
   }
@@ -36,9 +39,11 @@ struct cache_access {
     const uint64_t* slot_key;
     const uint8_t* data;
     uint32_t page_shift;
+    uint64_t* hints;
+    uint32_t hint_mask;
   };
   static lookup_arrays lookup_parts(const page_cache_ref& c) {
-    return {c.dir, c.state, c.slot_key, c.data, c.page_shift_};
+    return {c.dir, c.state, c.slot_key, c.data, c.page_shift_, c.hints, c.hint_mask};
   }
 
   // Checks the cache's invariants while no access runs; returns what is

@@ -78,8 +78,32 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::try_hit(uint64_t key, uint32_t& slot) 
 // acquire, makes the bytes of the fill that published `valid` visible. A
 // racing eviction makes the data read a discarded race, not a wrong answer
 // (detail::racy_load, uninstrumented under ThreadSanitizer).
+//
+// Through a hint the first read of the state word is not needed: the hint's
+// release store came after the fill's data and its `valid`, so acquiring
+// the hint makes the data visible, and the hint names the generation the
+// slot had then. The state word read after the data and the slot key (the
+// load's address depends on both) still has that generation only if no
+// evictor claimed the slot before those reads; the key check rejects a
+// hint that another page's fill of the same slot, or of another page
+// sharing the entry, left behind.
 template <class T>
 DW_HD DW_FORCEINLINE bool page_cache_ref::read_hit(uint64_t key, uint32_t offset, T& out) const {
+  {
+    const uint64_t h = client_atomic<uint64_t>(hints[hint_position(key) & hint_mask]).load(memory_order_acquire);
+    const uint32_t s = hint_slot(h);
+    if (s < nslots_) {
+      const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+      const T v = detail::racy_load<T>(page_data(s) + offset);
+      const slot_word now =
+          client_atomic<uint64_t>(state[s + (zero_after_loads(v) | zero_after_loads(k))]).load(memory_order_relaxed);
+      if (k == key && (now & slot_state::valid) && slot_state::gen(now) == hint_generation(h)) {
+        note_use(s, now);
+        out = v;
+        return true;
+      }
+    }
+  }
   uint32_t s;
   if (!dir.find_slot(key, dir.bucket_of(key), s) || s == dir_pending) return false;
   client_atomic<uint64_t> st(state[s]);
@@ -89,28 +113,36 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::read_hit(uint64_t key, uint32_t offset
   const T v = detail::racy_load<T>(page_data(s) + offset);
   const slot_word after = client_atomic<uint64_t>(state[s + zero_after_loads(v)]).load(memory_order_relaxed);
   if (k != key || slot_state::gen(after) != slot_state::gen(before)) return false;
-  // CLOCK's use bit, only with a CAS on the word just read and only while
-  // no evictor has claimed the slot: holding no pin, a fetch_or could land
-  // after an evictor took it, and the fill then publishes with arithmetic
-  // that expects use clear (use + use carries into error). A CAS that fails
-  // (pins moved) leaves the bit unset: it is a hint.
-  slot_word seen = after;
-  if (!(after & (slot_state::use | slot_state::evict)))
-    st.compare_exchange_strong(seen, after | slot_state::use, memory_order_relaxed);
+  note_use(s, after);
   out = v;
   return true;
+}
+
+// CLOCK's use bit after a pin-free read, only with a CAS on the state word
+// just read and only while no evictor has claimed the slot: holding no pin,
+// a fetch_or could land after an evictor took it, and the fill then
+// publishes with arithmetic that expects use clear (use + use carries into
+// error). A CAS that fails (pins moved) leaves the bit unset: it is a hint.
+DW_HD DW_FORCEINLINE void page_cache_ref::note_use(uint32_t s, slot_word seen) const {
+  if (seen & (slot_state::use | slot_state::evict)) return;
+  client_atomic<uint64_t>(state[s]).compare_exchange_strong(seen, seen | slot_state::use, memory_order_relaxed);
 }
 
 template <class T, class Warp>
 DW_HD DW_FORCEINLINE request_status page_cache_ref::read_element(const Warp& w, bool want, uint64_t key,
                                                                  uint32_t offset, T& out) const {
   const unsigned mask = w.active();
+  // Which lanes read is known before any load: one ballot of the two here
+  // waits for nothing.
+  const unsigned wanted = w.ballot(mask, want);
   const bool hit = want && read_hit(key, offset, out);
-  const unsigned hits = w.ballot(mask, hit);
-  // Counted once per warp: each lane that read is one access and one hit.
-  if (hits && w.lane() == lowest_lane(mask))
-    client_atomic<unsigned long long>(shard(w).hit_reads).fetch_add(popcount32(hits), memory_order_relaxed);
-  if (!w.ballot(mask, want && !hit)) return want ? request_status{} : request_status::client(client_code::invalid_argument);
+  const unsigned missed = w.ballot(mask, want && !hit);
+  // Counted once per warp: each lane that read with no pin is one access
+  // and one hit (acquire counts the others).
+  if (wanted != missed && w.lane() == lowest_lane(mask))
+    client_atomic<unsigned long long>(shard(w).hit_reads)
+        .fetch_add(popcount32(wanted) - popcount32(missed), memory_order_relaxed);
+  if (!missed) return want ? request_status{} : request_status::client(client_code::invalid_argument);
   const warp_pin p = acquire(w, want && !hit, key);
   if (want && !hit && p.status.ok()) out = *reinterpret_cast<const T*>(page_data(p.slot) + offset);
   release(w, p, false);
@@ -465,7 +497,13 @@ DW_HD inline void page_cache_ref::finish_fill(fill_job& j) const {
   // One release RMW: whoever sees `valid` sees the data. busy is set and
   // valid and use are clear here, so the sum changes just those bits.
   client_atomic<uint64_t> st(state[j.slot]);
-  st.fetch_add(slot_state::valid + slot_state::use - slot_state::busy, memory_order_release);
+  const slot_word was = st.fetch_add(slot_state::valid + slot_state::use - slot_state::busy, memory_order_release);
+  // The page's hint, with release after the page is valid: a reader that
+  // acquires it sees the data (read_hit). The slot is still pinned, so its
+  // key and generation are the ones just published.
+  const uint64_t k = client_atomic<uint64_t>(slot_key[j.slot]).load(memory_order_relaxed);
+  client_atomic<uint64_t>(hints[hint_position(k) & hint_mask])
+      .store(make_hint(j.slot, slot_state::gen(was)), memory_order_release);
   if (j.mine) {
     j.step = step_done;
   } else {  // an adopted orphan of another page: done with it, look for ours

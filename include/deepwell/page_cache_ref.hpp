@@ -255,6 +255,12 @@ class page_cache_ref {
   DW_HD uint64_t deadline() const { return now_ns() + timeout_ns; }
   DW_HD cache_stats_shard& shard_of(uint32_t qhint) const { return stats[qhint % cache_stats_shards]; }
   DW_HD void note_use(uint32_t s, slot_word seen) const;
+  // The hint entry `key` maps to (shared with the pages that map there too).
+  DW_HD uint64_t& hint_of(uint64_t key) const { return hints[hint_position(key) & hint_mask]; }
+  // The end of both read_hit paths: slot s's key and the data, then its
+  // state word; true if s holds `key`, valid, at generation `gen`.
+  template <class T>
+  DW_HD bool read_slot(uint32_t s, uint64_t key, uint32_t offset, uint32_t gen, T& out) const;
   template <class Warp>
   DW_HD cache_stats_shard& shard(const Warp& w) const {
     return shard_of(w.queue_hint());

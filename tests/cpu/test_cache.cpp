@@ -517,9 +517,7 @@ TEST(Cache, AnEvictedSlotChangesGenerationAndHitsLeaveNoPin) {
   const auto ref = a.ref();
   ASSERT_EQ(ref[3], expected(3));  // page 0 in
   ASSERT_EQ(ref[5], expected(5));  // a hit
-  uint32_t slot = ~0u;
-  for (uint32_t s = 0; s < cache->slots(); ++s)
-    if (detail::cache_access::slot_key(cache->ref(), s) == make_key(ref.dataset, 0)) slot = s;
+  const uint32_t slot = detail::cache_access::slot_holding(cache->ref(), make_key(ref.dataset, 0));
   ASSERT_NE(slot, ~0u);
   const slot_word before = detail::cache_access::slot_state(cache->ref(), slot);
   EXPECT_TRUE(before & slot_state::valid);
@@ -548,11 +546,7 @@ TEST(Cache, PageHintsAreFollowedOnlyWhileTheirSlotHoldsThePage) {
   const page_cache_ref& c = cache->ref();
   const uint32_t n = detail::cache_access::hint_entries(c);
   ASSERT_GE(n, 2 * cache->slots());
-  auto slot_of = [&](uint64_t page) {
-    for (uint32_t s = 0; s < cache->slots(); ++s)
-      if (detail::cache_access::slot_key(c, s) == make_key(ref.dataset, page)) return s;
-    return ~0u;
-  };
+  auto slot_of = [&](uint64_t page) { return detail::cache_access::slot_holding(c, make_key(ref.dataset, page)); };
   const uint64_t k0 = make_key(ref.dataset, 0), kn = make_key(ref.dataset, n);  // one entry for both
   ASSERT_EQ(&detail::cache_access::hint_entry(c, k0), &detail::cache_access::hint_entry(c, kn));
   ASSERT_EQ(ref[1], expected(1));

@@ -19,7 +19,13 @@ struct cache_access {
     return client_atomic<uint64_t>(c.slot_key[s]).load(memory_order_relaxed);
   }
   // The page hint entry that `key` maps to (shared with other pages).
-  static uint64_t& hint_entry(const page_cache_ref& c, uint64_t key) { return c.hints[hint_position(key) & c.hint_mask]; }
+  static uint64_t& hint_entry(const page_cache_ref& c, uint64_t key) { return c.hint_of(key); }
+  // The slot holding `key`, or ~0u (a scan: while no access runs).
+  static uint32_t slot_holding(const page_cache_ref& c, uint64_t key) {
+    for (uint32_t s = 0; s < c.nslots_; ++s)
+      if (slot_key(c, s) == key) return s;
+    return ~0u;
+  }
   static uint32_t hint_entries(const page_cache_ref& c) { return c.hint_mask + 1; }
   static uint64_t dirty_pages(const page_cache_ref& c) {
     return client_atomic<unsigned long long>(*c.dirty_pages).load(memory_order_relaxed);

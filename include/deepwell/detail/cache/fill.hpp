@@ -89,31 +89,29 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::try_hit(uint64_t key, uint32_t& slot) 
 // sharing the entry, left behind.
 template <class T>
 DW_HD DW_FORCEINLINE bool page_cache_ref::read_hit(uint64_t key, uint32_t offset, T& out) const {
-  {
-    const uint64_t h = client_atomic<uint64_t>(hints[hint_position(key) & hint_mask]).load(memory_order_acquire);
-    const uint32_t s = hint_slot(h);
-    if (s < nslots_) {
-      const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
-      const T v = detail::racy_load<T>(page_data(s) + offset);
-      const slot_word now =
-          client_atomic<uint64_t>(state[s + (zero_after_loads(v) | zero_after_loads(k))]).load(memory_order_relaxed);
-      if (k == key && (now & slot_state::valid) && slot_state::gen(now) == hint_generation(h)) {
-        note_use(s, now);
-        out = v;
-        return true;
-      }
-    }
-  }
+  const uint64_t h = client_atomic<uint64_t>(hint_of(key)).load(memory_order_acquire);
+  const uint32_t hs = hint_slot(h);
+  if (hs < nslots_ && read_slot(hs, key, offset, hint_generation(h), out)) return true;
   uint32_t s;
   if (!dir.find_slot(key, dir.bucket_of(key), s) || s == dir_pending) return false;
-  client_atomic<uint64_t> st(state[s]);
-  const slot_word before = st.load(memory_order_acquire);
+  const slot_word before = client_atomic<uint64_t>(state[s]).load(memory_order_acquire);
   if (!(before & slot_state::valid)) return false;
+  return read_slot(s, key, offset, slot_state::gen(before), out);
+}
+
+// The state word is read after the key and the data (its address depends
+// on both): if it still has generation `gen`, no evictor claimed the slot
+// before those reads. `valid` is checked for the hint's sake (the
+// directory path saw it before).
+template <class T>
+DW_HD DW_FORCEINLINE bool page_cache_ref::read_slot(uint32_t s, uint64_t key, uint32_t offset, uint32_t gen,
+                                                    T& out) const {
   const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
   const T v = detail::racy_load<T>(page_data(s) + offset);
-  const slot_word after = client_atomic<uint64_t>(state[s + zero_after_loads(v)]).load(memory_order_relaxed);
-  if (k != key || slot_state::gen(after) != slot_state::gen(before)) return false;
-  note_use(s, after);
+  const slot_word now =
+      client_atomic<uint64_t>(state[s + (zero_after_loads(v) | zero_after_loads(k))]).load(memory_order_relaxed);
+  if (k != key || !(now & slot_state::valid) || slot_state::gen(now) != gen) return false;
+  note_use(s, now);
   out = v;
   return true;
 }
@@ -501,8 +499,7 @@ DW_HD inline void page_cache_ref::finish_fill(fill_job& j) const {
   // The page's hint, with release after the page is valid: a reader that
   // acquires it sees the data (read_hit). The slot is still pinned, so its
   // key and generation are the ones just published.
-  const uint64_t k = client_atomic<uint64_t>(slot_key[j.slot]).load(memory_order_relaxed);
-  client_atomic<uint64_t>(hints[hint_position(k) & hint_mask])
+  client_atomic<uint64_t>(hint_of(client_atomic<uint64_t>(slot_key[j.slot]).load(memory_order_relaxed)))
       .store(make_hint(j.slot, slot_state::gen(was)), memory_order_release);
   if (j.mine) {
     j.step = step_done;

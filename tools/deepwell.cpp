@@ -145,6 +145,11 @@ int main(int argc, char** argv) {
     a->add_flag("--top-down", ro.top_down_only, "BFS without bottom-up levels");
     a->add_flag("!--no-stream", ro.stream,
                 "bottom-up BFS reads through cache pages even where it could read the direct tier in place");
+    a->add_option("--pin-free-strides", ro.pin_free_strides,
+                  "list runs of a cached page up to this many warp strides are read with no pin (0: pin every page)")
+        ->capture_default_str();
+    a->add_flag("--keep-cache", ro.keep_cache,
+                "repeats start with the pages the last one left (default: the cache is cleared before each run)");
     a->add_option("--iterations", ro.iterations, "PageRank iterations")->capture_default_str();
     a->add_option("--pollers", ro.pollers, "controller threads")->capture_default_str();
     a->add_option("--repeat", ro.repeat, "runs of each mode")->capture_default_str();
@@ -209,6 +214,7 @@ int main(int argc, char** argv) {
         throw error("--location " + ro.location + " (pagecache or odirect)");
       if (ro.tier != "direct" && ro.tier != "controller") throw error("--tier " + ro.tier + " (direct or controller)");
       if (ro.repeat == 0) throw error("--repeat must be at least 1");
+      if (ro.keep_cache && ro.cpu) throw error("--keep-cache is for GPU runs (CPU runs build a cache per repeat)");
       return ro.cpu ? tools::run_graph_cpu(ro) : tools::run_graph_gpu(ro);
     }
   } catch (const std::exception& e) {

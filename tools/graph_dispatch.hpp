@@ -32,6 +32,7 @@ struct outcome {
   uint64_t summary = 0;                  // BFS: nodes reached; CC: components; SSSP: nodes reached
   unsigned bottom_up_levels = 0;
   uint64_t bottom_up_edges = 0;
+  std::vector<graph::bfs_level> levels;  // BFS
 };
 
 inline bool needs_weights(const std::string& algo) { return algo == "sssp"; }
@@ -71,6 +72,7 @@ outcome run_algorithm(Exec& x, const G& g, const graph_run_options& o, uint32_t 
     r.summary = br.reached;
     r.bottom_up_levels = br.bottom_up_levels;
     r.bottom_up_edges = br.bottom_up_edges;
+    r.levels = br.levels;
     r.u32 = std::move(br.depth);
   } else if (o.algo == "cc") {
     cc_result c = connected_components(x, g, flags);
@@ -231,6 +233,11 @@ inline nlohmann::json run_json(const std::string& mode, const outcome& r) {
   if (r.algo == "bfs") {
     j["reached"] = r.summary;
     j["bottom_up_levels"] = r.bottom_up_levels;
+    nlohmann::json levels = nlohmann::json::array();
+    for (const graph::bfs_level& l : r.levels)
+      levels.push_back({{"bottom_up", l.bottom_up}, {"frontier", l.frontier}, {"edges_looked", l.edges_looked},
+                        {"seconds", l.seconds}});
+    j["levels"] = levels;
   }
   if (r.algo == "cc") j["components"] = r.summary;
   if (r.algo == "sssp") j["reached"] = r.summary;

@@ -19,6 +19,8 @@ struct graph_run_options {
   bool offsets_in_cache = false;       // offsets through deepwell too (default: copied to device memory)
   bool top_down_only = false;          // BFS without bottom-up levels
   bool stream = true;                  // one-touch reads (bottom-up BFS) straight from the direct tier
+  uint32_t pin_free_strides = 4;       // cached_graph::pin_free_strides (0: every list page pinned)
+  bool keep_cache = false;             // repeats start from the last one's cache (not cleared)
   unsigned iterations = 20;            // PageRank
   unsigned pollers = 4;
   unsigned repeat = 1;

@@ -38,7 +38,9 @@ int run_graph_cpu(const graph_run_options& o) {
       auto cache = make_host_page_cache(ctl, k);
       graph_arrays arrays(ctl, cache, f, graph_datasets(o));
       const bool stream = o.stream && arrays.edges_direct();
-      r = run_algorithm(x, arrays.view(o.offsets_in_cache ? nullptr : f.offsets(), stream), o, source, f.header().flags);
+      cached_graph g = arrays.view(o.offsets_in_cache ? nullptr : f.offsets(), stream);
+      g.pin_free_strides = o.pin_free_strides;
+      r = run_algorithm(x, g, o, source, f.header().flags);
       const cache_outcome c = cache_outcome_of(*cache, r, stream);
       char buf[160];
       std::snprintf(buf, sizeof buf, "hit rate %.3f, amplification %.2f (cache %.1f MiB)", c.stats.hit_rate(),

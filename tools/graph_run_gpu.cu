@@ -173,10 +173,12 @@ int run_graph_gpu(const graph_run_options& o) {
         check_cuda(cudaMemcpy(offsets_dev, f.offsets(), f.offsets_bytes(), cudaMemcpyHostToDevice), "copy offsets");
       }
       const bool stream = o.stream && arrays.edges_direct();
-      const cached_graph g = arrays.view(offsets_dev, stream);
+      cached_graph g = arrays.view(offsets_dev, stream);
+      g.pin_free_strides = o.pin_free_strides;
       for (unsigned rep = 0; rep < o.repeat; ++rep) {
         if (rep && o.cold) drop_from_page_cache(f);
-        if (const request_status s = cache->clear(); !s.ok()) throw error("clearing the cache: " + describe(s));
+        if (!(rep && o.keep_cache))
+          if (const request_status s = cache->clear(); !s.ok()) throw error("clearing the cache: " + describe(s));
         cache->reset_stats();
         outcome r = run_algorithm(x, g, o, source, f.header().flags);
         const cache_outcome c = cache_outcome_of(*cache, r, stream);
@@ -188,7 +190,8 @@ int run_graph_gpu(const graph_run_options& o) {
         record(std::move(r),
                {{"cache_bytes", k.capacity_bytes}, {"page_size", k.page_size},
                 {"tier", arrays.edges_direct() ? "direct" : "controller"}, {"streamed_bytes", c.streamed},
-                {"offsets_in_cache", o.offsets_in_cache}, {"hit_rate", c.stats.hit_rate()},
+                {"offsets_in_cache", o.offsets_in_cache}, {"pin_free_strides", o.pin_free_strides},
+                {"kept_cache", rep && o.keep_cache}, {"hit_rate", c.stats.hit_rate()},
                 {"bytes_read", c.bytes_read()}, {"cache_bytes_read", c.stats.bytes_read}, {"amplification", c.amplification},
                 {"controller_cpu_seconds", ctl.poller_cpu_seconds()}},
                text);

@@ -214,6 +214,24 @@ class array_ref {
     h = shared_page<T>{};
   }
 
+  // ---- pin-free reads of one page, element after element (a warp walking a list) ----
+
+  // One past the last element of i's page (capped at size()); i < size().
+  DW_HD uint64_t page_end(uint64_t i) const {
+    const uint64_t per_page = cache.page_size() / sizeof(T);
+    const uint64_t last = (i / per_page + 1) * per_page;
+    return last < n ? last : n;
+  }
+  // Element i (< size()) read with no pin (page_cache_ref::read_seen): `at`
+  // starts empty for a page and is kept across this lane's reads of it.
+  // False: the page is not cached and valid (or changed meanwhile); the
+  // caller reads through a pin instead (page_shared).
+  DW_HD bool read_seen(uint64_t i, page_sight& at, T& out) const {
+    const uint64_t byte = i * sizeof(T);
+    return cache.read_seen(make_key(dataset, byte >> cache.page_shift()), uint32_t(byte & (cache.page_size() - 1)),
+                           at, out);
+  }
+
   // ---- bulk copies: the whole warp moves a range, one page per lane in flight ----
 
   // Copies elements [begin, begin + count) to dst (global or shared

@@ -149,6 +149,7 @@ struct cache_stats {
   uint64_t accesses = 0, hits = 0, misses = 0, waits = 0, evictions = 0, writebacks = 0, bytes_read = 0,
            bytes_written = 0, direct_fills = 0, errors = 0, cleans = 0, reaped = 0, flushes = 0, tier_fills = 0,
            tier_retries = 0;
+  uint64_t hit_reads = 0;  // of the accesses and hits: reads with no pin (read_hit, read_seen)
   double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0.0; }
 };
 
@@ -172,6 +173,7 @@ inline cache_stats sum_stats(const cache_stats_shard* s, uint32_t n) {
     t.tier_retries += s[i].tier_retries;
     t.accesses += s[i].hit_reads;
     t.hits += s[i].hit_reads;
+    t.hit_reads += s[i].hit_reads;
   }
   return t;
 }

@@ -66,6 +66,14 @@ struct warp_pin {
   bool owner = false;   // this lane is that leader and holds a pin
 };
 
+// The slot and generation a lane's pin-free read of a page was checked
+// against (page_cache_ref::read_seen), kept for its later reads of that page.
+struct page_sight {
+  static constexpr uint32_t none = ~0u;
+  uint32_t slot = none;
+  uint32_t gen = 0;
+};
+
 class page_cache_ref {
  public:
   // ---- geometry ----
@@ -116,6 +124,24 @@ class page_cache_ref {
   // mid-write).
   template <class T>
   DW_HD bool read_hit(uint64_t key, uint32_t offset, T& out) const;
+
+  // read_hit for a lane reading several elements of one page (a warp
+  // walking a list): the first read (`at` empty) finds the page as
+  // read_hit does and keeps the slot and generation it checked against in
+  // `at`; later reads with that `at` skip the lookup and are checked
+  // against them (key and data, then the state word). The first read's
+  // acquire (hint or state word) made the whole page's bytes visible, and
+  // an unchanged generation after each read means no evictor has claimed
+  // the slot since. False: the page is not valid here (or changed); `at`
+  // is kept as it was, `out` untouched, and the caller pins instead.
+  template <class T>
+  DW_HD bool read_seen(uint64_t key, uint32_t offset, page_sight& at, T& out) const;
+  // Counts n pin-free reads of the calling warp (one access and one hit
+  // each), for callers of read_seen; read_element counts its own.
+  template <class Warp>
+  DW_HD void count_hit_reads(const Warp& w, uint64_t n) const {
+    client_atomic<unsigned long long>(shard(w).hit_reads).fetch_add(n, memory_order_relaxed);
+  }
 
   // An element read by every lane of `w` together (`want`: this lane
   // reads `key`'s page at `offset`): lanes whose page is valid read it with
@@ -259,7 +285,7 @@ class page_cache_ref {
   DW_HD uint64_t& hint_of(uint64_t key) const { return hints[hint_position(key) & hint_mask]; }
   // The end of both read_hit paths: slot s's key and the data, then its
   // state word; true if s holds `key`, valid, at generation `gen`.
-  template <class T>
+  template <class T, bool NoteUse = true>
   DW_HD bool read_slot(uint32_t s, uint64_t key, uint32_t offset, uint32_t gen, T& out) const;
   template <class Warp>
   DW_HD cache_stats_shard& shard(const Warp& w) const {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/graph/reference.hpp"
 #include "test_util.hpp"
+#include "warp_emulator.hpp"
 
 using namespace deepwell;
 using namespace deepwell::graph;
@@ -392,6 +394,110 @@ TEST(GraphAlgorithms, CpuClientsThroughASmallPageCacheMatchTheReferences) {
   bfs_options o;
   o.source = c.sources[0];
   EXPECT_EQ(bfs(x, arrays.view(c.g.offsets.data()), o).depth, bfs_reference(c.v, o.source));
+}
+
+// The lists' pin-free reads (cached_graph::pin_free_strides) under constant
+// eviction: every page run read with no pin, and none, give the references'
+// answers, and the counters show which path read them.
+TEST(GraphAlgorithms, ListsReadWithNoPinUnderEvictionMatchTheReferences) {
+  const bool tsan = test::scale_div > 1;
+  const graph_case c = make_case(tsan ? 11 : 13);
+  scratch_file f("pinfree.dwg");
+  write_csr(f.path(), c.g);
+  csr_file file(f.path());
+  controller_config cc;
+  cc.pollers = 2;
+  controller ctl(cc);
+  cache_config k;
+  k.page_size = 4096;
+  k.capacity_bytes = 16 * 4096;
+  k.queue_pairs = 2;
+  k.queue_entries = 64;
+  k.direct_files = cache_config::file_tier::never;
+  auto cache = make_host_page_cache(ctl, k);
+  graph_arrays arrays(ctl, cache, file);
+  ASSERT_GT(file.neighbours_bytes(), 4 * k.capacity_bytes);
+  cpu_exec x(4);
+  for (const uint32_t strides : {0u, 1u << 20}) {
+    cached_graph g = arrays.view(c.g.offsets.data());  // offsets in memory: only the lists use the cache
+    g.pin_free_strides = strides;
+    cache->reset_stats();
+    for (const uint32_t s : c.sources) {
+      bfs_options o;
+      o.source = s;
+      ASSERT_EQ(bfs(x, g, o).depth, bfs_reference(c.v, s)) << "pin_free_strides " << strides;
+    }
+    ASSERT_EQ(connected_components(x, g, c.g.flags).label, cc_reference(c.v)) << "pin_free_strides " << strides;
+    const cache_stats st = cache->stats();
+    EXPECT_GT(st.evictions, 0u);
+    if (strides)
+      EXPECT_GT(st.hit_reads, 0u);
+    else
+      EXPECT_EQ(st.hit_reads, 0u);
+    // Weighted lists always pin (two arrays per page run).
+    const std::vector<uint64_t> want = sssp_reference(c.v, c.sources[0]);
+    const sssp_result d = sssp(x, g, c.sources[0]);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(d.dist[i], want[i]);
+  }
+  EXPECT_TRUE(cache->last_error().ok()) << describe(cache->last_error());
+}
+
+// Warps of several lanes (emulated, one thread a lane) walk every list
+// through a small cache, with and without pins: each entry seen once. Five
+// lanes do not divide a page's 1,024 entries, so a run's last stride
+// overshoots the page's end (a list going on in the next page must resume
+// there); two warps at once keep evicting each other's pages.
+TEST(GraphAlgorithms, WarpsWalkEveryListEntryOnceWithAndWithoutPins) {
+  const bool tsan = test::scale_div > 1;
+  const graph_case c = make_case(tsan ? 10 : 11);
+  scratch_file f("walk.dwg");
+  write_csr(f.path(), c.g);
+  csr_file file(f.path());
+  controller ctl;
+  cache_config k;
+  k.page_size = 4096;
+  k.capacity_bytes = 8 * 4096;
+  k.queue_pairs = 2;
+  k.queue_entries = 64;
+  auto cache = make_host_page_cache(ctl, k);
+  graph_arrays arrays(ctl, cache, file);
+  uint64_t crossing = 0;  // lists that go on in the next page
+  for (uint64_t v = 0; v < c.g.nodes; ++v)
+    crossing += c.g.offsets[v + 1] > c.g.offsets[v] && c.g.offsets[v] / 1024 != (c.g.offsets[v + 1] - 1) / 1024;
+  ASSERT_GT(crossing, 10u);
+  for (const uint32_t strides : {0u, 4u, 1u << 20}) {
+    cached_graph g = arrays.view(c.g.offsets.data());
+    g.pin_free_strides = strides;
+    std::vector<std::atomic<uint64_t>> sum(c.g.nodes), count(c.g.nodes);
+    std::vector<std::thread> warps;
+    for (uint32_t wid = 0; wid < 2; ++wid)
+      warps.emplace_back([&, wid] {
+        test::run_warp(0x1Fu, wid, [&](test::emulated_warp w) {
+          for (uint64_t v = wid; v < c.g.nodes; v += 2) {
+            uint64_t s = 0, n = 0;
+            const uint64_t b = c.g.offsets[v], e = c.g.offsets[v + 1];
+            const uint64_t looked = g.for_each_edge<false>(w, b, e, [&](uint32_t u, uint32_t) {
+              s += u + 1;
+              ++n;
+              return false;
+            });
+            if (looked != e - b) count[v] += 1ull << 40;  // a walk cut short
+            sum[v] += s;
+            count[v] += n;
+          }
+        });
+      });
+    for (auto& t : warps) t.join();
+    uint64_t wrong = 0;
+    for (uint64_t v = 0; v < c.g.nodes; ++v) {
+      uint64_t s = 0;
+      for (uint64_t i = c.g.offsets[v]; i < c.g.offsets[v + 1]; ++i) s += c.g.nbr32[i] + 1;
+      wrong += sum[v] != s || count[v] != c.g.offsets[v + 1] - c.g.offsets[v];
+    }
+    EXPECT_EQ(wrong, 0u) << "lists read wrong with pin_free_strides " << strides;
+  }
+  EXPECT_GT(cache->stats().evictions, 0u);
+  EXPECT_TRUE(cache->last_error().ok()) << describe(cache->last_error());
 }
 
 TEST(GraphAlgorithms, BottomUpReadsInPlaceFromTheDirectTier) {

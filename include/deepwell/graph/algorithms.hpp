@@ -43,11 +43,18 @@ struct bfs_options {
   bool direction_optimizing = true;  // bottom-up levels while the frontier is large
   double bottom_up_fraction = 0.05;  // "large": more than this fraction of the nodes
 };
+struct bfs_level {
+  bool bottom_up = false;
+  uint64_t frontier = 0;  // nodes at this level
+  uint64_t edges_looked = 0;
+  double seconds = 0;
+};
 struct bfs_result {
   std::vector<uint32_t> depth;  // not_reached for nodes the source does not reach
   uint64_t reached = 0;
   unsigned bottom_up_levels = 0;
   uint64_t bottom_up_edges = 0;  // edges looked at in bottom-up levels (one-touch reads)
+  std::vector<bfs_level> levels;  // where the time went
   run_stats stats;
 };
 
@@ -69,7 +76,9 @@ bfs_result bfs(Exec& x, const G& g, const bfs_options& o) {
     s.bottom_up = o.direction_optimizing && double(frontier) > o.bottom_up_fraction * double(n);
     s.c = x.counters();
     x.reset_counters();
+    const auto tl = std::chrono::steady_clock::now();
     const uint64_t looked = x.run(g, s, n);
+    r.levels.push_back({s.bottom_up, frontier, looked, detail::seconds_since(tl)});
     r.stats.edges_looked += looked;
     if (s.bottom_up) r.bottom_up_edges += looked;
     const step_counters c = x.read_counters();

@@ -6,9 +6,11 @@
 //                 or host memory for CPU threads.
 //   cached_graph  deepwell arrays: the neighbour (and weight) lists, and the
 //                 offsets unless they are given in memory, through the page
-//                 cache. A warp reads a list a page at a time: one lookup pins
-//                 the page once for the warp, then every lane reads from it
-//                 (reference reuse).
+//                 cache. A warp reads a list a page at a time. A short run
+//                 of a cached page (a few strides) is read with no pin, each
+//                 lane checking its reads (array_ref::read_seen); otherwise
+//                 one lookup pins the page once for the warp, and every lane
+//                 reads from it (reference reuse).
 //
 // Collective calls (offsets, for_each_edge) are made by all lanes of the
 // warp together with the same arguments where noted, as the cache requires;
@@ -80,6 +82,11 @@ struct cached_graph {
   array_ref<uint64_t> offsets{};
   array_ref<uint32_t> nbr{};
   array_ref<uint32_t> wts{};
+  // Unweighted lists whose part in a page spans at most this many warp
+  // strides are read with no pin; 0 pins every page. A pin costs two
+  // atomics and a lookup the lanes wait for; a pin-free stride costs one
+  // more dependent load (the check), so long runs of a page still pin.
+  uint32_t pin_free_strides = 4;
 
   DW_HD uint64_t nodes() const { return n; }
 
@@ -113,6 +120,33 @@ struct cached_graph {
     const unsigned lanes = popcount32(mask), rank = lane_rank(w, mask);
     uint64_t i0 = b;
     while (i0 < e) {
+      if (!Weighted && i0 < nbr.n) {
+        const uint64_t last = nbr.page_end(i0);
+        const uint64_t end = e < last ? e : last;
+        if (end - i0 <= uint64_t(pin_free_strides) * lanes) {
+          // Every lane reads its entries with no pin and checks each read;
+          // fn runs only on entries the whole stride read right. A stride
+          // that some lane could not read goes to the pinned path below.
+          page_sight at;
+          uint64_t base = i0;
+          for (; base < end; base += lanes) {
+            const uint64_t i = base + rank;
+            uint32_t u = 0;
+            const bool ok = i >= end || nbr.read_seen(i, at, u);
+            if (w.ballot(mask, !ok)) break;
+            if (w.ballot(mask, i < end && fn(u, 0u))) {
+              if (w.lane() == lowest_lane(mask)) nbr.cache.count_hit_reads(w, 1);
+              return (base + lanes < end ? base + lanes : end) - b;
+            }
+          }
+          if (base > i0 && w.lane() == lowest_lane(mask)) nbr.cache.count_hit_reads(w, 1);
+          if (base >= end) {  // the run is done; the list may go on in the next page
+            i0 = end;
+            continue;
+          }
+          i0 = base;
+        }
+      }
       // One pin for the warp (every lane reads the same page), not one per lane.
       shared_page<uint32_t> hn = nbr.page_shared(w, i0);
       if (!hn.ok()) return i0 - b;  // the cache recorded the error; the host reports it

@@ -89,21 +89,38 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::try_hit(uint64_t key, uint32_t& slot) 
 // sharing the entry, left behind.
 template <class T>
 DW_HD DW_FORCEINLINE bool page_cache_ref::read_hit(uint64_t key, uint32_t offset, T& out) const {
+  page_sight at;
+  return read_seen(key, offset, at, out);
+}
+
+// Later reads of a page the lane has seen need no acquire of their own: the
+// first one's acquire ordered the fill's bytes (all of the page's) before
+// it, and the fill that could replace them comes only after an evictor
+// raised the generation, which each read's state word would show.
+template <class T>
+DW_HD DW_FORCEINLINE bool page_cache_ref::read_seen(uint64_t key, uint32_t offset, page_sight& at, T& out) const {
+  if (at.slot != page_sight::none) return read_slot<T, false>(at.slot, key, offset, at.gen, out);
   const uint64_t h = client_atomic<uint64_t>(hint_of(key)).load(memory_order_acquire);
   const uint32_t hs = hint_slot(h);
-  if (hs < nslots_ && read_slot(hs, key, offset, hint_generation(h), out)) return true;
+  if (hs < nslots_ && read_slot(hs, key, offset, hint_generation(h), out)) {
+    at.slot = hs;
+    at.gen = hint_generation(h);
+    return true;
+  }
   uint32_t s;
   if (!dir.find_slot(key, dir.bucket_of(key), s) || s == dir_pending) return false;
   const slot_word before = client_atomic<uint64_t>(state[s]).load(memory_order_acquire);
-  if (!(before & slot_state::valid)) return false;
-  return read_slot(s, key, offset, slot_state::gen(before), out);
+  if (!(before & slot_state::valid) || !read_slot(s, key, offset, slot_state::gen(before), out)) return false;
+  at.slot = s;
+  at.gen = slot_state::gen(before);
+  return true;
 }
 
 // The state word is read after the key and the data (its address depends
 // on both): if it still has generation `gen`, no evictor claimed the slot
 // before those reads. `valid` is checked for the hint's sake (the
 // directory path saw it before).
-template <class T>
+template <class T, bool NoteUse>
 DW_HD DW_FORCEINLINE bool page_cache_ref::read_slot(uint32_t s, uint64_t key, uint32_t offset, uint32_t gen,
                                                     T& out) const {
   const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
@@ -111,7 +128,7 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::read_slot(uint32_t s, uint64_t key, ui
   const slot_word now =
       client_atomic<uint64_t>(state[s + (zero_after_loads(v) | zero_after_loads(k))]).load(memory_order_relaxed);
   if (k != key || !(now & slot_state::valid) || slot_state::gen(now) != gen) return false;
-  note_use(s, now);
+  if (NoteUse) note_use(s, now);
   out = v;
   return true;
 }

@@ -70,4 +70,14 @@ for v in BROKEN_HINT_NO_KEY BROKEN_HINT_NO_GEN; do
     2) status=1 ;;
   esac
 done
+echo "later reads of a page already read (read_seen; must pass):"
+verify seen-3-cycles -DSEEN -DCYCLES=3 -DREADS=3 || status=1
+verify seen-hint-3-cycles -DSEEN -DHINT -DCYCLES=3 -DREADS=3 || status=1
+verify seen-4-cycles -DSEEN -DCYCLES=4 -DREADS=4 || status=1
+echo "broken variant (must fail):"
+verify seen-BROKEN_SEEN_NO_GEN -DSEEN -DBROKEN_SEEN_NO_GEN -DCYCLES=3 -DREADS=3
+case $? in
+  0) echo "  seen-BROKEN_SEEN_NO_GEN passed: the model does not catch it"; status=1 ;;
+  2) status=1 ;;
+esac
 exit $status

@@ -18,6 +18,13 @@
  * data only if the key was K, the slot valid, and the generation the
  * hint's. A hint is never cleared: it goes stale.
  *
+ * With -DSEEN the reader keeps reading page K after a kept read, as
+ * read_seen does for a thread walking one page: it remembers the
+ * generation that read was checked against, and each later read is the key
+ * and a data word, then the state word, kept only if the key was K, the
+ * slot valid and the generation the remembered one (no first state read,
+ * no hint). A failed read forgets it (the caller pins instead).
+ *
  * Checked: every read the reader keeps holds page K's data. Spin explores
  * interleavings under sequential consistency; the fences that give the
  * real code that order are argued in fill.hpp, not checked here.
@@ -32,6 +39,8 @@
  *                      (J's fill left the hint)
  *   BROKEN_HINT_NO_GEN with HINT: the reader checks the key and valid but
  *                      not the hint's generation (fails by ABA, as above)
+ *   BROKEN_SEEN_NO_GEN with SEEN: later reads check the key and valid but
+ *                      not the remembered generation (ABA again)
  */
 
 #define K 1
@@ -100,13 +109,35 @@ active proctype evictor() {
 active proctype reader() {
   byte r = 0;
   bool v1, e1, b1, v2, e2, b2;
-  byte g1, g2, k, k2, w, i, h;
+  byte g1, g2, k, k2, w, i, h, sg;
+  bool seen = false;
   do
   :: r < READS ->
      if
      :: i = 0
      :: i = 1
      fi;
+#ifdef SEEN
+     if
+     :: seen ->
+        if
+        :: k = key; w = data[i]
+        :: w = data[i]; k = key
+        fi;
+        atomic { v2 = valid; g2 = gen };
+#ifdef BROKEN_SEEN_NO_GEN
+        g2 = sg;
+#endif
+        if
+        :: k == K && v2 && g2 == sg ->
+           assert(w == K)
+        :: else -> seen = false
+        fi;
+        r++;
+        goto next
+     :: else -> skip
+     fi;
+#endif
 #ifdef HINT
      h = hint;
      /* the key and the data: two loads with no order between them */
@@ -123,7 +154,9 @@ active proctype reader() {
 #endif
      if
      :: h != 0 && k == K && v2 && g2 == h - 1 ->
-        assert(w == K)
+        assert(w == K);
+        seen = true;
+        sg = h - 1
      :: else -> skip
      fi;
      r++;
@@ -143,7 +176,9 @@ active proctype reader() {
 #endif
      if
      :: v1 && !e1 && !b1 && k == K && g1 == g2 ->
-        assert(w == K)  /* kept: it must be page K's word */
+        assert(w == K);  /* kept: it must be page K's word */
+        seen = true;
+        sg = g1
      :: else -> skip     /* the slow path (pinned) takes over */
      fi;
      r++;

@@ -44,6 +44,35 @@ DW_HD uint64_t stride_over(const Warp& w, const uint32_t* nbr, const uint32_t* w
   return e - b;
 }
 
+// A lane's first entries of a list [b, e) in plain memory with one read:
+// the aligned 16-byte word holding entry b where it lies inside the list
+// (nothing past e is touched), else entry b alone. words[skip, skip +
+// count) are entries b, b + 1, ...; count 0 for an empty list. Bottom-up
+// BFS reads these for every lane at once before walking any list with the
+// whole warp (over the host link a 16-byte read costs what a 128-byte one
+// does: one request).
+DW_HD DW_FORCEINLINE unsigned first_entries(const uint32_t* nbr, uint64_t b, uint64_t e, uint32_t (&words)[4],
+                                            unsigned& skip) {
+  skip = 0;
+  if (b >= e) return 0;
+  const uint64_t q = b & ~uint64_t(3);
+  if (q + 4 <= e && (reinterpret_cast<uintptr_t>(nbr) & 15) == 0) {
+#if DW_DEVICE_CODE
+    const uint4 v = *reinterpret_cast<const uint4*>(nbr + q);
+    words[0] = v.x;
+    words[1] = v.y;
+    words[2] = v.z;
+    words[3] = v.w;
+#else
+    for (unsigned j = 0; j < 4; ++j) words[j] = nbr[q + j];
+#endif
+    skip = unsigned(b - q);
+    return 4 - skip;
+  }
+  words[0] = nbr[b];
+  return 1;
+}
+
 struct memory_graph {
   uint64_t n = 0;
   const uint64_t* offsets = nullptr;
@@ -57,6 +86,12 @@ struct memory_graph {
   DW_HD void range(const Warp&, bool want, uint64_t v, uint64_t& b, uint64_t& e) const {
     b = want ? offsets[v] : 0;
     e = want ? offsets[v + 1] : 0;
+  }
+
+  // This lane's first entries of [b, e) (first_entries; per lane, no
+  // collective).
+  DW_HD unsigned peek(uint64_t b, uint64_t e, uint32_t (&words)[4], unsigned& skip) const {
+    return first_entries(nbr, b, e, words, skip);
   }
 
   // Calls fn(neighbour, weight) for the edges [b, e) (same b, e in every
@@ -111,6 +146,13 @@ struct cached_graph {
     b = offsets.read(w, vv, nullptr);
     e = offsets.read(w, vv + 1, nullptr);
     if (!want) b = e = 0;
+  }
+
+  // peek for one-touch reads: from the lists in place where they are
+  // (nbr_stream); else nothing (count 0), and the warp's walk reads them.
+  DW_HD unsigned peek(uint64_t b, uint64_t e, uint32_t (&words)[4], unsigned& skip) const {
+    skip = 0;
+    return nbr_stream ? first_entries(nbr_stream, b, e, words, skip) : 0;
   }
 
   template <bool Weighted, bool OneTouch = false, class Warp, class Fn>

@@ -93,35 +93,75 @@ struct bfs_step {
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
     const uint64_t n = g.nodes();
     uint32_t found = 0, bad = 0;
-    const uint64_t looked = for_each_selected(
-        w, g, v0,
-        [&](uint64_t v) {
-          const uint32_t d = ld(depth[v]);
-          return bottom_up ? d == not_reached : d == level;
-        },
-        [&](uint32_t x, uint64_t b, uint64_t e, unsigned src) -> uint64_t {
-          if (!bottom_up)  // claim every unreached neighbour
-            return g.template for_each_edge<false>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
-              uint32_t expect = not_reached;
-              if (ld(depth[u]) == not_reached &&
-                  client_atomic<uint32_t>(depth[u]).compare_exchange_strong(expect, level + 1, memory_order_relaxed))
-                ++found;
-              return false;
-            }));
-          // Look for a parent in the frontier; stop at the first.
-          bool hit = false;
-          const uint64_t l = g.template for_each_edge<false, true>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
-            hit = ld(depth[u]) == level;
-            return hit;
-          }));
-          if (w.ballot(w.active(), hit) && w.lane() == src) {
-            st(depth[x], level + 1);
-            ++found;
-          }
-          return l;
-        });
+    const uint64_t looked =
+        bottom_up ? bottom_up_chunk(w, g, v0, found, bad)
+                  : for_each_selected(
+                        w, g, v0, [&](uint64_t v) { return ld(depth[v]) == level; },
+                        [&](uint32_t, uint64_t b, uint64_t e, unsigned) -> uint64_t {
+                          // Claim every unreached neighbour.
+                          return g.template for_each_edge<false>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
+                            uint32_t expect = not_reached;
+                            if (ld(depth[u]) == not_reached &&
+                                client_atomic<uint32_t>(depth[u]).compare_exchange_strong(expect, level + 1,
+                                                                                         memory_order_relaxed))
+                              ++found;
+                            return false;
+                          }));
+                        });
     count(&c->changed, found);
     count(&c->bad_ids, bad);
+    return looked;
+  }
+
+  // Each unreached node of the chunk looks for a parent in the frontier
+  // and stops at the first. Every lane first checks its own node's first
+  // entries (G::peek: one read each, every lane's in flight at once); only
+  // the nodes with no parent among them have their lists walked by the
+  // whole warp, one after another (one-touch reads). Returns the entries
+  // looked at, the warp's total in every lane.
+  template <class Warp, class G>
+  DW_HD uint64_t bottom_up_chunk(const Warp& w, const G& g, uint64_t v0, uint32_t& found, uint32_t& bad) const {
+    const uint64_t n = g.nodes();
+    const unsigned mask = w.active();
+    const uint64_t v = v0 + lane_rank(w, mask);
+    const bool mine = v < n && ld(depth[v]) == not_reached;
+    if (!w.ballot(mask, mine)) return 0;
+    uint64_t b, e;
+    g.range(w, mine, v, b, e);
+    uint32_t words[4];
+    unsigned skip = 0;
+    const unsigned got = mine ? g.peek(b, e, words, skip) : 0;
+    uint32_t d[4];
+#pragma unroll
+    for (unsigned j = 0; j < 4; ++j) {  // the depth loads, all in flight together
+      const bool ours = j >= skip && j < skip + got;
+      if (ours && words[j] >= n) ++bad;
+      d[j] = ours && words[j] < n ? ld(depth[words[j]]) : not_reached;
+    }
+    bool parent = false;
+#pragma unroll
+    for (unsigned j = 0; j < 4; ++j) parent |= d[j] == level;
+    if (parent) {
+      st(depth[v], level + 1);
+      ++found;
+    }
+    // The entries peeked, summed over the warp (got is at most 4).
+    uint64_t looked = popcount32(w.ballot(mask, got & 1)) + 2 * popcount32(w.ballot(mask, got & 2)) +
+                      4 * popcount32(w.ballot(mask, got & 4));
+    const uint64_t rest_b = b + got;
+    for (unsigned m = w.ballot(mask, mine && !parent && rest_b < e); m; m &= m - 1) {
+      const unsigned src = lowest_lane(m);
+      const uint64_t vb = shfl64(w, mask, rest_b, src), ve = shfl64(w, mask, e, src);
+      bool hit = false;
+      looked += g.template for_each_edge<false, true>(w, vb, ve, in_range(n, bad, [&](uint32_t u, uint32_t) {
+        hit = ld(depth[u]) == level;
+        return hit;
+      }));
+      if (w.ballot(mask, hit) && w.lane() == src) {
+        st(depth[v], level + 1);
+        ++found;
+      }
+    }
     return looked;
   }
 };

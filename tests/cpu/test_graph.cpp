@@ -410,13 +410,13 @@ TEST(GraphAlgorithms, ListsReadWithNoPinUnderEvictionMatchTheReferences) {
   controller ctl(cc);
   cache_config k;
   k.page_size = 4096;
-  k.capacity_bytes = 16 * 4096;
+  k.capacity_bytes = (tsan ? 8 : 16) * 4096;
   k.queue_pairs = 2;
   k.queue_entries = 64;
   k.direct_files = cache_config::file_tier::never;
   auto cache = make_host_page_cache(ctl, k);
   graph_arrays arrays(ctl, cache, file);
-  ASSERT_GT(file.neighbours_bytes(), 4 * k.capacity_bytes);
+  ASSERT_GT(file.neighbours_bytes(), 3 * k.capacity_bytes);
   cpu_exec x(4);
   for (const uint32_t strides : {0u, 1u << 20}) {
     cached_graph g = arrays.view(c.g.offsets.data());  // offsets in memory: only the lists use the cache
@@ -448,8 +448,7 @@ TEST(GraphAlgorithms, ListsReadWithNoPinUnderEvictionMatchTheReferences) {
 // overshoots the page's end (a list going on in the next page must resume
 // there); two warps at once keep evicting each other's pages.
 TEST(GraphAlgorithms, WarpsWalkEveryListEntryOnceWithAndWithoutPins) {
-  const bool tsan = test::scale_div > 1;
-  const graph_case c = make_case(tsan ? 10 : 11);
+  const graph_case c = make_case(11);
   scratch_file f("walk.dwg");
   write_csr(f.path(), c.g);
   csr_file file(f.path());

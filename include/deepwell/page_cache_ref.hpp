@@ -283,9 +283,10 @@ class page_cache_ref {
   DW_HD void note_use(uint32_t s, slot_word seen) const;
   // The hint entry `key` maps to (shared with the pages that map there too).
   DW_HD uint64_t& hint_of(uint64_t key) const { return hints[hint_position(key) & hint_mask]; }
-  // The end of both read_hit paths: slot s's key and the data, then its
-  // state word; true if s holds `key`, valid, at generation `gen`.
-  template <class T, bool NoteUse = true>
+  // read_seen's later reads: slot s's key and the data, then its state
+  // word; true if s holds `key`, valid, at generation `gen`. (Not the
+  // use bit: the first read set it.)
+  template <class T>
   DW_HD bool read_slot(uint32_t s, uint64_t key, uint32_t offset, uint32_t gen, T& out) const;
   template <class Warp>
   DW_HD cache_stats_shard& shard(const Warp& w) const {

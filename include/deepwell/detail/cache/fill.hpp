@@ -73,8 +73,10 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::try_hit(uint64_t key, uint32_t& slot) 
 // bytes change, raises its generation and clears valid in one RMW
 // (evict_claimed); the fill that overwrites the bytes comes after that
 // (claim_slot's release RMW). So if the data read saw any byte of a later
-// page, the second read of the state word, ordered after the data
-// (zero_after_loads), sees the new generation. The first read, with
+// page, the second read of the state word, ordered after the data and
+// the key (zero_after_loads of both), sees the new generation; ordered
+// after the key too, since a key read late could see a later fill of the
+// same page into the slot (the directory entry may be stale). The first read, with
 // acquire, makes the bytes of the fill that published `valid` visible. A
 // racing eviction makes the data read a discarded race, not a wrong answer
 // (detail::racy_load, uninstrumented under ThreadSanitizer).
@@ -97,30 +99,53 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::read_hit(uint64_t key, uint32_t offset
 // first one's acquire ordered the fill's bytes (all of the page's) before
 // it, and the fill that could replace them comes only after an evictor
 // raised the generation, which each read's state word would show.
+//
+// The first read's two paths are written out, not shared through
+// read_slot: with read_slot inlined into both, all-hit reads (nearly all
+// through hints) ran 2-9% slower on an H200, the same loads in the same
+// order (bench/results/2026-11-26-3ea65e0-h200-hit-bisect.json); the
+// compiler's code for the joined form is what cost.
 template <class T>
 DW_HD DW_FORCEINLINE bool page_cache_ref::read_seen(uint64_t key, uint32_t offset, page_sight& at, T& out) const {
-  if (at.slot != page_sight::none) return read_slot<T, false>(at.slot, key, offset, at.gen, out);
-  const uint64_t h = client_atomic<uint64_t>(hint_of(key)).load(memory_order_acquire);
-  const uint32_t hs = hint_slot(h);
-  if (hs < nslots_ && read_slot(hs, key, offset, hint_generation(h), out)) {
-    at.slot = hs;
-    at.gen = hint_generation(h);
-    return true;
+  if (at.slot != page_sight::none) return read_slot(at.slot, key, offset, at.gen, out);
+  {
+    const uint64_t h = client_atomic<uint64_t>(hint_of(key)).load(memory_order_acquire);
+    const uint32_t hs = hint_slot(h);
+    if (hs < nslots_) {
+      const uint64_t k = client_atomic<uint64_t>(slot_key[hs]).load(memory_order_relaxed);
+      const T v = detail::racy_load<T>(page_data(hs) + offset);
+      const slot_word now =
+          client_atomic<uint64_t>(state[hs + (zero_after_loads(v) | zero_after_loads(k))]).load(memory_order_relaxed);
+      if (k == key && (now & slot_state::valid) && slot_state::gen(now) == hint_generation(h)) {
+        note_use(hs, now);
+        at.slot = hs;
+        at.gen = hint_generation(h);
+        out = v;
+        return true;
+      }
+    }
   }
   uint32_t s;
   if (!dir.find_slot(key, dir.bucket_of(key), s) || s == dir_pending) return false;
   const slot_word before = client_atomic<uint64_t>(state[s]).load(memory_order_acquire);
-  if (!(before & slot_state::valid) || !read_slot(s, key, offset, slot_state::gen(before), out)) return false;
+  if (!(before & slot_state::valid)) return false;
+  const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+  const T v = detail::racy_load<T>(page_data(s) + offset);
+  const slot_word after =
+      client_atomic<uint64_t>(state[s + (zero_after_loads(v) | zero_after_loads(k))]).load(memory_order_relaxed);
+  if (k != key || slot_state::gen(after) != slot_state::gen(before)) return false;
+  note_use(s, after);
   at.slot = s;
   at.gen = slot_state::gen(before);
+  out = v;
   return true;
 }
 
-// The state word is read after the key and the data (its address depends
-// on both): if it still has generation `gen`, no evictor claimed the slot
-// before those reads. `valid` is checked for the hint's sake (the
-// directory path saw it before).
-template <class T, bool NoteUse>
+// A later read of a page read_seen found: the state word is read after the
+// key and the data (its address depends on both); if it still has
+// generation `gen` and is valid, no evictor claimed the slot before those
+// reads.
+template <class T>
 DW_HD DW_FORCEINLINE bool page_cache_ref::read_slot(uint32_t s, uint64_t key, uint32_t offset, uint32_t gen,
                                                     T& out) const {
   const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
@@ -128,7 +153,6 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::read_slot(uint32_t s, uint64_t key, ui
   const slot_word now =
       client_atomic<uint64_t>(state[s + (zero_after_loads(v) | zero_after_loads(k))]).load(memory_order_relaxed);
   if (k != key || !(now & slot_state::valid) || slot_state::gen(now) != gen) return false;
-  if (NoteUse) note_use(s, now);
   out = v;
   return true;
 }

@@ -321,6 +321,18 @@ graph_case make_case(unsigned scale) {
   return c;
 }
 
+// A host page cache of `pages` 4 KiB pages with two small queues: far
+// smaller than the test graphs, so the algorithms run under eviction.
+cache_config small_cache(uint64_t pages, cache_config::file_tier tier = cache_config::file_tier::never) {
+  cache_config k;
+  k.page_size = 4096;
+  k.capacity_bytes = pages * 4096;
+  k.queue_pairs = 2;
+  k.queue_entries = 64;
+  k.direct_files = tier;
+  return k;
+}
+
 template <class G>
 void check_all(cpu_exec& x, const G& gv, const graph_case& c) {
   for (const uint32_t s : c.sources) {
@@ -375,12 +387,7 @@ TEST(GraphAlgorithms, CpuClientsThroughASmallPageCacheMatchTheReferences) {
   controller_config cc;
   cc.pollers = 2;
   controller ctl(cc);
-  cache_config k;
-  k.page_size = 4096;
-  k.capacity_bytes = (tsan ? 16 : 24) * 4096;  // far smaller than the graph: constant eviction
-  k.queue_pairs = 2;
-  k.queue_entries = 64;
-  k.direct_files = cache_config::file_tier::never;  // through the controller
+  const cache_config k = small_cache(tsan ? 16 : 24);  // through the controller
   auto cache = make_host_page_cache(ctl, k);
   graph_arrays arrays(ctl, cache, file);
   ASSERT_GT(file.neighbours_bytes(), (tsan ? 1 : 8) * k.capacity_bytes);
@@ -408,12 +415,7 @@ TEST(GraphAlgorithms, ListsReadWithNoPinUnderEvictionMatchTheReferences) {
   controller_config cc;
   cc.pollers = 2;
   controller ctl(cc);
-  cache_config k;
-  k.page_size = 4096;
-  k.capacity_bytes = (tsan ? 8 : 16) * 4096;
-  k.queue_pairs = 2;
-  k.queue_entries = 64;
-  k.direct_files = cache_config::file_tier::never;
+  const cache_config k = small_cache(tsan ? 8 : 16);
   auto cache = make_host_page_cache(ctl, k);
   graph_arrays arrays(ctl, cache, file);
   ASSERT_GT(file.neighbours_bytes(), 3 * k.capacity_bytes);
@@ -453,11 +455,7 @@ TEST(GraphAlgorithms, WarpsWalkEveryListEntryOnceWithAndWithoutPins) {
   write_csr(f.path(), c.g);
   csr_file file(f.path());
   controller ctl;
-  cache_config k;
-  k.page_size = 4096;
-  k.capacity_bytes = 8 * 4096;
-  k.queue_pairs = 2;
-  k.queue_entries = 64;
+  const cache_config k = small_cache(8, cache_config{}.direct_files);
   auto cache = make_host_page_cache(ctl, k);
   graph_arrays arrays(ctl, cache, file);
   uint64_t crossing = 0;  // lists that go on in the next page

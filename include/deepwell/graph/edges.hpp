@@ -171,17 +171,16 @@ struct cached_graph {
           // that some lane could not read goes to the pinned path below.
           page_sight at;
           uint64_t base = i0;
-          for (; base < end; base += lanes) {
+          bool stopped = false;
+          for (; base < end && !stopped; base += lanes) {
             const uint64_t i = base + rank;
             uint32_t u = 0;
             const bool ok = i >= end || nbr.read_seen(i, at, u);
             if (w.ballot(mask, !ok)) break;
-            if (w.ballot(mask, i < end && fn(u, 0u))) {
-              if (w.lane() == lowest_lane(mask)) nbr.cache.count_hit_reads(w, 1);
-              return (base + lanes < end ? base + lanes : end) - b;
-            }
+            stopped = w.ballot(mask, i < end && fn(u, 0u));
           }
-          if (base > i0 && w.lane() == lowest_lane(mask)) nbr.cache.count_hit_reads(w, 1);
+          if (base > i0 && w.lane() == lowest_lane(mask)) nbr.cache.count_hit_reads(w, 1);  // one hit a run
+          if (stopped) return (base < end ? base : end) - b;
           if (base >= end) {  // the run is done; the list may go on in the next page
             i0 = end;
             continue;

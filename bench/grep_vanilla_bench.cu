@@ -4,8 +4,10 @@
 // `deepwell grep` (files/grep.hpp: grep_scan_chunk, grep_emit) runs over it
 // with no file API; the output lines go to a GPU buffer, come back, and the
 // host writes them to a file. Timed from the first pread to the output
-// written, in phases. Prints one JSON line.
-//   grep_vanilla_bench ROOT --dict DICT --out FILE
+// written, in phases. Prints one JSON line. With --fsync the output is also
+// made durable (fdatasync) before the clock stops, as `deepwell grep`'s
+// gclose makes its output.
+//   grep_vanilla_bench ROOT --dict DICT --out FILE [--fsync]
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -124,10 +126,12 @@ int main(int argc, char** argv) try {
   CLI::App app{"vanilla GPU grep: pread everything, copy, count"};
   std::string root, dict_path = "/usr/share/dict/words", out_path = "vanilla.out";
   unsigned threads = std::thread::hardware_concurrency();
+  bool durable = false;
   app.add_option("root", root, "the tree to search")->required();
   app.add_option("--dict", dict_path, "word list");
   app.add_option("--out", out_path, "output file");
   app.add_option("--threads", threads, "host threads reading the files");
+  app.add_flag("--fsync", durable, "fdatasync the output before the clock stops");
   CLI11_PARSE(app, argc, argv);
 
   const grep_dictionary d = load_grep_dictionary(dict_path);
@@ -200,18 +204,33 @@ int main(int argc, char** argv) try {
   if (overflow) throw error("vanilla grep: the output buffer overflowed");
   std::vector<char> out(out_bytes);
   cudaMemcpy(out.data(), j.out, out_bytes, cudaMemcpyDeviceToHost);
-  FILE* f = std::fopen(out_path.c_str(), "wb");
-  if (!f) throw error(errno_message("open " + out_path, errno));
-  const bool wrote = std::fwrite(out.data(), 1, out.size(), f) == out.size();
-  std::fclose(f);
-  if (!wrote) throw error("write " + out_path + " failed");
+  const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw error(errno_message("open " + out_path, errno));
+  for (size_t done = 0; done < out.size();) {
+    const ssize_t n = ::write(fd, out.data() + done, out.size() - done);
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      throw error(errno_message("write " + out_path, e));
+    }
+    done += size_t(n);
+  }
+  const double t_written = since(t0);
+  if (durable && ::fdatasync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw error(errno_message("fdatasync " + out_path, e));
+  }
+  if (::close(fd) != 0) throw error(errno_message("close " + out_path, errno));
   const double t_all = since(t0);
   grep_counters c{};
   cudaMemcpy(&c, j.counters, sizeof c, cudaMemcpyDeviceToHost);
   nlohmann::json js = {{"tool", "vanilla gpu grep"}, {"files", c.files},      {"bytes", c.bytes},
                        {"matches", c.matches},        {"lines", c.lines},      {"seconds", t_all},
                        {"read_seconds", t_read},      {"h2d_seconds", t_copy - t_read},
-                       {"kernel_seconds", t_kernel - t_copy}, {"output_seconds", t_all - t_kernel},
+                       {"kernel_seconds", t_kernel - t_copy}, {"output_seconds", t_written - t_kernel},
+                       {"fsync", durable},            {"fsync_seconds", t_all - t_written},
+                       {"output_bytes", out_bytes},
                        {"read_threads", threads},     {"failed", failed.load()}};
   std::printf("%s\n", js.dump().c_str());
   for (void* p : owned) cudaFree(p);

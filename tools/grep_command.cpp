@@ -35,11 +35,11 @@ int grep_command::run() {
     o.workers = workers;
     const grep_report r = cpu ? run_grep_cpu(o, d, files) : run_grep_gpu(o, d, files);
     std::printf("%s: %llu files, %llu bytes, %llu matches of %zu words (%llu dictionary lines dropped), %llu lines "
-                "in %s/%s, %.3f s (%.2f GB/s)%s\n",
+                "in %s/%s, %.3f s (%.2f GB/s; search %.3f s, the output's close %.3f s)%s\n",
                 cpu ? "cpu" : "gpu", (unsigned long long)r.counters.files, (unsigned long long)r.counters.bytes,
                 (unsigned long long)r.counters.matches, d.words.size(), (unsigned long long)d.dropped,
                 (unsigned long long)r.counters.lines, out_dir.c_str(), out_name.c_str(), r.seconds,
-                r.seconds > 0 ? double(r.counters.bytes) / r.seconds / 1e9 : 0.0,
+                r.seconds > 0 ? double(r.counters.bytes) / r.seconds / 1e9 : 0.0, r.search_seconds, r.close_seconds,
                 too_long ? (", " + std::to_string(too_long) + " paths too long, skipped").c_str() : "");
     int rc = 0;
     if (r.counters.failed) {
@@ -61,7 +61,9 @@ int grep_command::run() {
       std::ofstream js(json, std::ios::app);
       js << "{\"tool\":\"deepwell grep\",\"clients\":\"" << (cpu ? "cpu" : "gpu") << "\",\"files\":" << r.counters.files
          << ",\"bytes\":" << r.counters.bytes << ",\"matches\":" << r.counters.matches << ",\"words\":" << d.words.size()
-         << ",\"seconds\":" << r.seconds << ",\"failed\":" << r.counters.failed
+         << ",\"seconds\":" << r.seconds << ",\"search_seconds\":" << r.search_seconds
+         << ",\"close_seconds\":" << r.close_seconds << ",\"output_bytes\":" << r.output_bytes
+         << ",\"failed\":" << r.counters.failed
          << ",\"checked\":" << (check ? (same ? "\"equal\"" : "\"different\"") : "null") << "}\n";
     }
     return rc;

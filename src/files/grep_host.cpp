@@ -160,8 +160,12 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   std::vector<std::thread> threads;
   for (unsigned k = 0; k < workers; ++k) threads.emplace_back([&j, k] { grep_worker(one_lane{}, j, k); });
   for (auto& t : threads) t.join();
+  const auto t1 = std::chrono::steady_clock::now();
   const int c = j.out.gclose(j.out_file);
-  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t2 = std::chrono::steady_clock::now();
+  rep.seconds = std::chrono::duration<double>(t2 - t0).count();
+  rep.search_seconds = std::chrono::duration<double>(t1 - t0).count();
+  rep.close_seconds = std::chrono::duration<double>(t2 - t1).count();
   if (c) throw error("grep: closing the output failed: " + std::string(std::strerror(-c)));
   rep.counters = run.counters;
   rep.output_bytes = run.cursor;

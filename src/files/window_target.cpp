@@ -103,26 +103,42 @@ void on_fsync(void* ctx, int64_t result) {
 // A write-once file's page comes from a cache that never read it: zeros
 // wherever this writer did not write. Bytes already in the file (written
 // back before the page was evicted and written again) are kept by OR-ing
-// them in: writers write each byte once, so the bytes never overlap. On
-// the poller's thread, under the file's merge lock: a merge's read and
+// them in: writers write each byte once, so the bytes never overlap. The
+// file was created or emptied at open and nobody else writes it, so a page
+// never written back before has nothing to keep: it is written as it is.
+// On the poller's thread, under the page's stripe lock: a merge's read and
 // write must not interleave with another merge of the same page.
-int64_t merge_write_once(window_file& f, const uint8_t* buf, uint32_t len, uint64_t offset, bool fua) {
-  std::lock_guard<std::mutex> lock(f.merge_mutex);
-  std::vector<uint8_t> page(buf, buf + len);
-  for (uint32_t got = 0; got < len;) {
-    const ssize_t n = ::pread(f.fd, page.data() + got, len - got, off_t(offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return -errno;
-    if (n == 0) break;  // past the end of the file: nothing to keep
-    for (ssize_t i = 0; i < n; ++i) page[got + i] = uint8_t(page[got + i] | buf[got + i]);
-    got += uint32_t(n);
-  }
+int64_t put_all(int fd, const uint8_t* p, uint32_t len, uint64_t offset) {
   for (uint32_t put = 0; put < len;) {
-    const ssize_t n = ::pwrite(f.fd, page.data() + put, len - put, off_t(offset + put));
+    const ssize_t n = ::pwrite(fd, p + put, len - put, off_t(offset + put));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return n < 0 ? -errno : -EIO;
     put += uint32_t(n);
   }
+  return len;
+}
+
+int64_t merge_write_once(window_file& f, const uint8_t* buf, uint32_t len, uint64_t offset, bool fua) {
+  // Offsets are page-aligned: mixed, so that every stripe gets pages.
+  window_file::merge_stripe& stripe = f.merges[((offset >> 9) * 0x9E3779B97F4A7C15ull) >> 58];
+  std::lock_guard<std::mutex> lock(stripe.mutex);
+  int64_t v;
+  // Kept in the set even if the write fails: part of it may have landed.
+  if (stripe.written.insert(offset).second) {
+    v = put_all(f.fd, buf, len, offset);
+  } else {
+    std::vector<uint8_t> page(buf, buf + len);
+    for (uint32_t got = 0; got < len;) {
+      const ssize_t n = ::pread(f.fd, page.data() + got, len - got, off_t(offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return -errno;
+      if (n == 0) break;  // past the end of the file: nothing to keep
+      for (ssize_t i = 0; i < n; ++i) page[got + i] = uint8_t(page[got + i] | buf[got + i]);
+      got += uint32_t(n);
+    }
+    v = put_all(f.fd, page.data(), len, offset);
+  }
+  if (v < 0) return v;
   if (fua && ::fdatasync(f.fd) != 0) return -errno;
   f.written.store(true);
   return len;

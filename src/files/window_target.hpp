@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "deepwell/files/gfs_layout.hpp"
 #include "deepwell/target.hpp"
@@ -24,10 +25,19 @@ struct window_file {
   std::string path;                  // relative to the root, for messages
   bool writable = false;
   bool direct = false;               // O_DIRECT: a short read is the end of the file
-  // g_gwronce: writes are merged into the file's bytes (a byte-wise OR),
-  // one at a time, under merge_mutex.
+  // g_gwronce: writes are merged into the file's bytes (a byte-wise OR).
+  // Only merges of the same page must not interleave (a page's write-back
+  // always covers the same range), so the lock is one of merge_stripes,
+  // chosen by the write's offset; the stripe also keeps the offsets it has
+  // written, so that a page's first write-back (the common case: a page
+  // written in one go) is a plain pwrite, with nothing in the file to keep.
   bool write_once = false;
-  std::mutex merge_mutex;
+  static constexpr unsigned merge_stripes = 64;  // merge_write_once's index is 6 bits
+  struct merge_stripe {
+    std::mutex mutex;
+    std::unordered_set<uint64_t> written;  // offsets of writes merged so far
+  };
+  std::unique_ptr<merge_stripe[]> merges{new merge_stripe[merge_stripes]};
   std::atomic<bool> written{false};  // writes since the last flush
   std::atomic<int> write_error{0};   // the first failed write's errno (a background close reports it)
   ~window_file();

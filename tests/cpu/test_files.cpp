@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -166,6 +168,61 @@ TEST(Files, WritesReachTheFileWithItsExactSizeOnClose) {
   EXPECT_EQ(read_all(g, w, 5000), want);  // read back before close
   EXPECT_EQ(g.gclose(w), 0);
   EXPECT_EQ(t.get("out/new.bin"), want);  // size exact, not rounded to a page
+}
+
+// Write-behind: a gwrite to a write-once file starts the write-back of
+// every page it covers whole (those pages are final), so they reach the
+// host while the program goes on, with no eviction (a cache far larger
+// than the file, no cleaner) and no close. Pages written in parts wait for
+// the close. Three threads write interleaved 9,000-byte pieces.
+TEST(Files, WriteOnceWholePagesReachTheHostBeforeTheClose) {
+  tree t;
+  controller ctl(controller_config{});
+  cache_config cc = slow_ok(test::small_cache(1024));
+  cc.clean_threshold = 0;
+  auto cache = make_host_page_cache(ctl, cc);
+  file_system_options o;
+  o.root = t.root.string();
+  auto files = make_host_file_system(ctl, cache, o);
+  const gfs_ref& g = files->ref();
+  const uint64_t size = 300007, piece = 9000, page = cc.page_size;
+  const std::vector<uint8_t> want = pattern(size, 41);
+  const gfile f = g.gopen("out.bin", g_wronly | g_gwronce);
+  ASSERT_TRUE(f.ok()) << f.err;
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (uint64_t k = 0; k < 3; ++k)
+    threads.emplace_back([&, k] {
+      for (uint64_t off = k * piece; off < size; off += 3 * piece) {
+        const uint64_t n = std::min(piece, size - off);
+        if (g.gwrite(f, off, want.data() + off, n) != int64_t(n)) ++failed;
+      }
+    });
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(failed.load(), 0);
+  EXPECT_EQ(cache->stats().evictions, 0u);
+  // The pages some piece covered whole, as the host must come to hold them.
+  std::vector<uint64_t> whole;
+  for (uint64_t off = 0; off < size; off += piece) {
+    const uint64_t end = std::min(off + piece, size);
+    for (uint64_t p = (off + page - 1) / page; (p + 1) * page <= end; ++p) whole.push_back(p);
+  }
+  ASSERT_GT(whole.size(), 50u);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  size_t landed = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::vector<uint8_t> now = t.get("out.bin");
+    landed = 0;
+    for (uint64_t p : whole)
+      if (now.size() >= (p + 1) * page && std::equal(want.begin() + p * page, want.begin() + (p + 1) * page, now.begin() + p * page))
+        ++landed;
+    if (landed == whole.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(landed, whole.size()) << "whole pages of a write-once file are written back without a close";
+  ASSERT_EQ(g.gclose(f), 0);
+  EXPECT_EQ(t.get("out.bin"), want);
+  EXPECT_EQ(cache->stats().bytes_read, 0u) << "no page of a write-once file is read";
 }
 
 // GPUfs's O_GWRONCE: an output file whose pages are never read. Four

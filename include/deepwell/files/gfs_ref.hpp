@@ -124,7 +124,12 @@ class gfs_ref {
     if (bad) return bad;
     const bool written = f.writable() && load_written(w, mask, f);
     int err = 0;
-    if (written) err = persist_range(w, f, size);
+    if (written) {
+      // Every dirty page's write submitted first, then waited for: a
+      // persist alone waits for a warp's pages a round at a time.
+      err = start_write_back_range(w, f, size);
+      if (!err) err = persist_range(w, f, size);
+    }
     const reply r = call(w, mask, leader, gfs_op::close, written ? 1u : 0u, uint64_t(f.tag) << 32 | uint32_t(f.fd),
                          size, nullptr, 0, nullptr, 0);
     if (!r.err && r.r0 == 1) kill_handles(w, mask, f);
@@ -149,12 +154,7 @@ class gfs_ref {
     if (bad) return bad;
     const bool written = f.writable() && load_written(w, mask, f) && write_counts;
     if (!written) return gclose(w, f);
-    if (size) {
-      const uint64_t first = base(f.window) >> bytes.cache.page_shift();
-      const request_status s =
-          bytes.cache.start_write_back(w, bytes.dataset, first, first + ((size - 1) >> bytes.cache.page_shift()));
-      if (!s.ok()) return -errno_of(s);
-    }
+    if (const int err = start_write_back_range(w, f, size)) return err;
     // Every write-back this warp submitted or saw in flight is counted;
     // the sync orders the lanes' observations before the leader's read.
     w.sync(mask);
@@ -202,6 +202,18 @@ class gfs_ref {
         f.write_once() ? bytes.write_range_unread(w, static_cast<const uint8_t*>(src), base(f.window) + offset, n)
                        : bytes.write_range(w, static_cast<const uint8_t*>(src), base(f.window) + offset, n);
     if (!s.ok()) return -errno_of(s);
+    if (f.write_once()) {
+      // Write-behind: a write-once page this call covered whole is final
+      // (each byte is written once), so its write-back starts now instead
+      // of at the close, overlapping the program's work. Pages it covered
+      // in part wait for their other writers.
+      const uint64_t page = bytes.cache.page_size(), from = base(f.window) + offset;
+      const uint64_t first = (from + page - 1) / page, end = (from + n) / page;  // [first, end) whole
+      if (first < end) {
+        const request_status b = bytes.cache.start_write_back(w, bytes.dataset, first, end - 1);
+        if (!b.ok()) return -errno_of(b);
+      }
+    }
     if (w.lane() == lowest_lane(mask)) {
       gfs_open_entry& e = files[f.fd];
       client_atomic<uint32_t>(e.written).store(1, memory_order_relaxed);
@@ -442,6 +454,17 @@ class gfs_ref {
     uint32_t v = 0;
     if (w.lane() == lowest_lane(mask)) v = client_atomic<uint32_t>(files[f.fd].written).load(memory_order_acquire);
     return w.shfl(mask, v, lowest_lane(mask)) != 0;
+  }
+
+  // Submits the write-backs of the file's dirty pages in [0, size), not
+  // waiting for them; 0 or -errno.
+  template <class Warp>
+  DW_HD int start_write_back_range(const Warp& w, const gfile& f, uint64_t size) const {
+    if (size == 0) return 0;
+    const uint64_t first = base(f.window) >> bytes.cache.page_shift();
+    const request_status s =
+        bytes.cache.start_write_back(w, bytes.dataset, first, first + ((size - 1) >> bytes.cache.page_shift()));
+    return s.ok() ? 0 : -errno_of(s);
   }
 
   template <class Warp>

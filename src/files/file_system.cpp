@@ -161,13 +161,17 @@ struct file_system::impl {
   std::atomic<bool> stopping{false};
   std::vector<std::thread> services;
 
-  // Closes taken from gclose_async: each waits until its window's target
-  // has completed as many writes as the client had submitted (the
-  // write_counts word it sent), then the closer thread fsyncs the file,
-  // sets its size and drops the user's reference.
+  // Closes of written files (gclose, gclose_async): each waits until its
+  // window's target has completed as many writes as the client had
+  // submitted (the write_counts word it sent), then the closer thread sets
+  // the file's size and drops the user's reference. A gclose's reply is
+  // written then (`reply`: its slot, -1 for gclose_async, which had its
+  // reply at once); its warp waits for it.
   struct pending_close {
     uint32_t h, window, started;
     uint64_t size, deadline_ns;
+    int32_t reply = -1;
+    uint32_t ticket = 0;
   };
   uint32_t* write_counts = nullptr;  // client memory, a word per window
   std::mutex pending_mutex;          // pending, closer_stop, background_error; after `state` when both
@@ -222,6 +226,7 @@ struct file_system::impl {
     int64_t clear = -1;                         // an entry whose tag the host clears, then frees
     int64_t window = -1;                        // a window whose direct tier entry is written (before the reply)
     window_source source{};
+    bool deferred = false;                      // the closer thread replies (a gclose waiting for its writes)
     counts n;
   };
   struct open_prep {
@@ -344,7 +349,7 @@ struct file_system::impl {
     // Before the replies: a freed entry is free when its caller hears of it.
     for (uint32_t j = 0; j < b.n; ++j) finish(b.later[j]);
     for (uint32_t j = 0; j < b.n; ++j) {
-      shared_store_release(&slots[b.slot[j]].done, b.ticket[j]);
+      if (!b.later[j].deferred) shared_store_release(&slots[b.slot[j]].done, b.ticket[j]);
       served[b.slot[j]] = b.ticket[j];
     }
     std::lock_guard<std::mutex> stats_lock(stats_mutex);
@@ -615,14 +620,15 @@ struct file_system::impl {
   }
 
   // The file on disk gets the size the GPU sees (page write-backs may have
-  // written past it), durably. Every caller has just persisted the file's
-  // pages (write-back, then the window target's fdatasync), so an fsync is
-  // needed only when the size changes here.
-  static int set_size(const detail::window_file& f, uint64_t size) {
+  // written past it); durably for gfsync and sync(), whose callers have
+  // just persisted the file's pages (write-back, then the window target's
+  // fdatasync), so an fsync is needed only when the size changes here. A
+  // close is not durable, as POSIX's is not: gfsync is.
+  static int set_size(const detail::window_file& f, uint64_t size, bool durable) {
     struct stat sb {};
     if (::fstat(f.fd, &sb) != 0) return errno;
     if (uint64_t(sb.st_size) == size) return 0;
-    if (::ftruncate(f.fd, off_t(size)) != 0 || ::fsync(f.fd) != 0) return errno;
+    if (::ftruncate(f.fd, off_t(size)) != 0 || (durable && ::fsync(f.fd) != 0)) return errno;
     return 0;
   }
 
@@ -631,11 +637,13 @@ struct file_system::impl {
     // Every user left is closing already: a close too many (a handle closed
     // twice) must not take a pending close's reference.
     if (!o || o->refs == o->closing) return EBADF;
-    if ((q.flags & 3) == 3 && o->file->writable) {  // written, from gclose_async: finished by the closer
+    if ((q.flags & 3) == 3 && o->file->writable) {  // written, write-backs submitted: finished by the closer
       const uint64_t timeout = opts.timeout_ns ? opts.timeout_ns : cache->config().timeout_ns;
+      later.deferred = (q.flags & 4) != 0;  // gclose: replied to once its writes have landed
       {
         std::lock_guard<std::mutex> lock(pending_mutex);
-        pending.push_back({uint32_t(q.a0), o->window, uint32_t(q.a2), q.a1, now_ns() + timeout});
+        pending.push_back({uint32_t(q.a0), o->window, uint32_t(q.a2), q.a1, now_ns() + timeout,
+                           later.deferred ? int32_t(&q - slots) : -1, q.ticket});
       }
       ++o->closing;
       pending_cv.notify_all();
@@ -644,7 +652,7 @@ struct file_system::impl {
       return 0;
     }
     int err = 0;
-    if ((q.flags & 1) && o->file->writable) err = set_size(*o->file, q.a1);
+    if ((q.flags & 1) && o->file->writable) err = set_size(*o->file, q.a1, false);
     // The closing warp clears the tag itself when told the entry is freed.
     drop_user(uint32_t(q.a0), *o, &q.r0, later);
     ++later.n.closes;
@@ -721,8 +729,7 @@ struct file_system::impl {
       }
       idle = 0;
       lock.unlock();
-      // Their fsyncs in parallel (up to 8 threads), as the controller's
-      // Flush covers many files at once for gclose.
+      // In parallel (up to 8 threads): each close's fstat and truncate.
       const size_t n = ready.size(), workers = std::min<size_t>(8, n);
       if (workers <= 1) {
         finish_close(ready[0]);
@@ -753,10 +760,7 @@ struct file_system::impl {
     } else if (const int e = file->write_error.load()) {
       err = e;
       what = "a write-back failed";
-    } else if (::fsync(file->fd) != 0) {
-      err = errno;
-      what = "fsync";
-    } else if (const int e = set_size(*file, p.size)) {
+    } else if (const int e = set_size(*file, p.size, false)) {
       err = e;
       what = "setting its size";
     }
@@ -767,14 +771,22 @@ struct file_system::impl {
       drop_user(p.h, *table[p.h], nullptr, later);
     }
     finish(later);
+    if (p.reply >= 0) {  // a gclose: its warp hears of the error itself
+      gfs_slot& q = slots[p.reply];
+      q.err = err;
+      q.r0 = 0;  // the host clears the entry's tag (finish, above)
+      shared_store_release(&q.done, p.ticket);
+    }
     {
       std::lock_guard<std::mutex> lock(stats_mutex);
       add(later.n);
       --st.closes_pending;
-      ++st.background_closes;
-      if (err) ++st.background_close_errors;
+      if (p.reply < 0) {
+        ++st.background_closes;
+        if (err) ++st.background_close_errors;
+      }
     }
-    if (err) {
+    if (err && p.reply < 0) {
       std::lock_guard<std::mutex> lock(pending_mutex);
       if (background_error.empty())
         background_error = "the background close of " + file->path + " failed: " + what + ": " + std::strerror(err);
@@ -792,7 +804,7 @@ struct file_system::impl {
   int do_sync_size(gfs_slot& q) {
     open_file* o = lookup(q.a0);
     if (!o) return EBADF;
-    return o->file->writable ? set_size(*o->file, q.a1) : 0;
+    return o->file->writable ? set_size(*o->file, q.a1, true) : 0;
   }
 
   int do_opendir(gfs_slot& q, int root, after_lock& later) {
@@ -966,7 +978,7 @@ void file_system::sync() {
       const request_status r = p.cache->persist(p.bytes->ref().dataset, first, first + ((e.size - 1) >> shift));
       if (!r.ok()) throw error("file system sync: writing back " + o->file->path + " failed");
     }
-    if (const int err = impl::set_size(*o->file, e.size))
+    if (const int err = impl::set_size(*o->file, e.size, true))
       throw error("file system sync: setting the size of " + o->file->path + ": " + std::strerror(err));
   }
 }

@@ -17,11 +17,12 @@
 //
 // Consistency is close-to-open: a gopen after the host changed a file (its
 // size, mtime or ctime differ from when the GPU last closed it) starts from
-// a fresh window; a gclose of a written file writes its pages back, makes
-// them durable and sets the file's size, so the host (or another program)
-// that opens it afterwards sees the GPU's writes. gclose_async leaves that
-// to a closer thread, which finishes the close once the window's target
-// has completed every write-back the client had submitted (sync() waits).
+// a fresh window; a gclose of a written file writes its pages back and
+// sets the file's size, so the host (or another program) that opens it
+// afterwards sees the GPU's writes (durable only after gfsync, as POSIX's
+// close is not). The closer thread finishes such closes once the window's
+// target has completed every write-back the client had submitted:
+// gclose's warp waits for that, gclose_async's does not (sync() does).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -76,7 +77,7 @@ struct file_system_stats {
   uint64_t closes = 0;
   uint64_t background_closes = 0;        // gclose_async closes finished by the host
   uint64_t background_close_errors = 0;  // of those, failed (sync() throws the first)
-  uint32_t closes_pending = 0;           // gclose_async closes whose writes have not all landed
+  uint32_t closes_pending = 0;           // closes of written files whose writes have not all landed
   uint64_t errors = 0;         // requests answered with an errno
   uint64_t service_ns = 0;     // time the service threads spent answering requests (summed)
   uint64_t lock_wait_ns = 0;   // waiting for the tables' lock (mostly within service_ns; also the closer's)

@@ -112,9 +112,12 @@ class gfs_ref {
     return f;
   }
 
-  // Writable files: their dirty pages are written back and made durable
-  // first (close-to-open: the host and other programs see the writes once
-  // gclose returns). Returns 0 or -errno.
+  // A written file's dirty pages are written back to the file first, and
+  // the file gets its size (close-to-open: the host and other programs see
+  // the writes once gclose returns). Not durable, as POSIX's close is not:
+  // gfsync makes a file durable. The warp submits every write-back, then
+  // the host answers the close once they have all landed (the window's
+  // write count) and the size is set. Returns 0 or -errno.
   template <class Warp>
   DW_HD int gclose(const Warp& w, const gfile& f) const {
     const unsigned mask = w.active();
@@ -123,13 +126,19 @@ class gfs_ref {
     const int bad = check(w, mask, f, size);
     if (bad) return bad;
     const bool written = f.writable() && load_written(w, mask, f);
-    int err = 0;
-    if (written) {
-      // Every dirty page's write submitted first, then waited for: a
-      // persist alone waits for a warp's pages a round at a time.
-      err = start_write_back_range(w, f, size);
-      if (!err) err = persist_range(w, f, size);
+    if (written && write_counts) {
+      // Closed even if a write-back could not be submitted (the entry is
+      // released either way); that error is the result.
+      const int err = start_write_back_range(w, f, size);
+      w.sync(mask);  // as in gclose_async: every lane's submissions before the count
+      uint32_t started = 0;
+      if (leader) started = client_atomic<uint32_t>(write_counts[f.window]).fetch_add(0, memory_order_acq_rel);
+      const reply r = call(w, mask, leader, gfs_op::close, 1u | 2u | 4u, uint64_t(f.tag) << 32 | uint32_t(f.fd),
+                           size, nullptr, 0, nullptr, 0, started);
+      return err ? err : -r.err;
     }
+    int err = 0;
+    if (written) err = persist_range(w, f, size);
     const reply r = call(w, mask, leader, gfs_op::close, written ? 1u : 0u, uint64_t(f.tag) << 32 | uint32_t(f.fd),
                          size, nullptr, 0, nullptr, 0);
     if (!r.err && r.r0 == 1) kill_handles(w, mask, f);
@@ -137,8 +146,8 @@ class gfs_ref {
   }
 
   // gclose without the wait: the file's dirty pages have their write-backs
-  // submitted, not waited for, and the host finishes the close (fsync, the
-  // file's size, the window's release) once every write-back of the window
+  // submitted, not waited for, and the host finishes the close (the file's
+  // size, the window's release) once every write-back of the window
   // submitted so far has landed. Returns 0 or -errno once the host has
   // taken the close (a round trip, no I/O). The host and other programs see
   // the writes after file_system::sync() (which waits for such closes and

@@ -52,6 +52,10 @@ struct grep_dict_ref {
 constexpr uint32_t grep_chunk = 4096;        // bytes of a file scanned per step
 constexpr uint32_t grep_table = 8192;        // a warp's (word, count) entries; flushed past half
 constexpr uint32_t grep_text = 64 * 1024;    // a warp's output buffer
+// A warp writes its buffer out after a file once it holds this much: the
+// output's pages then go to the host during the search (write-behind of
+// a write-once file's whole pages) instead of all at the end.
+constexpr uint32_t grep_write_after = 16 * 1024;
 constexpr uint32_t grep_path_stride = 512;   // bytes per path in the job's list (NUL included)
 
 // Per warp scratch, in client memory.
@@ -276,6 +280,7 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
       if (used > grep_table / 2) detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
     }
     detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
+    if (s.text_used >= grep_write_after) detail::grep_write_text(w, mask, j, s);
     const int c = j.in.gclose(w, f);
     if (c) detail::grep_fail(w, mask, j, -c, grep_call::close);
     if (leader) {

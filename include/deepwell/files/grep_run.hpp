@@ -62,7 +62,7 @@ struct grep_report {
   grep_counters counters{};
   double seconds = 0;        // all of it: the output's open, the search, the output's close
   double search_seconds = 0; // the search kernel (or threads): every file opened, read and closed
-  double close_seconds = 0;  // the output's gclose: its pages written back and made durable
+  double close_seconds = 0;  // the output's gclose: the rest of its pages written back, its size set
   uint64_t files = 0;        // listed
   uint64_t output_bytes = 0;
 };

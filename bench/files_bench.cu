@@ -520,6 +520,14 @@ int main(int argc, char** argv) try {
                              double(after.lock_wait_ns - before.lock_wait_ns) / double(after.service_ns - before.service_ns)},
                         {"service_busy", double(after.service_ns - before.service_ns) / 1e9 / s /
                                              fo.service_threads}};
+    if (after.service_ns > before.service_ns) {
+      const double busy = double(after.service_ns - before.service_ns);
+      j["file_system"]["open_calls_share"] = double(after.open_calls_ns - before.open_calls_ns) / busy;
+      j["file_system"]["locked_share"] = double(after.locked_ns - before.locked_ns) / busy;
+      j["file_system"]["after_lock_share"] = double(after.after_lock_ns - before.after_lock_ns) / busy;
+      j["file_system"]["service_us_per_request"] =
+          busy / 1e3 / double(std::max<uint64_t>(1, after.requests - before.requests));
+    }
     failures = got[0] || got[1];
     j["ratios"]["gopen_gclose_per_s"] = files / s;
     cudaFree(const_cast<char*>(oj.names));

@@ -19,6 +19,7 @@ void add_grep_command(CLI::App& app, grep_command& g) {
   g.app->add_option("--out", g.out_name, "output file name: lines of count<TAB>word<TAB>path");
   g.app->add_flag("--cpu", g.cpu, "CPU threads as the file API's clients (no GPU needed)");
   g.app->add_option("--workers", g.workers, "CPU threads with --cpu, warps on the GPU (0: the machine's)");
+  g.app->add_option("--service-threads", g.service_threads, "host threads answering the kernels' opens and closes (0: the default)");
   g.app->add_flag("--check", g.check, "compare every count with a plain scan of the files on the host");
   g.app->add_option("--json", g.json, "append a JSON line with the run's figures here");
 }
@@ -33,6 +34,7 @@ int grep_command::run() {
     o.out_dir = out_dir;
     o.out_name = out_name;
     o.workers = workers;
+    o.service_threads = service_threads;
     const grep_report r = cpu ? run_grep_cpu(o, d, files) : run_grep_gpu(o, d, files);
     std::printf("%s: %llu files, %llu bytes, %llu matches of %zu words (%llu dictionary lines dropped), %llu lines "
                 "in %s/%s, %.3f s (%.2f GB/s; search %.3f s, the output's close %.3f s)%s\n",
@@ -63,7 +65,12 @@ int grep_command::run() {
          << ",\"bytes\":" << r.counters.bytes << ",\"matches\":" << r.counters.matches << ",\"words\":" << d.words.size()
          << ",\"seconds\":" << r.seconds << ",\"search_seconds\":" << r.search_seconds
          << ",\"close_seconds\":" << r.close_seconds << ",\"output_bytes\":" << r.output_bytes
-         << ",\"failed\":" << r.counters.failed
+         << ",\"failed\":" << r.counters.failed << ",\"file_system\":{\"requests\":" << r.input.requests
+         << ",\"service_threads\":" << r.service_threads << ",\"service_s\":" << double(r.input.service_ns) / 1e9
+         << ",\"lock_wait_s\":" << double(r.input.lock_wait_ns) / 1e9
+         << ",\"open_calls_s\":" << double(r.input.open_calls_ns) / 1e9
+         << ",\"locked_s\":" << double(r.input.locked_ns) / 1e9
+         << ",\"after_lock_s\":" << double(r.input.after_lock_ns) / 1e9 << "}"
          << ",\"checked\":" << (check ? (same ? "\"equal\"" : "\"different\"") : "null") << "}\n";
     }
     return rc;

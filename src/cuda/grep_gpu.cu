@@ -65,6 +65,7 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   in_opts.root = o.root;
   in_opts.read_only = true;
   in_opts.slots = 256;
+  if (o.service_threads) in_opts.service_threads = o.service_threads;
   auto in = make_gpu_file_system(ctl, cache, in_opts);
   file_system_options out_opts;
   out_opts.root = o.out_dir;
@@ -122,6 +123,8 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   unsigned long long cur[2];
   check_cuda(cudaMemcpy(cur, cursors, sizeof cur, cudaMemcpyDeviceToHost), "cudaMemcpy");
   rep.output_bytes = cur[1];
+  rep.input = in->stats();
+  rep.service_threads = in_opts.service_threads;
   for (void* p : owned) cudaFree(p);
   if (!of.ok()) throw error("grep: cannot open " + o.out_dir + "/" + o.out_name + " for writing: " + std::strerror(of.err));
   if (closed) throw error("grep: closing the output failed: " + std::string(std::strerror(-closed)));

@@ -145,6 +145,7 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   file_system_options in_opts;
   in_opts.root = o.root;
   in_opts.read_only = true;
+  if (o.service_threads) in_opts.service_threads = o.service_threads;
   auto in = make_host_file_system(ctl, cache, in_opts);
   file_system_options out_opts;
   out_opts.root = o.out_dir;
@@ -169,6 +170,8 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   if (c) throw error("grep: closing the output failed: " + std::string(std::strerror(-c)));
   rep.counters = run.counters;
   rep.output_bytes = run.cursor;
+  rep.input = in->stats();
+  rep.service_threads = in_opts.service_threads;
   return rep;
 }
 

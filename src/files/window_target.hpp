@@ -37,7 +37,11 @@ struct window_file {
     std::mutex mutex;
     std::unordered_set<uint64_t> written;  // offsets of writes merged so far
   };
-  std::unique_ptr<merge_stripe[]> merges{new merge_stripe[merge_stripes]};
+  std::unique_ptr<merge_stripe[]> merges;  // write-once files only (make_write_once)
+  void make_write_once() {
+    write_once = true;
+    merges.reset(new merge_stripe[merge_stripes]);
+  }
   std::atomic<bool> written{false};  // writes since the last flush
   std::atomic<int> write_error{0};   // the first failed write's errno (a background close reports it)
   ~window_file();

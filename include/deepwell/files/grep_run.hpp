@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "deepwell/files/file_system.hpp"
 #include "deepwell/files/grep.hpp"
 
 namespace deepwell {
@@ -56,6 +57,7 @@ struct grep_options {
   std::string out_name = "grep.out";
   unsigned workers = 0;      // CPU threads (0: hardware threads); GPU: warps per SM x SMs
   uint64_t cache_bytes = 0;  // 0: the default
+  uint32_t service_threads = 0;  // the searched tree's file system (0: its default)
 };
 
 struct grep_report {
@@ -65,6 +67,8 @@ struct grep_report {
   double close_seconds = 0;  // the output's gclose: the rest of its pages written back, its size set
   uint64_t files = 0;        // listed
   uint64_t output_bytes = 0;
+  file_system_stats input;    // the searched tree's file system, after the run
+  unsigned service_threads = 0;
 };
 
 grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files);

@@ -71,6 +71,10 @@ int grep_command::run() {
          << ",\"open_calls_s\":" << double(r.input.open_calls_ns) / 1e9
          << ",\"locked_s\":" << double(r.input.locked_ns) / 1e9
          << ",\"after_lock_s\":" << double(r.input.after_lock_ns) / 1e9 << "}"
+         << ",\"worker_seconds\":{\"open\":" << double(r.counters.open_ns) / 1e9
+         << ",\"read\":" << double(r.counters.read_ns) / 1e9 << ",\"scan\":" << double(r.counters.scan_ns) / 1e9
+         << ",\"close\":" << double(r.counters.close_ns) / 1e9 << ",\"write\":" << double(r.counters.write_ns) / 1e9
+         << "}"
          << ",\"checked\":" << (check ? (same ? "\"equal\"" : "\"different\"") : "null") << "}\n";
     }
     return rc;

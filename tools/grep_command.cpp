@@ -20,6 +20,7 @@ void add_grep_command(CLI::App& app, grep_command& g) {
   g.app->add_flag("--cpu", g.cpu, "CPU threads as the file API's clients (no GPU needed)");
   g.app->add_option("--workers", g.workers, "CPU threads with --cpu, warps on the GPU (0: the machine's)");
   g.app->add_option("--service-threads", g.service_threads, "host threads answering the kernels' opens and closes (0: the default)");
+  g.app->add_option("--blocks-per-sm", g.blocks_per_sm, "GPU: 128-thread blocks of workers an SM, 4 or 8 (0: 4)");
   g.app->add_flag("--check", g.check, "compare every count with a plain scan of the files on the host");
   g.app->add_option("--json", g.json, "append a JSON line with the run's figures here");
 }
@@ -35,6 +36,7 @@ int grep_command::run() {
     o.out_name = out_name;
     o.workers = workers;
     o.service_threads = service_threads;
+    o.blocks_per_sm = blocks_per_sm;
     const grep_report r = cpu ? run_grep_cpu(o, d, files) : run_grep_gpu(o, d, files);
     std::printf("%s: %llu files, %llu bytes, %llu matches of %zu words (%llu dictionary lines dropped), %llu lines "
                 "in %s/%s, %.3f s (%.2f GB/s; search %.3f s, the output's close %.3f s)%s\n",
@@ -71,6 +73,7 @@ int grep_command::run() {
          << ",\"open_calls_s\":" << double(r.input.open_calls_ns) / 1e9
          << ",\"locked_s\":" << double(r.input.locked_ns) / 1e9
          << ",\"after_lock_s\":" << double(r.input.after_lock_ns) / 1e9 << "}"
+         << ",\"workers\":" << r.workers << ",\"resident_workers\":" << r.resident_workers
          << ",\"worker_seconds\":{\"open\":" << double(r.counters.open_ns) / 1e9
          << ",\"read\":" << double(r.counters.read_ns) / 1e9 << ",\"scan\":" << double(r.counters.scan_ns) / 1e9
          << ",\"close\":" << double(r.counters.close_ns) / 1e9 << ",\"write\":" << double(r.counters.write_ns) / 1e9

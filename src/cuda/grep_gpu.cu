@@ -28,7 +28,12 @@ __global__ void close_output(grep_job* j, int* result) {
   if (threadIdx.x == 0) *result = r;
 }
 
-__global__ void grep_kernel(const grep_job* j) {
+// The file API's code is large: left alone the compiler gives the kernel
+// 255 registers a thread, so only two 128-thread blocks fit an SM and a
+// launch of four blocks an SM ran in two waves (found 2026-11-27). The
+// launch bounds keep `MinBlocks` blocks of 128 threads resident.
+template <int MinBlocks>
+__global__ void __launch_bounds__(128, MinBlocks) grep_kernel(const grep_job* j) {
   const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   grep_worker(gpu_full_warp{}, *j, warp);
 }
@@ -52,13 +57,18 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
   constexpr int threads = 128;
-  const uint32_t blocks = o.workers ? (o.workers + 3) / 4 : uint32_t(sms) * 4;
+  const uint32_t per_sm = o.blocks_per_sm ? o.blocks_per_sm : 4;
+  if (per_sm != 4 && per_sm != 8) throw error("grep: blocks per SM must be 4 or 8, not " + std::to_string(per_sm));
+  auto* kernel = per_sm == 8 ? grep_kernel<8> : grep_kernel<4>;
+  const uint32_t blocks = o.workers ? (o.workers + 3) / 4 : uint32_t(sms) * per_sm;
   const uint64_t warps = uint64_t(blocks) * (threads / 32);
 
   controller ctl;
   cache_config cc;
+  rep.workers = warps;
+  rep.resident_workers = resident_warps(kernel, blocks, threads);
   // Every resident warp may pin a page per lane (page_cache::check_capacity).
-  const uint64_t need = resident_warps(grep_kernel, blocks, threads) * pages_per_warp * cc.page_size * 5 / 4;
+  const uint64_t need = rep.resident_workers * pages_per_warp * cc.page_size * 5 / 4;
   cc.capacity_bytes = std::max<uint64_t>(o.cache_bytes ? o.cache_bytes : cc.capacity_bytes, need);
   auto cache = make_gpu_page_cache(ctl, cc);
   file_system_options in_opts;
@@ -70,7 +80,7 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   file_system_options out_opts;
   out_opts.root = o.out_dir;
   auto out = make_gpu_file_system(ctl, cache, out_opts);
-  check_launch(*cache, grep_kernel, blocks, threads);
+  check_launch(*cache, kernel, blocks, threads);
 
   std::vector<void*> owned;
   const std::vector<char> paths = grep_path_table(files);
@@ -106,7 +116,7 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   open_output<<<1, 32>>>(dj, name);
   check_cuda(cudaDeviceSynchronize(), "opening the grep output");
   const auto t1 = std::chrono::steady_clock::now();
-  grep_kernel<<<blocks, threads>>>(dj);
+  kernel<<<blocks, threads>>>(dj);
   check_cuda(cudaDeviceSynchronize(), "the grep kernel");
   const auto t2 = std::chrono::steady_clock::now();
   close_output<<<1, 32>>>(dj, result);

@@ -58,6 +58,7 @@ struct grep_options {
   unsigned workers = 0;      // CPU threads (0: hardware threads); GPU: warps per SM x SMs
   uint64_t cache_bytes = 0;  // 0: the default
   uint32_t service_threads = 0;  // the searched tree's file system (0: its default)
+  uint32_t blocks_per_sm = 0;    // GPU: 128-thread blocks an SM, 4 or 8 (0: 4)
 };
 
 struct grep_report {
@@ -69,6 +70,7 @@ struct grep_report {
   uint64_t output_bytes = 0;
   file_system_stats input;    // the searched tree's file system, after the run
   unsigned service_threads = 0;
+  uint64_t workers = 0, resident_workers = 0;  // GPU: warps launched, and resident at once
 };
 
 grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files);

@@ -215,13 +215,12 @@ class gfs_ref {
       // Write-behind: a write-once page this call covered whole is final
       // (each byte is written once), so its write-back starts now instead
       // of at the close, overlapping the program's work. Pages it covered
-      // in part wait for their other writers.
+      // in part wait for their other writers. The write itself is done:
+      // a write-back that could not start leaves its page dirty, and the
+      // close writes it (and reports what fails then).
       const uint64_t page = bytes.cache.page_size(), from = base(f.window) + offset;
       const uint64_t first = (from + page - 1) / page, end = (from + n) / page;  // [first, end) whole
-      if (first < end) {
-        const request_status b = bytes.cache.start_write_back(w, bytes.dataset, first, end - 1);
-        if (!b.ok()) return -errno_of(b);
-      }
+      if (first < end) (void)bytes.cache.start_write_back(w, bytes.dataset, first, end - 1);
     }
     if (w.lane() == lowest_lane(mask)) {
       gfs_open_entry& e = files[f.fd];

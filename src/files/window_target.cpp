@@ -100,14 +100,7 @@ void on_fsync(void* ctx, int64_t result) {
   d(v);
 }
 
-// A write-once file's page comes from a cache that never read it: zeros
-// wherever this writer did not write. Bytes already in the file (written
-// back before the page was evicted and written again) are kept by OR-ing
-// them in: writers write each byte once, so the bytes never overlap. The
-// file was created or emptied at open and nobody else writes it, so a page
-// never written back before has nothing to keep: it is written as it is.
-// On the poller's thread, under the page's stripe lock: a merge's read and
-// write must not interleave with another merge of the same page.
+// All of p written at offset; len or -errno.
 int64_t put_all(int fd, const uint8_t* p, uint32_t len, uint64_t offset) {
   for (uint32_t put = 0; put < len;) {
     const ssize_t n = ::pwrite(fd, p + put, len - put, off_t(offset + put));
@@ -118,6 +111,14 @@ int64_t put_all(int fd, const uint8_t* p, uint32_t len, uint64_t offset) {
   return len;
 }
 
+// A write-once file's page comes from a cache that never read it: zeros
+// wherever this writer did not write. Bytes already in the file (written
+// back before the page was evicted and written again) are kept by OR-ing
+// them in: writers write each byte once, so the bytes never overlap. The
+// file was created or emptied at open and nobody else writes it, so a page
+// never written back before has nothing to keep: it is written as it is.
+// On the poller's thread, under the page's stripe lock: a merge's read and
+// write must not interleave with another merge of the same page.
 int64_t merge_write_once(window_file& f, const uint8_t* buf, uint32_t len, uint64_t offset, bool fua) {
   // Offsets are page-aligned: mixed, so that every stripe gets pages.
   window_file::merge_stripe& stripe = f.merges[((offset >> 9) * 0x9E3779B97F4A7C15ull) >> 58];

@@ -1,0 +1,71 @@
+// How the file service's system calls scale with threads on this machine,
+// without a GPU: N threads open (openat2 with RESOLVE_BENEATH, as the
+// service does, or a plain openat), fstat and close every file of a tree,
+// each thread with its own root descriptor. Prints one JSON line a run.
+//   open_scaling_probe TREE [THREADS...]   (default 1 2 4 8)
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int open_beneath(int root, const char* path) {
+  open_how how{};
+  how.flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  return int(::syscall(SYS_openat2, root, path, &how, sizeof how));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: open_scaling_probe TREE [THREADS...]\n");
+    return 2;
+  }
+  const std::string tree = argv[1];
+  std::vector<unsigned> counts;
+  for (int i = 2; i < argc; ++i) counts.push_back(unsigned(std::atoi(argv[i])));
+  if (counts.empty()) counts = {1, 2, 4, 8};
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(tree))
+    if (e.is_regular_file() && !e.is_symlink()) files.push_back(std::filesystem::relative(e.path(), tree).string());
+  for (int round = 0; round < 2; ++round)
+    for (const bool beneath : {true, false})
+      for (const unsigned n : counts) {
+        std::atomic<size_t> next{0};
+        std::atomic<uint64_t> failed{0};
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::thread> ts;
+        for (unsigned k = 0; k < n; ++k)
+          ts.emplace_back([&] {
+            const int root = ::open(tree.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+            for (size_t i; (i = next.fetch_add(1)) < files.size();) {
+              const int fd = beneath ? open_beneath(root, files[i].c_str())
+                                     : ::openat(root, files[i].c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+              struct stat sb {};
+              if (fd < 0 || ::fstat(fd, &sb) != 0) failed.fetch_add(1);
+              if (fd >= 0) ::close(fd);
+            }
+            ::close(root);
+          });
+        for (auto& t : ts) t.join();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("{\"round\":%d,\"open\":\"%s\",\"threads\":%u,\"files\":%zu,\"seconds\":%.6f,\"files_per_s\":%.0f,"
+                    "\"us_per_file_per_thread\":%.2f,\"failed\":%llu}\n",
+                    round, beneath ? "openat2_beneath" : "openat", n, files.size(), s, double(files.size()) / s,
+                    s * 1e6 * n / double(files.size()), (unsigned long long)failed.load());
+      }
+  return 0;
+}

@@ -3,6 +3,8 @@
 // service does, or a plain openat), fstat and close every file of a tree,
 // each thread with its own root descriptor. Prints one JSON line a run.
 //   open_scaling_probe TREE [THREADS...]   (default 1 2 4 8)
+// SPIN=N in the environment keeps N more threads spinning meanwhile (as
+// the controller's pollers do), to see what they take from the opens.
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -38,6 +40,12 @@ int main(int argc, char** argv) {
   std::vector<unsigned> counts;
   for (int i = 2; i < argc; ++i) counts.push_back(unsigned(std::atoi(argv[i])));
   if (counts.empty()) counts = {1, 2, 4, 8};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> spinners;
+  for (int k = 0, n = std::getenv("SPIN") ? std::atoi(std::getenv("SPIN")) : 0; k < n; ++k)
+    spinners.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+    });
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::recursive_directory_iterator(tree))
     if (e.is_regular_file() && !e.is_symlink()) files.push_back(std::filesystem::relative(e.path(), tree).string());
@@ -62,10 +70,12 @@ int main(int argc, char** argv) {
           });
         for (auto& t : ts) t.join();
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::printf("{\"round\":%d,\"open\":\"%s\",\"threads\":%u,\"files\":%zu,\"seconds\":%.6f,\"files_per_s\":%.0f,"
+        std::printf("{\"spinning\":%zu,\"round\":%d,\"open\":\"%s\",\"threads\":%u,\"files\":%zu,\"seconds\":%.6f,\"files_per_s\":%.0f,"
                     "\"us_per_file_per_thread\":%.2f,\"failed\":%llu}\n",
-                    round, beneath ? "openat2_beneath" : "openat", n, files.size(), s, double(files.size()) / s,
+                    spinners.size(), round, beneath ? "openat2_beneath" : "openat", n, files.size(), s, double(files.size()) / s,
                     s * 1e6 * n / double(files.size()), (unsigned long long)failed.load());
       }
+  stop.store(true);
+  for (auto& t : spinners) t.join();
   return 0;
 }

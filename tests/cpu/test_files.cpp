@@ -611,9 +611,19 @@ TEST(Files, FsyncMakesTheWritesTheFilesWithoutAClose) {
   ASSERT_TRUE(f.ok());
   const auto data = pattern(7777, 9);
   ASSERT_EQ(g.gwrite(f, 0, data.data(), data.size()), 7777);
+  const uint64_t flushes = r.cache->stats().flushes;
   ASSERT_EQ(g.gfsync(one_lane{}, f), 0);
+  EXPECT_EQ(r.cache->stats().flushes, flushes + 1) << "gfsync flushes the namespace (an fsync)";
   EXPECT_EQ(t.get("s"), data);  // on disk, with its exact size, while still open
+  // gclose writes back and sets the size, but is not durable (POSIX's close
+  // is not): no flush. The host sees the writes all the same.
+  const auto more = pattern(9000, 10);
+  ASSERT_EQ(g.gwrite(f, 7777, more.data(), more.size()), 9000);
   ASSERT_EQ(g.gclose(f), 0);
+  EXPECT_EQ(r.cache->stats().flushes, flushes + 1) << "gclose makes no flush";
+  std::vector<uint8_t> both = data;
+  both.insert(both.end(), more.begin(), more.end());
+  EXPECT_EQ(t.get("s"), both);
 }
 
 TEST(Files, MappedPagesReadAndWriteTheFile) {

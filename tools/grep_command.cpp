@@ -71,6 +71,7 @@ int grep_command::run() {
          << ",\"service_threads\":" << r.service_threads << ",\"service_s\":" << double(r.input.service_ns) / 1e9
          << ",\"lock_wait_s\":" << double(r.input.lock_wait_ns) / 1e9
          << ",\"open_calls_s\":" << double(r.input.open_calls_ns) / 1e9
+         << ",\"syscalls_s\":" << double(r.input.syscalls_ns) / 1e9
          << ",\"locked_s\":" << double(r.input.locked_ns) / 1e9
          << ",\"after_lock_s\":" << double(r.input.after_lock_ns) / 1e9 << "}"
          << ",\"workers\":" << r.workers << ",\"resident_workers\":" << r.resident_workers

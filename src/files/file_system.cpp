@@ -200,6 +200,7 @@ struct file_system::impl {
     lock_wait_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   }
   std::atomic<uint64_t> lock_wait_ns{0};
+  std::atomic<uint64_t> syscalls_ns{0};  // openat2 and fstat in prepare_open
 
   // Statistics a request changes, added to `st` once, after the tables'
   // lock (stats_mutex is never taken under it).
@@ -390,6 +391,7 @@ struct file_system::impl {
     const int oflags =
         (want_write ? O_RDWR : O_RDONLY) | ((flags & g_creat) || write_once ? O_CREAT : 0) | O_NONBLOCK | O_NOCTTY;
     bool direct = !want_write && opts.direct_io;
+    const uint64_t c0 = now_ns();
     int fd = open_beneath(root, path, oflags | (direct ? O_DIRECT : 0), 0644);
     if (fd == -EINVAL && direct) {  // a file system without O_DIRECT (tmpfs, some overlays): buffered
       direct = false;
@@ -397,7 +399,9 @@ struct file_system::impl {
     }
     if (fd < 0) return -fd;
     struct stat sb {};
-    if (::fstat(fd, &sb) != 0) {
+    const int st_rc = ::fstat(fd, &sb);
+    syscalls_ns.fetch_add(now_ns() - c0, std::memory_order_relaxed);
+    if (st_rc != 0) {
       const int e = errno;
       ::close(fd);
       return e;
@@ -948,6 +952,7 @@ file_system_stats file_system::stats() const {
   std::lock_guard<std::mutex> lock(p_->stats_mutex);
   file_system_stats s = p_->st;
   s.lock_wait_ns = p_->lock_wait_ns.load(std::memory_order_relaxed);
+  s.syscalls_ns = p_->syscalls_ns.load(std::memory_order_relaxed);
   s.direct_tier_bytes = p_->direct_pinned.load(std::memory_order_relaxed);
   return s;
 }

@@ -85,6 +85,7 @@ struct file_system_stats {
   // calls before the lock (openat2, fstat), the lock held (waits excluded),
   // and after it (descriptors closed, tags cleared, the replies).
   uint64_t open_calls_ns = 0, locked_ns = 0, after_lock_ns = 0;
+  uint64_t syscalls_ns = 0;  // of open_calls_ns: inside openat2 and fstat themselves
   uint32_t open_files = 0;
   uint32_t open_dirs = 0;
 };

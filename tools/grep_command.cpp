@@ -5,6 +5,8 @@
 #include <cstring>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "deepwell/error.hpp"
 #include "deepwell/files/grep_run.hpp"
 
@@ -62,24 +64,21 @@ int grep_command::run() {
       if (!same) rc = 1;
     }
     if (!json.empty()) {
-      std::ofstream js(json, std::ios::app);
-      js << "{\"tool\":\"deepwell grep\",\"clients\":\"" << (cpu ? "cpu" : "gpu") << "\",\"files\":" << r.counters.files
-         << ",\"bytes\":" << r.counters.bytes << ",\"matches\":" << r.counters.matches << ",\"words\":" << d.words.size()
-         << ",\"seconds\":" << r.seconds << ",\"search_seconds\":" << r.search_seconds
-         << ",\"close_seconds\":" << r.close_seconds << ",\"output_bytes\":" << r.output_bytes
-         << ",\"failed\":" << r.counters.failed << ",\"file_system\":{\"requests\":" << r.input.requests
-         << ",\"service_threads\":" << r.service_threads << ",\"service_s\":" << double(r.input.service_ns) / 1e9
-         << ",\"lock_wait_s\":" << double(r.input.lock_wait_ns) / 1e9
-         << ",\"open_calls_s\":" << double(r.input.open_calls_ns) / 1e9
-         << ",\"syscalls_s\":" << double(r.input.syscalls_ns) / 1e9
-         << ",\"locked_s\":" << double(r.input.locked_ns) / 1e9
-         << ",\"after_lock_s\":" << double(r.input.after_lock_ns) / 1e9 << "}"
-         << ",\"workers\":" << r.workers << ",\"resident_workers\":" << r.resident_workers
-         << ",\"worker_seconds\":{\"open\":" << double(r.counters.open_ns) / 1e9
-         << ",\"read\":" << double(r.counters.read_ns) / 1e9 << ",\"scan\":" << double(r.counters.scan_ns) / 1e9
-         << ",\"close\":" << double(r.counters.close_ns) / 1e9 << ",\"write\":" << double(r.counters.write_ns) / 1e9
-         << "}"
-         << ",\"checked\":" << (check ? (same ? "\"equal\"" : "\"different\"") : "null") << "}\n";
+      const file_system_stats& fs = r.input;
+      nlohmann::ordered_json js = {
+          {"tool", "deepwell grep"}, {"clients", cpu ? "cpu" : "gpu"}, {"files", r.counters.files},
+          {"bytes", r.counters.bytes}, {"matches", r.counters.matches}, {"words", d.words.size()},
+          {"seconds", r.seconds}, {"search_seconds", r.search_seconds}, {"close_seconds", r.close_seconds},
+          {"output_bytes", r.output_bytes}, {"failed", r.counters.failed},
+          {"file_system",
+           {{"requests", fs.requests}, {"service_threads", r.service_threads}, {"service_s", fs.service_ns / 1e9},
+            {"lock_wait_s", fs.lock_wait_ns / 1e9}, {"open_calls_s", fs.open_calls_ns / 1e9},
+            {"syscalls_s", fs.syscalls_ns / 1e9}, {"locked_s", fs.locked_ns / 1e9},
+            {"after_lock_s", fs.after_lock_ns / 1e9}}},
+          {"workers", r.workers}, {"resident_workers", r.resident_workers}};
+      for (int k = 0; k < grep_phases; ++k) js["worker_seconds"][grep_phase_name(k)] = r.counters.phase_ns[k] / 1e9;
+      js["checked"] = check ? nlohmann::json(same ? "equal" : "different") : nlohmann::json(nullptr);
+      std::ofstream(json, std::ios::app) << js.dump() << "\n";
     }
     return rc;
   } catch (const std::exception& e) {

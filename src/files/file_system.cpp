@@ -200,7 +200,6 @@ struct file_system::impl {
     lock_wait_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
   }
   std::atomic<uint64_t> lock_wait_ns{0};
-  std::atomic<uint64_t> syscalls_ns{0};  // openat2 and fstat in prepare_open
 
   // Statistics a request changes, added to `st` once, after the tables'
   // lock (stats_mutex is never taken under it).
@@ -236,6 +235,7 @@ struct file_system::impl {
     struct stat sb {};
     std::optional<detail::direct_map> made;
     bool maker = false;  // this open is the one making the file's tier (in `making`)
+    uint64_t syscall_ns = 0;  // in openat2 and fstat (stats().syscalls_ns)
   };
 
   void finish(after_lock& later) {
@@ -364,6 +364,7 @@ struct file_system::impl {
     const uint64_t t4 = now_ns();
     st.service_ns += t4 - t0;
     st.open_calls_ns += t1 - t0;
+    for (uint32_t j = 0; j < b.n; ++j) st.syscalls_ns += b.prep[j].syscall_ns;
     st.locked_ns += t3 - t2;
     st.after_lock_ns += t4 - t3;
   }
@@ -400,7 +401,7 @@ struct file_system::impl {
     if (fd < 0) return -fd;
     struct stat sb {};
     const int st_rc = ::fstat(fd, &sb);
-    syscalls_ns.fetch_add(now_ns() - c0, std::memory_order_relaxed);
+    p.syscall_ns = now_ns() - c0;
     if (st_rc != 0) {
       const int e = errno;
       ::close(fd);
@@ -952,7 +953,6 @@ file_system_stats file_system::stats() const {
   std::lock_guard<std::mutex> lock(p_->stats_mutex);
   file_system_stats s = p_->st;
   s.lock_wait_ns = p_->lock_wait_ns.load(std::memory_order_relaxed);
-  s.syscalls_ns = p_->syscalls_ns.load(std::memory_order_relaxed);
   s.direct_tier_bytes = p_->direct_pinned.load(std::memory_order_relaxed);
   return s;
 }

@@ -170,6 +170,27 @@ TEST(Files, WritesReachTheFileWithItsExactSizeOnClose) {
   EXPECT_EQ(t.get("out/new.bin"), want);  // size exact, not rounded to a page
 }
 
+namespace {
+
+// `threads` threads write `want` to f in pieces, thread k taking pieces k,
+// k + threads, ...; returns the writes that failed.
+int write_interleaved(const gfs_ref& g, const gfile& f, const std::vector<uint8_t>& want, uint64_t piece,
+                      unsigned threads) {
+  std::atomic<int> failed{0};
+  std::vector<std::thread> ts;
+  for (uint64_t k = 0; k < threads; ++k)
+    ts.emplace_back([&, k] {
+      for (uint64_t off = k * piece; off < want.size(); off += threads * piece) {
+        const uint64_t n = std::min<uint64_t>(piece, want.size() - off);
+        if (g.gwrite(f, off, want.data() + off, n) != int64_t(n)) ++failed;
+      }
+    });
+  for (auto& t : ts) t.join();
+  return failed.load();
+}
+
+}  // namespace
+
 // Write-behind: a gwrite to a write-once file starts the write-back of
 // every page it covers whole (those pages are final), so they reach the
 // host while the program goes on, with no eviction (a cache far larger
@@ -189,17 +210,7 @@ TEST(Files, WriteOnceWholePagesReachTheHostBeforeTheClose) {
   const std::vector<uint8_t> want = pattern(size, 41);
   const gfile f = g.gopen("out.bin", g_wronly | g_gwronce);
   ASSERT_TRUE(f.ok()) << f.err;
-  std::atomic<int> failed{0};
-  std::vector<std::thread> threads;
-  for (uint64_t k = 0; k < 3; ++k)
-    threads.emplace_back([&, k] {
-      for (uint64_t off = k * piece; off < size; off += 3 * piece) {
-        const uint64_t n = std::min(piece, size - off);
-        if (g.gwrite(f, off, want.data() + off, n) != int64_t(n)) ++failed;
-      }
-    });
-  for (auto& th : threads) th.join();
-  ASSERT_EQ(failed.load(), 0);
+  ASSERT_EQ(write_interleaved(g, f, want, piece, 3), 0);
   EXPECT_EQ(cache->stats().evictions, 0u);
   // The pages some piece covered whole, as the host must come to hold them.
   std::vector<uint64_t> whole;
@@ -241,17 +252,7 @@ TEST(Files, WriteOnceFilesAreNeverReadAndKeepEveryPiece) {
   const gfile f = g.gopen("out.bin", g_wronly | g_gwronce);
   ASSERT_TRUE(f.ok()) << f.err;
   EXPECT_EQ(g.gopen("out.bin", g_rdonly).err, EBUSY) << "a write-once file is its writer's alone";
-  std::atomic<int> failed{0};
-  std::vector<std::thread> threads;
-  for (uint64_t k = 0; k < 4; ++k)
-    threads.emplace_back([&, k] {
-      for (uint64_t off = k * piece; off < size; off += 4 * piece) {
-        const uint64_t n = std::min(piece, size - off);
-        if (g.gwrite(f, off, want.data() + off, n) != int64_t(n)) ++failed;
-      }
-    });
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(write_interleaved(g, f, want, piece, 4), 0);
   EXPECT_EQ(r.cache->stats().bytes_read, read_before) << "no page of a write-once file is read";
   EXPECT_GT(r.cache->stats().writebacks, 8u) << "pages were written back before the close (evictions)";
   std::vector<uint8_t> buf(10);

@@ -130,11 +130,7 @@ class gfs_ref {
       // Closed even if a write-back could not be submitted (the entry is
       // released either way); that error is the result.
       const int err = start_write_back_range(w, f, size);
-      w.sync(mask);  // as in gclose_async: every lane's submissions before the count
-      uint32_t started = 0;
-      if (leader) started = client_atomic<uint32_t>(write_counts[f.window]).fetch_add(0, memory_order_acq_rel);
-      const reply r = call(w, mask, leader, gfs_op::close, 1u | 2u | 4u, uint64_t(f.tag) << 32 | uint32_t(f.fd),
-                           size, nullptr, 0, nullptr, 0, started);
+      const reply r = close_after_write_backs(w, mask, leader, f, size, true);
       return err ? err : -r.err;
     }
     int err = 0;
@@ -164,14 +160,7 @@ class gfs_ref {
     const bool written = f.writable() && load_written(w, mask, f) && write_counts;
     if (!written) return gclose(w, f);
     if (const int err = start_write_back_range(w, f, size)) return err;
-    // Every write-back this warp submitted or saw in flight is counted;
-    // the sync orders the lanes' observations before the leader's read.
-    w.sync(mask);
-    uint32_t started = 0;
-    if (leader) started = client_atomic<uint32_t>(write_counts[f.window]).fetch_add(0, memory_order_acq_rel);
-    const reply r = call(w, mask, leader, gfs_op::close, 1u | 2u, uint64_t(f.tag) << 32 | uint32_t(f.fd), size,
-                         nullptr, 0, nullptr, 0, started);
-    return -r.err;
+    return -close_after_write_backs(w, mask, leader, f, size, false).err;
   }
 
   // ---- bytes ----
@@ -473,6 +462,22 @@ class gfs_ref {
     const request_status s =
         bytes.cache.start_write_back(w, bytes.dataset, first, first + ((size - 1) >> bytes.cache.page_shift()));
     return s.ok() ? 0 : -errno_of(s);
+  }
+
+  // The close of a written file whose write-backs this warp has submitted:
+  // the host finishes it once the window's target has completed as many
+  // writes as the window's count says were submitted now. wait: the reply
+  // comes then (gclose); else at once (gclose_async).
+  template <class Warp>
+  DW_HD reply close_after_write_backs(const Warp& w, unsigned mask, bool leader, const gfile& f, uint64_t size,
+                                      bool wait) const {
+    // Every write-back this warp submitted or saw in flight is counted;
+    // the sync orders the lanes' observations before the leader's read.
+    w.sync(mask);
+    uint32_t started = 0;
+    if (leader) started = client_atomic<uint32_t>(write_counts[f.window]).fetch_add(0, memory_order_acq_rel);
+    return call(w, mask, leader, gfs_op::close, 1u | 2u | (wait ? 4u : 0u), uint64_t(f.tag) << 32 | uint32_t(f.fd),
+                size, nullptr, 0, nullptr, 0, started);
   }
 
   template <class Warp>

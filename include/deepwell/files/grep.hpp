@@ -75,14 +75,21 @@ inline const char* grep_call_name(int c) {
   return c >= 0 && c <= 4 ? names[c] : "?";
 }
 
+// Where a worker's time goes (grep_counters::phase_ns).
+enum grep_phase : int { grep_in_open = 0, grep_in_read, grep_in_scan, grep_in_close, grep_in_write, grep_phases };
+inline const char* grep_phase_name(int p) {
+  constexpr const char* names[] = {"open", "read", "scan", "close", "write"};
+  return p >= 0 && p < grep_phases ? names[p] : "?";
+}
+
 struct grep_counters {
   unsigned long long files, bytes, matches, lines, failed;
   int last_err;   // the errno of the last failure
   int last_call;  // and its call (grep_call)
-  // Where the workers' time went, summed over workers (nanoseconds): in
-  // gopen, gread, counting words and emitting lines, gclose, and writing
-  // lines out.
-  unsigned long long open_ns, read_ns, scan_ns, close_ns, write_ns;
+  // Where the workers' time went, summed over workers (nanoseconds), by
+  // grep_phase: gopen, gread, counting words and emitting lines, gclose,
+  // and writing lines out.
+  unsigned long long phase_ns[grep_phases];
 };
 
 struct grep_job {
@@ -244,10 +251,10 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
   grep_scratch& s = j.scratch[worker];
   const detail::grep_file_sink sink{j};
   const uint32_t tail = j.dict.max_len < 255 ? j.dict.max_len + 1 : 256;
-  // The leader's clock: spent[] is open, read, scan, close, write.
-  unsigned long long spent[5] = {0, 0, 0, 0, 0};
+  // The leader's clock: the time since the last lap goes to phase k.
+  unsigned long long spent[grep_phases] = {};
   uint64_t mark = leader ? now_ns() : 0;
-  auto lap = [&](int k) {
+  auto lap = [&](grep_phase k) {
     if (!leader) return;
     const uint64_t t = now_ns();
     spent[k] += t - mark;
@@ -261,9 +268,9 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
     const char* path = j.paths + p * grep_path_stride;
     uint32_t path_len = 0;
     while (path_len < grep_path_stride && path[path_len]) ++path_len;
-    lap(2);
+    lap(grep_in_scan);
     const gfile f = j.in.gopen(w, path, g_rdonly);
-    lap(0);
+    lap(grep_in_open);
     if (!f.ok()) {
       detail::grep_fail(w, mask, j, f.err, grep_call::open);
       continue;
@@ -278,9 +285,9 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
       // The byte before the chunk (is the first byte a word's start?), the
       // chunk, and enough after it to finish a word that starts inside.
       const uint64_t from = off ? off - 1 : 0;
-      lap(2);
+      lap(grep_in_scan);
       const int64_t n = j.in.gread(w, f, from, s.chunk, (off - from) + grep_chunk + tail);
-      lap(1);
+      lap(grep_in_read);
       if (n < 0) {
         detail::grep_fail(w, mask, j, int(-n), grep_call::read);
         break;
@@ -297,27 +304,23 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
       if (used > grep_table / 2) detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
     }
     detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
-    lap(2);
+    lap(grep_in_scan);
     if (s.text_used >= grep_write_after) detail::grep_write_text(w, mask, j, s);
-    lap(4);
+    lap(grep_in_write);
     const int c = j.in.gclose(w, f);
-    lap(3);
+    lap(grep_in_close);
     if (c) detail::grep_fail(w, mask, j, -c, grep_call::close);
     if (leader) {
       client_atomic<unsigned long long>(j.counters->files).fetch_add(1, memory_order_relaxed);
       client_atomic<unsigned long long>(j.counters->bytes).fetch_add(size, memory_order_relaxed);
     }
   }
-  lap(2);
+  lap(grep_in_scan);
   detail::grep_write_text(w, mask, j, s);
-  lap(4);
-  if (leader) {
-    client_atomic<unsigned long long>(j.counters->open_ns).fetch_add(spent[0], memory_order_relaxed);
-    client_atomic<unsigned long long>(j.counters->read_ns).fetch_add(spent[1], memory_order_relaxed);
-    client_atomic<unsigned long long>(j.counters->scan_ns).fetch_add(spent[2], memory_order_relaxed);
-    client_atomic<unsigned long long>(j.counters->close_ns).fetch_add(spent[3], memory_order_relaxed);
-    client_atomic<unsigned long long>(j.counters->write_ns).fetch_add(spent[4], memory_order_relaxed);
-  }
+  lap(grep_in_write);
+  if (leader)
+    for (int k = 0; k < grep_phases; ++k)
+      client_atomic<unsigned long long>(j.counters->phase_ns[k]).fetch_add(spent[k], memory_order_relaxed);
 }
 
 }  // namespace deepwell

@@ -23,6 +23,7 @@ void add_grep_command(CLI::App& app, grep_command& g) {
   g.app->add_option("--workers", g.workers, "CPU threads with --cpu, warps on the GPU (0: the machine's)");
   g.app->add_option("--service-threads", g.service_threads, "host threads answering the kernels' opens and closes (0: the default)");
   g.app->add_option("--blocks-per-sm", g.blocks_per_sm, "GPU: 128-thread blocks of workers an SM, 4 or 8 (0: 4)");
+  g.app->add_flag("--spin-wait", g.spin_wait, "GPU: the host thread spins while the kernel runs (default: it sleeps)");
   g.app->add_flag("--check", g.check, "compare every count with a plain scan of the files on the host");
   g.app->add_option("--json", g.json, "append a JSON line with the run's figures here");
 }
@@ -39,6 +40,7 @@ int grep_command::run() {
     o.workers = workers;
     o.service_threads = service_threads;
     o.blocks_per_sm = blocks_per_sm;
+    o.spin_wait = spin_wait;
     const grep_report r = cpu ? run_grep_cpu(o, d, files) : run_grep_gpu(o, d, files);
     std::printf("%s: %llu files, %llu bytes, %llu matches of %zu words (%llu dictionary lines dropped), %llu lines "
                 "in %s/%s, %.3f s (%.2f GB/s; search %.3f s, the output's close %.3f s)%s\n",
@@ -76,6 +78,11 @@ int grep_command::run() {
             {"syscalls_s", fs.syscalls_ns / 1e9}, {"locked_s", fs.locked_ns / 1e9},
             {"after_lock_s", fs.after_lock_ns / 1e9}}},
           {"workers", r.workers}, {"resident_workers", r.resident_workers}};
+      // The host's threads during the search, by name: on a CPU, and
+      // runnable but waiting for one (a service short of cores).
+      for (const thread_time& t : r.threads)
+        js["host_threads"][t.name] = {{"threads", t.threads}, {"cpu_s", t.cpu_ns / 1e9},
+                                      {"runqueue_s", t.runqueue_ns / 1e9}, {"slices", t.slices}};
       for (int k = 0; k < grep_phases; ++k) js["worker_seconds"][grep_phase_name(k)] = r.counters.phase_ns[k] / 1e9;
       js["checked"] = check ? nlohmann::json(same ? "equal" : "different") : nlohmann::json(nullptr);
       std::ofstream(json, std::ios::app) << js.dump() << "\n";

@@ -12,6 +12,7 @@ struct grep_command {
   bool cpu = false, check = false;
   unsigned workers = 0;
   uint32_t service_threads = 0, blocks_per_sm = 0;
+  bool spin_wait = false;
   bool parsed() const { return app && app->parsed(); }
   int run();
 };

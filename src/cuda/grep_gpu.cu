@@ -53,6 +53,10 @@ T* to_device(const void* src, size_t bytes, std::vector<void*>& owned) {
 grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files) {
   grep_report rep;
   rep.files = files.size();
+  // Before the context exists (the controller makes it). Where it already
+  // does, CUDA keeps its flags: that is only slower, not wrong.
+  if (cudaSetDeviceFlags(o.spin_wait ? cudaDeviceScheduleSpin : cudaDeviceScheduleBlockingSync) != cudaSuccess)
+    (void)cudaGetLastError();
   int dev = 0, sms = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
@@ -116,9 +120,11 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   open_output<<<1, 32>>>(dj, name);
   check_cuda(cudaDeviceSynchronize(), "opening the grep output");
   const auto t1 = std::chrono::steady_clock::now();
+  const thread_clock host_threads;
   kernel<<<blocks, threads>>>(dj);
   check_cuda(cudaDeviceSynchronize(), "the grep kernel");
   const auto t2 = std::chrono::steady_clock::now();
+  rep.threads = host_threads.elapsed();
   close_output<<<1, 32>>>(dj, result);
   check_cuda(cudaDeviceSynchronize(), "closing the grep output");
   const auto t3 = std::chrono::steady_clock::now();

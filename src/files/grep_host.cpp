@@ -158,10 +158,12 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   j.out_file = j.out.gopen(o.out_name.c_str(), g_wronly | g_gwronce);  // lines at disjoint offsets, never read
   if (!j.out_file.ok())
     throw error("grep: cannot open " + o.out_dir + "/" + o.out_name + " for writing: " + std::strerror(j.out_file.err));
+  const thread_clock host_threads;
   std::vector<std::thread> threads;
   for (unsigned k = 0; k < workers; ++k) threads.emplace_back([&j, k] { grep_worker(one_lane{}, j, k); });
   for (auto& t : threads) t.join();
   const auto t1 = std::chrono::steady_clock::now();
+  rep.threads = host_threads.elapsed();  // the workers have ended: only the service's and controller's threads
   const int c = j.out.gclose(j.out_file);
   const auto t2 = std::chrono::steady_clock::now();
   rep.seconds = std::chrono::duration<double>(t2 - t0).count();

@@ -10,6 +10,7 @@
 
 #include "deepwell/files/file_system.hpp"
 #include "deepwell/files/grep.hpp"
+#include "deepwell/thread_times.hpp"
 
 namespace deepwell {
 
@@ -59,6 +60,10 @@ struct grep_options {
   uint64_t cache_bytes = 0;  // 0: the default
   uint32_t service_threads = 0;  // the searched tree's file system (0: its default)
   uint32_t blocks_per_sm = 0;    // GPU: 128-thread blocks an SM, 4 or 8 (0: 4)
+  // GPU: the host thread spins while it waits for the kernel (CUDA's
+  // default with a core a context). By default it sleeps instead, leaving
+  // its core to the file service and the pollers that the kernel needs.
+  bool spin_wait = false;
 };
 
 struct grep_report {
@@ -71,6 +76,7 @@ struct grep_report {
   file_system_stats input;    // the searched tree's file system, after the run
   unsigned service_threads = 0;
   uint64_t workers = 0, resident_workers = 0;  // GPU: warps launched, and resident at once
+  std::vector<thread_time> threads;  // the host's threads during the search (thread_times.hpp)
 };
 
 grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files);

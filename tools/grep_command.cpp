@@ -22,8 +22,14 @@ void add_grep_command(CLI::App& app, grep_command& g) {
   g.app->add_flag("--cpu", g.cpu, "CPU threads as the file API's clients (no GPU needed)");
   g.app->add_option("--workers", g.workers, "CPU threads with --cpu, warps on the GPU (0: the machine's)");
   g.app->add_option("--service-threads", g.service_threads, "host threads answering the kernels' opens and closes (0: the default)");
+  g.app->add_option("--service-slots", g.service_slots, "request slots of the tree's file service (0: 256 on the GPU)");
   g.app->add_option("--blocks-per-sm", g.blocks_per_sm, "GPU: 128-thread blocks of workers an SM, 4 or 8 (0: 4)");
   g.app->add_flag("--spin-wait", g.spin_wait, "GPU: the host thread spins while the kernel runs (default: it sleeps)");
+  g.app->add_option("--sample-threads", g.sample_threads,
+                    "diagnostics: sample where the host threads of a group are (dw-fs0: the tree's file service; "
+                    "dw-poller), into the JSON");
+  g.app->add_flag("--profile-service", g.profile_service,
+                  "diagnostics: the tree's file service measures its CPU time, sleeps and faults in the opens' calls");
   g.app->add_flag("--check", g.check, "compare every count with a plain scan of the files on the host");
   g.app->add_option("--json", g.json, "append a JSON line with the run's figures here");
 }
@@ -39,8 +45,11 @@ int grep_command::run() {
     o.out_name = out_name;
     o.workers = workers;
     o.service_threads = service_threads;
+    o.service_slots = service_slots;
     o.blocks_per_sm = blocks_per_sm;
     o.spin_wait = spin_wait;
+    o.sample_threads = sample_threads;
+    o.profile_service = profile_service;
     const grep_report r = cpu ? run_grep_cpu(o, d, files) : run_grep_gpu(o, d, files);
     std::printf("%s: %llu files, %llu bytes, %llu matches of %zu words (%llu dictionary lines dropped), %llu lines "
                 "in %s/%s, %.3f s (%.2f GB/s; search %.3f s, the output's close %.3f s)%s\n",
@@ -75,14 +84,24 @@ int grep_command::run() {
           {"file_system",
            {{"requests", fs.requests}, {"service_threads", r.service_threads}, {"service_s", fs.service_ns / 1e9},
             {"lock_wait_s", fs.lock_wait_ns / 1e9}, {"open_calls_s", fs.open_calls_ns / 1e9},
-            {"syscalls_s", fs.syscalls_ns / 1e9}, {"locked_s", fs.locked_ns / 1e9},
+            {"syscalls_s", fs.syscalls_ns / 1e9},
+            {"locked_s", fs.locked_ns / 1e9},
             {"after_lock_s", fs.after_lock_ns / 1e9}}},
           {"workers", r.workers}, {"resident_workers", r.resident_workers}};
+      if (profile_service)
+        js["file_system"].update({{"open_calls_cpu_s", fs.open_calls_cpu_ns / 1e9},
+                                  {"open_calls_sleeps", fs.open_calls_sleeps},
+                                  {"open_calls_preempted", fs.open_calls_preempted},
+                                  {"open_calls_faults", fs.open_calls_faults}});
       // The host's threads during the search, by name: on a CPU, and
       // runnable but waiting for one (a service short of cores).
       for (const thread_time& t : r.threads)
         js["host_threads"][t.name] = {{"threads", t.threads}, {"cpu_s", t.cpu_ns / 1e9},
                                       {"runqueue_s", t.runqueue_ns / 1e9}, {"slices", t.slices}};
+      const machine_cpu_time& m = r.machine;  // 10 ms ticks: coarse over a fraction of a second
+      js["machine_cpu_s"] = {{"user", m.user},   {"system", m.system},   {"idle", m.idle}, {"iowait", m.iowait},
+                             {"irq", m.irq},     {"softirq", m.softirq}, {"steal", m.steal}};
+      for (const auto& [where, n] : r.thread_samples) js["thread_samples"][where] = n;
       for (int k = 0; k < grep_phases; ++k) js["worker_seconds"][grep_phase_name(k)] = r.counters.phase_ns[k] / 1e9;
       js["checked"] = check ? nlohmann::json(same ? "equal" : "different") : nlohmann::json(nullptr);
       std::ofstream(json, std::ios::app) << js.dump() << "\n";

@@ -5,9 +5,11 @@
 // system calls look slow may be waiting for a core, not in the kernel's
 // code; this tells the two apart. Threads are grouped by name with a
 // trailing "-N" dropped (dw-poller-3 -> dw-poller).
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace deepwell {
@@ -18,6 +20,16 @@ struct thread_time {
   uint64_t cpu_ns = 0;        // on a CPU
   uint64_t runqueue_ns = 0;   // runnable, waiting for a CPU
   uint64_t slices = 0;        // times it was put on a CPU
+};
+
+// The whole machine's CPU time by kind (/proc/stat's first line), in
+// seconds summed over CPUs. `steal` is time the hypervisor gave a virtual
+// CPU's turn to someone else: threads that look on a CPU but make no
+// progress.
+struct machine_cpu_time {
+  double user = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  static machine_cpu_time now();
+  machine_cpu_time operator-(const machine_cpu_time& o) const;
 };
 
 // Takes a snapshot at construction; elapsed() gives each group's time
@@ -33,6 +45,33 @@ class thread_clock {
     uint64_t cpu_ns, runqueue_ns, slices;
   };
   std::map<int, sample> start_;
+};
+
+// A poor man's off-CPU profile: while it lives, a thread looks at every
+// thread of this process in the group `group` (a name without its "-N",
+// as thread_time's) every `period_us`
+// and counts what it finds: "running" (on a CPU or runnable), or where in
+// the kernel it sleeps (the top frames of /proc/self/task/T/stack and the
+// system call they are in; the stack needs root, else its wchan). Tells a service blocked in a system call
+// from one busy in it.
+class thread_sampler {
+ public:
+  // `callers`: also name up to that many code addresses found on a
+  // sleeping thread's user stack ("module+0xOFFSET", for addr2line).
+  thread_sampler(std::string group, unsigned period_us = 200, unsigned frames = 3, unsigned callers = 0);
+  ~thread_sampler();
+  thread_sampler(const thread_sampler&) = delete;
+  thread_sampler& operator=(const thread_sampler&) = delete;
+  // Stops sampling; what was seen, by state or stack, most often first.
+  std::vector<std::pair<std::string, uint64_t>> stop();
+
+ private:
+  void run();
+  std::string group_;
+  unsigned period_us_, frames_, callers_;
+  std::atomic<bool> stop_{false};
+  std::map<std::string, uint64_t> seen_;
+  std::thread thread_;
 };
 
 }  // namespace deepwell

@@ -2,13 +2,31 @@
 #include "deepwell/thread_times.hpp"
 
 #include <dirent.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 namespace deepwell {
 namespace {
+
+// dw-poller-3 -> dw-poller; a name of digits only stays as it is.
+std::string group_of(std::string name) {
+  size_t cut = name.size();
+  while (cut > 0 && std::isdigit(static_cast<unsigned char>(name[cut - 1]))) --cut;
+  if (cut > 1 && cut < name.size() && name[cut - 1] == '-') name.resize(cut - 1);
+  return name;
+}
+
+struct exec_map {
+  uint64_t lo, hi, off;
+  std::string path;  // its file's name
+};
 
 struct task {
   int tid;
@@ -28,17 +46,91 @@ std::vector<task> read_tasks() {
     if (!(st >> t.cpu_ns >> t.runqueue_ns >> t.slices)) continue;  // gone, or no schedstat
     std::ifstream comm(dir + "/comm");
     std::getline(comm, t.name);
-    // dw-poller-3 -> dw-poller; a name of digits only stays as it is.
-    size_t cut = t.name.size();
-    while (cut > 0 && std::isdigit(static_cast<unsigned char>(t.name[cut - 1]))) --cut;
-    if (cut > 1 && cut < t.name.size() && t.name[cut - 1] == '-') t.name.resize(cut - 1);
+    t.name = group_of(t.name);
     out.push_back(std::move(t));
   }
   ::closedir(d);
   return out;
 }
 
+// The executable mappings of this process: where a return address is.
+std::vector<exec_map> read_exec_maps() {
+  std::vector<exec_map> out;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long long lo, hi, off;
+    char perms[8] = {};
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %*s %*s %n", &lo, &hi, perms, &off, &path_at) < 4) continue;
+    if (perms[2] != 'x' || path_at <= 0 || size_t(path_at) >= line.size()) continue;
+    std::string path = line.substr(size_t(path_at));
+    const size_t slash = path.rfind('/');
+    if (slash != std::string::npos) path = path.substr(slash + 1);
+    out.push_back({lo, hi, off, path});
+  }
+  return out;
+}
+
+// A sleeping thread's user stack, scanned for words that point into code:
+// return addresses (and some stale ones), innermost first, as
+// "module+0xFILEOFFSET" (addr2line -e MODULE takes the offset where the
+// module's code is mapped at its file offset, as with PIE executables).
+// libc's are skipped: its system call wrappers say nothing.
+std::string user_callers(const std::string& dir, const std::vector<exec_map>& maps, unsigned want) {
+  std::string sys;
+  std::getline(std::ifstream(dir + "/syscall"), sys);
+  // "NR arg1 ... arg6 SP PC" while in a system call.
+  std::istringstream in(sys);
+  std::vector<std::string> f;
+  for (std::string w; in >> w;) f.push_back(w);
+  if (f.size() < 9) return {};
+  const uint64_t sp = std::stoull(f[7], nullptr, 16);
+  uint64_t words[512];
+  iovec local{words, sizeof words}, remote{reinterpret_cast<void*>(sp), sizeof words};
+  ssize_t got = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+  if (got <= 0) {  // near the stack's top: less
+    local.iov_len = remote.iov_len = 512;
+    got = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+  }
+  std::string out;
+  for (ssize_t i = 0, found = 0; i < got / 8 && found < want; ++i)
+    for (const exec_map& m : maps)
+      if (words[i] >= m.lo && words[i] < m.hi) {
+        if (m.path.compare(0, 5, "libc.") == 0 || m.path.compare(0, 5, "libc-") == 0) break;
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s%s+0x%llx", out.empty() ? "" : " < ", m.path.c_str(),
+                      (unsigned long long)(words[i] - m.lo + m.off));
+        out += buf;
+        ++found;
+        break;
+      }
+  return out;
+}
+
 }  // namespace
+
+machine_cpu_time machine_cpu_time::now() {
+  machine_cpu_time t;
+  std::ifstream st("/proc/stat");
+  std::string cpu;
+  unsigned long long v[8] = {};  // user nice system idle iowait irq softirq steal (clock ticks)
+  if (!(st >> cpu) || cpu != "cpu") return t;
+  for (auto& x : v) st >> x;
+  const double tick = 1.0 / double(::sysconf(_SC_CLK_TCK));
+  t.user = double(v[0] + v[1]) * tick;
+  t.system = double(v[2]) * tick;
+  t.idle = double(v[3]) * tick;
+  t.iowait = double(v[4]) * tick;
+  t.irq = double(v[5]) * tick;
+  t.softirq = double(v[6]) * tick;
+  t.steal = double(v[7]) * tick;
+  return t;
+}
+
+machine_cpu_time machine_cpu_time::operator-(const machine_cpu_time& o) const {
+  return {user - o.user, system - o.system, idle - o.idle, iowait - o.iowait, irq - o.irq, softirq - o.softirq, steal - o.steal};
+}
 
 thread_clock::thread_clock() {
   for (const task& t : read_tasks()) start_[t.tid] = {t.cpu_ns, t.runqueue_ns, t.slices};
@@ -59,6 +151,65 @@ std::vector<thread_time> thread_clock::elapsed() const {
   std::vector<thread_time> out;
   for (auto& [name, g] : by) out.push_back(g);
   return out;
+}
+
+thread_sampler::thread_sampler(std::string group, unsigned period_us, unsigned frames, unsigned callers)
+    : group_(std::move(group)), period_us_(std::max(1u, period_us)), frames_(std::max(1u, frames)), callers_(callers) {
+  thread_ = std::thread([this] { run(); });
+}
+
+thread_sampler::~thread_sampler() { stop(); }
+
+std::vector<std::pair<std::string, uint64_t>> thread_sampler::stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+  std::vector<std::pair<std::string, uint64_t>> out(seen_.begin(), seen_.end());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+void thread_sampler::run() {
+  const std::vector<exec_map> maps = read_exec_maps();
+  while (!stop_.load(std::memory_order_relaxed)) {
+    DIR* d = ::opendir("/proc/self/task");
+    if (!d) return;
+    while (const dirent* e = ::readdir(d)) {
+      if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+      const std::string dir = std::string("/proc/self/task/") + e->d_name;
+      std::string name;
+      std::getline(std::ifstream(dir + "/comm"), name);
+      if (group_of(name) != group_) continue;
+      // stat: "tid (comm) S ...": the state follows the last ')'.
+      std::string stat;
+      std::getline(std::ifstream(dir + "/stat"), stat);
+      const size_t paren = stat.rfind(')');
+      const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+      if (state == 'R') {
+        ++seen_["running"];
+        continue;
+      }
+      // "[<0>] hrtimer_nanosleep+0xb5/0x130": the function names, offsets
+      // cut; the first frames, and the system call they are in.
+      std::ifstream st(dir + "/stack");
+      std::string line, where, call;
+      for (unsigned k = 0; std::getline(st, line);) {
+        const size_t b = line.find("] "), plus = line.find('+');
+        if (b == std::string::npos) continue;
+        const std::string fn = line.substr(b + 2, plus == std::string::npos ? std::string::npos : plus - b - 2);
+        if (k++ < frames_) where += (where.empty() ? "" : " < ") + fn;
+        if (call.empty() && fn.compare(0, 10, "__x64_sys_") == 0) call = fn.substr(10);
+      }
+      if (!call.empty()) where += " @ " + call;
+      if (where.empty()) std::getline(std::ifstream(dir + "/wchan"), where);
+      if (callers_) {
+        const std::string user = user_callers(dir, maps, callers_);
+        if (!user.empty()) where += " | " + user;
+      }
+      ++seen_[std::string(1, state) + ": " + (where.empty() ? "?" : where)];
+    }
+    ::closedir(d);
+    std::this_thread::sleep_for(std::chrono::microseconds(period_us_));
+  }
 }
 
 }  // namespace deepwell

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 
 #include "deepwell/error.hpp"
 #include "deepwell/files/file_system.hpp"
@@ -78,8 +79,9 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   file_system_options in_opts;
   in_opts.root = o.root;
   in_opts.read_only = true;
-  in_opts.slots = 256;
+  in_opts.slots = o.service_slots ? o.service_slots : 256;
   if (o.service_threads) in_opts.service_threads = o.service_threads;
+  in_opts.profile_service = o.profile_service;
   auto in = make_gpu_file_system(ctl, cache, in_opts);
   file_system_options out_opts;
   out_opts.root = o.out_dir;
@@ -121,10 +123,15 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   check_cuda(cudaDeviceSynchronize(), "opening the grep output");
   const auto t1 = std::chrono::steady_clock::now();
   const thread_clock host_threads;
+  const machine_cpu_time machine0 = machine_cpu_time::now();
+  std::optional<thread_sampler> sampler;
+  if (!o.sample_threads.empty()) sampler.emplace(o.sample_threads, 200, 3, 4);
   kernel<<<blocks, threads>>>(dj);
   check_cuda(cudaDeviceSynchronize(), "the grep kernel");
   const auto t2 = std::chrono::steady_clock::now();
+  rep.machine = machine_cpu_time::now() - machine0;
   rep.threads = host_threads.elapsed();
+  if (sampler) rep.thread_samples = sampler->stop();
   close_output<<<1, 32>>>(dj, result);
   check_cuda(cudaDeviceSynchronize(), "closing the grep output");
   const auto t3 = std::chrono::steady_clock::now();

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -146,6 +147,8 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   in_opts.root = o.root;
   in_opts.read_only = true;
   if (o.service_threads) in_opts.service_threads = o.service_threads;
+  in_opts.profile_service = o.profile_service;
+  if (o.service_slots) in_opts.slots = o.service_slots;
   auto in = make_host_file_system(ctl, cache, in_opts);
   file_system_options out_opts;
   out_opts.root = o.out_dir;
@@ -159,11 +162,16 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   if (!j.out_file.ok())
     throw error("grep: cannot open " + o.out_dir + "/" + o.out_name + " for writing: " + std::strerror(j.out_file.err));
   const thread_clock host_threads;
+  const machine_cpu_time machine0 = machine_cpu_time::now();
+  std::optional<thread_sampler> sampler;
+  if (!o.sample_threads.empty()) sampler.emplace(o.sample_threads, 200, 3, 4);
   std::vector<std::thread> threads;
   for (unsigned k = 0; k < workers; ++k) threads.emplace_back([&j, k] { grep_worker(one_lane{}, j, k); });
   for (auto& t : threads) t.join();
   const auto t1 = std::chrono::steady_clock::now();
+  rep.machine = machine_cpu_time::now() - machine0;
   rep.threads = host_threads.elapsed();  // the workers have ended: only the service's and controller's threads
+  if (sampler) rep.thread_samples = sampler->stop();
   const int c = j.out.gclose(j.out_file);
   const auto t2 = std::chrono::steady_clock::now();
   rep.seconds = std::chrono::duration<double>(t2 - t0).count();

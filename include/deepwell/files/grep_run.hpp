@@ -59,11 +59,16 @@ struct grep_options {
   unsigned workers = 0;      // CPU threads (0: hardware threads); GPU: warps per SM x SMs
   uint64_t cache_bytes = 0;  // 0: the default
   uint32_t service_threads = 0;  // the searched tree's file system (0: its default)
+  uint32_t service_slots = 0;    // its request slots (0: 256)
   uint32_t blocks_per_sm = 0;    // GPU: 128-thread blocks an SM, 4 or 8 (0: 4)
   // GPU: the host thread spins while it waits for the kernel (CUDA's
   // default with a core a context). By default it sleeps instead, leaving
   // its core to the file service and the pollers that the kernel needs.
   bool spin_wait = false;
+  // Diagnostics: sample where the host threads of a group (dw-fs0: the
+  // searched tree's service) are during the search (thread_sampler).
+  std::string sample_threads;
+  bool profile_service = false;  // file_system_options::profile_service for the tree's service
 };
 
 struct grep_report {
@@ -77,6 +82,8 @@ struct grep_report {
   unsigned service_threads = 0;
   uint64_t workers = 0, resident_workers = 0;  // GPU: warps launched, and resident at once
   std::vector<thread_time> threads;  // the host's threads during the search (thread_times.hpp)
+  machine_cpu_time machine;          // the machine's CPU time during the search
+  std::vector<std::pair<std::string, uint64_t>> thread_samples;  // grep_options::sample_threads
 };
 
 grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files);

@@ -792,6 +792,32 @@ TEST(Files, MoreOpenFilesThanTheTableHolds) {
   EXPECT_EQ(g.gclosedir(one_lane{}, d), 0);
 }
 
+// The process's descriptor table holds max_open more descriptors from the
+// start (FDSize in /proc/self/status: the table's slots), so opens never
+// wait for it to grow; where the descriptor limit is lower it stays.
+TEST(Files, TheDescriptorTableIsGrownAtTheStart) {
+  auto fd_slots = [] {
+    std::ifstream st("/proc/self/status");
+    for (std::string line; std::getline(st, line);)
+      if (line.rfind("FDSize:", 0) == 0) return std::stoull(line.substr(7));
+    return 0ull;
+  };
+  const uint64_t before = fd_slots();
+  if (before == 0) GTEST_SKIP() << "no FDSize in /proc/self/status";
+  rlimit lim{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &lim), 0);
+  tree t;
+  t.put("a", pattern(10, 1));
+  file_system_options o;
+  o.max_open = uint32_t(std::max<uint64_t>(before, 64) * 4);  // more than the table holds now
+  rig r(t, 8, o);
+  const gfile f = r.ref().gopen("a", g_rdonly);  // the file system works either way
+  ASSERT_TRUE(f.ok()) << f.err;
+  EXPECT_EQ(r.ref().gclose(f), 0);
+  if (before + o.max_open + 64 >= lim.rlim_cur) GTEST_SKIP() << "the descriptor limit is below the table asked for";
+  EXPECT_GE(fd_slots(), uint64_t(o.max_open)) << "grown once, before any open";
+}
+
 TEST(Files, AFileThatShrinksWhileOpenReadsZerosNeverOtherBytes) {
   tree t;
   t.put("s", pattern(40000, 1));

@@ -84,7 +84,8 @@ int grep_command::run() {
           {"file_system",
            {{"requests", fs.requests}, {"service_threads", r.service_threads}, {"service_s", fs.service_ns / 1e9},
             {"lock_wait_s", fs.lock_wait_ns / 1e9}, {"open_calls_s", fs.open_calls_ns / 1e9},
-            {"syscalls_s", fs.syscalls_ns / 1e9},
+            {"syscalls_s", fs.syscalls_ns / 1e9}, {"seen_to_reply_s", fs.seen_to_reply_ns / 1e9},
+            {"passes", fs.passes}, {"pass_s", fs.pass_ns / 1e9},
             {"locked_s", fs.locked_ns / 1e9},
             {"after_lock_s", fs.after_lock_ns / 1e9}}},
           {"workers", r.workers}, {"resident_workers", r.resident_workers}};
@@ -92,7 +93,9 @@ int grep_command::run() {
         js["file_system"].update({{"open_calls_cpu_s", fs.open_calls_cpu_ns / 1e9},
                                   {"open_calls_sleeps", fs.open_calls_sleeps},
                                   {"open_calls_preempted", fs.open_calls_preempted},
-                                  {"open_calls_faults", fs.open_calls_faults}});
+                                  {"open_calls_faults", fs.open_calls_faults},
+                                  {"client_calls", fs.client_calls}, {"client_slot_s", fs.client_slot_ns / 1e9},
+                                  {"client_wait_s", fs.client_wait_ns / 1e9}, {"client_read_s", fs.client_read_ns / 1e9}});
       // The host's threads during the search, by name: on a CPU, and
       // runnable but waiting for one (a service short of cores).
       for (const thread_time& t : r.threads)

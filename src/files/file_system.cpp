@@ -97,6 +97,7 @@ struct file_system::impl {
   // openat2 relative to a descriptor shared by threads bumps that file's
   // reference count on every call, one cache line for them all.
   std::vector<int> root_fds;
+  uint64_t* call_ns = nullptr;  // client memory: gfs_ref::call_ns, with profile_service
   uint32_t max_windows = 0;
   uint32_t next_window = 1;  // window 0 is never handed out: a default gfile matches nothing
 
@@ -287,6 +288,7 @@ struct file_system::impl {
   struct batch {
     uint32_t n = 0;
     uint32_t slot[max_batch], ticket[max_batch];
+    uint64_t seen_ns = 0, pass_ns = 0;  // when the pass found them; its length
     open_prep prep[max_batch];
     after_lock later[max_batch];
   };
@@ -300,6 +302,7 @@ struct file_system::impl {
     uint64_t idle_since = 0;
     while (!stopping.load(std::memory_order_relaxed)) {
       b->n = 0;
+      const uint64_t pass0 = now_ns();
       // From where the last batch stopped, so that no slot waits behind
       // a busy run of lower ones.
       const uint32_t mine = (opts.slots - k + n - 1) / n;
@@ -313,6 +316,8 @@ struct file_system::impl {
       }
       if (b->n) {
         idle_since = 0;
+        b->seen_ns = now_ns();
+        b->pass_ns = b->seen_ns - pass0;
         serve(*b, root_fds[k]);
         continue;
       }
@@ -383,14 +388,22 @@ struct file_system::impl {
     }
     // Before the replies: a freed entry is free when its caller hears of it.
     for (uint32_t j = 0; j < b.n; ++j) finish(b.later[j]);
+    uint32_t replied = 0;
     for (uint32_t j = 0; j < b.n; ++j) {
-      if (!b.later[j].deferred) shared_store_release(&slots[b.slot[j]].done, b.ticket[j]);
+      if (!b.later[j].deferred) {
+        shared_store_release(&slots[b.slot[j]].done, b.ticket[j]);
+        ++replied;
+      }
       served[b.slot[j]] = b.ticket[j];
     }
+    const uint64_t t_replied = now_ns();
     std::lock_guard<std::mutex> stats_lock(stats_mutex);
     for (uint32_t j = 0; j < b.n; ++j) add(b.later[j].n);
     st.requests += b.n;
     st.errors += errors;
+    st.seen_to_reply_ns += replied * (t_replied - b.seen_ns);
+    ++st.passes;
+    st.pass_ns += b.pass_ns;
     const uint64_t t4 = now_ns();
     st.service_ns += t4 - t0;
     st.open_calls_ns += t1 - t0;
@@ -990,6 +1003,10 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   ref_.zeros = static_cast<const uint8_t*>(p.mem->alloc_private(ref_.zeros_bytes));
   ref_.timeout_ns = p.opts.timeout_ns ? p.opts.timeout_ns : p.cache->config().timeout_ns;
   ref_.write_counts = p.write_counts;
+  if (p.opts.profile_service) {
+    p.call_ns = static_cast<uint64_t*>(p.mem->alloc_private(4 * sizeof(uint64_t)));  // zeroed
+    ref_.call_ns = p.call_ns;
+  }
   // Named, so that thread_clock (and top -H) tell them from the pollers:
   // dw-fsI-K and dw-fsI-closer, I counting this process's file systems.
   static std::atomic<uint32_t> made{0};
@@ -1011,6 +1028,14 @@ file_system_stats file_system::stats() const {
   std::lock_guard<std::mutex> lock(p_->stats_mutex);
   file_system_stats s = p_->st;
   s.lock_wait_ns = p_->lock_wait_ns.load(std::memory_order_relaxed);
+  if (p_->call_ns) {  // profile_service: the clients' counters
+    uint64_t c[4] = {};
+    p_->mem->read_private(c, p_->call_ns, sizeof c);
+    s.client_calls = c[0];
+    s.client_slot_ns = c[1];
+    s.client_wait_ns = c[2];
+    s.client_read_ns = c[3];
+  }
   s.direct_tier_bytes = p_->direct_pinned.load(std::memory_order_relaxed);
   return s;
 }

@@ -95,6 +95,14 @@ struct file_system_stats {
   // context switches), preemptions and page faults in it.
   uint64_t open_calls_cpu_ns = 0;
   uint64_t open_calls_sleeps = 0, open_calls_preempted = 0, open_calls_faults = 0;
+  // A request's time in the service, from the pass over the slots that
+  // found it to its reply (summed), and those passes: how many, and their
+  // time outside answering requests.
+  uint64_t seen_to_reply_ns = 0, passes = 0, pass_ns = 0;
+  // With profile_service: the clients' side of the round trips (gfs_ref::
+  // call_ns): calls, taking a slot, from the request to seeing its reply,
+  // reading the reply and freeing the slot (ns, summed).
+  uint64_t client_calls = 0, client_slot_ns = 0, client_wait_ns = 0, client_read_ns = 0;
   uint32_t open_files = 0;
   uint32_t open_dirs = 0;
 };

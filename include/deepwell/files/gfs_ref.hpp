@@ -57,6 +57,11 @@ class gfs_ref {
   uint32_t* write_counts = nullptr;  // client memory: write-backs submitted per window (dataset_desc::write_counts)
   uint32_t zeros_bytes = 0;
   uint64_t timeout_ns = 0;
+  // With file_system_options::profile_service (client memory, else null):
+  // the calls' round trips as the clients see them, summed: [0] calls,
+  // [1] ns taking a slot, [2] ns from the request to seeing its reply,
+  // [3] ns reading the reply and freeing the slot.
+  uint64_t* call_ns = nullptr;
 
   DW_HD static uint64_t base(uint32_t window) { return uint64_t(window) << gfs_window_shift; }
   DW_HD static constexpr uint64_t max_file_bytes() { return 1ull << gfs_window_shift; }
@@ -506,7 +511,7 @@ class gfs_ref {
   DW_HD reply call_one(uint32_t hint, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1, const char* text,
                        uint32_t len, char* out, uint32_t out_max, uint64_t a2 = 0) const {
     reply r;
-    const uint64_t dl = now_ns() + timeout_ns;
+    const uint64_t t_start = now_ns(), dl = t_start + timeout_ns;
     // A slot: free, or abandoned by a timed-out caller and answered since.
     uint32_t s = ~0u;
     for (uint32_t i = 0; s == ~0u; ++i) {
@@ -526,6 +531,7 @@ class gfs_ref {
         backoff(i / nslots);
       }
     }
+    const uint64_t t_slot = call_ns ? now_ns() : 0;
     gfs_slot& q = slots[s];
     shared_store_relaxed(&q.op, uint32_t(op));
     shared_store_relaxed(&q.flags, flags);
@@ -547,6 +553,7 @@ class gfs_ref {
       }
       backoff(i);
     }
+    const uint64_t t_reply = call_ns ? now_ns() : 0;
     r.err = shared_load_relaxed(&q.err);
     r.r0 = shared_load_relaxed(&q.r0);
     r.r1 = shared_load_relaxed(&q.r1);
@@ -559,6 +566,13 @@ class gfs_ref {
       out[m] = 0;
     }
     client_atomic<uint32_t>(slot_lock[s]).store(0, memory_order_release);
+    if (call_ns) {
+      const uint64_t t_end = now_ns();
+      client_atomic<uint64_t>(call_ns[0]).fetch_add(1, memory_order_relaxed);
+      client_atomic<uint64_t>(call_ns[1]).fetch_add(t_slot - t_start, memory_order_relaxed);
+      client_atomic<uint64_t>(call_ns[2]).fetch_add(t_reply - t_slot, memory_order_relaxed);
+      client_atomic<uint64_t>(call_ns[3]).fetch_add(t_end - t_reply, memory_order_relaxed);
+    }
     return r;
   }
 };

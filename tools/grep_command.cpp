@@ -30,6 +30,8 @@ void add_grep_command(CLI::App& app, grep_command& g) {
                     "dw-poller), into the JSON");
   g.app->add_flag("--profile-service", g.profile_service,
                   "diagnostics: the tree's file service measures its CPU time, sleeps and faults in the opens' calls");
+  g.app->add_option("--reply-poll-ns", g.reply_poll_ns,
+                    "GPU: the longest sleep of a warp between polls for the file service's reply (0: 200 ns)");
   g.app->add_flag("--check", g.check, "compare every count with a plain scan of the files on the host");
   g.app->add_option("--json", g.json, "append a JSON line with the run's figures here");
 }
@@ -50,6 +52,7 @@ int grep_command::run() {
     o.spin_wait = spin_wait;
     o.sample_threads = sample_threads;
     o.profile_service = profile_service;
+    o.reply_poll_ns = reply_poll_ns;
     const grep_report r = cpu ? run_grep_cpu(o, d, files) : run_grep_gpu(o, d, files);
     std::printf("%s: %llu files, %llu bytes, %llu matches of %zu words (%llu dictionary lines dropped), %llu lines "
                 "in %s/%s, %.3f s (%.2f GB/s; search %.3f s, the output's close %.3f s)%s\n",

@@ -15,6 +15,7 @@ struct grep_command {
   bool spin_wait = false;
   std::string sample_threads;
   bool profile_service = false;
+  uint32_t reply_poll_ns = 0;
   bool parsed() const { return app && app->parsed(); }
   int run();
 };

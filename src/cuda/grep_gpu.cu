@@ -82,9 +82,11 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   in_opts.slots = o.service_slots ? o.service_slots : 256;
   if (o.service_threads) in_opts.service_threads = o.service_threads;
   in_opts.profile_service = o.profile_service;
+  in_opts.reply_poll_ns = o.reply_poll_ns;
   auto in = make_gpu_file_system(ctl, cache, in_opts);
   file_system_options out_opts;
   out_opts.root = o.out_dir;
+  out_opts.reply_poll_ns = o.reply_poll_ns;
   auto out = make_gpu_file_system(ctl, cache, out_opts);
   check_launch(*cache, kernel, blocks, threads);
 

@@ -930,6 +930,8 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   if (p.opts.root.empty()) throw error("file system: no root directory given");
   if (p.opts.max_open == 0 || p.opts.max_open > (1u << 20))
     throw error("file system: max_open " + std::to_string(p.opts.max_open) + " is outside 1 to 1048576");
+  if (p.opts.reply_poll_ns > 1000000)
+    throw error("file system: reply_poll_ns " + std::to_string(p.opts.reply_poll_ns) + " is above 1000000 (1 ms)");
   if (p.opts.service_threads == 0 || p.opts.service_threads > 64)
     throw error("file system: service_threads " + std::to_string(p.opts.service_threads) + " is outside 1 to 64");
   if (p.opts.max_dirs == 0 || p.opts.slots == 0 || p.opts.slots > 4096)
@@ -1003,6 +1005,7 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   ref_.zeros = static_cast<const uint8_t*>(p.mem->alloc_private(ref_.zeros_bytes));
   ref_.timeout_ns = p.opts.timeout_ns ? p.opts.timeout_ns : p.cache->config().timeout_ns;
   ref_.write_counts = p.write_counts;
+  ref_.reply_poll_ns = p.opts.reply_poll_ns;
   if (p.opts.profile_service) {
     p.call_ns = static_cast<uint64_t*>(p.mem->alloc_private(4 * sizeof(uint64_t)));  // zeroed
     ref_.call_ns = p.call_ns;

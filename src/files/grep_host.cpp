@@ -148,10 +148,12 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   in_opts.read_only = true;
   if (o.service_threads) in_opts.service_threads = o.service_threads;
   in_opts.profile_service = o.profile_service;
+  in_opts.reply_poll_ns = o.reply_poll_ns;
   if (o.service_slots) in_opts.slots = o.service_slots;
   auto in = make_host_file_system(ctl, cache, in_opts);
   file_system_options out_opts;
   out_opts.root = o.out_dir;
+  out_opts.reply_poll_ns = o.reply_poll_ns;
   auto out = make_host_file_system(ctl, cache, out_opts);
   const unsigned workers = o.workers ? o.workers : std::max(1u, std::thread::hardware_concurrency());
 

@@ -892,6 +892,14 @@ TEST(Files, BadOptionsAreRefusedByName) {
   o.root = t.root.string();
   o.max_open = 0;
   EXPECT_THROW(make_host_file_system(ctl, cache, o), error);
+  o.max_open = 16;
+  o.reply_poll_ns = 2000000;
+  try {
+    make_host_file_system(ctl, cache, o);
+    ADD_FAILURE() << "a 2 ms poll was accepted";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("reply_poll_ns"), std::string::npos) << e.what();
+  }
 }
 
 // The direct tier (file_system_options::files_direct): a large read-only

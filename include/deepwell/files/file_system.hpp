@@ -67,6 +67,9 @@ struct file_system_options {
   // preemptions and page faults within the opens' calls (stats()'s
   // open_calls_cpu_ns and the three after it; four system calls a batch).
   bool profile_service = false;
+  // GPU clients: a warp waiting for its reply polls host memory, sleeping
+  // up to this long between polls (from 64 ns, doubling); 0: 32-200 ns.
+  uint32_t reply_poll_ns = 0;
 };
 
 struct file_system_stats {

@@ -62,6 +62,7 @@ class gfs_ref {
   // [1] ns taking a slot, [2] ns from the request to seeing its reply,
   // [3] ns reading the reply and freeing the slot.
   uint64_t* call_ns = nullptr;
+  uint32_t reply_poll_ns = 0;  // GPU: the longest sleep between polls for a reply (0: backoff()'s)
 
   DW_HD static uint64_t base(uint32_t window) { return uint64_t(window) << gfs_window_shift; }
   DW_HD static constexpr uint64_t max_file_bytes() { return 1ull << gfs_window_shift; }
@@ -551,6 +552,15 @@ class gfs_ref {
         r.err = 110;
         return r;
       }
+#if DW_DEVICE_CODE
+      // Every poll is a read across PCIe; a thousand warps polling every
+      // few hundred ns may crowd the link (file_system_options::reply_poll_ns).
+      if (reply_poll_ns) {
+        const uint32_t ns = i < 5 ? 64u << i : reply_poll_ns;
+        spin_pause(ns < reply_poll_ns ? ns : reply_poll_ns);
+        continue;
+      }
+#endif
       backoff(i);
     }
     const uint64_t t_reply = call_ns ? now_ns() : 0;

@@ -69,6 +69,7 @@ struct grep_options {
   // searched tree's service) are during the search (thread_sampler).
   std::string sample_threads;
   bool profile_service = false;  // file_system_options::profile_service for the tree's service
+  uint32_t reply_poll_ns = 0;    // file_system_options::reply_poll_ns for both file systems
 };
 
 struct grep_report {

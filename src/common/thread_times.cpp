@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 namespace deepwell {
 namespace {
@@ -85,7 +86,12 @@ std::string user_callers(const std::string& dir, const std::vector<exec_map>& ma
   std::vector<std::string> f;
   for (std::string w; in >> w;) f.push_back(w);
   if (f.size() < 9) return {};
-  const uint64_t sp = std::stoull(f[7], nullptr, 16);
+  uint64_t sp = 0;
+  try {
+    sp = std::stoull(f[7], nullptr, 16);
+  } catch (const std::exception&) {
+    return {};  // not the format read above
+  }
   uint64_t words[512];
   iovec local{words, sizeof words}, remote{reinterpret_cast<void*>(sp), sizeof words};
   ssize_t got = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);

@@ -1007,7 +1007,7 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   ref_.write_counts = p.write_counts;
   ref_.reply_poll_ns = p.opts.reply_poll_ns;
   if (p.opts.profile_service) {
-    p.call_ns = static_cast<uint64_t*>(p.mem->alloc_private(4 * sizeof(uint64_t)));  // zeroed
+    p.call_ns = static_cast<uint64_t*>(p.mem->alloc_private(6 * sizeof(uint64_t)));  // zeroed
     ref_.call_ns = p.call_ns;
   }
   // Named, so that thread_clock (and top -H) tell them from the pollers:
@@ -1032,12 +1032,14 @@ file_system_stats file_system::stats() const {
   file_system_stats s = p_->st;
   s.lock_wait_ns = p_->lock_wait_ns.load(std::memory_order_relaxed);
   if (p_->call_ns) {  // profile_service: the clients' counters
-    uint64_t c[4] = {};
+    uint64_t c[6] = {};
     p_->mem->read_private(c, p_->call_ns, sizeof c);
     s.client_calls = c[0];
     s.client_slot_ns = c[1];
     s.client_wait_ns = c[2];
     s.client_read_ns = c[3];
+    s.client_slots_looked = c[4];
+    s.client_slots_lost = c[5];
   }
   s.direct_tier_bytes = p_->direct_pinned.load(std::memory_order_relaxed);
   return s;

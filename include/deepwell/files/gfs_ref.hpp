@@ -60,7 +60,8 @@ class gfs_ref {
   // With file_system_options::profile_service (client memory, else null):
   // the calls' round trips as the clients see them, summed: [0] calls,
   // [1] ns taking a slot, [2] ns from the request to seeing its reply,
-  // [3] ns reading the reply and freeing the slot.
+  // [3] ns reading the reply and freeing the slot, [4] slots looked at
+  // while taking one, [5] of them seen free but taken by another first.
   uint64_t* call_ns = nullptr;
   uint32_t reply_poll_ns = 0;  // GPU: the longest sleep between polls for a reply (0: backoff()'s)
 
@@ -514,15 +515,17 @@ class gfs_ref {
     reply r;
     const uint64_t t_start = now_ns(), dl = t_start + timeout_ns;
     // A slot: free, or abandoned by a timed-out caller and answered since.
-    uint32_t s = ~0u;
+    uint32_t s = ~0u, looked = 0, lost = 0;
     for (uint32_t i = 0; s == ~0u; ++i) {
       const uint32_t k = (hint + i) % nslots;
       client_atomic<uint32_t> lock(slot_lock[k]);
       uint32_t v = lock.load(memory_order_relaxed);
+      ++looked;
       if (v == 2 && shared_load_acquire(&slots[k].done) == shared_load_relaxed(&slots[k].ticket)) {
         if (lock.compare_exchange_strong(v, 1, memory_order_acquire)) s = k;
-      } else if (v == 0 && lock.compare_exchange_strong(v, 1, memory_order_acquire)) {
-        s = k;
+      } else if (v == 0) {
+        if (lock.compare_exchange_strong(v, 1, memory_order_acquire)) s = k;
+        else ++lost;
       }
       if (s == ~0u && (i + 1) % nslots == 0) {
         if (now_ns() > dl) {
@@ -582,6 +585,8 @@ class gfs_ref {
       client_atomic<uint64_t>(call_ns[1]).fetch_add(t_slot - t_start, memory_order_relaxed);
       client_atomic<uint64_t>(call_ns[2]).fetch_add(t_reply - t_slot, memory_order_relaxed);
       client_atomic<uint64_t>(call_ns[3]).fetch_add(t_end - t_reply, memory_order_relaxed);
+      client_atomic<uint64_t>(call_ns[4]).fetch_add(looked, memory_order_relaxed);
+      client_atomic<uint64_t>(call_ns[5]).fetch_add(lost, memory_order_relaxed);
     }
     return r;
   }

@@ -22,6 +22,10 @@ struct thread_time {
   uint64_t slices = 0;        // times it was put on a CPU
 };
 
+// Names a thread for top -H and thread_clock's groups (Linux keeps 15
+// characters: longer names are cut, never refused).
+void name_thread(std::thread& t, const std::string& name);
+
 // The whole machine's CPU time by kind (/proc/stat's first line), in
 // seconds summed over CPUs. `steal` is time the hypervisor gave a virtual
 // CPU's turn to someone else: threads that look on a CPU but make no

@@ -2,6 +2,7 @@
 #include "deepwell/thread_times.hpp"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -35,22 +36,29 @@ struct task {
   uint64_t cpu_ns, runqueue_ns, slices;
 };
 
-std::vector<task> read_tasks() {
-  std::vector<task> out;
+// Calls f(tid, "/proc/self/task/TID", group) for each thread of this
+// process.
+template <class F>
+void for_each_task(F&& f) {
   DIR* d = ::opendir("/proc/self/task");
-  if (!d) return out;
+  if (!d) return;
   while (const dirent* e = ::readdir(d)) {
     if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
     const std::string dir = std::string("/proc/self/task/") + e->d_name;
-    task t{std::atoi(e->d_name), {}, 0, 0, 0};
-    std::ifstream st(dir + "/schedstat");
-    if (!(st >> t.cpu_ns >> t.runqueue_ns >> t.slices)) continue;  // gone, or no schedstat
-    std::ifstream comm(dir + "/comm");
-    std::getline(comm, t.name);
-    t.name = group_of(t.name);
-    out.push_back(std::move(t));
+    std::string name;
+    std::getline(std::ifstream(dir + "/comm"), name);
+    f(std::atoi(e->d_name), dir, group_of(name));
   }
   ::closedir(d);
+}
+
+std::vector<task> read_tasks() {
+  std::vector<task> out;
+  for_each_task([&](int tid, const std::string& dir, const std::string& group) {
+    task t{tid, group, 0, 0, 0};
+    std::ifstream st(dir + "/schedstat");
+    if (st >> t.cpu_ns >> t.runqueue_ns >> t.slices) out.push_back(std::move(t));  // else gone, or no schedstat
+  });
   return out;
 }
 
@@ -116,6 +124,10 @@ std::string user_callers(const std::string& dir, const std::vector<exec_map>& ma
 
 }  // namespace
 
+void name_thread(std::thread& t, const std::string& name) {
+  pthread_setname_np(t.native_handle(), name.substr(0, 15).c_str());
+}
+
 machine_cpu_time machine_cpu_time::now() {
   machine_cpu_time t;
   std::ifstream st("/proc/stat");
@@ -177,14 +189,8 @@ std::vector<std::pair<std::string, uint64_t>> thread_sampler::stop() {
 void thread_sampler::run() {
   const std::vector<exec_map> maps = read_exec_maps();
   while (!stop_.load(std::memory_order_relaxed)) {
-    DIR* d = ::opendir("/proc/self/task");
-    if (!d) return;
-    while (const dirent* e = ::readdir(d)) {
-      if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
-      const std::string dir = std::string("/proc/self/task/") + e->d_name;
-      std::string name;
-      std::getline(std::ifstream(dir + "/comm"), name);
-      if (group_of(name) != group_) continue;
+    for_each_task([&](int, const std::string& dir, const std::string& group) {
+      if (group != group_) return;
       // stat: "tid (comm) S ...": the state follows the last ')'.
       std::string stat;
       std::getline(std::ifstream(dir + "/stat"), stat);
@@ -192,7 +198,7 @@ void thread_sampler::run() {
       const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
       if (state == 'R') {
         ++seen_["running"];
-        continue;
+        return;
       }
       // "[<0>] hrtimer_nanosleep+0xb5/0x130": the function names, offsets
       // cut; the first frames, and the system call they are in.
@@ -212,8 +218,7 @@ void thread_sampler::run() {
         if (!user.empty()) where += " | " + user;
       }
       ++seen_[std::string(1, state) + ": " + (where.empty() ? "?" : where)];
-    }
-    ::closedir(d);
+    });
     std::this_thread::sleep_for(std::chrono::microseconds(period_us_));
   }
 }

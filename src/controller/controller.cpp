@@ -16,6 +16,7 @@
 #include "deepwell/detail/share_arbiter.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/shared_atomic.hpp"
+#include "deepwell/thread_times.hpp"
 
 namespace deepwell {
 
@@ -678,7 +679,7 @@ controller::controller(controller_config cfg)
   for (auto& p : pollers_) {
     p->thread = std::thread([q = p.get()] { q->run(); });
     // Named, so that top, perf and gdb tell pollers from other threads.
-    pthread_setname_np(p->thread.native_handle(), ("dw-poller-" + std::to_string(p->index)).substr(0, 15).c_str());
+    name_thread(p->thread, "dw-poller-" + std::to_string(p->index));
   }
 }
 

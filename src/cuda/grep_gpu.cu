@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
-#include <optional>
 
 #include "deepwell/error.hpp"
 #include "deepwell/files/file_system.hpp"
@@ -76,18 +75,9 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   const uint64_t need = rep.resident_workers * pages_per_warp * cc.page_size * 5 / 4;
   cc.capacity_bytes = std::max<uint64_t>(o.cache_bytes ? o.cache_bytes : cc.capacity_bytes, need);
   auto cache = make_gpu_page_cache(ctl, cc);
-  file_system_options in_opts;
-  in_opts.root = o.root;
-  in_opts.read_only = true;
-  in_opts.slots = o.service_slots ? o.service_slots : 256;
-  if (o.service_threads) in_opts.service_threads = o.service_threads;
-  in_opts.profile_service = o.profile_service;
-  in_opts.reply_poll_ns = o.reply_poll_ns;
+  const file_system_options in_opts = grep_input_options(o, 256);
   auto in = make_gpu_file_system(ctl, cache, in_opts);
-  file_system_options out_opts;
-  out_opts.root = o.out_dir;
-  out_opts.reply_poll_ns = o.reply_poll_ns;
-  auto out = make_gpu_file_system(ctl, cache, out_opts);
+  auto out = make_gpu_file_system(ctl, cache, grep_output_options(o));
   check_launch(*cache, kernel, blocks, threads);
 
   std::vector<void*> owned;
@@ -124,16 +114,11 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   open_output<<<1, 32>>>(dj, name);
   check_cuda(cudaDeviceSynchronize(), "opening the grep output");
   const auto t1 = std::chrono::steady_clock::now();
-  const thread_clock host_threads;
-  const machine_cpu_time machine0 = machine_cpu_time::now();
-  std::optional<thread_sampler> sampler;
-  if (!o.sample_threads.empty()) sampler.emplace(o.sample_threads, 200, 3, 4);
+  grep_host_watch host(o);
   kernel<<<blocks, threads>>>(dj);
   check_cuda(cudaDeviceSynchronize(), "the grep kernel");
   const auto t2 = std::chrono::steady_clock::now();
-  rep.machine = machine_cpu_time::now() - machine0;
-  rep.threads = host_threads.elapsed();
-  if (sampler) rep.thread_samples = sampler->stop();
+  host.report(rep);
   close_output<<<1, 32>>>(dj, result);
   check_cuda(cudaDeviceSynchronize(), "closing the grep output");
   const auto t3 = std::chrono::steady_clock::now();

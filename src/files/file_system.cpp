@@ -5,7 +5,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <linux/openat2.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -30,6 +29,7 @@
 
 #include "deepwell/array.hpp"
 #include "deepwell/error.hpp"
+#include "deepwell/thread_times.hpp"
 #include "direct_map.hpp"
 #include "window_target.hpp"
 
@@ -302,7 +302,7 @@ struct file_system::impl {
     uint64_t idle_since = 0;
     while (!stopping.load(std::memory_order_relaxed)) {
       b->n = 0;
-      const uint64_t pass0 = now_ns();
+      const uint64_t pass0 = now_ns();  // also the idle clock below
       // From where the last batch stopped, so that no slot waits behind
       // a busy run of lower ones.
       const uint32_t mine = (opts.slots - k + n - 1) / n;
@@ -326,12 +326,11 @@ struct file_system::impl {
       // longer ones once idle for long. Counted in passes, a spin of 512
       // pauses had the threads asleep a quarter of a grep's search while
       // warps waited milliseconds for their replies.
-      const uint64_t t = now_ns();
-      if (!idle_since) idle_since = t;
-      if (t - idle_since < idle_spin_ns())
+      if (!idle_since) idle_since = pass0;
+      if (pass0 - idle_since < idle_spin_ns())
         spin_pause();
       else
-        std::this_thread::sleep_for(std::chrono::microseconds(t - idle_since < 100'000'000 ? 20 : 200));
+        std::this_thread::sleep_for(std::chrono::microseconds(pass0 - idle_since < 100'000'000 ? 20 : 200));
     }
   }
   // Where cores are few (CI's two), a spinning service takes them from
@@ -1015,11 +1014,11 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   static std::atomic<uint32_t> made{0};
   const std::string name = "dw-fs" + std::to_string(made.fetch_add(1) % 100);
   p.closer = std::thread([&p] { p.close_in_background(); });
-  pthread_setname_np(p.closer.native_handle(), (name + "-closer").c_str());
+  name_thread(p.closer, name + "-closer");
   const uint32_t n = std::min(p.opts.service_threads, p.opts.slots);
   for (uint32_t k = 0; k < n; ++k) {
     p.services.emplace_back([&p, k, n] { p.run(k, n); });
-    pthread_setname_np(p.services.back().native_handle(), (name + "-" + std::to_string(k % 1000)).c_str());
+    name_thread(p.services.back(), name + "-" + std::to_string(k));
   }
 }
 

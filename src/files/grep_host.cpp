@@ -6,7 +6,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <set>
 #include <thread>
 
@@ -136,6 +135,34 @@ host_grep_run::host_grep_run(const grep_dictionary& d, const std::vector<std::st
   job.counters = &counters;
 }
 
+file_system_options grep_input_options(const grep_options& o, uint32_t default_slots) {
+  file_system_options f;
+  f.root = o.root;
+  f.read_only = true;
+  f.slots = o.service_slots ? o.service_slots : default_slots;
+  if (o.service_threads) f.service_threads = o.service_threads;
+  f.profile_service = o.profile_service;
+  f.reply_poll_ns = o.reply_poll_ns;
+  return f;
+}
+
+file_system_options grep_output_options(const grep_options& o) {
+  file_system_options f;
+  f.root = o.out_dir;
+  f.reply_poll_ns = o.reply_poll_ns;
+  return f;
+}
+
+grep_host_watch::grep_host_watch(const grep_options& o) {
+  if (!o.sample_threads.empty()) sampler_.emplace(o.sample_threads, 200, 3, 4);
+}
+
+void grep_host_watch::report(grep_report& rep) {
+  rep.machine = machine_cpu_time::now() - machine0_;
+  rep.threads = threads_.elapsed();
+  if (sampler_) rep.thread_samples = sampler_->stop();
+}
+
 grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files) {
   grep_report rep;
   rep.files = files.size();
@@ -143,18 +170,9 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   cache_config cc;
   if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
   auto cache = make_host_page_cache(ctl, cc);
-  file_system_options in_opts;
-  in_opts.root = o.root;
-  in_opts.read_only = true;
-  if (o.service_threads) in_opts.service_threads = o.service_threads;
-  in_opts.profile_service = o.profile_service;
-  in_opts.reply_poll_ns = o.reply_poll_ns;
-  if (o.service_slots) in_opts.slots = o.service_slots;
+  const file_system_options in_opts = grep_input_options(o, file_system_options{}.slots);
   auto in = make_host_file_system(ctl, cache, in_opts);
-  file_system_options out_opts;
-  out_opts.root = o.out_dir;
-  out_opts.reply_poll_ns = o.reply_poll_ns;
-  auto out = make_host_file_system(ctl, cache, out_opts);
+  auto out = make_host_file_system(ctl, cache, grep_output_options(o));
   const unsigned workers = o.workers ? o.workers : std::max(1u, std::thread::hardware_concurrency());
 
   host_grep_run run(d, files, in->ref(), out->ref(), workers);
@@ -163,17 +181,12 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   j.out_file = j.out.gopen(o.out_name.c_str(), g_wronly | g_gwronce);  // lines at disjoint offsets, never read
   if (!j.out_file.ok())
     throw error("grep: cannot open " + o.out_dir + "/" + o.out_name + " for writing: " + std::strerror(j.out_file.err));
-  const thread_clock host_threads;
-  const machine_cpu_time machine0 = machine_cpu_time::now();
-  std::optional<thread_sampler> sampler;
-  if (!o.sample_threads.empty()) sampler.emplace(o.sample_threads, 200, 3, 4);
+  grep_host_watch host(o);
   std::vector<std::thread> threads;
   for (unsigned k = 0; k < workers; ++k) threads.emplace_back([&j, k] { grep_worker(one_lane{}, j, k); });
   for (auto& t : threads) t.join();
   const auto t1 = std::chrono::steady_clock::now();
-  rep.machine = machine_cpu_time::now() - machine0;
-  rep.threads = host_threads.elapsed();  // the workers have ended: only the service's and controller's threads
-  if (sampler) rep.thread_samples = sampler->stop();
+  host.report(rep);  // the workers have ended: only the service's and controller's threads
   const int c = j.out.gclose(j.out_file);
   const auto t2 = std::chrono::steady_clock::now();
   rep.seconds = std::chrono::duration<double>(t2 - t0).count();

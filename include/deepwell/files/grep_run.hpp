@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,6 +86,26 @@ struct grep_report {
   std::vector<thread_time> threads;  // the host's threads during the search (thread_times.hpp)
   machine_cpu_time machine;          // the machine's CPU time during the search
   std::vector<std::pair<std::string, uint64_t>> thread_samples;  // grep_options::sample_threads
+};
+
+// The searched tree's and the output's file systems as `o` asks, for the
+// CPU and the GPU run alike (default_slots: the tree's slots where `o`
+// gives none).
+file_system_options grep_input_options(const grep_options& o, uint32_t default_slots);
+file_system_options grep_output_options(const grep_options& o);
+
+// The host during a search, from construction to report(): each thread
+// group's times, the machine's CPU time, and (o.sample_threads) where that
+// group's threads are.
+class grep_host_watch {
+ public:
+  explicit grep_host_watch(const grep_options& o);
+  void report(grep_report& rep);
+
+ private:
+  thread_clock threads_;
+  machine_cpu_time machine0_ = machine_cpu_time::now();
+  std::optional<thread_sampler> sampler_;
 };
 
 grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files);

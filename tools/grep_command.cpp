@@ -99,8 +99,8 @@ int grep_command::run() {
                                   {"open_calls_faults", fs.open_calls_faults},
                                   {"client_calls", fs.client_calls}, {"client_slot_s", fs.client_slot_ns / 1e9},
                                   {"client_wait_s", fs.client_wait_ns / 1e9}, {"client_read_s", fs.client_read_ns / 1e9},
-                                  {"client_slots_looked", fs.client_slots_looked},
-                                  {"client_slots_lost", fs.client_slots_lost}});
+                                  {"client_slot_polls", fs.client_slot_polls},
+                                  {"client_slot_waits", fs.client_slot_waits}});
       // The host's threads during the search, by name: on a CPU, and
       // runnable but waiting for one (a service short of cores).
       for (const thread_time& t : r.threads)

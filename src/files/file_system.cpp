@@ -996,8 +996,7 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
 
   ref_.bytes = p.bytes->ref();
   ref_.slots = static_cast<gfs_slot*>(p.mem->client_address(p.slots));
-  ref_.slot_lock = static_cast<uint32_t*>(p.mem->alloc_private(sizeof(uint32_t) * p.opts.slots));
-  ref_.nslots = p.opts.slots;
+  ref_.free_slots = make_slot_queue(*p.mem, p.opts.slots);
   ref_.files = p.files;
   ref_.max_open = p.opts.max_open;
   ref_.zeros_bytes = p.cache->page_size();
@@ -1037,8 +1036,8 @@ file_system_stats file_system::stats() const {
     s.client_slot_ns = c[1];
     s.client_wait_ns = c[2];
     s.client_read_ns = c[3];
-    s.client_slots_looked = c[4];
-    s.client_slots_lost = c[5];
+    s.client_slot_polls = c[4];
+    s.client_slot_waits = c[5];
   }
   s.direct_tier_bytes = p_->direct_pinned.load(std::memory_order_relaxed);
   return s;

@@ -104,10 +104,11 @@ struct file_system_stats {
   uint64_t seen_to_reply_ns = 0, passes = 0, pass_ns = 0;
   // With profile_service: the clients' side of the round trips (gfs_ref::
   // call_ns): calls, taking a slot, from the request to seeing its reply,
-  // reading the reply and freeing the slot (ns, summed); slots looked at
-  // while taking one, and those seen free but taken by another first.
+  // reading the reply and freeing the slot (ns, summed); the looks at
+  // their queue cells while waiting for a slot, and the calls that found
+  // none free (files/slot_queue.hpp).
   uint64_t client_calls = 0, client_slot_ns = 0, client_wait_ns = 0, client_read_ns = 0;
-  uint64_t client_slots_looked = 0, client_slots_lost = 0;
+  uint64_t client_slot_polls = 0, client_slot_waits = 0;
   uint32_t open_files = 0;
   uint32_t open_dirs = 0;
 };

@@ -26,6 +26,7 @@
 
 #include "deepwell/array.hpp"
 #include "deepwell/files/gfs_layout.hpp"
+#include "deepwell/files/slot_queue.hpp"
 #include "deepwell/shared_atomic.hpp"
 #include "deepwell/warp.hpp"
 
@@ -49,8 +50,7 @@ class gfs_ref {
  public:
   array_ref<uint8_t> bytes{};        // the window namespace
   gfs_slot* slots = nullptr;         // host memory, as clients address it
-  uint32_t* slot_lock = nullptr;     // client memory: 0 free, 1 taken, 2 abandoned after a timeout
-  uint32_t nslots = 0;
+  slot_queue_ref free_slots{};       // client memory: the free slots, and the callers waiting for one
   gfs_open_entry* files = nullptr;   // client memory, the open-file table
   uint32_t max_open = 0;
   const uint8_t* zeros = nullptr;    // client memory: a page of zeros (gftruncate)
@@ -60,8 +60,8 @@ class gfs_ref {
   // With file_system_options::profile_service (client memory, else null):
   // the calls' round trips as the clients see them, summed: [0] calls,
   // [1] ns taking a slot, [2] ns from the request to seeing its reply,
-  // [3] ns reading the reply and freeing the slot, [4] slots looked at
-  // while taking one, [5] of them seen free but taken by another first.
+  // [3] ns reading the reply and freeing the slot, [4] looks at its queue
+  // cell while waiting for a slot, [5] calls that found no slot free.
   uint64_t* call_ns = nullptr;
   uint32_t reply_poll_ns = 0;  // GPU: the longest sleep between polls for a reply (0: backoff()'s)
 
@@ -500,7 +500,7 @@ class gfs_ref {
   DW_HD reply call(const Warp& w, unsigned mask, bool leader, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1,
                    const char* text, uint32_t len, char* out, uint32_t out_max, uint64_t a2 = 0) const {
     reply r;
-    if (leader) r = call_one(w.queue_hint(), op, flags, a0, a1, text, len, out, out_max, a2);
+    if (leader) r = call_one(op, flags, a0, a1, text, len, out, out_max, a2);
     const unsigned src = lowest_lane(mask);
     r.err = int32_t(w.shfl(mask, uint32_t(r.err), src));
     r.r0 = shfl64(w, mask, r.r0, src);
@@ -510,31 +510,26 @@ class gfs_ref {
     return r;
   }
 
-  DW_HD reply call_one(uint32_t hint, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1, const char* text,
-                       uint32_t len, char* out, uint32_t out_max, uint64_t a2 = 0) const {
+  // Whether slot k's last request has its reply (a slot abandoned by a
+  // caller that timed out is free again then).
+  struct slot_answered {
+    gfs_slot* slots;
+    DW_HD bool operator()(uint32_t k) const {
+      return shared_load_acquire(&slots[k].done) == shared_load_relaxed(&slots[k].ticket);
+    }
+  };
+
+  DW_HD reply call_one(gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1, const char* text, uint32_t len,
+                       char* out, uint32_t out_max, uint64_t a2 = 0) const {
     reply r;
     const uint64_t t_start = now_ns(), dl = t_start + timeout_ns;
-    // A slot: free, or abandoned by a timed-out caller and answered since.
-    uint32_t s = ~0u, looked = 0, lost = 0;
-    for (uint32_t i = 0; s == ~0u; ++i) {
-      const uint32_t k = (hint + i) % nslots;
-      client_atomic<uint32_t> lock(slot_lock[k]);
-      uint32_t v = lock.load(memory_order_relaxed);
-      ++looked;
-      if (v == 2 && shared_load_acquire(&slots[k].done) == shared_load_relaxed(&slots[k].ticket)) {
-        if (lock.compare_exchange_strong(v, 1, memory_order_acquire)) s = k;
-      } else if (v == 0) {
-        if (lock.compare_exchange_strong(v, 1, memory_order_acquire)) s = k;
-        else ++lost;
-      }
-      if (s == ~0u && (i + 1) % nslots == 0) {
-        if (now_ns() > dl) {
-          r.err = 110;
-          return r;
-        }
-        backoff(i / nslots);
-      }
+    // A slot, first come, first served (files/slot_queue.hpp).
+    const slot_queue_ref::taken got = free_slots.take(dl, slot_answered{slots});
+    if (!got.ok()) {
+      r.err = 110;  // ETIMEDOUT
+      return r;
     }
+    const uint32_t s = got.slot;
     const uint64_t t_slot = call_ns ? now_ns() : 0;
     gfs_slot& q = slots[s];
     shared_store_relaxed(&q.op, uint32_t(op));
@@ -549,9 +544,9 @@ class gfs_ref {
     shared_store_release(&q.ticket, t);
     for (uint32_t i = 0; shared_load_acquire(&q.done) != t; ++i) {
       if (now_ns() > dl) {
-        // The service may still answer: the slot is freed by whoever
-        // finds it answered (above).
-        client_atomic<uint32_t>(slot_lock[s]).store(2, memory_order_release);
+        // The service may still answer: the slot is put back by whoever
+        // finds it answered (slot_queue_ref::reclaim).
+        free_slots.abandon(s);
         r.err = 110;
         return r;
       }
@@ -578,15 +573,15 @@ class gfs_ref {
       for (uint32_t i = 0; i < m; ++i) out[i] = q.text[i];
       out[m] = 0;
     }
-    client_atomic<uint32_t>(slot_lock[s]).store(0, memory_order_release);
+    free_slots.put(s, now_ns() + timeout_ns);
     if (call_ns) {
       const uint64_t t_end = now_ns();
       client_atomic<uint64_t>(call_ns[0]).fetch_add(1, memory_order_relaxed);
       client_atomic<uint64_t>(call_ns[1]).fetch_add(t_slot - t_start, memory_order_relaxed);
       client_atomic<uint64_t>(call_ns[2]).fetch_add(t_reply - t_slot, memory_order_relaxed);
       client_atomic<uint64_t>(call_ns[3]).fetch_add(t_end - t_reply, memory_order_relaxed);
-      client_atomic<uint64_t>(call_ns[4]).fetch_add(looked, memory_order_relaxed);
-      client_atomic<uint64_t>(call_ns[5]).fetch_add(lost, memory_order_relaxed);
+      client_atomic<uint64_t>(call_ns[4]).fetch_add(got.polls, memory_order_relaxed);
+      client_atomic<uint64_t>(call_ns[5]).fetch_add(got.waited ? 1 : 0, memory_order_relaxed);
     }
     return r;
   }

@@ -137,6 +137,7 @@ struct file_system::impl {
       return std::hash<uint64_t>{}(uint64_t(k.second) * 0x9E3779B97F4A7C15ull ^ uint64_t(k.first));
     }
   };
+  std::atomic<uint64_t> window_target_ns{0};  // profile_service: in the window target's attach and detach
   std::unordered_map<std::pair<dev_t, ino_t>, uint32_t, inode_hash> by_inode;
   std::unordered_map<std::pair<dev_t, ino_t>, retained_window, inode_hash> retained;
   std::vector<DIR*> dirs;
@@ -359,6 +360,7 @@ struct file_system::impl {
       if (gfs_op(q.op) == gfs_op::open) b.prep[j].err = prepare_open(q, root, b.prep[j]);
     }
     uint32_t errors = 0;
+    uint64_t locked_open = 0, locked_close = 0;  // profile: under the lock, in opens and in the rest
     const uint64_t t1 = now_ns(), c1 = profile ? thread_cpu_ns() : 0;
     if (profile) getrusage(RUSAGE_THREAD, &r1);
     uint64_t t2, t3;
@@ -370,6 +372,7 @@ struct file_system::impl {
         gfs_slot& q = slots[b.slot[j]];
         after_lock& later = b.later[j];
         int err = 0;
+        const uint64_t r0 = profile ? now_ns() : 0;
         switch (gfs_op(q.op)) {
           case gfs_op::open: err = commit_open(q, b.prep[j], later); break;
           case gfs_op::close: err = do_close(q, later); break;
@@ -380,6 +383,7 @@ struct file_system::impl {
           case gfs_op::closedir: err = do_closedir(q, later); break;
           default: err = EINVAL;
         }
+        if (profile) (gfs_op(q.op) == gfs_op::open ? locked_open : locked_close) += now_ns() - r0;
         q.err = err;
         errors += err != 0;
       }
@@ -412,6 +416,9 @@ struct file_system::impl {
     st.open_calls_faults += uint64_t(r1.ru_minflt - r0.ru_minflt + r1.ru_majflt - r0.ru_majflt);
     for (uint32_t j = 0; j < b.n; ++j) st.syscalls_ns += b.prep[j].syscall_ns;
     st.locked_ns += t3 - t2;
+    st.locked_opens_ns += locked_open;
+    st.locked_others_ns += locked_close;
+    st.window_target_ns = window_target_ns.load(std::memory_order_relaxed);
     st.after_lock_ns += t4 - t3;
   }
 
@@ -510,7 +517,7 @@ struct file_system::impl {
         // (requests in flight keep the old one open until they finish).
         later.file = std::move(o.file);
         o.file = f;
-        target->attach(o.window, f);
+        attach_window(o.window, f);
         o.had_writer = true;
         drop_direct(o.window, later);  // the pages may change now: the entry is cleared before the writer hears back
       } else {
@@ -569,7 +576,7 @@ struct file_system::impl {
       (void)use_direct(window, made, later);
     }
     const bool tiered = !want_write && window_maps.count(window);
-    target->attach(window, f);
+    attach_window(window, f);
     table[h] = open_file{sb.st_dev,          sb.st_ino,          window, tag, 1, 0, f, ns_of(sb.st_mtim),
                          ns_of(sb.st_ctim), uint64_t(sb.st_size), want_write};
     by_inode[key] = h;
@@ -585,6 +592,19 @@ struct file_system::impl {
     n.windows_reused += reused;
     ++n.open_files;
     return 0;
+  }
+
+  // The window target's table has a lock of its own, which the pollers take
+  // for every read: its attach and detach are timed with profile_service.
+  void attach_window(uint32_t w, const std::shared_ptr<detail::window_file>& f) {
+    const uint64_t t = opts.profile_service ? now_ns() : 0;
+    target->attach(w, f);
+    if (t) window_target_ns.fetch_add(now_ns() - t, std::memory_order_relaxed);
+  }
+  void detach_window(uint32_t w) {
+    const uint64_t t = opts.profile_service ? now_ns() : 0;
+    target->detach(w);
+    if (t) window_target_ns.fetch_add(now_ns() - t, std::memory_order_relaxed);
   }
 
   static bool unchanged(const retained_window& r, const struct stat& sb) {
@@ -740,7 +760,7 @@ struct file_system::impl {
         retained[{o->dev, o->ino}] = {o->window, o->mtime_ns, o->ctime_ns, o->size};
       else if (!o->file->write_once && ::fstat(o->file->fd, &sb) == 0)
         retained[{o->dev, o->ino}] = {o->window, ns_of(sb.st_mtim), ns_of(sb.st_ctim), uint64_t(sb.st_size)};
-      target->detach(o->window);
+      detach_window(o->window);
       by_inode.erase({o->dev, o->ino});
       later.file = std::move(o->file);
       table[h].reset();
@@ -988,6 +1008,10 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   p.served.assign(p.opts.slots, 0);
   p.files = static_cast<gfs_open_entry*>(p.mem->alloc_private(sizeof(gfs_open_entry) * p.opts.max_open));
   p.table.resize(p.opts.max_open);
+  // Buckets up front: a rehash of thousands of entries would happen under
+  // the tables' lock, with every service thread waiting.
+  p.by_inode.reserve(std::min<uint32_t>(p.opts.max_open, 1u << 16));
+  p.retained.reserve(1u << 15);
   for (uint32_t i = 0; i < p.opts.max_open; ++i) p.free_fds.push_back(i);
   p.clear_ticket.assign(p.opts.max_open, 0);
   p.entry_gen.assign(p.opts.max_open, 0);

@@ -148,19 +148,27 @@ int64_t merge_write_once(window_file& f, const uint8_t* buf, uint32_t len, uint6
 }  // namespace
 
 void window_target::attach(uint32_t window, std::shared_ptr<window_file> f) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  windows_[window] = std::move(f);
+  shard& s = shard_of(window);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.windows[window] = std::move(f);
 }
 
 void window_target::detach(uint32_t window) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  windows_.erase(window);
+  std::shared_ptr<window_file> gone;  // its last reference dropped (a close(2)) outside the lock
+  shard& s = shard_of(window);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const auto it = s.windows.find(window);
+  if (it == s.windows.end()) return;
+  gone = std::move(it->second);
+  s.windows.erase(it);
 }
 
 std::shared_ptr<window_file> window_target::find(uint64_t offset) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = windows_.find(uint32_t(offset >> gfs_window_shift));
-  return it == windows_.end() ? nullptr : it->second;
+  const uint32_t window = uint32_t(offset >> gfs_window_shift);
+  const shard& s = shard_of(window);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.windows.find(window);
+  return it == s.windows.end() ? nullptr : it->second;
 }
 
 void window_target::read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) {
@@ -197,9 +205,9 @@ void window_target::write(io_engine& io, const void* buf, uint32_t len, uint64_t
 
 void window_target::flush(io_engine& io, io_callback done) {
   auto* g = new flush_group;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [w, f] : windows_)
+  for (uint32_t k = 0; k < shards; ++k) {
+    std::lock_guard<std::mutex> lock(shards_[k].mutex);
+    for (auto& [w, f] : shards_[k].windows)
       if (f->written.exchange(false)) g->files.push_back(f);
   }
   if (g->files.empty()) {

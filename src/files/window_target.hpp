@@ -77,8 +77,17 @@ class window_target final : public target {
 
   uint64_t bytes_;
   std::string root_;
-  mutable std::mutex mutex_;
-  std::unordered_map<uint32_t, std::shared_ptr<window_file>> windows_;
+  // The open windows, in shards by window number, each with a lock of its
+  // own: the pollers look a window up for every read and write, the file
+  // service attaches and detaches windows under its tables' lock, and one
+  // lock for all had the service wait behind the pollers.
+  static constexpr uint32_t shards = 64;
+  struct shard {
+    mutable std::mutex mutex;
+    std::unordered_map<uint32_t, std::shared_ptr<window_file>> windows;
+  };
+  shard& shard_of(uint32_t window) const { return shards_[window % shards]; }
+  std::unique_ptr<shard[]> shards_{new shard[shards]};
   std::unique_ptr<std::atomic<uint32_t>[]> writes_done_;
 };
 

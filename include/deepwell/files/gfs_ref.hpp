@@ -116,6 +116,7 @@ class gfs_ref {
       }
     }
     f.err = int32_t(w.shfl(mask, uint32_t(err), lowest_lane(mask)));
+    w.sync(mask);  // converged again after the leader's wait (see call())
     return f;
   }
 
@@ -507,6 +508,11 @@ class gfs_ref {
     r.r1 = shfl64(w, mask, r.r1, src);
     r.r2 = shfl64(w, mask, r.r2, src);
     r.r3 = shfl64(w, mask, r.r3, src);
+    // The leader's round trip is long divergent code: a warp left split
+    // after it would see part of itself in its next call's active() (a
+    // whole-warp gread into one lane's stack was then taken for a one-lane
+    // call). WARPSYNC brings the lanes together again.
+    w.sync(mask);
     return r;
   }
 

@@ -228,6 +228,7 @@ struct file_system::impl {
   // What a request leaves for after the tables' lock.
   struct after_lock {
     std::shared_ptr<detail::window_file> file;  // the last reference: its descriptor is closed here
+    int64_t detach = -1;                        // a closed file's window, detached from the target here
     int64_t clear = -1;                         // an entry whose tag the host clears, then frees
     int64_t window = -1;                        // a window whose direct tier entry is written (before the reply)
     window_source source{};
@@ -244,6 +245,10 @@ struct file_system::impl {
   };
 
   void finish(after_lock& later) {
+    // Outside the tables' lock (the target's shards have locks of their
+    // own, which the pollers take), yet before the reply: the closing warp
+    // hears back once its window is detached.
+    if (later.detach >= 0) detach_window(uint32_t(later.detach), later.file.get());
     later.file.reset();
     if (later.window >= 0) mem->write_private(&windows[later.window], &later.source, sizeof later.source);
     if (later.clear >= 0) {
@@ -601,9 +606,9 @@ struct file_system::impl {
     target->attach(w, f);
     if (t) window_target_ns.fetch_add(now_ns() - t, std::memory_order_relaxed);
   }
-  void detach_window(uint32_t w) {
+  void detach_window(uint32_t w, const detail::window_file* only) {
     const uint64_t t = opts.profile_service ? now_ns() : 0;
-    target->detach(w);
+    target->detach(w, only);
     if (t) window_target_ns.fetch_add(now_ns() - t, std::memory_order_relaxed);
   }
 
@@ -760,7 +765,7 @@ struct file_system::impl {
         retained[{o->dev, o->ino}] = {o->window, o->mtime_ns, o->ctime_ns, o->size};
       else if (!o->file->write_once && ::fstat(o->file->fd, &sb) == 0)
         retained[{o->dev, o->ino}] = {o->window, ns_of(sb.st_mtim), ns_of(sb.st_ctim), uint64_t(sb.st_size)};
-      detach_window(o->window);
+      later.detach = o->window;  // after the lock, if this file is still the one attached
       by_inode.erase({o->dev, o->ino});
       later.file = std::move(o->file);
       table[h].reset();

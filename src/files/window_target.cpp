@@ -153,12 +153,12 @@ void window_target::attach(uint32_t window, std::shared_ptr<window_file> f) {
   s.windows[window] = std::move(f);
 }
 
-void window_target::detach(uint32_t window) {
+void window_target::detach(uint32_t window, const window_file* only) {
   std::shared_ptr<window_file> gone;  // its last reference dropped (a close(2)) outside the lock
   shard& s = shard_of(window);
   std::lock_guard<std::mutex> lock(s.mutex);
   const auto it = s.windows.find(window);
-  if (it == s.windows.end()) return;
+  if (it == s.windows.end() || (only && it->second.get() != only)) return;
   gone = std::move(it->second);
   s.windows.erase(it);
 }

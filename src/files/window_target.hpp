@@ -53,7 +53,10 @@ class window_target final : public target {
       : bytes_(bytes), root_(std::move(root)), writes_done_(new std::atomic<uint32_t>[windows()]()) {}
 
   void attach(uint32_t window, std::shared_ptr<window_file> f);
-  void detach(uint32_t window);
+  // Detaches `window`; with `only`, only while that file is the one
+  // attached (a close finishing after the tables' lock must not detach the
+  // file of a reopen that came meanwhile).
+  void detach(uint32_t window, const window_file* only = nullptr);
   uint32_t windows() const { return uint32_t(bytes_ >> gfs_window_shift); }
   // Writes to `window` completed (or failed) since the target was made,
   // modulo 2^32: the other half of dataset_desc::write_counts, which

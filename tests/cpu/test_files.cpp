@@ -727,6 +727,28 @@ TEST(Files, MissingFilesDirectoriesLongNamesAndBadFlags) {
   EXPECT_EQ(r.files->stats().open_files, 0u);
 }
 
+TEST(Files, PrefetchedPagesAreReadFromTheCacheAndBadHandlesAreRefused) {
+  tree t;
+  t.put("p", pattern(40000, 7));  // 10 pages
+  rig r(t, 64);
+  const gfs_ref& g = r.ref();
+  const gfile f = g.gopen("p", g_rdonly);
+  ASSERT_TRUE(f.ok());
+  const uint64_t misses0 = r.cache->stats().misses;
+  ASSERT_EQ(g.gprefetch(f, 0, 1 << 20), 0);  // clipped to the file
+  EXPECT_EQ(r.cache->stats().misses - misses0, 10u) << "a fetch started for each of the file's pages";
+  EXPECT_EQ(g.gprefetch(f, 50000, 10), 0) << "past the end: nothing to do";
+  EXPECT_EQ(read_all(g, f), pattern(40000, 7));
+  EXPECT_EQ(r.cache->stats().misses - misses0, 10u) << "the reads found every page fetched already";
+  EXPECT_EQ(g.gprefetch(gfile{}, 0, 100), -EBADF);
+  const gfile w = g.gopen("out", g_wronly | g_creat);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(g.gprefetch(w, 0, 100), -EBADF) << "write-only";
+  EXPECT_EQ(g.gclose(w), 0);
+  EXPECT_EQ(g.gclose(f), 0);
+  EXPECT_EQ(g.gprefetch(f, 0, 100), -EBADF) << "closed";
+}
+
 TEST(Files, HandlesThatAreNotOpenAndWritesToReadOnlyHandles) {
   tree t;
   t.put("a", pattern(5000, 1));

@@ -96,28 +96,33 @@ class gfs_ref {
     f.mtime_ns = int64_t(r.r3);
     // r.r2 >> 32: 1 if this open made the entry (its first user): fill it
     // and publish the window; other openers wait to see it published.
-    int32_t err = 0;
-    if (leader) {
-      gfs_open_entry& e = files[f.fd];
-      if (r.r2 >> 32) {
+    // The warp waits together, deciding each round from the leader's look
+    // (see call()).
+    const unsigned src = lowest_lane(mask);
+    gfs_open_entry& e = files[f.fd];
+    if (r.r2 >> 32) {
+      if (leader) {
         client_atomic<unsigned long long>(e.size).store(r.r1, memory_order_relaxed);
         client_atomic<uint32_t>(e.written).store(0, memory_order_relaxed);
         client_atomic<uint32_t>(e.flags).store(flags, memory_order_relaxed);
         client_atomic<uint32_t>(e.tag).store(f.tag, memory_order_release);
-      } else {
-        const uint64_t dl = now_ns() + timeout_ns;
-        for (uint32_t i = 0; client_atomic<uint32_t>(e.tag).load(memory_order_acquire) != f.tag; ++i) {
-          if (now_ns() > dl) {
-            err = 110;  // ETIMEDOUT
-            break;
-          }
-          backoff(i);
-        }
       }
+      w.sync(mask);
+      return f;
     }
-    f.err = int32_t(w.shfl(mask, uint32_t(err), lowest_lane(mask)));
-    w.sync(mask);  // converged again after the leader's wait (see call())
-    return f;
+    const uint64_t dl = now_ns() + timeout_ns;
+    for (uint32_t i = 0;; ++i) {
+      int32_t seen = 0;  // 1: published; -1: past the deadline
+      if (leader)
+        seen = client_atomic<uint32_t>(e.tag).load(memory_order_acquire) == f.tag ? 1 : now_ns() > dl ? -1 : 0;
+      seen = int32_t(w.shfl(mask, uint32_t(seen), src));
+      if (seen > 0) return f;
+      if (seen < 0) {
+        f.err = 110;  // ETIMEDOUT
+        return f;
+      }
+      backoff(i);
+    }
   }
 
   // A written file's dirty pages are written back to the file first, and
@@ -172,6 +177,28 @@ class gfs_ref {
   }
 
   // ---- bytes ----
+
+  // Starts fetching the file's pages that hold [offset, offset + n) and
+  // returns without waiting (posix_fadvise's POSIX_FADV_WILLNEED): the
+  // warp's later greads find them cached or on their way. A page per lane
+  // in turn; pages already cached or coming cost a lookup. Returns 0 or
+  // -errno (EBADF: not open, or opened write-only).
+  template <class Warp>
+  DW_HD int gprefetch(const Warp& w, const gfile& f, uint64_t offset, uint64_t n) const {
+    const unsigned mask = w.active();
+    uint64_t size = 0;
+    const int bad = check(w, mask, f, size);
+    if (bad) return bad;
+    if (!f.readable()) return -9;
+    if (offset >= size || n == 0) return 0;
+    const uint64_t end = n < size - offset ? offset + n : size;
+    const uint32_t shift = bytes.cache.page_shift();
+    const uint64_t first = offset >> shift, last = (end - 1) >> shift;
+    const uint32_t lanes = popcount32(mask), rank = popcount32(mask & ((1u << w.lane()) - 1u));
+    for (uint64_t p = first + rank; p <= last; p += lanes) bytes.prefetch(base(f.window) + (p << shift));
+    w.sync(mask);
+    return 0;
+  }
 
   // Up to n bytes at `offset` into dst; returns the bytes read (0 at or past
   // the end of the file) or -errno. dst is the warp's: shared or global
@@ -375,6 +402,7 @@ class gfs_ref {
   DW_HD gfile gopen(const char* path, uint32_t flags) const { return gopen(this_thread_warp{}, path, flags); }
   DW_HD int gclose(const gfile& f) const { return gclose(this_thread_warp{}, f); }
   DW_HD int gclose_async(const gfile& f) const { return gclose_async(this_thread_warp{}, f); }
+  DW_HD int gprefetch(const gfile& f, uint64_t off, uint64_t n) const { return gprefetch(this_thread_warp{}, f, off, n); }
   DW_HD int64_t gread(const gfile& f, uint64_t off, void* dst, uint64_t n) const {
     return gread(this_thread_warp{}, f, off, dst, n);
   }
@@ -495,27 +523,6 @@ class gfs_ref {
     return s.ok() ? 0 : -errno_of(s);
   }
 
-  // One request through a slot, made by the leader lane; every lane gets
-  // the reply. `out` (leader-written) receives the reply's text.
-  template <class Warp>
-  DW_HD reply call(const Warp& w, unsigned mask, bool leader, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1,
-                   const char* text, uint32_t len, char* out, uint32_t out_max, uint64_t a2 = 0) const {
-    reply r;
-    if (leader) r = call_one(op, flags, a0, a1, text, len, out, out_max, a2);
-    const unsigned src = lowest_lane(mask);
-    r.err = int32_t(w.shfl(mask, uint32_t(r.err), src));
-    r.r0 = shfl64(w, mask, r.r0, src);
-    r.r1 = shfl64(w, mask, r.r1, src);
-    r.r2 = shfl64(w, mask, r.r2, src);
-    r.r3 = shfl64(w, mask, r.r3, src);
-    // The leader's round trip is long divergent code: a warp left split
-    // after it would see part of itself in its next call's active() (a
-    // whole-warp gread into one lane's stack was then taken for a one-lane
-    // call). WARPSYNC brings the lanes together again.
-    w.sync(mask);
-    return r;
-  }
-
   // Whether slot k's last request has its reply (a slot abandoned by a
   // caller that timed out is free again then).
   struct slot_answered {
@@ -525,34 +532,66 @@ class gfs_ref {
     }
   };
 
-  DW_HD reply call_one(gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1, const char* text, uint32_t len,
-                       char* out, uint32_t out_max, uint64_t a2 = 0) const {
+  // One request through a slot; every lane gets the reply. The leader lane
+  // makes the atomics and reads the reply, but each wait is a loop of the
+  // whole warp that decides every round from the leader's look (a
+  // shuffle), so the lanes stay together and the warp's next call finds
+  // all of them in active(). (A leader left alone in a long wait came back
+  // split from the others: a whole-warp gread into one lane's stack was
+  // then taken for a one-lane call.) `out` (leader-written) receives the
+  // reply's text.
+  template <class Warp>
+  DW_HD reply call(const Warp& w, unsigned mask, bool leader, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1,
+                   const char* text, uint32_t len, char* out, uint32_t out_max, uint64_t a2 = 0) const {
     reply r;
+    const unsigned src = lowest_lane(mask);
     const uint64_t t_start = now_ns(), dl = t_start + timeout_ns;
     // A slot, first come, first served (files/slot_queue.hpp).
-    const slot_queue_ref::taken got = free_slots.take(dl, slot_answered{slots});
-    if (!got.ok()) {
-      r.err = 110;  // ETIMEDOUT
-      return r;
+    const unsigned long long ticket = leader ? free_slots.enter() : 0;
+    uint32_t s = 0, polls = 0;
+    for (int got = 0;; ++polls) {
+      if (leader) {
+        got = free_slots.poll(ticket, dl, s);
+        if (!got && (polls & 63) == 63) free_slots.reclaim(dl, slot_answered{slots});
+      }
+      got = int(w.shfl(mask, uint32_t(got), src));
+      if (got < 0) {
+        r.err = 110;  // ETIMEDOUT
+        return r;
+      }
+      if (got) break;
+      backoff(polls);
     }
-    const uint32_t s = got.slot;
     const uint64_t t_slot = call_ns ? now_ns() : 0;
+    s = w.shfl(mask, s, src);
     gfs_slot& q = slots[s];
-    shared_store_relaxed(&q.op, uint32_t(op));
-    shared_store_relaxed(&q.flags, flags);
-    shared_store_relaxed(&q.a0, a0);
-    shared_store_relaxed(&q.a1, a1);
-    shared_store_relaxed(&q.a2, a2);
-    shared_store_relaxed(&q.len, len);
-    for (uint32_t i = 0; i < len; ++i) q.text[i] = text[i];
+    // The request; the text copied by every lane, a byte each in turn
+    // (writes across PCIe), then published by the leader.
+    const uint32_t lanes = popcount32(mask), rank = popcount32(mask & ((1u << w.lane()) - 1u));
+    for (uint32_t i = rank; i < len; i += lanes) q.text[i] = text[i];
     system_fence();
-    const uint32_t t = shared_load_relaxed(&q.ticket) + 1;
-    shared_store_release(&q.ticket, t);
-    for (uint32_t i = 0; shared_load_acquire(&q.done) != t; ++i) {
-      if (now_ns() > dl) {
+    w.sync(mask);
+    uint32_t t = 0;
+    if (leader) {
+      shared_store_relaxed(&q.op, uint32_t(op));
+      shared_store_relaxed(&q.flags, flags);
+      shared_store_relaxed(&q.a0, a0);
+      shared_store_relaxed(&q.a1, a1);
+      shared_store_relaxed(&q.a2, a2);
+      shared_store_relaxed(&q.len, len);
+      system_fence();
+      t = shared_load_relaxed(&q.ticket) + 1;
+      shared_store_release(&q.ticket, t);
+    }
+    for (uint32_t i = 0;; ++i) {
+      int32_t done = 0;  // 1: answered; -1: past the deadline
+      if (leader) done = shared_load_acquire(&q.done) == t ? 1 : now_ns() > dl ? -1 : 0;
+      done = int32_t(w.shfl(mask, uint32_t(done), src));
+      if (done > 0) break;
+      if (done < 0) {
         // The service may still answer: the slot is put back by whoever
         // finds it answered (slot_queue_ref::reclaim).
-        free_slots.abandon(s);
+        if (leader) free_slots.abandon(s);
         r.err = 110;
         return r;
       }
@@ -568,27 +607,34 @@ class gfs_ref {
       backoff(i);
     }
     const uint64_t t_reply = call_ns ? now_ns() : 0;
-    r.err = shared_load_relaxed(&q.err);
-    r.r0 = shared_load_relaxed(&q.r0);
-    r.r1 = shared_load_relaxed(&q.r1);
-    r.r2 = shared_load_relaxed(&q.r2);
-    r.r3 = shared_load_relaxed(&q.r3);
-    if (out && out_max) {
-      const uint32_t n = shared_load_relaxed(&q.len);
-      const uint32_t m = n < out_max - 1 ? n : out_max - 1;
-      for (uint32_t i = 0; i < m; ++i) out[i] = q.text[i];
-      out[m] = 0;
+    if (leader) {
+      r.err = shared_load_relaxed(&q.err);
+      r.r0 = shared_load_relaxed(&q.r0);
+      r.r1 = shared_load_relaxed(&q.r1);
+      r.r2 = shared_load_relaxed(&q.r2);
+      r.r3 = shared_load_relaxed(&q.r3);
+      if (out && out_max) {
+        const uint32_t n = shared_load_relaxed(&q.len);
+        const uint32_t m = n < out_max - 1 ? n : out_max - 1;
+        for (uint32_t i = 0; i < m; ++i) out[i] = q.text[i];
+        out[m] = 0;
+      }
+      free_slots.put(s, now_ns() + timeout_ns);
+      if (call_ns) {
+        const uint64_t t_end = now_ns();
+        client_atomic<uint64_t>(call_ns[0]).fetch_add(1, memory_order_relaxed);
+        client_atomic<uint64_t>(call_ns[1]).fetch_add(t_slot - t_start, memory_order_relaxed);
+        client_atomic<uint64_t>(call_ns[2]).fetch_add(t_reply - t_slot, memory_order_relaxed);
+        client_atomic<uint64_t>(call_ns[3]).fetch_add(t_end - t_reply, memory_order_relaxed);
+        client_atomic<uint64_t>(call_ns[4]).fetch_add(polls, memory_order_relaxed);
+        client_atomic<uint64_t>(call_ns[5]).fetch_add(polls > 0 ? 1 : 0, memory_order_relaxed);
+      }
     }
-    free_slots.put(s, now_ns() + timeout_ns);
-    if (call_ns) {
-      const uint64_t t_end = now_ns();
-      client_atomic<uint64_t>(call_ns[0]).fetch_add(1, memory_order_relaxed);
-      client_atomic<uint64_t>(call_ns[1]).fetch_add(t_slot - t_start, memory_order_relaxed);
-      client_atomic<uint64_t>(call_ns[2]).fetch_add(t_reply - t_slot, memory_order_relaxed);
-      client_atomic<uint64_t>(call_ns[3]).fetch_add(t_end - t_reply, memory_order_relaxed);
-      client_atomic<uint64_t>(call_ns[4]).fetch_add(got.polls, memory_order_relaxed);
-      client_atomic<uint64_t>(call_ns[5]).fetch_add(got.waited ? 1 : 0, memory_order_relaxed);
-    }
+    r.err = int32_t(w.shfl(mask, uint32_t(r.err), src));
+    r.r0 = shfl64(w, mask, r.r0, src);
+    r.r1 = shfl64(w, mask, r.r1, src);
+    r.r2 = shfl64(w, mask, r.r2, src);
+    r.r3 = shfl64(w, mask, r.r3, src);
     return r;
   }
 };

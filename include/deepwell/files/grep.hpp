@@ -50,6 +50,7 @@ struct grep_dict_ref {
 };
 
 constexpr uint32_t grep_chunk = 4096;        // bytes of a file scanned per step
+constexpr uint32_t grep_readahead = 64 << 10;  // bytes of a file fetched ahead of its scan (gprefetch)
 constexpr uint32_t grep_table = 8192;        // a warp's (word, count) entries; flushed past half
 constexpr uint32_t grep_text = 64 * 1024;    // a warp's output buffer
 // A warp writes its buffer out after a file once it holds this much: the
@@ -281,7 +282,13 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
       j.in.gfstat(w, f, &st);
       size = shfl64(w, mask, st.size, lowest_lane(mask));
     }
+    // Readahead: the file's first grep_readahead bytes now, then each
+    // chunk's that much further on, so that a chunk's read rarely waits
+    // for a whole round trip to the host (a file's chunks were otherwise
+    // fetched one after the other, each after the last was scanned).
+    j.in.gprefetch(w, f, 0, grep_readahead);
     for (uint64_t off = 0; off < size; off += grep_chunk) {
+      if (off + grep_readahead < size) j.in.gprefetch(w, f, off + grep_readahead, grep_chunk);
       // The byte before the chunk (is the first byte a word's start?), the
       // chunk, and enough after it to finish a word that starts inside.
       const uint64_t from = off ? off - 1 : 0;

@@ -78,40 +78,55 @@ struct slot_queue_ref {
     DW_HD bool ok() const { return slot != ~0u; }
   };
 
+  // Taking a slot in steps, for callers that wait in a loop of their own
+  // (a warp keeps its lanes together by deciding each round in all of
+  // them: gfs_ref::call): enter() takes the ticket, then poll() looks at
+  // its cell once.
+  DW_HD unsigned long long enter() const {
+    return client_atomic<unsigned long long>(*head).fetch_add(1, memory_order_relaxed);
+  }
+  // 1: slot `s` is the caller's; -1: it left the queue (past `deadline`,
+  // no slot came); 0: not yet.
+  DW_HD int poll(unsigned long long t, uint64_t deadline, uint32_t& s) const {
+    const uint32_t lap = uint32_t(t >> cell_shift);
+    client_atomic<unsigned long long> c(cells[t & (ncells - 1)]);
+    unsigned long long v = c.load(memory_order_acquire);
+    if (lap_of(v) == lap && state_of(v) == full) {
+      // Only this consumer writes the cell now: open it for the next lap.
+      c.store(cell(lap + 1, empty, 0), memory_order_relaxed);
+      s = slot_of(v);
+      return 1;
+    }
+    if (now_ns() <= deadline) return 0;
+    // Leave, if no slot came meanwhile and no earlier waiter holds the
+    // cell. A cell of the lap before, cancelled, is passed over for its
+    // producer too (which then finds a later lap and moves on). Otherwise
+    // a slot just came, or an earlier waiter of this cell is about to take
+    // or leave it: look again.
+    const bool mine_empty = lap_of(v) == lap && state_of(v) == empty;
+    const bool before_cancelled = lap_of(v) == lap - 1 && state_of(v) == cancelled;
+    if ((mine_empty || before_cancelled) && c.compare_exchange_strong(v, cell(lap, cancelled, 0), memory_order_acq_rel))
+      return -1;
+    return 0;
+  }
+
   // Waits for a free slot, first come, first served, until `deadline`
   // (now_ns()). `answered(s)` says whether slot s's last request has its
-  // reply (reclaim() needs it).
+  // reply (reclaim() needs it); waiters reclaim now and then.
   template <class Answered>
   DW_HD taken take(uint64_t deadline, const Answered& answered) const {
     taken r;
-    const unsigned long long t = client_atomic<unsigned long long>(*head).fetch_add(1, memory_order_relaxed);
-    const uint32_t lap = uint32_t(t >> cell_shift);
-    client_atomic<unsigned long long> c(cells[t & (ncells - 1)]);
+    const unsigned long long t = enter();
     for (uint32_t i = 0;; ++i) {
-      unsigned long long v = c.load(memory_order_acquire);
-      if (lap_of(v) == lap && state_of(v) == full) {
-        // Only this consumer writes the cell now: open it for the next lap.
-        c.store(cell(lap + 1, empty, 0), memory_order_relaxed);
-        r.slot = slot_of(v);
-        r.waited = i > 0;
+      uint32_t s = 0;
+      const int got = poll(t, deadline, s);
+      if (got) {
+        if (got > 0) r.slot = s;
         r.polls = i;
+        r.waited = i > 0 || got < 0;
         return r;
       }
       if ((i & 63) == 63) reclaim(deadline, answered);
-      if (now_ns() > deadline) {
-        // Leave, if no slot came meanwhile and no earlier waiter holds the
-        // cell. A cell of the lap before, cancelled, is passed over for
-        // its producer too (which then finds a later lap and moves on).
-        const bool mine_empty = lap_of(v) == lap && state_of(v) == empty;
-        const bool before_cancelled = lap_of(v) == lap - 1 && state_of(v) == cancelled;
-        if ((mine_empty || before_cancelled) && c.compare_exchange_strong(v, cell(lap, cancelled, 0), memory_order_acq_rel)) {
-          r.polls = i;
-          r.waited = true;
-          return r;
-        }
-        // Otherwise a slot just came, or an earlier waiter of this cell is
-        // about to take or leave it: look again.
-      }
       backoff(i);
     }
   }

@@ -83,6 +83,7 @@ int grep_command::run() {
           {"tool", "deepwell grep"}, {"clients", cpu ? "cpu" : "gpu"}, {"files", r.counters.files},
           {"bytes", r.counters.bytes}, {"matches", r.counters.matches}, {"words", d.words.size()},
           {"seconds", r.seconds}, {"search_seconds", r.search_seconds}, {"close_seconds", r.close_seconds},
+          {"open_seconds", r.open_seconds}, {"report_seconds", r.report_seconds},
           {"output_bytes", r.output_bytes}, {"failed", r.counters.failed},
           {"file_system",
            {{"requests", fs.requests}, {"service_threads", r.service_threads}, {"service_s", fs.service_ns / 1e9},

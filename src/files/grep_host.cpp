@@ -181,17 +181,21 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   j.out_file = j.out.gopen(o.out_name.c_str(), g_wronly | g_gwronce);  // lines at disjoint offsets, never read
   if (!j.out_file.ok())
     throw error("grep: cannot open " + o.out_dir + "/" + o.out_name + " for writing: " + std::strerror(j.out_file.err));
+  rep.open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   grep_host_watch host(o);
   std::vector<std::thread> threads;
   for (unsigned k = 0; k < workers; ++k) threads.emplace_back([&j, k] { grep_worker(one_lane{}, j, k); });
   for (auto& t : threads) t.join();
   const auto t1 = std::chrono::steady_clock::now();
   host.report(rep);  // the workers have ended: only the service's and controller's threads
+  const auto t1r = std::chrono::steady_clock::now();
   const int c = j.out.gclose(j.out_file);
   const auto t2 = std::chrono::steady_clock::now();
-  rep.seconds = std::chrono::duration<double>(t2 - t0).count();
-  rep.search_seconds = std::chrono::duration<double>(t1 - t0).count();
-  rep.close_seconds = std::chrono::duration<double>(t2 - t1).count();
+  using secs = std::chrono::duration<double>;
+  rep.report_seconds = secs(t1r - t1).count();
+  rep.seconds = secs(t2 - t0).count() - rep.report_seconds;
+  rep.search_seconds = secs(t1 - t0).count();
+  rep.close_seconds = secs(t2 - t1r).count();
   if (c) throw error("grep: closing the output failed: " + std::string(std::strerror(-c)));
   rep.counters = run.counters;
   rep.output_bytes = run.cursor;

@@ -75,7 +75,9 @@ struct grep_options {
 
 struct grep_report {
   grep_counters counters{};
-  double seconds = 0;        // all of it: the output's open, the search, the output's close
+  double seconds = 0;        // all of it: the output's open, the search, the output's close (not report_seconds)
+  double open_seconds = 0;   // the output's gopen
+  double report_seconds = 0; // the host's thread and machine times read after the search: diagnostics, left out of seconds
   double search_seconds = 0; // the search kernel (or threads): every file opened, read and closed
   double close_seconds = 0;  // the output's gclose: the rest of its pages written back, its size set
   uint64_t files = 0;        // listed

@@ -21,6 +21,8 @@ void add_grep_command(CLI::App& app, grep_command& g) {
   g.app->add_option("--out", g.out_name, "output file name: lines of count<TAB>word<TAB>path");
   g.app->add_flag("--cpu", g.cpu, "CPU threads as the file API's clients (no GPU needed)");
   g.app->add_option("--workers", g.workers, "CPU threads with --cpu, warps on the GPU (0: the machine's)");
+  g.app->add_option("--page-size", g.page_size,
+                    "cache page bytes, 512 to 65536, a power of two (0: 16384, or DEEPWELL_PAGE_SIZE where set)");
   g.app->add_option("--service-threads", g.service_threads, "host threads answering the kernels' opens and closes (0: the default)");
   g.app->add_option("--service-slots", g.service_slots, "request slots of the tree's file service (0: 256 on the GPU)");
   g.app->add_option("--blocks-per-sm", g.blocks_per_sm, "GPU: 128-thread blocks of workers an SM, 4 or 8 (0: 4)");
@@ -46,6 +48,7 @@ int grep_command::run() {
     o.out_dir = out_dir;
     o.out_name = out_name;
     o.workers = workers;
+    o.page_size = page_size;
     o.service_threads = service_threads;
     o.service_slots = service_slots;
     o.blocks_per_sm = blocks_per_sm;

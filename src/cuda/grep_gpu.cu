@@ -69,6 +69,7 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
 
   controller ctl;
   cache_config cc;
+  cc.page_size = grep_page_size(o);
   rep.workers = warps;
   rep.resident_workers = resident_warps(kernel, blocks, threads);
   // Every resident warp may pin a page per lane (page_cache::check_capacity).

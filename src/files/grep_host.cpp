@@ -3,6 +3,7 @@
 // the reference scan.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "deepwell/controller.hpp"
+#include "deepwell/defaults.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/files/file_system.hpp"
 #include "deepwell/files/grep_run.hpp"
@@ -135,6 +137,11 @@ host_grep_run::host_grep_run(const grep_dictionary& d, const std::vector<std::st
   job.counters = &counters;
 }
 
+uint32_t grep_page_size(const grep_options& o) {
+  if (o.page_size) return o.page_size;
+  return std::getenv("DEEPWELL_PAGE_SIZE") ? defaults::page_size() : grep_default_page_size;
+}
+
 file_system_options grep_input_options(const grep_options& o, uint32_t default_slots) {
   file_system_options f;
   f.root = o.root;
@@ -168,6 +175,7 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   rep.files = files.size();
   controller ctl;
   cache_config cc;
+  cc.page_size = grep_page_size(o);
   if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
   auto cache = make_host_page_cache(ctl, cc);
   const file_system_options in_opts = grep_input_options(o, file_system_options{}.slots);

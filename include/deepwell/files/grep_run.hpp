@@ -59,6 +59,10 @@ struct grep_options {
   std::string out_name = "grep.out";
   unsigned workers = 0;      // CPU threads (0: hardware threads); GPU: warps per SM x SMs
   uint64_t cache_bytes = 0;  // 0: the default
+  // The cache's page bytes (0: grep_default_page_size, or DEEPWELL_PAGE_SIZE
+  // where set). A source tree's files are mostly a few KiB: a 16 KiB page
+  // holds most of a file, one fetch instead of three 4 KiB ones.
+  uint32_t page_size = 0;
   uint32_t service_threads = 0;  // the searched tree's file system (0: its default)
   uint32_t service_slots = 0;    // its request slots (0: 256)
   uint32_t blocks_per_sm = 0;    // GPU: 128-thread blocks an SM, 4 or 8 (0: 4)
@@ -94,6 +98,8 @@ struct grep_report {
 // CPU and the GPU run alike (default_slots: the tree's slots where `o`
 // gives none).
 file_system_options grep_input_options(const grep_options& o, uint32_t default_slots);
+constexpr uint32_t grep_default_page_size = 16384;
+uint32_t grep_page_size(const grep_options& o);
 file_system_options grep_output_options(const grep_options& o);
 
 // The host during a search, from construction to report(): each thread

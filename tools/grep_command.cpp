@@ -34,6 +34,7 @@ void add_grep_command(CLI::App& app, grep_command& g) {
                   "diagnostics: the tree's file service measures its CPU time, sleeps and faults in the opens' calls");
   g.app->add_option("--reply-poll-ns", g.reply_poll_ns,
                     "GPU: the longest sleep of a warp between polls for the file service's reply (0: 200 ns)");
+  g.app->add_flag("--fsync", g.fsync, "make the output durable once closed (fdatasync, timed), as the vanilla program's --fsync");
   g.app->add_flag("--check", g.check, "compare every count with a plain scan of the files on the host");
   g.app->add_option("--json", g.json, "append a JSON line with the run's figures here");
 }
@@ -49,6 +50,7 @@ int grep_command::run() {
     o.out_name = out_name;
     o.workers = workers;
     o.page_size = page_size;
+    o.fsync = fsync;
     o.service_threads = service_threads;
     o.service_slots = service_slots;
     o.blocks_per_sm = blocks_per_sm;

@@ -123,6 +123,9 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   const auto t2r = std::chrono::steady_clock::now();
   close_output<<<1, 32>>>(dj, result);
   check_cuda(cudaDeviceSynchronize(), "closing the grep output");
+  int close_result = 0;
+  check_cuda(cudaMemcpy(&close_result, result, sizeof close_result, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (!close_result && o.fsync) make_grep_output_durable(o);
   const auto t3 = std::chrono::steady_clock::now();
   using secs = std::chrono::duration<double>;
   rep.report_seconds = secs(t2r - t2).count();

@@ -1,6 +1,9 @@
 // `deepwell grep`, host side (files/grep_run.hpp): the dictionary and its
 // hash table, the file list, CPU threads as workers, the output's parser and
 // the reference scan.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -142,6 +145,15 @@ uint32_t grep_page_size(const grep_options& o) {
   return std::getenv("DEEPWELL_PAGE_SIZE") ? defaults::page_size() : grep_default_page_size;
 }
 
+void make_grep_output_durable(const grep_options& o) {
+  const std::string path = o.out_dir + "/" + o.out_name;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw error("grep: cannot open " + path + " to make it durable: " + std::strerror(errno));
+  const int r = ::fdatasync(fd), e = errno;
+  ::close(fd);
+  if (r != 0) throw error("grep: fdatasync of " + path + " failed: " + std::strerror(e));
+}
+
 file_system_options grep_input_options(const grep_options& o, uint32_t default_slots) {
   file_system_options f;
   f.root = o.root;
@@ -198,6 +210,7 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   host.report(rep);  // the workers have ended: only the service's and controller's threads
   const auto t1r = std::chrono::steady_clock::now();
   const int c = j.out.gclose(j.out_file);
+  if (!c && o.fsync) make_grep_output_durable(o);
   const auto t2 = std::chrono::steady_clock::now();
   using secs = std::chrono::duration<double>;
   rep.report_seconds = secs(t1r - t1).count();

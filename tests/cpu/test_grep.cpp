@@ -178,6 +178,31 @@ TEST(Grep, BadInputIsNamed) {
   EXPECT_THROW(parse_grep_output((t.out / "bad").string()), error);
 }
 
+// --fsync: the closed output is made durable (fdatasync) inside the timed
+// run and holds every count; an output that cannot be opened is named.
+TEST(Grep, AnFsyncedOutputHasEveryCountAndAMissingOneIsNamed) {
+  tree t;
+  std::ofstream(t.root / "a.c") << "alpha beta alpha\n";
+  const grep_dictionary d = make_grep_dictionary({"alpha", "beta"});
+  grep_options o;
+  o.root = t.root.string();
+  o.out_dir = t.out.string();
+  o.workers = 2;
+  o.fsync = true;
+  const grep_report r = run_grep_cpu(o, d, {"a.c"});
+  EXPECT_EQ(r.counters.failed, 0u);
+  const grep_counts want = {{{"alpha", "a.c"}, 2}, {{"beta", "a.c"}, 1}};
+  EXPECT_TRUE(parse_grep_output((t.out / "grep.out").string()) == want);
+  grep_options missing = o;
+  missing.out_name = "not-written.out";
+  try {
+    make_grep_output_durable(missing);
+    FAIL() << "no error for a missing output";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("not-written.out"), std::string::npos) << e.what();
+  }
+}
+
 // A listed file that is gone by the time a worker opens it is counted as a
 // failure with its errno (ENOENT), and the other files are still searched.
 TEST(Grep, AFileThatIsGoneIsReportedAndTheRestSearched) {

@@ -74,6 +74,9 @@ struct grep_options {
   // searched tree's service) are during the search (thread_sampler).
   std::string sample_threads;
   bool profile_service = false;  // file_system_options::profile_service for the tree's service
+  // The output made durable once closed (the host's fdatasync of the file,
+  // timed), as the vanilla program's --fsync makes its own.
+  bool fsync = false;
   uint32_t reply_poll_ns = 0;    // file_system_options::reply_poll_ns for both file systems
 };
 
@@ -100,6 +103,9 @@ struct grep_report {
 file_system_options grep_input_options(const grep_options& o, uint32_t default_slots);
 constexpr uint32_t grep_default_page_size = 16384;
 uint32_t grep_page_size(const grep_options& o);
+// grep_options::fsync: fdatasync of the closed output file; throws
+// deepwell::error naming the file when it fails.
+void make_grep_output_durable(const grep_options& o);
 file_system_options grep_output_options(const grep_options& o);
 
 // The host during a search, from construction to report(): each thread

@@ -53,9 +53,11 @@ constexpr uint32_t grep_chunk = 4096;        // bytes of a file scanned per step
 constexpr uint32_t grep_readahead = 64 << 10;  // bytes of a file fetched ahead of its scan (gprefetch)
 constexpr uint32_t grep_table = 8192;        // a warp's (word, count) entries; flushed past half
 constexpr uint32_t grep_text = 64 * 1024;    // a warp's output buffer
-// A warp writes its buffer out after a file once it holds this much: the
-// output's pages then go to the host during the search (write-behind of
-// a write-once file's whole pages) instead of all at the end.
+// A warp writes its buffer out after a file once it holds this much, or
+// two of the output's pages if more: the output's pages then go to the
+// host during the search (write-behind of a write-once file's whole pages)
+// instead of all at the end. A write at any offset covers a page whole
+// only if it is longer than one: 16 KiB writes covered no 16 KiB page.
 constexpr uint32_t grep_write_after = 16 * 1024;
 constexpr uint32_t grep_path_stride = 512;   // bytes per path in the job's list (NUL included)
 
@@ -312,7 +314,8 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
     }
     detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
     lap(grep_in_scan);
-    if (s.text_used >= grep_write_after) detail::grep_write_text(w, mask, j, s);
+    const uint32_t page = j.out.bytes.cache.page_size();
+    if (s.text_used >= (2 * page > grep_write_after ? 2 * page : grep_write_after)) detail::grep_write_text(w, mask, j, s);
     lap(grep_in_write);
     const int c = j.in.gclose(w, f);
     lap(grep_in_close);

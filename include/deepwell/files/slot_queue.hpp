@@ -1,10 +1,11 @@
 // slot_queue_ref: the file API's free request slots, handed to waiting
-// callers first come, first served (gfs_ref::call_one).
+// callers first come, first served (gfs_ref::call).
 //
 // Why a queue and not a sweep of lock words: a grep's 2,112 warps asked for
 // slots in waves, and while all 256 were taken each waiting warp swept lock
-// words, about 4,000 of them a slot taken (2 ms of its open or close, and a
-// hot spot in L2 that every waiter hammered). Here a caller takes a ticket
+// words, about 4,000 looks a slot taken. (The wait itself stayed: the slots
+// are all taken because the file service is what the waves wait for; the
+// queue makes the wait fair and quiet, not shorter.) Here a caller takes a ticket
 // (one fetch_add) and waits on a cell of its own; whoever frees a slot puts
 // it in the oldest waiter's cell. A bounded multi-producer multi-consumer
 // queue after Vyukov's, with one addition: a waiter can leave at its

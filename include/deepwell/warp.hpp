@@ -105,4 +105,10 @@ DW_HD DW_FORCEINLINE unsigned popcount32(unsigned v) {
 #endif
 }
 
+// This lane's rank among the lanes of `mask` (0 for the lowest).
+template <class Warp>
+DW_HD DW_FORCEINLINE unsigned lane_rank(const Warp& w, unsigned mask) {
+  return popcount32(mask & ((1u << w.lane()) - 1));
+}
+
 }  // namespace deepwell

@@ -423,7 +423,6 @@ struct file_system::impl {
     st.locked_ns += t3 - t2;
     st.locked_opens_ns += locked_open;
     st.locked_others_ns += locked_close;
-    st.window_target_ns = window_target_ns.load(std::memory_order_relaxed);
     st.after_lock_ns += t4 - t3;
   }
 
@@ -1068,6 +1067,7 @@ file_system_stats file_system::stats() const {
     s.client_slot_polls = c[4];
     s.client_slot_waits = c[5];
   }
+  s.window_target_ns = p_->window_target_ns.load(std::memory_order_relaxed);
   s.direct_tier_bytes = p_->direct_pinned.load(std::memory_order_relaxed);
   return s;
 }

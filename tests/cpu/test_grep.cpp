@@ -81,6 +81,15 @@ void make_tree(const tree& t, int files = 40, size_t max_bytes = 30000, bool big
   }
 }
 
+// Options for a CPU run over t's tree into t's output directory.
+grep_options options_for(const tree& t, unsigned workers) {
+  grep_options o;
+  o.root = t.root.string();
+  o.out_dir = t.out.string();
+  o.workers = workers;
+  return o;
+}
+
 }  // namespace
 
 TEST(Grep, CountsEqualAPlainScan) {
@@ -90,10 +99,7 @@ TEST(Grep, CountsEqualAPlainScan) {
   EXPECT_EQ(d.dropped, 4u);
   const auto files = list_grep_files(t.root.string());
   ASSERT_EQ(files.size(), 40u);
-  grep_options o;
-  o.root = t.root.string();
-  o.out_dir = t.out.string();
-  o.workers = 3;
+  grep_options o = options_for(t, 3);
   o.cache_bytes = 64 * 4096;  // small: evictions while files are read
   const grep_report r = run_grep_cpu(o, d, files);
   EXPECT_EQ(r.counters.failed, 0u) << r.counters.last_err;
@@ -121,10 +127,7 @@ TEST(Grep, CountsEqualRipgrepWhereItIsInstalled) {
     for (auto& w : d.words) o << w << "\n";
   }
   const auto files = list_grep_files(t.root.string());
-  grep_options o;
-  o.root = t.root.string();
-  o.out_dir = t.out.string();
-  o.workers = 2;
+  grep_options o = options_for(t, 2);
   run_grep_cpu(o, d, files);
   const grep_counts got = parse_grep_output((t.out / "grep.out").string());
   // rg prints "path:word" per match (-o), all files (-uu -a), ASCII words (--no-unicode).
@@ -184,10 +187,7 @@ TEST(Grep, AnFsyncedOutputHasEveryCountAndAMissingOneIsNamed) {
   tree t;
   std::ofstream(t.root / "a.c") << "alpha beta alpha\n";
   const grep_dictionary d = make_grep_dictionary({"alpha", "beta"});
-  grep_options o;
-  o.root = t.root.string();
-  o.out_dir = t.out.string();
-  o.workers = 2;
+  grep_options o = options_for(t, 2);
   o.fsync = true;
   const grep_report r = run_grep_cpu(o, d, {"a.c"});
   EXPECT_EQ(r.counters.failed, 0u);
@@ -209,10 +209,7 @@ TEST(Grep, AFileThatIsGoneIsReportedAndTheRestSearched) {
   tree t;
   std::ofstream(t.root / "here.c") << "alpha beta alpha\n";
   const grep_dictionary d = make_grep_dictionary({"alpha", "beta"});
-  grep_options o;
-  o.root = t.root.string();
-  o.out_dir = t.out.string();
-  o.workers = 2;
+  grep_options o = options_for(t, 2);
   const grep_report r = run_grep_cpu(o, d, {"here.c", "gone.c"});
   EXPECT_EQ(r.counters.failed, 1u);
   EXPECT_EQ(r.counters.last_err, ENOENT);

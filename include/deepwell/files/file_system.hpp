@@ -99,8 +99,9 @@ struct file_system_stats {
   uint64_t open_calls_cpu_ns = 0;
   uint64_t open_calls_sleeps = 0, open_calls_preempted = 0, open_calls_faults = 0;
   // With profile_service: of locked_ns, in the opens' table work and in the
-  // other requests'; and the time in the window target's attach and detach
-  // (its lock is shared with the pollers' reads).
+  // other requests'; and the time in the window target's attach (under the
+  // tables' lock) and detach (after it), whose shard locks the pollers
+  // take for their reads.
   uint64_t locked_opens_ns = 0, locked_others_ns = 0, window_target_ns = 0;
   // A request's time in the service, from the pass over the slots that
   // found it to its reply (summed), and those passes: how many, and their

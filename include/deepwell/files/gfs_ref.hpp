@@ -194,7 +194,7 @@ class gfs_ref {
     const uint64_t end = n < size - offset ? offset + n : size;
     const uint32_t shift = bytes.cache.page_shift();
     const uint64_t first = offset >> shift, last = (end - 1) >> shift;
-    const uint32_t lanes = popcount32(mask), rank = rank_in(w, mask);
+    const uint32_t lanes = popcount32(mask), rank = lane_rank(w, mask);
     for (uint64_t p = first + rank; p <= last; p += lanes) bytes.prefetch(base(f.window) + (p << shift));
     w.sync(mask);
     return 0;
@@ -445,12 +445,6 @@ class gfs_ref {
 #endif
   }
 
-  // This lane's place among the lanes of mask (0 for the lowest).
-  template <class Warp>
-  DW_HD static uint32_t rank_in(const Warp& w, unsigned mask) {
-    return popcount32(mask & ((1u << w.lane()) - 1u));
-  }
-
   // strlen(path) capped at gfs_path_max, measured by the leader, the same in every lane.
   template <class Warp>
   DW_HD static uint32_t path_length(const Warp& w, unsigned mask, const char* path) {
@@ -573,7 +567,7 @@ class gfs_ref {
     gfs_slot& q = slots[s];
     // The request; the text copied by every lane, a byte each in turn
     // (writes across PCIe), then published by the leader.
-    const uint32_t lanes = popcount32(mask), rank = rank_in(w, mask);
+    const uint32_t lanes = popcount32(mask), rank = lane_rank(w, mask);
     for (uint32_t i = rank; i < len; i += lanes) q.text[i] = text[i];
     system_fence();
     w.sync(mask);

@@ -23,12 +23,6 @@
 
 namespace deepwell::graph {
 
-// The lanes of `mask` and this lane's rank among them.
-template <class Warp>
-DW_HD DW_FORCEINLINE unsigned lane_rank(const Warp& w, unsigned mask) {
-  return popcount32(mask & ((1u << w.lane()) - 1));
-}
-
 // The lanes stride over entries [b, e) of plain arrays; stops after the
 // first stride in which some lane's fn returned true. Returns the entries
 // looked at (whole strides).

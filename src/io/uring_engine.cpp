@@ -2,11 +2,30 @@
 // thread. Operations that find no room (SQ full, or as many in the kernel as
 // the CQ can hold) wait in an overflow list that submit() drains, so queue()
 // never drops an operation and never blocks.
+//
+// Writes to regular files do not go to the ring but to a few threads of
+// their own (make_thread_engine): the kernel can rarely start one without
+// blocking (an O_DIRECT write must update the file's mtime, which IOCB_NOWAIT
+// refuses), so io_uring hands it to its io-wq workers, which run writes to
+// one file one after another in a per-inode chain. On Linux 6.18 (the
+// project's CI machine: ext4 on virtio) that chain was seen to stall: 63
+// write-backs in the kernel, no I/O at the device, the worker idle, and one
+// write moving each time any other work was queued to the pool, none for
+// minutes when nothing else was (Cases/Integrity odirect_4k hung until
+// ctest killed it at 300 s). Threads write in parallel and never stall so.
+// Reads (never chained) and fsync stay on the ring.
+//
+// A watchdog stays for whatever else may stop in the pool: operations in
+// the kernel and no completion for stall_kick_ns queue a no-op that must
+// run on a worker (IOSQE_ASYNC), which wakes the pool and clears its
+// stalled state; stall_kicks() counts them (controller::dump prints it).
 #include <liburing.h>
+#include <sys/stat.h>
 
 #include <vector>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +50,17 @@ struct uring_op {
 
 constexpr unsigned reap_batch = 32;
 
+// No completion for this long while operations are in the kernel: wake the
+// kernel's workers (see the top of the file). Far above a device's service
+// time at full queue depth (a few ms for a disk's random 4 KiB at depth 64).
+// Threads for writes to regular files: O_DIRECT writes of one file run in
+// parallel (ext4 takes its inode lock shared for overwrites).
+constexpr unsigned file_write_threads = 4;
+// The ring's longest wait while writes are also in flight on the threads.
+constexpr uint64_t mixed_wait_ns = 20'000;
+
+constexpr uint64_t stall_kick_ns = 10'000'000;
+
 bool transient_submit_error(int ret) {
   // EAGAIN: out of kernel resources for now; EBUSY: completions are backed
   // up; EINTR: a signal. The SQEs stay in the ring for the next submit.
@@ -39,7 +69,7 @@ bool transient_submit_error(int ret) {
 
 class uring_engine final : public io_engine {
  public:
-  explicit uring_engine(unsigned depth) : pool_(depth) {
+  explicit uring_engine(unsigned depth) : depth_(depth), pool_(depth) {
     io_uring_params p{};
     p.flags = IORING_SETUP_CLAMP;
     int ret = io_uring_queue_init_params(depth, &ring_, &p);
@@ -47,11 +77,22 @@ class uring_engine final : public io_engine {
     cq_capacity_ = p.cq_entries;
   }
 
-  ~uring_engine() override { drain_kernel(); io_uring_queue_exit(&ring_); }
+  // The write threads finish what they were given (their engine's
+  // destructor) before the ring goes.
+  ~uring_engine() override {
+    file_writes_.reset();
+    drain_kernel();
+    io_uring_queue_exit(&ring_);
+  }
 
   const char* name() const override { return "io_uring"; }
 
   void queue(const io_op& op) override {
+    if (op.kind == io_op::write && regular_file(op.fd)) {
+      if (!file_writes_) file_writes_ = make_thread_engine(depth_, file_write_threads);
+      file_writes_->queue(op);
+      return;
+    }
     uring_op* r = pool_.take();
     r->op = op;
     ++in_flight_;
@@ -65,6 +106,7 @@ class uring_engine final : public io_engine {
   }
 
   void submit() override {
+    if (file_writes_) file_writes_->submit();
     for (;;) {
       unsigned moved = move_overflow_to_sq();
       submit_sq();
@@ -87,6 +129,11 @@ class uring_engine final : public io_engine {
       unsigned ours = 0;
       for (unsigned i = 0; i < n; ++i) {
         auto* r = static_cast<uring_op*>(io_uring_cqe_get_data(cqes[i]));
+        if (r == &kick_) {
+          kick_in_kernel_ = false;
+          --in_kernel_;
+          continue;
+        }
         if (!r || cqes[i]->user_data == LIBURING_UDATA_TIMEOUT) continue;  // internal
         int64_t res = cqes[i]->res;
         // A pure timer (count 0) reports its expiry as -ETIME.
@@ -96,6 +143,7 @@ class uring_engine final : public io_engine {
         release(r);
       }
       io_uring_cq_advance(&ring_, n);
+      if (n != 0) last_progress_ns_ = now_ns();
       // Callbacks run after the records are back in the pool and the CQ is
       // advanced: they may queue follow-up operations.
       for (unsigned i = 0; i < ours; ++i) batch[i].done(batch[i].result);
@@ -103,12 +151,22 @@ class uring_engine final : public io_engine {
       if (n < reap_batch) break;
     }
     total += reap_finished_locally();
+    if (file_writes_) total += file_writes_->reap();
     return total;
   }
 
   void wait(uint64_t timeout_ns) override {
-    if (!overflow_.empty() || io_uring_sq_ready(&ring_) > 0) submit();
-    if (!finished_locally_.empty() || in_kernel_ == 0) return;  // nothing to wait for
+    if (!overflow_.empty() || io_uring_sq_ready(&ring_) > 0 || file_writes_) submit();
+    if (!finished_locally_.empty()) return;
+    const bool writes = file_writes_ && file_writes_->in_flight() > 0;
+    if (in_kernel_ == 0) {
+      if (writes) file_writes_->wait(timeout_ns);
+      return;  // nothing in the ring to wait for
+    }
+    // Both kinds in flight: the ring's wait does not see the threads'
+    // completions, so it waits only briefly.
+    if (writes) timeout_ns = std::min<uint64_t>(timeout_ns, mixed_wait_ns);
+    kick_if_stalled();
     __kernel_timespec ts{};
     ts.tv_sec = static_cast<int64_t>(timeout_ns / 1000000000u);
     ts.tv_nsec = static_cast<long long>(timeout_ns % 1000000000u);
@@ -117,7 +175,9 @@ class uring_engine final : public io_engine {
     (void)io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
   }
 
-  unsigned in_flight() const override { return in_flight_; }
+  unsigned in_flight() const override { return in_flight_ + (file_writes_ ? file_writes_->in_flight() : 0); }
+
+  uint64_t stall_kicks() const override { return kicks_.load(std::memory_order_relaxed); }
 
   bool register_buffers(const iovec* iov, unsigned n) override {
     unregister_buffers();
@@ -149,8 +209,42 @@ class uring_engine final : public io_engine {
       if (!sqe) return false;
     }
     prepare(sqe, r);
+    if (in_kernel_ == 0) last_progress_ns_ = now_ns();  // the stall clock starts with the first
     ++in_kernel_;
     return true;
+  }
+
+  // Whether fd is a regular file (looked up once per descriptor number; a
+  // number reused for another kind of file keeps the first answer, which
+  // only picks the slower of two correct paths).
+  bool regular_file(int fd) {
+    if (fd < 0) return false;
+    if (size_t(fd) >= fd_kind_.size()) fd_kind_.resize(size_t(fd) + 1, 0);
+    int8_t& k = fd_kind_[size_t(fd)];
+    if (k == 0) {
+      struct stat st {};
+      k = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? 1 : 2;
+    }
+    return k == 1;
+  }
+
+  // The watchdog (top of the file): one no-op at a time, run by a worker.
+  // Not bounded by cq_capacity_: one completion beyond it waits in the
+  // kernel's overflow list (IORING_FEAT_NODROP, Linux 5.5+) until reaped.
+  void kick_if_stalled() {
+    if (kick_in_kernel_ || in_kernel_ == 0) return;
+    const uint64_t t = now_ns();
+    if (t - last_progress_ns_ < stall_kick_ns) return;
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (!sqe) return;  // the SQ is full: the next wait tries again
+    io_uring_prep_nop(sqe);
+    io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+    io_uring_sqe_set_data(sqe, &kick_);
+    ++in_kernel_;
+    kick_in_kernel_ = true;
+    last_progress_ns_ = t;  // the next kick, if any, one interval later
+    kicks_.fetch_add(1, std::memory_order_relaxed);
+    submit_sq();
   }
 
   int registered_index(const void* buf, uint32_t len) const {
@@ -263,16 +357,23 @@ class uring_engine final : public io_engine {
       int ret = io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
       if (ret == -EINTR || ret == -ETIME) continue;
       if (ret < 0) break;
-      if (io_uring_cqe_get_data(cqe) && cqe->user_data != LIBURING_UDATA_TIMEOUT) --pending;
+      if (io_uring_cqe_get_data(cqe) && cqe->user_data != LIBURING_UDATA_TIMEOUT) --pending;  // the kick's too
       io_uring_cqe_seen(&ring_, cqe);
     }
   }
 
   io_uring ring_{};
+  unsigned depth_ = 0;
   unsigned cq_capacity_ = 0;
+  std::unique_ptr<io_engine> file_writes_;  // writes to regular files (top of the file); made on first use
+  std::vector<int8_t> fd_kind_;             // by descriptor: 0 not looked at, 1 regular file, 2 other
   unsigned in_kernel_ = 0;  // SQEs prepared whose CQE has not been reaped yet
   unsigned in_flight_ = 0;  // queued and not reaped, wherever they are
   unsigned registered_buffers_ = 0;
+  uint64_t last_progress_ns_ = 0;  // the last completion, or the first operation into an idle kernel
+  bool kick_in_kernel_ = false;
+  uring_op kick_{};  // the watchdog's no-op (its address is its user_data)
+  std::atomic<uint64_t> kicks_{0};
   std::vector<iovec> registered_iov_;
   op_pool<uring_op> pool_;
   op_fifo<uring_op> overflow_;          // waiting for room in the SQ / CQ

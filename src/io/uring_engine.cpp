@@ -50,15 +50,14 @@ struct uring_op {
 
 constexpr unsigned reap_batch = 32;
 
-// No completion for this long while operations are in the kernel: wake the
-// kernel's workers (see the top of the file). Far above a device's service
-// time at full queue depth (a few ms for a disk's random 4 KiB at depth 64).
 // Threads for writes to regular files: O_DIRECT writes of one file run in
 // parallel (ext4 takes its inode lock shared for overwrites).
 constexpr unsigned file_write_threads = 4;
 // The ring's longest wait while writes are also in flight on the threads.
 constexpr uint64_t mixed_wait_ns = 20'000;
-
+// No completion for this long while operations are in the kernel: wake the
+// kernel's workers (see the top of the file). Above a device's service time
+// at full queue depth (a few ms for a disk's random 4 KiB at depth 64).
 constexpr uint64_t stall_kick_ns = 10'000'000;
 
 bool transient_submit_error(int ret) {

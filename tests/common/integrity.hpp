@@ -153,9 +153,10 @@ inline integrity_target open_integrity_target(const integrity_case& c, const std
   return r;
 }
 // slow_writes: a deadline its delayed writes outlast, on purpose. The others:
-// a minute, because O_DIRECT on a loaded two-core CI machine has timed out
-// a few of 120,000 accesses at 20 s (a slow wait, not a lost write; a hang
-// still fails at ctest's limit).
+// a minute. O_DIRECT on the two-core CI machine timed out a few of 120,000
+// accesses at 20 s: write-backs stalled in io_uring's per-file io-wq chain,
+// which the io_uring engine no longer uses for writes (uring_engine.cpp);
+// a hang still fails at ctest's limit.
 inline uint64_t integrity_timeout_ns(const integrity_case& c) {
   return c.slow_writes ? 200'000'000ull : 60'000'000'000ull;
 }

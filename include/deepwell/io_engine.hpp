@@ -61,10 +61,6 @@ class io_engine {
     return false;
   }
   virtual void unregister_buffers() {}
-  // How often the engine had to wake the kernel's workers for operations
-  // that had stopped progressing (io_uring: see uring_engine.cpp); 0 for
-  // engines that need no such help. Safe to read from any thread.
-  virtual uint64_t stall_kicks() const { return 0; }
 };
 
 // Whether io_uring can be set up in this process (probes once).

@@ -866,10 +866,6 @@ std::string controller::dump() const {
   o << "controller: " << pollers_.size() << " poller(s), backend " << backend_name() << ", "
     << ns_count_.load() << " namespace(s)" << (stopping_.load() ? ", stopped" : "") << "\n";
   if (!failure_.empty()) o << "  failed: " << failure_ << "\n";
-  uint64_t kicks = 0;
-  for (auto& p : pollers_)
-    if (p->io) kicks += p->io->stall_kicks();
-  if (kicks) o << "  stalled kernel I/O woken " << kicks << " time(s) (src/io/uring_engine.cpp)\n";
   for (auto& q : queues_) {
     const qp_header* h = q->header();
     const queue_counters c = q->counters();

@@ -13,19 +13,15 @@
 // write moving each time any other work was queued to the pool, none for
 // minutes when nothing else was (Cases/Integrity odirect_4k hung until
 // ctest killed it at 300 s). Threads write in parallel and never stall so.
-// Reads (never chained) and fsync stay on the ring.
-//
-// A watchdog stays for whatever else may stop in the pool: operations in
-// the kernel and no completion for stall_kick_ns queue a no-op that must
-// run on a worker (IOSQE_ASYNC), which wakes the pool and clears its
-// stalled state; stall_kicks() counts them (controller::dump prints it).
+// Reads (never chained) and fsync stay on the ring. (A watchdog that queued
+// a no-op to the pool whenever nothing completed for a while was tried
+// first: each no-op let about one write through, a crawl rather than a fix.)
 #include <liburing.h>
 #include <sys/stat.h>
 
 #include <vector>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -55,10 +51,6 @@ constexpr unsigned reap_batch = 32;
 constexpr unsigned file_write_threads = 4;
 // The ring's longest wait while writes are also in flight on the threads.
 constexpr uint64_t mixed_wait_ns = 20'000;
-// No completion for this long while operations are in the kernel: wake the
-// kernel's workers (see the top of the file). Above a device's service time
-// at full queue depth (a few ms for a disk's random 4 KiB at depth 64).
-constexpr uint64_t stall_kick_ns = 10'000'000;
 
 bool transient_submit_error(int ret) {
   // EAGAIN: out of kernel resources for now; EBUSY: completions are backed
@@ -128,11 +120,6 @@ class uring_engine final : public io_engine {
       unsigned ours = 0;
       for (unsigned i = 0; i < n; ++i) {
         auto* r = static_cast<uring_op*>(io_uring_cqe_get_data(cqes[i]));
-        if (r == &kick_) {
-          kick_in_kernel_ = false;
-          --in_kernel_;
-          continue;
-        }
         if (!r || cqes[i]->user_data == LIBURING_UDATA_TIMEOUT) continue;  // internal
         int64_t res = cqes[i]->res;
         // A pure timer (count 0) reports its expiry as -ETIME.
@@ -142,7 +129,6 @@ class uring_engine final : public io_engine {
         release(r);
       }
       io_uring_cq_advance(&ring_, n);
-      if (n != 0) last_progress_ns_ = now_ns();
       // Callbacks run after the records are back in the pool and the CQ is
       // advanced: they may queue follow-up operations.
       for (unsigned i = 0; i < ours; ++i) batch[i].done(batch[i].result);
@@ -165,7 +151,6 @@ class uring_engine final : public io_engine {
     // Both kinds in flight: the ring's wait does not see the threads'
     // completions, so it waits only briefly.
     if (writes) timeout_ns = std::min<uint64_t>(timeout_ns, mixed_wait_ns);
-    kick_if_stalled();
     __kernel_timespec ts{};
     ts.tv_sec = static_cast<int64_t>(timeout_ns / 1000000000u);
     ts.tv_nsec = static_cast<long long>(timeout_ns % 1000000000u);
@@ -175,8 +160,6 @@ class uring_engine final : public io_engine {
   }
 
   unsigned in_flight() const override { return in_flight_ + (file_writes_ ? file_writes_->in_flight() : 0); }
-
-  uint64_t stall_kicks() const override { return kicks_.load(std::memory_order_relaxed); }
 
   bool register_buffers(const iovec* iov, unsigned n) override {
     unregister_buffers();
@@ -208,7 +191,6 @@ class uring_engine final : public io_engine {
       if (!sqe) return false;
     }
     prepare(sqe, r);
-    if (in_kernel_ == 0) last_progress_ns_ = now_ns();  // the stall clock starts with the first
     ++in_kernel_;
     return true;
   }
@@ -225,25 +207,6 @@ class uring_engine final : public io_engine {
       k = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? 1 : 2;
     }
     return k == 1;
-  }
-
-  // The watchdog (top of the file): one no-op at a time, run by a worker.
-  // Not bounded by cq_capacity_: one completion beyond it waits in the
-  // kernel's overflow list (IORING_FEAT_NODROP, Linux 5.5+) until reaped.
-  void kick_if_stalled() {
-    if (kick_in_kernel_ || in_kernel_ == 0) return;
-    const uint64_t t = now_ns();
-    if (t - last_progress_ns_ < stall_kick_ns) return;
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    if (!sqe) return;  // the SQ is full: the next wait tries again
-    io_uring_prep_nop(sqe);
-    io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
-    io_uring_sqe_set_data(sqe, &kick_);
-    ++in_kernel_;
-    kick_in_kernel_ = true;
-    last_progress_ns_ = t;  // the next kick, if any, one interval later
-    kicks_.fetch_add(1, std::memory_order_relaxed);
-    submit_sq();
   }
 
   int registered_index(const void* buf, uint32_t len) const {
@@ -356,7 +319,7 @@ class uring_engine final : public io_engine {
       int ret = io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
       if (ret == -EINTR || ret == -ETIME) continue;
       if (ret < 0) break;
-      if (io_uring_cqe_get_data(cqe) && cqe->user_data != LIBURING_UDATA_TIMEOUT) --pending;  // the kick's too
+      if (io_uring_cqe_get_data(cqe) && cqe->user_data != LIBURING_UDATA_TIMEOUT) --pending;
       io_uring_cqe_seen(&ring_, cqe);
     }
   }
@@ -369,10 +332,6 @@ class uring_engine final : public io_engine {
   unsigned in_kernel_ = 0;  // SQEs prepared whose CQE has not been reaped yet
   unsigned in_flight_ = 0;  // queued and not reaped, wherever they are
   unsigned registered_buffers_ = 0;
-  uint64_t last_progress_ns_ = 0;  // the last completion, or the first operation into an idle kernel
-  bool kick_in_kernel_ = false;
-  uring_op kick_{};  // the watchdog's no-op (its address is its user_data)
-  std::atomic<uint64_t> kicks_{0};
   std::vector<iovec> registered_iov_;
   op_pool<uring_op> pool_;
   op_fifo<uring_op> overflow_;          // waiting for room in the SQ / CQ

@@ -3,25 +3,42 @@
 // the CQ can hold) wait in an overflow list that submit() drains, so queue()
 // never drops an operation and never blocks.
 //
-// Writes to regular files do not go to the ring but to a few threads of
-// their own (make_thread_engine): the kernel can rarely start one without
+// Writes to regular files do not go to the ring but to threads of the
+// engine's own (make_thread_engine): the kernel can rarely start one without
 // blocking (an O_DIRECT write must update the file's mtime, which IOCB_NOWAIT
-// refuses), so io_uring hands it to its io-wq workers, which run writes to
-// one file one after another in a per-inode chain. On Linux 6.18 (the
-// project's CI machine: ext4 on virtio) that chain was seen to stall: 63
-// write-backs in the kernel, no I/O at the device, the worker idle, and one
-// write moving each time any other work was queued to the pool, none for
-// minutes when nothing else was (Cases/Integrity odirect_4k hung until
-// ctest killed it at 300 s). Threads write in parallel and never stall so.
-// Reads (never chained) and fsync stay on the ring. (A watchdog that queued
-// a no-op to the pool whenever nothing completed for a while was tried
-// first: each no-op let about one write through, a crawl rather than a fix.)
+// refuses; ext4 starts no buffered write so), so io_uring hands it to its
+// io-wq workers, which run writes to one file one after another in a
+// per-inode chain. On Linux 6.18 (the project's CI machine: ext4 on virtio)
+// that chain was seen to stall: 63 write-backs in the kernel, no I/O at the
+// device, the worker idle, and one write moving each time any other work
+// was queued to the pool, none for minutes when nothing else was
+// (Cases/Integrity odirect_4k hung until ctest killed it at 300 s). Threads
+// of our own never stall so. Which threads, by what was measured on the GPU
+// machine (bench/results/2026-11-27-*-h200-write-routing-ab.json):
+// - O_DIRECT writes: four threads in parallel (ext4 takes its inode lock
+//   shared for overwrites; a thread waits for each of its writes, and one
+//   thread per file wrote random 4 KiB blocks about a quarter slower);
+// - buffered writes: a lane per file, one thread writing that file's writes
+//   one after another as io-wq would (lane fd % file_write_lanes): buffered
+//   writes to an ext4 file all take its inode lock, and four threads at once
+//   made a mixed read/write kernel about a tenth slower than one.
+// Reads (never chained) and fsync stay on the ring. (Tried and dropped: a
+// watchdog queuing a no-op to io-wq, which let about one write through
+// each; O_DIRECT writes on the ring with RWF_NOWAIT and the refused ones
+// again on a lane, which ran the CPU integrity case in 9-55 s and twice
+// past 120 s, against 4-5 s for this, both beside a build on two cores.)
+// What the threads cost against the ring where it does not stall: a
+// checkpoint's first save (O_DIRECT writes extending a new file) about half
+// as fast, since io-wq only starts each direct write and a thread waits for
+// it to finish; steady saves and random O_DIRECT writes 0.8-0.9.
 #include <liburing.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <vector>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -46,9 +63,11 @@ struct uring_op {
 
 constexpr unsigned reap_batch = 32;
 
-// Threads for writes to regular files: O_DIRECT writes of one file run in
-// parallel (ext4 takes its inode lock shared for overwrites).
-constexpr unsigned file_write_threads = 4;
+// Threads for writes to O_DIRECT files, in parallel; lanes (a thread each)
+// for writes to buffered files: a file's writes all go to lane
+// fd % file_write_lanes. All made on first use.
+constexpr unsigned direct_write_threads = 4;
+constexpr unsigned file_write_lanes = 8;
 // The ring's longest wait while writes are also in flight on the threads.
 constexpr uint64_t mixed_wait_ns = 20'000;
 
@@ -71,7 +90,8 @@ class uring_engine final : public io_engine {
   // The write threads finish what they were given (their engine's
   // destructor) before the ring goes.
   ~uring_engine() override {
-    file_writes_.reset();
+    direct_writes_.reset();
+    for (auto& lane : lanes_) lane.reset();
     drain_kernel();
     io_uring_queue_exit(&ring_);
   }
@@ -79,10 +99,11 @@ class uring_engine final : public io_engine {
   const char* name() const override { return "io_uring"; }
 
   void queue(const io_op& op) override {
-    if (op.kind == io_op::write && regular_file(op.fd)) {
-      if (!file_writes_) file_writes_ = make_thread_engine(depth_, file_write_threads);
-      file_writes_->queue(op);
-      return;
+    if (op.kind == io_op::write) {
+      if (io_engine* e = write_engine(op.fd)) {
+        e->queue(op);
+        return;
+      }
     }
     uring_op* r = pool_.take();
     r->op = op;
@@ -97,7 +118,7 @@ class uring_engine final : public io_engine {
   }
 
   void submit() override {
-    if (file_writes_) file_writes_->submit();
+    for (io_engine* e : write_engines_) e->submit();
     for (;;) {
       unsigned moved = move_overflow_to_sq();
       submit_sq();
@@ -136,21 +157,29 @@ class uring_engine final : public io_engine {
       if (n < reap_batch) break;
     }
     total += reap_finished_locally();
-    if (file_writes_) total += file_writes_->reap();
+    for (io_engine* e : write_engines_) total += e->reap();
     return total;
   }
 
   void wait(uint64_t timeout_ns) override {
-    if (!overflow_.empty() || io_uring_sq_ready(&ring_) > 0 || file_writes_) submit();
+    if (!overflow_.empty() || io_uring_sq_ready(&ring_) > 0 || !write_engines_.empty()) submit();
     if (!finished_locally_.empty()) return;
-    const bool writes = file_writes_ && file_writes_->in_flight() > 0;
+    io_engine* writing = nullptr;  // a write engine with writes in flight
+    unsigned busy = 0;
+    for (io_engine* e : write_engines_)
+      if (e->in_flight() > 0) {
+        writing = e;
+        ++busy;
+      }
     if (in_kernel_ == 0) {
-      if (writes) file_writes_->wait(timeout_ns);
+      // One engine's wait sees only its own completions: a full wait where
+      // it is the only one busy, else a brief one.
+      if (writing) writing->wait(busy == 1 ? timeout_ns : std::min<uint64_t>(timeout_ns, mixed_wait_ns));
       return;  // nothing in the ring to wait for
     }
     // Both kinds in flight: the ring's wait does not see the threads'
     // completions, so it waits only briefly.
-    if (writes) timeout_ns = std::min<uint64_t>(timeout_ns, mixed_wait_ns);
+    if (writing) timeout_ns = std::min<uint64_t>(timeout_ns, mixed_wait_ns);
     __kernel_timespec ts{};
     ts.tv_sec = static_cast<int64_t>(timeout_ns / 1000000000u);
     ts.tv_nsec = static_cast<long long>(timeout_ns % 1000000000u);
@@ -159,7 +188,11 @@ class uring_engine final : public io_engine {
     (void)io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
   }
 
-  unsigned in_flight() const override { return in_flight_ + (file_writes_ ? file_writes_->in_flight() : 0); }
+  unsigned in_flight() const override {
+    unsigned n = in_flight_;
+    for (const io_engine* e : write_engines_) n += e->in_flight();
+    return n;
+  }
 
   bool register_buffers(const iovec* iov, unsigned n) override {
     unregister_buffers();
@@ -195,18 +228,46 @@ class uring_engine final : public io_engine {
     return true;
   }
 
-  // Whether fd is a regular file (looked up once per descriptor number; a
-  // number reused for another kind of file keeps the first answer, which
-  // only picks the slower of two correct paths).
-  bool regular_file(int fd) {
-    if (fd < 0) return false;
-    if (size_t(fd) >= fd_kind_.size()) fd_kind_.resize(size_t(fd) + 1, 0);
-    int8_t& k = fd_kind_[size_t(fd)];
-    if (k == 0) {
+  // Where a descriptor's writes go (top of the file). Looked up once per
+  // descriptor number: a number reused for another kind of file keeps the
+  // first answer, which only picks the slower of two correct paths.
+  enum class file_kind : int8_t { unknown, other, buffered, direct };
+  file_kind kind_of(int fd) {
+    if (fd < 0) return file_kind::other;
+    if (size_t(fd) >= fd_kind_.size()) fd_kind_.resize(size_t(fd) + 1, file_kind::unknown);
+    file_kind& k = fd_kind_[size_t(fd)];
+    if (k == file_kind::unknown) {
       struct stat st {};
-      k = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? 1 : 2;
+      const int fl = fcntl(fd, F_GETFL);
+      if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fl < 0)
+        k = file_kind::other;
+      else
+        k = fl & O_DIRECT ? file_kind::direct : file_kind::buffered;
     }
-    return k == 1;
+    return k;
+  }
+
+  // The threads that take writes to fd (made on first use), or nullptr for
+  // the ring.
+  io_engine* write_engine(int fd) {
+    std::unique_ptr<io_engine>* slot = nullptr;
+    unsigned threads = 1;
+    switch (kind_of(fd)) {
+      case file_kind::direct:
+        slot = &direct_writes_;
+        threads = direct_write_threads;
+        break;
+      case file_kind::buffered:
+        slot = &lanes_[unsigned(fd) % file_write_lanes];
+        break;
+      default:
+        return nullptr;
+    }
+    if (!*slot) {
+      *slot = make_thread_engine(depth_, threads);
+      write_engines_.push_back(slot->get());
+    }
+    return slot->get();
   }
 
   int registered_index(const void* buf, uint32_t len) const {
@@ -327,8 +388,10 @@ class uring_engine final : public io_engine {
   io_uring ring_{};
   unsigned depth_ = 0;
   unsigned cq_capacity_ = 0;
-  std::unique_ptr<io_engine> file_writes_;  // writes to regular files (top of the file); made on first use
-  std::vector<int8_t> fd_kind_;             // by descriptor: 0 not looked at, 1 regular file, 2 other
+  std::unique_ptr<io_engine> direct_writes_;                        // writes to O_DIRECT files (top of the file)
+  std::array<std::unique_ptr<io_engine>, file_write_lanes> lanes_;  // writes to buffered files, a lane per few files
+  std::vector<io_engine*> write_engines_;                           // those of the above made so far
+  std::vector<file_kind> fd_kind_;          // by descriptor
   unsigned in_kernel_ = 0;  // SQEs prepared whose CQE has not been reaped yet
   unsigned in_flight_ = 0;  // queued and not reaped, wherever they are
   unsigned registered_buffers_ = 0;

@@ -45,11 +45,11 @@ struct rig {
   controller ctl;
   std::shared_ptr<page_cache> cache;
   std::shared_ptr<file_system> files;
-  rig(const tree& t, uint64_t pages, file_system_options o = {}) {
+  rig(const tree& t, uint64_t pages, file_system_options o = {}, uint64_t timeout_s = 20) {
     cache_config c;
     c.page_size = 4096;
     c.capacity_bytes = pages * 4096;
-    c.timeout_ns = 20ull * 1000000000ull;
+    c.timeout_ns = timeout_s * 1000000000ull;
     cache = make_gpu_page_cache(ctl, c);
     o.root = t.root.string();
     files = make_gpu_file_system(ctl, cache, o);
@@ -168,6 +168,19 @@ __global__ void read_chunks(gfs_ref g, const char* name, uint64_t size, uint8_t*
     if (bad) atomicAdd(&t->wrong, bad);
     if (w.lane() == 0) atomicAdd(&t->bytes, (unsigned long long)n);
     __syncwarp();
+  }
+  const int c = g.gclose(w, f);
+  if (c && w.lane() == 0) fail(t, -c);
+}
+
+// One warp opens `name` and closes it: a large resident file's mapping is
+// registered at the open and kept after the close, until sync().
+__global__ void open_and_close(gfs_ref g, const char* name, tallies* t) {
+  gpu_warp w;
+  const gfile f = g.gopen(w, name, g_rdonly);
+  if (!f.ok()) {
+    if (w.lane() == 0) fail(t, f.err);
+    return;
   }
   const int c = g.gclose(w, f);
   if (c && w.lane() == 0) fail(t, -c);
@@ -307,6 +320,50 @@ TEST(GpuFiles, WarpsReadALargeResidentFileThroughTheDirectTier) {
     EXPECT_EQ(st.direct_tier_opens, st.files_opened) << "pass " << pass;
     EXPECT_EQ(st.direct_tier_bytes, size) << "pass " << pass << ": kept after the close until sync()";
   }
+  r.files->sync();
+  EXPECT_EQ(r.files->stats().direct_tier_bytes, 0u);
+  cudaFree(name);
+  cudaFree(buf);
+  cudaFree(tl);
+}
+
+// The same reads with the file's mapping registered before the reading
+// kernel starts (one launch opens and closes the file, the next reads it),
+// so that compute-sanitizer memcheck, which scripts/gpu-check runs over this
+// test, checks that every direct-tier read stays inside the mapping.
+// (memcheck does not see memory registered while a kernel already runs: it
+// flags that kernel's every read of it and stops the kernel, which is why
+// the test above cannot run under it; bench/memcheck_registration_probe.cu.)
+// Eight blocks and a 120 s deadline: under memcheck, 32 blocks' warps ran
+// past the usual 20 s deadline (0.5 s without it).
+TEST(GpuFiles, DirectTierReadsStayInsideAMappingRegisteredBeforeTheLaunch) {
+  tree t;
+  const uint64_t size = (12ull << 20) + 1234;  // a partial last page
+  {
+    std::vector<uint8_t> b(size);
+    for (uint64_t k = 0; k < size; ++k) b[k] = file_byte(77, k);
+    std::ofstream(t.root / "big", std::ios::binary).write(reinterpret_cast<char*>(b.data()), b.size());
+  }
+  rig r(t, 1024, {}, 120);  // 4 MiB of cache: the file evicts itself
+  char* name = device_copy(std::vector<char>{'b', 'i', 'g', 0});
+  uint8_t* buf = nullptr;
+  tallies* tl = nullptr;
+  CUDA_OK(cudaMalloc(&buf, 8ull * 4 * 65536));
+  CUDA_OK(cudaMallocManaged(&tl, sizeof(tallies)));
+  std::memset(tl, 0, sizeof *tl);
+  open_and_close<<<1, 32>>>(r.files->ref(), name, tl);
+  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_EQ(tl->failed, 0u) << "last errno " << tl->last_err;
+  ASSERT_EQ(r.files->stats().direct_tier_bytes, size) << "the mapping is registered and kept after the close";
+  r.cache->reset_stats();
+  read_chunks<<<8, 128>>>(r.files->ref(), name, size, buf, tl);
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(tl->failed, 0u) << "last errno " << tl->last_err;
+  EXPECT_EQ(tl->wrong, 0u);
+  EXPECT_EQ(tl->bytes, size);
+  const cache_stats cs = r.cache->stats();
+  EXPECT_GT(cs.misses, 0u);
+  EXPECT_EQ(cs.direct_fills, cs.misses) << "every miss from the mapping";
   r.files->sync();
   EXPECT_EQ(r.files->stats().direct_tier_bytes, 0u);
   cudaFree(name);

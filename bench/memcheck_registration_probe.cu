@@ -7,7 +7,7 @@
 // registers before the launch (the control). Run natively, both read every
 // word right; under memcheck "before" is clean and "late" gets an "Invalid
 // __global__ read" for every read and its kernel is stopped
-// (bench/results/2026-11-27-76edd8c-h200-memcheck-late-registration.json).
+// (bench/results/2026-11-27-14e6e31-h200-memcheck-direct-tier.json).
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <sys/mman.h>

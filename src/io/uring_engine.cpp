@@ -14,7 +14,7 @@
 // was queued to the pool, none for minutes when nothing else was
 // (Cases/Integrity odirect_4k hung until ctest killed it at 300 s). Threads
 // of our own never stall so. Which threads, by what was measured on the GPU
-// machine (bench/results/2026-11-27-*-h200-write-routing-ab.json):
+// machine (bench/results/2026-11-27-14e6e31-h200-write-routing-ab.json):
 // - O_DIRECT writes: four threads in parallel (ext4 takes its inode lock
 //   shared for overwrites; a thread waits for each of its writes, and one
 //   thread per file wrote random 4 KiB blocks about a quarter slower);

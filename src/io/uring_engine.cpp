@@ -26,7 +26,10 @@
 // watchdog queuing a no-op to io-wq, which let about one write through
 // each; O_DIRECT writes on the ring with RWF_NOWAIT and the refused ones
 // again on a lane, which ran the CPU integrity case in 9-55 s and twice
-// past 120 s, against 4-5 s for this, both beside a build on two cores.)
+// past 120 s, against 4-5 s for this, both beside a build on two cores;
+// Linux native AIO (io_submit) for O_DIRECT writes of whole blocks, whose
+// second run of the six CPU integrity cases spent 63 s in odirect_4k against
+// 3 s in the first, not understood.)
 // What the threads cost against the ring where it does not stall: a
 // checkpoint's first save (O_DIRECT writes extending a new file) about half
 // as fast, since io-wq only starts each direct write and a thread waits for

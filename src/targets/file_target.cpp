@@ -254,7 +254,15 @@ std::shared_ptr<target> open_file_target(const std::string& path, const file_opt
                   " of " + path + " is too large");
     const uint64_t wanted = opts.offset + opts.create_size;
     if (file_size < wanted) {
-      if (ftruncate(fd.fd, static_cast<off_t>(wanted)) != 0)
+      // A file we create for direct I/O gets its blocks now: an O_DIRECT
+      // write into a hole holds ext4's inode lock exclusively until it lands
+      // (one write at a time however many threads issue them), a write into
+      // allocated blocks takes it shared. Where the file system cannot
+      // allocate (or has no room), the file is sized sparse as before.
+      const bool allocated =
+          created && opts.direct &&
+          fallocate(fd.fd, 0, static_cast<off_t>(file_size), static_cast<off_t>(wanted - file_size)) == 0;
+      if (!allocated && ftruncate(fd.fd, static_cast<off_t>(wanted)) != 0)
         throw error(errno_message("sizing " + path + " to " + std::to_string(wanted) + " bytes", errno));
       file_size = wanted;
     }

@@ -16,8 +16,10 @@
 // of our own never stall so. Which threads, by what was measured on the GPU
 // machine (bench/results/2026-11-27-14e6e31-h200-write-routing-ab.json):
 // - O_DIRECT writes: four threads in parallel (ext4 takes its inode lock
-//   shared for overwrites; a thread waits for each of its writes, and one
-//   thread per file wrote random 4 KiB blocks about a quarter slower);
+//   shared for overwrites, and file_target allocates the files it creates
+//   for direct I/O, since a write into a hole holds it exclusively until it
+//   lands; a thread waits for each of its writes, and one thread per file
+//   wrote random 4 KiB blocks about a quarter slower);
 // - buffered writes: a lane per file, one thread writing that file's writes
 //   one after another as io-wq would (lane fd % file_write_lanes): buffered
 //   writes to an ext4 file all take its inode lock, and four threads at once

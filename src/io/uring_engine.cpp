@@ -17,9 +17,8 @@
 // machine (bench/results/2026-11-27-14e6e31-h200-write-routing-ab.json):
 // - O_DIRECT writes: four threads in parallel (ext4 takes its inode lock
 //   shared for overwrites, and file_target allocates the files it creates
-//   for direct I/O, since a write into a hole holds it exclusively until it
-//   lands; a thread waits for each of its writes, and one thread per file
-//   wrote random 4 KiB blocks about a quarter slower);
+//   for direct I/O so that their writes are overwrites too; one thread per
+//   file wrote random 4 KiB blocks about a quarter slower);
 // - buffered writes: a lane per file, one thread writing that file's writes
 //   one after another as io-wq would (lane fd % file_write_lanes): buffered
 //   writes to an ext4 file all take its inode lock, and four threads at once
@@ -32,10 +31,13 @@
 // Linux native AIO (io_submit) for O_DIRECT writes of whole blocks, whose
 // second run of the six CPU integrity cases spent 63 s in odirect_4k against
 // 3 s in the first, not understood.)
-// What the threads cost against the ring where it does not stall: a
-// checkpoint's first save (O_DIRECT writes extending a new file) about half
-// as fast, since io-wq only starts each direct write and a thread waits for
-// it to finish; steady saves and random O_DIRECT writes 0.8-0.9.
+// What the threads cost against the ring where it does not stall: a thread
+// waits for each direct write, where io-wq only started it, so random
+// O_DIRECT writes and steady checkpoint saves ran at 0.8-0.9 of the ring;
+// and writes into holes of a sparse file, each holding the inode lock until
+// it lands, ran one at a time (a checkpoint's first save at half speed
+// until file_target allocated the files it creates: ...-0f272d7-h200-
+// checkpoint-allocate-ab.json).
 #include <liburing.h>
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -56,6 +56,14 @@ struct rig {
   }
 };
 
+// The file "big" under the root, `size` bytes of file 77's pattern; just
+// written, so in the page cache (a direct-tier candidate when large).
+void write_big_file(const tree& t, uint64_t size) {
+  std::vector<uint8_t> b(size);
+  for (uint64_t k = 0; k < size; ++k) b[k] = file_byte(77, k);
+  std::ofstream(t.root / "big", std::ios::binary).write(reinterpret_cast<char*>(b.data()), b.size());
+}
+
 struct tallies {
   unsigned long long wrong, failed, bytes;
   int last_err;
@@ -285,11 +293,7 @@ TEST(GpuFiles, WarpsReadManyFilesUnderEvictionByteForByte) {
 TEST(GpuFiles, WarpsReadALargeResidentFileThroughTheDirectTier) {
   tree t;
   const uint64_t size = (48ull << 20) + 1234;  // a partial last page
-  {
-    std::vector<uint8_t> b(size);
-    for (uint64_t k = 0; k < size; ++k) b[k] = file_byte(77, k);
-    std::ofstream(t.root / "big", std::ios::binary).write(reinterpret_cast<char*>(b.data()), b.size());
-  }  // just written: in the page cache
+  write_big_file(t, size);  // just written: in the page cache
   rig r(t, 4096);  // 16 MiB of cache: the file evicts itself
   check_launch(*r.cache, read_chunks, 32, 128);
   char* name = device_copy(std::vector<char>{'b', 'i', 'g', 0});
@@ -339,11 +343,7 @@ TEST(GpuFiles, WarpsReadALargeResidentFileThroughTheDirectTier) {
 TEST(GpuFiles, DirectTierReadsStayInsideAMappingRegisteredBeforeTheLaunch) {
   tree t;
   const uint64_t size = (12ull << 20) + 1234;  // a partial last page
-  {
-    std::vector<uint8_t> b(size);
-    for (uint64_t k = 0; k < size; ++k) b[k] = file_byte(77, k);
-    std::ofstream(t.root / "big", std::ios::binary).write(reinterpret_cast<char*>(b.data()), b.size());
-  }
+  write_big_file(t, size);
   rig r(t, 1024, {}, 120);  // 4 MiB of cache: the file evicts itself
   char* name = device_copy(std::vector<char>{'b', 'i', 'g', 0});
   uint8_t* buf = nullptr;

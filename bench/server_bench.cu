@@ -11,6 +11,9 @@
 //   scan    every word of the dataset once, checked (a second reader of
 //           what the first brought into the server's host tier)
 //   h2d     cudaMemcpy from pinned host memory, the link's bandwidth
+//   spin    every SM busy for --seconds with no I/O: a compute-bound
+//           neighbour (another process's kernels share the GPU by time
+//           slices unless MPS runs)
 // Prints one JSON line. --start-at (CLOCK_REALTIME seconds) lets clients in
 // separate processes start their measured window together.
 #include <cuda_runtime.h>
@@ -54,6 +57,15 @@ __global__ void flood_kernel(array_ref<uint64_t> a, uint64_t seed, uint64_t coun
   const uint64_t v = a.try_read(i, &s);
   if (!s.ok()) atomicAdd(failed, 1ull);
   else if (v != i) atomicAdd(wrong, 1ull);
+}
+
+__global__ void read_globaltimer(uint64_t* out) { *out = globaltimer(); }
+
+// Every thread spins until the GPU's clock reaches `end_ns`.
+__global__ void spin_kernel(uint64_t end_ns, unsigned long long* spins) {
+  uint64_t n = 0;
+  while (globaltimer() < end_ns) ++n;
+  if (n == 0) atomicAdd(spins, 1ull);  // keeps the loop
 }
 
 // One thread: `count` dependent reads of random pages, `pause_ns` apart,
@@ -173,7 +185,8 @@ int main(int argc, char** argv) try {
   bool direct_file = false, direct_tier = false;
   unsigned pollers = 0, queues = 0, sparse_pause_us = 200, sparse_reads = 64, page_kib = 4;
   std::string scan_by = "page";
-  app.add_option("--mode", mode, "flood, sparse, scan or h2d")->check(CLI::IsMember({"flood", "sparse", "scan", "h2d"}));
+  app.add_option("--mode", mode, "flood, sparse, scan, h2d or spin")
+      ->check(CLI::IsMember({"flood", "sparse", "scan", "h2d", "spin"}));
   app.add_option("--dataset", dataset, "a dataset name (server mode) or a file (embedded)");
   app.add_option("--label", label, "a name for the JSON line");
   app.add_option("--seconds", seconds, "measured window (flood, sparse)");
@@ -203,6 +216,35 @@ int main(int argc, char** argv) try {
   j["env"] = bench::deepwell_env();
   if (mode == "h2d") {
     j["h2d_gbps"] = h2d_gbps();
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  if (mode == "spin") {
+    int sms = 0;
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+    unsigned long long* spins;
+    check_cuda(cudaMalloc(&spins, 8), "cudaMalloc");
+    spin_kernel<<<1, 1>>>(0, spins);  // context and module up before the window
+    check_cuda(cudaDeviceSynchronize(), "spin warm-up");
+    if (start_at > 0) wait_until(start_at);
+    const double t0 = now_realtime();
+    unsigned launches = 0;
+    while (now_realtime() - t0 < seconds) {
+      // 50 ms launches; the GPU's clock and CLOCK_REALTIME need not agree,
+      // so each launch's end is read from the GPU's clock at its start.
+      uint64_t* gpu_now;
+      check_cuda(cudaMallocManaged(&gpu_now, 8), "cudaMallocManaged");
+      read_globaltimer<<<1, 1>>>(gpu_now);
+      check_cuda(cudaDeviceSynchronize(), "read_globaltimer");
+      spin_kernel<<<unsigned(sms) * 8, 256>>>(*gpu_now + 50'000'000ull, spins);
+      check_cuda(cudaDeviceSynchronize(), "spin kernel");
+      cudaFree(gpu_now);
+      ++launches;
+    }
+    j["seconds"] = now_realtime() - t0;
+    j["launches"] = launches;
+    j["sms"] = sms;
+    cudaFree(spins);
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -303,6 +345,7 @@ int main(int argc, char** argv) try {
     j["misses"] = st.misses;
     j["hits"] = st.hits;
     j["p50_us"] = percentile(all, 0.5) / 1e3;
+    j["p90_us"] = percentile(all, 0.9) / 1e3;
     j["p99_us"] = percentile(all, 0.99) / 1e3;
     j["max_us"] = percentile(all, 1.0) / 1e3;
     cudaFree(lat);

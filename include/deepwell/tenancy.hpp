@@ -25,13 +25,10 @@ struct access_grants {
 };
 
 // A client's share of the storage. Every client with commands waiting or
-// in flight is guaranteed io_budget_bytes (controller_config) * weight /
-// (the sum of those clients' weights) in flight, at least one command;
-// budget that no one uses goes to clients that want more, by weight among
-// those kept waiting (detail/share_arbiter.hpp). With a FIFO device
-// underneath, throughput follows in-flight bytes (Little's law), so two
-// flooding clients get bandwidth in proportion to their weights, and a
-// flood beside a light client is not held to half the budget.
+// in flight gets io_budget_bytes (controller_config) * weight / (the sum
+// of those clients' weights) in flight, at least one command; with a FIFO
+// device underneath, throughput follows in-flight bytes (Little's law),
+// so two flooding clients get bandwidth in proportion to their weights.
 // rate_bytes caps a client's bytes per second (0: no cap).
 struct client_share {
   double weight = 1;

@@ -91,7 +91,6 @@ struct queue_pair::impl {
   // it was copied out of the SQ already, so it stays the one that was checked.
   nvme::command held{};
   bool has_held = false;
-  bool held_refused = false;  // the held command made its client backlogged (share_arbiter::try_admit)
   uint64_t held_since = 0;
 
   shared_counter commands, reads, writes, flushes, bytes_read, bytes_written, errors;
@@ -265,8 +264,7 @@ void controller::poller::complete(queue_pair::impl& q, uint16_t cid, nvme::statu
 void controller::poller::release_held(queue_pair::impl& q) {
   if (!q.has_held) return;
   q.has_held = false;
-  owner->arbiter_->finish(*q.account, 0, false, q.held_refused);
-  q.held_refused = false;
+  owner->arbiter_->finish(*q.account, 0, false);
 }
 
 unsigned controller::poller::post(queue_pair::impl& q) {
@@ -518,12 +516,11 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
     // Stopping: everything is aborted at once, shares do not matter.
     if (draining) {
       q.has_held = false;
-      arb.unmark(*q.account, q.held_refused);
       execute(q, q.held, 0, q.held_since);
       ++n;
       continue;
     }
-    if (!arb.try_admit(*q.account, cost, t, q.held_refused)) {
+    if (!arb.try_admit(*q.account, cost, t)) {
       q.account->throttled.fetch_add(1, std::memory_order_relaxed);
       break;
     }

@@ -69,11 +69,6 @@ void share_arbiter::set_share(uint32_t client, const client_share& s) {
     active_weight_.fetch_add(w, std::memory_order_relaxed);
     a->active_weight = w;
   }
-  if (a->backlog_weight != 0) {
-    backlogged_weight_.fetch_sub(a->backlog_weight, std::memory_order_relaxed);
-    backlogged_weight_.fetch_add(w, std::memory_order_relaxed);
-    a->backlog_weight = w;
-  }
   a->weight_milli.store(w, std::memory_order_relaxed);
   a->rate_bytes.store(s.rate_bytes, std::memory_order_relaxed);
 }
@@ -91,27 +86,8 @@ void share_arbiter::begin(client_account& a) {
   }
 }
 
-void share_arbiter::backlog(client_account& a, bool on) {
-  if (on ? a.backlogged.fetch_add(1, std::memory_order_acq_rel) != 0
-         : a.backlogged.fetch_sub(1, std::memory_order_acq_rel) != 1)
-    return;
-  std::lock_guard<std::mutex> lock(activity_mutex_);
-  const bool now = a.backlogged.load(std::memory_order_acquire) != 0;  // settled under the mutex
-  if (now && a.backlog_weight == 0) {
-    a.backlog_weight = a.weight_milli.load(std::memory_order_relaxed);
-    backlogged_weight_.fetch_add(a.backlog_weight, std::memory_order_relaxed);
-  } else if (!now && a.backlog_weight != 0) {
-    backlogged_weight_.fetch_sub(a.backlog_weight, std::memory_order_relaxed);
-    a.backlog_weight = 0;
-  }
-}
-
-void share_arbiter::finish(client_account& a, uint64_t cost, bool admitted, bool refused) {
-  if (admitted) {
-    a.in_flight.fetch_sub(cost, std::memory_order_relaxed);
-    in_flight_.fetch_sub(cost, std::memory_order_relaxed);
-  }
-  if (refused) backlog(a, false);
+void share_arbiter::finish(client_account& a, uint64_t cost, bool admitted) {
+  if (admitted) a.in_flight.fetch_sub(cost, std::memory_order_relaxed);
   if (a.demand.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   std::lock_guard<std::mutex> lock(activity_mutex_);
   if (a.active_weight != 0 && a.demand.load(std::memory_order_acquire) == 0) {
@@ -236,29 +212,13 @@ void share_arbiter::end_window(uint64_t now_ns) {
     effective_.store(std::min(budget_, eff + step), std::memory_order_relaxed);
 }
 
-bool share_arbiter::try_admit(client_account& a, uint64_t cost, uint64_t now_ns, bool& refused) {
+bool share_arbiter::try_admit(client_account& a, uint64_t cost, uint64_t now_ns) {
   const uint64_t mine = a.in_flight.load(std::memory_order_relaxed);
   if (mine != 0) {
     const uint64_t w = a.weight_milli.load(std::memory_order_relaxed);
-    const uint64_t budget_now = budget();
     const uint64_t all = std::max(active_weight_.load(std::memory_order_relaxed), w);
-    const uint64_t guaranteed = uint64_t((unsigned __int128)budget_now * w / all);
-    if (mine + cost > guaranteed) {
-      // Beyond the guaranteed share: budget no one else waits for.
-      // (A backlogged client's own weight is in the sum; approximately,
-      // as the sum moves under other pollers.)
-      const uint64_t backlogged = backlogged_weight_.load(std::memory_order_relaxed);
-      const uint64_t others =
-          backlogged - (a.backlogged.load(std::memory_order_relaxed) != 0 ? std::min(w, backlogged) : 0);
-      const uint64_t wanting = uint64_t((unsigned __int128)budget_now * w / (others + w));
-      if (mine + cost > wanting || in_flight_.load(std::memory_order_relaxed) + cost > budget_now) {
-        if (!refused) {
-          refused = true;
-          backlog(a, true);
-        }
-        return false;
-      }
-    }
+    const uint64_t allowed = uint64_t((unsigned __int128)budget() * w / all);
+    if (mine + cost > allowed) return false;
   }
   if (const uint64_t rate = a.rate_bytes.load(std::memory_order_relaxed); rate != 0) {
     // A token bucket that may go into debt by one command: a command
@@ -279,11 +239,6 @@ bool share_arbiter::try_admit(client_account& a, uint64_t cost, uint64_t now_ns,
     a.tokens -= int64_t(cost);
   }
   a.in_flight.fetch_add(cost, std::memory_order_relaxed);
-  in_flight_.fetch_add(cost, std::memory_order_relaxed);
-  if (refused) {
-    refused = false;
-    backlog(a, false);
-  }
   return true;
 }
 

@@ -20,9 +20,7 @@ struct client_account {
   std::atomic<uint64_t> rate_bytes{0};
   std::atomic<uint64_t> in_flight{0};  // bytes admitted and not finished
   std::atomic<uint64_t> demand{0};     // commands waiting for admission or in flight
-  std::atomic<uint64_t> backlogged{0}; // held commands refused for want of share, not yet admitted
   uint64_t active_weight = 0;          // what this account added to the arbiter's sum (guarded by its mutex)
-  uint64_t backlog_weight = 0;         // what it added to the sum of backlogged weights (the same mutex)
   std::mutex rate_mutex;               // the token bucket
   int64_t tokens = 0;
   uint64_t refilled_ns = 0;
@@ -86,43 +84,20 @@ class share_arbiter {
   // A command of `a` is waiting for admission (from its first try to its
   // finish(): the client counts as active meanwhile).
   void begin(client_account& a);
-  // Whether a command of `cost` bytes may start now, and its rate allows
-  // it. A client with nothing in flight always may (no client starves).
-  // Otherwise its bytes in flight may reach its guaranteed share, the
-  // budget * its weight / the weights of all active clients; and beyond
-  // that, while the bytes in flight of all clients stay within the budget,
-  // its share among the clients that want more: the weights of backlogged
-  // clients (a command refused for want of share and still waiting) and
-  // its own. So budget that a light client leaves unused (its one miss in
-  // flight, nothing waiting) goes to a flooding neighbour, while two
-  // floods, both backlogged, split it by weight. `refused` is the held
-  // command's mark, kept by the caller from its first try: set here when
-  // a refusal makes the client backlogged, cleared on admission.
-  bool try_admit(client_account& a, uint64_t cost, uint64_t now_ns, bool& refused);
-  // A held command that runs without admission (the controller stops):
-  // its mark, if any, is cleared.
-  void unmark(client_account& a, bool& refused) {
-    if (refused) backlog(a, false);
-    refused = false;
-  }
-  // The command is done (admitted or not; `refused`: its mark, for one
-  // given up while it waited).
-  void finish(client_account& a, uint64_t cost, bool admitted, bool refused = false);
+  // Whether a command of `cost` bytes may start now: the client's bytes in
+  // flight stay within its share of the budget (a client with nothing in
+  // flight always may: no client starves), and its rate allows it.
+  bool try_admit(client_account& a, uint64_t cost, uint64_t now_ns);
+  // The command is done (admitted or not).
+  void finish(client_account& a, uint64_t cost, bool admitted);
   // The weights of the clients now active, * 1000.
   uint64_t active_weight() const { return active_weight_.load(std::memory_order_relaxed); }
-  // The weights of the clients now backlogged, * 1000.
-  uint64_t backlogged_weight() const { return backlogged_weight_.load(std::memory_order_relaxed); }
-  // Bytes in flight, all clients.
-  uint64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 
  private:
   const uint64_t budget_;
   const latency_target target_;
   std::atomic<uint64_t> effective_;
   std::atomic<uint64_t> active_weight_{0};
-  std::atomic<uint64_t> backlogged_weight_{0};
-  std::atomic<uint64_t> in_flight_{0};
-  void backlog(client_account& a, bool on);
   // Per namespace: its floor, the window's latency sum and count, and the
   // probe's.
   struct ns_latency {

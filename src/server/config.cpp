@@ -226,7 +226,7 @@ server_config parse_config(std::string_view text, const std::string& source) {
   if (const toml::node* n = root.get("server")) {
     const toml::table* t = n->as_table();
     if (!t) fail(source, *n, "server", "must be a [server] section");
-    check_keys(source, *t, "server", {"socket", "metrics", "pollers", "io_budget", "max_queue_pairs", "max_staging", "host_cache", "host_cache_page", "latency_target"});
+    check_keys(source, *t, "server", {"socket", "metrics", "pollers", "io_budget", "max_queue_pairs", "max_staging", "host_cache", "host_cache_page", "latency_target", "poller_spin_us"});
     const reader r{source, *t, "server"};
     if (auto v = r.string("socket")) {
       if (v->empty() || (*v)[0] != '/') fail(source, *t->get("socket"), "server.socket", "must be an absolute path");
@@ -253,6 +253,7 @@ server_config parse_config(std::string_view text, const std::string& source) {
         fail(source, *t->get("latency_target"), "server.latency_target", "must be 0 (off) or a factor from 1 to 1000");
       cfg.latency_target = *v;
     }
+    if (auto v = r.integer("poller_spin_us", 0, 1000000)) cfg.poller_spin_us = uint32_t(*v);
     if (auto v = r.integer("max_queue_pairs", 1, 65536)) cfg.max_queue_pairs = uint32_t(*v);
     if (auto v = r.bytes("max_staging")) {
       if (*v < (1u << 20)) fail(source, *t->get("max_staging"), "server.max_staging", "must be at least 1 MiB");

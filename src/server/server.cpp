@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -112,6 +113,8 @@ void server::impl::open_datasets() {
   cc.pollers = cfg.pollers;
   cc.io_budget_bytes = cfg.io_budget_bytes;
   cc.latency_target = cfg.latency_target;
+  if (!cfg.poller_spin_us) cfg.poller_spin_us = std::getenv("DEEPWELL_POLLER_SPIN_US") ? cc.spin_us : 1000;
+  cc.spin_us = *cfg.poller_spin_us;
   ctl = std::make_unique<controller>(cc);
   auto where = [this](const dataset_config& d) {
     return cfg.source + ":" + std::to_string(d.line) + ": dataset " + d.name + ": ";
@@ -538,6 +541,7 @@ std::string server::impl::stats_json() const {
                  {"io_budget_bytes", cfg.io_budget_bytes},
                  {"io_budget_now_bytes", ctl->io_budget_now()},
                  {"latency_target", cfg.latency_target},
+                 {"poller_spin_us", cfg.poller_spin_us.value_or(0)},
                  {"latency_floor_us", double(ctl->latency_floor_ns()) / 1e3},
                  {"queue_pairs", ctl->queue_pair_count()},
                  {"clients_total", total_clients},

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <random>
 #include <thread>
 #include <vector>
@@ -401,6 +402,8 @@ TEST_F(ServerTest, StatsAndPrometheusMetricsDescribeClientsAndDatasets) {
   EXPECT_EQ(c["bytes_read"].get<uint64_t>(), 40960u);
   EXPECT_GT(c["latency_us_p99"].get<double>(), 0.0);
   EXPECT_EQ(c["grants"].size(), 2u);
+  if (!std::getenv("DEEPWELL_POLLER_SPIN_US"))
+    EXPECT_EQ(j["server"]["poller_spin_us"].get<uint32_t>(), 1000u) << "a server's pollers spin 1 ms by default";
 }
 
 TEST(ServerStart, ASocketPathInUseOrNotASocketIsOneClearError) {

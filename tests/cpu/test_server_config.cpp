@@ -35,6 +35,7 @@ metrics = "127.0.0.1:9464"
 pollers = 3
 io_budget = "8MiB"
 latency_target = 2.5
+poller_spin_us = 500
 max_queue_pairs = 32
 max_staging = "1GiB"
 
@@ -77,6 +78,7 @@ rate = "500MiB"
   EXPECT_EQ(c.pollers, 3u);
   EXPECT_EQ(c.io_budget_bytes, 8u << 20);
   EXPECT_EQ(c.latency_target, 2.5);
+  EXPECT_EQ(c.poller_spin_us, 500u);
   EXPECT_EQ(c.max_queue_pairs, 32u);
   EXPECT_EQ(c.max_staging_bytes, 1u << 30);
   ASSERT_EQ(c.datasets.size(), 3u);
@@ -88,7 +90,7 @@ rate = "500MiB"
   EXPECT_FALSE(f.writable);
   EXPECT_EQ(f.offset, 4096u);
   EXPECT_EQ(f.length, 1u << 20);
-  EXPECT_EQ(f.line, 11);
+  EXPECT_EQ(f.line, 12);
   EXPECT_EQ(c.datasets[1].kind, dataset_config::kind_t::device);
   EXPECT_TRUE(c.datasets[1].writable);
   EXPECT_EQ(c.datasets[2].kind, dataset_config::kind_t::memory);
@@ -114,6 +116,7 @@ TEST(ServerConfig, DefaultsAndTheSocketFromTheRuntimeDirectory) {
   EXPECT_TRUE(c.metrics.empty());
   EXPECT_EQ(c.latency_target, 2.0) << "on by default: it acts only while clients share";
   EXPECT_EQ(parse_config("[server]\nlatency_target = 0\n" + one_dataset).latency_target, 0.0) << "0 turns it off";
+  EXPECT_FALSE(c.poller_spin_us) << "absent: the server picks (DEEPWELL_POLLER_SPIN_US where set, else 1000)";
   EXPECT_EQ(c.datasets[0].block_size, 4096u);
   EXPECT_EQ(c.host_cache_page, 4096u);
   EXPECT_EQ(parse_config("[server]\nhost_cache_page = \"64KiB\"\n" + one_dataset).host_cache_page, 65536u);
@@ -142,6 +145,8 @@ TEST(ServerConfig, MistakesNameTheFileTheLineAndTheKey) {
       {"[server]\nio_budget = \"lots\"\n" + one_dataset, "bad.toml:2: server.io_budget: 'lots' is not a size"},
       {"[server]\nlatency_target = 0.5\n" + one_dataset, "bad.toml:2: server.latency_target: must be 0 (off) or a factor"},
       {"[server]\nlatency_target = \"2x\"\n" + one_dataset, "bad.toml:2: server.latency_target: must be a number"},
+      {"[server]\npoller_spin_us = -1\n" + one_dataset,
+       "bad.toml:2: server.poller_spin_us: -1 is out of range (0 to 1000000)"},
       {"[server]\nhost_cache_page = \"3000\"\n" + one_dataset,
        "bad.toml:2: server.host_cache_page: must be a power of two from 512 bytes to 64 KiB"},
       {"[server]\nhost_cache_page = \"128KiB\"\n" + one_dataset, "server.host_cache_page: must be a power of two"},

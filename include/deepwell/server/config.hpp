@@ -13,6 +13,7 @@
 //   host_cache_page = "64KiB"                 # its pages (default 4 KiB): a client reads the
 //                                             # tier itself where its cache's pages are this size
 //   latency_target = 2                        # while clients share, hold the budget back to 2x the storage's floor latency (0: off)
+//   poller_spin_us = 1000                     # pollers busy-poll this long after their last work, then sleep
 //
 //   [[dataset]]
 //   name = "features"
@@ -99,6 +100,12 @@ struct server_config {
   // disk a light client's p99 beside a flood fell from 14-217x alone to
   // 5-18x, the flood keeping 0.47-0.77 of its throughput (docs/server.md).
   double latency_target = 2;
+  // controller_config::spin_us for the server's pollers. A light client's
+  // miss after a pause found a sleeping poller with the embedded default
+  // (100 us): its median miss was 265-308 us on the H200 machine against
+  // 192-202 us with pollers that did not sleep (docs/server.md). Absent
+  // from the file: DEEPWELL_POLLER_SPIN_US where set, else 1000.
+  std::optional<uint32_t> poller_spin_us;
   uint32_t max_queue_pairs = 128;
   uint64_t max_staging_bytes = 2ull << 30;
   uint64_t host_cache_bytes = 0;  // the shared host-memory tier over file and device datasets; 0: none

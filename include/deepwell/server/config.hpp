@@ -98,13 +98,15 @@ struct server_config {
   // controller_config::latency_target: 0 off, else a factor. On by default:
   // it acts only while two clients or more are busy. On the H100 machine's
   // disk a light client's p99 beside a flood fell from 14-217x alone to
-  // 5-18x, the flood keeping 0.47-0.77 of its throughput (docs/server.md).
+  // 5-18x, the flood keeping 0.47-0.77 of its throughput; the rest was the
+  // GPU's time slices between the two processes: under MPS, 1.1-1.3x on
+  // the H200 machine (docs/server.md).
   double latency_target = 2;
   // controller_config::spin_us for the server's pollers. A light client's
   // miss after a pause found a sleeping poller with the embedded default
-  // (100 us): its median miss was 265-308 us on the H200 machine against
-  // 192-202 us with pollers that did not sleep (docs/server.md). Absent
-  // from the file: DEEPWELL_POLLER_SPIN_US where set, else 1000.
+  // (100 us): its median miss was 270-296 us on the H200 machine against
+  // 191-200 us with 1000 (docs/server.md). Absent from the file:
+  // DEEPWELL_POLLER_SPIN_US where set, else 1000.
   std::optional<uint32_t> poller_spin_us;
   uint32_t max_queue_pairs = 128;
   uint64_t max_staging_bytes = 2ull << 30;

@@ -5,7 +5,7 @@
 // One "light" thread reads random blocks one at a time (its own ring, a
 // pause between reads, each read timed from submit to completion); a
 // "flood" thread keeps `depth` random reads of the same size in flight on a
-// ring of its own. For each depth (0: the light reader alone) the light
+// ring of its own (uring_loop.hpp, the block benchmarks' plain loop). For each depth (0: the light reader alone) the light
 // reader's percentiles and the flood's reads a second are printed as JSON:
 // a scheduler above the device can hold the flood to a depth, but not make
 // a read that arrives behind `depth` others faster than the device serves
@@ -28,6 +28,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "uring_loop.hpp"
 
 namespace {
 
@@ -54,40 +56,6 @@ void* block_buffer(uint32_t block) {
   void* p = aligned_alloc(4096, block);
   if (!p) throw std::bad_alloc();
   return p;
-}
-
-// The flood: `depth` reads in flight until `stop`; returns reads done.
-uint64_t flood(const std::string& path, bool direct, uint64_t blocks, uint32_t block, unsigned depth,
-               const std::atomic<bool>& stop, std::atomic<bool>& failed) {
-  ring_file rf(path, direct, std::max(2u, depth * 2));
-  std::vector<void*> bufs(depth);
-  for (auto& b : bufs) b = block_buffer(block);
-  std::mt19937_64 rng(7);
-  auto issue = [&](unsigned i) {
-    io_uring_sqe* s = io_uring_get_sqe(&rf.ring);
-    io_uring_prep_read(s, rf.fd, bufs[i], block, (rng() % blocks) * block);
-    io_uring_sqe_set_data64(s, i);
-  };
-  for (unsigned i = 0; i < depth; ++i) issue(i);
-  io_uring_submit(&rf.ring);
-  unsigned in_flight = depth;
-  uint64_t done = 0;
-  while (in_flight) {
-    io_uring_cqe* c;
-    if (io_uring_wait_cqe(&rf.ring, &c) != 0) break;
-    const unsigned i = unsigned(io_uring_cqe_get_data64(c));
-    if (c->res != int(block)) failed = true;
-    io_uring_cqe_seen(&rf.ring, c);
-    ++done;
-    if (stop.load(std::memory_order_relaxed)) {
-      --in_flight;
-      continue;
-    }
-    issue(i);
-    io_uring_submit(&rf.ring);
-  }
-  for (auto b : bufs) free(b);
-  return done;
 }
 
 // The light reader: one read at a time, `pause_us` apart; latencies in ns.
@@ -161,22 +129,22 @@ int main(int argc, char** argv) {
     out["direct"] = !buffered;
     out["runs"] = nlohmann::json::array();
     for (unsigned d : depths) {
-      std::atomic<bool> stop{false}, failed{false};
-      uint64_t flood_reads = 0;
+      // The flood: the plain io_uring loop (one thread, `d` reads in
+      // flight) for as long as the light reader runs.
+      std::atomic<bool> failed{false};
+      nlohmann::json flood;
       std::thread f;
-      const auto t0 = clk::now();
-      if (d) f = std::thread([&] { flood_reads = flood(path, !buffered, blocks, block, d, stop, failed); });
+      if (d) f = std::thread([&] { flood = uring_loop(path, !buffered, blocks * block, block, d, 1, seconds); });
       const auto lat = light(path, !buffered, blocks, block, pause_us, seconds, failed);
-      stop = true;
       if (f.joinable()) f.join();
-      const double secs = std::chrono::duration<double>(clk::now() - t0).count();
+      if (d && !flood.value("ok", false)) failed = true;
       nlohmann::json r{{"depth", d},
                        {"light_reads", lat.size()},
                        {"p50_us", pct_us(lat, 0.5)},
                        {"p90_us", pct_us(lat, 0.9)},
                        {"p99_us", pct_us(lat, 0.99)},
                        {"max_us", pct_us(lat, 1.0)},
-                       {"flood_iops", double(flood_reads) / secs},
+                       {"flood_iops", d ? flood.value("iops", 0.0) : 0.0},
                        {"ok", !failed.load()}};
       std::fprintf(stderr, "%s\n", r.dump().c_str());
       out["runs"].push_back(r);

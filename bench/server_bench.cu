@@ -223,7 +223,9 @@ int main(int argc, char** argv) try {
     int sms = 0;
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
     unsigned long long* spins;
+    uint64_t* gpu_now;
     check_cuda(cudaMalloc(&spins, 8), "cudaMalloc");
+    check_cuda(cudaMallocManaged(&gpu_now, 8), "cudaMallocManaged");
     spin_kernel<<<1, 1>>>(0, spins);  // context and module up before the window
     check_cuda(cudaDeviceSynchronize(), "spin warm-up");
     if (start_at > 0) wait_until(start_at);
@@ -232,18 +234,16 @@ int main(int argc, char** argv) try {
     while (now_realtime() - t0 < seconds) {
       // 50 ms launches; the GPU's clock and CLOCK_REALTIME need not agree,
       // so each launch's end is read from the GPU's clock at its start.
-      uint64_t* gpu_now;
-      check_cuda(cudaMallocManaged(&gpu_now, 8), "cudaMallocManaged");
       read_globaltimer<<<1, 1>>>(gpu_now);
       check_cuda(cudaDeviceSynchronize(), "read_globaltimer");
       spin_kernel<<<unsigned(sms) * 8, 256>>>(*gpu_now + 50'000'000ull, spins);
       check_cuda(cudaDeviceSynchronize(), "spin kernel");
-      cudaFree(gpu_now);
       ++launches;
     }
     j["seconds"] = now_realtime() - t0;
     j["launches"] = launches;
     j["sms"] = sms;
+    cudaFree(gpu_now);
     cudaFree(spins);
     std::printf("%s\n", j.dump().c_str());
     return 0;

@@ -99,7 +99,7 @@ struct server_config {
   // it acts only while two clients or more are busy. On the H100 machine's
   // disk a light client's p99 beside a flood fell from 14-217x alone to
   // 5-18x, the flood keeping 0.47-0.77 of its throughput; the rest was the
-  // GPU's time slices between the two processes: under MPS, 1.1-1.3x on
+  // GPU's time slices between the two processes: under MPS, 1.0-1.7x on
   // the H200 machine (docs/server.md).
   double latency_target = 2;
   // controller_config::spin_us for the server's pollers. A light client's

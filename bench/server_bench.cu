@@ -300,6 +300,7 @@ int main(int argc, char** argv) try {
     check_cuda(cudaDeviceSynchronize(), "flood warm-up");
     if (start_at > 0) wait_until(start_at);
     cache->reset_stats();
+    const double cpu0 = ctl ? ctl->poller_cpu_seconds() : 0;
     const double t0 = now_realtime();
     uint64_t per = 8192, seed = 0, launched = 0;
     double busy = 0;
@@ -322,6 +323,7 @@ int main(int argc, char** argv) try {
     j["misses"] = st.misses;
     j["miss_gbps"] = st.misses * 4096.0 / wall / 1e9;
     j["miss_mpages_per_s"] = st.misses / wall / 1e6;
+    if (ctl) j["poller_cpu_seconds"] = ctl->poller_cpu_seconds() - cpu0;  // embedded: the pollers' CPU in the window
   } else if (mode == "sparse") {
     uint64_t* lat;
     check_cuda(cudaMalloc(&lat, sparse_reads * 8ull), "cudaMalloc");

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -86,7 +87,16 @@ struct server::impl {
   std::atomic<bool> stopping{false};
   mutable std::mutex mutex;  // clients (the loop changes them; stats read them)
   std::map<int, std::unique_ptr<client_state>> clients;  // by socket
-  std::map<uint32_t, client_counters> departed;          // counters of clients that left (for totals)
+  // Clients that left: how many, and the last few with their counters (a
+  // run's totals after its client is gone; bounded, a server runs for months).
+  struct departed_client {
+    uint32_t id;
+    std::string name;
+    client_counters counters;
+  };
+  static constexpr size_t departed_kept = 16;
+  uint64_t departed_count = 0;
+  std::deque<departed_client> departed;
   uint32_t next_client = 1;
   uint64_t total_clients = 0;
   std::unique_ptr<metrics_http> metrics;
@@ -277,7 +287,9 @@ void server::impl::drop(int fd, const char* why) {
   for (auto& [qid, qp] : c->queues) ctl->delete_queue_pair(qid);
   {
     std::lock_guard<std::mutex> lock(mutex);
-    departed[c->id] = ctl->client_stats(c->id);
+    ++departed_count;
+    departed.push_back({c->id, c->said_hello ? c->name : "", ctl->client_stats(c->id)});
+    if (departed.size() > departed_kept) departed.pop_front();
   }
   log_line("client " + std::to_string(c->id) + " (" + (c->said_hello ? c->name : "no hello") + ", uid " + std::to_string(c->uid) + ", pid " +
            std::to_string(c->pid) + ") " + why + ": " + std::to_string(c->queues.size()) + " queue pair(s) reclaimed");
@@ -542,6 +554,7 @@ std::string server::impl::stats_json() const {
                  {"io_budget_now_bytes", ctl->io_budget_now()},
                  {"latency_target", cfg.latency_target},
                  {"poller_spin_us", cfg.poller_spin_us.value_or(0)},
+                 {"poller_cpu_seconds", ctl->poller_cpu_seconds()},
                  {"latency_floor_us", double(ctl->latency_floor_ns()) / 1e3},
                  {"queue_pairs", ctl->queue_pair_count()},
                  {"clients_total", total_clients},
@@ -591,7 +604,14 @@ std::string server::impl::stats_json() const {
     e["grants"] = g;
     j["clients"].push_back(e);
   }
-  j["departed_clients"] = departed.size();
+  j["departed_clients"] = departed_count;
+  j["departed"] = nlohmann::json::array();
+  for (const departed_client& d : departed) {
+    nlohmann::json e = counters_json(d.counters);
+    e["id"] = d.id;
+    e["name"] = d.name;
+    j["departed"].push_back(e);
+  }
   return j.dump(2);
 }
 

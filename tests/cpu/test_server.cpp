@@ -202,6 +202,22 @@ TEST_F(ServerTest, ClientsReadAndWriteThroughTheServerByteForByte) {
   EXPECT_EQ(stats["datasets"].size(), 3u);
 }
 
+TEST_F(ServerTest, StatsKeepTheCountersOfClientsThatLeft) {
+  {
+    auto link = server_link::connect(sock, "short-lived");
+    array<uint64_t> a(make_host_page_cache(link, cache_cfg()), link->lookup("data"));
+    for (uint64_t i = 0; i < a.size(); i += 512) ASSERT_EQ(a.ref()[i], test::pattern_word(i * 8, 11));
+  }
+  ASSERT_TRUE(eventually([&] { return srv->client_count() == 0; }));
+  auto other = server_link::connect(sock, "watcher");
+  const auto j = nlohmann::json::parse(other->stats());
+  EXPECT_EQ(j["departed_clients"].get<uint64_t>(), 1u);
+  ASSERT_EQ(j["departed"].size(), 1u);
+  EXPECT_EQ(j["departed"][0]["name"], "short-lived");
+  EXPECT_GT(j["departed"][0]["bytes_read"].get<uint64_t>(), 0u);
+  EXPECT_GE(j["server"]["poller_cpu_seconds"].get<double>(), 0.0);
+}
+
 TEST_F(ServerTest, AClientSeesOnlyWhatItIsGrantedOnEveryPath) {
   auto link = server_link::connect(sock);
   // Lookups: by name and path for granted datasets; the other uid's

@@ -92,6 +92,14 @@ struct queue_pair::impl {
   nvme::command held{};
   bool has_held = false;
   uint64_t held_since = 0;
+  // What this queue's poller owes the client's account, told once a pass
+  // (give_back), not once a command: several pollers serve one client, and
+  // per-command updates of its shared account cost more than the rest of a
+  // command's work (detail/share_arbiter.hpp).
+  uint64_t credit = 0;    // bytes reserved and not yet charged to a command
+  uint64_t began = 0;     // commands taken from the SQ, not yet told
+  uint64_t done = 0;      // commands finished, not yet told
+  uint64_t released = 0;  // the bytes they held
 
   shared_counter commands, reads, writes, flushes, bytes_read, bytes_written, errors;
 
@@ -182,6 +190,7 @@ struct controller::poller {
   unsigned post(queue_pair::impl& q);
   void fail_queue(queue_pair::impl& q, queue_failure why);
   void release_held(queue_pair::impl& q);
+  void give_back(queue_pair::impl& q);
   void fail_all(const char* what);
   void issue(context* c);
   void adopt_incoming();
@@ -243,7 +252,10 @@ void controller::poller::fail_all(const char* what) {
     for (auto& qp : incoming) queues.push_back(std::move(qp));
     incoming.clear();
   }
-  for (auto& qp : queues) fail_queue(*qp->impl_, queue_failure::poller_error);
+  for (auto& qp : queues) {
+    fail_queue(*qp->impl_, queue_failure::poller_error);
+    give_back(*qp->impl_);
+  }
 }
 
 void controller::poller::complete(queue_pair::impl& q, uint16_t cid, nvme::status s, bool owns_cid, uint32_t dw0,
@@ -264,7 +276,24 @@ void controller::poller::complete(queue_pair::impl& q, uint16_t cid, nvme::statu
 void controller::poller::release_held(queue_pair::impl& q) {
   if (!q.has_held) return;
   q.has_held = false;
-  owner->arbiter_->finish(*q.account, 0, false);
+  ++q.done;
+}
+
+// Server mode: tells the client's account what this queue's commands did
+// since the last time (began first: a command that began and finished in
+// one pass made its client active for that long), and gives back the
+// bytes of finished commands and any reserved and not used.
+void controller::poller::give_back(queue_pair::impl& q) {
+  if (!q.account) return;
+  detail::share_arbiter& arb = *owner->arbiter_;
+  if (q.began) {
+    arb.begin(*q.account, q.began);
+    q.began = 0;
+  }
+  if (q.done || q.released || q.credit) {
+    arb.finish(*q.account, q.done, q.released + q.credit);
+    q.done = q.released = q.credit = 0;
+  }
 }
 
 unsigned controller::poller::post(queue_pair::impl& q) {
@@ -351,7 +380,7 @@ void controller::poller::on_io_done(void* ctx, int64_t result) {
 // moved, its latency), and its share is given back.
 void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t cost, uint64_t fetched_ns,
                                 uint64_t bytes, bool ok, uint64_t admitted_ns, uint32_t nsid) {
-  detail::client_account& a = *q.account;
+  detail::client_counter_shard& a = q.account->shard(index);  // this poller's: no other writes it
   a.commands.fetch_add(1, std::memory_order_relaxed);
   if (!ok) a.errors.fetch_add(1, std::memory_order_relaxed);
   if (opcode == nvme::op_read) {
@@ -368,9 +397,10 @@ void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t co
     a.record_latency(t - fetched_ns);
     // The storage's own latency (from admission), for the latency target;
     // not for commands served on the spot (host memory: no storage).
-    if (admitted_ns && ok && cost && t > admitted_ns) owner->arbiter_->completed(nsid, t - admitted_ns, t);
+    if (admitted_ns && ok && cost && t > admitted_ns) owner->arbiter_->completed(nsid, t - admitted_ns, t, index);
   }
-  owner->arbiter_->finish(a, cost, true);
+  ++q.done;
+  q.released += cost;
 }
 
 // The bytes a command would move, for its client's share: what its
@@ -473,7 +503,10 @@ unsigned controller::poller::serve_pass() {
   io->submit();
   if (owner->arbiter_) clock_ns = now_ns();  // the completions reaped now finished by then
   work += io->reap();
-  for (auto& qp : queues) work += post(*qp->impl_);
+  for (auto& qp : queues) {
+    work += post(*qp->impl_);
+    give_back(*qp->impl_);
+  }
   return work;
 }
 
@@ -501,8 +534,11 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
   }
   // Server mode: each command waits for its client's share of the budget.
   // One that must wait is held here (already copied: it stays the command
-  // that gets checked), and the queue is left until the next pass.
+  // that gets checked), and the queue is left until the next pass. The
+  // share is reserved for as many commands as the queue has waiting (up to
+  // the batch), in one step, not one command at a time.
   detail::share_arbiter& arb = *owner->arbiter_;
+  detail::client_account& acct = *q.account;
   const uint64_t t = clock_ns = now_ns();
   while ((q.has_held || q.sq_head != tail) && q.outstanding.load(std::memory_order_relaxed) < limit && n < batch) {
     if (!q.has_held) {
@@ -510,7 +546,7 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
       q.sq_head = (q.sq_head + 1) & (q.sq_entries - 1);
       q.has_held = true;
       q.held_since = t;
-      arb.begin(*q.account);
+      ++q.began;
     }
     const uint32_t cost = cost_of(q, q.held);
     // Stopping: everything is aborted at once, shares do not matter.
@@ -520,13 +556,30 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
       ++n;
       continue;
     }
-    if (!arb.try_admit(*q.account, cost, t)) {
-      q.account->throttled.fetch_add(1, std::memory_order_relaxed);
+    if (q.credit < cost) {
+      // Room for this command and those behind it in the SQ (taken this pass).
+      const uint64_t waiting = (tail - q.sq_head) & (q.sq_entries - 1);
+      const uint64_t more = std::min<uint64_t>({waiting, batch - n - 1, limit - 1 - q.outstanding.load(std::memory_order_relaxed)});
+      const uint64_t got = arb.reserve(acct, cost - q.credit, (more + 1) * uint64_t(cost) - q.credit);
+      if (got == 0) {
+        acct.shard(index).throttled.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+      q.credit += got;
+    }
+    if (!arb.rate_allows(acct, cost, t)) {
+      acct.shard(index).throttled.fetch_add(1, std::memory_order_relaxed);
       break;
     }
+    q.credit -= cost;
     q.has_held = false;
     execute(q, q.held, cost, q.held_since, t);
     ++n;
+  }
+  // Its client counts as active from here (other clients' shares shrink).
+  if (q.began) {
+    arb.begin(acct, q.began);
+    q.began = 0;
   }
   return n;
 }
@@ -568,6 +621,7 @@ void controller::poller::drop_deleted() {
       continue;
     }
     release_held(q);
+    give_back(q);
     queues.erase(queues.begin() + long(i));
     dropped = true;
   }
@@ -666,7 +720,7 @@ controller::controller(controller_config cfg)
   if (cfg_.io_budget_bytes != 0) {
     detail::latency_target lt;
     lt.factor = cfg_.latency_target;
-    arbiter_ = std::make_unique<detail::share_arbiter>(cfg_.io_budget_bytes, lt, max_namespaces);
+    arbiter_ = std::make_unique<detail::share_arbiter>(cfg_.io_budget_bytes, lt, max_namespaces, cfg_.pollers);
   }
   const io_backend backend = cfg_.backend;
   for (unsigned i = 0; i < cfg_.pollers; ++i) {

@@ -25,20 +25,24 @@ namespace detail {
 
 client_counters client_account::snapshot() const {
   client_counters c;
-  c.commands = commands.load(std::memory_order_relaxed);
-  c.reads = reads.load(std::memory_order_relaxed);
-  c.writes = writes.load(std::memory_order_relaxed);
-  c.flushes = flushes.load(std::memory_order_relaxed);
-  c.bytes_read = bytes_read.load(std::memory_order_relaxed);
-  c.bytes_written = bytes_written.load(std::memory_order_relaxed);
-  c.errors = errors.load(std::memory_order_relaxed);
-  c.throttled = throttled.load(std::memory_order_relaxed);
-  c.in_flight_bytes = in_flight.load(std::memory_order_relaxed);
-  for (int i = 0; i < client_counters::latency_buckets; ++i) c.latency_us[i] = latency_us[i].load(std::memory_order_relaxed);
+  constexpr auto r = std::memory_order_relaxed;
+  for (unsigned s = 0; s < shard_count; ++s) {
+    const client_counter_shard& k = shards_[s];
+    c.commands += k.commands.load(r);
+    c.reads += k.reads.load(r);
+    c.writes += k.writes.load(r);
+    c.flushes += k.flushes.load(r);
+    c.bytes_read += k.bytes_read.load(r);
+    c.bytes_written += k.bytes_written.load(r);
+    c.errors += k.errors.load(r);
+    c.throttled += k.throttled.load(r);
+    for (int i = 0; i < client_counters::latency_buckets; ++i) c.latency_us[i] += k.latency_us[i].load(r);
+  }
+  c.in_flight_bytes = in_flight.load(r);
   return c;
 }
 
-void client_account::record_latency(uint64_t ns) {
+void client_counter_shard::record_latency(uint64_t ns) {
   const uint64_t us = ns / 1000;
   // Bucket i holds [2^(i-1), 2^i) us; bucket 0 holds 0 us.
   int b = us == 0 ? 0 : int(std::bit_width(us));
@@ -46,10 +50,18 @@ void client_account::record_latency(uint64_t ns) {
   latency_us[b].fetch_add(1, std::memory_order_relaxed);
 }
 
+share_arbiter::share_arbiter(uint64_t budget_bytes, latency_target lt, uint32_t max_nsid, unsigned shards)
+    : budget_(budget_bytes), target_(lt), effective_(budget_bytes), max_nsid_(max_nsid), shards_(shards ? shards : 1),
+      ns_(std::make_unique<ns_latency[]>(size_t(max_nsid) + 1)) {
+  constexpr size_t per_line = 64 / sizeof(window_sum);
+  row_ = (size_t(max_nsid) + 1 + per_line - 1) / per_line * per_line;
+  sums_.reset(new window_sum[row_ * shards_ + per_line]);  // operator new[] aligns to 16, not 64: one line spare
+}
+
 std::shared_ptr<client_account> share_arbiter::account(uint32_t client) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto& a = accounts_[client];
-  if (!a) a = std::make_shared<client_account>(client);
+  if (!a) a = std::make_shared<client_account>(client, shards_);
   return a;
 }
 
@@ -73,8 +85,8 @@ void share_arbiter::set_share(uint32_t client, const client_share& s) {
   a->rate_bytes.store(s.rate_bytes, std::memory_order_relaxed);
 }
 
-void share_arbiter::begin(client_account& a) {
-  if (a.demand.fetch_add(1, std::memory_order_acq_rel) != 0) return;
+void share_arbiter::begin(client_account& a, uint64_t n) {
+  if (n == 0 || a.demand.fetch_add(n, std::memory_order_acq_rel) != 0) return;
   std::lock_guard<std::mutex> lock(activity_mutex_);
   if (a.active_weight == 0 && a.demand.load(std::memory_order_acquire) != 0) {
     a.active_weight = a.weight_milli.load(std::memory_order_relaxed);
@@ -86,9 +98,9 @@ void share_arbiter::begin(client_account& a) {
   }
 }
 
-void share_arbiter::finish(client_account& a, uint64_t cost, bool admitted) {
-  if (admitted) a.in_flight.fetch_sub(cost, std::memory_order_relaxed);
-  if (a.demand.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+void share_arbiter::finish(client_account& a, uint64_t n, uint64_t released) {
+  if (released) a.in_flight.fetch_sub(released, std::memory_order_relaxed);
+  if (n == 0 || a.demand.fetch_sub(n, std::memory_order_acq_rel) != n) return;
   std::lock_guard<std::mutex> lock(activity_mutex_);
   if (a.active_weight != 0 && a.demand.load(std::memory_order_acquire) == 0) {
     active_weight_.fetch_sub(a.active_weight, std::memory_order_relaxed);
@@ -106,7 +118,7 @@ uint64_t share_arbiter::latency_floor_ns(uint32_t nsid) const {
   return lowest;
 }
 
-void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns) {
+void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns, unsigned shard) {
   if (target_.factor <= 0 || nsid == 0 || nsid > max_nsid_) return;
   ns_latency& n = ns_[nsid];
   if (uint32_t top = top_nsid_.load(std::memory_order_relaxed); nsid > top)
@@ -118,8 +130,9 @@ void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns
     const uint64_t k = n.probe_count.fetch_add(1, std::memory_order_relaxed);
     if (k < latency_target::max_probe_samples) n.probe[k].store(device_ns, std::memory_order_relaxed);
   }
-  n.sum.fetch_add(device_ns, std::memory_order_relaxed);
-  n.count.fetch_add(1, std::memory_order_relaxed);
+  window_sum& w = sum_of(shard, nsid);
+  w.sum.fetch_add(device_ns, std::memory_order_relaxed);
+  w.count.fetch_add(1, std::memory_order_relaxed);
   uint64_t start = window_start_.load(std::memory_order_relaxed);
   if (start == 0) {
     window_start_.compare_exchange_strong(start, now_ns, std::memory_order_relaxed);
@@ -139,8 +152,12 @@ void share_arbiter::end_window(uint64_t now_ns) {
   bool unfloored = false;   // a namespace was used that has no floor yet
   for (uint32_t i = 1; i <= top; ++i) {
     ns_latency& n = ns_[i];
-    const uint64_t c = n.count.exchange(0, std::memory_order_relaxed);
-    const uint64_t sum = n.sum.exchange(0, std::memory_order_relaxed);
+    uint64_t c = 0, sum = 0;
+    for (unsigned k = 0; k < shards_; ++k) {
+      window_sum& w = sum_of(k, i);
+      c += w.count.exchange(0, std::memory_order_relaxed);
+      sum += w.sum.exchange(0, std::memory_order_relaxed);
+    }
     if (c == 0) continue;
     count += c;
     const uint64_t floor = n.floor.load(std::memory_order_relaxed);
@@ -212,33 +229,56 @@ void share_arbiter::end_window(uint64_t now_ns) {
     effective_.store(std::min(budget_, eff + step), std::memory_order_relaxed);
 }
 
-bool share_arbiter::try_admit(client_account& a, uint64_t cost, uint64_t now_ns) {
-  const uint64_t mine = a.in_flight.load(std::memory_order_relaxed);
-  if (mine != 0) {
-    const uint64_t w = a.weight_milli.load(std::memory_order_relaxed);
-    const uint64_t all = std::max(active_weight_.load(std::memory_order_relaxed), w);
-    const uint64_t allowed = uint64_t((unsigned __int128)budget() * w / all);
-    if (mine + cost > allowed) return false;
-  }
-  if (const uint64_t rate = a.rate_bytes.load(std::memory_order_relaxed); rate != 0) {
-    // A token bucket that may go into debt by one command: a command
-    // larger than the burst still runs, and the debt delays the next.
-    std::lock_guard<std::mutex> lock(a.rate_mutex);
-    const int64_t burst = int64_t(std::max<uint64_t>(rate / 20, 64 * 1024));  // 50 ms of the rate
-    if (a.refilled_ns == 0) {
-      a.refilled_ns = now_ns;
-      a.tokens = burst;
-    } else if (now_ns > a.refilled_ns) {
-      const double add = double(now_ns - a.refilled_ns) * 1e-9 * double(rate);
-      if (add >= 1) {
-        a.tokens = std::min<int64_t>(burst, a.tokens + int64_t(add));
-        a.refilled_ns = now_ns;
-      }
+uint64_t share_arbiter::reserve(client_account& a, uint64_t cost, uint64_t want) {
+  want = std::max(want, cost);
+  uint64_t mine = a.in_flight.load(std::memory_order_relaxed);
+  const uint64_t w = a.weight_milli.load(std::memory_order_relaxed);
+  const uint64_t all = std::max(active_weight_.load(std::memory_order_relaxed), w);
+  const uint64_t allowed = uint64_t((unsigned __int128)budget() * w / all);
+  for (;;) {
+    uint64_t got;
+    if (mine == 0) {
+      got = std::max(cost, std::min(want, allowed));
+    } else {
+      if (mine + cost > allowed) return 0;
+      got = std::min(want, allowed - mine);
     }
-    if (a.tokens <= 0) return false;
-    a.tokens -= int64_t(cost);
+    // A compare-exchange, not an add: two pollers reserving for one client
+    // at once must not both take the room that is left.
+    if (a.in_flight.compare_exchange_weak(mine, mine + got, std::memory_order_relaxed)) return got;
   }
-  a.in_flight.fetch_add(cost, std::memory_order_relaxed);
+}
+
+bool share_arbiter::rate_allows(client_account& a, uint64_t cost, uint64_t now_ns) {
+  const uint64_t rate = a.rate_bytes.load(std::memory_order_relaxed);
+  if (rate == 0) return true;
+  // A token bucket that may go into debt by one command: a command larger
+  // than the burst still runs, and the debt delays the next.
+  std::lock_guard<std::mutex> lock(a.rate_mutex);
+  const int64_t burst = int64_t(std::max<uint64_t>(rate / 20, 64 * 1024));  // 50 ms of the rate
+  if (a.refilled_ns == 0) {
+    a.refilled_ns = now_ns;
+    a.tokens = burst;
+  } else if (now_ns > a.refilled_ns) {
+    const double add = double(now_ns - a.refilled_ns) * 1e-9 * double(rate);
+    if (add >= 1) {
+      a.tokens = std::min<int64_t>(burst, a.tokens + int64_t(add));
+      a.refilled_ns = now_ns;
+    }
+  }
+  if (a.tokens <= 0) return false;
+  a.tokens -= int64_t(cost);
+  return true;
+}
+
+bool share_arbiter::try_admit(client_account& a, uint64_t cost, uint64_t now_ns) {
+  // A command that moves nothing (it fails at once) takes no share.
+  const uint64_t got = cost ? reserve(a, cost, cost) : 0;
+  if (cost && got == 0) return false;
+  if (!rate_allows(a, cost, now_ns)) {
+    if (got) a.in_flight.fetch_sub(got, std::memory_order_relaxed);
+    return false;
+  }
   return true;
 }
 

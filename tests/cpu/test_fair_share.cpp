@@ -392,8 +392,44 @@ TEST(FairShare, TheFloorIsTheProbesMedianNotAFastOutlier) {
   EXPECT_GE(arb.latency_floor_ns(1), 990'000u) << "the median of the probe, not its fastest read";
   EXPECT_LE(arb.latency_floor_ns(1), 1'000'000u);
   EXPECT_EQ(arb.budget(), budget) << "reads at their floor: the target holds nothing back";
-  arb.finish(*a, 0, false);
-  arb.finish(*b, 0, false);
+  arb.finish(*a, 1, 0);
+  arb.finish(*b, 1, 0);
+}
+
+// Pollers reserve a client's share for several commands at once; several
+// pollers reserving for one client at the same moment must not together
+// take more than its share.
+TEST(FairShare, PollersReservingForOneClientAtOnceStayWithinItsShare) {
+  detail::share_arbiter arb(64 * 1024, {}, 4, 4);
+  auto a = arb.account(1), b = arb.account(2);
+  arb.set_share(2, {3.0, 0});
+  arb.begin(*a);
+  arb.begin(*b);  // a's share: a quarter, 16 KiB
+  constexpr uint64_t share = 16 * 1024;
+  std::atomic<uint64_t> over{0}, granted{0};
+  std::vector<std::thread> pollers;
+  for (unsigned p = 0; p < 4; ++p)
+    pollers.emplace_back([&] {
+      for (int k = 0; k < 200'000; ++k) {
+        const uint64_t got = arb.reserve(*a, 4096, 3 * 4096);
+        if (got == 0) continue;
+        if (got < 4096 || a->in_flight.load() > share) over.fetch_add(1);
+        granted.fetch_add(1);
+        arb.finish(*a, 0, got);
+      }
+    });
+  for (auto& t : pollers) t.join();
+  EXPECT_EQ(over.load(), 0u) << "reservations beyond the client's share";
+  EXPECT_GT(granted.load(), 0u);
+  EXPECT_EQ(a->in_flight.load(), 0u);
+  // Counters kept per poller add up.
+  a->shard(0).reads.fetch_add(2);
+  a->shard(3).reads.fetch_add(5);
+  a->shard(7).reads.fetch_add(1);  // wraps to shard 3
+  EXPECT_EQ(a->snapshot().reads, 8u);
+  arb.finish(*a, 1, 0);
+  arb.finish(*b, 1, 0);
+  EXPECT_EQ(arb.active_weight(), 0u);
 }
 
 TEST(FairShare, TheLatencyTargetMustBeAFactorOfAtLeastOne) {
@@ -419,9 +455,9 @@ TEST(FairShare, TheArbiterForgetsClientsThatGoIdle) {
   }
   arb.begin(*a);
   EXPECT_FALSE(arb.try_admit(*a, 4096, 1));
-  arb.finish(*a, 0, false);  // given up (its queue went)
-  for (int i = 0; i < 4; ++i) arb.finish(*a, 4096, true);
-  arb.finish(*b, 4096, true);
+  arb.finish(*a, 1, 0);  // given up (its queue went)
+  for (int i = 0; i < 4; ++i) arb.finish(*a, 1, 4096);
+  arb.finish(*b, 1, 4096);
   EXPECT_EQ(arb.active_weight(), 0u);
   EXPECT_EQ(a->in_flight.load(), 0u);
   EXPECT_THROW(arb.set_share(1, {0.0, 0}), deepwell::error);

@@ -50,6 +50,7 @@ struct options {
   std::string commit = "unknown";
   std::string backend = "auto";
   std::string server_budget;  // non-empty: server mode's command path (grants, shares) with this io_budget
+  unsigned clients = 0;       // server mode: the queues belong to this many clients, round robin (0: one each)
   double latency_target = 0;
 };
 
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
                  "serve the queues as a server does (a grant per queue pair, every queue pair a client of its own, "
                  "this io_budget in bytes, e.g. 4194304): server mode's cost per command");
   app.add_option("--latency-target", o.latency_target, "with --server-budget: the latency target (0: off)");
+  app.add_option("--clients", o.clients, "with --server-budget: the queues belong to this many clients (0: one per queue)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -183,7 +185,7 @@ int main(int argc, char** argv) {
     grants->set(nsid, access_grants::read | access_grants::write);
     for (unsigned i = 0; i < o.queues; ++i) {
       queue_options qo;
-      if (!o.server_budget.empty()) qo = {grants, i + 1};
+      if (!o.server_budget.empty()) qo = {grants, o.clients ? i % o.clients + 1 : i + 1};
       clients.push_back(std::make_unique<host_queue_client>(client_handle(ctl.create_queue_pair(g, qo))));
     }
     const uint64_t blocks = o.size / o.block;
@@ -214,7 +216,7 @@ int main(int argc, char** argv) {
     j["config"] = {{"location", o.location}, {"path", o.path},     {"direct", o.direct},   {"size", o.size},
                    {"block", o.block},       {"threads", o.threads}, {"depth", o.depth},   {"queues", o.queues},
                    {"pollers", o.pollers},   {"op", o.op},           {"pattern", o.pattern}, {"seconds", o.seconds},
-                   {"server_budget", o.server_budget}, {"latency_target", o.latency_target},
+                   {"server_budget", o.server_budget}, {"server_clients", o.clients}, {"latency_target", o.latency_target},
                    {"backend", ctl.backend_name()}};
     j["metrics"] = {{"requests", reqs},
                     {"errors", errs},

@@ -45,13 +45,6 @@ struct controller::ns_entry {
 
 namespace {
 
-// Counters with a single writer (the poller) and any number of readers.
-struct shared_counter {
-  std::atomic<uint64_t> v{0};
-  void add(uint64_t n) { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
-  uint64_t get() const { return v.load(std::memory_order_relaxed); }
-};
-
 struct pending_completion {
   nvme::completion cqe;
   bool owns_cid;  // clears the cid's outstanding bit when posted
@@ -92,16 +85,17 @@ struct queue_pair::impl {
   nvme::command held{};
   bool has_held = false;
   uint64_t held_since = 0;
-  // What this queue's poller owes the client's account, told once a pass
-  // (give_back), not once a command: several pollers serve one client, and
-  // per-command updates of its shared account cost more than the rest of a
-  // command's work (detail/share_arbiter.hpp).
-  uint64_t credit = 0;    // bytes reserved and not yet charged to a command
-  uint64_t began = 0;     // commands taken from the SQ, not yet told
-  uint64_t done = 0;      // commands finished, not yet told
-  uint64_t released = 0;  // the bytes they held
+  // The queue's dealings with its client's account, kept here and told
+  // to the account only when they change its state (give_back), not once a
+  // command: several pollers serve one client, and per-command updates of
+  // its shared account cost a sixth to a third of a page-cache read
+  // (detail/share_arbiter.hpp).
+  uint64_t credit = 0;   // bytes of the share reserved and not charged to a command: the next ones use them
+  uint32_t taken = 0;    // commands taken from the SQ and not finished (held or in flight)
+  bool told_busy = false;  // the account counts this queue as active (a begin() not yet finished)
 
-  shared_counter commands, reads, writes, flushes, bytes_read, bytes_written, errors;
+  // Written by the poller alone.
+  detail::single_writer_counter commands, reads, writes, flushes, bytes_read, bytes_written, errors;
 
   bool cid_is_busy(uint16_t cid) const { return (cid_busy[cid / 64] >> (cid % 64)) & 1; }
   void set_cid(uint16_t cid, bool busy) {
@@ -276,23 +270,39 @@ void controller::poller::complete(queue_pair::impl& q, uint16_t cid, nvme::statu
 void controller::poller::release_held(queue_pair::impl& q) {
   if (!q.has_held) return;
   q.has_held = false;
-  ++q.done;
+  --q.taken;
 }
 
-// Server mode: tells the client's account what this queue's commands did
-// since the last time (began first: a command that began and finished in
-// one pass made its client active for that long), and gives back the
-// bytes of finished commands and any reserved and not used.
+// Server mode, once a pass: the queue's client counts as active while the
+// queue has commands; a finished command's bytes stay with the queue as
+// credit for its next ones, up to its part of the share (half the share
+// over the client's queues: the other half stays free for whichever queue
+// needs it), and all of it goes back when the queue has nothing to do or
+// the client is over its share (another client became active, or the
+// latency target cut the budget).
 void controller::poller::give_back(queue_pair::impl& q) {
   if (!q.account) return;
   detail::share_arbiter& arb = *owner->arbiter_;
-  if (q.began) {
-    arb.begin(*q.account, q.began);
-    q.began = 0;
+  detail::client_account& a = *q.account;
+  const bool busy = q.taken != 0;
+  if (busy && !q.told_busy) {
+    arb.begin(a);
+    q.told_busy = true;
   }
-  if (q.done || q.released || q.credit) {
-    arb.finish(*q.account, q.done, q.released + q.credit);
-    q.done = q.released = q.credit = 0;
+  uint64_t give = 0;
+  if (!busy) {
+    give = q.credit;
+  } else if (q.credit != 0) {
+    const uint64_t allowed = arb.allowed(a);
+    const uint64_t keep = allowed / (2 * std::max<uint64_t>(1, a.queues.load(std::memory_order_relaxed)));
+    give = a.in_flight.load(std::memory_order_relaxed) > allowed ? q.credit : q.credit > keep ? q.credit - keep : 0;
+  }
+  q.credit -= give;
+  if (!busy && q.told_busy) {
+    arb.finish(a, 1, give);
+    q.told_busy = false;
+  } else if (give != 0) {
+    arb.finish(a, 0, give);
   }
 }
 
@@ -381,16 +391,16 @@ void controller::poller::on_io_done(void* ctx, int64_t result) {
 void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t cost, uint64_t fetched_ns,
                                 uint64_t bytes, bool ok, uint64_t admitted_ns, uint32_t nsid) {
   detail::client_counter_shard& a = q.account->shard(index);  // this poller's: no other writes it
-  a.commands.fetch_add(1, std::memory_order_relaxed);
-  if (!ok) a.errors.fetch_add(1, std::memory_order_relaxed);
+  a.commands.add(1);
+  if (!ok) a.errors.add(1);
   if (opcode == nvme::op_read) {
-    a.reads.fetch_add(1, std::memory_order_relaxed);
-    a.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+    a.reads.add(1);
+    a.bytes_read.add(bytes);
   } else if (opcode == nvme::op_write) {
-    a.writes.fetch_add(1, std::memory_order_relaxed);
-    a.bytes_written.fetch_add(bytes, std::memory_order_relaxed);
+    a.writes.add(1);
+    a.bytes_written.add(bytes);
   } else if (opcode == nvme::op_flush) {
-    a.flushes.fetch_add(1, std::memory_order_relaxed);
+    a.flushes.add(1);
   }
   if (opcode == nvme::op_read || opcode == nvme::op_write) {
     const uint64_t t = std::max(clock_ns, fetched_ns);
@@ -399,8 +409,8 @@ void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t co
     // not for commands served on the spot (host memory: no storage).
     if (admitted_ns && ok && cost && t > admitted_ns) owner->arbiter_->completed(nsid, t - admitted_ns, t, index);
   }
-  ++q.done;
-  q.released += cost;
+  --q.taken;
+  q.credit += cost;  // give_back decides what the queue keeps
 }
 
 // The bytes a command would move, for its client's share: what its
@@ -501,7 +511,7 @@ unsigned controller::poller::serve_pass() {
     work += fetched;
   }
   io->submit();
-  if (owner->arbiter_) clock_ns = now_ns();  // the completions reaped now finished by then
+  if (owner->arbiter_ && io->in_flight() != 0) clock_ns = now_ns();  // the completions reaped now finished by then
   work += io->reap();
   for (auto& qp : queues) {
     work += post(*qp->impl_);
@@ -534,9 +544,11 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
   }
   // Server mode: each command waits for its client's share of the budget.
   // One that must wait is held here (already copied: it stays the command
-  // that gets checked), and the queue is left until the next pass. The
-  // share is reserved for as many commands as the queue has waiting (up to
-  // the batch), in one step, not one command at a time.
+  // that gets checked), and the queue is left until the next pass. Commands
+  // use the queue's credit (give_back); when it runs short, the share is
+  // reserved for as many commands as the queue has waiting (up to the
+  // batch) in one step, not one command at a time.
+  if (!q.has_held && q.sq_head == tail) return 0;  // nothing new: no clock read
   detail::share_arbiter& arb = *owner->arbiter_;
   detail::client_account& acct = *q.account;
   const uint64_t t = clock_ns = now_ns();
@@ -546,7 +558,11 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
       q.sq_head = (q.sq_head + 1) & (q.sq_entries - 1);
       q.has_held = true;
       q.held_since = t;
-      ++q.began;
+      ++q.taken;
+      if (!q.told_busy) {  // its client is active from its first command (other clients' shares shrink)
+        arb.begin(acct);
+        q.told_busy = true;
+      }
     }
     const uint32_t cost = cost_of(q, q.held);
     // Stopping: everything is aborted at once, shares do not matter.
@@ -562,24 +578,19 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
       const uint64_t more = std::min<uint64_t>({waiting, batch - n - 1, limit - 1 - q.outstanding.load(std::memory_order_relaxed)});
       const uint64_t got = arb.reserve(acct, cost - q.credit, (more + 1) * uint64_t(cost) - q.credit);
       if (got == 0) {
-        acct.shard(index).throttled.fetch_add(1, std::memory_order_relaxed);
+        acct.shard(index).throttled.add(1);
         break;
       }
       q.credit += got;
     }
     if (!arb.rate_allows(acct, cost, t)) {
-      acct.shard(index).throttled.fetch_add(1, std::memory_order_relaxed);
+      acct.shard(index).throttled.add(1);
       break;
     }
     q.credit -= cost;
     q.has_held = false;
     execute(q, q.held, cost, q.held_since, t);
     ++n;
-  }
-  // Its client counts as active from here (other clients' shares shrink).
-  if (q.began) {
-    arb.begin(acct, q.began);
-    q.began = 0;
   }
   return n;
 }
@@ -621,7 +632,10 @@ void controller::poller::drop_deleted() {
       continue;
     }
     release_held(q);
-    give_back(q);
+    if (q.account) {
+      give_back(q);
+      q.account->queues.fetch_sub(1, std::memory_order_relaxed);
+    }
     queues.erase(queues.begin() + long(i));
     dropped = true;
   }
@@ -844,7 +858,10 @@ std::shared_ptr<queue_pair> controller::create_queue_pair(const qp_geometry& g, 
   im.pending.resize(g.cq_entries);
   im.grants = opts.grants;
   qp->client_ = opts.client;
-  if (arbiter_) im.account = arbiter_->account(opts.client);
+  if (arbiter_) {
+    im.account = arbiter_->account(opts.client);
+    im.account->queues.fetch_add(1, std::memory_order_relaxed);
+  }
   queues_.push_back(qp);
   poller& p = *pollers_[(qid - 1) % pollers_.size()];
   {

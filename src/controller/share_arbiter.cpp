@@ -25,20 +25,19 @@ namespace detail {
 
 client_counters client_account::snapshot() const {
   client_counters c;
-  constexpr auto r = std::memory_order_relaxed;
   for (unsigned s = 0; s < shard_count; ++s) {
     const client_counter_shard& k = shards_[s];
-    c.commands += k.commands.load(r);
-    c.reads += k.reads.load(r);
-    c.writes += k.writes.load(r);
-    c.flushes += k.flushes.load(r);
-    c.bytes_read += k.bytes_read.load(r);
-    c.bytes_written += k.bytes_written.load(r);
-    c.errors += k.errors.load(r);
-    c.throttled += k.throttled.load(r);
-    for (int i = 0; i < client_counters::latency_buckets; ++i) c.latency_us[i] += k.latency_us[i].load(r);
+    c.commands += k.commands.get();
+    c.reads += k.reads.get();
+    c.writes += k.writes.get();
+    c.flushes += k.flushes.get();
+    c.bytes_read += k.bytes_read.get();
+    c.bytes_written += k.bytes_written.get();
+    c.errors += k.errors.get();
+    c.throttled += k.throttled.get();
+    for (int i = 0; i < client_counters::latency_buckets; ++i) c.latency_us[i] += k.latency_us[i].get();
   }
-  c.in_flight_bytes = in_flight.load(r);
+  c.in_flight_bytes = in_flight.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -47,15 +46,17 @@ void client_counter_shard::record_latency(uint64_t ns) {
   // Bucket i holds [2^(i-1), 2^i) us; bucket 0 holds 0 us.
   int b = us == 0 ? 0 : int(std::bit_width(us));
   b = std::min(b, client_counters::latency_buckets - 1);
-  latency_us[b].fetch_add(1, std::memory_order_relaxed);
+  latency_us[b].add(1);
 }
 
 share_arbiter::share_arbiter(uint64_t budget_bytes, latency_target lt, uint32_t max_nsid, unsigned shards)
     : budget_(budget_bytes), target_(lt), effective_(budget_bytes), max_nsid_(max_nsid), shards_(shards ? shards : 1),
       ns_(std::make_unique<ns_latency[]>(size_t(max_nsid) + 1)) {
+  // Rows of whole cache lines plus one spare line: whatever the array's
+  // alignment, no two pollers' entries share a line.
   constexpr size_t per_line = 64 / sizeof(window_sum);
-  row_ = (size_t(max_nsid) + 1 + per_line - 1) / per_line * per_line;
-  sums_.reset(new window_sum[row_ * shards_ + per_line]);  // operator new[] aligns to 16, not 64: one line spare
+  row_ = (size_t(max_nsid) + 1 + per_line - 1) / per_line * per_line + per_line;
+  sums_.reset(new window_sum[row_ * shards_]);
 }
 
 std::shared_ptr<client_account> share_arbiter::account(uint32_t client) {
@@ -131,8 +132,8 @@ void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns
     if (k < latency_target::max_probe_samples) n.probe[k].store(device_ns, std::memory_order_relaxed);
   }
   window_sum& w = sum_of(shard, nsid);
-  w.sum.fetch_add(device_ns, std::memory_order_relaxed);
-  w.count.fetch_add(1, std::memory_order_relaxed);
+  w.sum.add(device_ns);
+  w.count.add(1);
   uint64_t start = window_start_.load(std::memory_order_relaxed);
   if (start == 0) {
     window_start_.compare_exchange_strong(start, now_ns, std::memory_order_relaxed);
@@ -155,8 +156,13 @@ void share_arbiter::end_window(uint64_t now_ns) {
     uint64_t c = 0, sum = 0;
     for (unsigned k = 0; k < shards_; ++k) {
       window_sum& w = sum_of(k, i);
-      c += w.count.exchange(0, std::memory_order_relaxed);
-      sum += w.sum.exchange(0, std::memory_order_relaxed);
+      // A command added between the two loads counts in one window's count
+      // and the next one's sum: a mean off by one command, harmless.
+      const uint64_t total_count = w.count.get(), total_sum = w.sum.get();
+      c += total_count - w.seen_count;
+      sum += total_sum - w.seen_sum;
+      w.seen_count = total_count;
+      w.seen_sum = total_sum;
     }
     if (c == 0) continue;
     count += c;
@@ -229,12 +235,16 @@ void share_arbiter::end_window(uint64_t now_ns) {
     effective_.store(std::min(budget_, eff + step), std::memory_order_relaxed);
 }
 
+uint64_t share_arbiter::allowed(const client_account& a) const {
+  const uint64_t w = a.weight_milli.load(std::memory_order_relaxed);
+  const uint64_t all = std::max(active_weight_.load(std::memory_order_relaxed), w);
+  return uint64_t((unsigned __int128)budget() * w / all);
+}
+
 uint64_t share_arbiter::reserve(client_account& a, uint64_t cost, uint64_t want) {
   want = std::max(want, cost);
   uint64_t mine = a.in_flight.load(std::memory_order_relaxed);
-  const uint64_t w = a.weight_milli.load(std::memory_order_relaxed);
-  const uint64_t all = std::max(active_weight_.load(std::memory_order_relaxed), w);
-  const uint64_t allowed = uint64_t((unsigned __int128)budget() * w / all);
+  const uint64_t allowed = this->allowed(a);
   for (;;) {
     uint64_t got;
     if (mine == 0) {

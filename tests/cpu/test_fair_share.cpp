@@ -423,10 +423,11 @@ TEST(FairShare, PollersReservingForOneClientAtOnceStayWithinItsShare) {
   EXPECT_GT(granted.load(), 0u);
   EXPECT_EQ(a->in_flight.load(), 0u);
   // Counters kept per poller add up.
-  a->shard(0).reads.fetch_add(2);
-  a->shard(3).reads.fetch_add(5);
-  a->shard(7).reads.fetch_add(1);  // wraps to shard 3
-  EXPECT_EQ(a->snapshot().reads, 8u);
+  a->shard(0).reads.add(2);
+  a->shard(3).reads.add(5);
+  a->shard(2).bytes_read.add(4096);
+  EXPECT_EQ(a->snapshot().reads, 7u);
+  EXPECT_EQ(a->snapshot().bytes_read, 4096u);
   arb.finish(*a, 1, 0);
   arb.finish(*b, 1, 0);
   EXPECT_EQ(arb.active_weight(), 0u);

@@ -13,35 +13,44 @@
 
 namespace deepwell::detail {
 
-// A client's counters as one poller keeps them: each poller writes its own
-// shard (a cache line apart), so pollers serving one client's queues do not
-// pass the lines back and forth on every command (measured on a 16-core
-// machine: 300-500 ns a command with two to four pollers on shared lines).
+// A counter with one writing thread and any number of readers: a plain
+// load and store, not a locked add (about ten of these a command).
+struct single_writer_counter {
+  std::atomic<uint64_t> v{0};
+  void add(uint64_t n) { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t get() const { return v.load(std::memory_order_relaxed); }
+};
+
+// A client's counters as one poller keeps them: each poller writes only its
+// own shard (a cache line apart), so pollers serving one client's queues do
+// not pass lines back and forth on every command (the H100 machine: two to
+// four pollers updating one client's shared atomics cost 230-500 ns a
+// command, a sixth to a third of a page-cache read's whole cost).
 struct alignas(64) client_counter_shard {
-  std::atomic<uint64_t> commands{0}, reads{0}, writes{0}, flushes{0}, bytes_read{0}, bytes_written{0}, errors{0},
-      throttled{0};
-  std::atomic<uint64_t> latency_us[client_counters::latency_buckets] = {};
+  single_writer_counter commands, reads, writes, flushes, bytes_read, bytes_written, errors, throttled;
+  single_writer_counter latency_us[client_counters::latency_buckets];
   void record_latency(uint64_t ns);
 };
 
 struct client_account {
+  // `shards`: one per poller; shard(i) has one writer, poller i.
   explicit client_account(uint32_t id_, unsigned shards = 1)
       : id(id_), shard_count(shards ? shards : 1), shards_(std::make_unique<client_counter_shard[]>(shard_count)) {}
   const uint32_t id;
   std::atomic<uint64_t> weight_milli{1000};  // weight * 1000
   std::atomic<uint64_t> rate_bytes{0};
-  // Bytes admitted and not given back (a poller gives back once a pass, and
-  // may hold a few bytes reserved for the commands it is taking).
+  std::atomic<uint32_t> queues{0};           // its queue pairs now (a queue's credit is a part of its share)
+  // Bytes reserved and not given back: those of commands admitted and not
+  // finished, and credit a queue keeps for its next commands.
   alignas(64) std::atomic<uint64_t> in_flight{0};
-  std::atomic<uint64_t> demand{0};  // commands waiting for admission or in flight
+  std::atomic<uint64_t> demand{0};  // begin()s not yet finish()ed: commands, or queues with commands
   uint64_t active_weight = 0;       // what this account added to the arbiter's sum (guarded by its mutex)
   std::mutex rate_mutex;            // the token bucket
   int64_t tokens = 0;
   uint64_t refilled_ns = 0;
   const unsigned shard_count;
 
-  // Poller `i`'s counters (i wraps: a controller with more pollers than shards shares them).
-  client_counter_shard& shard(unsigned i) { return shards_[i % shard_count]; }
+  client_counter_shard& shard(unsigned i) { return shards_[i < shard_count ? i : shard_count - 1]; }
   client_counters snapshot() const;
 
  private:
@@ -90,7 +99,7 @@ class share_arbiter {
   // with nsid 0, the lowest of any namespace.
   uint64_t latency_floor_ns(uint32_t nsid = 0) const;
   // A read or write of namespace `nsid` done, `device_ns` after it was
-  // admitted; `shard`: the poller that saw it.
+  // admitted; `shard`: the poller that saw it (one thread per shard).
   void completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns, unsigned shard = 0);
   // The account of `client`, made on first use with weight 1 and no rate cap.
   std::shared_ptr<client_account> account(uint32_t client);
@@ -100,6 +109,8 @@ class share_arbiter {
   // `n` commands of `a` are waiting for admission (from their first try to
   // their finish(): the client counts as active meanwhile).
   void begin(client_account& a, uint64_t n = 1);
+  // The bytes of a's share now (budget * weight / active weights).
+  uint64_t allowed(const client_account& a) const;
   // Reserves bytes of a's share for commands about to start: `want` if the
   // share has room, else what it has if that is at least `cost` (a client
   // with nothing in flight always gets `cost`: no client starves); 0 when
@@ -121,10 +132,13 @@ class share_arbiter {
   const latency_target target_;
   std::atomic<uint64_t> effective_;
   std::atomic<uint64_t> active_weight_{0};
-  // A window's latency sum and count for one namespace, as one poller keeps
-  // them (pollers add to their own; the window's end adds them up).
+  // The latency sum and count for one namespace, as one poller keeps them:
+  // running totals with one writer; a window's end takes the difference
+  // from what it saw last (`seen_*`: only the thread ending a window, one
+  // at a time, touches those).
   struct window_sum {
-    std::atomic<uint64_t> sum{0}, count{0};
+    single_writer_counter sum, count;
+    uint64_t seen_sum = 0, seen_count = 0;
   };
   // Per namespace: its floor and the probe's samples.
   struct ns_latency {

@@ -159,10 +159,12 @@ void share_arbiter::end_window(uint64_t now_ns) {
       // A command added between the two loads counts in one window's count
       // and the next one's sum: a mean off by one command, harmless.
       const uint64_t total_count = w.count.get(), total_sum = w.sum.get();
-      c += total_count - w.seen_count;
-      sum += total_sum - w.seen_sum;
-      w.seen_count = total_count;
-      w.seen_sum = total_sum;
+      const uint64_t seen_count = w.seen_count.exchange(total_count, std::memory_order_relaxed);
+      const uint64_t seen_sum = w.seen_sum.exchange(total_sum, std::memory_order_relaxed);
+      if (total_count > seen_count && total_sum >= seen_sum) {  // else an overlapping end saw later totals
+        c += total_count - seen_count;
+        sum += total_sum - seen_sum;
+      }
     }
     if (c == 0) continue;
     count += c;

@@ -134,11 +134,13 @@ class share_arbiter {
   std::atomic<uint64_t> active_weight_{0};
   // The latency sum and count for one namespace, as one poller keeps them:
   // running totals with one writer; a window's end takes the difference
-  // from what it saw last (`seen_*`: only the thread ending a window, one
-  // at a time, touches those).
+  // from what it saw last (`seen_*`: the thread ending a window; atomics,
+  // as a window's end can in principle overlap the next one's when a
+  // thread is descheduled for longer than a window: a window counted
+  // twice then, no more).
   struct window_sum {
     single_writer_counter sum, count;
-    uint64_t seen_sum = 0, seen_count = 0;
+    std::atomic<uint64_t> seen_sum{0}, seen_count{0};
   };
   // Per namespace: its floor and the probe's samples.
   struct ns_latency {

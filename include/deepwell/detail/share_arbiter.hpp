@@ -106,23 +106,25 @@ class share_arbiter {
   std::shared_ptr<client_account> find(uint32_t client) const;
   void set_share(uint32_t client, const client_share& s);
 
-  // `n` commands of `a` are waiting for admission (from their first try to
-  // their finish(): the client counts as active meanwhile).
+  // `n` more of a's commands wait for admission or run, until finish()ed:
+  // the client counts as active while any do. (The controller counts a
+  // queue with commands as one, begun when it takes its first command and
+  // finished when it has none left.)
   void begin(client_account& a, uint64_t n = 1);
   // The bytes of a's share now (budget * weight / active weights).
   uint64_t allowed(const client_account& a) const;
   // Reserves bytes of a's share for commands about to start: `want` if the
   // share has room, else what it has if that is at least `cost` (a client
   // with nothing in flight always gets `cost`: no client starves); 0 when
-  // not even `cost` fits. A poller reserves once for the commands it takes
-  // from a queue in one pass, not once a command.
+  // not even `cost` fits. A poller reserves for the commands a queue has
+  // waiting when the queue's credit runs short, not once a command.
   uint64_t reserve(client_account& a, uint64_t cost, uint64_t want);
   // Whether a's rate cap allows a command of `cost` bytes now (and charges it).
   bool rate_allows(client_account& a, uint64_t cost, uint64_t now_ns);
   // Whether one command of `cost` bytes may start now (reserve and rate).
   bool try_admit(client_account& a, uint64_t cost, uint64_t now_ns);
-  // `n` commands are done (admitted or not) and `released` bytes of a's
-  // reservations come back (theirs, and any reserved and not used).
+  // `n` of what begin() counted are done, and `released` bytes of a's
+  // reservations come back (finished commands', and credit not used).
   void finish(client_account& a, uint64_t n, uint64_t released);
   // The weights of the clients now active, * 1000.
   uint64_t active_weight() const { return active_weight_.load(std::memory_order_relaxed); }

@@ -273,30 +273,17 @@ void controller::poller::release_held(queue_pair::impl& q) {
   --q.taken;
 }
 
-// Server mode, once a pass: the queue's client counts as active while the
-// queue has commands; a finished command's bytes stay with the queue as
-// credit for its next ones, up to its part of the share (half the share
-// over the client's queues: the other half stays free for whichever queue
-// needs it), and all of it goes back when the queue has nothing to do or
-// the client is over its share (another client became active, or the
-// latency target cut the budget).
+// Server mode, once a pass: a finished command's bytes stay with its
+// queue as credit for the next ones; a busy queue gives back what the
+// arbiter says is more than it should hold, an idle one all of it, and
+// with that its client's activity (fetch told the account when the queue
+// took its first command).
 void controller::poller::give_back(queue_pair::impl& q) {
   if (!q.account) return;
   detail::share_arbiter& arb = *owner->arbiter_;
   detail::client_account& a = *q.account;
   const bool busy = q.taken != 0;
-  if (busy && !q.told_busy) {
-    arb.begin(a);
-    q.told_busy = true;
-  }
-  uint64_t give = 0;
-  if (!busy) {
-    give = q.credit;
-  } else if (q.credit != 0) {
-    const uint64_t allowed = arb.allowed(a);
-    const uint64_t keep = allowed / (2 * std::max<uint64_t>(1, a.queues.load(std::memory_order_relaxed)));
-    give = a.in_flight.load(std::memory_order_relaxed) > allowed ? q.credit : q.credit > keep ? q.credit - keep : 0;
-  }
+  const uint64_t give = busy ? arb.excess_credit(a, q.credit) : q.credit;
   q.credit -= give;
   if (!busy && q.told_busy) {
     arb.finish(a, 1, give);

@@ -86,8 +86,8 @@ void share_arbiter::set_share(uint32_t client, const client_share& s) {
   a->rate_bytes.store(s.rate_bytes, std::memory_order_relaxed);
 }
 
-void share_arbiter::begin(client_account& a, uint64_t n) {
-  if (n == 0 || a.demand.fetch_add(n, std::memory_order_acq_rel) != 0) return;
+void share_arbiter::begin(client_account& a) {
+  if (a.demand.fetch_add(1, std::memory_order_acq_rel) != 0) return;
   std::lock_guard<std::mutex> lock(activity_mutex_);
   if (a.active_weight == 0 && a.demand.load(std::memory_order_acquire) != 0) {
     a.active_weight = a.weight_milli.load(std::memory_order_relaxed);
@@ -241,6 +241,14 @@ uint64_t share_arbiter::allowed(const client_account& a) const {
   const uint64_t w = a.weight_milli.load(std::memory_order_relaxed);
   const uint64_t all = std::max(active_weight_.load(std::memory_order_relaxed), w);
   return uint64_t((unsigned __int128)budget() * w / all);
+}
+
+uint64_t share_arbiter::excess_credit(const client_account& a, uint64_t credit) const {
+  if (credit == 0) return 0;
+  const uint64_t allowed = this->allowed(a);
+  if (a.in_flight.load(std::memory_order_relaxed) > allowed) return credit;
+  const uint64_t keep = allowed / (2 * std::max<uint64_t>(1, a.queues.load(std::memory_order_relaxed)));
+  return credit > keep ? credit - keep : 0;
 }
 
 uint64_t share_arbiter::reserve(client_account& a, uint64_t cost, uint64_t want) {

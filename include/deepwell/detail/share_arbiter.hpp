@@ -50,7 +50,8 @@ struct client_account {
   uint64_t refilled_ns = 0;
   const unsigned shard_count;
 
-  client_counter_shard& shard(unsigned i) { return shards_[i < shard_count ? i : shard_count - 1]; }
+  // Poller i's shard (i < shard_count: the controller makes one per poller).
+  client_counter_shard& shard(unsigned i) { return shards_[i]; }
   client_counters snapshot() const;
 
  private:
@@ -106,13 +107,19 @@ class share_arbiter {
   std::shared_ptr<client_account> find(uint32_t client) const;
   void set_share(uint32_t client, const client_share& s);
 
-  // `n` more of a's commands wait for admission or run, until finish()ed:
+  // One more of a's commands waits for admission or runs, until finish()ed:
   // the client counts as active while any do. (The controller counts a
   // queue with commands as one, begun when it takes its first command and
   // finished when it has none left.)
-  void begin(client_account& a, uint64_t n = 1);
+  void begin(client_account& a);
   // The bytes of a's share now (budget * weight / active weights).
   uint64_t allowed(const client_account& a) const;
+  // Of `credit` bytes a busy queue of a's holds unused, what it should give
+  // back: the part above its share of half a's share (the other half stays
+  // free for whichever of a's queues needs it), or all of it while a is
+  // over its share (another client became active, or the latency target
+  // cut the budget).
+  uint64_t excess_credit(const client_account& a, uint64_t credit) const;
   // Reserves bytes of a's share for commands about to start: `want` if the
   // share has room, else what it has if that is at least `cost` (a client
   // with nothing in flight always gets `cost`: no client starves); 0 when
@@ -155,7 +162,7 @@ class share_arbiter {
   // shards_ rows of max_nsid + 1, each row starting on its own cache lines.
   size_t row_;  // window_sums per row
   std::unique_ptr<window_sum[]> sums_;
-  window_sum& sum_of(unsigned shard, uint32_t nsid) { return sums_[(shard % shards_) * row_ + nsid]; }
+  window_sum& sum_of(unsigned shard, uint32_t nsid) { return sums_[shard * row_ + nsid]; }  // shard < shards_
   std::atomic<uint32_t> top_nsid_{0};  // the highest namespace timed so far
   // The latency target's window start; the clients active now and the most
   // active at once in it.

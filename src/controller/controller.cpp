@@ -274,16 +274,18 @@ void controller::poller::release_held(queue_pair::impl& q) {
 }
 
 // Server mode, once a pass: a finished command's bytes stay with its
-// queue as credit for the next ones; a busy queue gives back what the
-// arbiter says is more than it should hold, an idle one all of it, and
-// with that its client's activity (fetch told the account when the queue
-// took its first command).
+// queue as credit for the next ones; a queue running commands gives back
+// what the arbiter says is more than it should hold; one that is idle, or
+// waits for its share (a command held), gives back all of it, and an idle
+// one its client's activity too (fetch told the account when the queue
+// took its first command). A waiting queue holding a fragment could
+// otherwise keep every queue of its client waiting with nothing in flight.
 void controller::poller::give_back(queue_pair::impl& q) {
   if (!q.account) return;
   detail::share_arbiter& arb = *owner->arbiter_;
   detail::client_account& a = *q.account;
   const bool busy = q.taken != 0;
-  const uint64_t give = busy ? arb.excess_credit(a, q.credit) : q.credit;
+  const uint64_t give = busy && !q.has_held ? arb.excess_credit(a, q.credit) : q.credit;
   q.credit -= give;
   if (!busy && q.told_busy) {
     arb.finish(a, 1, give);

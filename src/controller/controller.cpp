@@ -85,6 +85,7 @@ struct queue_pair::impl {
   nvme::command held{};
   bool has_held = false;
   uint64_t held_since = 0;
+  bool waiting = false;  // the held command was refused its client's share (or rate): published to other pollers
   // The queue's dealings with its client's account, kept here and told
   // to the account only when they change its state (give_back), not once a
   // command: several pollers serve one client, and per-command updates of
@@ -168,6 +169,15 @@ struct controller::poller {
   // fetch and once before each reap, not once a command (a clock read costs
   // about as much as the rest of a command's accounting).
   uint64_t clock_ns = 0;
+  // Where serve_pass starts fetching: it moves on one queue a pass, so
+  // when a client's share frees room for one command, each of its waiting
+  // queues is in turn the first to be offered it (a fixed order gave it to
+  // the first busy queue every time, and the others starved).
+  size_t first_queue = 0;
+  // Server mode: queues whose held command was refused its share, and
+  // whether the last publish_waiters() left any waiter_slot set.
+  uint32_t waiting_queues = 0;
+  bool published_waiter = false;
   std::unique_ptr<io_engine> io;
 
   void run();
@@ -184,6 +194,8 @@ struct controller::poller {
   unsigned post(queue_pair::impl& q);
   void fail_queue(queue_pair::impl& q, queue_failure why);
   void release_held(queue_pair::impl& q);
+  void set_waiting(queue_pair::impl& q, bool waiting);
+  void publish_waiters();
   void give_back(queue_pair::impl& q);
   void fail_all(const char* what);
   void issue(context* c);
@@ -249,6 +261,7 @@ void controller::poller::fail_all(const char* what) {
   for (auto& qp : queues) {
     fail_queue(*qp->impl_, queue_failure::poller_error);
     give_back(*qp->impl_);
+    if (qp->impl_->account) qp->impl_->account->waiter(index).since.store(0, std::memory_order_relaxed);
   }
 }
 
@@ -270,7 +283,43 @@ void controller::poller::complete(queue_pair::impl& q, uint16_t cid, nvme::statu
 void controller::poller::release_held(queue_pair::impl& q) {
   if (!q.has_held) return;
   q.has_held = false;
+  set_waiting(q, false);
   --q.taken;
+}
+
+void controller::poller::set_waiting(queue_pair::impl& q, bool waiting) {
+  if (q.waiting == waiting) return;
+  q.waiting = waiting;
+  if (waiting)
+    ++waiting_queues;
+  else
+    --waiting_queues;
+}
+
+// Server mode, at the end of a pass while any queue waits for its share
+// (and once more after the last stops): each client's waiter_slot for this
+// poller gets the oldest of its waiting commands, so other pollers leave
+// freed room to it (share_arbiter::older_waiter). Worked out afresh each
+// time, not kept up command by command: a slot that outlived its waiter
+// would hold the other pollers back for good.
+void controller::poller::publish_waiters() {
+  for (auto& qp : queues)
+    if (queue_pair::impl& q = *qp->impl_; q.account) q.account->waiter(index).pass_oldest = 0;
+  for (auto& qp : queues) {
+    queue_pair::impl& q = *qp->impl_;
+    if (!q.account || !q.waiting) continue;
+    uint64_t& oldest = q.account->waiter(index).pass_oldest;
+    if (oldest == 0 || q.held_since < oldest) oldest = q.held_since;
+  }
+  bool any = false;
+  for (auto& qp : queues) {
+    queue_pair::impl& q = *qp->impl_;
+    if (!q.account) continue;
+    detail::waiter_slot& w = q.account->waiter(index);
+    if (w.since.load(std::memory_order_relaxed) != w.pass_oldest) w.since.store(w.pass_oldest, std::memory_order_relaxed);
+    any |= w.pass_oldest != 0;
+  }
+  published_waiter = any;
 }
 
 // Server mode, once a pass: a finished command's bytes stay with its
@@ -487,16 +536,20 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, ui
   }
 }
 
-// One pass over this poller's queues: each queue's new commands (at most
-// fetch_batch), with what was served on the spot posted before the next
-// queue's turn, so the GPU reads it while this poller serves the others;
+// One pass over this poller's queues, from first_queue on: each queue's
+// new commands (at most fetch_batch), with what was served on the spot
+// posted before the next queue's turn, so the GPU reads it while this
+// poller serves the others;
 // then storage submissions, their completions, and every queue's posts.
 // Returns how much happened (0: nothing to do).
 unsigned controller::poller::serve_pass() {
   unsigned work = 0;
-  for (auto& qp : queues) {
-    const unsigned fetched = fetch(*qp->impl_);
-    if (fetched != 0) post(*qp->impl_);
+  const size_t n = queues.size();
+  if (++first_queue >= n) first_queue = 0;
+  for (size_t i = 0, k = first_queue; i < n; ++i, k = k + 1 == n ? 0 : k + 1) {
+    queue_pair::impl& q = *queues[k]->impl_;
+    const unsigned fetched = fetch(q);
+    if (fetched != 0) post(q);
     work += fetched;
   }
   io->submit();
@@ -506,6 +559,7 @@ unsigned controller::poller::serve_pass() {
     work += post(*qp->impl_);
     give_back(*qp->impl_);
   }
+  if (waiting_queues != 0 || published_waiter) publish_waiters();
   return work;
 }
 
@@ -557,27 +611,34 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
     // Stopping: everything is aborted at once, shares do not matter.
     if (draining) {
       q.has_held = false;
+      set_waiting(q, false);
       execute(q, q.held, 0, q.held_since);
       ++n;
       continue;
     }
     if (q.credit < cost) {
-      // Room for this command and those behind it in the SQ (taken this pass).
+      // Room for this command and those behind it in the SQ (taken this
+      // pass), unless another poller's command has waited longer for it.
       const uint64_t waiting = (tail - q.sq_head) & (q.sq_entries - 1);
       const uint64_t more = std::min<uint64_t>({waiting, batch - n - 1, limit - 1 - q.outstanding.load(std::memory_order_relaxed)});
-      const uint64_t got = arb.reserve(acct, cost - q.credit, (more + 1) * uint64_t(cost) - q.credit);
+      const uint64_t got = arb.older_waiter(acct, index, q.held_since)
+                               ? 0
+                               : arb.reserve(acct, cost - q.credit, (more + 1) * uint64_t(cost) - q.credit);
       if (got == 0) {
         acct.shard(index).throttled.add(1);
+        set_waiting(q, true);
         break;
       }
       q.credit += got;
     }
     if (!arb.rate_allows(acct, cost, t)) {
       acct.shard(index).throttled.add(1);
+      set_waiting(q, true);
       break;
     }
     q.credit -= cost;
     q.has_held = false;
+    set_waiting(q, false);
     execute(q, q.held, cost, q.held_since, t);
     ++n;
   }
@@ -622,6 +683,9 @@ void controller::poller::drop_deleted() {
     }
     release_held(q);
     if (q.account) {
+      // Its client's slot may name this queue's command; the next publish
+      // (another queue of the client still waiting) sets it again.
+      q.account->waiter(index).since.store(0, std::memory_order_relaxed);
       give_back(q);
       q.account->queues.fetch_sub(1, std::memory_order_relaxed);
     }
@@ -685,8 +749,10 @@ void controller::poller::serve_until_stopped() {
       continue;
     }
     // Idle: sleep in growing steps so an idle controller costs nothing, while
-    // the first request after a pause waits at most max_sleep_us.
-    timespec ts{0, long(sleep_ns)};
+    // the first request after a pause waits at most max_sleep_us; a queue
+    // waiting for its share looks again within 20 us (other pollers leave
+    // freed room to it: it must not sleep on it).
+    timespec ts{0, long(waiting_queues != 0 ? std::min<uint64_t>(sleep_ns, 20000) : sleep_ns)};
     nanosleep(&ts, nullptr);
     sleep_ns = std::min(sleep_ns * 2, max_sleep_ns);
   }

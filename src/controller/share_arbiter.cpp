@@ -269,6 +269,15 @@ uint64_t share_arbiter::reserve(client_account& a, uint64_t cost, uint64_t want)
   }
 }
 
+bool share_arbiter::older_waiter(const client_account& a, unsigned shard, uint64_t since) const {
+  for (unsigned i = 0; i < a.shard_count; ++i) {
+    if (i == shard) continue;
+    const uint64_t w = a.waiter(i).since.load(std::memory_order_relaxed);
+    if (w != 0 && w + waiter_grace_ns < since) return true;
+  }
+  return false;
+}
+
 bool share_arbiter::rate_allows(client_account& a, uint64_t cost, uint64_t now_ns) {
   const uint64_t rate = a.rate_bytes.load(std::memory_order_relaxed);
   if (rate == 0) return true;

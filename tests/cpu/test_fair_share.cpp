@@ -5,6 +5,7 @@
 // so each client's throughput is its bytes in flight over that delay.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -462,4 +463,59 @@ TEST(FairShare, TheArbiterForgetsClientsThatGoIdle) {
   EXPECT_EQ(arb.active_weight(), 0u);
   EXPECT_EQ(a->in_flight.load(), 0u);
   EXPECT_THROW(arb.set_share(1, {0.0, 0}), deepwell::error);
+}
+
+// A share smaller than two commands, over many queues served by two
+// pollers: every queue must keep moving. Two ways this went wrong: queues
+// waiting for the share each kept a fragment of credit, together enough
+// that no command fit while none was in flight (a stall); and each poller
+// offered the freed share to its queues in the same order every pass, so
+// its first busy queue took it every time (the rest starved, and a GPU
+// kernel waits for its slowest queue).
+TEST(FairShare, EveryQueueOfAClientWithAShareUnderTwoCommandsKeepsMoving) {
+  controller_config cc;
+  cc.pollers = 2;
+  cc.io_budget_bytes = 6 * 1024;  // one 4 KiB command in flight, and a half
+  controller ctl(cc);
+  auto slow = make_fault_target(test::pattern_memory(1 << 20, false, 9));
+  slow->add_rule({fault_rule::delay, 0, UINT64_MAX, 0, 500'000, 0});  // every read: 0.5 ms
+  const uint32_t ns = ctl.add_namespace({slow, 4096, true});
+  constexpr int queues = 12, per_queue = 3;
+  std::vector<std::unique_ptr<host_queue_client>> qs;
+  for (int i = 0; i < queues; ++i)
+    qs.push_back(std::make_unique<host_queue_client>(client_handle(ctl.create_queue_pair({16, 16, 4096}, {nullptr, 1}))));
+  std::atomic<bool> stop{false};
+  std::vector<std::atomic<uint64_t>> done(queues);
+  std::atomic<uint64_t> failed{0};
+  std::vector<std::thread> threads;
+  for (int q = 0; q < queues; ++q)
+    for (int t = 0; t < per_queue; ++t)
+      threads.emplace_back([&, q, t] {
+        std::vector<uint8_t> buf(4096);
+        uint64_t lba = uint64_t(q * 31 + t * 7);
+        // A bounded wait: a stalled queue fails the test instead of hanging it.
+        while (!stop.load(std::memory_order_relaxed)) {
+          if (qs[q]->read(ns, lba++ % 256, 1, 4096, buf.data(), 3'000'000'000ull).ok())
+            done[q].fetch_add(1, std::memory_order_relaxed);
+          else
+            failed.fetch_add(1, std::memory_order_relaxed);
+        }
+      });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0u) << "reads timed out: a queue stalled";
+  uint64_t total = 0, least = UINT64_MAX;
+  for (auto& d : done) {
+    total += d.load();
+    least = std::min<uint64_t>(least, d.load());
+  }
+  // One command at a time at 0.5 ms: up to 3000 reads, 250 a queue if
+  // shared evenly. Each queue must have had a real part of it.
+  EXPECT_GT(total, 300u);
+  std::string counts;
+  for (auto& d : done) counts += " " + std::to_string(d.load());
+  RecordProperty("reads_by_queue", counts);
+  EXPECT_GE(least, total / queues / 8) << "a queue starved: " << least << " of " << total << " reads; by queue:" << counts;
+  EXPECT_EQ(ctl.client_stats(1).in_flight_bytes, 0u) << "all settled";
 }

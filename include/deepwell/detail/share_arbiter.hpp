@@ -32,10 +32,25 @@ struct alignas(64) client_counter_shard {
   void record_latency(uint64_t ns);
 };
 
+// Since when poller i's oldest command refused its client's share has
+// waited (0: none waits). Poller i writes it (when it changes, and only
+// while its queues wait); the others read it before they reserve, so that
+// the poller whose command just finished does not take the freed room
+// back before another poller's older waiter can (share_arbiter::
+// older_waiter). A line of its own: the shard beside it changes with
+// every command.
+struct alignas(64) waiter_slot {
+  std::atomic<uint64_t> since{0};
+  uint64_t pass_oldest = 0;  // poller i's scratch while it works out `since`
+};
+
 struct client_account {
   // `shards`: one per poller; shard(i) has one writer, poller i.
   explicit client_account(uint32_t id_, unsigned shards = 1)
-      : id(id_), shard_count(shards ? shards : 1), shards_(std::make_unique<client_counter_shard[]>(shard_count)) {}
+      : id(id_),
+        shard_count(shards ? shards : 1),
+        shards_(std::make_unique<client_counter_shard[]>(shard_count)),
+        waiters_(std::make_unique<waiter_slot[]>(shard_count)) {}
   const uint32_t id;
   std::atomic<uint64_t> weight_milli{1000};  // weight * 1000
   std::atomic<uint64_t> rate_bytes{0};
@@ -52,10 +67,13 @@ struct client_account {
 
   // Poller i's shard (i < shard_count: the controller makes one per poller).
   client_counter_shard& shard(unsigned i) { return shards_[i]; }
+  waiter_slot& waiter(unsigned i) { return waiters_[i]; }
+  const waiter_slot& waiter(unsigned i) const { return waiters_[i]; }
   client_counters snapshot() const;
 
  private:
   std::unique_ptr<client_counter_shard[]> shards_;
+  std::unique_ptr<waiter_slot[]> waiters_;
 };
 
 // The latency target (controller_config::latency_target): while two or
@@ -126,6 +144,14 @@ class share_arbiter {
   // not even `cost` fits. A poller reserves for the commands a queue has
   // waiting when the queue's credit runs short, not once a command.
   uint64_t reserve(client_account& a, uint64_t cost, uint64_t want);
+  // Whether a poller other than `shard` has a command of a's that has
+  // waited for the share since before `since` (by more than
+  // waiter_grace_ns): the room that frees goes to the oldest waiter first,
+  // whichever poller serves it. A share of one or two commands over many
+  // queues otherwise went to the poller that freed it, again and again,
+  // and the other poller's queues starved.
+  bool older_waiter(const client_account& a, unsigned shard, uint64_t since) const;
+  static constexpr uint64_t waiter_grace_ns = 10'000;
   // Whether a's rate cap allows a command of `cost` bytes now (and charges it).
   bool rate_allows(client_account& a, uint64_t cost, uint64_t now_ns);
   // Whether one command of `cost` bytes may start now (reserve and rate).

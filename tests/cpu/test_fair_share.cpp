@@ -434,6 +434,23 @@ TEST(FairShare, PollersReservingForOneClientAtOnceStayWithinItsShare) {
   EXPECT_EQ(arb.active_weight(), 0u);
 }
 
+// The rule behind the test above, on the arbiter alone: a poller leaves
+// freed room to an older waiter on another poller, not to its own, and
+// not to one only a little older.
+TEST(FairShare, FreedRoomGoesToAnOlderWaiterOnAnotherPoller) {
+  detail::share_arbiter arb(64 * 1024, {}, 4, 2);
+  auto a = arb.account(1);
+  ASSERT_EQ(a->shard_count, 2u);
+  EXPECT_FALSE(arb.older_waiter(*a, 0, 1'000'000)) << "nobody waits";
+  a->waiter(1).since.store(500'000);
+  EXPECT_TRUE(arb.older_waiter(*a, 0, 1'000'000));
+  EXPECT_FALSE(arb.older_waiter(*a, 1, 1'000'000)) << "its own poller's waiter";
+  EXPECT_FALSE(arb.older_waiter(*a, 0, 500'000 + detail::share_arbiter::waiter_grace_ns)) << "within the grace";
+  EXPECT_FALSE(arb.older_waiter(*a, 0, 400'000)) << "a younger waiter";
+  a->waiter(1).since.store(0);
+  EXPECT_FALSE(arb.older_waiter(*a, 0, 1'000'000)) << "the waiter was served";
+}
+
 TEST(FairShare, TheLatencyTargetMustBeAFactorOfAtLeastOne) {
   controller_config cc;
   cc.io_budget_bytes = 1 << 20;

@@ -13,6 +13,9 @@
 // with 16-byte loads; bytes counted = blocks x 4096) and cudaMemcpy
 // host-to-device (pinned, 1 GiB). Prints a line per measurement and appends
 // one JSON line per measurement.
+#if DEEPWELL_SEPARATE_MISS_PATH
+#include "deepwell/miss_path.hpp"  // first: the miss path comes from deepwell_miss_path (gpu_array_bench_split)
+#endif
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -490,6 +493,11 @@ int main(int argc, char** argv) {
       j["commit"] = commit;
       j["device"] = prop.name;
       j["staging_stores"] = bench::staging_stores_name();
+#if DEEPWELL_SEPARATE_MISS_PATH
+      j["miss_path"] = "separate";  // deepwell_miss_path, linked (gpu_array_bench_split)
+#else
+      j["miss_path"] = "inline";
+#endif
       j["env"] = bench::deepwell_env();
       j["ceilings"] = {{"h2d_memcpy_gbps", link}, {"hbm_random_4k_read_gbps", hbm}};
       if (!json_path.empty()) std::ofstream(json_path, std::ios::app) << j.dump() << "\n";

@@ -64,6 +64,12 @@ cache_config small_cache(uint64_t bytes) {
   return c;
 }
 
+// Room for every resident warp's 32 pins (the launch check): at 64
+// registers four blocks of 256 fit an SM, 4224 warps on an H200 (at 255,
+// one block), and the cache must hold 32 pages for each, about 530 MiB.
+// Still a third of the data: reads evict.
+constexpr uint64_t cache_bytes = 704ull << 20;
+
 counts run_reads(const std::shared_ptr<page_cache>& cache, uint32_t ns, unsigned blocks, unsigned per_thread) {
   array<uint64_t> a(cache, ns);
   counts* d = nullptr;
@@ -85,10 +91,10 @@ TEST(GpuMissPath, RandomReadsThroughTheControllerUnderEviction) {
   controller_config cc;
   cc.pollers = 4;
   controller ctl(cc);
-  const uint64_t bytes = 1ull << 30;
+  const uint64_t bytes = 2ull << 30;
   // A fault target with no rules: served by the controller, not the direct tier.
   const uint32_t ns = ctl.add_namespace({make_fault_target(test::pattern_memory(bytes, false, seed)), 4096, true});
-  auto cache = make_gpu_page_cache(ctl, small_cache(128ull << 20));
+  auto cache = make_gpu_page_cache(ctl, small_cache(cache_bytes));
   const counts r = run_reads(cache, ns, 2048, 8);
   EXPECT_EQ(r.ok, 8ull * 2048 * 256);
   EXPECT_EQ(r.bad, 0u);
@@ -101,9 +107,9 @@ TEST(GpuMissPath, RandomReadsThroughTheDirectTier) {
   controller_config cc;
   cc.pollers = 2;
   controller ctl(cc);
-  const uint64_t bytes = 1ull << 30;
+  const uint64_t bytes = 2ull << 30;
   const uint32_t ns = ctl.add_namespace({test::pattern_memory(bytes, false, seed), 4096, true});
-  auto cache = make_gpu_page_cache(ctl, small_cache(128ull << 20));
+  auto cache = make_gpu_page_cache(ctl, small_cache(cache_bytes));
   const counts r = run_reads(cache, ns, 2048, 8);
   EXPECT_EQ(r.ok, 8ull * 2048 * 256);
   EXPECT_EQ(r.bad + r.failed, 0u);

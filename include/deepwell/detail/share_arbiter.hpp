@@ -37,11 +37,12 @@ struct alignas(64) client_counter_shard {
 // while its queues wait); the others read it before they reserve, so that
 // the poller whose command just finished does not take the freed room
 // back before another poller's older waiter can (share_arbiter::
-// older_waiter). A line of its own: the shard beside it changes with
-// every command.
+// older_waiter). `since` has a line of its own: the shard beside it changes
+// with every command, and the scratch below with every pass that has a
+// waiter, while the other pollers read `since` before each reservation.
 struct alignas(64) waiter_slot {
   std::atomic<uint64_t> since{0};
-  uint64_t pass_oldest = 0;  // poller i's scratch while it works out `since`
+  alignas(64) uint64_t pass_oldest = 0;  // poller i's scratch while it works out `since`
 };
 
 struct client_account {

@@ -143,6 +143,10 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     a->add_flag("--offsets-in-cache", ro.offsets_in_cache, "read the offsets through deepwell too");
     a->add_flag("--top-down", ro.top_down_only, "BFS without bottom-up levels");
+    a->add_option("--long-lists", ro.long_lists,
+                  "lists longer than this many entries are cut into chunks all warps share (0: each list walked by "
+                  "one warp)")
+        ->capture_default_str();
     a->add_flag("!--no-stream", ro.stream,
                 "bottom-up BFS reads through cache pages even where it could read the direct tier in place");
     a->add_option("--pin-free-strides", ro.pin_free_strides,

@@ -18,6 +18,7 @@ struct graph_run_options {
   std::string tier = "direct";         // direct (registered file mapping when resident) or controller
   bool offsets_in_cache = false;       // offsets through deepwell too (default: copied to device memory)
   bool top_down_only = false;          // BFS without bottom-up levels
+  uint64_t long_lists = 8192;          // lists longer than this many entries are shared by all warps (0: off)
   bool stream = true;                  // one-touch reads (bottom-up BFS) straight from the direct tier
   uint32_t pin_free_strides = 4;       // cached_graph::pin_free_strides (0: every list page pinned)
   bool keep_cache = false;             // repeats start from the last one's cache (not cleared)

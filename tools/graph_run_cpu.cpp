@@ -16,6 +16,7 @@ int run_graph_cpu(const graph_run_options& o) {
   const uint32_t source = pick_source(o, f);
   const uint64_t data_bytes = f.neighbours_bytes() + (needs_weights(o.algo) ? f.weights_bytes() : 0);
   cpu_exec x(o.threads);
+  x.set_long_lists(o.long_lists);
   nlohmann::json base = {{"suite", "graph"}, {"commit", o.commit}, {"device", "cpu"}, {"graph", graph_json(f)},
                          {"source", source}, {"location", o.location}};
   std::printf("%s: %llu nodes, %llu edges, source %u, CPU threads as clients\n", f.path().c_str(),

@@ -107,6 +107,7 @@ int run_graph_gpu(const graph_run_options& o) {
                                   ? f.header().file_bytes
                                   : graph::align_up(f.header().neighbours_at + f.neighbours_bytes(), csr_section_align);
   gpu_exec x;
+  x.set_long_lists(o.long_lists);
 
   nlohmann::json base = {{"suite", "graph"},
                          {"commit", o.commit},

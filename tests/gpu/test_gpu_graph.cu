@@ -101,9 +101,10 @@ void check_reads(const G& gv, const graph_fixture& f, unsigned blocks) {
 }
 
 template <class G>
-void check_all(const G& gv, const graph_fixture& f, const char* what, unsigned blocks = 0) {
+void check_all(const G& gv, const graph_fixture& f, const char* what, unsigned blocks = 0, uint64_t long_lists = 8192) {
   SCOPED_TRACE(what);
   gpu_exec x(blocks);
+  x.set_long_lists(long_lists);
   const std::vector<uint32_t> depth = bfs_reference(f.v, f.source);
   for (const bool dir : {false, true}) {
     bfs_options o;
@@ -124,6 +125,8 @@ void check_all(const G& gv, const graph_fixture& f, const char* what, unsigned b
   double l1 = 0;
   for (size_t i = 0; i < want.size(); ++i) l1 += std::fabs(double(pr.rank[i]) - want[i]);
   EXPECT_LT(l1, 1e-4) << "PageRank L1 distance from the double-precision reference";
+  // Every edge once an iteration: no chunk of a long list lost or walked twice.
+  EXPECT_EQ(pr.stats.edges_looked, uint64_t(po.iterations) * f.g.edges());
   const sssp_result d = sssp(x, gv, f.source);
   const std::vector<uint64_t> dw = sssp_reference(f.v, f.source);
   ASSERT_EQ(d.dist.size(), dw.size());
@@ -141,6 +144,7 @@ TEST(GpuGraph, AlgorithmsInDeviceMemoryMatchTheReferences) {
   check_reads(memory_graph{f.g.nodes, off.p, nbr.p, wts.p}, f, 16);
   check_all(memory_graph{f.g.nodes, off.p, nbr.p, wts.p}, f, "device memory");
   check_all(memory_graph{f.g.nodes, off.p, nbr.p, wts.p}, f, "device memory, 16 blocks", 16);
+  check_all(memory_graph{f.g.nodes, off.p, nbr.p, wts.p}, f, "device memory, lists over 16 entries in chunks", 0, 16);
 }
 
 TEST(GpuGraph, AlgorithmsOverZeroCopyHostMemoryMatchTheReferences) {
@@ -167,6 +171,7 @@ TEST(GpuGraph, AlgorithmsThroughASmallPageCacheMatchTheReferences) {
     check_reads(arrays.view(off.p), f, 16);
     check_all(arrays.view(off.p), f, tier == cache_config::file_tier::never ? "cache via the controller" : "cache via the mapping", 16);
     check_all(arrays.view(), f, "cache, offsets through the cache too", 16);
+    check_all(arrays.view(off.p), f, "cache, lists over 16 entries in chunks", 16, 16);
     if (tier == cache_config::file_tier::resident) {
       ASSERT_TRUE(arrays.edges_direct());
       check_all(arrays.view(off.p, true), f, "cache, bottom-up lists read in place", 16);

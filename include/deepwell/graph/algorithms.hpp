@@ -38,10 +38,19 @@ inline void check_source(uint64_t source, uint64_t n) {
 }  // namespace detail
 
 // ---- BFS ----
+// Direction-optimizing (Beamer et al., SC 2012, with GAP's constants): a
+// level runs top-down (the frontier's lists claim their unreached
+// neighbours) until a growing frontier's edges exceed the unreached nodes'
+// edges / alpha, then bottom-up (each unreached node looks for a parent) until
+// the frontier shrinks below nodes / beta. Weighing edges, not nodes, is
+// what sends a Kronecker graph's second level bottom-up: a hub's
+// neighbours are few nodes but most of the edges, and reading all their
+// lists is most of the graph.
 struct bfs_options {
   uint32_t source = 0;
   bool direction_optimizing = true;  // bottom-up levels while the frontier is large
-  double bottom_up_fraction = 0.05;  // "large": more than this fraction of the nodes
+  double alpha = 15;                 // bottom-up once frontier edges > unreached edges / alpha
+  double beta = 18;                  // top-down again once a shrinking frontier < nodes / beta
 };
 struct bfs_level {
   bool bottom_up = false;
@@ -62,18 +71,50 @@ template <class Exec, class G>
 bfs_result bfs(Exec& x, const G& g, const bfs_options& o) {
   const uint64_t n = g.nodes();
   detail::check_source(o.source, n);
+  if (!(o.alpha > 0) || !(o.beta > 0)) throw error("bfs: alpha and beta must be positive");
   auto depth = x.template alloc<uint32_t>(n);
   x.fill(depth.data(), n, not_reached);
   x.set(depth.data() + o.source, 0u);
   bfs_result r;
   r.reached = 1;
-  uint64_t frontier = 1;
+  uint64_t frontier = 1, last_frontier = 0;
+  // The frontier's edges, when a bottom-up level counted them as it found
+  // the frontier; the unreached nodes' edges (known after level 0's count).
+  bool frontier_edges_known = false;
+  uint64_t frontier_edges = 0, unreached_edges = 0;
+  bool bottom_up = false;
   const auto t0 = std::chrono::steady_clock::now();
   for (uint32_t level = 0;; ++level) {
+    if (o.direction_optimizing) {
+      const bool growing = frontier > last_frontier;
+      if (!bottom_up) {
+        // A top-down level found the frontier: count its edges (only when
+        // it grew, as only then may the level go bottom-up; a skipped count
+        // leaves unreached_edges high, which only delays going bottom-up).
+        if (!frontier_edges_known && growing) {
+          bfs_edges_step es;
+          es.depth = depth.data();
+          es.level = level;
+          es.count_unreached = level == 0;
+          es.c = x.counters();
+          x.reset_counters();
+          x.run(g, es, n);
+          const step_counters c = x.read_counters();
+          frontier_edges = c.frontier_edges;
+          if (level == 0)
+            unreached_edges = c.unreached_edges;
+          else
+            unreached_edges -= frontier_edges < unreached_edges ? frontier_edges : unreached_edges;
+        }
+        bottom_up = growing && double(frontier_edges) > double(unreached_edges) / o.alpha;
+      } else {
+        bottom_up = growing || double(frontier) > double(n) / o.beta;
+      }
+    }
     bfs_step s;
     s.depth = depth.data();
     s.level = level;
-    s.bottom_up = o.direction_optimizing && double(frontier) > o.bottom_up_fraction * double(n);
+    s.bottom_up = bottom_up;
     s.c = x.counters();
     x.reset_counters();
     const auto tl = std::chrono::steady_clock::now();
@@ -85,8 +126,14 @@ bfs_result bfs(Exec& x, const G& g, const bfs_options& o) {
     r.stats.bad_ids += c.bad_ids;
     r.bottom_up_levels += s.bottom_up;
     ++r.stats.iterations;
+    last_frontier = frontier;
     frontier = c.changed;
     r.reached += frontier;
+    frontier_edges_known = s.bottom_up;
+    if (s.bottom_up) {
+      frontier_edges = c.frontier_edges;
+      unreached_edges -= frontier_edges < unreached_edges ? frontier_edges : unreached_edges;
+    }
     if (frontier == 0) break;
   }
   r.stats.seconds = detail::seconds_since(t0);

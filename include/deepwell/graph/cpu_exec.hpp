@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "deepwell/error.hpp"
 #include "deepwell/graph/parallel.hpp"
 #include "deepwell/graph/steps.hpp"
 
@@ -43,8 +44,41 @@ class cpu_exec {
   void reset_counters() { c_ = step_counters{}; }
   step_counters read_counters() const { return c_; }
 
+  // As gpu_exec's: lists longer than `threshold` entries are shared by the
+  // threads in chunks of `chunk` (steps.hpp: long lists; 0: a quarter of
+  // the threshold, at most 2048); threshold 0 turns that off; `capacity`
+  // lists at most are queued a step (the rest are walked by their thread).
+  void set_long_lists(uint64_t threshold, uint32_t chunk = 0, uint32_t capacity = 1u << 16) {
+    if (!chunk) chunk = uint32_t(threshold / 4 > 2048 ? 2048 : threshold / 4 ? threshold / 4 : 1);
+    if (threshold && (chunk > threshold || capacity == 0))
+      throw error("long lists: the chunk must not be longer than the threshold, the capacity at least 1");
+    threshold_ = threshold;
+    chunk_ = chunk;
+    queue_.assign(capacity, long_list{});
+  }
+
   template <class G, class Step>
-  uint64_t run(const G& g, const Step& s, uint64_t n) {
+  uint64_t run(const G& g, const Step& step, uint64_t n) {
+    Step s = step;
+    unsigned long long head = 0;
+    if constexpr (splits_long_lists<Step>) {
+      if (threshold_) s.lists = long_list_queue{queue_.data(), &head, uint32_t(queue_.size()), chunk_, threshold_};
+    }
+    uint64_t looked = each(g, s, n);
+    if constexpr (splits_long_lists<Step>) {
+      const uint64_t queued = head >> long_list_queue::count_shift;
+      if (queued) {
+        long_list_step<Step> ls{s, queue_.data(), queued < queue_.size() ? queued : queue_.size(), chunk_};
+        ls.s.lists = long_list_queue{};
+        looked += each(g, ls, head & long_list_queue::chunk_mask);  // one lane: one id a chunk
+      }
+    }
+    return looked;
+  }
+
+ private:
+  template <class G, class Step>
+  uint64_t each(const G& g, const Step& s, uint64_t n) {
     std::atomic<uint64_t> looked{0};
     detail::parallel_for(n, threads_, [&](unsigned, uint64_t b, uint64_t e) {
       uint64_t mine = 0;
@@ -54,8 +88,10 @@ class cpu_exec {
     return looked;
   }
 
- private:
   unsigned threads_;
+  uint64_t threshold_ = 8192;
+  uint32_t chunk_ = 2048;
+  std::vector<long_list> queue_ = std::vector<long_list>(1u << 16);
   step_counters c_{};
 };
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/error.hpp"
 #include "deepwell/gpu_client.hpp"  // check_cuda
 #include "deepwell/graph/steps.hpp"
 
@@ -47,8 +48,12 @@ class gpu_exec {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaMalloc(&c_, sizeof(step_counters)), "cudaMalloc(counters)");
     check_cuda(cudaMalloc(&edges_, sizeof(unsigned long long)), "cudaMalloc(edge counter)");
+    check_cuda(cudaMalloc(&lists_.lists, sizeof(long_list) * lists_.capacity), "cudaMalloc(long-list queue)");
+    check_cuda(cudaMalloc(&lists_.head, sizeof(unsigned long long)), "cudaMalloc(long-list queue head)");
   }
   ~gpu_exec() {
+    cudaFree(lists_.lists);
+    cudaFree(lists_.head);
     cudaFree(c_);
     cudaFree(edges_);
     cudaStreamDestroy(stream_);
@@ -110,11 +115,44 @@ class gpu_exec {
     return h;
   }
 
+  // Lists longer than `threshold` entries are shared by the grid in chunks
+  // of `chunk` (steps.hpp: long lists; 0: a quarter of the threshold, at
+  // most 2048); threshold 0 turns that off.
+  void set_long_lists(uint64_t threshold, uint32_t chunk = 0) {
+    if (!chunk) chunk = uint32_t(threshold / 4 > 2048 ? 2048 : threshold / 4 ? threshold / 4 : 1);
+    if (threshold && chunk > threshold) throw error("long lists: the chunk must not be longer than the threshold");
+    threshold_ = threshold;
+    lists_.threshold = threshold;
+    lists_.chunk = chunk;
+  }
+
   template <class G, class Step>
-  uint64_t run(const G& g, const Step& s, uint64_t n) {
+  uint64_t run(const G& g, const Step& step, uint64_t n) {
     check_cuda(cudaMemsetAsync(edges_, 0, sizeof(unsigned long long), stream_), "cudaMemset");
+    Step s = step;
+    if constexpr (splits_long_lists<Step>) {
+      if (threshold_) {
+        s.lists = lists_;
+        check_cuda(cudaMemsetAsync(lists_.head, 0, sizeof(unsigned long long), stream_), "cudaMemset(long lists)");
+      }
+    }
     step_kernel<<<blocks_, 256, 0, stream_>>>(g, s, n, edges_);
     check_cuda(cudaGetLastError(), "graph step kernel launch");
+    if constexpr (splits_long_lists<Step>) {
+      if (threshold_) {
+        unsigned long long head = 0;
+        check_cuda(cudaMemcpyAsync(&head, lists_.head, sizeof(head), cudaMemcpyDeviceToHost, stream_),
+                   "cudaMemcpy(long lists)");
+        check_cuda(cudaStreamSynchronize(stream_), "graph step kernel");
+        const uint64_t queued = head >> long_list_queue::count_shift;
+        if (queued) {
+          long_list_step<Step> ls{s, lists_.lists, queued < lists_.capacity ? queued : lists_.capacity, lists_.chunk};
+          ls.s.lists = long_list_queue{};  // chunks are walked, never queued again
+          step_kernel<<<blocks_, 256, 0, stream_>>>(g, ls, (head & long_list_queue::chunk_mask) * 32, edges_);
+          check_cuda(cudaGetLastError(), "long-list kernel launch");
+        }
+      }
+    }
     unsigned long long e = 0;
     check_cuda(cudaMemcpyAsync(&e, edges_, sizeof(e), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(edges)");
     check_cuda(cudaStreamSynchronize(stream_), "graph step kernel");
@@ -126,6 +164,8 @@ class gpu_exec {
   cudaStream_t stream_{};
   step_counters* c_ = nullptr;
   unsigned long long* edges_ = nullptr;
+  uint64_t threshold_ = 8192;
+  long_list_queue lists_{nullptr, nullptr, 1u << 16, 2048, 8192};
 };
 
 }  // namespace deepwell::graph

@@ -10,6 +10,7 @@
 // the GPU is a plain load or store and keeps the CPU tests race-free.
 #pragma once
 #include <cuda/std/bit>
+#include <concepts>
 #include <cstdint>
 
 #include "deepwell/graph/edges.hpp"
@@ -23,6 +24,10 @@ struct step_counters {
   unsigned long long changed = 0;  // nodes discovered / labels or distances lowered
   unsigned long long bad_ids = 0;  // neighbour ids >= nodes (a corrupt file)
   double sum = 0;                  // PageRank: rank of dangling nodes
+  // BFS's direction choice: the edges of the nodes a bottom-up level found
+  // (or of the frontier, bfs_edges_step), and of the nodes not reached yet.
+  unsigned long long frontier_edges = 0;
+  unsigned long long unreached_edges = 0;
 };
 
 template <class T>
@@ -43,6 +48,23 @@ DW_HD double warp_sum(const Warp& w, unsigned mask, double x) {
   return total;
 }
 
+// A uint64 summed over the lanes of mask (every lane gets the total); only
+// lanes with a nonzero value shuffle.
+template <class Warp>
+DW_HD uint64_t warp_sum_u64(const Warp& w, unsigned mask, uint64_t x) {
+  uint64_t total = 0;
+  for (unsigned m = w.ballot(mask, x != 0); m; m &= m - 1) total += shfl64(w, mask, x, lowest_lane(m));
+  return total;
+}
+
+// Adds the warp's total once (from its lowest lane), not once a lane.
+template <class Warp>
+DW_HD void count_warp(const Warp& w, unsigned mask, unsigned long long* counter, uint64_t mine) {
+  const uint64_t total = warp_sum_u64(w, mask, mine);
+  if (total && w.lane() == lowest_lane(mask))
+    client_atomic<unsigned long long>(*counter).fetch_add(total, memory_order_relaxed);
+}
+
 DW_HD inline void count(unsigned long long* counter, uint32_t mine) {
   if (mine) client_atomic<unsigned long long>(*counter).fetch_add(mine, memory_order_relaxed);
 }
@@ -60,12 +82,69 @@ DW_HD auto in_range(uint64_t n, uint32_t& bad, Fn&& fn) {
   };
 }
 
+// ---- long lists, shared by the grid ----
+// A list walked by one warp holds its level up until it is done, and a
+// Kronecker graph's hub has millions of entries (BFS's first level is that
+// one list: tens of ms on one warp). A step that has `lists` (a
+// long_list_queue the executor fills in) queues its lists longer than
+// `threshold` entries instead of walking them; when the step's kernel is
+// done, the executor runs long_list_step, in which every warp takes chunks
+// of `chunk` entries of the queued lists and walks them with the step's own
+// list().
+struct long_list {
+  uint64_t b = 0, e = 0;
+  uint64_t first_chunk = 0;  // the chunks of the lists queued before it
+  uint32_t x = 0;            // the list's node
+};
+
+struct long_list_queue {
+  static constexpr unsigned count_shift = 40;  // head: (lists queued << 40) + chunks queued
+  static constexpr uint64_t chunk_mask = (1ull << count_shift) - 1;
+  long_list* lists = nullptr;  // nullptr: no queue, every list is walked by its warp
+  unsigned long long* head = nullptr;
+  uint32_t capacity = 0;
+  uint32_t chunk = 2048;      // entries a warp takes at a time
+  uint64_t threshold = 8192;  // lists longer than this are queued
+
+  DW_HD bool wants(uint64_t b, uint64_t e) const { return lists && e - b > threshold; }
+
+  // Queues node x's [b, e) (the same arguments in every lane of mask;
+  // every lane calls). False when the queue is full: the warp walks the
+  // list itself. One atomic a list; a list's slot and first chunk come
+  // from the same add, so the queue is in chunk order.
+  template <class Warp>
+  DW_HD bool push(const Warp& w, unsigned mask, uint32_t x, uint64_t b, uint64_t e) const {
+    const unsigned lead = lowest_lane(mask);
+    uint64_t old = 0;
+    if (w.lane() == lead) {
+      client_atomic<unsigned long long> h(*head);
+      // Full already: no add (the count must not run into the chunk bits).
+      old = (h.load(memory_order_relaxed) >> count_shift) >= capacity
+                ? ~0ull
+                : h.fetch_add((1ull << count_shift) + (e - b + chunk - 1) / chunk, memory_order_relaxed);
+    }
+    old = shfl64(w, mask, old, lead);
+    if (old == ~0ull || (old >> count_shift) >= capacity) return false;
+    if (w.lane() == lead) lists[old >> count_shift] = long_list{b, e, old & chunk_mask, x};
+    return true;
+  }
+};
+
+// Whether a step queues its long lists (has a long_list_queue `lists` and a
+// list(w, g, x, b, e, found, bad) the chunks are walked with).
+template <class S>
+concept splits_long_lists = requires(S s) {
+  { s.lists } -> std::convertible_to<long_list_queue>;
+};
+
 // The warp's chunk of nodes [v0, v0 + lanes): each lane tests its own node
 // with select(v); then, for each selected node x in lane order, the whole
-// warp calls body(x, begin, end, lane of x) with x's edge range. Returns
-// the sum of body's results (edges looked at).
+// warp calls body(x, begin, end, lane of x) with x's edge range, or queues
+// the range in q when it is long (q.wants). Returns the sum of body's
+// results (edges looked at).
 template <class Warp, class G, class Select, class Body>
-DW_HD uint64_t for_each_selected(const Warp& w, const G& g, uint64_t v0, Select&& select, Body&& body) {
+DW_HD uint64_t for_each_selected(const Warp& w, const G& g, uint64_t v0, const long_list_queue& q, Select&& select,
+                                 Body&& body) {
   const unsigned mask = w.active();
   const uint64_t v = v0 + lane_rank(w, mask);
   const bool mine = v < g.nodes() && select(v);
@@ -77,10 +156,48 @@ DW_HD uint64_t for_each_selected(const Warp& w, const G& g, uint64_t v0, Select&
   for (unsigned m = act; m; m &= m - 1) {
     const unsigned src = lowest_lane(m);
     const uint64_t vb = shfl64(w, mask, b, src), ve = shfl64(w, mask, e, src);
-    looked += body(w.shfl(mask, uint32_t(v), src), vb, ve, src);
+    const uint32_t x = w.shfl(mask, uint32_t(v), src);
+    if (q.wants(vb, ve) && q.push(w, mask, x, vb, ve)) continue;
+    looked += body(x, vb, ve, src);
   }
   return looked;
 }
+template <class Warp, class G, class Select, class Body>
+DW_HD uint64_t for_each_selected(const Warp& w, const G& g, uint64_t v0, Select&& select, Body&& body) {
+  return for_each_selected(w, g, v0, long_list_queue{}, select, body);
+}
+
+// The queued lists' chunks: the executor runs it over chunks x lanes ids
+// (one chunk a warp at a time); each warp finds its chunk's list (a binary
+// search of the queue, which is in chunk order) and walks its part of it
+// with the step's list().
+template <class Step>
+struct long_list_step {
+  Step s;
+  const long_list* lists = nullptr;
+  uint64_t count = 0;  // lists in the queue (at least 1)
+  uint32_t chunk = 0;
+
+  template <class Warp, class G>
+  DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    const unsigned mask = w.active();
+    const uint64_t k = v0 / popcount32(mask);  // the executor gives a warp `lanes` ids a chunk
+    uint64_t lo = 0, hi = count;               // lists[0].first_chunk == 0 <= k
+    while (hi - lo > 1) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (lists[mid].first_chunk <= k) lo = mid; else hi = mid;
+    }
+    const long_list l = lists[lo];
+    const uint64_t b = l.b + (k - l.first_chunk) * chunk;
+    if (b >= l.e) return 0;  // past the last list (chunks of lists the full queue refused)
+    const uint64_t e = l.e - b < chunk ? l.e : b + chunk;
+    uint32_t found = 0, bad = 0;
+    const uint64_t looked = s.list(w, g, l.x, b, e, found, bad);
+    count_warp(w, mask, &s.c->changed, found);
+    count_warp(w, mask, &s.c->bad_ids, bad);
+    return looked;
+  }
+};
 
 // ---- BFS (level-synchronous; top-down or bottom-up per level) ----
 struct bfs_step {
@@ -88,29 +205,34 @@ struct bfs_step {
   uint32_t level = 0;
   bool bottom_up = false;
   step_counters* c = nullptr;
+  long_list_queue lists{};
 
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    const uint64_t n = g.nodes();
     uint32_t found = 0, bad = 0;
     const uint64_t looked =
         bottom_up ? bottom_up_chunk(w, g, v0, found, bad)
                   : for_each_selected(
-                        w, g, v0, [&](uint64_t v) { return ld(depth[v]) == level; },
-                        [&](uint32_t, uint64_t b, uint64_t e, unsigned) -> uint64_t {
-                          // Claim every unreached neighbour.
-                          return g.template for_each_edge<false>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
-                            uint32_t expect = not_reached;
-                            if (ld(depth[u]) == not_reached &&
-                                client_atomic<uint32_t>(depth[u]).compare_exchange_strong(expect, level + 1,
-                                                                                         memory_order_relaxed))
-                              ++found;
-                            return false;
-                          }));
-                        });
+                        w, g, v0, lists, [&](uint64_t v) { return ld(depth[v]) == level; },
+                        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) { return list(w, g, x, b, e, found, bad); });
     count(&c->changed, found);
     count(&c->bad_ids, bad);
     return looked;
+  }
+
+  // Top-down: [b, e) of a frontier node's list claims every unreached
+  // neighbour.
+  template <class Warp, class G>
+  DW_HD uint64_t list(const Warp& w, const G& g, uint32_t, uint64_t b, uint64_t e, uint32_t& found,
+                      uint32_t& bad) const {
+    const uint64_t n = g.nodes();
+    return g.template for_each_edge<false>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
+      uint32_t expect = not_reached;
+      if (ld(depth[u]) == not_reached &&
+          client_atomic<uint32_t>(depth[u]).compare_exchange_strong(expect, level + 1, memory_order_relaxed))
+        ++found;
+      return false;
+    }));
   }
 
   // Each unreached node of the chunk looks for a parent in the frontier
@@ -141,9 +263,11 @@ struct bfs_step {
     bool parent = false;
 #pragma unroll
     for (unsigned j = 0; j < 4; ++j) parent |= d[j] == level;
+    uint64_t found_edges = 0;  // the found nodes' degrees: the next frontier's edges
     if (parent) {
       st(depth[v], level + 1);
       ++found;
+      found_edges = e - b;
     }
     // The entries peeked, summed over the warp (got is at most 4).
     uint64_t looked = popcount32(w.ballot(mask, got & 1)) + 2 * popcount32(w.ballot(mask, got & 2)) +
@@ -160,9 +284,34 @@ struct bfs_step {
       if (w.ballot(mask, hit) && w.lane() == src) {
         st(depth[v], level + 1);
         ++found;
+        found_edges = e - b;
       }
     }
+    count_warp(w, mask, &c->frontier_edges, found_edges);
     return looked;
+  }
+};
+
+// The edges of the frontier (nodes at depth `level`) and, with
+// count_unreached, of the nodes not reached yet: what BFS's direction choice
+// weighs (algorithms.hpp). Reads only the offsets of the nodes it counts.
+struct bfs_edges_step {
+  const uint32_t* depth = nullptr;
+  uint32_t level = 0;
+  bool count_unreached = false;
+  step_counters* c = nullptr;
+
+  template <class Warp, class G>
+  DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    const unsigned mask = w.active();
+    const uint64_t v = v0 + lane_rank(w, mask);
+    const uint32_t d = v < g.nodes() ? ld(depth[v]) : level + 1;
+    const bool in_frontier = d == level, unreached = count_unreached && d == not_reached;
+    uint64_t b, e;
+    g.range(w, in_frontier || unreached, v, b, e);  // collective: every lane calls it
+    count_warp(w, mask, &c->frontier_edges, in_frontier ? e - b : 0);
+    count_warp(w, mask, &c->unreached_edges, unreached ? e - b : 0);
+    return 0;
   }
 };
 
@@ -198,21 +347,28 @@ struct cc_step {
     }
   }
 
+  long_list_queue lists{};
+
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    const uint64_t n = g.nodes();
-    uint32_t bad = 0;
+    uint32_t found = 0, bad = 0;
     const uint64_t looked = for_each_selected(
-        w, g, v0, [](uint64_t) { return true; },
-        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) -> uint64_t {
-          return g.template for_each_edge<false>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
-            if (lower_half && u > x) return true;
-            if (u != x) unite(parent, x, u);
-            return false;
-          }));
-        });
+        w, g, v0, lists, [](uint64_t) { return true; },
+        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) { return list(w, g, x, b, e, found, bad); });
     count(&c->bad_ids, bad);
     return looked;
+  }
+
+  // [b, e) of node x's list (or a chunk of it: the lower half is the
+  // list's prefix, so a chunk past it stops at its first entry).
+  template <class Warp, class G>
+  DW_HD uint64_t list(const Warp& w, const G& g, uint32_t x, uint64_t b, uint64_t e, uint32_t&,
+                      uint32_t& bad) const {
+    return g.template for_each_edge<false>(w, b, e, in_range(g.nodes(), bad, [&](uint32_t u, uint32_t) {
+      if (lower_half && u > x) return true;
+      if (u != x) unite(parent, x, u);
+      return false;
+    }));
   }
 };
 
@@ -263,21 +419,24 @@ struct pr_push_step {
   const uint32_t* degree = nullptr;
   float* next = nullptr;
   step_counters* c = nullptr;
+  long_list_queue lists{};
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    const uint64_t n = g.nodes();
-    uint32_t bad = 0;
+    uint32_t found = 0, bad = 0;
     const uint64_t looked = for_each_selected(
-        w, g, v0, [&](uint64_t v) { return degree[v] != 0; },
-        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) -> uint64_t {
-          const float cx = contrib[x];
-          return g.template for_each_edge<false>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
-            client_atomic<float>(next[u]).fetch_add(cx, memory_order_relaxed);
-            return false;
-          }));
-        });
+        w, g, v0, lists, [&](uint64_t v) { return degree[v] != 0; },
+        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) { return list(w, g, x, b, e, found, bad); });
     count(&c->bad_ids, bad);
     return looked;
+  }
+  template <class Warp, class G>
+  DW_HD uint64_t list(const Warp& w, const G& g, uint32_t x, uint64_t b, uint64_t e, uint32_t&,
+                      uint32_t& bad) const {
+    const float cx = contrib[x];
+    return g.template for_each_edge<false>(w, b, e, in_range(g.nodes(), bad, [&](uint32_t u, uint32_t) {
+      client_atomic<float>(next[u]).fetch_add(cx, memory_order_relaxed);
+      return false;
+    }));
   }
 };
 
@@ -303,27 +462,30 @@ struct sssp_step {
   const uint32_t* active = nullptr;
   uint32_t* next_active = nullptr;
   step_counters* c = nullptr;
+  long_list_queue lists{};
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    const uint64_t n = g.nodes();
     uint32_t lowered = 0, bad = 0;
     const uint64_t looked = for_each_selected(
-        w, g, v0, [&](uint64_t v) { return ld(active[v]) != 0; },
-        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) -> uint64_t {
-          const unsigned long long dx = ld(dist[x]);
-          return g.template for_each_edge<true>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t wt) {
-            const unsigned long long nd = dx + wt;
-            if (nd < ld(dist[u]) &&
-                client_atomic<unsigned long long>(dist[u]).fetch_min(nd, memory_order_relaxed) > nd) {
-              st(next_active[u], 1u);
-              ++lowered;
-            }
-            return false;
-          }));
-        });
+        w, g, v0, lists, [&](uint64_t v) { return ld(active[v]) != 0; },
+        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) { return list(w, g, x, b, e, lowered, bad); });
     count(&c->changed, lowered);
     count(&c->bad_ids, bad);
     return looked;
+  }
+  // Relaxes [b, e) of node x's list; `lowered` counts the distances it lowered.
+  template <class Warp, class G>
+  DW_HD uint64_t list(const Warp& w, const G& g, uint32_t x, uint64_t b, uint64_t e, uint32_t& lowered,
+                      uint32_t& bad) const {
+    const unsigned long long dx = ld(dist[x]);
+    return g.template for_each_edge<true>(w, b, e, in_range(g.nodes(), bad, [&](uint32_t u, uint32_t wt) {
+      const unsigned long long nd = dx + wt;
+      if (nd < ld(dist[u]) && client_atomic<unsigned long long>(dist[u]).fetch_min(nd, memory_order_relaxed) > nd) {
+        st(next_active[u], 1u);
+        ++lowered;
+      }
+      return false;
+    }));
   }
 };
 

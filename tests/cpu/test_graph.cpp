@@ -438,6 +438,44 @@ TEST(GraphAlgorithms, LongListsSharedInChunksMatchTheReferences) {
   EXPECT_THROW(x.set_long_lists(16, 17), error);
 }
 
+// CC reads each list's lower half, a prefix: a chunk of a long list that
+// starts past it looks at its first entry in place (the direct tier's
+// mapping) and stops, so cutting lists into chunks fetches no page that
+// walking them whole did not (a cache holding every page, so the misses
+// are the pages touched).
+TEST(GraphAlgorithms, ChunksPastALowerHalfFetchNoPage) {
+  const graph_case c = make_case(12);
+  scratch_file f("halves.dwg");
+  write_csr(f.path(), c.g);
+  csr_file file(f.path());
+  controller ctl;
+  cache_config k;
+  k.page_size = 512;  // 128 entries: the hub's upper half fills pages of its own
+  ASSERT_GT(c.g.offsets[c.sources[0] + 1] - c.g.offsets[c.sources[0]], 4 * 128u);
+  k.capacity_bytes = (file.neighbours_bytes() / 512 + 64) * 512;
+  k.queue_pairs = 2;
+  k.queue_entries = 64;
+  k.direct_files = cache_config::file_tier::always;
+  auto cache = make_host_page_cache(ctl, k);
+  graph_dataset_options dopt;
+  dopt.block_size = 512;
+  graph_arrays arrays(ctl, cache, file, dopt);
+  const cached_graph g = arrays.view(c.g.offsets.data(), true);
+  ASSERT_NE(g.nbr_stream, nullptr);
+  std::vector<uint64_t> misses;
+  for (const uint64_t threshold : {uint64_t(0), uint64_t(16)}) {
+    ASSERT_TRUE(cache->clear().ok());
+    cache->reset_stats();
+    cpu_exec x(3);
+    x.set_long_lists(threshold, 4);
+    ASSERT_EQ(connected_components(x, g, c.g.flags).label, cc_reference(c.v)) << "threshold " << threshold;
+    misses.push_back(cache->stats().misses);
+    EXPECT_EQ(cache->stats().evictions, 0u);
+  }
+  EXPECT_GT(misses[0], 0u);
+  EXPECT_EQ(misses[1], misses[0]) << "pages fetched with lists in chunks, against whole";
+}
+
 // Direction-optimizing BFS weighs edges (Beamer's rule): from a Kronecker
 // graph's hub the first level is top-down (one list) and the second
 // bottom-up (the hub's neighbours own most of the edges), which looks at far

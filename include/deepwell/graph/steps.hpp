@@ -90,7 +90,8 @@ DW_HD auto in_range(uint64_t n, uint32_t& bad, Fn&& fn) {
 // `threshold` entries instead of walking them; when the step's kernel is
 // done, the executor runs long_list_step, in which every warp takes chunks
 // of `chunk` entries of the queued lists and walks them with the step's own
-// list().
+// list() (told whether the chunk continues a list: CC's lower half stops
+// early).
 struct long_list {
   uint64_t b = 0, e = 0;
   uint64_t first_chunk = 0;  // the chunks of the lists queued before it
@@ -192,7 +193,7 @@ struct long_list_step {
     if (b >= l.e) return 0;  // past the last list (chunks of lists the full queue refused)
     const uint64_t e = l.e - b < chunk ? l.e : b + chunk;
     uint32_t found = 0, bad = 0;
-    const uint64_t looked = s.list(w, g, l.x, b, e, found, bad);
+    const uint64_t looked = s.list(w, g, l.x, b, e, found, bad, b != l.b);
     count_warp(w, mask, &s.c->changed, found);
     count_warp(w, mask, &s.c->bad_ids, bad);
     return looked;
@@ -224,7 +225,7 @@ struct bfs_step {
   // neighbour.
   template <class Warp, class G>
   DW_HD uint64_t list(const Warp& w, const G& g, uint32_t, uint64_t b, uint64_t e, uint32_t& found,
-                      uint32_t& bad) const {
+                      uint32_t& bad, bool = false) const {
     const uint64_t n = g.nodes();
     return g.template for_each_edge<false>(w, b, e, in_range(n, bad, [&](uint32_t u, uint32_t) {
       uint32_t expect = not_reached;
@@ -359,11 +360,19 @@ struct cc_step {
     return looked;
   }
 
-  // [b, e) of node x's list (or a chunk of it: the lower half is the
-  // list's prefix, so a chunk past it stops at its first entry).
+  // [b, e) of node x's list, or a chunk of it (`continues`: not its first).
+  // The lower half is the list's prefix, so a chunk past it stops at its
+  // first entry; that entry is looked at in place first where the graph
+  // can (peek: memory, or the direct tier's mapping), so such a chunk does
+  // not fetch its page.
   template <class Warp, class G>
   DW_HD uint64_t list(const Warp& w, const G& g, uint32_t x, uint64_t b, uint64_t e, uint32_t&,
-                      uint32_t& bad) const {
+                      uint32_t& bad, bool continues = false) const {
+    if (lower_half && continues) {
+      uint32_t words[4];
+      unsigned skip = 0;
+      if (g.peek(b, e, words, skip) && words[skip] > x) return 1;  // the same b in every lane: one read
+    }
     return g.template for_each_edge<false>(w, b, e, in_range(g.nodes(), bad, [&](uint32_t u, uint32_t) {
       if (lower_half && u > x) return true;
       if (u != x) unite(parent, x, u);
@@ -431,7 +440,7 @@ struct pr_push_step {
   }
   template <class Warp, class G>
   DW_HD uint64_t list(const Warp& w, const G& g, uint32_t x, uint64_t b, uint64_t e, uint32_t&,
-                      uint32_t& bad) const {
+                      uint32_t& bad, bool = false) const {
     const float cx = contrib[x];
     return g.template for_each_edge<false>(w, b, e, in_range(g.nodes(), bad, [&](uint32_t u, uint32_t) {
       client_atomic<float>(next[u]).fetch_add(cx, memory_order_relaxed);
@@ -476,7 +485,7 @@ struct sssp_step {
   // Relaxes [b, e) of node x's list; `lowered` counts the distances it lowered.
   template <class Warp, class G>
   DW_HD uint64_t list(const Warp& w, const G& g, uint32_t x, uint64_t b, uint64_t e, uint32_t& lowered,
-                      uint32_t& bad) const {
+                      uint32_t& bad, bool = false) const {
     const unsigned long long dx = ld(dist[x]);
     return g.template for_each_edge<true>(w, b, e, in_range(g.nodes(), bad, [&](uint32_t u, uint32_t wt) {
       const unsigned long long nd = dx + wt;

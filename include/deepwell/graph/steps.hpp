@@ -132,7 +132,7 @@ struct long_list_queue {
 };
 
 // Whether a step queues its long lists (has a long_list_queue `lists` and a
-// list(w, g, x, b, e, found, bad) the chunks are walked with).
+// list(w, g, x, b, e, found, bad, continues) the chunks are walked with).
 template <class S>
 concept splits_long_lists = requires(S s) {
   { s.lists } -> std::convertible_to<long_list_queue>;

@@ -281,7 +281,11 @@ TEST(RecoverableBfs, MatchesTheReferenceAndThePlainBfs) {
     if (log) EXPECT_GT(r.checkpoints, 1u);  // the log filled up
     bfs_options bo;
     bo.source = f.source;
-    EXPECT_EQ(bfs(p.x, p.arrays->view(), bo).depth, r.depth);
+    const bfs_result plain = bfs(p.x, p.arrays->view(), bo);
+    EXPECT_EQ(plain.depth, r.depth);
+    // The same direction rule (bfs_direction): the same levels go bottom-up.
+    EXPECT_EQ(r.bottom_up_levels, plain.bottom_up_levels);
+    EXPECT_GT(r.bottom_up_levels, 0u);
     // The durable state holds the result (store_depths) and a finished header.
     const std::vector<uint8_t> img = disk->durable_image();
     const bfs_state_summary s = inspect_bfs_state(img.data(), img.size());

@@ -67,54 +67,85 @@ struct bfs_result {
   run_stats stats;
 };
 
+// The direction rule above, level by level; the plain BFS and the
+// recoverable one (recoverable_bfs.hpp) use the same. `choose` decides a
+// level (counting the frontier's edges with bfs_edges_step when a top-down
+// level found it), `record` takes the level's counters. A BFS resumed from
+// a state starts one afresh: the first count then takes the unreached
+// nodes' edges too, and the frontier counts as growing.
+class bfs_direction {
+ public:
+  bfs_direction(bool enabled, double alpha, double beta) : enabled_(enabled), alpha_(alpha), beta_(beta) {
+    if (!(alpha > 0) || !(beta > 0)) throw error("bfs: alpha and beta must be positive");
+  }
+
+  template <class Exec, class G>
+  bool choose(Exec& x, const G& g, uint32_t* depth, uint32_t level, uint64_t frontier) {
+    if (!enabled_) return false;
+    const bool growing = frontier > last_frontier_;
+    if (!bottom_up_) {
+      // A top-down level found the frontier: count its edges (only when it
+      // grew, as only then may the level go bottom-up; a skipped count
+      // leaves unreached_ high, which only delays going bottom-up).
+      if (!frontier_edges_known_ && growing) {
+        bfs_edges_step es;
+        es.depth = depth;
+        es.level = level;
+        es.count_unreached = !unreached_known_;
+        es.c = x.counters();
+        x.reset_counters();
+        x.run(g, es, g.nodes());
+        const step_counters c = x.read_counters();
+        frontier_edges_ = c.frontier_edges;
+        if (!unreached_known_)
+          unreached_ = c.unreached_edges;
+        else
+          unreached_ -= frontier_edges_ < unreached_ ? frontier_edges_ : unreached_;
+        unreached_known_ = true;
+      }
+      bottom_up_ = growing && unreached_known_ && double(frontier_edges_) > double(unreached_) / alpha_;
+    } else {
+      bottom_up_ = growing || double(frontier) > double(g.nodes()) / beta_;
+    }
+    last_frontier_ = frontier;
+    return bottom_up_;
+  }
+
+  // After the level choose() decided: a bottom-up level counted the edges
+  // of the nodes it found (the next frontier's).
+  void record(const step_counters& c) {
+    frontier_edges_known_ = bottom_up_ && unreached_known_;
+    if (frontier_edges_known_) {
+      frontier_edges_ = c.frontier_edges;
+      unreached_ -= frontier_edges_ < unreached_ ? frontier_edges_ : unreached_;
+    }
+  }
+
+ private:
+  bool enabled_;
+  double alpha_, beta_;
+  bool bottom_up_ = false;
+  bool frontier_edges_known_ = false, unreached_known_ = false;
+  uint64_t last_frontier_ = 0, frontier_edges_ = 0, unreached_ = 0;
+};
+
 template <class Exec, class G>
 bfs_result bfs(Exec& x, const G& g, const bfs_options& o) {
   const uint64_t n = g.nodes();
   detail::check_source(o.source, n);
-  if (!(o.alpha > 0) || !(o.beta > 0)) throw error("bfs: alpha and beta must be positive");
+  bfs_direction dir(o.direction_optimizing, o.alpha, o.beta);
   auto depth = x.template alloc<uint32_t>(n);
   x.fill(depth.data(), n, not_reached);
   x.set(depth.data() + o.source, 0u);
   bfs_result r;
   r.reached = 1;
-  uint64_t frontier = 1, last_frontier = 0;
-  // The frontier's edges, when a bottom-up level counted them as it found
-  // the frontier; the unreached nodes' edges (known after level 0's count).
-  bool frontier_edges_known = false;
-  uint64_t frontier_edges = 0, unreached_edges = 0;
-  bool bottom_up = false;
+  uint64_t frontier = 1;
   const auto t0 = std::chrono::steady_clock::now();
   for (uint32_t level = 0;; ++level) {
-    if (o.direction_optimizing) {
-      const bool growing = frontier > last_frontier;
-      if (!bottom_up) {
-        // A top-down level found the frontier: count its edges (only when
-        // it grew, as only then may the level go bottom-up; a skipped count
-        // leaves unreached_edges high, which only delays going bottom-up).
-        if (!frontier_edges_known && growing) {
-          bfs_edges_step es;
-          es.depth = depth.data();
-          es.level = level;
-          es.count_unreached = level == 0;
-          es.c = x.counters();
-          x.reset_counters();
-          x.run(g, es, n);
-          const step_counters c = x.read_counters();
-          frontier_edges = c.frontier_edges;
-          if (level == 0)
-            unreached_edges = c.unreached_edges;
-          else
-            unreached_edges -= frontier_edges < unreached_edges ? frontier_edges : unreached_edges;
-        }
-        bottom_up = growing && double(frontier_edges) > double(unreached_edges) / o.alpha;
-      } else {
-        bottom_up = growing || double(frontier) > double(n) / o.beta;
-      }
-    }
     bfs_step s;
     s.depth = depth.data();
     s.level = level;
-    s.bottom_up = bottom_up;
+    s.bottom_up = dir.choose(x, g, depth.data(), level, frontier);
     s.c = x.counters();
     x.reset_counters();
     const auto tl = std::chrono::steady_clock::now();
@@ -123,17 +154,12 @@ bfs_result bfs(Exec& x, const G& g, const bfs_options& o) {
     r.stats.edges_looked += looked;
     if (s.bottom_up) r.bottom_up_edges += looked;
     const step_counters c = x.read_counters();
+    dir.record(c);
     r.stats.bad_ids += c.bad_ids;
     r.bottom_up_levels += s.bottom_up;
     ++r.stats.iterations;
-    last_frontier = frontier;
     frontier = c.changed;
     r.reached += frontier;
-    frontier_edges_known = s.bottom_up;
-    if (s.bottom_up) {
-      frontier_edges = c.frontier_edges;
-      unreached_edges -= frontier_edges < unreached_edges ? frontier_edges : unreached_edges;
-    }
     if (frontier == 0) break;
   }
   r.stats.seconds = detail::seconds_since(t0);

@@ -121,7 +121,6 @@ class gpu_exec {
   void set_long_lists(uint64_t threshold, uint32_t chunk = 0) {
     if (!chunk) chunk = uint32_t(threshold / 4 > 2048 ? 2048 : threshold / 4 ? threshold / 4 : 1);
     if (threshold && chunk > threshold) throw error("long lists: the chunk must not be longer than the threshold");
-    threshold_ = threshold;
     lists_.threshold = threshold;
     lists_.chunk = chunk;
   }
@@ -131,7 +130,7 @@ class gpu_exec {
     check_cuda(cudaMemsetAsync(edges_, 0, sizeof(unsigned long long), stream_), "cudaMemset");
     Step s = step;
     if constexpr (splits_long_lists<Step>) {
-      if (threshold_) {
+      if (lists_.threshold) {
         s.lists = lists_;
         check_cuda(cudaMemsetAsync(lists_.head, 0, sizeof(unsigned long long), stream_), "cudaMemset(long lists)");
       }
@@ -139,7 +138,7 @@ class gpu_exec {
     step_kernel<<<blocks_, 256, 0, stream_>>>(g, s, n, edges_);
     check_cuda(cudaGetLastError(), "graph step kernel launch");
     if constexpr (splits_long_lists<Step>) {
-      if (threshold_) {
+      if (lists_.threshold) {
         unsigned long long head = 0;
         check_cuda(cudaMemcpyAsync(&head, lists_.head, sizeof(head), cudaMemcpyDeviceToHost, stream_),
                    "cudaMemcpy(long lists)");
@@ -164,7 +163,6 @@ class gpu_exec {
   cudaStream_t stream_{};
   step_counters* c_ = nullptr;
   unsigned long long* edges_ = nullptr;
-  uint64_t threshold_ = 8192;
   long_list_queue lists_{nullptr, nullptr, 1u << 16, 2048, 8192};
 };
 

@@ -365,7 +365,7 @@ struct rbfs_scan_step {
 struct recoverable_bfs_options {
   uint32_t source = 0;
   bool direction_optimizing = true;
-  double bottom_up_fraction = 0.05;
+  double alpha = 15, beta = 18;  // the plain BFS's direction rule (bfs_options, algorithms.hpp)
   graph_identity graph;  // required: what the state is checked against (identity_of)
   enum class start_t {
     resume_or_create,  // resume a valid state; start one when there is none
@@ -429,16 +429,18 @@ class rbfs_run {
     r.recover_seconds = seconds_since(t0);
     if (r.created && o_.after_commit) o_.after_commit(h_.level);
     uint64_t frontier = h_.frontier;
+    bfs_direction dir(o_.direction_optimizing, o_.alpha, o_.beta);
     while (!(h_.flags & rbfs_done) && r.levels_run < o_.max_levels) {
       const uint32_t level = h_.level;
       bfs_step s;
       s.depth = depth_.data();
       s.level = level;
-      s.bottom_up = o_.direction_optimizing && double(frontier) > o_.bottom_up_fraction * double(n_);
+      s.bottom_up = dir.choose(x_, g_, depth_.data(), level, frontier);
       s.c = x_.counters();
       x_.reset_counters();
       r.stats.edges_looked += x_.run(g_, s, n_);
       const step_counters c = x_.read_counters();
+      dir.record(c);
       if (c.bad_ids)
         throw error(st_.name() + ": level " + std::to_string(level) + " met " + std::to_string(c.bad_ids) +
                     " neighbour ids out of range (a corrupt graph): not committed");

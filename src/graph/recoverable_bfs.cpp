@@ -112,6 +112,9 @@ bfs_state_summary inspect_bfs_state(const uint8_t* image, uint64_t bytes) {
     s.valid = true;
     s.copy = c;
     s.header = h[c];
+    const int o = 1 - c;
+    s.older_valid = ok[o] && h[o].run_id == h[c].run_id && h[o].generation + 1 == h[c].generation;
+    if (s.older_valid) s.older = h[o];
     return s;
   }
   s.problem = "copy 0: " + why[0] + "; copy 1: " + why[1];

@@ -527,6 +527,66 @@ TEST(RecoverableBfs, BadStatesAreRejected) {
   EXPECT_EQ(identity_of(csr_file(f.file.path())).hash, f.id.hash);
 }
 
+// A level's segment and its header reach the medium under one flush, so a
+// cut may land the header alone. Its recovery then fails and the older
+// copy (the level before) is in force; a creation whose first commit did
+// not land whole starts over (or, asked only to resume, says so).
+TEST(RecoverableBfs, AHeaderWhoseSegmentDidNotLandFallsBackALevel) {
+  const graph_fixture f(12);
+  const config c;
+  std::vector<uint8_t> good;
+  uint32_t level = 0;
+  {
+    auto disk = make_volatile_cache_target(disk_bytes(f, c));
+    process p(f, disk, c);
+    level = p.run(f, c, recoverable_bfs_options::start_t::create, 3).level;
+    good = disk->durable_image();
+  }
+  const bfs_state_summary s = inspect_bfs_state(good.data(), good.size());
+  ASSERT_TRUE(s.valid);
+  ASSERT_TRUE(s.older_valid);
+  ASSERT_EQ(s.older.level + 1, s.header.level);
+  ASSERT_GT(s.header.log_end, s.older.log_end);
+  std::vector<uint8_t> img = good;  // the newest level's segment never landed
+  std::memset(img.data() + (s.header.log_at + s.older.log_end) * 4, 0, (s.header.log_end - s.older.log_end) * 4);
+  {
+    process p(f, make_volatile_cache_target(img), c);
+    const recoverable_bfs_result r = p.run(f, c);
+    EXPECT_TRUE(r.resumed);
+    EXPECT_EQ(r.resumed_from, level - 1);
+    EXPECT_TRUE(r.finished);
+    EXPECT_EQ(differences(r.depth, f.want), 0u);
+  }
+  // The same with the older copy gone too: a corrupt state, named.
+  img[rbfs_copy_word[1 - s.copy] * 4 + 100] ^= 1;
+  {
+    process p(f, make_volatile_cache_target(img), c);
+    expect_error([&] { p.run(f, c); }, {state_name, "log"});
+  }
+  // The creation's commit (generation 1): its level-0 segment lost.
+  std::vector<uint8_t> created;
+  {
+    auto disk = make_volatile_cache_target(disk_bytes(f, c));
+    process p(f, disk, c);
+    p.run(f, c, recoverable_bfs_options::start_t::create, 0);
+    created = disk->durable_image();
+  }
+  const bfs_state_summary s0 = inspect_bfs_state(created.data(), created.size());
+  ASSERT_TRUE(s0.valid);
+  ASSERT_EQ(s0.header.generation, 1u);
+  std::memset(created.data() + s0.header.log_at * 4, 0, s0.header.log_end * 4);
+  {
+    process p(f, make_volatile_cache_target(created), c);
+    expect_error([&] { p.run(f, c, recoverable_bfs_options::start_t::resume); }, {state_name, "creation was cut short"});
+  }
+  {
+    process p(f, make_volatile_cache_target(created), c);
+    const recoverable_bfs_result r = p.run(f, c);
+    EXPECT_TRUE(r.created);
+    EXPECT_EQ(differences(r.depth, f.want), 0u);
+  }
+}
+
 // A corrupt checkpoint (the depth array a header relies on) is found by the
 // header's counts and checksum.
 TEST(RecoverableBfs, CorruptCheckpointIsFound) {

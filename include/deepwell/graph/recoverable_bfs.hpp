@@ -159,6 +159,11 @@ struct bfs_state_summary {
   bool empty = false;       // no valid copy and nothing worth keeping: a fresh state
   int copy = -1;            // the copy in force
   rbfs_header header{};     // its contents
+  // The other copy, when it is valid and the generation before, of the same
+  // run: what a resume falls back to when the newest copy's level did not
+  // land whole (a level's segment and header share one flush).
+  bool older_valid = false;
+  rbfs_header older{};
   std::string problem;      // why no copy is valid ("copy 0: ...; copy 1: ...")
 };
 bfs_state_summary inspect_bfs_state(const uint8_t* image, uint64_t bytes);
@@ -522,17 +527,37 @@ class rbfs_run {
     std::memcpy(image.data() + 4096, &hs[1], sizeof(rbfs_header));
     const bfs_state_summary sum = inspect_bfs_state(image.data(), image.size());
     const bool all_zero = is_zero(hs[0]) && is_zero(hs[1]);
+    // A level's segment and its header reach the medium under one flush
+    // (commit), so a cut may leave the newest header without its segment:
+    // its recovery then fails, and the older copy (the level before, whose
+    // flush completed) is in force. A failed first commit (generation 1,
+    // nothing older) is a state that never got past its creation.
+    bool never_created = false;
     if (o_.start != recoverable_bfs_options::start_t::create && sum.valid) {
       h_ = sum.header;
       check_matches(have);
-      recover();
-      r.resumed = true;
-      r.resumed_from = h_.level;
-      return;
+      try {
+        recover();
+      } catch (const error&) {
+        if (sum.older_valid) {
+          h_ = sum.older;
+          recover();  // a failure here is a corrupt state: report the older copy's problem
+        } else if (sum.header.generation == 1) {
+          never_created = true;
+        } else {
+          throw;
+        }
+      }
+      if (!never_created) {
+        r.resumed = true;
+        r.resumed_from = h_.level;
+        return;
+      }
     }
     if (o_.start == recoverable_bfs_options::start_t::resume)
-      throw error(where() + "no recoverable BFS state to resume" + (sum.problem.empty() ? "" : " (" + sum.problem + ")"));
-    if (o_.start == recoverable_bfs_options::start_t::resume_or_create && !sum.empty)
+      throw error(where() + "no recoverable BFS state to resume" +
+                  (never_created ? " (its creation was cut short)" : sum.problem.empty() ? "" : " (" + sum.problem + ")"));
+    if (o_.start == recoverable_bfs_options::start_t::resume_or_create && !sum.empty && !never_created)
       throw error(where() + "not a recoverable BFS state, or a corrupt one: no valid header (" + sum.problem +
                   "); start over (a new state) to overwrite it");
     const rbfs_layout l = rbfs_layout_for(n_, o_.log_words);
@@ -674,8 +699,9 @@ class rbfs_run {
     commit();
   }
 
-  // The segment of the nodes at depth `level` (count of them) appended at
-  // the log's end and persisted; the header is not touched.
+  // The segment of the nodes at depth `level` (count of them) written at
+  // the log's end (made durable by the commit that follows, with its
+  // header); the header is not touched.
   uint64_t append(uint32_t level, uint64_t count, rbfs_segment_kind k) {
     const uint64_t words = rbfs_segment_words(k, count, n_);
     uint32_t* seg = seg_.data();
@@ -684,8 +710,7 @@ class rbfs_run {
     const uint32_t head[4] = {rbfs_segment_tag | k, level, uint32_t(count),
                               rbfs_segment_check(h_.run_id, k, level, uint32_t(count))};
     for (unsigned i = 0; i < 4; ++i) x_.set(seg + i, head[i]);
-    copy(seg, h_.log_at + h_.log_end, words, rbfs_copy_step::write_persist,
-         "persisting level " + std::to_string(level));
+    copy(seg, h_.log_at + h_.log_end, words, rbfs_copy_step::write, "writing level " + std::to_string(level));
     h_.log_end += words;
     ++h_.segments;
     return sum;
@@ -754,13 +779,19 @@ class rbfs_run {
     ++h_.checkpoints;
   }
 
-  // The next generation of the header, into the older copy, persisted.
+  // The next generation of the header into the older copy, then one flush
+  // for it and the segment written before it (a flush a level: per-warp
+  // persists of the segment took three or four, which at Kronecker scale 25
+  // cost half the time of a GPU BFS that reads less than its graph). The
+  // cache's flush writes every dirty page back, then flushes each writable
+  // dataset: the state's pages are the dirty ones here.
   void commit() {
     ++h_.generation;
     h_.checksum = rbfs_header_checksum(h_);
     x_.set(hdr_.data(), h_);
-    copy(reinterpret_cast<uint32_t*>(hdr_.data()), rbfs_copy_word[h_.generation % 2], 128,
-         rbfs_copy_step::write_persist, "committing level " + std::to_string(h_.level));
+    const std::string what = "committing level " + std::to_string(h_.level);
+    copy(reinterpret_cast<uint32_t*>(hdr_.data()), rbfs_copy_word[h_.generation % 2], 128, rbfs_copy_step::write, what);
+    if (const request_status e = st_.cache().flush(); !e.ok()) throw error(where() + what + " failed: " + describe(e));
   }
 
   Exec& x_;

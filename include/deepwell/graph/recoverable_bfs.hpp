@@ -780,11 +780,11 @@ class rbfs_run {
   }
 
   // The next generation of the header into the older copy, then one flush
-  // for it and the segment written before it (a flush a level: per-warp
-  // persists of the segment took three or four, which at Kronecker scale 25
-  // cost half the time of a GPU BFS that reads less than its graph). The
+  // for it and the segment written before it (per-warp persists of the
+  // segment, then the header's, took three or four flushes a level). The
   // cache's flush writes every dirty page back, then flushes each writable
-  // dataset: the state's pages are the dirty ones here.
+  // dataset: other writable datasets of the same cache are made durable
+  // too, which costs time, not correctness.
   void commit() {
     ++h_.generation;
     h_.checksum = rbfs_header_checksum(h_);

@@ -495,7 +495,19 @@ TEST(GraphAlgorithms, BfsGoesBottomUpWhenTheFrontierOwnsMostEdges) {
   EXPECT_TRUE(dir.levels[1].bottom_up);
   EXPECT_FALSE(dir.levels.back().bottom_up);  // the last, small frontiers go top-down again
   EXPECT_LT(dir.stats.edges_looked * 4, td.stats.edges_looked);
+  // The old rule: bottom-up exactly while the frontier holds more than the
+  // fraction of the nodes.
   o.direction_optimizing = true;
+  for (const double fraction : {0.05, 0.2}) {
+    o.bottom_up_fraction = fraction;
+    const bfs_result by_nodes = bfs(x, m, o);
+    EXPECT_EQ(by_nodes.depth, td.depth);
+    for (const bfs_level& l : by_nodes.levels)
+      EXPECT_EQ(l.bottom_up, double(l.frontier) > fraction * double(c.g.nodes)) << "frontier " << l.frontier;
+  }
+  o.bottom_up_fraction = 2;
+  EXPECT_THROW(bfs(x, m, o), error);
+  o.bottom_up_fraction = 0;
   o.alpha = 0;
   EXPECT_THROW(bfs(x, m, o), error);
 }

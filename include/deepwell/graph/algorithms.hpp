@@ -51,6 +51,9 @@ struct bfs_options {
   bool direction_optimizing = true;  // bottom-up levels while the frontier is large
   double alpha = 15;                 // bottom-up once frontier edges > unreached edges / alpha
   double beta = 18;                  // top-down again once a shrinking frontier < nodes / beta
+  // > 0: the rule before 2026-11-28 instead, bottom-up while the frontier
+  // holds more than this fraction of the nodes (no edge counts).
+  double bottom_up_fraction = 0;
 };
 struct bfs_level {
   bool bottom_up = false;
@@ -75,13 +78,16 @@ struct bfs_result {
 // nodes' edges too, and the frontier counts as growing.
 class bfs_direction {
  public:
-  bfs_direction(bool enabled, double alpha, double beta) : enabled_(enabled), alpha_(alpha), beta_(beta) {
+  bfs_direction(bool enabled, double alpha, double beta, double fraction = 0)
+      : enabled_(enabled), alpha_(alpha), beta_(beta), fraction_(fraction) {
     if (!(alpha > 0) || !(beta > 0)) throw error("bfs: alpha and beta must be positive");
+    if (!(fraction >= 0 && fraction <= 1)) throw error("bfs: bottom_up_fraction must be between 0 and 1");
   }
 
   template <class Exec, class G>
   bool choose(Exec& x, const G& g, uint32_t* depth, uint32_t level, uint64_t frontier) {
     if (!enabled_) return false;
+    if (fraction_ > 0) return bottom_up_ = double(frontier) > fraction_ * double(g.nodes());
     const bool growing = frontier > last_frontier_;
     if (!bottom_up_) {
       // A top-down level found the frontier: count its edges (only when it
@@ -123,7 +129,7 @@ class bfs_direction {
 
  private:
   bool enabled_;
-  double alpha_, beta_;
+  double alpha_, beta_, fraction_;
   bool bottom_up_ = false;
   bool frontier_edges_known_ = false, unreached_known_ = false;
   uint64_t last_frontier_ = 0, frontier_edges_ = 0, unreached_ = 0;
@@ -133,7 +139,7 @@ template <class Exec, class G>
 bfs_result bfs(Exec& x, const G& g, const bfs_options& o) {
   const uint64_t n = g.nodes();
   detail::check_source(o.source, n);
-  bfs_direction dir(o.direction_optimizing, o.alpha, o.beta);
+  bfs_direction dir(o.direction_optimizing, o.alpha, o.beta, o.bottom_up_fraction);
   auto depth = x.template alloc<uint32_t>(n);
   x.fill(depth.data(), n, not_reached);
   x.set(depth.data() + o.source, 0u);

@@ -371,6 +371,7 @@ struct recoverable_bfs_options {
   uint32_t source = 0;
   bool direction_optimizing = true;
   double alpha = 15, beta = 18;  // the plain BFS's direction rule (bfs_options, algorithms.hpp)
+  double bottom_up_fraction = 0;  // > 0: the old rule (bfs_options::bottom_up_fraction)
   graph_identity graph;  // required: what the state is checked against (identity_of)
   enum class start_t {
     resume_or_create,  // resume a valid state; start one when there is none
@@ -434,7 +435,7 @@ class rbfs_run {
     r.recover_seconds = seconds_since(t0);
     if (r.created && o_.after_commit) o_.after_commit(h_.level);
     uint64_t frontier = h_.frontier;
-    bfs_direction dir(o_.direction_optimizing, o_.alpha, o_.beta);
+    bfs_direction dir(o_.direction_optimizing, o_.alpha, o_.beta, o_.bottom_up_fraction);
     while (!(h_.flags & rbfs_done) && r.levels_run < o_.max_levels) {
       const uint32_t level = h_.level;
       bfs_step s;

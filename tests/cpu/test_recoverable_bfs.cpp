@@ -255,6 +255,16 @@ void cut_and_resume(power_cut::mode_t mode, const config& base, unsigned trials,
   }
 }
 
+// The durable image of a new state run `levels` levels in (unfinished),
+// and the level it committed last.
+std::vector<uint8_t> image_after(const graph_fixture& f, const config& c, uint32_t levels, uint32_t* level = nullptr) {
+  auto disk = make_volatile_cache_target(disk_bytes(f, c));
+  process p(f, disk, c);
+  const uint32_t l = p.run(f, c, recoverable_bfs_options::start_t::create, levels).level;
+  if (level) *level = l;
+  return disk->durable_image();
+}
+
 constexpr unsigned trials = unsigned(60 / test::scale_div);
 config small_log() {
   config c;
@@ -438,14 +448,8 @@ TEST(RecoverableBfs, DataOfLevelsThatNeverCommittedIsIgnored) {
 TEST(RecoverableBfs, BadStatesAreRejected) {
   const graph_fixture f(12);
   const config c;
-  std::vector<uint8_t> good;
   uint32_t level = 0;
-  {
-    auto disk = make_volatile_cache_target(disk_bytes(f, c));
-    process p(f, disk, c);
-    level = p.run(f, c, recoverable_bfs_options::start_t::create, 3).level;  // unfinished, three levels in
-    good = disk->durable_image();
-  }
+  const std::vector<uint8_t> good = image_after(f, c, 3, &level);  // unfinished, three levels in
   const bfs_state_summary s = inspect_bfs_state(good.data(), good.size());
   ASSERT_TRUE(s.valid);
   ASSERT_EQ(s.header.level, level);
@@ -534,14 +538,8 @@ TEST(RecoverableBfs, BadStatesAreRejected) {
 TEST(RecoverableBfs, AHeaderWhoseSegmentDidNotLandFallsBackALevel) {
   const graph_fixture f(12);
   const config c;
-  std::vector<uint8_t> good;
   uint32_t level = 0;
-  {
-    auto disk = make_volatile_cache_target(disk_bytes(f, c));
-    process p(f, disk, c);
-    level = p.run(f, c, recoverable_bfs_options::start_t::create, 3).level;
-    good = disk->durable_image();
-  }
+  const std::vector<uint8_t> good = image_after(f, c, 3, &level);
   const bfs_state_summary s = inspect_bfs_state(good.data(), good.size());
   ASSERT_TRUE(s.valid);
   ASSERT_TRUE(s.older_valid);
@@ -564,13 +562,7 @@ TEST(RecoverableBfs, AHeaderWhoseSegmentDidNotLandFallsBackALevel) {
     expect_error([&] { p.run(f, c); }, {state_name, "log"});
   }
   // The creation's commit (generation 1): its level-0 segment lost.
-  std::vector<uint8_t> created;
-  {
-    auto disk = make_volatile_cache_target(disk_bytes(f, c));
-    process p(f, disk, c);
-    p.run(f, c, recoverable_bfs_options::start_t::create, 0);
-    created = disk->durable_image();
-  }
+  std::vector<uint8_t> created = image_after(f, c, 0);
   const bfs_state_summary s0 = inspect_bfs_state(created.data(), created.size());
   ASSERT_TRUE(s0.valid);
   ASSERT_EQ(s0.header.generation, 1u);

@@ -49,7 +49,7 @@ class cpu_exec {
   // the threshold, at most 2048); threshold 0 turns that off; `capacity`
   // lists at most are queued a step (the rest are walked by their thread).
   void set_long_lists(uint64_t threshold, uint32_t chunk = 0, uint32_t capacity = 1u << 16) {
-    if (!chunk) chunk = uint32_t(threshold / 4 > 2048 ? 2048 : threshold / 4 ? threshold / 4 : 1);
+    if (!chunk) chunk = long_list_queue::default_chunk(threshold);
     if (threshold && (chunk > threshold || capacity == 0))
       throw error("long lists: the chunk must not be longer than the threshold, the capacity at least 1");
     threshold_ = threshold;
@@ -66,12 +66,8 @@ class cpu_exec {
     }
     uint64_t looked = each(g, s, n);
     if constexpr (splits_long_lists<Step>) {
-      const uint64_t queued = head >> long_list_queue::count_shift;
-      if (queued) {
-        long_list_step<Step> ls{s, queue_.data(), queued < queue_.size() ? queued : queue_.size(), chunk_};
-        ls.s.lists = long_list_queue{};
-        looked += each(g, ls, head & long_list_queue::chunk_mask);  // one lane: one id a chunk
-      }
+      const long_list_step<Step> ls = long_list_step<Step>::after(s, s.lists, head);
+      if (ls.count) looked += each(g, ls, ls.chunks);  // one lane: one id a chunk
     }
     return looked;
   }

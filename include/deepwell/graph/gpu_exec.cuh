@@ -47,13 +47,13 @@ class gpu_exec {
     blocks_ = blocks ? blocks : unsigned(2 * sms);
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaMalloc(&c_, sizeof(step_counters)), "cudaMalloc(counters)");
-    check_cuda(cudaMalloc(&edges_, sizeof(unsigned long long)), "cudaMalloc(edge counter)");
+    // The edge count and the long-list queue's head side by side: one copy reads both.
+    check_cuda(cudaMalloc(&edges_, 2 * sizeof(unsigned long long)), "cudaMalloc(edge counter)");
+    lists_.head = edges_ + 1;
     check_cuda(cudaMalloc(&lists_.lists, sizeof(long_list) * lists_.capacity), "cudaMalloc(long-list queue)");
-    check_cuda(cudaMalloc(&lists_.head, sizeof(unsigned long long)), "cudaMalloc(long-list queue head)");
   }
   ~gpu_exec() {
     cudaFree(lists_.lists);
-    cudaFree(lists_.head);
     cudaFree(c_);
     cudaFree(edges_);
     cudaStreamDestroy(stream_);
@@ -119,7 +119,7 @@ class gpu_exec {
   // of `chunk` (steps.hpp: long lists; 0: a quarter of the threshold, at
   // most 2048); threshold 0 turns that off.
   void set_long_lists(uint64_t threshold, uint32_t chunk = 0) {
-    if (!chunk) chunk = uint32_t(threshold / 4 > 2048 ? 2048 : threshold / 4 ? threshold / 4 : 1);
+    if (!chunk) chunk = long_list_queue::default_chunk(threshold);
     if (threshold && chunk > threshold) throw error("long lists: the chunk must not be longer than the threshold");
     lists_.threshold = threshold;
     lists_.chunk = chunk;
@@ -127,42 +127,33 @@ class gpu_exec {
 
   template <class G, class Step>
   uint64_t run(const G& g, const Step& step, uint64_t n) {
-    check_cuda(cudaMemsetAsync(edges_, 0, sizeof(unsigned long long), stream_), "cudaMemset");
+    check_cuda(cudaMemsetAsync(edges_, 0, 2 * sizeof(unsigned long long), stream_), "cudaMemset");
     Step s = step;
     if constexpr (splits_long_lists<Step>) {
-      if (lists_.threshold) {
-        s.lists = lists_;
-        check_cuda(cudaMemsetAsync(lists_.head, 0, sizeof(unsigned long long), stream_), "cudaMemset(long lists)");
-      }
+      if (lists_.threshold) s.lists = lists_;
     }
     step_kernel<<<blocks_, 256, 0, stream_>>>(g, s, n, edges_);
     check_cuda(cudaGetLastError(), "graph step kernel launch");
+    unsigned long long got[2] = {0, 0};  // edges, the queue's head
+    check_cuda(cudaMemcpyAsync(got, edges_, sizeof(got), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(edges)");
+    check_cuda(cudaStreamSynchronize(stream_), "graph step kernel");
     if constexpr (splits_long_lists<Step>) {
-      if (lists_.threshold) {
-        unsigned long long head = 0;
-        check_cuda(cudaMemcpyAsync(&head, lists_.head, sizeof(head), cudaMemcpyDeviceToHost, stream_),
-                   "cudaMemcpy(long lists)");
-        check_cuda(cudaStreamSynchronize(stream_), "graph step kernel");
-        const uint64_t queued = head >> long_list_queue::count_shift;
-        if (queued) {
-          long_list_step<Step> ls{s, lists_.lists, queued < lists_.capacity ? queued : lists_.capacity, lists_.chunk};
-          ls.s.lists = long_list_queue{};  // chunks are walked, never queued again
-          step_kernel<<<blocks_, 256, 0, stream_>>>(g, ls, (head & long_list_queue::chunk_mask) * 32, edges_);
-          check_cuda(cudaGetLastError(), "long-list kernel launch");
-        }
+      const long_list_step<Step> ls = long_list_step<Step>::after(s, lists_, got[1]);
+      if (ls.count) {
+        step_kernel<<<blocks_, 256, 0, stream_>>>(g, ls, ls.chunks * 32, edges_);
+        check_cuda(cudaGetLastError(), "long-list kernel launch");
+        check_cuda(cudaMemcpyAsync(got, edges_, sizeof(got[0]), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(edges)");
+        check_cuda(cudaStreamSynchronize(stream_), "long-list kernel");
       }
     }
-    unsigned long long e = 0;
-    check_cuda(cudaMemcpyAsync(&e, edges_, sizeof(e), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy(edges)");
-    check_cuda(cudaStreamSynchronize(stream_), "graph step kernel");
-    return e;
+    return got[0];
   }
 
  private:
   unsigned blocks_ = 0;
   cudaStream_t stream_{};
   step_counters* c_ = nullptr;
-  unsigned long long* edges_ = nullptr;
+  unsigned long long* edges_ = nullptr;  // [0]: edges looked at; [1]: lists_.head
   long_list_queue lists_{nullptr, nullptr, 1u << 16, 2048, 8192};
 };
 

@@ -206,12 +206,6 @@ enum rbfs_counter : unsigned {
 };
 
 namespace detail {
-template <class Warp>
-DW_HD uint64_t rbfs_warp_total(const Warp& w, unsigned mask, unsigned lanes_with, uint64_t x) {
-  uint64_t t = 0;
-  for (unsigned m = lanes_with; m; m &= m - 1) t += shfl64(w, mask, x, lowest_lane(m));
-  return t;
-}
 DW_HD inline void rbfs_add(unsigned long long* c, unsigned i, uint64_t v) {
   if (v) client_atomic<unsigned long long>(c[i]).fetch_add((unsigned long long)v, memory_order_relaxed);
 }
@@ -268,7 +262,7 @@ struct rbfs_level_step {
     const bool found = v < n && ld(depth[v]) == level;
     const unsigned hits = w.ballot(mask, found);
     if (!hits) return 0;
-    const uint64_t sum = detail::rbfs_warp_total(w, mask, hits, found ? rbfs_depth_hash(v, level) : 0);
+    const uint64_t sum = warp_total(w, mask, hits, found ? rbfs_depth_hash(v, level) : 0);
     const unsigned lead = lowest_lane(hits);
     unsigned long long base = 0;
     if (w.lane() == lead) {
@@ -354,7 +348,7 @@ struct rbfs_scan_step {
     const unsigned in = w.ballot(mask, d <= level);
     if (!in) return 0;
     const unsigned at = w.ballot(mask, d == level);
-    const uint64_t sum = detail::rbfs_warp_total(w, mask, in, d <= level ? rbfs_depth_hash(v, d) : 0);
+    const uint64_t sum = warp_total(w, mask, in, d <= level ? rbfs_depth_hash(v, d) : 0);
     if (w.lane() == lowest_lane(in)) {
       detail::rbfs_add(c, rbfs_c_reached, popcount32(in));
       detail::rbfs_add(c, rbfs_c_frontier, popcount32(at));

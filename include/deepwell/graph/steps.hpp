@@ -48,13 +48,18 @@ DW_HD double warp_sum(const Warp& w, unsigned mask, double x) {
   return total;
 }
 
-// A uint64 summed over the lanes of mask (every lane gets the total); only
-// lanes with a nonzero value shuffle.
+// x summed over the lanes `lanes` (a subset of mask; every lane of mask
+// calls and gets the total).
+template <class Warp>
+DW_HD uint64_t warp_total(const Warp& w, unsigned mask, unsigned lanes, uint64_t x) {
+  uint64_t total = 0;
+  for (unsigned m = lanes; m; m &= m - 1) total += shfl64(w, mask, x, lowest_lane(m));
+  return total;
+}
+// x summed over the lanes of mask; only lanes with a nonzero value shuffle.
 template <class Warp>
 DW_HD uint64_t warp_sum_u64(const Warp& w, unsigned mask, uint64_t x) {
-  uint64_t total = 0;
-  for (unsigned m = w.ballot(mask, x != 0); m; m &= m - 1) total += shfl64(w, mask, x, lowest_lane(m));
-  return total;
+  return warp_total(w, mask, w.ballot(mask, x != 0), x);
 }
 
 // Adds the warp's total once (from its lowest lane), not once a lane.
@@ -108,6 +113,11 @@ struct long_list_queue {
   uint64_t threshold = 8192;  // lists longer than this are queued
 
   DW_HD bool wants(uint64_t b, uint64_t e) const { return lists && e - b > threshold; }
+
+  // The executors' default chunk: a quarter of the threshold, at most 2048.
+  static uint32_t default_chunk(uint64_t threshold) {
+    return uint32_t(threshold / 4 > 2048 ? 2048 : threshold / 4 ? threshold / 4 : 1);
+  }
 
   // Queues node x's [b, e) (the same arguments in every lane of mask;
   // every lane calls). False when the queue is full: the warp walks the
@@ -176,8 +186,19 @@ template <class Step>
 struct long_list_step {
   Step s;
   const long_list* lists = nullptr;
-  uint64_t count = 0;  // lists in the queue (at least 1)
+  uint64_t count = 0;   // lists in the queue (0: nothing to walk)
   uint32_t chunk = 0;
+  uint64_t chunks = 0;  // chunk ids to run it over (times the executor's lanes)
+
+  // The walk of what step s queued in q, from q's head word once s's kernel
+  // is done. Its chunks are walked, never queued again.
+  static long_list_step after(const Step& s, const long_list_queue& q, unsigned long long head) {
+    const uint64_t queued = head >> long_list_queue::count_shift;
+    long_list_step ls{s, q.lists, queued < q.capacity ? queued : q.capacity, q.chunk,
+                      queued ? head & long_list_queue::chunk_mask : 0};
+    ls.s.lists = long_list_queue{};
+    return ls;
+  }
 
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {

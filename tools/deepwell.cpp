@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.hpp"
 #include "deepwell/defaults.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/graph/build.hpp"
@@ -132,7 +133,8 @@ int main(int argc, char** argv) {
   for (const char* name : {"bfs", "cc", "pagerank", "sssp"}) {
     CLI::App* a = g->add_subcommand(name, std::string(name) + " on the GPU (or CPU threads with --cpu)");
     a->add_option("input", ro.file, "the .dwg file")->required();
-    a->add_option("--source", ro.source, "source node (bfs, sssp); default: the node of largest degree");
+    a->add_option("--source", ro.source, "source node (bfs, sssp); default: the node of largest degree")
+        ->check(deepwell::tools::not_negative);
     a->add_option("--mode", ro.mode, "deepwell, zerocopy (pinned host memory) or memory (all in GPU memory)")
         ->capture_default_str();
     a->add_flag("--baselines", ro.baselines, "run deepwell, zerocopy and memory in one process, with the H2D ceiling");
@@ -146,7 +148,8 @@ int main(int argc, char** argv) {
     a->add_option("--long-lists", ro.long_lists,
                   "lists longer than this many entries are cut into chunks all warps share (0: each list walked by "
                   "one warp)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(deepwell::tools::not_negative);
     a->add_flag("!--no-stream", ro.stream,
                 "bottom-up BFS reads through cache pages even where it could read the direct tier in place");
     a->add_option("--pin-free-strides", ro.pin_free_strides,

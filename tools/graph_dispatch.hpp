@@ -46,6 +46,7 @@ inline void check_algorithm(const graph_run_options& o, const csr_file& f) {
   if (f.header().id_bytes != 4) throw error(f.path() + ": graph algorithms need 4-byte node ids");
   if (needs_weights(o.algo) && f.header().weights != weight_type::u32)
     throw error(f.path() + ": SSSP needs uint32 edge weights (generate with --weights)");
+  f.check_offsets(o.threads);  // a corrupt offset would send a list past the neighbour array
 }
 
 // The source: given, or the node of largest degree (in the giant component of a Kronecker graph).
@@ -113,6 +114,7 @@ inline std::string compare(const outcome& a, const outcome& b) {
 }
 
 inline outcome reference(const graph_run_options& o, const csr_file& f, uint32_t source) {
+  f.check(o.threads);  // the reference indexes its arrays with every id: a corrupt one is an error, not a crash
   const csr_view v = view_of(f);
   outcome r;
   r.algo = o.algo;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "cli_checks.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/table/taxi.hpp"
 #include "deepwell/table/taxi_run.hpp"
@@ -38,9 +39,9 @@ void add_table_command(CLI::App& app, table_command& t) {
   t.app->require_subcommand(1);
   t.gen = t.app->add_subcommand("gen", "write a deterministic NYC-taxi-trip table as a column file");
   t.gen->add_option("path", t.path, "the column file to write")->required();
-  t.gen->add_option("--rows", t.rows, "rows (trips)");
-  t.gen->add_option("--seed", t.seed, "generator seed");
-  t.gen->add_option("--row-group", t.row_group_rows, "rows per statistics row group");
+  t.gen->add_option("--rows", t.rows, "rows (trips)")->check(deepwell::tools::not_negative);
+  t.gen->add_option("--seed", t.seed, "generator seed")->check(deepwell::tools::not_negative);
+  t.gen->add_option("--row-group", t.row_group_rows, "rows per statistics row group")->check(deepwell::tools::not_negative);
   t.gen->add_option("--threads", t.workers, "generator threads (0: every core)");
   t.info = t.app->add_subcommand("info", "print a column file's columns, types and sections");
   t.info->add_option("path", t.path, "the column file")->required();

@@ -23,13 +23,27 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 
 def parse_bytes(v) -> int:
     """256 << 20, "256MiB", "1 GiB", "4k": sizes in bytes (units are powers of 1024)."""
     if isinstance(v, (int, np.integer)):
-        return int(v)
-    s = str(v).strip().lower().replace(" ", "")
-    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = s[len(num):]
-    if not num or unit not in _UNITS:
-        raise InvalidArgument(f"cannot read {v!r} as a size: use bytes or a number with KiB, MiB, GiB or TiB")
-    return int(float(num) * _UNITS[unit])
+        n = int(v)
+    else:
+        s = str(v).strip().lower().replace(" ", "")
+        num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = s[len(num):]
+        try:
+            n = int(float(num) * _UNITS[unit])
+        except (ValueError, KeyError):
+            raise InvalidArgument(f"cannot read {v!r} as a size: use bytes or a number with KiB, MiB, GiB or TiB") from None
+    if n < 0:
+        raise InvalidArgument(f"a size cannot be negative: {v!r}")
+    return n
+
+
+def _count(name: str, v) -> int:
+    """An integer setting that is a count or a byte offset: negative values are
+    refused here, before they wrap in the C structure's unsigned fields."""
+    n = int(v)
+    if n < 0:
+        raise InvalidArgument(f"{name} cannot be negative: {v!r}")
+    return n
 
 
 class _DType:
@@ -157,13 +171,13 @@ class Array:
         lib.dw_open_options_init(ctypes.byref(o))
         o.path = path.encode() if path is not None else None
         o.host_bytes = 0 if path is not None else shape[0] * row_bytes
-        o.offset = int(offset)
+        o.offset = offset = _count("offset", offset)
         o.length = shape[0] * row_bytes if shape[0] >= 0 and not create else 0
         o.row_bytes = row_bytes
         # Settings left as None keep the library's defaults (dw_open_options_init:
         # DEEPWELL_* in the environment, else the built-in ones; docs/settings.md).
         if page_size is not None:
-            o.page_size = int(page_size)
+            o.page_size = _count("page_size", page_size)
         if cache_size is not None:
             o.cache_bytes = parse_bytes(cache_size)
         o.device = _device_ordinal(device)
@@ -174,9 +188,9 @@ class Array:
         if direct is not None:
             o.direct_files = _DIRECT[direct]
         if pollers is not None:
-            o.pollers = int(pollers)
-        o.cpu_threads = int(cpu_threads)
-        o.queue_pairs = int(queue_pairs)
+            o.pollers = _count("pollers", pollers)
+        o.cpu_threads = _count("cpu_threads", cpu_threads)
+        o.queue_pairs = _count("queue_pairs", queue_pairs)
         if timeout is not None:
             o.timeout_s = float(timeout)
         o.cache_reads = int(bool(cache_reads))

@@ -248,7 +248,7 @@ class CheckpointStore:
     def __init__(self, path, *, device=None, create: bool = False, specs=None, writable: bool = True,
                  page_size: Optional[int] = None, cache_size=None, odirect: bool = False, unit: Optional[int] = None,
                  cpu_threads: int = 0, timeout: Optional[float] = None):
-        from .array import parse_bytes
+        from .array import _count, parse_bytes
         self._h = None
         self.path = os.fspath(path)
         if not create and not os.path.exists(self.path):
@@ -261,12 +261,12 @@ class CheckpointStore:
         o.writable = 1 if (writable or create) else 0
         o.odirect = 1 if odirect else 0
         if page_size:
-            o.page_size = int(page_size)
+            o.page_size = _count("page_size", page_size)
         if cache_size is not None:
             o.cache_bytes = parse_bytes(cache_size)
         if unit:
-            o.unit = int(unit)
-        o.cpu_threads = int(cpu_threads)
+            o.unit = _count("unit", unit)
+        o.cpu_threads = _count("cpu_threads", cpu_threads)
         if timeout is not None:
             o.timeout_s = float(timeout)
         arr, keep = _manifest(specs or [])

@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _lib
 from ._lib import InvalidArgument, check, lib
-from .array import _device_ordinal, cuda_available, parse_bytes
+from .array import _count, _device_ordinal, cuda_available, parse_bytes
 
 __all__ = ["KVStore", "create", "open", "bytes_needed", "OK", "NOT_FOUND", "FULL", "BAD_KEY", "MAX_KEY"]
 
@@ -217,16 +217,16 @@ class KVStore:
         o.path = self._path_bytes
         o.device = _device_ordinal(device)
         o.mode = _CREATE if create else _OPEN
-        o.value_bytes = int(value_bytes or 0)
-        o.capacity = int(capacity)
-        o.bucket_bytes = int(bucket_bytes)
-        o.max_probe = int(max_probe)
-        o.log_rows = int(log_rows)
-        o.page_size = int(page_size)
+        o.value_bytes = _count("value_bytes", value_bytes or 0)
+        o.capacity = _count("capacity", capacity)
+        o.bucket_bytes = _count("bucket_bytes", bucket_bytes)
+        o.max_probe = _count("max_probe", max_probe)
+        o.log_rows = _count("log_rows", log_rows)
+        o.page_size = _count("page_size", page_size)
         o.cache_bytes = parse_bytes(cache_size) if cache_size is not None else 0
-        o.max_batch = int(max_batch)
-        o.cpu_threads = int(cpu_threads)
-        o.pollers = int(pollers)
+        o.max_batch = _count("max_batch", max_batch)
+        o.cpu_threads = _count("cpu_threads", cpu_threads)
+        o.pollers = _count("pollers", pollers)
         o.odirect = 1 if odirect else 0
         o.timeout_s = float(timeout) if timeout else 0.0
         h = ctypes.c_void_p()

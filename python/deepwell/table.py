@@ -15,6 +15,7 @@ from Parquet or CSV (pyarrow); ``to_parquet(src, dst)`` the other way
 from __future__ import annotations
 
 import decimal
+import numbers
 import os
 import struct
 import sys
@@ -137,6 +138,8 @@ class Table:
         self._arrays: dict[str, Array] = {}
         self._kw = dict(array_kwargs, device=device, cache_size=cache_size)
         self.chunk_rows = int(chunk_rows)
+        if self.chunk_rows < 1:  # a negative step would scan nothing and select no row
+            raise InvalidArgument(f"chunk_rows must be at least 1, not {chunk_rows!r}")
 
     def info(self, name: str) -> ColumnInfo:
         if name not in self.columns:
@@ -155,6 +158,9 @@ class Table:
 
     def where(self, pred: "Predicate") -> "Selection":
         """The rows where ``pred`` holds: one scan of its column, in chunks."""
+        if not isinstance(pred, Predicate):
+            raise InvalidArgument(f"where() takes a comparison of a column, such as "
+                                  f"t.column('trip_distance') >= 30, not {pred!r}")
         if pred.table is not self:
             raise InvalidArgument("the predicate is over another table's column")
         a = self.array(pred.name)
@@ -217,6 +223,10 @@ class ColumnRef:
         self.table, self.name = table, name
 
     def _p(self, op, v):
+        # A bound that is not a number would fail deep in the scan (or, for
+        # NaN, compare false everywhere): refused here, by name.
+        if isinstance(v, bool) or not isinstance(v, (numbers.Real, decimal.Decimal)) or v != v:
+            raise InvalidArgument(f"{self.table.path}: column '{self.name}' {op} {v!r}: the bound must be a number")
         return Predicate(self.table, self.name, op, v)
 
     def __ge__(self, v):

@@ -135,6 +135,15 @@ def test_errors_name_the_problem(make_file, tmp_path):
         open_cpu(path, dtype="uint8", shape=(-1, 64), cache_size="lots")
     with pytest.raises(ValueError, match="device must be"):
         open_cpu(path, device="gpu")
+    # Negative counts and offsets are refused by name, not wrapped to 2^64 - n.
+    with pytest.raises(ValueError, match="a size cannot be negative: -5"):
+        open_cpu(path, dtype="uint8", shape=(-1, 64), cache_size=-5)
+    with pytest.raises(ValueError, match="a size cannot be negative"):
+        open_cpu(path, dtype="uint8", shape=(-1, 64), cache_size="-1 GiB")
+    with pytest.raises(ValueError, match="offset cannot be negative: -64"):
+        open_cpu(path, dtype="uint8", shape=(-1, 64), offset=-64)
+    with pytest.raises(ValueError, match="pollers cannot be negative"):
+        open_cpu(path, dtype="uint8", shape=(-1, 64), pollers=-1)
     with pytest.raises(ValueError, match="unknown dtype"):
         open_cpu(path, dtype="float13")
     with pytest.raises(ValueError, match="NumPy has no bfloat16"):

@@ -148,6 +148,11 @@ def test_bad_input_is_refused(tmp_path):
         kv.create(path, value_bytes=0)
     with pytest.raises(deepwell.InvalidArgument, match="8 to 128"):
         kv.create(path, value_bytes=12, device="cpu")
+    # Negative sizes are refused by name, not wrapped to 2^32 - 8 or 2^64 - 1.
+    with pytest.raises(deepwell.InvalidArgument, match="value_bytes cannot be negative: -8"):
+        kv.create(os.path.join(tmp_path, "n.kv"), value_bytes=-8, device="cpu")
+    with pytest.raises(deepwell.InvalidArgument, match="capacity cannot be negative: -1"):
+        kv.create(os.path.join(tmp_path, "n.kv"), value_bytes=8, capacity=-1, device="cpu")
     # Another shape: the message names the file.
     with pytest.raises(deepwell.InvalidArgument, match=f"{path}.*values are 8 bytes; opened expecting 32"):
         kv.open(path, device="cpu", value_bytes=32)

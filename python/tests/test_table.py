@@ -73,6 +73,17 @@ def test_errors_name_the_file_and_column(tmp_path):
     with dt.open(path, device="cpu") as t:
         with pytest.raises(deepwell.InvalidArgument, match=r"e\.dwcol: no column 'fare'.*trip_distance"):
             t.column("fare")
+        # Bounds that are not numbers, and a where() of something else.
+        d = t.column("trip_distance")
+        for bad in ("30", None, float("nan"), decimal.Decimal("NaN"), True):
+            with pytest.raises(deepwell.InvalidArgument, match=r"e\.dwcol: column 'trip_distance' >= .*must be a number"):
+                t.where(d >= bad)
+        with pytest.raises(deepwell.InvalidArgument, match=r"where\(\) takes a comparison of a column"):
+            t.where(True)
+    # A scan in chunks of no rows (or a negative number) would select nothing.
+    for chunk in (0, -5):
+        with pytest.raises(deepwell.InvalidArgument, match="chunk_rows must be at least 1"):
+            dt.open(path, device="cpu", chunk_rows=chunk)
     with open(path, "r+b") as f:
         f.truncate(os.path.getsize(path) - 4096)
     with pytest.raises(deepwell.InvalidArgument, match=r"e\.dwcol: header says the file has .* \(truncated"):

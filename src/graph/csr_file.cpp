@@ -222,16 +222,29 @@ const uint32_t* csr_file::weights() const {
   return reinterpret_cast<const uint32_t*>(base_ + h_.weights_at);
 }
 
+namespace {
+[[noreturn]] void bad_offsets(const std::string& path, uint64_t v, const uint64_t* off, uint64_t edges) {
+  throw error(path + ": offsets of node " + std::to_string(v) + " run from " + std::to_string(off[v]) + " to " +
+              std::to_string(off[v + 1]) + " (not monotone or past " + std::to_string(edges) +
+              " edges): a corrupt graph file");
+}
+}  // namespace
+
+void csr_file::check_offsets(unsigned threads) const {
+  const uint64_t* off = offsets();
+  detail::parallel_for(h_.nodes, threads, [&](unsigned, uint64_t b, uint64_t e) {
+    for (uint64_t v = b; v < e; ++v)
+      if (off[v + 1] < off[v] || off[v + 1] > h_.edges) bad_offsets(path_, v, off, h_.edges);
+  });
+}
+
 void csr_file::check(unsigned threads, progress* p) const {
   const uint64_t* off = offsets();
   const uint64_t n = h_.nodes;
   if (p) p->phase("check", n);
   detail::parallel_for(n, threads, [&](unsigned, uint64_t b, uint64_t e) {
     for (uint64_t v = b; v < e; ++v) {
-      if (off[v + 1] < off[v] || off[v + 1] > h_.edges)
-        throw error(path_ + ": offsets of node " + std::to_string(v) + " run from " + std::to_string(off[v]) +
-                    " to " + std::to_string(off[v + 1]) + " (not monotone or past " + std::to_string(h_.edges) +
-                    " edges)");
+      if (off[v + 1] < off[v] || off[v + 1] > h_.edges) bad_offsets(path_, v, off, h_.edges);
       for (uint64_t i = off[v]; i < off[v + 1]; ++i) {
         const uint64_t u = neighbour(i);
         if (u >= n)

@@ -39,23 +39,42 @@ size_t split(char* line, char** fields, size_t max) {
   return n;
 }
 
+// A field as it may appear in a message: printable ASCII kept, other bytes
+// as \xNN (a binary file given as an edge list printed raw bytes), at most
+// 40 characters.
+std::string shown(const char* s) {
+  std::string out;
+  for (; *s && out.size() < 40; ++s) {
+    const auto c = static_cast<unsigned char>(*s);
+    if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (*s) out += "...";
+  return out;
+}
+
 class parse_error_at {
  public:
   parse_error_at(const std::string& path, uint64_t line) : where_(path + ":" + std::to_string(line) + ": ") {}
   [[noreturn]] void fail(const std::string& msg) const { throw error(where_ + msg); }
   uint64_t id(const char* s) const {
-    if (*s == '-') fail(std::string("negative node id '") + s + "'");
+    if (*s == '-') fail("negative node id '" + shown(s) + "'");
     errno = 0;
     char* end = nullptr;
     const unsigned long long v = std::strtoull(s, &end, 10);
-    if (end == s || *end != '\0') fail(std::string("node id '") + s + "' is not a non-negative integer");
-    if (errno == ERANGE) fail(std::string("node id '") + s + "' is too large");
+    if (end == s || *end != '\0') fail("node id '" + shown(s) + "' is not a non-negative integer");
+    if (errno == ERANGE) fail("node id '" + shown(s) + "' is too large");
     return v;
   }
   double weight(const char* s) const {
     char* end = nullptr;
     const double v = std::strtod(s, &end);
-    if (end == s || *end != '\0' || !std::isfinite(v)) fail(std::string("weight '") + s + "' is not a number");
+    if (end == s || *end != '\0' || !std::isfinite(v)) fail("weight '" + shown(s) + "' is not a number");
     return v;
   }
 

@@ -18,6 +18,8 @@ namespace deepwell::table {
 namespace {
 
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+// Row groups of `group` rows in `rows` (rounded up without overflowing).
+uint64_t row_groups(uint64_t rows, uint64_t group) { return rows / group + (rows % group != 0); }
 
 void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& path) {
   auto* p = static_cast<char*>(dst);
@@ -152,16 +154,20 @@ column_file column_file::open(const std::string& path) {
       throw error(where + ": width " + std::to_string(c.width) + " does not match its type " + type_name(t));
     if (c.offset % column_align || c.offset < h.header_bytes)
       throw error(where + ": section offset " + std::to_string(c.offset) + " is not a 4 KiB boundary past the header");
-    if (c.bytes != h.rows * w)
+    // Sizes from the file are checked without wrapping: a header whose rows
+    // times the width overflow 64 bits would otherwise pass as small.
+    uint64_t need = 0;
+    if (__builtin_mul_overflow(h.rows, uint64_t(w), &need) || c.bytes != need)
       throw error(where + ": section of " + std::to_string(c.bytes) + " bytes, but " + std::to_string(h.rows) +
-                  " rows of " + std::to_string(w) + " bytes need " + std::to_string(h.rows * w));
-    if (c.offset + c.bytes > size)
-      throw error(where + ": section [" + std::to_string(c.offset) + ", " + std::to_string(c.offset + c.bytes) +
-                  ") runs past the end of the file (" + std::to_string(size) + " bytes)");
+                  " rows of " + std::to_string(w) + " bytes need " +
+                  (need == c.bytes ? std::string("more than 2^64") : std::to_string(need)));
+    if (c.bytes > size || c.offset > size - c.bytes)
+      throw error(where + ": section at " + std::to_string(c.offset) + " of " + std::to_string(c.bytes) +
+                  " bytes runs past the end of the file (" + std::to_string(size) + " bytes)");
     if (c.has_stats) {
       if (h.row_group_rows == 0) throw error(where + ": statistics without a row-group size");
-      const uint64_t groups = (h.rows + h.row_group_rows - 1) / h.row_group_rows;
-      if (c.stats_offset + groups * 16 > size || c.stats_offset < h.header_bytes)
+      const uint64_t groups = row_groups(h.rows, h.row_group_rows);
+      if (c.stats_offset < h.header_bytes || c.stats_offset > size || groups > (size - c.stats_offset) / 16)
         throw error(where + ": statistics outside the file");
     }
     f.cols_.push_back({name, t, w, int(c.scale), c.offset, c.bytes, c.has_stats != 0, c.stats_offset});
@@ -187,7 +193,7 @@ const column_info& column_file::column(const std::string& name, column_type want
 std::vector<std::pair<int64_t, int64_t>> column_file::stats(const std::string& name) const {
   const column_info& c = column(name);
   if (!c.has_stats) throw error(path_ + ": column '" + name + "' has no statistics");
-  const uint64_t groups = (rows_ + row_group_rows_ - 1) / row_group_rows_;
+  const uint64_t groups = row_groups(rows_, row_group_rows_);
   std::vector<std::pair<int64_t, int64_t>> out(groups);
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw error(errno_message("open " + path_, errno));
@@ -223,16 +229,26 @@ column_file_writer::column_file_writer(const std::string& path, uint64_t rows, s
   }
   header_bytes_ = round_up(sizeof(column_file_header) + cols.size() * sizeof(column_desc), column_align);
   uint64_t at = header_bytes_;
-  const uint64_t groups = row_group_rows_ ? (rows_ + row_group_rows_ - 1) / row_group_rows_ : 0;
+  const uint64_t groups = row_group_rows_ ? row_groups(rows_, row_group_rows_) : 0;
+  // Every offset below checked against 64 bits (rows from a negative
+  // number on a command line wrap to nearly 2^64).
+  const auto too_big = [&] {
+    return error(path + ": " + std::to_string(rows_) + " rows of these columns take more than 2^64 bytes");
+  };
   for (const column_spec& c : cols) {
     const uint32_t w = type_width(c.type);
-    cols_.push_back({c.name, c.type, w, c.scale, at, rows_ * w, false, 0});
-    at = round_up(at + rows_ * w, column_align);
+    uint64_t bytes = 0, end = 0;
+    if (__builtin_mul_overflow(rows_, uint64_t(w), &bytes) || __builtin_add_overflow(at, bytes, &end) ||
+        end > UINT64_MAX - column_align)
+      throw too_big();
+    cols_.push_back({c.name, c.type, w, c.scale, at, bytes, false, 0});
+    at = round_up(end, column_align);
   }
   for (column_info& c : cols_)
     if (groups && type_is_integer(c.type)) {
       c.has_stats = true;
       c.stats_offset = at;
+      if (groups > (UINT64_MAX - at) / 16) throw too_big();
       at += groups * 16;
     }
   file_bytes_ = at;

@@ -185,6 +185,14 @@ TEST(GraphFile, BadFilesGetClearErrors) {
   {
     csr_file x(f.path());
     expect_error([&] { x.check(); }, "not monotone");
+    expect_error([&] { x.check_offsets(); }, "offsets of node 499 run from");
+  }
+  // An offset past the edges (node 499's list would run off the neighbours).
+  const uint64_t far = uint64_t(1) << 40;
+  ASSERT_EQ(::pwrite(fd, &far, 8, off_t(h.offsets_at + 8 * 500)), 8);
+  {
+    csr_file x(f.path());
+    expect_error([&] { x.check_offsets(2); }, "to " + std::to_string(far) + " (not monotone or past");
   }
   const uint64_t wrong_total = 1;
   ASSERT_EQ(::pwrite(fd, &wrong_total, 8, off_t(h.offsets_at + 8 * h.nodes)), 8);
@@ -264,6 +272,9 @@ TEST(GraphConvert, BadTextNamesTheLine) {
   expect_error([&] { read_edge_list(t.path()); }, ":2: has 3 fields");
   write_text(t.path(), "0 -1\n");
   expect_error([&] { read_edge_list(t.path()); }, "negative node id");
+  // A binary file given as an edge list: its bytes are shown escaped, not raw.
+  write_text(t.path(), std::string("0 \x01\xfe" "7\n", 6));
+  expect_error([&] { read_edge_list(t.path()); }, "node id '\\x01\\xfe7' is not");
   write_text(t.path(), "# only comments\n");
   expect_error([&] { read_edge_list(t.path()); }, "no edges");
   write_text(t.path(), "%%MatrixMarket matrix coordinate pattern general\n2 2 2\n1 3\n");

@@ -158,6 +158,35 @@ TEST(ColumnFile, BadFilesAreRefusedWithTheFileAndColumnNamed) {
   // A missing file.
   e = error_of([&] { column_file::open(f.path() + ".absent"); });
   EXPECT_NE(e.find(".absent"), std::string::npos) << e;
+
+  // A row count whose sections wrap 64 bits: 2^62 + 25 rows of 4 bytes
+  // "need" 100 bytes modulo 2^64, which a check that wraps would take for
+  // the 100 rows' 400 once the sections also say 100 bytes.
+  rewrite();
+  const uint64_t wrapping_rows = (uint64_t(1) << 62) + 25;
+  patch(f.path(), offsetof(column_file_header, rows), &wrapping_rows, 8);
+  for (uint64_t i = 0; i < 6; ++i) {
+    const uint64_t hundred = 100;
+    patch(f.path(), sizeof(column_file_header) + i * sizeof(column_desc) + offsetof(column_desc, bytes), &hundred, 8);
+  }
+  e = error_of([&] { column_file::open(f.path()); });
+  EXPECT_NE(e.find("column 'trip_distance': section of 100 bytes"), std::string::npos) << e;
+  EXPECT_NE(e.find("more than 2^64"), std::string::npos) << e;
+}
+
+TEST(ColumnFile, AWriterRefusesRowsWhoseBytesOverflow) {
+  scratch_file f("huge.dwcol");
+  // What `--rows -5` became before the command line checked it: 2^64 - 5.
+  const std::string e = error_of([&] {
+    column_file_writer w(f.path(), ~uint64_t(0) - 4, {{"a", column_type::int8, 0}, {"b", column_type::int64, 0}}, 0);
+  });
+  EXPECT_NE(e.find(f.path()), std::string::npos) << e;
+  EXPECT_NE(e.find("more than 2^64 bytes"), std::string::npos) << e;
+  // Statistics alone can overflow too: one row group a row.
+  const std::string e2 = error_of([&] {
+    column_file_writer w(f.path(), uint64_t(1) << 60, {{"a", column_type::int8, 0}}, 1);
+  });
+  EXPECT_NE(e2.find("more than 2^64 bytes"), std::string::npos) << e2;
 }
 
 TEST(TaxiTable, GeneratorIsDeterministicWhateverTheThreadsAndLooksLikeTheTlcData) {

@@ -94,6 +94,10 @@ class csr_file {
 
   // Full scan; throws naming the first bad offset or id.
   void check(unsigned threads = 0, progress* p = nullptr) const;
+  // The offsets alone (O(nodes)): monotone and within the edges, so that a
+  // list never runs past the neighbour array. The graph runners check this
+  // much before any algorithm; ids out of range are counted as they are met.
+  void check_offsets(unsigned threads = 0) const;
   csr_stats stats(unsigned threads = 0) const;
   // A copy in memory (tests, small graphs).
   csr_graph load() const;

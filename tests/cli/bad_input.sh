@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The deepwell command refuses bad input with a message that names the
+# problem and a failing exit status: never a crash (a signal), a hang or a
+# silent success. Usage: bad_input.sh path/to/deepwell
+set -u
+cli=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+head -c 100000 /dev/urandom >"$dir/junk.bin"
+: >"$dir/empty.bin"
+"$cli" graph generate --scale 6 -o "$dir/g.dwg" -q >/dev/null 2>&1 || { echo "FAIL: could not make a small graph"; exit 1; }
+"$cli" table gen "$dir/t.dwcol" --rows 1000 >/dev/null 2>&1 || { echo "FAIL: could not make a small table"; exit 1; }
+failed=0
+# expect SUBSTRING ARGS...: exits 1-125 within 60 s, and says SUBSTRING.
+expect() {
+  local want=$1; shift
+  local out rc
+  out=$(timeout -k 5 60 "$cli" "$@" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then
+    echo "FAIL (exit $rc): deepwell $*"; echo "$out" | tail -3; failed=1
+  elif [[ "$out" != *"$want"* ]]; then
+    echo "FAIL (no '$want'): deepwell $*"; echo "$out" | tail -3; failed=1
+  else
+    echo "ok: deepwell $* -> $(echo "$out" | grep -m1 -F -- "$want" | cut -c1-140)"
+  fi
+}
+expect "not a column file" table info "$dir/junk.bin"
+expect "shorter than its header" table info "$dir/empty.bin"
+expect "No such file" table info "$dir/absent.dwcol"
+expect "not a column file" table query "$dir/junk.bin" --cpu
+expect "-5 is negative" table gen "$dir/x.dwcol" --rows -5
+expect "at least 1" table gen "$dir/x.dwcol" --rows 0
+expect "not in range" table query "$dir/t.dwcol" --cpu --query 7
+expect "not a deepwell graph file" graph bfs "$dir/junk.bin" --cpu
+expect "truncated" graph cc "$dir/empty.bin" --cpu
+expect "-7 is negative" graph bfs "$dir/g.dwg" --cpu --source -7
+expect "out of range" graph bfs "$dir/g.dwg" --cpu --source 1000000000000
+# Corrupt graph files: an offset past the edges, an id past the nodes.
+offsets_at=$("$cli" graph info "$dir/g.dwg" | sed -n 's/.*offsets @\([0-9]*\).*/\1/p')
+neighbours_at=$("$cli" graph info "$dir/g.dwg" | sed -n 's/.*neighbours @\([0-9]*\).*/\1/p')
+cp "$dir/g.dwg" "$dir/bad_offset.dwg"
+printf '\x00\x10\xa5\xd4\xe8\x00\x00\x00' | dd of="$dir/bad_offset.dwg" bs=1 seek=$((offsets_at + 8 * 20)) conv=notrunc status=none
+cp "$dir/g.dwg" "$dir/bad_id.dwg"
+printf '\x00\xff\xff\xff' | dd of="$dir/bad_id.dwg" bs=1 seek=$((neighbours_at + 4 * 5)) conv=notrunc status=none
+for a in bfs cc pagerank; do
+  expect "a corrupt graph file" graph $a "$dir/bad_offset.dwg" --cpu --mode memory
+  expect "out of range" graph $a "$dir/bad_id.dwg" --cpu --mode memory --check
+done
+# The same on the GPU where there is one (GPU memory and through the cache).
+if nvidia-smi -L >/dev/null 2>&1; then
+  for a in bfs cc pagerank; do
+    expect "a corrupt graph file" graph $a "$dir/bad_offset.dwg"
+    expect "out of range" graph $a "$dir/bad_id.dwg" --check
+  done
+fi
+expect "must be 1 to 40" graph generate --scale 0 -o "$dir/g0.dwg" -q
+expect "is negative" graph bfs "$dir/g.dwg" --cpu --long-lists -1
+if "$cli" serve --help >/dev/null 2>&1; then  # built with the server (toml++)
+  expect "cannot read" serve --config "$dir/absent.toml"
+  echo 'garbage = [' >"$dir/bad.toml"
+  expect "bad.toml:1" serve --config "$dir/bad.toml"
+  expect "no deepwell server" stat --socket "$dir/absent.sock"
+fi
+expect "is not a directory" grep "$dir/absent" --cpu
+[ $failed -eq 0 ] && echo "all refused clearly"
+exit $failed

@@ -47,11 +47,17 @@ for a in bfs cc pagerank; do
   expect "a corrupt graph file" graph $a "$dir/bad_offset.dwg" --cpu --mode memory
   expect "out of range" graph $a "$dir/bad_id.dwg" --cpu --mode memory --check
 done
+for a in cc pagerank; do  # these walk every edge: the bad id is met, counted and reported
+  expect "corrupt graph" graph $a "$dir/bad_id.dwg" --cpu
+done
 # The same on the GPU where there is one (GPU memory and through the cache).
 if nvidia-smi -L >/dev/null 2>&1; then
   for a in bfs cc pagerank; do
     expect "a corrupt graph file" graph $a "$dir/bad_offset.dwg"
     expect "out of range" graph $a "$dir/bad_id.dwg" --check
+  done
+  for a in cc pagerank; do
+    expect "corrupt graph" graph $a "$dir/bad_id.dwg"
   done
 fi
 expect "must be 1 to 40" graph generate --scale 0 -o "$dir/g0.dwg" -q
@@ -62,6 +68,8 @@ if "$cli" serve --help >/dev/null 2>&1; then  # built with the server (toml++)
   expect "bad.toml:1" serve --config "$dir/bad.toml"
   expect "no deepwell server" stat --socket "$dir/absent.sock"
 fi
-expect "is not a directory" grep "$dir/absent" --cpu
+printf 'alpha\nbeta\n' >"$dir/words"  # (the GPU machine has no /usr/share/dict/words)
+expect "is not a directory" grep "$dir/absent" --cpu --dict "$dir/words"
+expect "cannot read the dictionary" grep "$dir" --cpu --dict "$dir/absent-words"
 [ $failed -eq 0 ] && echo "all refused clearly"
 exit $failed

@@ -257,6 +257,7 @@ column_file_writer::column_file_writer(const std::string& path, uint64_t rows, s
   if (ftruncate(fd_, off_t(file_bytes_)) != 0) {
     const int e = errno;
     ::close(fd_);
+    ::unlink(path.c_str());  // this call made it (O_TRUNC): leave no empty file behind
     throw error(errno_message("size column file " + path, e));
   }
   stats_ = std::make_unique<stats_state>();

@@ -225,7 +225,8 @@ class ColumnRef:
     def _p(self, op, v):
         # A bound that is not a number would fail deep in the scan (or, for
         # NaN, compare false everywhere): refused here, by name.
-        if isinstance(v, bool) or not isinstance(v, (numbers.Real, decimal.Decimal)) or v != v:
+        is_number = not isinstance(v, bool) and isinstance(v, (numbers.Real, decimal.Decimal))
+        if not is_number or (v.is_nan() if isinstance(v, decimal.Decimal) else v != v):
             raise InvalidArgument(f"{self.table.path}: column '{self.name}' {op} {v!r}: the bound must be a number")
         return Predicate(self.table, self.name, op, v)
 

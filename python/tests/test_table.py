@@ -75,7 +75,7 @@ def test_errors_name_the_file_and_column(tmp_path):
             t.column("fare")
         # Bounds that are not numbers, and a where() of something else.
         d = t.column("trip_distance")
-        for bad in ("30", None, float("nan"), decimal.Decimal("NaN"), True):
+        for bad in ("30", None, float("nan"), decimal.Decimal("NaN"), decimal.Decimal("sNaN"), True):
             with pytest.raises(deepwell.InvalidArgument, match=r"e\.dwcol: column 'trip_distance' >= .*must be a number"):
                 t.where(d >= bad)
         with pytest.raises(deepwell.InvalidArgument, match=r"where\(\) takes a comparison of a column"):
@@ -122,3 +122,33 @@ def test_parquet_round_trip_and_duckdb_agrees(tmp_path, engine):
         back = tmp_path / "b.dwcol"
         dt.convert(pq, back)
         assert back.read_bytes() == src.read_bytes()
+
+
+def _gpu_ok() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return deepwell.cuda_available() and torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _gpu_ok(), reason="needs a CUDA GPU and PyTorch")
+@pytest.mark.parametrize("cache", ["2MiB", None])
+def test_queries_on_the_gpu_are_exact(tmp_path, cache):
+    # The same queries with device="cuda": the scan's chunks and the gathers
+    # come back as CUDA tensors; through a 2 MiB cache the columns (about
+    # 0.8 MiB each) evict one another.
+    path = tmp_path / "g.dwcol"
+    cols = write_taxi_like(path, 200_000)
+    sel = cols["trip_distance"] >= 3000
+    kw = {"cache_size": cache} if cache else {}
+    with dt.open(path, device="cuda", chunk_rows=50_000, **kw) as t:
+        far = t.where(t.column("trip_distance") >= 30)
+        assert far.indices.is_cuda
+        assert len(far) == int(sel.sum()) > 0
+        np.testing.assert_array_equal(np.sort(far.indices.cpu().numpy()), np.nonzero(sel)[0])
+        for c in COLS:
+            assert far.sum(c, raw=True) == int(cols[c][sel].astype(np.int64).sum())
+        assert far.mean("trip_distance") == far.sum("trip_distance") / len(far)
+        every = t.column("total_amount").sum(raw=True)
+        assert every == int(cols["total_amount"].astype(np.int64).sum())

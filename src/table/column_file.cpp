@@ -157,10 +157,11 @@ column_file column_file::open(const std::string& path) {
     // Sizes from the file are checked without wrapping: a header whose rows
     // times the width overflow 64 bits would otherwise pass as small.
     uint64_t need = 0;
-    if (__builtin_mul_overflow(h.rows, uint64_t(w), &need) || c.bytes != need)
+    const bool wraps = __builtin_mul_overflow(h.rows, uint64_t(w), &need);
+    if (wraps || c.bytes != need)
       throw error(where + ": section of " + std::to_string(c.bytes) + " bytes, but " + std::to_string(h.rows) +
                   " rows of " + std::to_string(w) + " bytes need " +
-                  (need == c.bytes ? std::string("more than 2^64") : std::to_string(need)));
+                  (wraps ? std::string("more than 2^64") : std::to_string(need)));
     if (c.bytes > size || c.offset > size - c.bytes)
       throw error(where + ": section at " + std::to_string(c.offset) + " of " + std::to_string(c.bytes) +
                   " bytes runs past the end of the file (" + std::to_string(size) + " bytes)");

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import math
 import os
 import sys
 import weakref
@@ -30,11 +31,21 @@ def parse_bytes(v) -> int:
         unit = s[len(num):]
         try:
             n = int(float(num) * _UNITS[unit])
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, OverflowError):
             raise InvalidArgument(f"cannot read {v!r} as a size: use bytes or a number with KiB, MiB, GiB or TiB") from None
     if n < 0:
         raise InvalidArgument(f"a size cannot be negative: {v!r}")
+    if n >= 1 << 64:  # the C structure's field would wrap
+        raise InvalidArgument(f"a size of {v!r} is more than 2^64 bytes")
     return n
+
+
+def _seconds(name: str, v) -> float:
+    """A time limit: a finite number of seconds, 0 or more."""
+    x = float(v)
+    if not math.isfinite(x) or x < 0:
+        raise InvalidArgument(f"{name} must be a finite number of seconds, 0 or more, not {v!r}")
+    return x
 
 
 def _count(name: str, v) -> int:
@@ -192,7 +203,7 @@ class Array:
         o.cpu_threads = _count("cpu_threads", cpu_threads)
         o.queue_pairs = _count("queue_pairs", queue_pairs)
         if timeout is not None:
-            o.timeout_s = float(timeout)
+            o.timeout_s = _seconds("timeout", timeout)
         o.cache_reads = int(bool(cache_reads))
         if shape[0] >= 0 and path is not None and not create and not served:
             have = os.stat(path).st_size if os.path.isfile(path) else None

@@ -248,7 +248,7 @@ class CheckpointStore:
     def __init__(self, path, *, device=None, create: bool = False, specs=None, writable: bool = True,
                  page_size: Optional[int] = None, cache_size=None, odirect: bool = False, unit: Optional[int] = None,
                  cpu_threads: int = 0, timeout: Optional[float] = None):
-        from .array import _count, parse_bytes
+        from .array import _count, _seconds, parse_bytes
         self._h = None
         self.path = os.fspath(path)
         if not create and not os.path.exists(self.path):
@@ -268,7 +268,7 @@ class CheckpointStore:
             o.unit = _count("unit", unit)
         o.cpu_threads = _count("cpu_threads", cpu_threads)
         if timeout is not None:
-            o.timeout_s = float(timeout)
+            o.timeout_s = _seconds("timeout", timeout)
         arr, keep = _manifest(specs or [])
         h = ctypes.c_void_p()
         check(lib.dw_checkpoint_open(ctypes.byref(o), arr if specs is not None else None,

@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _lib
 from ._lib import InvalidArgument, check, lib
-from .array import _count, _device_ordinal, cuda_available, parse_bytes
+from .array import _count, _device_ordinal, _seconds, cuda_available, parse_bytes
 
 __all__ = ["KVStore", "create", "open", "bytes_needed", "OK", "NOT_FOUND", "FULL", "BAD_KEY", "MAX_KEY"]
 
@@ -228,7 +228,7 @@ class KVStore:
         o.cpu_threads = _count("cpu_threads", cpu_threads)
         o.pollers = _count("pollers", pollers)
         o.odirect = 1 if odirect else 0
-        o.timeout_s = float(timeout) if timeout else 0.0
+        o.timeout_s = _seconds("timeout", timeout) if timeout else 0.0
         h = ctypes.c_void_p()
         check(lib.dw_kv_open(ctypes.byref(o), ctypes.byref(h)))
         self._h = h

@@ -144,6 +144,13 @@ def test_errors_name_the_problem(make_file, tmp_path):
         open_cpu(path, dtype="uint8", shape=(-1, 64), offset=-64)
     with pytest.raises(ValueError, match="pollers cannot be negative"):
         open_cpu(path, dtype="uint8", shape=(-1, 64), pollers=-1)
+    with pytest.raises(ValueError, match="more than 2\\^64 bytes"):
+        open_cpu(path, dtype="uint8", shape=(-1, 64), cache_size="99999999 TiB")
+    with pytest.raises(ValueError, match="as a size"):
+        open_cpu(path, dtype="uint8", shape=(-1, 64), cache_size="1e400")
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout must be a finite number of seconds"):
+            open_cpu(path, dtype="uint8", shape=(-1, 64), timeout=bad)
     with pytest.raises(ValueError, match="unknown dtype"):
         open_cpu(path, dtype="float13")
     with pytest.raises(ValueError, match="NumPy has no bfloat16"):

@@ -71,5 +71,18 @@ fi
 printf 'alpha\nbeta\n' >"$dir/words"  # (the GPU machine has no /usr/share/dict/words)
 expect "is not a directory" grep "$dir/absent" --cpu --dict "$dir/words"
 expect "cannot read the dictionary" grep "$dir" --cpu --dict "$dir/absent-words"
+# A misspelt setting is named (settings is a report: it still exits 0).
+out=$(DEEPWELL_CACHE_SIZE=1G timeout -k 5 60 "$cli" settings 2>&1)
+if [[ "$out" == *"DEEPWELL_CACHE_SIZE is not a deepwell setting"*"did you mean DEEPWELL_CACHE_BYTES?"* ]]; then
+  echo "ok: DEEPWELL_CACHE_SIZE=1G deepwell settings -> $(echo "$out" | grep -m1 DEEPWELL_CACHE_SIZE)"
+else
+  echo "FAIL: DEEPWELL_CACHE_SIZE=1G deepwell settings does not name the variable"; failed=1
+fi
+out=$(DEEPWELL_CACHE_BYTES=lots timeout -k 5 60 "$cli" settings 2>&1); rc=$?
+if [ $rc -ge 1 ] && [ $rc -lt 124 ] && [[ "$out" == *"DEEPWELL_CACHE_BYTES=lots is not a number"* ]]; then
+  echo "ok: DEEPWELL_CACHE_BYTES=lots deepwell settings -> $(echo "$out" | tail -1)"
+else
+  echo "FAIL (exit $rc): DEEPWELL_CACHE_BYTES=lots deepwell settings"; echo "$out" | tail -2; failed=1
+fi
 [ $failed -eq 0 ] && echo "all refused clearly"
 exit $failed

@@ -69,7 +69,15 @@ int main(int argc, char** argv) try {
   std::vector<float> out(n);
   cudaMemcpy(out.data(), d_out, n * 4, cudaMemcpyDeviceToHost);
   uint64_t wrong = 0;
-  for (uint64_t i = 0; i < n; ++i) wrong += out[i] != float(idx[i] % 16777216);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (out[i] == float(idx[i] % 16777216)) continue;
+    // The first few in full: what was read says where it came from (float
+    // k is element k mod 2^24: another offset of the same page, or another page).
+    if (++wrong <= 8)
+      std::fprintf(stderr, "wrong: out[%llu] (element %llu, page %llu, offset %llu) = %.1f, want %.1f\n",
+                   (unsigned long long)i, (unsigned long long)idx[i], (unsigned long long)(idx[i] / 1024),
+                   (unsigned long long)(idx[i] % 1024), out[i], float(idx[i] % 16777216));
+  }
   const deepwell::cache_stats s = cache->stats();
   std::printf("gathered %llu floats from a %.1f GiB dataset through a 256 MiB cache: %llu wrong; "
               "hits %llu, misses %llu (hit rate %.3f), evictions %llu\n",

@@ -1,7 +1,7 @@
 // The README's example: gather rows of a file far larger than the cache
 // into GPU memory, by random indices, through array_ref. Writes its own data
 // file (float i at index i), checks every gathered value, prints the cache's
-// statistics.   examples/gather [path] [million floats]
+// statistics.   examples/gather [path] [million floats] [rounds]
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -53,36 +53,41 @@ int main(int argc, char** argv) try {
   deepwell::array<float> feats(cache, ns);
 
   const uint64_t n = 1 << 22, blocks = (n + 255) / 256;
+  // argv[3]: rounds of n random reads (default 1), each checked: many
+  // rounds make a stress test of reads under eviction.
+  const uint64_t rounds = argc > 3 ? std::stoull(argv[3]) : 1;
   std::vector<uint64_t> idx(n);
+  std::vector<float> out(n);
   std::mt19937_64 rng(1);
-  for (auto& i : idx) i = rng() % feats.size();
   uint64_t* d_idx;
   float* d_out;
   deepwell::check_cuda(cudaMalloc(&d_idx, n * 8), "cudaMalloc");
   deepwell::check_cuda(cudaMalloc(&d_out, n * 4), "cudaMalloc");
-  cudaMemcpy(d_idx, idx.data(), n * 8, cudaMemcpyHostToDevice);
   deepwell::check_launch(*cache, gather, blocks, 256);
-  gather<<<blocks, 256>>>(feats.ref(), d_idx, d_out, n);
-  deepwell::check_cuda(cudaDeviceSynchronize(), "gather kernel");
-  if (auto e = cache->last_error(); !e.ok()) throw deepwell::error("gather: " + deepwell::describe(e));
-
-  std::vector<float> out(n);
-  cudaMemcpy(out.data(), d_out, n * 4, cudaMemcpyDeviceToHost);
   uint64_t wrong = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    if (out[i] == float(idx[i] % 16777216)) continue;
-    // The first few in full: what was read says where it came from (float
-    // k is element k mod 2^24: another offset of the same page, or another page).
-    if (++wrong <= 8)
-      std::fprintf(stderr, "wrong: out[%llu] (element %llu, page %llu, offset %llu) = %.1f, want %.1f\n",
-                   (unsigned long long)i, (unsigned long long)idx[i], (unsigned long long)(idx[i] / 1024),
-                   (unsigned long long)(idx[i] % 1024), out[i], float(idx[i] % 16777216));
+  for (uint64_t r = 0; r < rounds; ++r) {
+    for (auto& i : idx) i = rng() % feats.size();
+    cudaMemcpy(d_idx, idx.data(), n * 8, cudaMemcpyHostToDevice);
+    gather<<<blocks, 256>>>(feats.ref(), d_idx, d_out, n);
+    deepwell::check_cuda(cudaDeviceSynchronize(), "gather kernel");
+    if (auto e = cache->last_error(); !e.ok()) throw deepwell::error("gather: " + deepwell::describe(e));
+    cudaMemcpy(out.data(), d_out, n * 4, cudaMemcpyDeviceToHost);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (out[i] == float(idx[i] % 16777216)) continue;
+      // The first few in full: what was read says where it came from (float
+      // k is element k mod 2^24: another offset of the same page, or another page).
+      if (++wrong <= 8)
+        std::fprintf(stderr, "wrong: round %llu, out[%llu] (element %llu, page %llu, offset %llu) = %.1f, want %.1f\n",
+                     (unsigned long long)r, (unsigned long long)i, (unsigned long long)idx[i],
+                     (unsigned long long)(idx[i] / 1024), (unsigned long long)(idx[i] % 1024), out[i],
+                     float(idx[i] % 16777216));
+    }
   }
   const deepwell::cache_stats s = cache->stats();
   std::printf("gathered %llu floats from a %.1f GiB dataset through a 256 MiB cache: %llu wrong; "
               "hits %llu, misses %llu (hit rate %.3f), evictions %llu\n",
-              (unsigned long long)n, feats.size() * 4.0 / (1 << 30), (unsigned long long)wrong, (unsigned long long)s.hits,
-              (unsigned long long)s.misses, s.hit_rate(), (unsigned long long)s.evictions);
+              (unsigned long long)(n * rounds), feats.size() * 4.0 / (1 << 30), (unsigned long long)wrong,
+              (unsigned long long)s.hits, (unsigned long long)s.misses, s.hit_rate(), (unsigned long long)s.evictions);
   cudaFree(d_idx);
   cudaFree(d_out);
   if (server.empty()) unlink(path.c_str());

@@ -50,15 +50,24 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// DEEPWELL_* variables in the environment that nothing reads: a misspelt
-// setting is otherwise ignored without a word. Returns how many.
-size_t report_unknown_variables(const std::vector<defaults::knob>& knobs) {
+// The words of a variable's name after DEEPWELL_ (CACHE, BYTES).
+std::vector<std::string> setting_words(const std::string& v) {
+  std::vector<std::string> w;
+  for (size_t at = 9, end; at < v.size(); at = end + 1) {
+    end = std::min(v.find('_', at), v.size());
+    w.push_back(v.substr(at, end - at));
+  }
+  return w;
+}
+
+// Names the DEEPWELL_* variables in the environment that nothing reads: a
+// misspelt setting is otherwise ignored without a word.
+void report_unknown_variables(const std::vector<defaults::knob>& knobs) {
   // Read elsewhere: the server's socket (C ABI, Python), the Python package's
   // library; the tests' and the build scripts' own (docs/settings.md).
   static const char* const others[] = {"DEEPWELL_SERVER",   "DEEPWELL_LIBRARY",     "DEEPWELL_CLI",
                                        "DEEPWELL_TEST_DIR", "DEEPWELL_TEST_HOSTILE_SOCKET", "DEEPWELL_TSAN",
                                        "DEEPWELL_PYTHON",   "DEEPWELL_PYTHON_CUDA"};
-  size_t unknown = 0;
   for (char** e = environ; e && *e; ++e) {
     const std::string entry(*e);
     const std::string name = entry.substr(0, entry.find('='));
@@ -67,31 +76,21 @@ size_t report_unknown_variables(const std::vector<defaults::knob>& knobs) {
     // The nearest setting: the one sharing the first word (CACHE in
     // DEEPWELL_CACHE_SIZE) before one sharing a later word, then the
     // fewest edits (DEEPWELL_POLERS: DEEPWELL_POLLERS).
-    const auto words = [](const std::string& v) {
-      std::vector<std::string> w;
-      for (size_t at = 9, end; at < v.size(); at = end + 1) {
-        end = std::min(v.find('_', at), v.size());
-        w.push_back(v.substr(at, end - at));
-      }
-      return w;
-    };
-    const std::vector<std::string> mine = words(name);
+    const std::vector<std::string> mine = setting_words(name);
     std::string nearest;
     long best = LONG_MAX;
     for (const defaults::knob& k : knobs) {
       if (k.variable == name) known = true;
-      const std::vector<std::string> theirs = words(k.variable);
+      const std::vector<std::string> theirs = setting_words(k.variable);
       long score = long(edit_distance(name, k.variable));
       for (size_t i = 0; i < mine.size(); ++i)
         if (std::find(theirs.begin(), theirs.end(), mine[i]) != theirs.end()) score -= i == 0 ? 200 : 100;
       if (score < best) best = score, nearest = k.variable;
     }
     if (known) continue;
-    ++unknown;
     std::printf("%s is not a deepwell setting: nothing reads it%s\n", name.c_str(),
                 best <= 6 ? (" (did you mean " + nearest + "?)").c_str() : "");
   }
-  return unknown;
 }
 
 // "512M", "2G", "4096", "1.5G" -> bytes.

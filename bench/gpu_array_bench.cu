@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(256, 2) hit_parts_kernel(detail::cache_access:
         s2 = st.load(memory_order_relaxed);
       } else if (Parts == 6) {
         // ordered by a dependency on the data (what read_hit uses)
-        s2 = client_atomic<uint64_t>(c.state[s + zero_after_loads(v)]).load(memory_order_relaxed);
+        s2 = client_atomic<uint64_t>(c.state[s + zero_after_loads(v, c.opaque_zero)]).load(memory_order_relaxed);
       } else {
         s2 = st.load(memory_order_relaxed);
       }
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(256, 2) hint_parts_kernel(detail::cache_access
     if (have) {
       v = *reinterpret_cast<const uint64_t*>(c.data + (uint64_t(s) << c.page_shift) + ((i * 8) & ((1u << c.page_shift) - 1)));
       kk = client_atomic<uint64_t>(const_cast<uint64_t&>(c.slot_key[s])).load(memory_order_relaxed);
-      s2 = client_atomic<uint64_t>(c.state[s + (zero_after_loads(v) | zero_after_loads(kk))]).load(memory_order_relaxed);
+      s2 = client_atomic<uint64_t>(c.state[s + (zero_after_loads(v, c.opaque_zero) | zero_after_loads(kk, c.opaque_zero))]).load(memory_order_relaxed);
     }
     const bool ok = have && kk == key && (s2 & slot_state::valid) && slot_state::gen(s2) == uint32_t(h >> 32);
     sum += v;

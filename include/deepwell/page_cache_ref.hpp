@@ -276,6 +276,11 @@ class page_cache_ref {
   uint32_t io_stride = 0;
   uint32_t clean_above = 0;  // the cleaner runs while more pages than this are dirty (0: never)
   uint32_t clean_ahead = 0;  // how many slots ahead of the CLOCK hand it cleans
+  // Always 0, but a kernel parameter the compiler cannot see: ANDed into
+  // the state word's index after a pin-free read (zero_after_loads), it
+  // makes that load wait for the data. A literal zero, even in inline asm,
+  // was folded by ptxas, and the state word was read beside the data.
+  uint32_t opaque_zero = 0;
   uint64_t timeout_ns = 0;
 
   DW_HD uint64_t deadline() const { return now_ns() + timeout_ns; }

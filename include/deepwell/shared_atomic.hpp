@@ -50,14 +50,17 @@ using client_atomic = cuda::atomic_ref<T, cuda::thread_scope_device>;
 // Orders the loads of `v` (already made) before this thread's later
 // loads: the check of a seqlock-style read (page_cache_ref::read_hit)
 // must not read its sequence word before the data it vouches for. On the
-// GPU the later load's address is made to depend on every word of v, with a
-// zero the compiler cannot see through, so it cannot issue before the data
-// is in; at device scope both are served by L2, where every write is ordered
-// (the array benchmark measured this at the cost of a plain load, and a
-// fence.acq_rel at 10% more). On the host an acquire fence. Returns the zero
-// to add to the later load's index.
+// GPU the later load's address is made to depend on every word of v: the
+// result, added to its index, is v's words ANDed with `opaque_zero`, a zero
+// the compiler cannot know (page_cache_ref::opaque_zero, a kernel
+// parameter), so the load cannot issue before the data is in; at device
+// scope both are served by L2, where every write is ordered. Until
+// 2026-11-28 the zero was a literal in inline asm ("and.b32 %0, %1, 0"):
+// ptxas folded it, and the SASS read the state word beside the data, not
+// after it (cuobjdump -sass of examples/gather), which let a slot be evicted
+// and refilled between the two reads. On the host an acquire fence.
 template <class T>
-DW_HD DW_FORCEINLINE uint32_t zero_after_loads(const T& v) {
+DW_HD DW_FORCEINLINE uint32_t zero_after_loads(const T& v, uint32_t opaque_zero) {
 #if DW_DEVICE_CODE
   uint32_t f = 0;
   if constexpr (sizeof(T) % 4 == 0) {
@@ -68,10 +71,11 @@ DW_HD DW_FORCEINLINE uint32_t zero_after_loads(const T& v) {
     for (unsigned i = 0; i < sizeof(T); ++i) f ^= b[i];
   }
   uint32_t z;
-  asm volatile("and.b32 %0, %1, 0;" : "=r"(z) : "r"(f));
+  asm volatile("and.b32 %0, %1, %2;" : "=r"(z) : "r"(f), "r"(opaque_zero));
   return z;
 #else
   (void)v;
+  (void)opaque_zero;
   cuda::atomic_thread_fence(cuda::std::memory_order_acquire, cuda::thread_scope_device);
   return 0;
 #endif

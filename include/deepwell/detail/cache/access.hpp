@@ -47,9 +47,10 @@ struct cache_access {
     uint32_t page_shift;
     uint64_t* hints;
     uint32_t hint_mask;
+    uint32_t opaque_zero;  // page_cache_ref::opaque_zero
   };
   static lookup_arrays lookup_parts(const page_cache_ref& c) {
-    return {c.dir, c.state, c.slot_key, c.data, c.page_shift_, c.hints, c.hint_mask};
+    return {c.dir, c.state, c.slot_key, c.data, c.page_shift_, c.hints, c.hint_mask, c.opaque_zero};
   }
 
   // Checks the cache's invariants while no access runs; returns what is

@@ -115,7 +115,7 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::read_seen(uint64_t key, uint32_t offse
       const uint64_t k = client_atomic<uint64_t>(slot_key[hs]).load(memory_order_relaxed);
       const T v = detail::racy_load<T>(page_data(hs) + offset);
       const slot_word now =
-          client_atomic<uint64_t>(state[hs + (zero_after_loads(v) | zero_after_loads(k))]).load(memory_order_relaxed);
+          client_atomic<uint64_t>(state[hs + (zero_after_loads(v, opaque_zero) | zero_after_loads(k, opaque_zero))]).load(memory_order_relaxed);
       if (k == key && (now & slot_state::valid) && slot_state::gen(now) == hint_generation(h)) {
         note_use(hs, now);
         at.slot = hs;
@@ -132,7 +132,7 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::read_seen(uint64_t key, uint32_t offse
   const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
   const T v = detail::racy_load<T>(page_data(s) + offset);
   const slot_word after =
-      client_atomic<uint64_t>(state[s + (zero_after_loads(v) | zero_after_loads(k))]).load(memory_order_relaxed);
+      client_atomic<uint64_t>(state[s + (zero_after_loads(v, opaque_zero) | zero_after_loads(k, opaque_zero))]).load(memory_order_relaxed);
   if (k != key || slot_state::gen(after) != slot_state::gen(before)) return false;
   note_use(s, after);
   at.slot = s;
@@ -151,7 +151,7 @@ DW_HD DW_FORCEINLINE bool page_cache_ref::read_slot(uint32_t s, uint64_t key, ui
   const uint64_t k = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
   const T v = detail::racy_load<T>(page_data(s) + offset);
   const slot_word now =
-      client_atomic<uint64_t>(state[s + (zero_after_loads(v) | zero_after_loads(k))]).load(memory_order_relaxed);
+      client_atomic<uint64_t>(state[s + (zero_after_loads(v, opaque_zero) | zero_after_loads(k, opaque_zero))]).load(memory_order_relaxed);
   if (k != key || !(now & slot_state::valid) || slot_state::gen(now) != gen) return false;
   out = v;
   return true;

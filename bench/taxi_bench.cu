@@ -150,6 +150,7 @@ int main(int argc, char** argv) try {
       extra["io_amplification"] = r.io_amplification();
       extra["misses"] = r.misses;
       extra["setup_seconds"] = r.setup_seconds;
+      extra["setup_cache_seconds"] = r.setup_cache_seconds;
       extra["direct_columns"] = r.direct_columns;
       extra["sparse_reads"] = r.sparse_reads;
       emit(method, r.seconds, r.result, r.bytes_read, extra);

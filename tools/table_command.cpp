@@ -122,6 +122,7 @@ int table_command::run() {
            << ",\"bytes_needed\":" << r.bytes_needed << ",\"bytes_tiling\":" << r.bytes_tiling
            << ",\"misses\":" << r.misses << ",\"hits\":" << r.hits << ",\"failed\":" << r.result.failed
            << ",\"odirect\":" << (odirect ? "true" : "false") << ",\"setup_seconds\":" << r.setup_seconds
+           << ",\"setup_cache_seconds\":" << r.setup_cache_seconds
            << ",\"direct_columns\":" << r.direct_columns << ",\"sparse_reads\":" << r.sparse_reads << ",\"checked\":" << checked << "}\n";
       }
     }

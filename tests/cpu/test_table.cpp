@@ -229,6 +229,9 @@ TEST(TaxiQueries, HandMadeTripsGiveTheWorkedOutAnswers) {
     EXPECT_EQ(r.result.selected, 3u) << "Q" << q;
     EXPECT_EQ(r.result.distance, 20000) << "Q" << q;
     EXPECT_EQ(r.result.net, want_net[q]) << "Q" << q;
+    // The setup's parts: making the cache is timed within the whole.
+    EXPECT_GT(r.setup_cache_seconds, 0.0);
+    EXPECT_LE(r.setup_cache_seconds, r.setup_seconds);
     const taxi_query_result ref = taxi_reference(cf, q);
     EXPECT_EQ(ref.net, want_net[q]) << "Q" << q;
   }

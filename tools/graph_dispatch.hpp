@@ -147,6 +147,7 @@ inline graph_dataset_options graph_datasets(const graph_run_options& o) {
   graph_dataset_options d;
   d.direct_io = o.location == "odirect";
   d.block_size = std::min<uint32_t>(o.page_size, 4096);
+  d.check_offsets = false;  // check_algorithm did, once for every mode
   return d;
 }
 

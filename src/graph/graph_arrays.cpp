@@ -9,6 +9,7 @@ graph_arrays::graph_arrays(controller& ctl, std::shared_ptr<page_cache> cache, c
     : cache_(std::move(cache)), nodes_(f.nodes()) {
   if (!cache_) throw error("graph_arrays: no cache");
   if (f.header().id_bytes != 4) throw error(f.path() + ": graph algorithms need 4-byte node ids");
+  if (o.check_offsets) f.check_offsets();
   auto section = [&](uint64_t at, uint64_t bytes) {
     file_options fo;
     fo.direct = o.direct_io;

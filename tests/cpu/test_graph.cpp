@@ -661,3 +661,32 @@ TEST(GraphAlgorithms, BadSourceAndCorruptIdsAreReported) {
   memory_graph bad{c.g.nodes, c.g.offsets.data(), corrupt.data(), c.g.wts.data()};
   EXPECT_GT(connected_components(x, bad, 0u).stats.bad_ids, 0u);
 }
+
+// A library user's graph_arrays over a file whose offsets run past its
+// edges: the constructor names the file and the node; unchecked (as the
+// command line makes them, having checked before), the cache refuses the
+// reads past the neighbour array and records the error instead of
+// serving bytes from beyond it.
+TEST(GraphAlgorithms, CorruptOffsetsAreRefusedByGraphArrays) {
+  const graph_case c = make_case(10);
+  scratch_file f("corrupt-offsets.dwg");
+  write_csr(f.path(), c.g);
+  const csr_header h = csr_file(f.path()).header();
+  const int fd = ::open(f.path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint64_t far = h.edges + 100000;
+  ASSERT_EQ(::pwrite(fd, &far, 8, off_t(h.offsets_at + 8 * 3)), 8);
+  ::close(fd);
+  csr_file file(f.path());
+  controller ctl;
+  auto cache = make_host_page_cache(ctl, small_cache(16));
+  expect_error([&] { graph_arrays a(ctl, cache, file); }, "offsets of node 2 run from");
+  graph_dataset_options unchecked;
+  unchecked.check_offsets = false;
+  graph_arrays arrays(ctl, cache, file, unchecked);
+  cpu_exec x(2);
+  bfs_options o;
+  o.source = 2;  // node 2's list runs from its offset to past the edges
+  bfs(x, arrays.view(), o);
+  EXPECT_EQ(cache->last_error().code, client_code::out_of_range) << describe(cache->last_error());
+}

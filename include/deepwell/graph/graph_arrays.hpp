@@ -16,6 +16,12 @@ namespace deepwell::graph {
 struct graph_dataset_options {
   bool direct_io = false;     // O_DIRECT file targets (the local disk, not the page cache)
   uint32_t block_size = 4096; // namespace block size (<= the cache's page size)
+  // Check the file's offsets first (csr_file::check_offsets: O(nodes), on
+  // every core): a corrupt offset would send a list past the neighbour
+  // array, and the algorithms would run on with the reads the cache refused
+  // (recorded in its last_error(), not thrown). The command line checks
+  // once before any run and passes false.
+  bool check_offsets = true;
 };
 
 class graph_arrays {

@@ -152,3 +152,35 @@ def test_queries_on_the_gpu_are_exact(tmp_path, cache):
         assert far.mean("trip_distance") == far.sum("trip_distance") / len(far)
         every = t.column("total_amount").sum(raw=True)
         assert every == int(cols["total_amount"].astype(np.int64).sum())
+
+
+def test_taxi_bench_with_cpu_clients_agrees_with_duckdb(tmp_path):
+    """bench/probes/taxi-bench end to end on a small table (CPU clients): its
+    generator, deepwell's queries checked against a plain scan, the Parquet
+    copy, DuckDB warm and cold, and deepwell cold where this machine lets it
+    drop the page cache; the script fails on any disagreement."""
+    pytest.importorskip("duckdb")
+    import json
+    import pathlib
+    import shutil
+    import subprocess
+    import sys
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    cli = os.environ.get("DEEPWELL_CLI") or str(repo / "build" / "bin" / "deepwell")
+    if not os.path.exists(cli):
+        cli = shutil.which("deepwell")
+    if not cli:
+        pytest.skip("no `deepwell` command built (scripts/setup builds build/bin/deepwell; or set DEEPWELL_CLI)")
+    build = pathlib.Path(cli).resolve().parents[1]
+    p = subprocess.run([sys.executable, str(repo / "bench" / "probes" / "taxi-bench"), "--build", str(build), "--cpu",
+                        "--rows", "300000", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"),
+                        "--commit", "test", "--cold-seconds", "60"],
+                       capture_output=True, text=True, timeout=280)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    res = json.loads((tmp_path / "out" / "taxi.json").read_text())
+    assert res["deepwell_check"] == {f"q{q}": "equal" for q in range(6)}
+    assert res["duckdb_agrees"] == {f"q{q}": True for q in range(6)}
+    cold = [r for r in res["runs"] if r["method"].startswith("deepwell-cold")]
+    assert all(r["agrees"] for r in cold)
+    if not any("cannot drop the page cache" in n for n in res["notes"]):
+        assert len(cold) == 12, res["notes"]

@@ -15,6 +15,7 @@
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
 #include "deepwell/graph/cpu_exec.hpp"
+#include "deepwell/graph/checked_runs.hpp"
 #include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/graph/reference.hpp"
 #include "test_util.hpp"
@@ -410,6 +411,13 @@ TEST(GraphAlgorithms, CpuClientsThroughASmallPageCacheMatchTheReferences) {
   EXPECT_GT(s.misses, 0u);
   EXPECT_GT(s.evictions, 0u);
   EXPECT_TRUE(cache->last_error().ok()) << describe(cache->last_error());
+  // The checked runs over the arrays (checked_runs.hpp) give the same answers.
+  {
+    bfs_options o;
+    o.source = c.sources[0];
+    EXPECT_EQ(bfs(x, arrays, o).depth, bfs_reference(c.v, o.source));
+    EXPECT_EQ(connected_components(x, arrays, c.g.flags).label, cc_reference(c.v));
+  }
   // Offsets from memory, edges through the cache.
   bfs_options o;
   o.source = c.sources[0];
@@ -687,6 +695,10 @@ TEST(GraphAlgorithms, CorruptOffsetsAreRefusedByGraphArrays) {
   cpu_exec x(2);
   bfs_options o;
   o.source = 2;  // node 2's list runs from its offset to past the edges
-  bfs(x, arrays.view(), o);
+  bfs(x, arrays.view(), o);  // the plain driver returns; the cache has the error
   EXPECT_EQ(cache->last_error().code, client_code::out_of_range) << describe(cache->last_error());
+  // Over the arrays themselves (checked_runs.hpp) the run throws instead.
+  expect_error([&] { bfs(x, arrays, o); }, "bfs: the page cache could not serve a read of the graph");
+  // A pending error is reported too (the answer could be the one it spoiled).
+  expect_error([&] { connected_components(x, arrays, 0u); }, "connected components: the page cache could not serve");
 }

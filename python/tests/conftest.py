@@ -1,7 +1,11 @@
 import os
+import pathlib
+import shutil
 
 import numpy as np
 import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def pattern(rows: int, row_bytes: int, seed: int = 7) -> np.ndarray:
@@ -21,3 +25,15 @@ def make_file(tmp_path):
         data.tofile(path)
         return path, data
     return make
+
+
+@pytest.fixture
+def deepwell_cli() -> str:
+    """The `deepwell` command: DEEPWELL_CLI, else the checkout's build, else PATH."""
+    env = os.environ.get("DEEPWELL_CLI")
+    if env:
+        return env
+    for p in (REPO / "build" / "bin" / "deepwell", shutil.which("deepwell")):
+        if p and os.path.exists(p):
+            return str(p)
+    pytest.skip("no `deepwell` command built (scripts/setup builds build/bin/deepwell; or set DEEPWELL_CLI)")

@@ -2,8 +2,6 @@
 deepwell.open() of its datasets by name; rows read back equal the file's, writes land after
 a flush, grants hold, and a missing server is one clear error."""
 import os
-import pathlib
-import shutil
 import signal
 import subprocess
 import time
@@ -13,21 +11,9 @@ import pytest
 
 import deepwell
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _cli():
-    env = os.environ.get("DEEPWELL_CLI")
-    if env:
-        return env
-    for p in (REPO / "build" / "bin" / "deepwell", shutil.which("deepwell")):
-        if p and os.path.exists(p):
-            return str(p)
-    pytest.skip("no `deepwell` command built (scripts/setup builds build/bin/deepwell; or set DEEPWELL_CLI)")
-
 
 @pytest.fixture
-def server(tmp_path):
+def server(tmp_path, deepwell_cli):
     rng = np.random.default_rng(3)
     data = rng.integers(0, 256, size=(512, 4096), dtype=np.uint8)
     data.tofile(tmp_path / "data.bin")
@@ -52,7 +38,7 @@ access = "read-write"
 dataset = "secret"
 uid = {uid + 4242}
 """)
-    proc = subprocess.Popen([_cli(), "serve", "--config", str(tmp_path / "ds.toml")], stderr=subprocess.PIPE)
+    proc = subprocess.Popen([deepwell_cli, "serve", "--config", str(tmp_path / "ds.toml")], stderr=subprocess.PIPE)
     for _ in range(200):
         if sock.exists():
             break
@@ -99,7 +85,7 @@ def test_no_server_is_one_clear_error(tmp_path):
     assert deepwell._server.current() is None
 
 
-def test_a_second_array_copies_pages_from_the_servers_host_tier(tmp_path):
+def test_a_second_array_copies_pages_from_the_servers_host_tier(tmp_path, deepwell_cli):
     """The server's host tier as a client reads it: the first array's misses bring the pages into the
     tier through the server; a second array copies them from the dataset's arena, which the client maps
     read-only, with no command (docs/server.md, the host tier)."""
@@ -117,7 +103,7 @@ file = "{tmp_path / 'd.bin'}"
 dataset = "d"
 uid = {os.getuid()}
 """)
-    proc = subprocess.Popen([_cli(), "serve", "--config", str(tmp_path / "tier.toml")], stderr=subprocess.PIPE)
+    proc = subprocess.Popen([deepwell_cli, "serve", "--config", str(tmp_path / "tier.toml")], stderr=subprocess.PIPE)
     try:
         for _ in range(200):
             if sock.exists():

@@ -154,7 +154,7 @@ def test_queries_on_the_gpu_are_exact(tmp_path, cache):
         assert every == int(cols["total_amount"].astype(np.int64).sum())
 
 
-def test_taxi_bench_with_cpu_clients_agrees_with_duckdb(tmp_path):
+def test_taxi_bench_with_cpu_clients_agrees_with_duckdb(tmp_path, deepwell_cli):
     """bench/probes/taxi-bench end to end on a small table (CPU clients): its
     generator, deepwell's queries checked against a plain scan, the Parquet
     copy, DuckDB warm and cold, and deepwell cold where this machine lets it
@@ -162,16 +162,10 @@ def test_taxi_bench_with_cpu_clients_agrees_with_duckdb(tmp_path):
     pytest.importorskip("duckdb")
     import json
     import pathlib
-    import shutil
     import subprocess
     import sys
     repo = pathlib.Path(__file__).resolve().parents[2]
-    cli = os.environ.get("DEEPWELL_CLI") or str(repo / "build" / "bin" / "deepwell")
-    if not os.path.exists(cli):
-        cli = shutil.which("deepwell")
-    if not cli:
-        pytest.skip("no `deepwell` command built (scripts/setup builds build/bin/deepwell; or set DEEPWELL_CLI)")
-    build = pathlib.Path(cli).resolve().parents[1]
+    build = pathlib.Path(deepwell_cli).resolve().parents[1]
     p = subprocess.run([sys.executable, str(repo / "bench" / "probes" / "taxi-bench"), "--build", str(build), "--cpu",
                         "--rows", "300000", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"),
                         "--commit", "test", "--cold-seconds", "60"],

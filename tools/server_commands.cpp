@@ -33,6 +33,10 @@ int run_serve(server_commands& s) {
     std::fprintf(stderr, "deepwell serve: %s\n", e.what());
     return server::exit_code::config;
   }
+  if (const std::vector<std::string> w = server::widening_grants(cfg); !w.empty()) {
+    for (const std::string& line : w) std::fprintf(stderr, "deepwell serve: %s\n", line.c_str());
+    return server::exit_code::config;
+  }
   if (s.check_only) {
     std::printf("%s: %zu dataset(s), %zu grant(s), %zu share(s); socket %s\n", cfg.source.c_str(), cfg.datasets.size(),
                 cfg.grants.size(), cfg.shares.size(), cfg.socket_path.c_str());

@@ -156,6 +156,11 @@ class controller {
   // What a client's queue pairs did (server mode); zeros for a client
   // never seen.
   client_counters client_stats(uint32_t client) const;
+  // Server mode: forgets a client whose connection ended (its counters and
+  // share); its deleted queues keep what they need until they are dropped.
+  void forget_client(uint32_t client);
+  // Server mode: clients the controller keeps an account for.
+  size_t client_account_count() const;
   // Server mode: the I/O budget clients share now (below io_budget_bytes
   // while the latency target holds it back), and the target's estimate of
   // the storage's own latency for namespace `nsid` (0: none yet, or no

@@ -11,8 +11,14 @@ namespace deepwell {
 class shared_region {
  public:
   shared_region() = default;
-  // Creates a zeroed region of `bytes` (rounded up to the page size).
-  static shared_region create(size_t bytes, const std::string& name);
+  // Creates a zeroed region of `bytes` (rounded up to the page size). Its
+  // inode is the creator's alone (mode 0600), so another user who is
+  // handed a read-only descriptor cannot reopen it writable through
+  // /proc/PID/fd. With `read_only_to_others`, it is also sealed against
+  // every write but through this object's own mapping (F_SEAL_FUTURE_WRITE:
+  // no descriptor of it, whoever holds it, can map it writable or write to
+  // it); throws where the kernel cannot seal so (before Linux 5.1).
+  static shared_region create(size_t bytes, const std::string& name, bool read_only_to_others = false);
   // Maps an existing memfd (from another process), checking its size.
   static shared_region map(int fd, size_t bytes);
   ~shared_region();

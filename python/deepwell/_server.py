@@ -61,7 +61,7 @@ class Server:
 
 def connect(socket: Optional[str] = None) -> Server:
     """Serve this process's deepwell.open(...) calls from the server at ``socket`` (default:
-    DEEPWELL_SERVER, else $XDG_RUNTIME_DIR/deepwell.sock, else /tmp/deepwell-UID.sock).
+    DEEPWELL_SERVER, else $XDG_RUNTIME_DIR/deepwell.sock, else /tmp/deepwell-UID/deepwell.sock).
     Checks that a server answers there; raises deepwell.IOFailure if none does."""
     global _explicit, _connected
     if socket is None:
@@ -86,4 +86,4 @@ def disconnect() -> None:
 
 def default_socket() -> str:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return f"{runtime}/deepwell.sock" if runtime else f"/tmp/deepwell-{os.getuid()}.sock"
+    return f"{runtime}/deepwell.sock" if runtime else f"/tmp/deepwell-{os.getuid()}/deepwell.sock"

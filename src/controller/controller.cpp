@@ -165,6 +165,7 @@ struct controller::poller {
   std::vector<std::unique_ptr<context[]>> context_blocks;
   context* free_contexts = nullptr;
   bool draining = false;  // stop(): every completion becomes an abort
+  bool quiescing = false;  // drop_deleted() waits for the engine to empty: no new fetches
   // Server mode's clock for client accounts (latency, shares): read once a
   // fetch and once before each reap, not once a command (a clock read costs
   // about as much as the rest of a command's accounting).
@@ -496,7 +497,10 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, ui
         return e ? &e->limits : nullptr;
       },
       &lc, cc);
-  if (s.ok() && cc.opcode == nvme::op_write && q.grants && !(q.grants->of(cc.nsid) & access_grants::write))
+  // A flush makes writes durable at the storage's cost (an fsync of the
+  // whole file): only a writer may ask for it.
+  if (s.ok() && (cc.opcode == nvme::op_write || cc.opcode == nvme::op_flush) && q.grants &&
+      !(q.grants->of(cc.nsid) & access_grants::write))
     s = nvme::sc::write_to_read_only;
   if (!s.ok()) {
     done_now(s, true);
@@ -564,7 +568,9 @@ unsigned controller::poller::serve_pass() {
 }
 
 unsigned controller::poller::fetch(queue_pair::impl& q) {
-  if (q.failed) return 0;
+  // A deleted queue takes no new command (its client is gone, or said it
+  // was done); one that is quiescing for a drop waits a moment.
+  if (q.failed || quiescing || q.deleted.load(std::memory_order_acquire)) return 0;
   const uint32_t tail = shared_load_acquire(&q.header->sq_tail_doorbell);
   if (tail >= q.sq_entries) {
     fail_queue(q, queue_failure::bad_sq_doorbell);
@@ -663,24 +669,41 @@ void controller::poller::register_staging() {
 }
 
 void controller::poller::drop_deleted() {
+  if (has_incoming.load(std::memory_order_acquire)) adopt_incoming();  // a queue deleted right after it was made
+  // A deleted queue goes once no I/O of its own is in flight (the target
+  // writes into its staging). Completions it could not post are dropped
+  // with it: nobody will read them, and a client that stopped moving its
+  // CQ head (or filled its CQ on purpose) must not pin the queue's memory.
+  bool waiting = false, ready = false;
+  for (auto& qp : queues) {
+    queue_pair::impl& q = *qp->impl_;
+    if (!q.deleted.load(std::memory_order_acquire)) continue;
+    if (q.outstanding.load(std::memory_order_relaxed) - q.pending_count != 0)
+      waiting = true;
+    else
+      ready = true;
+  }
   // The engine finds a request's fixed buffer by its address: a buffer
   // registered over memory that is unmapped (and perhaps mapped again for
   // another queue) would read into the old pages. So deleted queues go only
-  // at a moment with no I/O in flight, and the rest are registered again.
-  if (has_incoming.load(std::memory_order_acquire)) adopt_incoming();  // a queue deleted right after it was made
-  if (owner->cfg_.register_buffers && io->in_flight() != 0) return;
-  bool waiting = false, dropped = false;
-  for (size_t i = 0; i < queues.size();) {
+  // at a moment with no I/O in flight, and the rest are registered again;
+  // until then no queue takes new commands (quiescing), which on a busy
+  // server costs one storage latency per drop rather than never dropping.
+  if (ready && owner->cfg_.register_buffers && io->in_flight() != 0) {
+    quiescing = true;
+    return;  // has_deleted stays set: look again next pass
+  }
+  quiescing = false;
+  bool dropped = false;
+  for (size_t i = 0; ready && i < queues.size();) {
     queue_pair::impl& q = *queues[i]->impl_;
-    if (!q.deleted.load(std::memory_order_acquire)) {
+    if (!q.deleted.load(std::memory_order_acquire) ||
+        q.outstanding.load(std::memory_order_relaxed) - q.pending_count != 0) {
       ++i;
       continue;
     }
-    if (q.outstanding.load(std::memory_order_relaxed) != 0 || q.pending_count != 0) {
-      waiting = true;  // its commands finish first
-      ++i;
-      continue;
-    }
+    q.pending_count = 0;
+    q.outstanding.store(0, std::memory_order_relaxed);
     release_held(q);
     if (q.account) {
       // Its client's slot may name this queue's command; the next publish
@@ -952,6 +975,12 @@ client_counters controller::client_stats(uint32_t client) const {
   auto a = arbiter_->find(client);
   return a ? a->snapshot() : client_counters{};
 }
+
+void controller::forget_client(uint32_t client) {
+  if (arbiter_) arbiter_->forget(client);
+}
+
+size_t controller::client_account_count() const { return arbiter_ ? arbiter_->account_count() : 0; }
 
 uint32_t controller::queue_pair_count() const {
   std::lock_guard<std::mutex> lock(mutex_);

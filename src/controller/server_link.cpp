@@ -4,6 +4,7 @@
 #include "deepwell/server_link.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -95,7 +96,14 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
   uint32_t lookup(const std::string& name_or_path) override {
     wire::message m;
     m.h.op = uint16_t(wire::op::lookup);
+    // A path is resolved here, by the client: the server compares text
+    // and never walks a path a client names (a hung network or FUSE mount
+    // would stall it for everyone).
     m.text = name_or_path;
+    if (!name_or_path.empty() && name_or_path[0] == '/') {
+      char buf[PATH_MAX];
+      if (realpath(name_or_path.c_str(), buf)) m.text = buf;
+    }
     return dataset_reply(call(std::move(m))).nsid;
   }
 

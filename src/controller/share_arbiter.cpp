@@ -72,6 +72,16 @@ std::shared_ptr<client_account> share_arbiter::find(uint32_t client) const {
   return it == accounts_.end() ? nullptr : it->second;
 }
 
+void share_arbiter::forget(uint32_t client) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  accounts_.erase(client);
+}
+
+size_t share_arbiter::account_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return accounts_.size();
+}
+
 void share_arbiter::set_share(uint32_t client, const client_share& s) {
   if (!(s.weight > 0) || s.weight > 1e6) throw error("client weight must be above 0 and at most 1e6, not " + std::to_string(s.weight));
   std::shared_ptr<client_account> a = account(client);

@@ -6,6 +6,7 @@
 
 #include <grp.h>
 #include <pwd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -178,7 +179,7 @@ const dataset_config* server_config::find(std::string_view name) const {
 std::string default_socket_path() {
   const char* run = std::getenv("XDG_RUNTIME_DIR");
   if (run && *run) return std::string(run) + "/deepwell.sock";
-  return "/tmp/deepwell-" + std::to_string(getuid()) + ".sock";
+  return "/tmp/deepwell-" + std::to_string(getuid()) + "/deepwell.sock";
 }
 
 uint64_t parse_bytes(std::string_view text, const std::string& w) {
@@ -219,14 +220,16 @@ server_config parse_config(std::string_view text, const std::string& source) {
   cfg.socket_path = default_socket_path();
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    if (key != "server" && key != "dataset" && key != "grant" && key != "share")
-      fail(source, v, key, "unknown section (known: [server], [[dataset]], [[grant]], [[share]])");
+    if (key != "server" && key != "dataset" && key != "grant" && key != "share" && key != "operator")
+      fail(source, v, key, "unknown section (known: [server], [[dataset]], [[grant]], [[share]], [[operator]])");
   }
 
   if (const toml::node* n = root.get("server")) {
     const toml::table* t = n->as_table();
     if (!t) fail(source, *n, "server", "must be a [server] section");
-    check_keys(source, *t, "server", {"socket", "metrics", "pollers", "io_budget", "max_queue_pairs", "max_staging", "host_cache", "host_cache_page", "latency_target", "poller_spin_us"});
+    check_keys(source, *t, "server", {"socket", "metrics", "metrics_remote", "metrics_detail", "pollers", "io_budget", "max_queue_pairs", "max_staging",
+                "max_clients_per_uid", "max_queue_pairs_per_uid", "max_staging_per_uid", "host_cache", "host_cache_page",
+                "latency_target", "poller_spin_us"});
     const reader r{source, *t, "server"};
     if (auto v = r.string("socket")) {
       if (v->empty() || (*v)[0] != '/') fail(source, *t->get("socket"), "server.socket", "must be an absolute path");
@@ -243,7 +246,15 @@ server_config parse_config(std::string_view text, const std::string& source) {
       if (!ok) fail(source, *t->get("metrics"), "server.metrics", "'" + *v + "' is not HOST:PORT (port 0 to 65535; 0: any free port)");
       cfg.metrics = *v;
     }
+    cfg.metrics_remote = r.boolean("metrics_remote").value_or(false);
+    cfg.metrics_detail = r.boolean("metrics_detail").value_or(false);
     if (auto v = r.integer("pollers", 1, 64)) cfg.pollers = uint32_t(*v);
+    if (auto v = r.integer("max_clients_per_uid", 1, 1024)) cfg.max_clients_per_uid = uint32_t(*v);
+    if (auto v = r.integer("max_queue_pairs_per_uid", 1, 1 << 20)) cfg.max_queue_pairs_per_uid = uint32_t(*v);
+    if (auto v = r.bytes("max_staging_per_uid")) {
+      if (*v < (1u << 20)) fail(source, *t->get("max_staging_per_uid"), "server.max_staging_per_uid", "must be at least 1 MiB");
+      cfg.max_staging_per_uid = *v;
+    }
     if (auto v = r.bytes("io_budget")) {
       if (*v < 4096) fail(source, *t->get("io_budget"), "server.io_budget", "must be at least 4096 bytes");
       cfg.io_budget_bytes = *v;
@@ -327,7 +338,7 @@ server_config parse_config(std::string_view text, const std::string& source) {
     for (const toml::node& n : *a) {
       const toml::table& t = *n.as_table();
       const std::string sec = "grant[" + std::to_string(++i) + "]";
-      check_keys(source, t, sec, {"dataset", "uid", "gid", "user", "group", "everyone", "access"});
+      check_keys(source, t, sec, {"dataset", "uid", "gid", "user", "group", "everyone", "access", "widen"});
       const reader r{source, t, sec};
       grant_config g;
       g.line = int(t.source().begin.line);
@@ -337,6 +348,7 @@ server_config parse_config(std::string_view text, const std::string& source) {
       if (*ds != "*" && !d) fail(source, *t.get("dataset"), sec + ".dataset", "no dataset named '" + *ds + "'");
       g.dataset = *ds;
       g.who = read_principal(r, t);
+      g.widen = r.boolean("widen").value_or(false);
       const std::string access = r.string("access").value_or("read");
       if (access == "read-write")
         g.write = true;
@@ -366,7 +378,85 @@ server_config parse_config(std::string_view text, const std::string& source) {
       cfg.shares.push_back(std::move(s));
     }
   }
+  if (const toml::array* a = tables(source, root, "operator")) {
+    int i = 0;
+    for (const toml::node& n : *a) {
+      const toml::table& t = *n.as_table();
+      const std::string sec = "operator[" + std::to_string(++i) + "]";
+      check_keys(source, t, sec, {"uid", "gid", "user", "group", "everyone"});
+      const reader r{source, t, sec};
+      cfg.operators.push_back(read_principal(r, t));
+    }
+  }
   return cfg;
+}
+
+namespace {
+
+// Whether uid with groups gids may open path for reading (and writing),
+// by the kernel's own rules: a child process takes that identity and asks
+// access(2). Only a root process can take another identity.
+bool may_open_as(uint32_t uid, const std::vector<gid_t>& gids, const std::string& path, bool write) {
+  const pid_t pid = fork();
+  if (pid < 0) return false;  // cannot tell: treat as refused, the operator may widen
+  if (pid == 0) {
+    // Only system calls from here on (the parent has threads).
+    if (setgroups(gids.size() - 1, gids.data() + 1) != 0 || setresgid(gids[0], gids[0], gids[0]) != 0 ||
+        setresuid(uid, uid, uid) != 0)
+      _exit(2);
+    _exit(access(path.c_str(), R_OK | (write ? W_OK : 0)) == 0 ? 0 : 1);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> widening_grants(const server_config& cfg) {
+  std::vector<std::string> out;
+  if (geteuid() != 0) return out;
+  constexpr uint32_t nobody = 65534;
+  int i = 0;
+  for (const grant_config& g : cfg.grants) {
+    ++i;
+    if (g.widen) continue;
+    // The identity to check as: the uid with its groups, a stranger in
+    // the group, or a stranger.
+    uint32_t uid = nobody;
+    std::vector<gid_t> gids{nobody};
+    if (g.who.uid) {
+      uid = *g.who.uid;
+      if (uid == 0) continue;  // root opens anything itself
+      std::vector<char> buf(16384);
+      passwd pw{}, *pwo = nullptr;
+      if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &pwo) == 0 && pwo) {
+        int n = 256;
+        std::vector<gid_t> groups(static_cast<size_t>(n));
+        if (getgrouplist(pwo->pw_name, pwo->pw_gid, groups.data(), &n) >= 0)
+          groups.resize(static_cast<size_t>(n));
+        else
+          groups = {pwo->pw_gid};
+        gids = {pwo->pw_gid};
+        gids.insert(gids.end(), groups.begin(), groups.end());
+      }
+    } else if (g.who.gid) {
+      gids = {gid_t(*g.who.gid)};
+    }
+    for (const dataset_config& d : cfg.datasets) {
+      if (g.dataset != "*" && g.dataset != d.name) continue;
+      if (d.kind == dataset_config::kind_t::memory) continue;
+      const bool write = g.write && d.writable;
+      if (may_open_as(uid, gids, d.path, write)) continue;
+      out.push_back(cfg.source + ":" + std::to_string(g.line) + ": grant[" + std::to_string(i) + "]: gives " +
+                    g.who.describe() + (write ? " read-write" : " read") + " access to " + d.path + " (dataset " +
+                    d.name + "), which " + g.who.describe() + " could not open " + (write ? "read-write" : "for reading") +
+                    " itself: the server (root) would be its deputy. Change the file's permissions, or set widen = true "
+                    "on the grant if that is meant");
+    }
+  }
+  return out;
 }
 
 server_config load_config(const std::string& path) {

@@ -9,6 +9,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -18,6 +21,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +30,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +54,72 @@ std::string real_path(const std::string& p) {
   return realpath(p.c_str(), buf) ? std::string(buf) : std::string();
 }
 
+// Closes descriptors on a thread of its own. A descriptor a client sent
+// (which the protocol does not allow) may be on a FUSE or network file
+// whose close waits for a daemon: the server thread must not.
+class fd_closer {
+ public:
+  fd_closer() : thread_([this] { run(); }) {}
+  ~fd_closer() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void close_later(int fd) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      fds_.push_back(fd);
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<int> fds_;
+  bool done_ = false;
+  std::thread thread_;
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [this] { return done_ || !fds_.empty(); });
+      std::vector<int> now;
+      now.swap(fds_);
+      lock.unlock();
+      for (int fd : now) close(fd);
+      lock.lock();
+      if (done_ && fds_.empty()) return;
+    }
+  }
+};
+
+// At most one log line a second for a kind of event a client can cause at
+// will (refused connections): a flood must not become a flood of logs.
+struct log_limiter {
+  std::chrono::steady_clock::time_point last{};
+  uint64_t quiet = 0;  // events not logged since the last line
+  void line(const std::string& text) {
+    const auto now = std::chrono::steady_clock::now();
+    if (last != std::chrono::steady_clock::time_point{} && now - last < std::chrono::seconds(1)) {
+      ++quiet;
+      return;
+    }
+    log_line(text + (quiet ? " (and " + std::to_string(quiet) + " more like it in the last second or so)" : ""));
+    last = now;
+    quiet = 0;
+  }
+};
+
+// What all of one uid's connections hold, against the per-uid limits.
+struct uid_usage {
+  uint32_t clients = 0;
+  uint32_t queue_pairs = 0;
+  uint64_t staging_bytes = 0;
+};
+
 }  // namespace
 
 struct dataset_state {
@@ -56,7 +127,11 @@ struct dataset_state {
   uint32_t nsid = 0;
   std::shared_ptr<target> data;
   shared_region memory;  // memory datasets: a memfd, so clients can map it (the direct tier)
-  std::string real;      // files: the resolved path (lookups by path)
+  std::string real;      // files: the resolved path (lookups by path), resolved once at start
+  // Whole-file datasets read without O_DIRECT: a read-only descriptor
+  // opened at start, reopened (never the path again) for map_dataset, so a
+  // file swapped under the dataset's path later is never handed out.
+  int mappable_fd = -1;
   uint64_t bytes = 0;
   bool writable = false;
 };
@@ -73,6 +148,7 @@ struct client_state {
   std::map<uint32_t, std::shared_ptr<queue_pair>> queues;
   uint64_t staging_bytes = 0;
   bool said_hello = false;
+  bool operator_view = false;  // may see every client and dataset (stats, dump)
   uint64_t requests = 0, refused = 0;
   std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
 };
@@ -87,6 +163,10 @@ struct server::impl {
   std::atomic<bool> stopping{false};
   mutable std::mutex mutex;  // clients (the loop changes them; stats read them)
   std::map<int, std::unique_ptr<client_state>> clients;  // by socket
+  std::map<uint32_t, uid_usage> usage;                   // by uid, while it has connections
+  int reserve_fd = -1;  // spent to accept and close a connection when descriptors run out
+  log_limiter refusals;
+  fd_closer closer;
   // Clients that left: how many, and the last few with their counters (a
   // run's totals after its client is gone; bounded, a server runs for months).
   struct departed_client {
@@ -111,7 +191,9 @@ struct server::impl {
   wire::message dataset_reply(const client_state& c, const dataset_state& d, uint16_t op) const;
   const dataset_state* visible(const client_state& c, uint32_t nsid) const;
   void grant(client_state& c);
-  std::string stats_json() const;
+  bool is_operator(const client_state& c) const;
+  void refuse_connection(int fd, uint32_t uid, const std::string& why);
+  std::string stats_json(const client_state* viewer = nullptr) const;
   std::string prometheus() const;
 };
 
@@ -138,7 +220,11 @@ void server::impl::open_datasets() {
     s.cfg = &d;
     try {
       if (d.kind == dataset_config::kind_t::memory) {
-        s.memory = shared_region::create(d.memory_bytes, "deepwell-dataset-" + d.name);
+        // A read-only dataset is sealed against writes through any
+        // descriptor but the server's own mapping; a writable one's inode
+        // is the server user's alone (0600), so a reader's descriptor cannot
+        // be reopened read-write.
+        s.memory = shared_region::create(d.memory_bytes, "deepwell-dataset-" + d.name, !d.writable);
         s.data = wrap_host_memory(s.memory.data(), d.memory_bytes, d.writable);
       } else {
         file_options fo;
@@ -149,6 +235,14 @@ void server::impl::open_datasets() {
         s.data = open_file_target(d.path, fo);
         s.real = real_path(d.path);
         tiered_bytes += s.data->size();
+        if (d.kind == dataset_config::kind_t::file && !d.direct && d.offset == 0) {
+          s.mappable_fd = open(d.path.c_str(), O_RDONLY | O_CLOEXEC);
+          struct stat st{};
+          if (s.mappable_fd >= 0 && (fstat(s.mappable_fd, &st) != 0 || uint64_t(st.st_size) != s.data->size())) {
+            close(s.mappable_fd);  // not the whole file: read through the queues
+            s.mappable_fd = -1;
+          }
+        }
       }
     } catch (const std::exception& e) {
       throw error(where(d) + e.what());
@@ -187,8 +281,31 @@ void server::impl::bind_socket() {
     throw error("socket path " + path + " is longer than " + std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.data(), path.size());
+  // The default's directory (/tmp/deepwell-UID) is made here, 0711: others
+  // may reach a socket in it but not put one there.
+  const std::string dir = path.substr(0, std::max<size_t>(1, path.rfind('/')));
+  if (path == default_socket_path() && !std::getenv("XDG_RUNTIME_DIR") && mkdir(dir.c_str(), 0711) != 0 &&
+      errno != EEXIST)
+    throw error(errno_message("creating the socket's directory " + dir, errno));
+  // Where someone else could have put the socket (or the directory), a
+  // client reaching it might be reaching an impostor: refuse.
+  struct stat ds{};
+  if (lstat(dir.c_str(), &ds) != 0) throw error(errno_message("socket directory " + dir, errno));
+  if (!S_ISDIR(ds.st_mode)) throw error("socket directory " + dir + " is not a directory (a symlink?): refusing to listen there");
+  if (ds.st_uid != geteuid() && ds.st_uid != 0)
+    throw error("socket directory " + dir + " belongs to uid " + std::to_string(ds.st_uid) +
+                ", not to the server's user or root: refusing to listen there");
+  if ((ds.st_mode & 0022) && !(ds.st_mode & S_ISVTX))
+    throw error("socket directory " + dir + " may be written by others (mode " + [&] {
+      char m[8];
+      std::snprintf(m, sizeof m, "%o", unsigned(ds.st_mode & 07777));
+      return std::string(m);
+    }() + ") and is not sticky: anyone could replace the socket; pick another");
   struct stat st{};
   if (lstat(path.c_str(), &st) == 0) {
+    if (st.st_uid != geteuid())
+      throw error("socket path " + path + " exists and belongs to uid " + std::to_string(st.st_uid) +
+                  ", not to the server's user: someone may be squatting it; remove it or pick another");
     if (!S_ISSOCK(st.st_mode)) throw error("socket path " + path + " exists and is not a socket: remove it or pick another");
     // A socket: is a server listening there?
     const int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -232,13 +349,39 @@ void server::impl::grant(client_state& c) {
   ctl->set_client_share(c.id, c.share);
 }
 
+bool server::impl::is_operator(const client_state& c) const {
+  if (c.uid == 0 || c.uid == geteuid()) return true;
+  for (const principal& p : cfg.operators)
+    if (p.matches(c.uid, c.gids)) return true;
+  return false;
+}
+
+void server::impl::refuse_connection(int fd, uint32_t uid, const std::string& why) {
+  refusals.line("refused a connection from uid " + std::to_string(uid) + ": " + why);
+  close(fd);
+}
+
 void server::impl::accept_clients() {
   for (;;) {
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED)
-        log_line(errno_message("accept", errno));
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: the pending connection would keep the
+        // listener readable and the loop spinning. Spend the reserve to
+        // take it and close it, and say so once a second at most.
+        if (reserve_fd >= 0) {
+          close(reserve_fd);
+          reserve_fd = -1;
+          const int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+          if (c >= 0) close(c);
+          reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+          refusals.line("refused a connection: the server is out of descriptors (" + std::to_string(clients.size()) +
+                        " clients)");
+          continue;
+        }
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK) refusals.line(errno_message("accept", errno));
       return;
     }
     ucred cred{};
@@ -250,11 +393,15 @@ void server::impl::accept_clients() {
     }
     std::lock_guard<std::mutex> lock(mutex);
     if (clients.size() >= max_clients) {
-      log_line("refused a connection from uid " + std::to_string(cred.uid) + ": " + std::to_string(max_clients) +
-               " clients already");
-      close(fd);
+      refuse_connection(fd, cred.uid, std::to_string(max_clients) + " clients already");
       continue;
     }
+    uid_usage& u = usage[cred.uid];
+    if (u.clients >= cfg.max_clients_per_uid) {
+      refuse_connection(fd, cred.uid, "it has " + std::to_string(u.clients) + " connections, the limit (max_clients_per_uid)");
+      continue;
+    }
+    ++u.clients;
     auto c = std::make_unique<client_state>();
     c->fd = fd;
     c->id = next_client++;
@@ -268,6 +415,7 @@ void server::impl::accept_clients() {
     if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0)
       for (size_t i = 0; i < glen / sizeof(gid_t); ++i) c->gids.push_back(groups[i]);
     grant(*c);
+    c->operator_view = is_operator(*c);
     ++total_clients;
     clients[fd] = std::move(c);
   }
@@ -287,10 +435,17 @@ void server::impl::drop(int fd, const char* why) {
   for (auto& [qid, qp] : c->queues) ctl->delete_queue_pair(qid);
   {
     std::lock_guard<std::mutex> lock(mutex);
+    auto u = usage.find(c->uid);
+    if (u != usage.end()) {
+      u->second.queue_pairs -= uint32_t(c->queues.size());
+      u->second.staging_bytes -= c->staging_bytes;
+      if (--u->second.clients == 0) usage.erase(u);
+    }
     ++departed_count;
     departed.push_back({c->id, c->said_hello ? c->name : "", ctl->client_stats(c->id)});
     if (departed.size() > departed_kept) departed.pop_front();
   }
+  ctl->forget_client(c->id);
   log_line("client " + std::to_string(c->id) + " (" + (c->said_hello ? c->name : "no hello") + ", uid " + std::to_string(c->uid) + ", pid " +
            std::to_string(c->pid) + ") " + why + ": " + std::to_string(c->queues.size()) + " queue pair(s) reclaimed");
   close(fd);
@@ -310,9 +465,11 @@ void server::impl::serve(client_state& c) {
     drop(c.fd, "disconnected");
     return;
   }
-  if (m.fd >= 0) {  // clients send no descriptors
-    close(m.fd);
+  if (m.fd >= 0) {  // clients send no descriptors: that ends the connection
+    closer.close_later(m.fd);
     m.fd = -1;
+    drop(c.fd, "sent a descriptor");
+    return;
   }
   {
     std::lock_guard<std::mutex> lock(mutex);  // stats read the client's fields from other threads
@@ -333,7 +490,12 @@ void server::impl::serve(client_state& c) {
   r.h.op = m.h.op;
   r.h.seq = m.h.seq;
   const int fd = r.fd;
-  const bool sent = wire::send_message(c.fd, std::move(r));
+  bool sent = false;
+  try {
+    sent = wire::send_message(c.fd, std::move(r));
+  } catch (const error& e) {  // ETOOMANYREFS, ENOBUFS...: this client's trouble, not the server's
+    log_line("client " + std::to_string(c.id) + ": " + e.what());
+  }
   if (fd >= 0) close(fd);  // the client has its own now
   if (!sent) drop(c.fd, "stopped reading its replies");
 }
@@ -393,7 +555,9 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
     case wire::op::lookup: {
       for (const dataset_state& d : datasets) {
         if (c.grants->of(d.nsid) == access_grants::none) continue;
-        if (d.cfg->name == m.text || (!d.real.empty() && !m.text.empty() && m.text[0] == '/' && real_path(m.text) == d.real))
+        // A path is compared as text: the client resolved it (server_link
+        // does); the server walks no path a client names.
+        if (d.cfg->name == m.text || (!d.real.empty() && (m.text == d.real || m.text == d.cfg->path)))
           return dataset_reply(c, d, m.h.op);
       }
       return refuse(wire::status::not_found, "no dataset '" + m.text + "' is offered to uid " + std::to_string(c.uid) +
@@ -418,9 +582,19 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       if (c.staging_bytes + bytes > cfg.max_staging_bytes)
         return refuse(wire::status::limit, "queue pair memory would exceed this client's limit of " +
                                                std::to_string(cfg.max_staging_bytes) + " bytes (max_staging)");
+      uid_usage& u = usage[c.uid];
+      if (u.queue_pairs >= cfg.max_queue_pairs_per_uid)
+        return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " has " + std::to_string(u.queue_pairs) +
+                                               " queue pairs over its connections, the limit (max_queue_pairs_per_uid)");
+      if (u.staging_bytes + bytes > cfg.max_staging_per_uid)
+        return refuse(wire::status::limit, "queue pair memory would exceed uid " + std::to_string(c.uid) +
+                                               "'s limit of " + std::to_string(cfg.max_staging_per_uid) +
+                                               " bytes over its connections (max_staging_per_uid)");
       std::shared_ptr<queue_pair> qp = ctl->create_queue_pair(g, queue_options{c.grants, c.id});
       std::lock_guard<std::mutex> lock(mutex);  // stats read the client's queues
       c.staging_bytes += bytes;
+      u.queue_pairs += 1;
+      u.staging_bytes += bytes;
       c.queues[qp->id()] = qp;
       wire::message r;
       r.h.a = qp->id();
@@ -435,7 +609,11 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
         return refuse(wire::status::not_found, "queue pair " + std::to_string(m.h.a) + " is not this client's");
       ctl->delete_queue_pair(it->first);
       std::lock_guard<std::mutex> lock(mutex);
-      c.staging_bytes -= compute_layout(it->second->geometry()).total_bytes;
+      const uint64_t bytes = compute_layout(it->second->geometry()).total_bytes;
+      c.staging_bytes -= bytes;
+      uid_usage& u = usage[c.uid];
+      u.queue_pairs -= 1;
+      u.staging_bytes -= bytes;
       c.queues.erase(it);
       return {};
     }
@@ -457,11 +635,12 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       }
       // A file, for the direct tier: only when the dataset is the whole
       // file (a descriptor reads all of it) and not O_DIRECT.
-      const dataset_config& dc = *d->cfg;
+      // The descriptor opened at start, reopened read-only (a description
+      // of the client's own, never the path again).
       struct stat st{};
-      if (m.h.b && dc.kind == dataset_config::kind_t::file && !dc.direct && dc.offset == 0 &&
-          stat(dc.path.c_str(), &st) == 0 && uint64_t(st.st_size) == d->bytes) {
-        r.fd = open(dc.path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (m.h.b && d->mappable_fd >= 0 && fstat(d->mappable_fd, &st) == 0 && uint64_t(st.st_size) == d->bytes) {
+        const std::string self = "/proc/self/fd/" + std::to_string(d->mappable_fd);
+        r.fd = open(self.c_str(), O_RDONLY | O_CLOEXEC);
         if (r.fd >= 0) r.h.a = uint32_t(wire::map_kind::file);
       }
       return r;  // none: read it through the queues
@@ -486,10 +665,14 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       return r;
     }
     case wire::op::dump:
+      // Every queue pair of every client: an operator's view.
+      if (!c.operator_view)
+        return refuse(wire::status::denied, "dump shows every client's queues: uid " + std::to_string(c.uid) +
+                                                " is not an operator of this server ([[operator]] in its config)");
       return wire::message{{}, ctl->dump(), -1};
     case wire::op::stats: {
       wire::message r;
-      r.text = stats_json();
+      r.text = stats_json(c.operator_view ? nullptr : &c);
       return r;
     }
     case wire::op::list: {
@@ -542,11 +725,54 @@ std::string label(const std::string& v) {
 
 }  // namespace
 
-std::string server::impl::stats_json() const {
+// viewer: nullptr for an operator's view (everything); else a client's
+// own view, which shows only what it was granted and itself: no other
+// client, no dataset it cannot see, no server-wide totals (they would
+// tell it what the others do).
+std::string server::impl::stats_json(const client_state* viewer) const {
   nlohmann::json j;
   const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (viewer) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const client_counters k = ctl->client_stats(viewer->id);
+    j["server"] = {{"view", "client"},
+                   {"socket", cfg.socket_path},
+                   {"uptime_s", up},
+                   {"backend", ctl->backend_name()},
+                   {"pollers", cfg.pollers},
+                   {"queue_pairs", viewer->queues.size()},
+                   {"commands", k.commands},
+                   {"bytes_read", k.bytes_read},
+                   {"bytes_written", k.bytes_written},
+                   {"errors", k.errors}};
+    j["datasets"] = nlohmann::json::array();
+    for (const dataset_state& d : datasets) {
+      const uint8_t g = viewer->grants->of(d.nsid);
+      if (g == access_grants::none) continue;
+      j["datasets"].push_back({{"nsid", d.nsid},
+                               {"name", d.cfg->name},
+                               {"target", d.data->describe()},
+                               {"bytes", d.bytes},
+                               {"block_size", d.cfg->block_size},
+                               {"writable", bool(g & access_grants::write)}});
+    }
+    nlohmann::json e = counters_json(k);
+    e["id"] = viewer->id;
+    e["name"] = viewer->name;
+    e["uid"] = viewer->uid;
+    e["pid"] = viewer->pid;
+    e["weight"] = viewer->share.weight;
+    e["rate_bytes"] = viewer->share.rate_bytes;
+    e["queue_pairs"] = viewer->queues.size();
+    e["staging_bytes"] = viewer->staging_bytes;
+    e["requests"] = viewer->requests;
+    e["refused"] = viewer->refused;
+    j["clients"] = nlohmann::json::array({e});
+    return j.dump(2);
+  }
   const queue_counters t = ctl->total_counters();
-  j["server"] = {{"socket", cfg.socket_path},
+  j["server"] = {{"view", "operator"},
+                 {"socket", cfg.socket_path},
                  {"uptime_s", up},
                  {"backend", ctl->backend_name()},
                  {"pollers", cfg.pollers},
@@ -558,6 +784,7 @@ std::string server::impl::stats_json() const {
                  {"latency_floor_us", double(ctl->latency_floor_ns()) / 1e3},
                  {"queue_pairs", ctl->queue_pair_count()},
                  {"clients_total", total_clients},
+                 {"client_accounts", ctl->client_account_count()},
                  {"commands", t.commands},
                  {"bytes_read", t.bytes_read},
                  {"bytes_written", t.bytes_written},
@@ -640,14 +867,19 @@ std::string server::impl::prometheus() const {
     metric("deepwell_host_tier_resident_pages", "gauge", "Pages in the host-memory tier.");
     o += "deepwell_host_tier_resident_pages " + std::to_string(h.resident_pages) + "\n";
   }
-  metric("deepwell_dataset_bytes", "gauge", "Size of each dataset.");
-  for (const dataset_state& d : datasets)
-    o += "deepwell_dataset_bytes{dataset=\"" + label(d.cfg->name) + "\"} " + std::to_string(d.bytes) + "\n";
+  if (cfg.metrics_detail) {
+    metric("deepwell_dataset_bytes", "gauge", "Size of each dataset.");
+    for (const dataset_state& d : datasets)
+      o += "deepwell_dataset_bytes{dataset=\"" + label(d.cfg->name) + "\"} " + std::to_string(d.bytes) + "\n";
+  }
   std::lock_guard<std::mutex> lock(mutex);
   metric("deepwell_io_budget_bytes", "gauge", "Storage bytes in flight that clients share now (the latency target may hold it below io_budget).");
   o += "deepwell_io_budget_bytes " + std::to_string(ctl->io_budget_now()) + "\n";
   metric("deepwell_clients", "gauge", "Connected clients.");
   o += "deepwell_clients " + std::to_string(clients.size()) + "\n";
+  // Who the clients are and what each does: only where the operator asked
+  // (metrics_detail); anyone who can reach the port reads it.
+  if (!cfg.metrics_detail) return o;
   struct row {
     std::string labels;
     client_counters k;
@@ -699,11 +931,25 @@ std::string server::impl::prometheus() const {
 server::server(server_config cfg) : impl_(std::make_unique<impl>()) {
   impl& s = *impl_;
   s.cfg = std::move(cfg);
+  // A root server must not hand anyone a file they could not open.
+  if (const std::vector<std::string> w = widening_grants(s.cfg); !w.empty()) {
+    std::string all;
+    for (const std::string& line : w) all += (all.empty() ? "" : "\n") + line;
+    throw config_error(all);
+  }
   if (pipe2(s.wake, O_CLOEXEC | O_NONBLOCK) != 0) throw error(errno_message("pipe", errno));
+  // Each client holds a socket and, while it reads a reply, a queue pair's
+  // or dataset's descriptor: take the descriptors the hard limit allows.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  s.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   s.open_datasets();
   s.bind_socket();
   if (!s.cfg.metrics.empty())
-    s.metrics = std::make_unique<metrics_http>(s.cfg.metrics, [p = &s] { return p->prometheus(); });
+    s.metrics = std::make_unique<metrics_http>(s.cfg.metrics, [p = &s] { return p->prometheus(); }, s.cfg.metrics_remote);
   log_line("serving " + std::to_string(s.datasets.size()) + " dataset(s) on " + s.cfg.socket_path + " (" +
            s.ctl->backend_name() + ", " + std::to_string(s.cfg.pollers) + " poller(s))" +
            (s.metrics ? ", metrics on port " + std::to_string(s.metrics->port()) : std::string()));
@@ -722,6 +968,9 @@ server::~server() {
   }
   close(s.wake[0]);
   close(s.wake[1]);
+  if (s.reserve_fd >= 0) close(s.reserve_fd);
+  for (dataset_state& d : s.datasets)
+    if (d.mappable_fd >= 0) close(d.mappable_fd);
 }
 
 void server::stop() {
@@ -730,15 +979,37 @@ void server::stop() {
   (void)!write(impl_->wake[1], &x, 1);  // async-signal-safe
 }
 
+namespace {
+// Bytes of replies a client has not read yet. A client is answered one
+// request at a time: while its last reply (perhaps carrying a descriptor)
+// is unread, its next request waits. So a client holds at most one
+// descriptor in flight, and one that never reads cannot pile them up
+// against the server's own limit on descriptors in flight (ETOOMANYREFS).
+int unread_reply_bytes(int fd) {
+  int n = 0;
+  return ioctl(fd, SIOCOUTQ, &n) == 0 ? n : 0;
+}
+}  // namespace
+
 void server::run() {
   impl& s = *impl_;
   std::vector<pollfd> fds;
+  bool any_deferred = false;
   while (!s.stopping.load()) {
     fds.clear();
     fds.push_back({s.listen_fd, POLLIN, 0});
     fds.push_back({s.wake[0], POLLIN, 0});
-    for (auto& [fd, c] : s.clients) fds.push_back({fd, POLLIN, 0});
-    const int n = poll(fds.data(), fds.size(), -1);
+    any_deferred = false;
+    for (auto& [fd, c] : s.clients) {
+      // A client whose last reply is unread is not read from (POLLHUP and
+      // POLLERR still come: a client that left is dropped).
+      const bool defer = unread_reply_bytes(fd) > 0;
+      any_deferred |= defer;
+      fds.push_back({fd, short(defer ? 0 : POLLIN), 0});
+    }
+    // A deferred client is looked at again within 5 ms (nothing signals
+    // that the peer read its queue).
+    const int n = poll(fds.data(), fds.size(), any_deferred ? 5 : -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       throw error(errno_message("poll", errno));
@@ -755,10 +1026,16 @@ void server::run() {
       if (!fds[i].revents) continue;
       auto it = s.clients.find(fds[i].fd);
       if (it == s.clients.end()) continue;
-      if (fds[i].revents & POLLIN)
-        s.serve(*it->second);
-      else
+      if (fds[i].revents & POLLIN) {
+        try {
+          s.serve(*it->second);
+        } catch (const std::exception& e) {  // whatever a client caused ends that client only
+          log_line("client " + std::to_string(it->second->id) + ": " + e.what());
+          s.drop(fds[i].fd, "failed");
+        }
+      } else {
         s.drop(fds[i].fd, "hung up");
+      }
     }
     if (fds[0].revents) s.accept_clients();
   }

@@ -3,6 +3,7 @@
 #include "deepwell/host_tier.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -27,7 +28,10 @@ class tier_arena {
       throw error("host tier: a dataset of " + std::to_string(pages_) + " pages is more than an arena can name (" +
                   std::to_string(tier_max_pages) + ")");
     const tier_geometry g = tier_geometry::of(pages_, frames_, page_);
-    region_ = shared_region::create(g.bytes, name);  // zeroed: no page resident
+    // Zeroed: no page resident. Clients map it read-only, and the seal
+    // keeps it so for any descriptor of it (a reopen through
+    // /proc/PID/fd included); the server writes through its own mapping.
+    region_ = shared_region::create(g.bytes, name, /*read_only_to_others=*/true);
     auto* base = static_cast<uint8_t*>(region_.data());
     auto* h = reinterpret_cast<tier_header*>(base);
     h->magic = tier_magic;
@@ -43,6 +47,8 @@ class tier_arena {
     seq_ = reinterpret_cast<uint64_t*>(base + g.seq_offset);
     data_ = base + g.data_offset;
     page_of_.assign(frames_, tier_no_page);  // seq_[f] 0: no page
+    frame_plus_1_.assign(pages_, 0);
+    seq_word_.assign(frames_, 0);
     used_.assign(frames_, 0);
   }
 
@@ -76,6 +82,12 @@ class tier_arena {
     return true;
   }
 
+  // True if [offset, offset + len) covers a whole page that install() would keep.
+  bool holds_whole_page(uint32_t len, uint64_t offset) const {
+    const uint64_t first = (offset + page_ - 1) / page_, end = std::min((offset + len) / page_, full_pages_);
+    return first < end;
+  }
+
   // The whole pages of [offset, offset + len) from buf, CLOCK evicting,
   // unless a write began since the read that brought them (writes_begun
   // moved from `epoch`): checked under the lock that invalidate() takes
@@ -95,14 +107,16 @@ class tier_arena {
       }
       const uint32_t f = victim();
       // The sequence lock: odd while the frame changes.
-      const uint64_t s = seq_[f];
+      const uint64_t s = seq_word_[f];
       shared_store_relaxed(seq_ + f, s + 1);
       cuda::atomic_thread_fence(cuda::std::memory_order_release, cuda::thread_scope_system);
       page_of_[f] = p;
       // Readers in this process may copy the frame while it changes (and
       // then discard what they copied): a race by design, uninstrumented.
       detail::racy_page_copy(frame(f), buf + (p * page_ - offset), page_);
-      shared_store_release(seq_ + f, tier_seq_word(p + 1, s + 2));
+      seq_word_[f] = tier_seq_word(p + 1, s + 2);
+      shared_store_release(seq_ + f, seq_word_[f]);
+      frame_plus_1_[p] = f + 1;
       shared_store_release(index_ + p, f + 1);
       used_[f] = 1;
       ++resident_;
@@ -127,7 +141,12 @@ class tier_arena {
   shared_region region_;
   uint32_t* index_ = nullptr;
   uint64_t* seq_ = nullptr;
-  std::vector<uint64_t> page_of_;  // each frame's page (the server's record; readers use seq_)
+  // The server's own records. It never reads back what it wrote to the
+  // shared arena (index_, seq_): its decisions must not rest on memory
+  // that anyone but this process could have touched.
+  std::vector<uint64_t> page_of_;       // each frame's page, or tier_no_page
+  std::vector<uint32_t> frame_plus_1_;  // each page's frame + 1, or 0 (index_'s twin)
+  std::vector<uint64_t> seq_word_;      // each frame's sequence word (seq_'s twin)
   uint8_t* data_ = nullptr;
   mutable std::mutex mutex_;
   std::vector<uint8_t> used_;  // CLOCK's use bits
@@ -140,7 +159,7 @@ class tier_arena {
   // The frame holding page p, or -1 (under the lock).
   int64_t frame_of(uint64_t p) const {
     if (p >= pages_) return -1;
-    const uint32_t e = index_[p];
+    const uint32_t e = frame_plus_1_[p];
     return e ? int64_t(e) - 1 : -1;
   }
 
@@ -149,11 +168,13 @@ class tier_arena {
   void drop(uint32_t f) {
     const uint64_t p = page_of_[f];
     if (p == tier_no_page) return;
-    const uint64_t s = seq_[f];
+    const uint64_t s = seq_word_[f];
     shared_store_relaxed(seq_ + f, s + 1);
     shared_store_relaxed(index_ + p, 0u);
+    frame_plus_1_[p] = 0;
     page_of_[f] = tier_no_page;
-    shared_store_release(seq_ + f, tier_seq_word(0, s + 2));
+    seq_word_[f] = tier_seq_word(0, s + 2);
+    shared_store_release(seq_ + f, seq_word_[f]);
     used_[f] = 0;
     --resident_;
   }
@@ -265,19 +286,26 @@ class tier_impl final : public host_tier, public std::enable_shared_from_this<ti
   std::vector<std::shared_ptr<tier_arena>> arenas_;
 };
 
-// A read that went to storage: installs its pages when it is done.
+// A read that went to storage: installs its pages when it is done. It
+// reads into memory of the server's own (`bounce`), not the caller's
+// buffer: in server mode that buffer is a client's staging, which the
+// client may rewrite while the read runs, and the tier must hold only
+// what storage said. The caller gets a copy of the same bytes.
 struct miss {
   tiered_target* t;
   uint8_t* buf;
+  uint8_t* bounce;  // nullptr: read straight into buf, nothing to install
   uint32_t len;
   uint64_t offset;
   uint64_t epoch;
-  bool may_install;
   io_callback done;
   static void finish(void* ctx, int64_t result) {
     auto* m = static_cast<miss*>(ctx);
-    if (result == int64_t(m->len) && m->may_install)
-      m->t->arena_->install(m->buf, m->len, m->offset, m->t->writes_begun, m->epoch);
+    if (m->bounce) {
+      if (result > 0) std::memcpy(m->buf, m->bounce, size_t(std::min<int64_t>(result, m->len)));
+      if (result == int64_t(m->len)) m->t->arena_->install(m->bounce, m->len, m->offset, m->t->writes_begun, m->epoch);
+      std::free(m->bounce);
+    }
     const io_callback done = m->done;
     delete m;
     done(result);
@@ -310,8 +338,14 @@ void tiered_target::read(io_engine& io, void* buf, uint32_t len, uint64_t offset
     return;
   }
   // A target outlives its requests in flight (target.hpp): a plain pointer.
-  auto* m = new miss{this, b, len, offset, epoch, quiet, done};
-  inner_->read(io, buf, len, offset, io_callback{&miss::finish, m});
+  uint8_t* bounce = nullptr;
+  if (quiet && arena_->holds_whole_page(len, offset)) {
+    const size_t align = std::max<size_t>(64, inner_->memory_alignment());
+    bounce = static_cast<uint8_t*>(std::aligned_alloc(align, (size_t(len) + align - 1) / align * align));
+    // No memory for a bounce: this read fills no page of the tier.
+  }
+  auto* m = new miss{this, b, bounce, len, offset, epoch, done};
+  inner_->read(io, bounce ? bounce : buf, len, offset, io_callback{&miss::finish, m});
 }
 
 void tiered_target::write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) {

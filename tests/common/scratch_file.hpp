@@ -3,6 +3,7 @@
 // of them, and host-memory targets filled with the pattern.
 #pragma once
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,10 @@ class scratch_file {
     std::string tmpl = scratch_dir() + "/deepwell-test-XXXXXX" + (suffix.empty() ? "" : "-" + suffix);
     const int fd = mkstemps(tmpl.data(), suffix.empty() ? 0 : int(suffix.size() + 1));
     if (fd < 0) throw std::runtime_error("mkstemp in " + scratch_dir() + " failed");
+    // Readable by all, as a dataset file usually is: a root server's tests
+    // grant it to other uids, and the server refuses to read for anyone a
+    // file that they could not read themselves.
+    ::fchmod(fd, 0644);
     ::close(fd);
     path_ = tmpl;
   }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -288,4 +289,100 @@ TEST(HostTier, BadSizesAreRefused) {
   EXPECT_THROW(host_tier::make(1000), deepwell::error);
   EXPECT_THROW(host_tier::make(1 << 20, 3000), deepwell::error);
   EXPECT_THROW(host_tier::make(1 << 20)->wrap(nullptr), deepwell::error);
+}
+
+namespace {
+
+// Storage that, once it has written a read's bytes into the buffer it was
+// given, lets `meddle` run before it reports the read done: the client
+// rewriting its staging while the server's read of it is in flight.
+class meddled_target final : public target {
+ public:
+  meddled_target(std::shared_ptr<target> inner, std::function<void()> meddle)
+      : inner_(std::move(inner)), meddle_(std::move(meddle)) {}
+  uint64_t size() const override { return inner_->size(); }
+  bool writable() const override { return inner_->writable(); }
+  uint32_t io_alignment() const override { return inner_->io_alignment(); }
+  uint32_t memory_alignment() const override { return inner_->memory_alignment(); }
+  std::string describe() const override { return "meddled " + inner_->describe(); }
+  void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
+    inner_->read(io, buf, len, offset, io_callback{&finish, new pending{this, done}});
+  }
+  void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) override {
+    inner_->write(io, buf, len, offset, fua, done);
+  }
+  void flush(io_engine& io, io_callback done) override { inner_->flush(io, done); }
+
+ private:
+  struct pending {
+    meddled_target* t;
+    io_callback done;
+  };
+  static void finish(void* ctx, int64_t result) {
+    auto* p = static_cast<pending*>(ctx);
+    p->t->meddle_();
+    const io_callback done = p->done;
+    delete p;
+    done(result);
+  }
+  std::shared_ptr<target> inner_;
+  std::function<void()> meddle_;
+};
+
+}  // namespace
+
+// The tier holds what storage said, never what a client wrote into its
+// staging while the read that filled the tier ran (in server mode the
+// read's buffer is the client's).
+TEST(HostTier, APageIsInstalledFromTheServersOwnReadNotTheClientsBuffer) {
+  auto tier = host_tier::make(16 * 4096);
+  std::vector<uint8_t> staging(4096);
+  auto storage = std::make_shared<meddled_target>(test::pattern_memory(16 * 4096, true, 51),
+                                                  [&] { std::memset(staging.data(), 0xEE, staging.size()); });
+  auto t = tier->wrap(storage);
+  auto io = make_io_engine(io_backend::threads, 16);
+  auto read_into = [&](uint8_t* buf, uint64_t offset) {
+    std::atomic<int64_t> result{INT64_MIN};
+    t->read(*io, buf, 4096, offset, io_callback{[](void* c, int64_t r) { static_cast<std::atomic<int64_t>*>(c)->store(r); }, &result});
+    while (result.load() == INT64_MIN) {
+      io->submit();
+      io->reap();
+    }
+    return result.load();
+  };
+  ASSERT_EQ(read_into(staging.data(), 3 * 4096), 4096);  // a miss: fills the tier
+  EXPECT_EQ(tier->stats().resident_pages, 1u);
+  std::vector<uint8_t> other(4096);
+  ASSERT_EQ(read_into(other.data(), 3 * 4096), 4096);  // a hit
+  EXPECT_EQ(tier->stats().hits, 1u);
+  EXPECT_EQ(test::check_pattern(other.data(), 4096, 3 * 4096, 51), -1)
+      << "another client read the bytes the first one wrote into its staging";
+}
+
+// The server never reads back the arena it shares: forged index entries
+// and sequence words (what a client that could write the arena would
+// write) change nothing the server does.
+TEST(HostTier, ForgedArenaMetadataNeitherRedirectsNorCrashesTheServer) {
+  auto tier = host_tier::make(8 * 4096);
+  auto secret = tier->wrap(test::pattern_memory(8 * 4096, true, 53), 4 * 4096);
+  auto mine = tier->wrap(test::pattern_memory(64 * 4096, true, 52), 4 * 4096);
+  controller ctl;
+  const uint32_t ns = ctl.add_namespace({mine, 4096, true});
+  host_queue_client q(ctl.create_queue_pair({16, 16, 4096}));
+  std::vector<uint8_t> b(4096);
+  for (uint64_t p = 0; p < 4; ++p) ASSERT_TRUE(q.read(ns, p, 1, 4096, b.data()).ok());
+  auto m = mine->map_tier();
+  ASSERT_TRUE(m);
+  auto* h = const_cast<tier_header*>(static_cast<const tier_header*>(m->base));
+  auto* base = const_cast<uint8_t*>(static_cast<const uint8_t*>(m->base));
+  auto* index = reinterpret_cast<uint32_t*>(base + h->index_offset);
+  auto* seq = reinterpret_cast<uint64_t*>(base + h->seq_offset);
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 200; ++round) {
+    for (uint64_t p = 0; p < h->pages; ++p) index[p] = rng() % 3 == 0 ? 0xFFFFFFFFu : uint32_t(rng());
+    for (uint64_t f = 0; f < h->frames; ++f) seq[f] = rng();
+    const uint64_t p = rng() % 64;
+    ASSERT_TRUE(q.read(ns, p, 1, 4096, b.data()).ok());
+    ASSERT_EQ(test::check_pattern(b.data(), 4096, p * 4096, 52), -1) << "page " << p << " round " << round;
+  }
 }

@@ -73,6 +73,13 @@ class ServerTest : public ::testing::Test {
     srv = std::make_unique<server::server>(server::parse_config(config_text(extra), "test.toml"));
     loop = std::thread([this] { srv->run(); });
   }
+  // Keys added to the [server] section.
+  void start_with_server_keys(const std::string& keys) {
+    std::string text = config_text();
+    text.insert(text.find("[[dataset]]"), keys);
+    srv = std::make_unique<server::server>(server::parse_config(text, "test.toml"));
+    loop = std::thread([this] { srv->run(); });
+  }
   void stop() {
     if (!srv) return;
     srv->stop();
@@ -402,6 +409,16 @@ TEST_F(ServerTest, AServerThatStopsReachesItsClientsAsControllerLost) {
 }
 
 TEST_F(ServerTest, StatsAndPrometheusMetricsDescribeClientsAndDatasets) {
+  // Per-client and per-dataset series are the operator's choice.
+  stop();
+  srv.reset();
+  start("");
+  EXPECT_EQ(srv->prometheus().find("deepwell_dataset_bytes"), std::string::npos)
+      << "without metrics_detail, the endpoint shows totals only";
+  stop();
+  srv.reset();
+  sock = socket_path();
+  start_with_server_keys("metrics_detail = true\n");
   auto link = server_link::connect(sock, "metrics-client");
   host_queue_client q(link->open_queue_pair({16, 16, 4096}));
   std::vector<uint8_t> back(4096);

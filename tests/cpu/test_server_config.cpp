@@ -122,7 +122,8 @@ TEST(ServerConfig, DefaultsAndTheSocketFromTheRuntimeDirectory) {
   EXPECT_EQ(parse_config("[server]\nhost_cache_page = \"64KiB\"\n" + one_dataset).host_cache_page, 65536u);
   EXPECT_TRUE(c.grants.empty()) << "no grants: nobody may read anything";
   unsetenv("XDG_RUNTIME_DIR");
-  EXPECT_EQ(default_socket_path(), "/tmp/deepwell-" + std::to_string(getuid()) + ".sock");
+  EXPECT_EQ(default_socket_path(), "/tmp/deepwell-" + std::to_string(getuid()) + "/deepwell.sock")
+      << "a directory of the user's own: a socket file in /tmp itself could be squatted";
 }
 
 TEST(ServerConfig, MistakesNameTheFileTheLineAndTheKey) {

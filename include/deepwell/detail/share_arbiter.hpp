@@ -124,6 +124,10 @@ class share_arbiter {
   // The account of `client`, made on first use with weight 1 and no rate cap.
   std::shared_ptr<client_account> account(uint32_t client);
   std::shared_ptr<client_account> find(uint32_t client) const;
+  // Forgets `client`'s account (its connection ended): the queues that
+  // still hold it keep it alive until the pollers drop them.
+  void forget(uint32_t client);
+  size_t account_count() const;
   void set_share(uint32_t client, const client_share& s);
 
   // One more of a's commands waits for admission or runs, until finish()ed:

@@ -4,11 +4,16 @@
 //
 //   [server]
 //   socket = "/run/deepwell/deepwell.sock"  # default: $XDG_RUNTIME_DIR/deepwell.sock
-//   metrics = "127.0.0.1:9464"               # Prometheus text endpoint (default: none)
+//   metrics = "127.0.0.1:9464"               # Prometheus text endpoint (default: none; loopback only
+//   metrics_remote = false                   #   unless this is true)
+//   metrics_detail = false                   # per-client and per-dataset series (default: totals only)
 //   pollers = 2
 //   io_budget = "4MiB"                        # storage bytes in flight, shared by weight
 //   max_queue_pairs = 128                     # per client
 //   max_staging = "2GiB"                      # per client: queue pair memory
+//   max_clients_per_uid = 64                  # connections one uid may hold at once
+//   max_queue_pairs_per_uid = 512             # queue pairs of all of one uid's connections
+//   max_staging_per_uid = "8GiB"              # queue pair memory of all of one uid's connections
 //   host_cache = "8GiB"                       # the shared host-memory tier (default: none)
 //   host_cache_page = "64KiB"                 # its pages (default 4 KiB): a client reads the
 //                                             # tier itself where its cache's pages are this size
@@ -28,6 +33,11 @@
 //   dataset = "features"          # or "*": every dataset
 //   uid = 1000                    # or user = "alice", gid = 100, group = "ml", everyone = true
 //   access = "read"               # or "read-write"
+//   widen = false                 # a root server refuses a grant that lets someone read (or
+//                                 # write) a file they could not open themselves, unless true
+//
+//   [[operator]]                  # who may see every client and dataset (stats, dump);
+//   user = "admin"                # root and the server's own user always may
 //
 //   [[share]]
 //   user = "alice"                # who (as in a grant)
@@ -79,6 +89,7 @@ struct grant_config {
   std::string dataset;  // a dataset's name, or "*"
   principal who;
   bool write = false;   // read is always granted by a grant; write with access = "read-write"
+  bool widen = false;   // the operator knows the grant gives more than the file's own permissions
   int line = 0;
 };
 
@@ -110,6 +121,15 @@ struct server_config {
   std::optional<uint32_t> poller_spin_us;
   uint32_t max_queue_pairs = 128;
   uint64_t max_staging_bytes = 2ull << 30;
+  // Per uid, over all its connections: one user cannot take the server's
+  // descriptors, memory or attention from the others by connecting often.
+  uint32_t max_clients_per_uid = 64;
+  uint32_t max_queue_pairs_per_uid = 512;
+  uint64_t max_staging_per_uid = 8ull << 30;
+  // The metrics endpoint shows what every client does: loopback only
+  // unless metrics_remote, and server-wide totals only unless metrics_detail.
+  bool metrics_remote = false;
+  bool metrics_detail = false;
   uint64_t host_cache_bytes = 0;  // the shared host-memory tier over file and device datasets; 0: none
   // The tier's page: what a miss reads from storage, and the page size a
   // client's cache must have to copy the tier's pages itself (else its
@@ -119,6 +139,7 @@ struct server_config {
   std::vector<dataset_config> datasets;
   std::vector<grant_config> grants;
   std::vector<share_config> shares;
+  std::vector<principal> operators;  // besides root and the server's own uid
 
   const dataset_config* find(std::string_view name) const;
 };
@@ -133,8 +154,16 @@ server_config parse_config(std::string_view text, const std::string& source = "<
 // Reads and parses a file (a missing or unreadable file is a config_error).
 server_config load_config(const std::string& path);
 
-// $XDG_RUNTIME_DIR/deepwell.sock, else /tmp/deepwell-UID.sock.
+// $XDG_RUNTIME_DIR/deepwell.sock, else /tmp/deepwell-UID/deepwell.sock (a
+// directory the user creates, 0711, so nobody else can put a socket there).
 std::string default_socket_path();
+
+// Grants that let a principal read (or write) a file or device that it
+// could not open itself, checked as that principal would be (a child
+// process with its uid and groups calls access(2)); only a server running
+// as root can be such a deputy, so elsewhere this returns nothing. Grants
+// with widen = true are left out. Each entry: "FILE:LINE: grant[i]: ..."
+std::vector<std::string> widening_grants(const server_config& cfg);
 
 // Bytes from a size: an integer, or a string with an optional unit
 // (K, KiB, M, MiB, G, GiB, T, TiB; powers of 1024). Throws config_error

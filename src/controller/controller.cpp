@@ -166,6 +166,15 @@ struct controller::poller {
   context* free_contexts = nullptr;
   bool draining = false;  // stop(): every completion becomes an abort
   bool quiescing = false;  // drop_deleted() waits for the engine to empty: no new fetches
+  // Server mode: whether this poller serves queues of more than one
+  // client, and its pass number. Then each client takes at most
+  // fetch_batch * weight commands a pass, over all its queues: a client
+  // with hundreds of queues would otherwise make every pass, and so
+  // another client's next command, wait for hundreds of batches.
+  bool several_clients = false;
+  uint64_t pass_no = 0;
+  void count_clients();
+  uint32_t pass_quota(detail::client_account& a) const;
   // Server mode's clock for client accounts (latency, shares): read once a
   // fetch and once before each reap, not once a command (a clock read costs
   // about as much as the rest of a command's accounting).
@@ -546,8 +555,27 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, ui
 // poller serves the others;
 // then storage submissions, their completions, and every queue's posts.
 // Returns how much happened (0: nothing to do).
+void controller::poller::count_clients() {
+  const detail::client_account* first = nullptr;
+  several_clients = false;
+  for (auto& qp : queues) {
+    const detail::client_account* a = qp->impl_->account.get();
+    if (!a) continue;
+    if (!first) first = a;
+    else if (a != first) several_clients = true;
+  }
+}
+
+uint32_t controller::poller::pass_quota(detail::client_account& a) const {
+  const uint32_t batch = owner->cfg_.fetch_batch;
+  if (!several_clients || batch == 0) return UINT32_MAX;
+  const uint64_t w = a.weight_milli.load(std::memory_order_relaxed);
+  return uint32_t(std::clamp<uint64_t>(uint64_t(batch) * w / 1000, 1, UINT32_MAX));
+}
+
 unsigned controller::poller::serve_pass() {
   unsigned work = 0;
+  ++pass_no;
   const size_t n = queues.size();
   if (++first_queue >= n) first_queue = 0;
   for (size_t i = 0, k = first_queue; i < n; ++i, k = k + 1 == n ? 0 : k + 1) {
@@ -571,6 +599,19 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
   // A deleted queue takes no new command (its client is gone, or said it
   // was done); one that is quiescing for a drop waits a moment.
   if (q.failed || quiescing || q.deleted.load(std::memory_order_acquire)) return 0;
+  // Server mode: a client that took its pass's quota already waits for the
+  // next pass, its doorbells not even read.
+  detail::client_counter_shard* pass_shard = nullptr;
+  uint32_t quota = UINT32_MAX;
+  if (q.account && several_clients) {
+    pass_shard = &q.account->shard(index);
+    if (pass_shard->pass != pass_no) {
+      pass_shard->pass = pass_no;
+      pass_shard->pass_fetched = 0;
+    }
+    quota = pass_quota(*q.account);
+    if (pass_shard->pass_fetched >= quota) return 0;
+  }
   const uint32_t tail = shared_load_acquire(&q.header->sq_tail_doorbell);
   if (tail >= q.sq_entries) {
     fail_queue(q, queue_failure::bad_sq_doorbell);
@@ -601,7 +642,10 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
   detail::share_arbiter& arb = *owner->arbiter_;
   detail::client_account& acct = *q.account;
   const uint64_t t = clock_ns = now_ns();
-  while ((q.has_held || q.sq_head != tail) && q.outstanding.load(std::memory_order_relaxed) < limit && n < batch) {
+  const uint32_t taken_before = pass_shard ? pass_shard->pass_fetched : 0;
+  const uint32_t room = quota == UINT32_MAX ? UINT32_MAX : quota - taken_before;
+  while ((q.has_held || q.sq_head != tail) && q.outstanding.load(std::memory_order_relaxed) < limit && n < batch &&
+         n < room) {
     if (!q.has_held) {
       std::memcpy(&q.held, static_cast<const void*>(q.sq + q.sq_head), sizeof(q.held));
       q.sq_head = (q.sq_head + 1) & (q.sq_entries - 1);
@@ -648,6 +692,7 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
     execute(q, q.held, cost, q.held_since, t);
     ++n;
   }
+  if (pass_shard) pass_shard->pass_fetched = taken_before + n;
   return n;
 }
 
@@ -656,6 +701,7 @@ void controller::poller::adopt_incoming() {
   for (auto& qp : incoming) queues.push_back(std::move(qp));
   incoming.clear();
   has_incoming.store(false, std::memory_order_relaxed);
+  count_clients();
   if (owner->cfg_.register_buffers && io->in_flight() == 0) register_staging();
 }
 
@@ -669,6 +715,11 @@ void controller::poller::register_staging() {
 }
 
 void controller::poller::drop_deleted() {
+  // Cleared before the scan, and set again only for what is left: a
+  // delete_queue_pair() that lands during the scan sets it after this, so
+  // the next pass looks again (storing false at the end lost such a
+  // delete, and its queue stayed until the controller went).
+  has_deleted.exchange(false, std::memory_order_acq_rel);
   if (has_incoming.load(std::memory_order_acquire)) adopt_incoming();  // a queue deleted right after it was made
   // A deleted queue goes once no I/O of its own is in flight (the target
   // writes into its staging). Completions it could not post are dropped
@@ -691,7 +742,8 @@ void controller::poller::drop_deleted() {
   // server costs one storage latency per drop rather than never dropping.
   if (ready && owner->cfg_.register_buffers && io->in_flight() != 0) {
     quiescing = true;
-    return;  // has_deleted stays set: look again next pass
+    has_deleted.store(true, std::memory_order_release);  // look again next pass
+    return;
   }
   quiescing = false;
   bool dropped = false;
@@ -715,8 +767,9 @@ void controller::poller::drop_deleted() {
     queues.erase(queues.begin() + long(i));
     dropped = true;
   }
+  if (dropped) count_clients();
   if (dropped && owner->cfg_.register_buffers) register_staging();
-  has_deleted.store(waiting, std::memory_order_relaxed);
+  if (waiting) has_deleted.store(true, std::memory_order_release);
 }
 
 void controller::poller::run() {

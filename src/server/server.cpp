@@ -362,7 +362,9 @@ void server::impl::refuse_connection(int fd, uint32_t uid, const std::string& wh
 }
 
 void server::impl::accept_clients() {
-  for (;;) {
+  // A turn takes a bounded number of connections: the clients already
+  // connected are served between turns, however fast others knock.
+  for (int turn = 0; turn < 64; ++turn) {
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -370,12 +372,19 @@ void server::impl::accept_clients() {
         // Out of descriptors: the pending connection would keep the
         // listener readable and the loop spinning. Spend the reserve to
         // take it and close it, and say so once a second at most.
+        // (accept fails with EMFILE before it looks for a connection: none
+        // may be waiting at all.)
         if (reserve_fd >= 0) {
           close(reserve_fd);
           reserve_fd = -1;
           const int c = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+          const int e = errno;
           if (c >= 0) close(c);
           reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+          if (c < 0) {
+            if (e != EAGAIN && e != EWOULDBLOCK) refusals.line(errno_message("accept", e));
+            return;
+          }
           refusals.line("refused a connection: the server is out of descriptors (" + std::to_string(clients.size()) +
                         " clients)");
           continue;

@@ -413,6 +413,183 @@ TEST_F(Attack, AConnectionFloodFromOneUidLeavesOthersTheirLatency) {
               flooded / alone);
 }
 
+// A queue pair driven by hand, asynchronously: the attacker keeps every
+// one of its queues full without a thread per queue.
+struct raw_queue {
+  void* base = nullptr;
+  size_t bytes = 0;
+  qp_header* h = nullptr;
+  nvme::command* sq = nullptr;
+  nvme::completion* cq = nullptr;
+  uint32_t entries = 0, tail = 0, head = 0, phase = 1, in_flight = 0;
+  uint16_t next_cid = 0;
+  uint64_t done = 0;
+
+  bool open(int s, uint32_t entries_) {
+    wire::message q = call(s, wire::op::open_queue_pair, entries_, entries_, 4096);
+    if (q.h.status != 0) return false;
+    bytes = q.h.x;
+    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.fd, 0);
+    close(q.fd);
+    if (base == MAP_FAILED) return false;
+    h = static_cast<qp_header*>(base);
+    sq = reinterpret_cast<nvme::command*>(static_cast<uint8_t*>(base) + h->sq_offset);
+    cq = reinterpret_cast<nvme::completion*>(static_cast<uint8_t*>(base) + h->cq_offset);
+    entries = entries_;
+    return true;
+  }
+  // Reaps what completed and fills the queue again with reads of nsid.
+  void pump(uint32_t nsid, uint64_t blocks) {
+    while (((shared_load_acquire(&cq[head].dw3) >> 16) & 1) == phase) {
+      if (++head == entries) head = 0, phase ^= 1;
+      --in_flight;
+      ++done;
+    }
+    shared_store_release(&h->cq_head_doorbell, head);
+    while (in_flight < entries - 1) {
+      nvme::command c = nvme::make_read(nsid, (next_cid * 7919ull) % blocks, 1, uint64_t(tail) * 4096);
+      c.cid = next_cid++;
+      std::memcpy(static_cast<void*>(sq + tail), &c, sizeof c);
+      tail = (tail + 1) % entries;
+      ++in_flight;
+    }
+    shared_store_release(&h->sq_tail_doorbell, tail);
+  }
+};
+
+// The done-when of issue 43: one uid floods at its limits (every
+// connection it may hold, every queue pair its limits allow, each kept
+// full of reads); an honest client of another uid keeps its p99 read
+// latency within 2x of its p99 alone. Judged where the machine has cores
+// for both (8 or more: the GPU machine's scripts/gpu-check runs it); on a
+// smaller machine the attacker and the pollers share two cores and the
+// figures are printed, not judged.
+TEST_F(Attack, AnIOFloodAtOneUidsLimitsLeavesOthersTheirLatency) {
+  need_root();
+  auto link = server_link::connect(sock, "honest");
+  host_queue_client q(link->open_queue_pair({16, 16, 4096}));
+  const uint32_t file = link->lookup("file");
+  std::vector<uint8_t> b(4096);
+  auto p99_for = [&](std::chrono::milliseconds span) {
+    std::vector<double> us;
+    const auto end = std::chrono::steady_clock::now() + span;
+    for (uint64_t i = 0; std::chrono::steady_clock::now() < end; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const request_status st = q.read(file, (i * 13) % 256, 1, 4096, b.data());
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      EXPECT_TRUE(st.ok()) << describe(st);
+      EXPECT_EQ(test::check_pattern(b.data(), 4096, ((i * 13) % 256) * 4096, 41), -1);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // sparse reads, as a light client's
+    }
+    std::sort(us.begin(), us.end());
+    return std::make_pair(us[size_t(0.99 * double(us.size() - 1))], us.size());
+  };
+  p99_for(300ms);  // warm: the tier holds the file, the pollers have seen the queue
+  const auto alone = p99_for(1500ms);
+  int pipe_fd[2];
+  ASSERT_EQ(pipe(pipe_fd), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(pipe_fd[0]);
+    if (setgroups(0, nullptr) != 0 || setresgid(nobody, nobody, nobody) != 0 || setresuid(nobody, nobody, nobody) != 0)
+      _exit(100);
+    std::vector<raw_queue> queues;
+    uint32_t nsid = 0;
+    for (int c = 0; c < 64; ++c) {
+      const int s = connect_to(sock);
+      if (s < 0 || call(s, wire::op::hello, 0, 0, 0, "flood").h.status != 0) break;
+      nsid = call(s, wire::op::lookup, 0, 0, 0, "file").h.a;
+      for (int k = 0; k < 128; ++k) {
+        raw_queue r;
+        if (!r.open(s, 64)) break;
+        queues.push_back(r);
+      }
+    }
+    const uint32_t n = uint32_t(queues.size());
+    (void)!write(pipe_fd[1], &n, sizeof n);
+    for (;;)
+      for (raw_queue& r : queues) r.pump(nsid, 256);
+  }
+  close(pipe_fd[1]);
+  uint32_t flood_queues = 0;
+  ASSERT_EQ(read(pipe_fd[0], &flood_queues, sizeof flood_queues), ssize_t(sizeof flood_queues));
+  close(pipe_fd[0]);
+  std::this_thread::sleep_for(200ms);
+  const auto flooded = p99_for(1500ms);
+  const auto stats = nlohmann::json::parse(srv->stats_json());
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  uint64_t flood_commands = 0;
+  for (const auto& c : stats["clients"])
+    if (c["name"] == "flood") flood_commands += c["commands"].get<uint64_t>();
+  EXPECT_EQ(flood_queues, 512u) << "the attacker held its limit of queue pairs (max_queue_pairs_per_uid)";
+  EXPECT_GT(flood_commands, 1000u) << "the flood ran";
+  std::printf("[ figures  ] honest p99 alone %.0f us (%zu reads), beside %u flooding queue pairs %.0f us (%zu reads): "
+              "%.2fx; the flood's commands %llu; %u cores\n",
+              alone.first, alone.second, flood_queues, flooded.first, flooded.second, flooded.first / alone.first,
+              (unsigned long long)flood_commands, std::thread::hardware_concurrency());
+  if (std::thread::hardware_concurrency() >= 8)
+    EXPECT_LE(flooded.first, 2 * alone.first) << "p99 beside the flood against alone";
+  EXPECT_TRUE(eventually([&] { return srv->client_count() == 1 && srv->ctl().queue_pair_count() == 1; }));
+}
+
+// Defect 6, the server out of descriptors: connections it cannot accept
+// must not leave the listener readable and the loop spinning (at about
+// 1,000 connections an earlier server spun at 100% CPU and logged
+// thousands of lines a second). The server here runs in this process, so
+// this process's descriptor limit is lowered under it; the connections
+// come from a child, whose limit is its own.
+TEST_F(Attack, RunningOutOfDescriptorsNeitherSpinsNorStopsTheServer) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int pipe_fd[2];
+  ASSERT_EQ(pipe(pipe_fd), 0);
+  rlimit low = saved;
+  low.rlim_cur = open_descriptors() + 24;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setrlimit(RLIMIT_NOFILE, &saved);
+    close(pipe_fd[0]);
+    std::vector<int> held;
+    for (int i = 0; i < 200; ++i) {
+      const int c = connect_to(sock);
+      if (c >= 0) held.push_back(c);
+    }
+    (void)!write(pipe_fd[1], "r", 1);
+    for (;;) {  // and keep knocking
+      const int c = connect_to(sock);
+      if (c >= 0) close(c);
+      usleep(1000);
+    }
+  }
+  close(pipe_fd[1]);
+  char r;
+  const bool ready = read(pipe_fd[0], &r, 1) == 1;
+  close(pipe_fd[0]);
+  std::this_thread::sleep_for(200ms);
+  auto cpu_seconds = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
+  const double c0 = cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(1000ms);
+  const double used = cpu_seconds() - c0;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_TRUE(ready);
+  // The pollers spin a millisecond after work and sleep; the server thread
+  // must sleep too: well under half a core over the second.
+  EXPECT_LT(used, 0.5 * wall) << used << " CPU seconds in " << wall << " s with the server out of descriptors";
+  EXPECT_TRUE(eventually([&] { return srv->client_count() == 0; }));
+  auto link = server_link::connect(sock, "after");
+  EXPECT_NO_THROW(link->lookup("pub")) << "the server serves again once descriptors are free";
+}
+
 // Defect 7: the dataset's file swapped for another after the server
 // started: what a client maps is still the dataset the server opened.
 TEST(AttackPaths, ADatasetFileSwappedAfterStartIsNeverHandedOut) {
@@ -473,13 +650,30 @@ TEST_F(Attack, AClientSeesOnlyItsOwnGrantsAndItselfInStatsAndCannotDump) {
 // writers' cost).
 TEST_F(Attack, AReadGrantCannotFlush) {
   need_root();
+  // The child speaks the protocol by hand: a child forked from a
+  // multithreaded process starts no threads (ThreadSanitizer forbids it).
   const int rc = as_nobody([&] {
-    auto link = server_link::connect(sock, "flusher");
-    host_queue_client q(link->open_queue_pair({16, 16, 4096}));
-    const request_status s = q.flush(link->lookup("shared"));
-    return s.ok() ? 1 : 0;
+    const int s = connect_to(sock);
+    if (call(s, wire::op::hello, 0, 0, 0, "flusher").h.status != 0) return 10;
+    const uint32_t shared = call(s, wire::op::lookup, 0, 0, 0, "shared").h.a;
+    wire::message q = call(s, wire::op::open_queue_pair, 4, 4, 4096);
+    if (q.h.status != 0) return 11;
+    void* base = mmap(nullptr, q.h.x, PROT_READ | PROT_WRITE, MAP_SHARED, q.fd, 0);
+    if (base == MAP_FAILED) return 12;
+    auto* h = static_cast<qp_header*>(base);
+    auto* sq = reinterpret_cast<nvme::command*>(static_cast<uint8_t*>(base) + h->sq_offset);
+    auto* cq = reinterpret_cast<nvme::completion*>(static_cast<uint8_t*>(base) + h->cq_offset);
+    nvme::command c = nvme::make_flush(shared);
+    c.cid = 1;
+    std::memcpy(static_cast<void*>(sq), &c, sizeof c);
+    shared_store_release(&h->sq_tail_doorbell, 1u);
+    const auto end = std::chrono::steady_clock::now() + 5s;
+    while (((shared_load_acquire(&cq[0].dw3) >> 16) & 1) == 0)
+      if (std::chrono::steady_clock::now() > end) return 13;
+    const nvme::status st = nvme::cqe_status(shared_load_acquire(&cq[0].dw3));
+    return st == nvme::sc::write_to_read_only ? 0 : 14;
   });
-  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(rc, 0) << "13: no completion; 14: the flush was not refused as a write";
 }
 
 // Defect 11: a socket path someone else could have made, or made.

@@ -30,6 +30,10 @@ struct alignas(64) client_counter_shard {
   single_writer_counter commands, reads, writes, flushes, bytes_read, bytes_written, errors, throttled;
   single_writer_counter latency_us[client_counters::latency_buckets];
   void record_latency(uint64_t ns);
+  // The poller's scratch: commands of this client it took in its pass
+  // number `pass` (a pass's quota per client, controller.cpp's fetch).
+  uint64_t pass = 0;
+  uint32_t pass_fetched = 0;
 };
 
 // Since when poller i's oldest command refused its client's share has

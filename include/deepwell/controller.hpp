@@ -194,6 +194,7 @@ class controller {
   std::atomic<uint32_t> ns_count_{0};
   std::vector<std::unique_ptr<poller>> pollers_;
   std::unique_ptr<detail::share_arbiter> arbiter_;  // server mode only
+  std::atomic<uint32_t> clients_with_queues_{0};    // server mode: clients with a queue pair served now
   std::vector<std::shared_ptr<queue_pair>> queues_;
   queue_counters deleted_counters_;  // of deleted queue pairs (guarded by mutex_)
   uint32_t next_qid_ = 1;

@@ -166,14 +166,11 @@ struct controller::poller {
   context* free_contexts = nullptr;
   bool draining = false;  // stop(): every completion becomes an abort
   bool quiescing = false;  // drop_deleted() waits for the engine to empty: no new fetches
-  // Server mode: whether this poller serves queues of more than one
-  // client, and its pass number. Then each client takes at most
-  // fetch_batch * weight commands a pass, over all its queues: a client
-  // with hundreds of queues would otherwise make every pass, and so
+  // Server mode, while several clients have queues: each client takes at
+  // most its quota of commands a pass (pass_quota), over all its queues: a
+  // client with hundreds of queues would otherwise make every pass, and so
   // another client's next command, wait for hundreds of batches.
-  bool several_clients = false;
   uint64_t pass_no = 0;
-  void count_clients();
   uint32_t pass_quota(detail::client_account& a) const;
   // Server mode's clock for client accounts (latency, shares): read once a
   // fetch and once before each reap, not once a command (a clock read costs
@@ -344,6 +341,9 @@ void controller::poller::give_back(queue_pair::impl& q) {
   detail::share_arbiter& arb = *owner->arbiter_;
   detail::client_account& a = *q.account;
   const bool busy = q.taken != 0;
+  // Nothing to give and nothing to tell: the account (shared with the
+  // other pollers) is not touched. Most of a crowded poller's queues are so.
+  if (q.credit == 0 && (busy || !q.told_busy)) return;
   const uint64_t give = busy && !q.has_held ? arb.excess_credit(a, q.credit) : q.credit;
   q.credit -= give;
   if (!busy && q.told_busy) {
@@ -555,22 +555,17 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, ui
 // poller serves the others;
 // then storage submissions, their completions, and every queue's posts.
 // Returns how much happened (0: nothing to do).
-void controller::poller::count_clients() {
-  const detail::client_account* first = nullptr;
-  several_clients = false;
-  for (auto& qp : queues) {
-    const detail::client_account* a = qp->impl_->account.get();
-    if (!a) continue;
-    if (!first) first = a;
-    else if (a != first) several_clients = true;
-  }
-}
-
+// A pass's commands shared among the clients the controller serves, by
+// weight: each poller's pass then takes about fetch_batch commands in all,
+// so a client's next command waits about one batch, however many queues
+// the others have (and a poller serving only a flood's queues does not
+// crowd the storage and the tier that the others' pollers share).
 uint32_t controller::poller::pass_quota(detail::client_account& a) const {
   const uint32_t batch = owner->cfg_.fetch_batch;
-  if (!several_clients || batch == 0) return UINT32_MAX;
+  const uint32_t clients = owner->clients_with_queues_.load(std::memory_order_relaxed);
+  if (clients < 2 || batch == 0) return UINT32_MAX;
   const uint64_t w = a.weight_milli.load(std::memory_order_relaxed);
-  return uint32_t(std::clamp<uint64_t>(uint64_t(batch) * w / 1000, 1, UINT32_MAX));
+  return uint32_t(std::clamp<uint64_t>(uint64_t(batch) * w / (1000ull * clients), 1, UINT32_MAX));
 }
 
 unsigned controller::poller::serve_pass() {
@@ -603,13 +598,12 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
   // next pass, its doorbells not even read.
   detail::client_counter_shard* pass_shard = nullptr;
   uint32_t quota = UINT32_MAX;
-  if (q.account && several_clients) {
+  if (q.account && (quota = pass_quota(*q.account)) != UINT32_MAX) {
     pass_shard = &q.account->shard(index);
     if (pass_shard->pass != pass_no) {
       pass_shard->pass = pass_no;
       pass_shard->pass_fetched = 0;
     }
-    quota = pass_quota(*q.account);
     if (pass_shard->pass_fetched >= quota) return 0;
   }
   const uint32_t tail = shared_load_acquire(&q.header->sq_tail_doorbell);
@@ -701,7 +695,6 @@ void controller::poller::adopt_incoming() {
   for (auto& qp : incoming) queues.push_back(std::move(qp));
   incoming.clear();
   has_incoming.store(false, std::memory_order_relaxed);
-  count_clients();
   if (owner->cfg_.register_buffers && io->in_flight() == 0) register_staging();
 }
 
@@ -762,12 +755,12 @@ void controller::poller::drop_deleted() {
       // (another queue of the client still waiting) sets it again.
       q.account->waiter(index).since.store(0, std::memory_order_relaxed);
       give_back(q);
-      q.account->queues.fetch_sub(1, std::memory_order_relaxed);
+      if (q.account->queues.fetch_sub(1, std::memory_order_relaxed) == 1)
+        owner->clients_with_queues_.fetch_sub(1, std::memory_order_relaxed);
     }
     queues.erase(queues.begin() + long(i));
     dropped = true;
   }
-  if (dropped) count_clients();
   if (dropped && owner->cfg_.register_buffers) register_staging();
   if (waiting) has_deleted.store(true, std::memory_order_release);
 }
@@ -991,7 +984,8 @@ std::shared_ptr<queue_pair> controller::create_queue_pair(const qp_geometry& g, 
   qp->client_ = opts.client;
   if (arbiter_) {
     im.account = arbiter_->account(opts.client);
-    im.account->queues.fetch_add(1, std::memory_order_relaxed);
+    if (im.account->queues.fetch_add(1, std::memory_order_relaxed) == 0)
+      clients_with_queues_.fetch_add(1, std::memory_order_relaxed);
   }
   queues_.push_back(qp);
   poller& p = *pollers_[(qid - 1) % pollers_.size()];

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "deepwell/detail/cache/copy.hpp"
@@ -49,36 +50,40 @@ class tier_arena {
     page_of_.assign(frames_, tier_no_page);  // seq_[f] 0: no page
     frame_plus_1_.assign(pages_, 0);
     seq_word_.assign(frames_, 0);
-    used_.assign(frames_, 0);
+    used_ = std::make_unique<std::atomic<uint8_t>[]>(frames_);  // zeroed: value-initialized
   }
 
   uint64_t frames() const { return frames_; }
   const shared_region& region() const { return region_; }
 
   host_tier_stats stats() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::shared_mutex> lock(mutex_);
     host_tier_stats s = stats_;
+    s.hits = hits_.load(std::memory_order_relaxed);
+    s.misses = misses_.load(std::memory_order_relaxed);
     s.resident_pages = resident_;
     s.capacity_pages = frames_;
     return s;
   }
 
   // Copies [offset, offset + len) into buf if every page of it is resident.
+  // Under a shared lock: the pollers copy hits side by side, and only
+  // installs, drops and evictions take the arena for themselves.
   bool try_hit(uint8_t* buf, uint32_t len, uint64_t offset) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_lock<std::shared_mutex> lock(mutex_);
     const uint64_t first = offset / page_, last = (offset + len - 1) / page_;
     for (uint64_t p = first; p <= last; ++p)
       if (frame_of(p) < 0) {
-        ++stats_.misses;
+        misses_.fetch_add(1, std::memory_order_relaxed);
         return false;
       }
     for (uint64_t p = first; p <= last; ++p) {
       const uint32_t f = uint32_t(frame_of(p));
-      used_[f] = 1;
+      used_[f].store(1, std::memory_order_relaxed);
       const uint64_t from = std::max(offset, p * page_), to = std::min(offset + len, (p + 1) * page_);
       std::memcpy(buf + (from - offset), frame(f) + (from - p * page_), to - from);
     }
-    ++stats_.hits;
+    hits_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
 
@@ -97,12 +102,12 @@ class tier_arena {
                uint64_t epoch) {
     const uint64_t first = (offset + page_ - 1) / page_, end = std::min((offset + len) / page_, full_pages_);  // a partial last page is never held
     if (first >= end) return;
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::shared_mutex> lock(mutex_);
     if (writes_begun.load(std::memory_order_acquire) != epoch) return;
     for (uint64_t p = first; p < end; ++p) {
       const int64_t have = frame_of(p);
       if (have >= 0) {  // resident: its bytes are storage's (writes drop pages), so these are the same
-        used_[uint32_t(have)] = 1;
+        used_[uint32_t(have)].store(1, std::memory_order_relaxed);
         continue;
       }
       const uint32_t f = victim();
@@ -118,14 +123,14 @@ class tier_arena {
       shared_store_release(seq_ + f, seq_word_[f]);
       frame_plus_1_[p] = f + 1;
       shared_store_release(index_ + p, f + 1);
-      used_[f] = 1;
+      used_[f].store(1, std::memory_order_relaxed);
       ++resident_;
       ++stats_.pages_installed;
     }
   }
 
   void invalidate(uint32_t len, uint64_t offset) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::shared_mutex> lock(mutex_);
     const uint64_t first = offset / page_, last = std::min((offset + len - 1) / page_, pages_ - 1);
     for (uint64_t p = first; p <= last; ++p) {
       const int64_t f = frame_of(p);
@@ -148,8 +153,12 @@ class tier_arena {
   std::vector<uint32_t> frame_plus_1_;  // each page's frame + 1, or 0 (index_'s twin)
   std::vector<uint64_t> seq_word_;      // each frame's sequence word (seq_'s twin)
   uint8_t* data_ = nullptr;
-  mutable std::mutex mutex_;
-  std::vector<uint8_t> used_;  // CLOCK's use bits
+  mutable std::shared_mutex mutex_;
+  // CLOCK's use bits: set by hits under the shared lock (relaxed: a lost
+  // or late bit only changes which page goes next), cleared under the
+  // exclusive one.
+  std::unique_ptr<std::atomic<uint8_t>[]> used_;
+  std::atomic<uint64_t> hits_{0}, misses_{0};
   uint64_t hand_ = 0;
   uint64_t resident_ = 0;
   host_tier_stats stats_;
@@ -175,7 +184,7 @@ class tier_arena {
     page_of_[f] = tier_no_page;
     seq_word_[f] = tier_seq_word(0, s + 2);
     shared_store_release(seq_ + f, seq_word_[f]);
-    used_[f] = 0;
+    used_[f].store(0, std::memory_order_relaxed);
     --resident_;
   }
 
@@ -184,8 +193,8 @@ class tier_arena {
       const uint32_t f = uint32_t(hand_);
       hand_ = (hand_ + 1) % frames_;
       if (page_of_[f] == tier_no_page) return f;
-      if (used_[f]) {
-        used_[f] = 0;
+      if (used_[f].load(std::memory_order_relaxed)) {
+        used_[f].store(0, std::memory_order_relaxed);
         continue;
       }
       drop(f);

@@ -37,6 +37,9 @@ access = "read-write"
 [[grant]]
 dataset = "secret"
 uid = {uid + 4242}
+# A uid that cannot reach pytest's private tmp_path: a root server refuses
+# to read for it what it could not read itself, unless the grant says so.
+widen = true
 """)
     proc = subprocess.Popen([deepwell_cli, "serve", "--config", str(tmp_path / "ds.toml")], stderr=subprocess.PIPE)
     for _ in range(200):

@@ -780,6 +780,11 @@ std::string server::impl::stats_json(const client_state* viewer) const {
     return j.dump(2);
   }
   const queue_counters t = ctl->total_counters();
+  uint64_t clients_total = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);  // the loop counts clients as it accepts them
+    clients_total = total_clients;
+  }
   j["server"] = {{"view", "operator"},
                  {"socket", cfg.socket_path},
                  {"uptime_s", up},
@@ -792,7 +797,7 @@ std::string server::impl::stats_json(const client_state* viewer) const {
                  {"poller_cpu_seconds", ctl->poller_cpu_seconds()},
                  {"latency_floor_us", double(ctl->latency_floor_ns()) / 1e3},
                  {"queue_pairs", ctl->queue_pair_count()},
-                 {"clients_total", total_clients},
+                 {"clients_total", clients_total},
                  {"client_accounts", ctl->client_account_count()},
                  {"commands", t.commands},
                  {"bytes_read", t.bytes_read},

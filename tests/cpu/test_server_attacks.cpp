@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -88,11 +89,26 @@ wire::message call(int s, wire::op o, uint32_t a = 0, uint32_t b = 0, uint32_t c
 // Runs `attack` in a child process as uid/gid nobody (no supplementary
 // groups); its return value is the child's exit status (0: the attack
 // failed, as it should). Returns -1 if the child died otherwise.
+// A forked attacker dies with the test (a test that fails halfway, or is
+// killed at its time limit, must not leave a child flooding the machine).
+// After any change of uid: that clears the setting.
+void die_with_parent(pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(99);  // the parent went before the setting took
+}
+
+// Drops this (forked) process to uid and gid nobody, no other groups.
+void become_nobody(pid_t parent) {
+  if (setgroups(0, nullptr) != 0 || setresgid(nobody, nobody, nobody) != 0 || setresuid(nobody, nobody, nobody) != 0)
+    _exit(100);
+  die_with_parent(parent);
+}
+
 int as_nobody(const std::function<int()>& attack) {
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setresgid(nobody, nobody, nobody) != 0 || setresuid(nobody, nobody, nobody) != 0)
-      _exit(100);
+    become_nobody(parent);
     int rc = 101;
     try {
       rc = attack();
@@ -343,8 +359,10 @@ TEST_F(Attack, ConnectAndAbandonCyclesLeaveNothingBehind) {
       << "descriptors " << open_descriptors() << " (started at " << fds0 << "), memfd bytes mapped "
       << mapped_memfd_bytes() << " (started at " << mapped0 << ")";
   EXPECT_EQ(srv->ctl().client_account_count(), 0u) << "the accounts of clients that left are forgotten";
+#if !defined(__SANITIZE_THREAD__)  // its allocator keeps what was freed, and its shadow grows
   EXPECT_LE(double(rss_bytes()), double(rss0) * 1.01 + (1 << 20))
       << "RSS " << rss_bytes() << " against " << rss0 << " before " << cycles << " cycles";
+#endif
   // And the server still serves.
   auto link = server_link::connect(sock, "after");
   host_queue_client hq(link->open_queue_pair({16, 16, 4096}));
@@ -374,11 +392,11 @@ TEST_F(Attack, AConnectionFloodFromOneUidLeavesOthersTheirLatency) {
   std::atomic<bool> stop{false};
   int ready_pipe[2];
   ASSERT_EQ(pipe(ready_pipe), 0);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
     close(ready_pipe[0]);
-    if (setgroups(0, nullptr) != 0 || setresgid(nobody, nobody, nobody) != 0 || setresuid(nobody, nobody, nobody) != 0)
-      _exit(100);
+    become_nobody(parent);
     std::vector<int> held;
     int refused_or_closed = 0;
     for (int i = 0; i < 1000; ++i) {
@@ -406,8 +424,11 @@ TEST_F(Attack, AConnectionFloodFromOneUidLeavesOthersTheirLatency) {
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   stop = true;
-  // 2x alone, with 1 ms of slack for a loaded two-core machine's scheduling.
+  // 2x alone, with 1 ms of slack for a loaded two-core machine's scheduling
+  // (not judged under ThreadSanitizer: its poller is ten times slower).
+#if !defined(__SANITIZE_THREAD__)
   EXPECT_LE(flooded, 2 * alone + 1000) << "p99 " << flooded << " us under the flood against " << alone << " us alone";
+#endif
   EXPECT_TRUE(eventually([&] { return srv->client_count() == 1; }));
   std::printf("[ figures  ] honest p99 alone %.0f us, beside a connection flood %.0f us (%.2fx)\n", alone, flooded,
               flooded / alone);
@@ -488,11 +509,11 @@ TEST_F(Attack, AnIOFloodAtOneUidsLimitsLeavesOthersTheirLatency) {
   const auto alone = p99_for(1500ms);
   int pipe_fd[2];
   ASSERT_EQ(pipe(pipe_fd), 0);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
     close(pipe_fd[0]);
-    if (setgroups(0, nullptr) != 0 || setresgid(nobody, nobody, nobody) != 0 || setresuid(nobody, nobody, nobody) != 0)
-      _exit(100);
+    become_nobody(parent);
     std::vector<raw_queue> queues;
     uint32_t nsid = 0;
     for (int c = 0; c < 64; ++c) {
@@ -531,7 +552,12 @@ TEST_F(Attack, AnIOFloodAtOneUidsLimitsLeavesOthersTheirLatency) {
   // The goal is 2x, not met yet: 5.7x on an H200 machine at
   // 54beace (17x before a pass's quota was shared among clients). This
   // bound keeps what was won; docs/server.md says what is left.
-  if (std::thread::hardware_concurrency() >= 8)
+#if defined(__SANITIZE_THREAD__)
+  const bool judge = false;  // figures only: its poller is ten times slower
+#else
+  const bool judge = std::thread::hardware_concurrency() >= 8;
+#endif
+  if (judge)
     EXPECT_LE(flooded.first, 8 * alone.first) << "p99 beside the flood against alone (goal: 2x)";
   EXPECT_TRUE(eventually([&] { return srv->client_count() == 1 && srv->ctl().queue_pair_count() == 1; }));
 }
@@ -550,8 +576,10 @@ TEST_F(Attack, RunningOutOfDescriptorsNeitherSpinsNorStopsTheServer) {
   rlimit low = saved;
   low.rlim_cur = open_descriptors() + 24;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
+    die_with_parent(parent);
     setrlimit(RLIMIT_NOFILE, &saved);
     close(pipe_fd[0]);
     std::vector<int> held;

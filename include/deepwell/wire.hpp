@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace deepwell::wire {
@@ -72,8 +73,10 @@ struct message {
 bool send_message(int sock, message m);
 // Receives one message. Returns false on end of stream (the peer closed).
 // Throws deepwell::error for a malformed message (bad size, magic, version,
-// text length) or a socket error. Descriptors beyond one are closed.
-bool receive_message(int sock, message& m);
+// text length) or a socket error. Descriptors beyond one are closed; with
+// `received`, every descriptor goes there instead (m.fd stays -1), also
+// when it throws.
+bool receive_message(int sock, message& m, std::vector<int>* received = nullptr);
 
 const char* op_name(uint16_t o);
 

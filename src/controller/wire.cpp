@@ -43,7 +43,7 @@ bool send_message(int sock, message m) {
   }
 }
 
-bool receive_message(int sock, message& m) {
+bool receive_message(int sock, message& m, std::vector<int>* received) {
   m = message{};
   std::vector<char> buf(sizeof(header) + max_text + 1);
   iovec iov{buf.data(), buf.size()};
@@ -61,14 +61,18 @@ bool receive_message(int sock, message& m) {
     if (errno == ECONNRESET) return false;
     throw error(errno_message("receiving from the deepwell socket", errno));
   }
-  // Keep at most one descriptor; close any others a peer sent.
+  // Keep at most one descriptor; close any others a peer sent (or, with
+  // `received`, hand every one to the caller, who closes them where a
+  // close that waits harms nobody).
   for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; ++i) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      if (m.fd < 0)
+      if (received)
+        received->push_back(fd);
+      else if (m.fd < 0)
         m.fd = fd;
       else
         close(fd);

@@ -463,21 +463,24 @@ void server::impl::drop(int fd, const char* why) {
 void server::impl::serve(client_state& c) {
   wire::message m;
   bool got = false;
+  // Descriptors a client sent (the protocol has none) are closed on the
+  // closer's thread, never here: closing a FUSE or network file may wait.
+  std::vector<int> sent_fds;
   try {
-    got = wire::receive_message(c.fd, m);
+    got = wire::receive_message(c.fd, m, &sent_fds);
   } catch (const error& e) {
+    for (int fd : sent_fds) closer.close_later(fd);
     log_line("client " + std::to_string(c.id) + ": " + e.what());
     drop(c.fd, "broke the protocol");
     return;
   }
-  if (!got) {
-    drop(c.fd, "disconnected");
+  if (!sent_fds.empty()) {  // that ends the connection
+    for (int fd : sent_fds) closer.close_later(fd);
+    drop(c.fd, "sent a descriptor");
     return;
   }
-  if (m.fd >= 0) {  // clients send no descriptors: that ends the connection
-    closer.close_later(m.fd);
-    m.fd = -1;
-    drop(c.fd, "sent a descriptor");
+  if (!got) {
+    drop(c.fd, "disconnected");
     return;
   }
   {

@@ -303,6 +303,27 @@ TEST_F(Attack, AClientThatSendsADescriptorIsDropped) {
   wire::message r;
   EXPECT_FALSE(wire::receive_message(s, r)) << "the connection ended";
   close(s);
+  // Several at once, with a malformed message: the same.
+  const int s2 = connect_to(sock);
+  ASSERT_EQ(call(s2, wire::op::hello, 0, 0, 0, "sender").h.status, 0);
+  int fds[3] = {open("/dev/null", O_RDONLY), open("/dev/null", O_RDONLY), open("/dev/null", O_RDONLY)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
+  char junk[8] = {};
+  iovec iov{junk, sizeof junk};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof fds);
+  std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+  ASSERT_EQ(sendmsg(s2, &mh, MSG_NOSIGNAL), ssize_t(sizeof junk));
+  for (int fd : fds) close(fd);
+  EXPECT_FALSE(wire::receive_message(s2, r)) << "the connection ended";
+  close(s2);
   auto link = server_link::connect(sock, "after");
   EXPECT_NO_THROW(link->lookup("pub"));
 }

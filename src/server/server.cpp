@@ -737,6 +737,23 @@ std::string label(const std::string& v) {
 
 }  // namespace
 
+// One connected client's entry (its counters, who it is, what it holds),
+// the same in the operator's view and in the client's own.
+static nlohmann::json client_json(const client_state& c, const client_counters& k) {
+  nlohmann::json e = counters_json(k);
+  e["id"] = c.id;
+  e["name"] = c.name;
+  e["uid"] = c.uid;
+  e["pid"] = c.pid;
+  e["weight"] = c.share.weight;
+  e["rate_bytes"] = c.share.rate_bytes;
+  e["queue_pairs"] = c.queues.size();
+  e["staging_bytes"] = c.staging_bytes;
+  e["requests"] = c.requests;
+  e["refused"] = c.refused;
+  return e;
+}
+
 // viewer: nullptr for an operator's view (everything); else a client's
 // own view, which shows only what it was granted and itself: no other
 // client, no dataset it cannot see, no server-wide totals (they would
@@ -768,18 +785,7 @@ std::string server::impl::stats_json(const client_state* viewer) const {
                                {"block_size", d.cfg->block_size},
                                {"writable", bool(g & access_grants::write)}});
     }
-    nlohmann::json e = counters_json(k);
-    e["id"] = viewer->id;
-    e["name"] = viewer->name;
-    e["uid"] = viewer->uid;
-    e["pid"] = viewer->pid;
-    e["weight"] = viewer->share.weight;
-    e["rate_bytes"] = viewer->share.rate_bytes;
-    e["queue_pairs"] = viewer->queues.size();
-    e["staging_bytes"] = viewer->staging_bytes;
-    e["requests"] = viewer->requests;
-    e["refused"] = viewer->refused;
-    j["clients"] = nlohmann::json::array({e});
+    j["clients"] = nlohmann::json::array({client_json(*viewer, k)});
     return j.dump(2);
   }
   const queue_counters t = ctl->total_counters();
@@ -829,17 +835,7 @@ std::string server::impl::stats_json(const client_state* viewer) const {
   j["clients"] = nlohmann::json::array();
   std::lock_guard<std::mutex> lock(mutex);
   for (const auto& [fd, c] : clients) {
-    nlohmann::json e = counters_json(ctl->client_stats(c->id));
-    e["id"] = c->id;
-    e["name"] = c->name;
-    e["uid"] = c->uid;
-    e["pid"] = c->pid;
-    e["weight"] = c->share.weight;
-    e["rate_bytes"] = c->share.rate_bytes;
-    e["queue_pairs"] = c->queues.size();
-    e["staging_bytes"] = c->staging_bytes;
-    e["requests"] = c->requests;
-    e["refused"] = c->refused;
+    nlohmann::json e = client_json(*c, ctl->client_stats(c->id));
     nlohmann::json g = nlohmann::json::array();
     for (const dataset_state& d : datasets) {
       const uint8_t r = c->grants->of(d.nsid);

@@ -33,6 +33,7 @@
 #include "deepwell/server_link.hpp"
 #include "deepwell/wire.hpp"
 #include "cache_test_support.hpp"
+#include "server_test_support.hpp"
 #include "test_util.hpp"
 
 using namespace deepwell;
@@ -110,30 +111,8 @@ class ServerTest : public ::testing::Test {
   }
 };
 
-// A raw connection, for tests that speak the protocol by hand.
-int raw_connect(const std::string& path) {
-  const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, path.data(), path.size());
-  if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(s);
-    return -1;
-  }
-  return s;
-}
-
-wire::message raw_call(int s, wire::op o, uint32_t a = 0, uint32_t b = 0, uint32_t c = 0, std::string text = {}) {
-  wire::message m;
-  m.h.op = uint16_t(o);
-  m.h.a = a;
-  m.h.b = b;
-  m.h.c = c;
-  m.text = std::move(text);
-  wire::message r;
-  if (!wire::send_message(s, std::move(m)) || !wire::receive_message(s, r)) r.h.status = -1;
-  return r;
-}
+using test::raw_call;
+using test::raw_connect;
 
 // Everything a client can do wrong, on the socket and in its queues, until
 // `stop`: commands of random bytes, or plausible ones naming other

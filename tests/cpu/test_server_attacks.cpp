@@ -44,6 +44,7 @@
 #include "deepwell/shared_atomic.hpp"
 #include "deepwell/wire.hpp"
 #include "cache_test_support.hpp"
+#include "server_test_support.hpp"
 #include "test_util.hpp"
 
 using namespace deepwell;
@@ -56,34 +57,6 @@ constexpr uint32_t nobody = 65534;
 std::string attack_socket() {
   static std::atomic<int> n{0};
   return "/tmp/deepwell-attack-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".sock";
-}
-
-int connect_to(const std::string& path) {
-  const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, path.data(), path.size());
-  if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(s);
-    return -1;
-  }
-  return s;
-}
-
-bool send_request(int s, wire::op o, uint32_t a = 0, uint32_t b = 0, uint32_t c = 0, std::string text = {}) {
-  wire::message m;
-  m.h.op = uint16_t(o);
-  m.h.a = a;
-  m.h.b = b;
-  m.h.c = c;
-  m.text = std::move(text);
-  return wire::send_message(s, std::move(m));
-}
-
-wire::message call(int s, wire::op o, uint32_t a = 0, uint32_t b = 0, uint32_t c = 0, std::string text = {}) {
-  wire::message r;
-  if (!send_request(s, o, a, b, c, std::move(text)) || !wire::receive_message(s, r)) r.h.status = -1;
-  return r;
 }
 
 // Runs `attack` in a child process as uid/gid nobody (no supplementary
@@ -209,9 +182,9 @@ TEST_F(Attack, AReadOnlyDescriptorCannotBeMadeWritable) {
     ASSERT_TRUE(q.read(link->lookup("file"), 0, 1, 4096, b.data()).ok());
   }
   const int rc = as_nobody([&] {
-    const int s = connect_to(sock);
+    const int s = test::raw_connect(sock);
     if (s < 0) return 10;
-    if (call(s, wire::op::hello, 0, 0, 0, "attacker").h.status != 0) return 11;
+    if (test::raw_call(s, wire::op::hello, 0, 0, 0, "attacker").h.status != 0) return 11;
     int code = 0;
     auto try_to_write = [&](int fd, int base) {
       if (fd < 0) return base + 1;
@@ -224,16 +197,16 @@ TEST_F(Attack, AReadOnlyDescriptorCannotBeMadeWritable) {
       return 0;
     };
     for (const char* name : {"pub", "shared"}) {
-      const wire::message d = call(s, wire::op::lookup, 0, 0, 0, name);
+      const wire::message d = test::raw_call(s, wire::op::lookup, 0, 0, 0, name);
       if (d.h.status != 0) return 12;
-      wire::message m = call(s, wire::op::map_dataset, d.h.a);
+      wire::message m = test::raw_call(s, wire::op::map_dataset, d.h.a);
       if (m.h.a != uint32_t(wire::map_kind::memory) || m.h.b != 0) return 13;
       if ((code = try_to_write(m.fd, std::string(name) == "pub" ? 20 : 30)) != 0) return code;
     }
-    const wire::message f = call(s, wire::op::lookup, 0, 0, 0, "file");
-    wire::message t = call(s, wire::op::map_tier, f.h.a);
+    const wire::message f = test::raw_call(s, wire::op::lookup, 0, 0, 0, "file");
+    wire::message t = test::raw_call(s, wire::op::map_tier, f.h.a);
     if ((code = try_to_write(t.fd, 40)) != 0) return code;
-    wire::message fm = call(s, wire::op::map_dataset, f.h.a, 1);
+    wire::message fm = test::raw_call(s, wire::op::map_dataset, f.h.a, 1);
     if (fm.h.a == uint32_t(wire::map_kind::file) && (code = try_to_write(fm.fd, 50)) != 0) return code;
     return 0;
   });
@@ -245,11 +218,11 @@ TEST_F(Attack, AReadOnlyDescriptorCannotBeMadeWritable) {
 // its replies holds one reply (one descriptor) at a time, and the server
 // serves everyone else meanwhile.
 TEST_F(Attack, AClientThatNeverReadsItsRepliesHoldsOneAndTheServerGoesOn) {
-  const int s = connect_to(sock);
+  const int s = test::raw_connect(sock);
   ASSERT_GE(s, 0);
-  ASSERT_EQ(call(s, wire::op::hello, 0, 0, 0, "hoarder").h.status, 0);
-  const wire::message d = call(s, wire::op::lookup, 0, 0, 0, "pub");
-  for (int i = 0; i < 200; ++i) ASSERT_TRUE(send_request(s, wire::op::map_dataset, d.h.a));
+  ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "hoarder").h.status, 0);
+  const wire::message d = test::raw_call(s, wire::op::lookup, 0, 0, 0, "pub");
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(test::raw_send(s, wire::op::map_dataset, d.h.a));
   auto link = server_link::connect(sock, "honest");
   array<uint64_t> a(make_host_page_cache(link, test::small_cache(16)), link->lookup("file"));
   for (uint64_t i = 0; i < a.size(); i += 997) ASSERT_EQ(a.ref()[i], test::pattern_word(i * 8, 41));
@@ -293,8 +266,8 @@ TEST_F(Attack, AClientThatNeverReadsItsRepliesHoldsOneAndTheServerGoesOn) {
 // A client that sends a descriptor breaks the protocol: its connection
 // ends (the descriptor closed off the server's thread), the server goes on.
 TEST_F(Attack, AClientThatSendsADescriptorIsDropped) {
-  const int s = connect_to(sock);
-  ASSERT_EQ(call(s, wire::op::hello, 0, 0, 0, "sender").h.status, 0);
+  const int s = test::raw_connect(sock);
+  ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "sender").h.status, 0);
   wire::message m;
   m.h.op = uint16_t(wire::op::list);
   m.fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -304,8 +277,8 @@ TEST_F(Attack, AClientThatSendsADescriptorIsDropped) {
   EXPECT_FALSE(wire::receive_message(s, r)) << "the connection ended";
   close(s);
   // Several at once, with a malformed message: the same.
-  const int s2 = connect_to(sock);
-  ASSERT_EQ(call(s2, wire::op::hello, 0, 0, 0, "sender").h.status, 0);
+  const int s2 = test::raw_connect(sock);
+  ASSERT_EQ(test::raw_call(s2, wire::op::hello, 0, 0, 0, "sender").h.status, 0);
   int fds[3] = {open("/dev/null", O_RDONLY), open("/dev/null", O_RDONLY), open("/dev/null", O_RDONLY)};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
   char junk[8] = {};
@@ -343,11 +316,11 @@ TEST_F(Attack, ConnectAndAbandonCyclesLeaveNothingBehind) {
 #endif
   const int cycles = env ? std::atoi(env) : default_cycles;
   auto one_cycle = [&](int i) {
-    const int s = connect_to(sock);
+    const int s = test::raw_connect(sock);
     ASSERT_GE(s, 0);
-    ASSERT_EQ(call(s, wire::op::hello, 0, 0, 0, "cycler").h.status, 0);
-    const uint32_t pub = call(s, wire::op::lookup, 0, 0, 0, "pub").h.a;
-    wire::message q = call(s, wire::op::open_queue_pair, 4, 4, 4096);
+    ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "cycler").h.status, 0);
+    const uint32_t pub = test::raw_call(s, wire::op::lookup, 0, 0, 0, "pub").h.a;
+    wire::message q = test::raw_call(s, wire::op::open_queue_pair, 4, 4, 4096);
     ASSERT_EQ(q.h.status, 0) << q.text;
     void* base = mmap(nullptr, q.h.x, PROT_READ | PROT_WRITE, MAP_SHARED, q.fd, 0);
     ASSERT_NE(base, MAP_FAILED);
@@ -423,18 +396,18 @@ TEST_F(Attack, AConnectionFloodFromOneUidLeavesOthersTheirLatency) {
     std::vector<int> held;
     int refused_or_closed = 0;
     for (int i = 0; i < 1000; ++i) {
-      const int s = connect_to(sock);
+      const int s = test::raw_connect(sock);
       if (s >= 0) held.push_back(s);
     }
     (void)!write(ready_pipe[1], "r", 1);
     // Then churn: connect, hello, leave, as fast as it can.
     for (;;) {
-      const int s = connect_to(sock);
+      const int s = test::raw_connect(sock);
       if (s < 0) {
         ++refused_or_closed;
         continue;
       }
-      send_request(s, wire::op::hello, 0, 0, 0, "flood");
+      test::raw_send(s, wire::op::hello, 0, 0, 0, "flood");
       close(s);
     }
   }
@@ -474,7 +447,7 @@ struct raw_queue {
   uint64_t done = 0;
 
   bool open(int s, uint32_t entries_) {
-    wire::message q = call(s, wire::op::open_queue_pair, entries_, entries_, 4096);
+    wire::message q = test::raw_call(s, wire::op::open_queue_pair, entries_, entries_, 4096);
     if (q.h.status != 0) return false;
     bytes = q.h.x;
     base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, q.fd, 0);
@@ -544,9 +517,9 @@ TEST_F(Attack, AnIOFloodAtOneUidsLimitsLeavesOthersTheirLatency) {
     std::vector<raw_queue> queues;
     uint32_t nsid = 0;
     for (int c = 0; c < 64; ++c) {
-      const int s = connect_to(sock);
-      if (s < 0 || call(s, wire::op::hello, 0, 0, 0, "flood").h.status != 0) break;
-      nsid = call(s, wire::op::lookup, 0, 0, 0, "file").h.a;
+      const int s = test::raw_connect(sock);
+      if (s < 0 || test::raw_call(s, wire::op::hello, 0, 0, 0, "flood").h.status != 0) break;
+      nsid = test::raw_call(s, wire::op::lookup, 0, 0, 0, "file").h.a;
       for (int k = 0; k < 128; ++k) {
         raw_queue r;
         if (!r.open(s, 64)) break;
@@ -612,12 +585,12 @@ TEST_F(Attack, RunningOutOfDescriptorsNeitherSpinsNorStopsTheServer) {
     close(pipe_fd[0]);
     std::vector<int> held;
     for (int i = 0; i < 200; ++i) {
-      const int c = connect_to(sock);
+      const int c = test::raw_connect(sock);
       if (c >= 0) held.push_back(c);
     }
     (void)!write(pipe_fd[1], "r", 1);
     for (;;) {  // and keep knocking
-      const int c = connect_to(sock);
+      const int c = test::raw_connect(sock);
       if (c >= 0) close(c);
       usleep(1000);
     }
@@ -685,9 +658,9 @@ TEST_F(Attack, AClientSeesOnlyItsOwnGrantsAndItselfInStatsAndCannotDump) {
   need_root();
   auto root = server_link::connect(sock, "root-client");
   const int rc = as_nobody([&] {
-    const int s = connect_to(sock);
-    if (call(s, wire::op::hello, 0, 0, 0, "nosy").h.status != 0) return 10;
-    const wire::message st = call(s, wire::op::stats);
+    const int s = test::raw_connect(sock);
+    if (test::raw_call(s, wire::op::hello, 0, 0, 0, "nosy").h.status != 0) return 10;
+    const wire::message st = test::raw_call(s, wire::op::stats);
     if (st.h.status != 0) return 11;
     const auto j = nlohmann::json::parse(st.text);
     if (j["server"]["view"] != "client") return 12;
@@ -696,7 +669,7 @@ TEST_F(Attack, AClientSeesOnlyItsOwnGrantsAndItselfInStatsAndCannotDump) {
       if (d["name"] == "secret") return 14;
     if (j.contains("departed") || j.contains("host_tier")) return 15;
     if (st.text.find("root-client") != std::string::npos || st.text.find("secret") != std::string::npos) return 16;
-    const wire::message dump = call(s, wire::op::dump);
+    const wire::message dump = test::raw_call(s, wire::op::dump);
     if (dump.h.status != int32_t(wire::status::denied)) return 17;
     return 0;
   });
@@ -712,10 +685,10 @@ TEST_F(Attack, AReadGrantCannotFlush) {
   // The child speaks the protocol by hand: a child forked from a
   // multithreaded process starts no threads (ThreadSanitizer forbids it).
   const int rc = as_nobody([&] {
-    const int s = connect_to(sock);
-    if (call(s, wire::op::hello, 0, 0, 0, "flusher").h.status != 0) return 10;
-    const uint32_t shared = call(s, wire::op::lookup, 0, 0, 0, "shared").h.a;
-    wire::message q = call(s, wire::op::open_queue_pair, 4, 4, 4096);
+    const int s = test::raw_connect(sock);
+    if (test::raw_call(s, wire::op::hello, 0, 0, 0, "flusher").h.status != 0) return 10;
+    const uint32_t shared = test::raw_call(s, wire::op::lookup, 0, 0, 0, "shared").h.a;
+    wire::message q = test::raw_call(s, wire::op::open_queue_pair, 4, 4, 4096);
     if (q.h.status != 0) return 11;
     void* base = mmap(nullptr, q.h.x, PROT_READ | PROT_WRITE, MAP_SHARED, q.fd, 0);
     if (base == MAP_FAILED) return 12;

@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 namespace deepwell::tools {
 
@@ -14,5 +15,36 @@ inline const CLI::Validator not_negative(
       return first != std::string::npos && v[first] == '-' ? v + " is negative (0 or more, please)" : "";
     },
     "NONNEGATIVE");
+
+// Walks the command words of argv down the subcommand tree and names an
+// unknown or missing command, with the valid ones: CLI11 says only "A
+// subcommand is required" or "The following arguments were not expected".
+// "" when the words are fine (or an option comes first: CLI11 judges those,
+// --help and --version included).
+inline std::string subcommand_problem(CLI::App& app, int argc, char** argv) {
+  CLI::App* cur = &app;
+  std::string path = app.get_name();
+  for (int i = 1;; ++i) {
+    std::vector<CLI::App*> subs = cur->get_subcommands([](CLI::App*) { return true; });
+    if (subs.empty()) return "";
+    std::string names;
+    for (CLI::App* s : subs) names += (names.empty() ? "" : ", ") + s->get_name();
+    const bool required = cur->get_require_subcommand_min() > 0;
+    if (i >= argc)
+      return required ? path + ": a command is required: " + names + " (" + path + " --help says what each does)"
+                      : "";
+    const std::string word = argv[i];
+    if (!word.empty() && word[0] == '-') return "";
+    CLI::App* next = nullptr;
+    for (CLI::App* s : subs)
+      if (s->check_name(word)) next = s;
+    if (!next)
+      return required ? path + ": '" + word + "' is not a command; the commands are: " + names + " (" + path +
+                            " --help says what each does)"
+                      : "";
+    cur = next;
+    path += " " + word;
+  }
+}
 
 }  // namespace deepwell::tools

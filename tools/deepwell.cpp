@@ -9,18 +9,25 @@
 //   deepwell graph info g.dwg [--check]
 //   deepwell graph bfs|cc|pagerank|sssp g.dwg [--cache 1G] [--page 4096] [--location pagecache|odirect]
 //                                          [--mode deepwell|zerocopy|memory] [--baselines] [--cpu] [--json F]
+//   deepwell table gen|info|query ...   (table_command.hpp)
+//   deepwell kv create|set|get|delete|info|check ...   (kv_command.hpp)
+//   deepwell grep TREE [--cpu]          (grep_command.hpp)
+//   deepwell --version
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "cli_checks.hpp"
+#include "deepwell_cli_version.hpp"  // generated at build time (cmake/cli_version.cmake)
 #include "deepwell/defaults.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/graph/build.hpp"
+#include "gpu_probe.hpp"
 #include "graph_dispatch.hpp"
 #include "graph_options.hpp"
 #include "grep_command.hpp"
+#include "kv_command.hpp"
 #include "table_command.hpp"
 #include "server_commands.hpp"
 #include "settings_report.hpp"
@@ -75,11 +82,27 @@ void print_info(const std::string& path, bool deep, unsigned threads) {
   }
 }
 
+// "deepwell 0.1.0 (commit 1a2b3c4d5e; CUDA 12.8 runtime; server mode)".
+std::string version_text() {
+  std::string v = std::string("deepwell ") + DEEPWELL_CLI_VERSION + " (commit " + DEEPWELL_CLI_COMMIT + "; " +
+                  tools::cuda_build_info();
+#if DEEPWELL_HAVE_SERVER
+  v += "; server mode";
+#else
+  v += "; no server mode (built without toml++)";
+#endif
+  return v + ")";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"deepwell: GPU access to data far larger than GPU memory"};
+  tools::remember_command_line(argc, argv);
+  CLI::App app{"deepwell: GPU access to data far larger than GPU memory", "deepwell"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text(), "the version, the commit it was built from, and whether CUDA is built in");
+  // Every option's help shows its default (`table gen --help`: the rows).
+  app.option_defaults()->always_capture_default();
   CLI::App* settings = app.add_subcommand("settings", "every DEEPWELL_* setting: its built-in default and the value "
                                                       "this environment gives it (docs/settings.md)");
   CLI::App* g = app.add_subcommand("graph", "graphs stored as .dwg CSR files: make them and run algorithms on them");
@@ -135,7 +158,8 @@ int main(int argc, char** argv) {
     CLI::App* a = g->add_subcommand(name, std::string(name) + " on the GPU (or CPU threads with --cpu)");
     a->add_option("input", ro.file, "the .dwg file")->required();
     a->add_option("--source", ro.source, "source node (bfs, sssp); default: the node of largest degree")
-        ->check(deepwell::tools::not_negative);
+        ->check(deepwell::tools::not_negative)
+        ->default_str("");  // -1 is "not given", not a default to show
     a->add_option("--mode", ro.mode, "deepwell, zerocopy (pinned host memory) or memory (all in GPU memory)")
         ->capture_default_str();
     a->add_flag("--baselines", ro.baselines, "run deepwell, zerocopy and memory in one process, with the H2D ceiling");
@@ -176,11 +200,18 @@ int main(int argc, char** argv) {
   tools::add_grep_command(app, grep_cmd);
   tools::table_command table_cmd;
   tools::add_table_command(app, table_cmd);
+  tools::kv_command kv_cmd;
+  tools::add_kv_command(app, kv_cmd);
 
+  if (const std::string problem = tools::subcommand_problem(app, argc, argv); !problem.empty()) {
+    std::fprintf(stderr, "%s\n", problem.c_str());
+    return 2;
+  }
   CLI11_PARSE(app, argc, argv);
   if (server_cmds.parsed()) return server_cmds.run();
   if (grep_cmd.parsed()) return grep_cmd.run();
   if (table_cmd.parsed()) return table_cmd.run();
+  if (kv_cmd.parsed()) return kv_cmd.run();
   try {
     if (settings->parsed()) {
       const std::vector<defaults::knob> knobs = defaults::knobs();  // throws, naming a bad variable
@@ -224,6 +255,7 @@ int main(int argc, char** argv) {
       if (ro.tier != "direct" && ro.tier != "controller") throw error("--tier " + ro.tier + " (direct or controller)");
       if (ro.repeat == 0) throw error("--repeat must be at least 1");
       if (ro.keep_cache && ro.cpu) throw error("--keep-cache is for GPU runs (CPU runs build a cache per repeat)");
+      if (!ro.cpu) tools::require_gpu();
       return ro.cpu ? tools::run_graph_cpu(ro) : tools::run_graph_gpu(ro);
     }
   } catch (const std::exception& e) {

@@ -162,8 +162,12 @@ struct cache_outcome {
   uint64_t bytes_read() const { return stats.bytes_read + streamed; }
 };
 inline cache_outcome cache_outcome_of(const page_cache& cache, const outcome& r, bool streaming) {
-  if (const request_status e = cache.last_error(); !e.ok())
+  if (const request_status e = cache.last_error(); !e.ok()) {
+    if (e.code == client_code::cache_exhausted)  // not the storage: the cache had no free page for a while
+      throw error("the cache (" + std::to_string(cache.slots()) + " pages of " + std::to_string(cache.page_size()) +
+                  " bytes) ran out of free pages during " + r.algo + ": give a bigger --cache");
     throw error("deepwell reported an I/O error during " + r.algo + ": " + describe(e));
+  }
   cache_outcome c;
   c.stats = cache.stats();
   c.streamed = streaming ? r.bottom_up_edges * 4 : 0;

@@ -9,6 +9,7 @@
 
 #include "deepwell/error.hpp"
 #include "deepwell/files/grep_run.hpp"
+#include "gpu_probe.hpp"
 
 namespace deepwell::tools {
 
@@ -41,6 +42,7 @@ void add_grep_command(CLI::App& app, grep_command& g) {
 
 int grep_command::run() {
   try {
+    if (!cpu) require_gpu();  // before the tree is listed: that may take a while
     uint64_t too_long = 0;
     const grep_dictionary d = load_grep_dictionary(dict);
     const std::vector<std::string> files = list_grep_files(root, &too_long);

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "deepwell/error.hpp"
@@ -80,16 +81,21 @@ int run_stat(server_commands& s) {
                 (unsigned long long)sv["queue_pairs"].get<uint64_t>(), (unsigned long long)sv["commands"].get<uint64_t>(),
                 sv["bytes_read"].get<double>() / (1 << 20), sv["bytes_written"].get<double>() / (1 << 20),
                 (unsigned long long)sv["errors"].get<uint64_t>());
-    std::printf("\n%-5s %-16s %-20s %14s %6s\n", "nsid", "dataset", "target", "bytes", "mode");
+    // Text columns as wide as their longest entry (a file target's path is
+    // long: cut, it named no file); the target, the longest, comes last.
+    int name_w = 7, client_w = 6;
+    for (const auto& d : j["datasets"]) name_w = std::max(name_w, int(d["name"].get<std::string>().size()));
+    for (const auto& c : j["clients"]) client_w = std::max(client_w, int(c["name"].get<std::string>().size()));
+    std::printf("\n%-5s %-*s %14s %4s  %s\n", "nsid", name_w, "dataset", "bytes", "mode", "target");
     for (const auto& d : j["datasets"])
-      std::printf("%-5u %-16s %-20.20s %14llu %6s\n", d["nsid"].get<unsigned>(), d["name"].get<std::string>().c_str(),
-                  d["target"].get<std::string>().c_str(), (unsigned long long)d["bytes"].get<uint64_t>(),
-                  d["writable"].get<bool>() ? "rw" : "r");
-    std::printf("\n%-4s %-16s %6s %7s %4s %10s %10s %10s %7s %9s %9s %9s\n", "id", "client", "uid", "pid", "qps",
-                "commands", "MiB read", "MiB wrtn", "errors", "throttled", "p50 us", "p99 us");
+      std::printf("%-5u %-*s %14llu %4s  %s\n", d["nsid"].get<unsigned>(), name_w,
+                  d["name"].get<std::string>().c_str(), (unsigned long long)d["bytes"].get<uint64_t>(),
+                  d["writable"].get<bool>() ? "rw" : "r", d["target"].get<std::string>().c_str());
+    std::printf("\n%-4s %-*s %6s %7s %4s %10s %10s %10s %7s %9s %9s %9s\n", "id", client_w, "client", "uid", "pid",
+                "qps", "commands", "MiB read", "MiB wrtn", "errors", "throttled", "p50 us", "p99 us");
     for (const auto& c : j["clients"])
-      std::printf("%-4u %-16.16s %6u %7d %4zu %10llu %10.1f %10.1f %7llu %9llu %9.0f %9.0f\n", c["id"].get<unsigned>(),
-                  c["name"].get<std::string>().c_str(), c["uid"].get<unsigned>(), c["pid"].get<int>(),
+      std::printf("%-4u %-*s %6u %7d %4zu %10llu %10.1f %10.1f %7llu %9llu %9.0f %9.0f\n", c["id"].get<unsigned>(),
+                  client_w, c["name"].get<std::string>().c_str(), c["uid"].get<unsigned>(), c["pid"].get<int>(),
                   c["queue_pairs"].get<size_t>(), (unsigned long long)c["commands"].get<uint64_t>(),
                   c["bytes_read"].get<double>() / (1 << 20), c["bytes_written"].get<double>() / (1 << 20),
                   (unsigned long long)c["errors"].get<uint64_t>(), (unsigned long long)c["throttled"].get<uint64_t>(),

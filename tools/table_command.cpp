@@ -1,6 +1,7 @@
 // `deepwell table` (table_command.hpp).
 #include "table_command.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -9,6 +10,8 @@
 #include "deepwell/error.hpp"
 #include "deepwell/table/taxi.hpp"
 #include "deepwell/table/taxi_run.hpp"
+#include "gpu_probe.hpp"
+#include "ticker.hpp"
 
 namespace deepwell::tools {
 namespace {
@@ -39,7 +42,7 @@ void add_table_command(CLI::App& app, table_command& t) {
   t.app->require_subcommand(1);
   t.gen = t.app->add_subcommand("gen", "write a deterministic NYC-taxi-trip table as a column file");
   t.gen->add_option("path", t.path, "the column file to write")->required();
-  t.gen->add_option("--rows", t.rows, "rows (trips)")->check(deepwell::tools::not_negative);
+  t.gen->add_option("--rows", t.rows, "rows (trips)")->capture_default_str()->check(deepwell::tools::not_negative);
   t.gen->add_option("--seed", t.seed, "generator seed")->check(deepwell::tools::not_negative);
   t.gen->add_option("--row-group", t.row_group_rows, "rows per statistics row group")->check(deepwell::tools::not_negative);
   t.gen->add_option("--threads", t.workers, "generator threads (0: every core)");
@@ -47,7 +50,7 @@ void add_table_command(CLI::App& app, table_command& t) {
   t.info->add_option("path", t.path, "the column file")->required();
   t.query = t.app->add_subcommand("query", "run taxi queries (default Q0-Q5) on the GPU, or CPU threads with --cpu");
   t.query->add_option("path", t.path, "the column file (deepwell table gen, or python -m deepwell.table convert)")->required();
-  t.query->add_option("-q,--query", t.queries, "query numbers 0-5 (repeatable; default all)")->check(CLI::Range(0, 5));
+  t.query->add_option("-q,--query", t.queries, "query numbers 0-5 (repeatable; default all)")->check(CLI::Range(0, 5))->default_str("");
   t.query->add_flag("--cpu", t.cpu, "CPU threads as clients (no GPU needed)");
   t.query->add_option("--workers", t.workers, "CPU threads with --cpu, warps on the GPU (0: the machine's)");
   t.query->add_flag("--check", t.check, "compare each answer with a plain scan of the file");
@@ -67,7 +70,14 @@ int table_command::run() {
     if (gen->parsed()) {
       if (rows == 0) throw error("table gen: --rows must be at least 1");
       const auto t0 = std::chrono::steady_clock::now();
-      generate_taxi(path, {rows, seed, workers, row_group_rows});
+      std::atomic<uint64_t> written{0};
+      ticker tick("table gen " + path, [&] {
+        char b[64];
+        std::snprintf(b, sizeof b, "%.1f M of %.1f M rows written", double(written.load()) / 1e6, double(rows) / 1e6);
+        return std::string(b);
+      });
+      generate_taxi(path, {rows, seed, workers, row_group_rows, &written});
+      tick.stop();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const column_file f = column_file::open(path);
       std::printf("%s: %llu trips, %zu columns, %.1f s\n", path.c_str(), (unsigned long long)f.rows(),
@@ -94,20 +104,30 @@ int table_command::run() {
     o.sparse_gather = !page_gather;
     o.cache_bytes = parse_size(cache, "--cache");
     o.page_size = uint32_t(parse_size(page, "--page"));
+    if (!cpu) require_gpu();
     int rc = 0;
     for (int q : qs) {
       o.query = q;
+      ticker tick("Q" + std::to_string(q) + (cpu ? " on CPU threads" : " on the GPU"));
       const taxi_query_report r = cpu ? run_taxi_query_cpu(f, o) : run_taxi_query_gpu(f, o);
-      std::printf("Q%d %s: %llu trips >= 30 mi, %.2f mi, net $%.2f, $%.4f/mi; %.4f s, read %.1f MiB "
+      tick.stop();
+      // Q0 reads trip_distance alone: it has no net amount (nor dollars a mile) to show.
+      char money[64] = "";
+      if (q > 0)
+        std::snprintf(money, sizeof money, ", net $%.2f, $%.4f/mi", r.result.net / 100.0,
+                      taxi_dollars_per_mile(r.result));
+      std::printf("Q%d %s: %llu trips >= 30 mi, %.2f mi%s; %.4f s, read %.1f MiB "
                   "(I/O amplification %.2f; tiling moves %.1f MiB)%s\n",
-                  q, cpu ? "cpu" : "gpu", (unsigned long long)r.result.selected, r.result.distance / 100.0,
-                  r.result.net / 100.0, taxi_dollars_per_mile(r.result), r.seconds, r.bytes_read / 1048576.0,
+                  q, cpu ? "cpu" : "gpu", (unsigned long long)r.result.selected, r.result.distance / 100.0, money,
+                  r.seconds, r.bytes_read / 1048576.0,
                   r.io_amplification(), r.bytes_tiling / 1048576.0,
                   r.result.failed ? (", " + std::to_string(r.result.failed) + " accesses FAILED").c_str() : "");
       if (r.result.failed) rc = 1;
       std::string checked = "null";
       if (check) {
+        ticker scan("Q" + std::to_string(q) + "'s plain scan for --check");
         const taxi_query_result want = taxi_reference(f, q);
+        scan.stop();
         const bool same = want.selected == r.result.selected && want.distance == r.result.distance &&
                           (q == 0 || want.net == r.result.net);
         std::printf("  check against a plain scan: %s\n", same ? "equal" : "DIFFERENT");

@@ -94,6 +94,8 @@ constexpr status capacity_exceeded{sct_generic, 0x81};
 constexpr status write_to_read_only{sct_command_specific, 0x82};
 constexpr status write_fault{sct_media, 0x80};
 constexpr status unrecovered_read_error{sct_media, 0x81};
+// The stored checksum of a block does not match its bytes (checksummed_target.hpp).
+constexpr status guard_check_error{sct_media, 0x82};
 }  // namespace sc
 
 // Names for messages and tests ("LBA Out of Range").

@@ -13,7 +13,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 OK, EINVAL, EIO, ERANGE, ENOCUDA, ERUNTIME = 0, -1, -2, -3, -4, -5
 

@@ -19,14 +19,16 @@ can be flattened first with flatten().
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
+import stat
 import sys
 from typing import Any, Dict, Optional
 
 import numpy as np
 
 from . import _lib
-from ._lib import InvalidArgument, check, lib
+from ._lib import InvalidArgument, IOFailure, check, lib
 
 __all__ = ["save", "load", "verify", "generation", "manifest", "flatten", "CheckpointStore"]
 
@@ -58,6 +60,7 @@ class _Options(ctypes.Structure):
         ("timeout_s", ctypes.c_double),
         ("queue_pairs", ctypes.c_uint32),
         ("queue_entries", ctypes.c_uint32),
+        ("allow_older", ctypes.c_int32),
     ]
 
 
@@ -243,14 +246,19 @@ class CheckpointStore:
     ``specs``: (name, dtype, shape, bytes) tuples: with ``create`` the manifest of a new store,
     else what the store must hold (None: anything). ``page_size`` (default 64 KiB), ``cache_size``,
     ``odirect``, ``unit`` (bytes per page hash; default: the page size), ``writable``.
+    ``allow_older``: if the newest superblock is corrupted (deepwell.IOFailure "the newest superblock
+    is corrupted"), open the previous generation instead of raising.
+    Opening an existing store first removes a stale ``PATH.deepwell-tmp`` (see ``save``).
     """
 
     def __init__(self, path, *, device=None, create: bool = False, specs=None, writable: bool = True,
                  page_size: Optional[int] = None, cache_size=None, odirect: bool = False, unit: Optional[int] = None,
-                 cpu_threads: int = 0, timeout: Optional[float] = None):
+                 cpu_threads: int = 0, timeout: Optional[float] = None, allow_older: bool = False):
         from .array import _count, _seconds, parse_bytes
         self._h = None
         self.path = os.fspath(path)
+        if not create:
+            _remove_stale_tmp(self.path, keep_empty=True)
         if not create and not os.path.exists(self.path):
             raise FileNotFoundError(2, "No such file (deepwell.checkpoint)", self.path)
         o = _Options()
@@ -269,6 +277,7 @@ class CheckpointStore:
         o.cpu_threads = _count("cpu_threads", cpu_threads)
         if timeout is not None:
             o.timeout_s = _seconds("timeout", timeout)
+        o.allow_older = 1 if allow_older else 0
         arr, keep = _manifest(specs or [])
         h = ctypes.c_void_p()
         check(lib.dw_checkpoint_open(ctypes.byref(o), arr if specs is not None else None,
@@ -412,15 +421,100 @@ def _empty(name, dtype, shape, nbytes, device, as_numpy=False):
     return a
 
 
+# ---- the temporary file of a first save ----
+#
+# A save that makes a new store writes it to PATH.deepwell-tmp and renames
+# that over PATH. It holds an exclusive flock on the temporary file from
+# creating it until the rename: a temporary file nobody holds a lock on was
+# left by a save that was killed (locks go with their process), and opening
+# PATH removes it.
+
+_TMP_SUFFIX = ".deepwell-tmp"
+
+
+def _tmp_path(path: str) -> str:
+    return path + _TMP_SUFFIX
+
+
+def _remove_stale_tmp(path: str, *, keep_empty: bool) -> None:
+    """Removes ``PATH.deepwell-tmp`` if it is a regular file no save holds locked. With ``keep_empty``
+    an empty one stays: a save creates it empty and locks it just after (an empty file costs nothing; the
+    next save replaces it). Nothing else is touched; where it cannot be removed (a read-only directory) it
+    stays."""
+    tmp = _tmp_path(path)
+    try:
+        st = os.lstat(tmp)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode) or (keep_empty and st.st_size == 0):
+        return
+    try:
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # a save is writing it
+        if _same_file(fd, tmp):  # still the file that was checked and locked
+            os.unlink(tmp)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        a, b = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _create_locked_tmp(path: str) -> int:
+    """Creates ``PATH.deepwell-tmp`` (after removing a stale one) and locks it; returns its descriptor,
+    which holds the lock until closed."""
+    tmp = _tmp_path(path)
+    _remove_stale_tmp(path, keep_empty=False)
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        raise IOFailure(f"cannot save {path}: {tmp} exists and is not a stale temporary file of deepwell "
+                        "(another save of this path is running, or it is not a regular file)") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _allocate(fd: int, specs, page_size: Optional[int], unit: Optional[int]) -> None:
+    """Gives a file made for direct I/O its blocks before the first save (an O_DIRECT write into a hole
+    serializes on ext4), as the C library does for files it creates itself."""
+    arr, keep = _manifest(specs)
+    n = ctypes.c_uint64()
+    check(lib.dw_checkpoint_bytes_needed(arr, len(specs), unit or page_size or 65536, ctypes.byref(n)))
+    del keep
+    try:
+        os.posix_fallocate(fd, 0, n.value)
+    except OSError:
+        pass  # the file system cannot allocate: the store is sized sparse
+
+
 # ---- one call each ----
 
 def save(state: Dict[str, Any], path, *, replace: bool = False, page_size: Optional[int] = None, cache_size=None,
-         odirect: bool = False, unit: Optional[int] = None, cpu_threads: int = 0) -> dict:
+         odirect: bool = False, unit: Optional[int] = None, cpu_threads: int = 0, allow_older: bool = False) -> dict:
     """Saves a dict of tensors (a state_dict; CUDA or CPU tensors, or NumPy arrays) to ``path`` as its next
     checkpoint, and returns once it is durable. A new file is made as a store of these tensors (written
-    beside it and renamed into place); an existing one must hold the same names, dtypes and shapes, unless
-    ``replace=True`` (then a new store replaces it, atomically). Returns what was written: generation,
-    bytes_written, units_written, units_total, incremental, seconds."""
+    beside it, as ``PATH.deepwell-tmp``, and renamed into place); an existing one must hold the same names,
+    dtypes and shapes, unless ``replace=True`` (then a new store replaces it, atomically). ``allow_older``:
+    save on from the previous generation of a store whose newest superblock is corrupted (its slot is
+    overwritten). Returns what was written: generation, bytes_written, units_written, units_total,
+    incremental, seconds."""
     path = os.fspath(path)
     items = _items(state, for_write=True)
     dev = _devices(items)
@@ -428,23 +522,26 @@ def save(state: Dict[str, Any], path, *, replace: bool = False, page_size: Optio
     specs = sorted(it.spec() for it in items)  # by name: the order of the dict does not matter
     if os.path.exists(path) and not replace:
         try:
-            s = CheckpointStore(path, device=dev, specs=specs, **kw)
+            s = CheckpointStore(path, device=dev, specs=specs, allow_older=allow_older, **kw)
         except InvalidArgument as e:
             raise InvalidArgument(f"{e} (replace=True makes a new store of these tensors)") from None
         with s:
             return s.save(state)
     # A new store beside the file, renamed over it once it holds the checkpoint.
-    tmp = f"{path}.deepwell-tmp"
-    if os.path.exists(tmp):
-        os.unlink(tmp)
+    tmp = _tmp_path(path)
+    fd = _create_locked_tmp(path)
     try:
+        if odirect:
+            _allocate(fd, specs, page_size, unit)
         with CheckpointStore(tmp, device=dev, create=True, specs=specs, unit=unit, **kw) as s:
             info = s.save(state)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if _same_file(fd, tmp):
             os.unlink(tmp)
         raise
+    finally:
+        os.close(fd)  # the lock goes with it
     d = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
         os.fsync(d)
@@ -455,12 +552,14 @@ def save(state: Dict[str, Any], path, *, replace: bool = False, page_size: Optio
 
 def load(path, into: Optional[Dict[str, Any]] = None, *, device="cpu", strict: bool = True,
          verify_first: bool = False, numpy: bool = False, page_size: Optional[int] = None, cache_size=None,
-         odirect: bool = False, cpu_threads: int = 0) -> Dict[str, Any]:
+         odirect: bool = False, cpu_threads: int = 0, allow_older: bool = False) -> Dict[str, Any]:
     """The newest checkpoint of ``path``: into ``into`` (a state_dict: its tensors are overwritten in
     place, and must have the checkpoint's dtypes and shapes), or into new tensors on ``device``. Every
     page is checked; a failure raises deepwell.IOFailure naming the tensor and bytes (the tensors may
     then be partly overwritten, unless ``verify_first=True``, which reads the file twice). New tensors
-    are torch tensors where torch is installed, NumPy arrays with ``numpy=True`` or without torch."""
+    are torch tensors where torch is installed, NumPy arrays with ``numpy=True`` or without torch.
+    If the newest superblock is corrupted (a completed save damaged since), deepwell.IOFailure says so;
+    ``allow_older=True`` loads the previous generation instead (checked as any load is)."""
     path = os.fspath(path)
     gpu = None
     if into is not None:
@@ -469,7 +568,7 @@ def load(path, into: Optional[Dict[str, Any]] = None, *, device="cpu", strict: b
         o = _device_ordinal(device)
         gpu = o if o >= 0 else None
     with CheckpointStore(path, device=gpu, writable=False, page_size=page_size, cache_size=cache_size,
-                         odirect=odirect, cpu_threads=cpu_threads) as s:
+                         odirect=odirect, cpu_threads=cpu_threads, allow_older=allow_older) as s:
         return s.load(into, device=device, strict=strict, verify_first=verify_first, numpy=numpy)
 
 
@@ -480,11 +579,11 @@ def verify(path, **kw) -> int:
         return s.generation
 
 
-def generation(path) -> int:
-    with CheckpointStore(path, writable=False) as s:
+def generation(path, *, allow_older: bool = False) -> int:
+    with CheckpointStore(path, writable=False, allow_older=allow_older) as s:
         return s.generation
 
 
-def manifest(path) -> list:
-    with CheckpointStore(path, writable=False) as s:
+def manifest(path, *, allow_older: bool = False) -> list:
+    with CheckpointStore(path, writable=False, allow_older=allow_older) as s:
         return s.manifest()

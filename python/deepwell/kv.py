@@ -13,10 +13,12 @@ deepwell's page cache by GPU warps (or CPU threads). docs/kv.md.
 
 ``set`` and ``delete`` return once their batch is durable: a power cut
 afterwards loses nothing of it, and a cut during it leaves the store as it
-was before the batch or after it, never in between. A call with more keys
-than ``max_batch`` is split into batches of ``max_batch`` keys, each durable
-(and atomic) on its own, in order. A key repeated in a batch: the last
-occurrence wins. Keys are 0 to 2**64 - 3.
+was before the batch or after it, never in between. One call is one
+atomic batch: a ``set`` or ``delete`` of more keys than ``store.max_batch``
+(what one batch of this store's log holds: ``info()["max_batch"]``) is
+refused, unless ``split=True`` asks for batches of ``max_batch`` keys, each
+durable and atomic on its own, in order. A key repeated in a batch: the
+last occurrence wins. Keys are 0 to 2**64 - 3.
 """
 from __future__ import annotations
 
@@ -84,6 +86,8 @@ class _Info(ctypes.Structure):
         ("recovered_batches", ctypes.c_uint64),
         ("batches", ctypes.c_uint64),
         ("checkpoints", ctypes.c_uint64),
+        ("table_checksums", ctypes.c_int32),
+        ("header_copy_damaged", ctypes.c_int32),
     ]
 
 
@@ -200,8 +204,9 @@ class KVStore:
     an ordinal, or "cpu" for a host cache and CPU threads; default: the GPU
     where there is one); ``cache_size`` (bytes or "4GiB"); ``page_size``;
     ``bucket_bytes``, ``max_probe``, ``log_rows`` (create); ``max_batch``
-    (keys a batch holds, 65536); ``cpu_threads``, ``pollers``, ``odirect``,
-    ``timeout`` (seconds per access)."""
+    (keys a batch may hold, default 65536; the store's log may allow fewer:
+    the ``max_batch`` attribute is what a batch holds); ``cpu_threads``,
+    ``pollers``, ``odirect``, ``timeout`` (seconds per access)."""
 
     def __init__(self, path, *, create: bool = False, value_bytes: Optional[int] = None, capacity: int = 0,
                  device=None, cache_size=None, page_size: int = 0, bucket_bytes: int = 0, max_probe: int = 0,
@@ -296,7 +301,12 @@ class KVStore:
     def _ptr(a) -> int:
         return a.data_ptr() if hasattr(a, "data_ptr") else a.ctypes.data
 
-    def _chunks(self, n: int):
+    def _chunks(self, n: int, split: bool = True):
+        if n > self.max_batch and not split:
+            raise InvalidArgument(
+                f"a batch of {n} keys; one atomic batch of this store holds at most {self.max_batch} "
+                f"({self.path}: its log's rows bound it). Pass split=True for batches of {self.max_batch} keys, "
+                f"each atomic on its own, or create the store with more log_rows")
         step = max(1, self.max_batch)
         for at in range(0, n, step):
             yield at, min(step, n - at)
@@ -307,10 +317,11 @@ class KVStore:
             total[name] = total.get(name, 0) + getattr(r, name)
         total["checkpointed"] = total.get("checkpointed", 0) + r.checkpointed
 
-    def set(self, keys, values, *, return_status: bool = False):
-        """Stores values[i] under keys[i]. Returns the counts (inserted,
-        updated, full, bad_key, superseded, ...), and with return_status the
-        per-key statuses too (OK, FULL, BAD_KEY)."""
+    def set(self, keys, values, *, return_status: bool = False, split: bool = False):
+        """Stores values[i] under keys[i], as one atomic batch (``split``:
+        more keys than ``max_batch`` as several, each atomic). Returns the
+        counts (inserted, updated, full, bad_key, superseded, ...), and with
+        return_status the per-key statuses too (OK, FULL, BAD_KEY)."""
         k = _keys(keys)
         n = k.nbytes // 8
         v = _values(values, n, self.value_bytes, k)
@@ -318,7 +329,7 @@ class KVStore:
         st = self._status(n, k)
         total: dict = {}
         r = _Result()
-        for at, c in self._chunks(n):
+        for at, c in self._chunks(n, split):
             check(lib.dw_kv_set(self._handle(), k.ptr + at * 8, v.ptr + at * self.value_bytes, c, on_dev,
                                 self._ptr(st) + at, ctypes.byref(r)))
             self._add(total, r)
@@ -356,15 +367,16 @@ class KVStore:
             raise InvalidArgument("keys above 2**64 - 3 (deepwell.kv.MAX_KEY)")
         return out, found
 
-    def delete(self, keys):
-        """Deletes keys; returns a bool mask of those that were there (a key
-        repeated in a batch counts once, at its last occurrence)."""
+    def delete(self, keys, *, split: bool = False):
+        """Deletes keys, as one atomic batch (``split``: as for set); returns
+        a bool mask of those that were there (a key repeated in a batch counts
+        once, at its last occurrence)."""
         k = _keys(keys)
         n = k.nbytes // 8
         on_dev = self._where(k)
         st = self._status(n, k)
         r = _Result()
-        for at, c in self._chunks(n):
+        for at, c in self._chunks(n, split):
             check(lib.dw_kv_delete(self._handle(), k.ptr + at * 8, c, on_dev, self._ptr(st) + at, ctypes.byref(r)))
         return st == OK
 

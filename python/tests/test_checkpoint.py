@@ -165,14 +165,29 @@ def test_corruption_is_named_and_verify_first_protects(tmp_path):
         ckpt.load(path, into=into)
 
 
-def test_a_torn_newest_superblock_gives_the_previous_checkpoint(tmp_path):
+def test_a_corrupt_newest_superblock_is_reported(tmp_path):
     path = tmp_path / "h.ckpt"
     first = state(6)
     ckpt.save(first, path)
     second = {k: (v + 1 if v.dtype.kind in "fi" else v) for k, v in first.items()}
     ckpt.save(second, path)  # generation 2: superblock copy 0 (bytes [0, 512))
-    raw = bytearray(path.read_bytes())
-    raw[200] ^= 1
+    good = path.read_bytes()
+    for at, value in ((200, good[200] ^ 1), (0, 0)):  # a flipped byte; a zeroed one (the magic)
+        raw = bytearray(good)
+        raw[at] = value
+        path.write_bytes(bytes(raw))
+        with pytest.raises(deepwell.IOFailure, match=f"checkpoint store '{path}': the newest superblock is corrupted"):
+            ckpt.load(path)
+        with pytest.raises(deepwell.IOFailure, match="allow_older"):
+            ckpt.generation(path)
+        # Chosen explicitly: the previous generation, whole.
+        assert ckpt.generation(path, allow_older=True) == 1
+        same(first, ckpt.load(path, numpy=True, allow_older=True))
+        with ckpt.CheckpointStore(path, allow_older=True) as s:
+            assert s.generation == 1
+    # A blank copy is a save that did not finish: the previous one, silently.
+    raw = bytearray(good)
+    raw[0:512] = bytes(512)
     path.write_bytes(bytes(raw))
     assert ckpt.generation(path) == 1
     same(first, ckpt.load(path, numpy=True))
@@ -180,6 +195,84 @@ def test_a_torn_newest_superblock_gives_the_previous_checkpoint(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(deepwell.IOFailure, match="checksum mismatch"):
         ckpt.load(path)
+    # Saving on from the older generation, chosen explicitly, mends the store.
+    raw = bytearray(good)
+    raw[200] ^= 1
+    path.write_bytes(bytes(raw))
+    assert ckpt.save(second, path, allow_older=True)["generation"] == 2
+    same(second, ckpt.load(path, numpy=True))
+
+
+def test_an_incremental_save_rewrites_a_corrupt_idle_slot(tmp_path):
+    path = tmp_path / "i.ckpt"
+    sd = state(8)
+    ckpt.save(sd, path)  # generation 1: slot 1
+    ckpt.save(sd, path)  # generation 2: slot 0; slot 1 idle, with the same bytes
+    raw = bytearray(path.read_bytes())
+    needle = sd["ids"].tobytes()[:256]
+    first = raw.find(needle)
+    second = raw.find(needle, first + 1)
+    assert 0 <= first < second  # slot 0, then slot 1
+    raw[second + 40] ^= 0x08
+    path.write_bytes(bytes(raw))
+    info = ckpt.save(sd, path)  # generation 3: slot 1; every hash equals its table's
+    assert info["generation"] == 3 and info["incremental"]
+    assert info["units_written"] == 1
+    same(sd, ckpt.load(path, numpy=True))
+    assert ckpt.verify(path) == 3
+
+
+def test_an_empty_file_is_an_io_error(tmp_path):
+    path = tmp_path / "empty.ckpt"
+    path.write_bytes(b"")
+    with pytest.raises(deepwell.IOFailure, match=f"'{path}': the file is empty \\(0 bytes\\): not a deepwell checkpoint"):
+        ckpt.load(path)
+    with pytest.raises(deepwell.IOFailure, match="empty"):
+        ckpt.generation(path)
+
+
+_KILLED_SAVE = """
+import os, sys
+import numpy as np
+import deepwell.checkpoint as ckpt
+def killed(self, state):
+    os._exit(9)  # as a kill would: no cleanup
+ckpt.CheckpointStore.save = killed
+ckpt.save({"w": np.arange(300000, dtype=np.float32)}, sys.argv[1])
+"""
+
+
+def test_the_temporary_file_of_a_killed_first_save_is_removed(tmp_path):
+    import fcntl
+    import subprocess
+    import sys
+
+    path = tmp_path / "k.ckpt"
+    tmp = tmp_path / "k.ckpt.deepwell-tmp"
+    other = tmp_path / "k.ckpt.deepwell-tmp.mine"
+    other.write_bytes(b"not ours")
+    r = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(path)])
+    assert r.returncode == 9
+    assert not path.exists() and tmp.stat().st_size > 1 << 20  # a full-size store left behind
+    stale = tmp.read_bytes()
+    # A save in progress holds the file locked: it stays.
+    with open(tmp, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(FileNotFoundError):
+            ckpt.load(path)
+        assert tmp.exists()
+    # Unlocked, it is stale: the next open of the path removes it, and only it.
+    with pytest.raises(FileNotFoundError):
+        ckpt.load(path)
+    assert not tmp.exists()
+    assert other.read_bytes() == b"not ours"
+    # The same beside an existing store, on load.
+    sd = state(9)
+    ckpt.save(sd, path)
+    tmp.write_bytes(stale)
+    same(sd, ckpt.load(path, numpy=True))
+    assert not tmp.exists()
+    assert other.read_bytes() == b"not ours"
 
 
 # ---- torch ----

@@ -109,7 +109,13 @@ def test_typed_values_chunks_and_mapping_methods(tmp_path):
         assert s.max_batch == 1000
         keys = np.arange(2500, dtype=np.int64) * 3          # 3 batches of at most 1000
         values = np.stack([keys.astype(np.float64), -keys.astype(np.float64)], axis=1)  # (n, 2) float64: 16 bytes
-        r = s.set(keys, values)
+        # One call is one atomic batch: larger than max_batch only when asked.
+        with pytest.raises(deepwell.InvalidArgument, match="split=True"):
+            s.set(keys, values)
+        with pytest.raises(deepwell.InvalidArgument, match="split=True"):
+            s.delete(keys)
+        assert 3 not in s
+        r = s.set(keys, values, split=True)
         assert r["inserted"] == 2500 and r["ops"] == 2500
         out = np.empty((2500, 2), np.float64)
         got, found = s.get(keys, out=out)
@@ -187,6 +193,43 @@ def test_bytes_needed_and_info(tmp_path):
         s.get([1])
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_damaged_bytes_are_an_error_never_wrong_values(tmp_path, device):
+    """A store closed normally (it checkpoints), then one byte of its table
+    flipped, or a block zeroed: reading the damaged block is an IOFailure
+    naming the file; every other key reads back right."""
+    if device == "cuda" and not deepwell.cuda_available():
+        pytest.skip("no GPU")
+    path = os.path.join(tmp_path, "d.kv")
+    keys = np.arange(3000, dtype=np.uint64) * 7 + 1
+    values = (keys[:, None] * np.arange(1, 5, dtype=np.uint64)[None, :]).astype(np.uint64)  # 32 bytes a key
+    with cpu_store(path, value_bytes=32, capacity=4000, bucket_bytes=1024) as s:
+        s.set(keys, values)
+        assert s.info()["table_checksums"] == 1
+    table = 64 << 10  # the table starts after the 64 KiB header (docs/kv.md)
+    for damage in ("flip", "zero"):
+        img = open(path, "rb").read()
+        bad = bytearray(img)
+        at = table + 5 * 1024 + 100
+        if damage == "flip":
+            bad[at] ^= 0x04
+        else:
+            bad[table + 5 * 1024: table + 6 * 1024] = bytes(1024)
+        other = os.path.join(tmp_path, f"{damage}.kv")
+        open(other, "wb").write(bytes(bad))
+        errors = 0
+        with kv.open(other, device=device, max_batch=1, cache_size="8MiB") as s:
+            for k, v in zip(keys, values):
+                try:
+                    got, found = s.get(np.array([k], np.uint64))
+                except deepwell.IOFailure as e:
+                    assert other in str(e) and "Guard Check" in str(e)
+                    errors += 1
+                    continue
+                assert bool(found[0]) and (got.view(np.uint64)[0] == v).all(), f"key {k} read back wrong"
+        assert errors > 0, f"the {damage}ed block was never reported"
+
+
 def _gpu_ready():
     try:
         import torch as t  # noqa: F401
@@ -203,7 +246,7 @@ def test_gpu_store_with_cuda_tensors(tmp_path):
         assert s.on_gpu
         keys = t.randperm(300000, device="cuda")[:100000]
         values = t.randint(0, 255, (100000, 32), dtype=t.uint8, device="cuda")
-        r = s.set(keys, values)
+        r = s.set(keys, values, split=True)
         assert r["inserted"] == 100000
         got, found = s.get(keys)
         assert got.is_cuda and bool(found.all())

@@ -106,6 +106,15 @@ checkpoint_buffers buffers(const dw_checkpoint& c, void* const* data, const int3
   return out;
 }
 
+// An empty file cannot hold a store: an I/O error naming it (a file that
+// is not a store), before the namespace machinery refuses it as an argument.
+void refuse_empty_file(const char* path) {
+  struct stat st{};
+  if (::stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+    throw api_error(DW_EIO, std::string("checkpoint store '") + path +
+                                "': the file is empty (0 bytes): not a deepwell checkpoint store");
+}
+
 }  // namespace
 
 extern "C" {
@@ -161,6 +170,8 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
         fo.create = true;
         fo.create_size = bytes;
       }
+    } else {
+      refuse_empty_file(o.path);
     }
     std::shared_ptr<target> t;
     try {
@@ -191,6 +202,7 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
     co.label = o.path;
     co.threads = o.cpu_threads;
     co.unit = unit;
+    co.allow_older = o.allow_older != 0;
     const auto g = on_device(*c);
     if (c->device >= 0) {
       c->cache = capi::gpu_cache(c->link, cfg);

@@ -219,6 +219,8 @@ int dw_kv_info_get(dw_kv* kp, dw_kv_info* info) {
     info->recovered_batches = k.store->last_recovery().replayed;
     info->batches = k.store->batches();
     info->checkpoints = k.store->checkpoints();
+    info->table_checksums = i.table_checksums ? 1 : 0;
+    info->header_copy_damaged = k.store->last_recovery().header_copy_damaged ? 1 : 0;
   });
 }
 

@@ -28,6 +28,7 @@ const char* status_name(status s) {
     case sct_media:
       if (s.sc() == 0x80) return "Write Fault";
       if (s.sc() == 0x81) return "Unrecovered Read Error";
+      if (s.sc() == 0x82) return "End-to-end Guard Check Error (the bytes fail their stored checksum)";
       break;
   }
   return "Unknown Status";

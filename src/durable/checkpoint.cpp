@@ -249,10 +249,14 @@ checkpoint_manifest decode_manifest(const std::vector<uint8_t>& img, std::vector
 
 uint64_t header_checksum(const sb_header& h) { return hash_of(&h, offsetof(sb_header, checksum), seed_header); }
 
+bool is_blank(const uint8_t* raw) {
+  return std::all_of(raw, raw + header_size, [](uint8_t b) { return b == 0; });
+}
+
 // Why a raw superblock copy is not valid, or "" if it is.
 std::string header_problem(const uint8_t* raw, uint32_t position, sb_header& h) {
   std::memcpy(&h, raw, sizeof h);
-  if (std::all_of(raw, raw + header_size, [](uint8_t b) { return b == 0; })) return "blank";
+  if (is_blank(raw)) return "blank";
   if (std::memcmp(h.magic, sb_magic, 8) != 0) return "bad magic (not a deepwell checkpoint superblock)";
   if (h.checksum != header_checksum(h)) return "checksum mismatch (torn or overwritten)";
   if (h.version != format_version)
@@ -288,10 +292,8 @@ struct checkpoint_store::impl {
 
   uint64_t gen = 0;                    // the newest checkpoint
   uint8_t raw[2][header_size] = {};    // the superblock copies as last read or written
-  bool live[2] = {false, false};       // copy c is (or may be) a valid header of a generation >= 1
-  bool known[2] = {false, false};      // slot s's contents are exactly table[s]'s hashes
+  bool known[2] = {false, false};      // slot s was last written with hashes[s] (its table checked out)
   std::vector<uint64_t> hashes[2];     // per unit, when known
-  std::vector<uint8_t> table[2];       // the slot's table image, when known
   bool uncertain = false;              // a save failed: the superblocks on disk are not known
 
   // ---- messages ----
@@ -571,6 +573,18 @@ struct checkpoint_store::impl {
   // Why slot `slot`'s table image does not belong to generation `generation`
   // with checksum `sum`, or "".
   std::string table_problem(const std::vector<uint8_t>& t, uint64_t generation, uint32_t slot, uint64_t sum) const {
+    const std::string why = table_header_problem(t, generation, slot);
+    if (!why.empty()) return why;
+    const uint64_t got = hash_of(t.data(), t.size(), seed_table);
+    if (got != sum)
+      return "table checksum " + hex64(got) + " does not match the superblock's " + hex64(sum) +
+             " (the slot was overwritten or torn)";
+    return "";
+  }
+
+  // The same without the checksum (which the superblock holds): whether the
+  // table's header is this store's, for `generation` in `slot`.
+  std::string table_header_problem(const std::vector<uint8_t>& t, uint64_t generation, uint32_t slot) const {
     table_header th;
     std::memcpy(&th, t.data(), sizeof th);
     if (std::memcmp(th.magic, table_magic, 8) != 0) return "holds no checkpoint table (bad magic)";
@@ -580,11 +594,13 @@ struct checkpoint_store::impl {
     if (th.generation != generation || th.slot != slot || th.units != lay.units)
       return "holds the table of generation " + std::to_string(th.generation) + " (slot " + std::to_string(th.slot) +
              ", " + std::to_string(th.units) + " units), not generation " + std::to_string(generation);
-    const uint64_t got = hash_of(t.data(), t.size(), seed_table);
-    if (got != sum)
-      return "table checksum " + hex64(got) + " does not match the superblock's " + hex64(sum) +
-             " (the slot was overwritten or torn)";
     return "";
+  }
+
+  std::vector<uint64_t> table_hashes(const std::vector<uint8_t>& t) const {
+    std::vector<uint64_t> out(lay.units);
+    if (lay.units) std::memcpy(out.data(), t.data() + table_header_size, lay.units * 8);
+    return out;
   }
 
   std::vector<uint8_t> read_table(uint32_t slot) {
@@ -674,13 +690,15 @@ struct checkpoint_store::impl {
       if (lay.store_bytes > have)
         fail_data("the namespace has " + std::to_string(have) + " bytes; the store needs " + std::to_string(lay.store_bytes));
     }
+    // The other copy failing its checks while not blank: a damaged
+    // superblock, perhaps of a newer generation than `top`'s.
+    if (!ok[1 - a] && why[1 - a] != "blank" && !opts.allow_older)
+      refuse_if_newer_was_saved(1 - a, why[1 - a], top);
     gen = top.generation;
     for (uint32_t c = 0; c < 2; ++c) {
       std::memcpy(raw[c], hdrs[c], header_size);
-      live[c] = ok[c] && h[c].generation >= 1;
       known[c] = false;
       hashes[c].clear();
-      table[c].clear();
     }
     // The tables that vouch for their slot: the newest generation's, and
     // the one before it if its copy is intact (every save durably
@@ -696,11 +714,46 @@ struct checkpoint_store::impl {
         continue;  // load reports it; a save rewrites the slot whole
       }
       if (!table_problem(t, h[c].generation, c, h[c].table_checksum).empty()) continue;
-      hashes[c].resize(lay.units);
-      if (lay.units) std::memcpy(hashes[c].data(), t.data() + table_header_size, lay.units * 8);
-      table[c] = std::move(t);
+      hashes[c] = table_hashes(t);
       known[c] = true;
     }
+  }
+
+  // Copy `c` is damaged (not blank, fails its checks: `why`) and `older`
+  // is the intact copy load would otherwise use. A save never leaves a
+  // damaged copy behind: it blanks the copy durably (step 2) before writing
+  // the slot, and a superblock is one sector, written whole or not at all.
+  // So if slot c holds the table of generation older + 1 of this store, that
+  // generation was saved (through step 4 at least) and its superblock was
+  // damaged afterwards: throw rather than quietly give the older one.
+  // (Without that table the damaged copy is an older generation's, and
+  // `older` is the newest anyway.) The message says whether the slot's
+  // data checks out against the table (the newer generation is whole).
+  void refuse_if_newer_was_saved(uint32_t c, const std::string& why, const sb_header& older) {
+    const uint64_t newer = older.generation + 1;
+    if (newer % 2 != c) return;
+    std::vector<uint8_t> t;
+    try {
+      t = read_table(c);
+    } catch (const error&) {
+      return;  // unreadable: no evidence of a newer generation
+    }
+    if (!table_header_problem(t, newer, c).empty()) return;
+    bool whole = true;
+    try {
+      verify_data(table_hashes(t), std::vector<bool>(manifest.size(), true), newer);
+    } catch (const error&) {
+      whole = false;
+    }
+    fail_data("the newest superblock is corrupted: superblock copy " + std::to_string(c) + " (slot " +
+              std::to_string(c) + " holds the table of generation " + std::to_string(newer) + ") fails its check: " +
+              why + "; " +
+              (whole ? "every unit of slot " + std::to_string(c) + " matches that table (generation " +
+                           std::to_string(newer) + " was saved whole; its superblock was damaged since)"
+                     : "some units of slot " + std::to_string(c) + " do not match that table") +
+              ". Generation " + std::to_string(older.generation) + " (copy " + std::to_string(1 - c) +
+              ") is intact: to use it, open with allow_older (C++ checkpoint_options::allow_older, C "
+              "dw_checkpoint_options.allow_older, Python allow_older=True)");
   }
 
   // Brings the state up to date with the superblocks in the cache (another
@@ -742,15 +795,16 @@ struct checkpoint_store::impl {
     return out;
   }
 
-  // Changed units of buffer i as runs (consecutive units merged).
-  std::vector<checkpoint_run> changed_runs(size_t i, uint32_t slot, const std::vector<uint64_t>& now, bool all,
+  // Units to write of buffer i (write[global unit] != 0) as runs
+  // (consecutive units merged).
+  std::vector<checkpoint_run> changed_runs(size_t i, uint32_t slot, const std::vector<uint8_t>& write,
                                            uint64_t& units_changed) const {
     std::vector<checkpoint_run> runs;
     const tensor_spec& t = manifest[i];
     const uint64_t n = units_of(t.bytes, unit), f = lay.first_unit[i];
     const uint64_t base = lay.slot_offset[slot] + lay.offset[i];
     for (uint64_t u = 0; u < n; ++u) {
-      if (!all && now[f + u] == hashes[slot][f + u]) continue;
+      if (!write[f + u]) continue;
       ++units_changed;
       const uint64_t lo = u * unit, len = std::min<uint64_t>(unit, t.bytes - lo);
       if (!runs.empty() && runs.back().mem + runs.back().bytes == lo)
@@ -759,6 +813,41 @@ struct checkpoint_store::impl {
         runs.push_back({lo, base + lo, len});
     }
     return runs;
+  }
+
+  // Which units a save into slot s must write: all when the slot's
+  // contents are not known; else those whose hash differs from the one the
+  // slot's table records, and those the table agrees with but whose bytes
+  // in the slot do not: a table says what was written, not what is there
+  // now (a byte corrupted or a write lost since), so every unit about to be
+  // skipped is read back from the slot and hashed again.
+  std::vector<uint8_t> units_to_write(uint32_t s, const std::vector<uint64_t>& now, const std::string& what) {
+    std::vector<uint8_t> write(lay.units, 1);
+    if (!known[s]) return write;
+    for (uint64_t u = 0; u < lay.units; ++u) write[u] = now[u] != hashes[s][u];
+    scratch buf(*this);
+    std::vector<uint64_t> h;
+    for (size_t i = 0; i < manifest.size(); ++i) {
+      const uint64_t n = units_of(manifest[i].bytes, unit), f = lay.first_unit[i];
+      // Runs of skipped units [u, v), read a scratch buffer's worth at a time.
+      for (uint64_t u = 0; u < n;) {
+        if (write[f + u]) {
+          ++u;
+          continue;
+        }
+        uint64_t v = u;
+        while (v < n && !write[f + v] && (v - u + 1) * unit <= buf.bytes) ++v;
+        const uint64_t lo = u * unit, len = std::min<uint64_t>(v * unit, manifest[i].bytes) - lo;
+        need_ok(move(buf.get(len), buf.kind, {{0, lay.slot_offset[s] + lay.offset[i] + lo, len}}, false, what),
+                what + ": reading back unchanged units of buffer '" + manifest[i].name + "' in slot " +
+                    std::to_string(s));
+        h.assign(v - u, 0);
+        hash_into({buf.p, len, buf.kind}, h.data());
+        for (uint64_t k = u; k < v; ++k) write[f + k] = h[k - u] != now[f + k];
+        u = v;
+      }
+    }
+    return write;
   }
 
   // The newest checkpoint's table, checked against its superblock.
@@ -770,63 +859,77 @@ struct checkpoint_store::impl {
     const std::vector<uint8_t> t = read_table(s);
     const std::string why = table_problem(t, gen, s, h.table_checksum);
     if (!why.empty()) fail_data("generation " + std::to_string(gen) + ": slot " + std::to_string(s) + " " + why);
-    std::vector<uint64_t> out(lay.units);
-    if (lay.units) std::memcpy(out.data(), t.data() + table_header_size, lay.units * 8);
-    return out;
+    return table_hashes(t);
   }
 
-  // Compares hashes of buffer i's units with the table; throws naming the first mismatch.
+  // Compares hashes of buffer i's units with the table of `generation`
+  // (in slot generation % 2); throws naming the first mismatch.
   void compare(size_t i, const uint64_t* got, const std::vector<uint64_t>& want, uint64_t first_unit_of_chunk,
-               uint64_t n, const std::string& after) const {
+               uint64_t n, const std::string& after, uint64_t generation) const {
     uint64_t bad = 0, first = 0;
     for (uint64_t k = 0; k < n; ++k)
       if (got[k] != want[lay.first_unit[i] + first_unit_of_chunk + k] && bad++ == 0) first = first_unit_of_chunk + k;
     if (!bad) return;
     const tensor_spec& t = manifest[i];
     const uint64_t lo = first * unit, hi = std::min<uint64_t>(t.bytes, lo + unit);
-    const uint32_t s = gen % 2;
-    fail_data("generation " + std::to_string(gen) + ", buffer '" + t.name + "': unit " + std::to_string(first) +
+    const uint32_t s = generation % 2;
+    fail_data("generation " + std::to_string(generation) + ", buffer '" + t.name + "': unit " + std::to_string(first) +
          " (bytes [" + std::to_string(lo) + ", " + std::to_string(hi) + ") of the buffer, at byte " +
          std::to_string(lay.slot_offset[s] + lay.offset[i] + lo) + " of slot " + std::to_string(s) +
          ") does not match its checksum" + (bad > 1 ? " (nor do " + std::to_string(bad - 1) + " more units)" : "") +
          ": the slot is corrupt" + after);
   }
 
-  // Reads every selected buffer's units into scratch and checks them.
-  void verify_data(const std::vector<uint64_t>& want, const std::vector<bool>& which) {
-    const uint32_t s = gen % 2;
-    const bool on_gpu = cache->on_gpu();
-    const uint64_t chunk = std::max<uint64_t>(unit, (64ull << 20) / unit * unit);
-    uint64_t most = 0;
-    for (size_t i = 0; i < manifest.size(); ++i)
-      if (which[i]) most = std::max(most, std::min(chunk, manifest[i].bytes));
-    if (!most) return;
+  // Memory to read slot bytes into before hashing them: device memory for a
+  // GPU cache (its kernels copy into device memory), else host memory; at
+  // most 64 MiB (a whole number of units).
+  struct scratch {
+    const impl& st;
+    uint64_t bytes;
+    memory_kind kind;
     std::vector<uint8_t> host;
     void* dev = nullptr;
-    if (on_gpu)
-      dev = gpu("a GPU page cache").alloc(most);
-    else
-      host.resize(most);
-    struct freer {
-      checkpoint_gpu* g;
-      void* p;
-      ~freer() {
-        if (p) g->free(p);
+    uint64_t dev_bytes = 0;
+    void* p = nullptr;
+    explicit scratch(const impl& s)
+        : st(s), bytes(std::max<uint64_t>(s.unit, (64ull << 20) / s.unit * s.unit)),
+          kind(s.cache->on_gpu() ? memory_kind::device : memory_kind::host) {}
+    ~scratch() {
+      if (dev) st.opts.gpu->free(dev);
+    }
+    // At least n (<= bytes) bytes.
+    void* get(uint64_t n) {
+      if (kind == memory_kind::host) {
+        if (host.size() < n) host.resize(n);
+        return p = host.data();
       }
-    } f{opts.gpu.get(), dev};
-    void* scratch = on_gpu ? dev : host.data();
-    const memory_kind kind = on_gpu ? memory_kind::device : memory_kind::host;
+      if (dev_bytes < n) {
+        checkpoint_gpu& g = st.gpu("a GPU page cache");
+        if (dev) g.free(dev);
+        dev = nullptr;
+        dev = g.alloc(n);
+        dev_bytes = n;
+      }
+      return p = dev;
+    }
+  };
+
+  // Reads every selected buffer's units of `generation` (in slot
+  // generation % 2) into scratch and checks them against `want`.
+  void verify_data(const std::vector<uint64_t>& want, const std::vector<bool>& which, uint64_t generation) {
+    const uint32_t s = generation % 2;
+    scratch buf(*this);
     std::vector<uint64_t> h;
     for (size_t i = 0; i < manifest.size(); ++i) {
       if (!which[i]) continue;
       const tensor_spec& t = manifest[i];
-      for (uint64_t o = 0; o < t.bytes; o += chunk) {
-        const uint64_t n = std::min(chunk, t.bytes - o);
-        need_ok(move(scratch, kind, {{0, lay.slot_offset[s] + lay.offset[i] + o, n}}, false, "verify"),
-                "generation " + std::to_string(gen) + ": reading buffer '" + t.name + "'");
+      for (uint64_t o = 0; o < t.bytes; o += buf.bytes) {
+        const uint64_t n = std::min(buf.bytes, t.bytes - o);
+        need_ok(move(buf.get(n), buf.kind, {{0, lay.slot_offset[s] + lay.offset[i] + o, n}}, false, "verify"),
+                "generation " + std::to_string(generation) + ": reading buffer '" + t.name + "'");
         h.assign(units_of(n, unit), 0);
-        hash_into({scratch, n, kind}, h.data());
-        compare(i, h.data(), want, o / unit, h.size(), "");
+        hash_into({buf.p, n, buf.kind}, h.data());
+        compare(i, h.data(), want, o / unit, h.size(), "", generation);
       }
     }
   }
@@ -920,6 +1023,12 @@ std::unique_ptr<checkpoint_store> checkpoint_store::create(std::shared_ptr<page_
 std::unique_ptr<checkpoint_store> checkpoint_store::open(std::shared_ptr<page_cache> cache, uint32_t nsid,
                                                          checkpoint_options opts) {
   auto p = start(std::move(cache), nsid, std::move(opts));
+  // Too small for the superblocks: say so, rather than fail reading them.
+  const uint64_t have = p->arr->size();
+  if (have == 0) p->fail_data("the namespace is empty (0 bytes): not a deepwell checkpoint store");
+  if (have < region + header_size)
+    p->fail_data("the namespace has " + std::to_string(have) + " bytes, too few for the superblocks (" +
+                 std::to_string(region + header_size) + "): not a deepwell checkpoint store");
   uint8_t hdrs[2][header_size];
   p->read_headers(hdrs);
   p->adopt(hdrs, false);
@@ -989,39 +1098,44 @@ save_report checkpoint_store::save(const checkpoint_buffers& buffers) {
     std::vector<uint64_t> now(p.lay.units);
     p.hash_all(src, now);
     rep.hash_seconds = seconds_since(t);
-    // 2. The copy that names slot s (generation g - 2) invalidated,
-    //    durably, before the slot changes: an intact copy vouches for its
-    //    slot (adopt trusts it after a restart).
-    if (p.live[s]) {
+    // 2. Copy s blanked, durably, before the slot changes: an intact copy
+    //    vouches for its slot (adopt trusts it after a restart), and a copy
+    //    that is neither intact nor blank is taken for a damaged superblock
+    //    (adopt refuses it), so a crash from here to step 6 must leave it blank.
+    if (!is_blank(p.raw[s])) {
       uint8_t zero[header_size] = {};
       p.io(zero, s * region, header_size, true, what + ": invalidating superblock copy " + std::to_string(s));
       p.persist(s * region, header_size, what + ": invalidating superblock copy " + std::to_string(s));
       std::memcpy(p.raw[s], zero, header_size);
-      p.live[s] = false;
       rep.bytes_written += header_size;
     }
-    // 3. Changed units into slot s, a chunk at a time; the write-back of
-    //    each chunk (persist) runs while the next one is copied, and the
-    //    last chunk's is left to step 5.
+    // 3. The units that differ from what slot s holds into it, a chunk at a
+    //    time; the write-back of each chunk (persist) runs while the next
+    //    one is copied, and the last chunk's is left to step 5.
     rep.incremental = p.known[s];
     const bool all = !p.known[s];
+    t = std::chrono::steady_clock::now();
+    const std::vector<uint8_t> write = p.units_to_write(s, now, what);
+    rep.hash_seconds += seconds_since(t);
     p.known[s] = false;
     t = std::chrono::steady_clock::now();
     std::vector<std::vector<checkpoint_run>> runs(p.manifest.size());
     for (size_t i = 0; i < p.manifest.size(); ++i) {
       uint64_t changed = 0;
-      runs[i] = p.changed_runs(i, s, now, all, changed);
+      runs[i] = p.changed_runs(i, s, write, changed);
       rep.units_written += changed;
       for (const checkpoint_run& r : runs[i]) rep.bytes_written += r.bytes;
     }
     p.write_pipelined(src, runs, what);
-    // 4. The slot's table: the units of it that changed.
+    // 4. The slot's table: the units of it that differ from the table
+    //    stored in the slot (read back, as the data was).
     std::vector<uint8_t> tab = p.make_table(g, s, now);
     std::vector<checkpoint_run> truns;
-    const std::vector<uint8_t>& old = p.table[s];
+    std::vector<uint8_t> old;
+    if (!all) old = p.read_table(s);
     for (uint64_t o = 0; o < tab.size(); o += p.unit) {
       const uint64_t n = std::min<uint64_t>(p.unit, tab.size() - o);
-      if (!all && old.size() == tab.size() && std::memcmp(old.data() + o, tab.data() + o, n) == 0) continue;
+      if (!all && std::memcmp(old.data() + o, tab.data() + o, n) == 0) continue;
       if (!truns.empty() && truns.back().mem + truns.back().bytes == o)
         truns.back().bytes += n;
       else
@@ -1041,10 +1155,8 @@ save_report checkpoint_store::save(const checkpoint_buffers& buffers) {
     rep.persist_seconds = seconds_since(t);
     rep.bytes_written += header_size;
     std::memcpy(p.raw[s], &h, header_size);
-    p.live[s] = true;
     p.gen = g;
     p.hashes[s] = std::move(now);
-    p.table[s] = std::move(tab);
     p.known[s] = true;
     p.uncertain = false;
   } catch (...) {
@@ -1066,7 +1178,7 @@ void checkpoint_store::load(const checkpoint_buffers& buffers, const load_option
   if (opts.verify_first) {
     std::vector<bool> which(p.manifest.size());
     for (size_t i = 0; i < which.size(); ++i) which[i] = dst[i] != nullptr;
-    p.verify_data(want, which);
+    p.verify_data(want, which, p.gen);
   }
   const uint32_t s = uint32_t(p.gen % 2);
   const std::string after = opts.verify_first ? "" : "; the buffers may be partly overwritten";
@@ -1079,7 +1191,7 @@ void checkpoint_store::load(const checkpoint_buffers& buffers, const load_option
               "load of generation " + std::to_string(p.gen) + ": reading buffer '" + t.name + "'" + after);
     h.assign(units_of(t.bytes, p.unit), 0);
     p.hash_into(*dst[i], h.data());
-    p.compare(i, h.data(), want, 0, h.size(), after);
+    p.compare(i, h.data(), want, 0, h.size(), after, p.gen);
   }
 }
 
@@ -1087,7 +1199,7 @@ void checkpoint_store::verify() {
   impl& p = *p_;
   p.sync();
   const std::vector<uint64_t> want = p.checked_table();
-  p.verify_data(want, std::vector<bool>(p.manifest.size(), true));
+  p.verify_data(want, std::vector<bool>(p.manifest.size(), true), p.gen);
 }
 
 }  // namespace deepwell

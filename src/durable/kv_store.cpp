@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "deepwell/checksummed_target.hpp"
 #include "deepwell/detail/parallel.hpp"
 #include "deepwell/host_client.hpp"
 
@@ -106,6 +107,20 @@ kf::superblock layout(const kv_config& c) {
   h.table_bytes = h.buckets * h.bucket_bytes;
   h.log_offset = kf::round_up(h.table_offset + h.table_bytes, log_format::region_align);
   h.log_bytes = log_format::log_bytes(1, h.log_rows);
+  // The table's checksums: a block is a bucket, or 4 KiB of a larger one.
+  h.sum_block = uint32_t(std::min<uint64_t>(4096, h.bucket_bytes));
+  h.sums_offset = h.log_offset + h.log_bytes;
+  h.sums_bytes = kf::round_up(checksum_region_bytes(h.table_bytes, h.sum_block), log_format::region_align);
+  h.total_bytes = h.sums_offset + h.sums_bytes;
+  return h;
+}
+
+// A version-1 header's layout: no sums region.
+kf::superblock layout_v1(const kv_config& c) {
+  kf::superblock h = layout(c);
+  h.version = 1;
+  h.sum_block = 0;
+  h.sums_offset = h.sums_bytes = 0;
   h.total_bytes = h.log_offset + h.log_bytes;
   return h;
 }
@@ -129,6 +144,7 @@ struct kv_store::impl {
   uint32_t sb_ns = 0, table_ns = 0, log_ns = 0;
   std::unique_ptr<host_queue_client> io;
   std::unique_ptr<array<uint64_t>> table;
+  std::shared_ptr<checksummed_target> table_sums;  // null for a version-1 file
   std::unique_ptr<write_ahead_log> log;
   std::shared_ptr<kv_executor> gpu;  // the executor; null: CPU threads, one lane each
   uint32_t lanes = 1;
@@ -253,12 +269,22 @@ struct kv_store::impl {
       fail("buckets of " + std::to_string(sb.bucket_bytes) + " bytes need a cache page that is a multiple of them; the "
            "cache's pages are " + std::to_string(cache->page_size()) + " bytes");
   }
-  // The table's blocks: at most a bucket (the table is a whole number of them).
-  uint32_t table_block() const { return std::min<uint32_t>(block, sb.bucket_bytes); }
+  // The table's blocks: at most a bucket (the table is a whole number of
+  // them); with checksums, exactly what a checksum covers.
+  uint32_t table_block() const { return sb.sum_block ? sb.sum_block : std::min<uint32_t>(block, sb.bucket_bytes); }
 
   void attach_regions() {
-    table_ns = ctl->add_namespace(
-        {std::make_shared<slice_target>(storage, sb.table_offset, sb.table_bytes), table_block(), false});
+    std::shared_ptr<target> t = std::make_shared<slice_target>(storage, sb.table_offset, sb.table_bytes);
+    if (sb.sums_bytes) {
+      try {
+        table_sums = make_checksummed_target(t, std::make_shared<slice_target>(storage, sb.sums_offset, sb.sums_bytes),
+                                             sb.sum_block);
+      } catch (const error& e) {
+        fail_io(std::string("the table's checksums: ") + e.what());
+      }
+      t = table_sums;
+    }
+    table_ns = ctl->add_namespace({t, table_block(), false});
     log_ns = ctl->add_namespace({std::make_shared<slice_target>(storage, sb.log_offset, sb.log_bytes), block, false});
     table = std::make_unique<array<uint64_t>>(cache, table_ns);
   }
@@ -375,9 +401,18 @@ struct kv_store::impl {
     return b;
   }
 
+  // Where the table failed its checksums, if it did: for messages.
+  std::string corruption() const {
+    if (!table_sums || !table_sums->mismatches()) return "";
+    const uint64_t b = table_sums->last_mismatch_block();
+    return " (the table is corrupted: " + std::to_string(table_sums->mismatches()) +
+           " reads failed their checksums, the last at bytes " + std::to_string(sb.table_offset + b * sb.sum_block) +
+           "+" + std::to_string(sb.sum_block) + " of the storage)";
+  }
+
   [[noreturn]] void batch_failed(uint32_t packed, const char* step) {
     broken = true;
-    broken_why = std::string(step) + ": " + describe(request_status::unpack(packed));
+    broken_why = std::string(step) + ": " + describe(request_status::unpack(packed)) + corruption();
     throw kv_io_error(name + ": the batch failed at " + broken_why +
                 "; it may or may not be durable: open the store again to recover");
   }
@@ -518,8 +553,9 @@ kv_store kv_store::open(controller& ctl, std::shared_ptr<page_cache> cache, std:
   kf::superblock h;
   std::memcpy(&h, img.data(), sizeof(h));
   if (std::memcmp(h.magic, kf::magic, sizeof(h.magic)) != 0) p->fail_io("not a deepwell kv store (no kv header)");
-  if (h.version != kf::version)
-    p->fail_io("kv format version " + std::to_string(h.version) + "; this build reads version " + std::to_string(kf::version));
+  if (h.version != kf::version && h.version != 1)
+    p->fail_io("kv format version " + std::to_string(h.version) + "; this build reads versions 1 and " +
+               std::to_string(kf::version));
   if (h.checksum != header_checksum(h)) p->fail_io("corrupted kv header (its checksum does not match)");
   kv_config c;
   c.value_bytes = h.value_bytes;
@@ -529,13 +565,14 @@ kv_store kv_store::open(controller& ctl, std::shared_ptr<page_cache> cache, std:
   c.log_rows = h.log_rows;
   kf::superblock want;
   try {
-    want = layout(c);
+    want = h.version == 1 ? layout_v1(c) : layout(c);
   } catch (const error& e) {
     p->fail_io(std::string("corrupted kv header: ") + e.what());
   }
   if (h.key_bytes != kf::key_bytes || want.slot_words != h.slot_words || want.slots_per_bucket != h.slots_per_bucket ||
       want.max_probe != h.max_probe || want.table_offset != h.table_offset || want.table_bytes != h.table_bytes ||
-      want.log_offset != h.log_offset || want.log_bytes != h.log_bytes || want.total_bytes != h.total_bytes)
+      want.log_offset != h.log_offset || want.log_bytes != h.log_bytes || want.total_bytes != h.total_bytes ||
+      want.sums_offset != h.sums_offset || want.sums_bytes != h.sums_bytes || want.sum_block != h.sum_block)
     p->fail_io("corrupted kv header (its geometry does not add up)");
   if (expect.key_bytes && expect.key_bytes != h.key_bytes)
     p->fail("keys are " + std::to_string(h.key_bytes) + " bytes; opened expecting " + std::to_string(expect.key_bytes) +
@@ -551,8 +588,15 @@ kv_store kv_store::open(controller& ctl, std::shared_ptr<page_cache> cache, std:
   p->attach_regions();
   try {
     p->log = std::make_unique<write_ahead_log>(write_ahead_log::open(p->cache, p->log_ns, {*p->table}, p->tag()));
+    // The blocks recovery replays may have been written back after the
+    // last checkpoint without their sums reaching storage: recovery reads
+    // them unchecked and rewrites them, which sets their sums. It reads no
+    // other block of the table.
+    if (p->table_sums) p->table_sums->set_verify(false);
     p->recovered = p->log->recover();
+    if (p->table_sums) p->table_sums->set_verify(true);
   } catch (const error& e) {
+    if (p->table_sums) p->table_sums->set_verify(true);
     p->fail_io(std::string("its log: ") + e.what());
   }
   p->scratch();
@@ -658,7 +702,7 @@ kv_batch_result kv_store::get(const uint64_t* keys, void* values, uint64_t n, kv
   b.values = direct ? static_cast<uint64_t*>(values) : m.values_in;
   m.run(kv_phase::get, b);
   const kv_detail::counters c = m.read_counters();
-  if (c.error) m.fail_io("a get failed: " + describe(request_status::unpack(c.error)));
+  if (c.error) m.fail_io("a get failed: " + describe(request_status::unpack(c.error)) + m.corruption());
   if (!direct) m.out(values, m.values_in, n * m.sb.value_bytes, where);
   m.status_out(status, n, where);
   kv_batch_result r;
@@ -722,7 +766,7 @@ void kv_store::contents(std::vector<uint64_t>& keys, std::vector<uint8_t>& value
     const uint64_t n = std::min(chunk, m.sb.table_bytes - at);
     const uint32_t bs = m.table_block();
     const request_status s = m.io->read(m.table_ns, at / bs, uint32_t(n / bs), bs, buf.data());
-    if (!s.ok()) m.fail_io("reading the table at byte " + std::to_string(at) + ": " + describe(s));
+    if (!s.ok()) m.fail_io("reading the table at byte " + std::to_string(at) + ": " + describe(s) + m.corruption());
     for (uint64_t b = 0; b < n / m.sb.bucket_bytes; ++b)
       for (uint64_t s2 = 0; s2 < spb; ++s2) {
         const uint64_t* w = buf.data() + b * (m.sb.bucket_bytes / 8) + s2 * sw;
@@ -747,6 +791,8 @@ kv_info kv_store::info() const {
   i.slots = m.sb.buckets * m.sb.slots_per_bucket;
   i.total_bytes = m.sb.total_bytes;
   i.max_batch = m.batch_limit();
+  i.table_checksums = m.table_sums != nullptr;
+  i.sum_block = m.sb.sum_block;
   i.gpu = m.cache->on_gpu();
   i.lanes = m.lanes;
   i.name = m.name;

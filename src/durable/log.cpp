@@ -73,6 +73,7 @@ struct write_ahead_log::impl {
   header copies[2]{};  // the bytes of each header copy as on disk (one may be invalid)
   int current = 0;     // the copy that holds hdr
   header hdr{};
+  bool other_copy_bad = false;  // the copy that is not `current` failed its checks
   std::string tag;
   bool recovered = false;
 
@@ -157,6 +158,20 @@ struct write_ahead_log::impl {
     }
     current = k;
     hdr = h;
+  }
+
+  // Records of `epoch` in the rows read from the log (w: every row).
+  uint64_t count_records(const std::vector<uint32_t>& w, uint64_t epoch) const {
+    uint64_t n = 0;
+    for (uint32_t p = 0; p < hdr.partitions; ++p)
+      for (uint32_t row = 0; row < hdr.rows; ++row)
+        for (uint32_t lane = 0; lane < lf::lanes; ++lane) {
+          lf::record r;
+          const uint64_t base = (uint64_t(p) * hdr.rows + row) * lf::row_words + lane;
+          for (uint32_t j = 0; j < lf::entry_words; ++j) r.w[j] = w[base + uint64_t(j) * lf::lanes];
+          n += r.valid(lf::record_seed(hdr.nonce, epoch, p, row, lane));
+        }
+    return n;
   }
 
   void attach_words() {
@@ -255,6 +270,7 @@ write_ahead_log write_ahead_log::open(std::shared_ptr<page_cache> cache, uint32_
     p->fail("corrupted header (both copies fail their checksum)");
   }
   p->current = ok0 && (!ok1 || p->copies[0].seq > p->copies[1].seq) ? 0 : 1;
+  p->other_copy_bad = ok0 != ok1;
   const header& h = p->copies[p->current];
   p->hdr = h;
   p->tag.assign(h.tag, strnlen(h.tag, sizeof(h.tag)));
@@ -282,17 +298,37 @@ write_ahead_log write_ahead_log::open(std::shared_ptr<page_cache> cache, uint32_
 
 recovery_result write_ahead_log::recover() {
   impl& m = *p_;
-  const header& h = m.hdr;
   recovery_result out;
-  out.epoch = h.epoch;
   const request_status c = m.cache->clear();
   if (!c.ok()) m.fail("recovery: emptying the cache failed: " + describe(c));
 
   // Every row of every partition.
-  const uint64_t first_byte = lf::partitions_offset(h.partitions);
-  const uint64_t rows_total = uint64_t(h.partitions) * h.rows;
+  const uint64_t first_byte = lf::partitions_offset(m.hdr.partitions);
+  const uint64_t rows_total = uint64_t(m.hdr.partitions) * m.hdr.rows;
   std::vector<uint32_t> w(lf::round_up(rows_total * lf::row_bytes, lf::region_align) / 4);
   m.read_bytes(m.nsid, m.info.block_size, first_byte, w.size() * 4, w.data());
+
+  // A damaged copy may have been the newer header: an advance writes the
+  // other copy with the next epoch, and records of an epoch are written
+  // only once its header is durable. So records that are valid for the
+  // next epoch prove that header existed; its records are the ones to
+  // replay (the advance to it came after its predecessor's records were
+  // applied and flushed).
+  if (m.other_copy_bad) {
+    out.header_copy_damaged = true;
+    if (m.count_records(w, m.hdr.epoch + 1)) {
+      header h = m.hdr;
+      h.epoch = m.hdr.epoch + 1;
+      h.seq = m.hdr.seq + 1;
+      h.checksum = header_checksum(h);
+      m.current = 1 - m.current;
+      m.copies[m.current] = h;
+      m.hdr = h;
+      out.header_epoch_inferred = true;
+    }
+  }
+  const header& h = m.hdr;
+  out.epoch = h.epoch;
 
   struct entry {
     uint32_t row, lane, array;
@@ -407,7 +443,8 @@ recovery_result write_ahead_log::recover() {
   }
   for (size_t i = 0; i < m.arrays.size(); ++i)
     if (touched[i]) m.flush_ns(m.cache->dataset(m.arrays[i].dataset).nsid);
-  // Truncate: the records of this epoch are done with.
+  // Truncate: the records of this epoch are done with. (Both copies are
+  // written, so a damaged one is replaced.)
   m.advance(h.epoch + 1, false);
   out.new_epoch = m.hdr.epoch;
   m.recovered = true;

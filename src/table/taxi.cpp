@@ -147,6 +147,7 @@ void generate_taxi(const std::string& path, const taxi_gen_options& o) {
       w.write(8, first, n, dl.data());
       w.write(9, first, n, pay.data());
       for (uint32_t m = 1; m < 10; ++m) w.write(9 + m, first, n, money[m].data());
+      if (o.rows_written) o.rows_written->fetch_add(n, std::memory_order_relaxed);
     }
   });
   w.finish();

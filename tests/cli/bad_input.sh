@@ -80,5 +80,19 @@ else
   echo "FAIL: DEEPWELL_CACHE_SIZE=1G deepwell settings does not name the variable"; failed=1
 fi
 with_env=DEEPWELL_CACHE_BYTES=lots expect "DEEPWELL_CACHE_BYTES=lots is not a number" settings
+# Unknown commands are named, with the valid ones; a GPU command without a
+# GPU says so in one line and names the --cpu command (GPUs hidden here).
+expect "'frobnicate' is not a command; the commands are:" frobnicate
+expect "'walk' is not a command; the commands are: generate" graph walk
+with_env=CUDA_VISIBLE_DEVICES= expect "--cpu\` runs the same on CPU threads" graph bfs "$dir/g.dwg"
+with_env=CUDA_VISIBLE_DEVICES= expect "--cpu\` runs the same on CPU threads" table query "$dir/t.dwcol"
+expect "give --cache" graph bfs "$dir/g.dwg" --cpu --cache 4K
+# The key-value store's command.
+"$cli" kv create "$dir/s.kv" --value-bytes 8 --capacity 100 >/dev/null 2>&1 || { echo "FAIL: kv create"; failed=1; }
+expect "exists" kv create "$dir/s.kv"
+expect "is not a key" kv get "$dir/s.kv" -3
+expect "the store's values are 8" kv set "$dir/s.kv" 1 123456789
+expect "not found" kv get "$dir/s.kv" 5
+expect "not a" kv info "$dir/junk.bin"
 [ $failed -eq 0 ] && echo "all refused clearly"
 exit $failed

@@ -8,11 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "deepwell/c/deepwell.h"
 #include "deepwell/controller.hpp"
 #include "deepwell/crash_target.hpp"
 #include "deepwell/durable/checkpoint.hpp"
@@ -489,11 +493,64 @@ struct edited {
   }
 };
 
-TEST(Checkpoint, ATornNewestSuperblockFallsBackToThePreviousCheckpoint) {
-  edited e([](std::vector<uint8_t>& img) { img[100] ^= 1; });  // copy 0: generation 2
+// A flipped or zeroed byte in the newest superblock copy (generation 2,
+// copy 0) is corruption of a completed save, not a save that did not
+// finish (that leaves the copy blank): open says so rather than quietly
+// giving generation 1, and allow_older takes generation 1 on purpose.
+TEST(Checkpoint, ACorruptNewestSuperblockIsReported) {
+  const std::function<void(std::vector<uint8_t>&)> edits[] = {
+      [](std::vector<uint8_t>& img) { img[100] ^= 1; },  // a flipped byte: checksum mismatch
+      [](std::vector<uint8_t>& img) { img[0] = 0; },     // a zeroed byte: bad magic
+  };
+  for (const auto& edit : edits) {
+    edited e(edit);
+    EXPECT_ERROR_HAS(checkpoint_store::open(e.r->cache, e.r->ns, small_opts()),
+                     "the newest superblock is corrupted: superblock copy 0 (slot 0 holds the table of generation 2) "
+                     "fails its check: ");
+    const std::string m = error_of([&] { checkpoint_store::open(e.r->cache, e.r->ns, small_opts()); });
+    EXPECT_NE(m.find("checkpoint store 'faults injected into volatile-cache disk"), std::string::npos) << m;
+    EXPECT_NE(m.find("every unit of slot 0 matches that table"), std::string::npos) << m;
+    EXPECT_NE(m.find("Generation 1 (copy 1) is intact: to use it, open with allow_older"), std::string::npos) << m;
+    auto o = small_opts();
+    o.allow_older = true;
+    auto s = checkpoint_store::open(e.r->cache, e.r->ns, o);
+    EXPECT_EQ(s->generation(), 1u);
+    EXPECT_EQ(load_all(*s), e.saved[1]);
+    // Saving on from there replaces the corrupt generation; the store is
+    // then whole again for anyone.
+    contents next = e.saved[2];
+    next[0][0] ^= 0x5A;
+    EXPECT_EQ(s->save(views(s->manifest(), next)).generation, 2u);
+    s.reset();
+    EXPECT_EQ(load_all(*checkpoint_store::open(e.r->cache, e.r->ns, small_opts())), next);
+  }
+}
+
+// The same after one save: the older copy is generation 0 (nothing saved).
+TEST(Checkpoint, ACorruptFirstSuperblockIsReported) {
+  edited e([](std::vector<uint8_t>& img) { img[R + 300] ^= 0x80; }, 1);
+  EXPECT_ERROR_HAS(checkpoint_store::open(e.r->cache, e.r->ns, small_opts()),
+                   "the newest superblock is corrupted: superblock copy 1");
+  auto o = small_opts();
+  o.allow_older = true;
+  EXPECT_EQ(checkpoint_store::open(e.r->cache, e.r->ns, o)->generation(), 0u);
+}
+
+// A blank newest copy is what a save that did not reach its last step
+// leaves (step 2 blanks it durably): the previous checkpoint, silently.
+TEST(Checkpoint, ABlankNewestSuperblockFallsBackToThePreviousCheckpoint) {
+  edited e([](std::vector<uint8_t>& img) { std::fill(img.begin(), img.begin() + 512, 0); });
   auto s = checkpoint_store::open(e.r->cache, e.r->ns, small_opts());
   EXPECT_EQ(s->generation(), 1u);
   EXPECT_EQ(load_all(*s), e.saved[1]);
+}
+
+// The older copy corrupt: the newest is still whole and is what load gives.
+TEST(Checkpoint, ACorruptOlderSuperblockIsHarmless) {
+  edited e([](std::vector<uint8_t>& img) { img[R + 100] ^= 1; });
+  auto s = checkpoint_store::open(e.r->cache, e.r->ns, small_opts());
+  EXPECT_EQ(s->generation(), 2u);
+  EXPECT_EQ(load_all(*s), e.saved[2]);
 }
 
 TEST(Checkpoint, BothSuperblocksTorn) {
@@ -569,6 +626,178 @@ TEST(Checkpoint, AnotherStoresData) {
   });
   auto s2 = checkpoint_store::open(stale.r->cache, stale.r->ns, small_opts());
   EXPECT_ERROR_HAS(load_all(*s2), "holds the table of generation 1 (slot 1");
+}
+
+// An incremental save skips units whose hash equals the one the idle slot's
+// table records; it must not take the table's word for the bytes: here the
+// idle slot (generation 1) is corrupt on the disk, and generation 3 has the
+// same data, so every hash matches. The save rewrites what is corrupt.
+TEST(Checkpoint, AnIncrementalSaveRewritesUnitsCorruptOnTheDisk) {
+  rig w;
+  std::mt19937_64 rng(21);
+  const auto m = test_manifest();
+  contents c = random_contents(m, rng);
+  {
+    auto s = checkpoint_store::create(w.cache, w.ns, m, small_opts());
+    s->save(views(m, c));  // generation 1: slot 1
+    s->save(views(m, c));  // generation 2: slot 0
+  }
+  auto img = w.image();
+  const uint64_t at = find(img, c[3].data() + 4096, 4 * R, 5 * R);  // 'c' unit 1 in slot 1
+  img[at + 7] ^= 0x10;
+  img[4 * R + 20] = 0;  // and 'a' unit 0 zeroed there
+  rig r(make_volatile_cache_target(img));
+  {
+    auto s = checkpoint_store::open(r.cache, r.ns, m, small_opts());
+    const save_report rep = s->save(views(m, c));  // generation 3: slot 1
+    EXPECT_EQ(rep.generation, 3u);
+    EXPECT_TRUE(rep.incremental);
+    EXPECT_EQ(rep.units_written, 2u) << "the two corrupt units, and only them";
+    EXPECT_EQ(load_all(*s), c);
+  }
+  r.down();
+  r.disk->cut({});
+  r.disk->revive();
+  r.up();
+  auto s = checkpoint_store::open(r.cache, r.ns, m, small_opts());
+  EXPECT_EQ(s->generation(), 3u);
+  EXPECT_EQ(load_all(*s), c);
+}
+
+// One flipped or zeroed byte anywhere in a store of two generations: open
+// and load give generation 2 bit for bit, or throw; never other bytes. Every
+// byte of both superblock copies, of the manifest and of both tables' first
+// 128 bytes, and every 31st byte of the whole store (data of both slots).
+TEST(Checkpoint, EveryFlippedOrZeroedByteGivesAnErrorOrTheLastCheckpoint) {
+  const auto m = test_manifest();
+  const uint64_t store = checkpoint_store::bytes_needed(m, 4096);
+  auto mem = make_host_memory_target(store);
+  auto* bytes = static_cast<uint8_t*>(mem->host_pointer());
+  ASSERT_NE(bytes, nullptr);
+  controller ctl;
+  const uint32_t ns = ctl.add_namespace({mem, 512, false});
+  auto cache = make_host_page_cache(ctl, test::small_cache(128));
+  std::mt19937_64 rng(22);
+  contents g1 = random_contents(m, rng), g2 = mutate(g1, rng, 1.0);
+  {
+    auto s = checkpoint_store::create(cache, ns, m, small_opts());
+    s->save(views(m, g1));
+    s->save(views(m, g2));
+  }
+  ASSERT_EQ(cache->flush().ok(), true);
+  const std::vector<uint8_t> pristine(bytes, bytes + store);
+  // A slot: 'a' [0, 10000), 'b' at 10240, 'c' [12288, 24676), the table at 28672 (a unit boundary).
+  const uint64_t table = 28672;
+  std::vector<uint64_t> where;
+  for (uint64_t i = 0; i < 512; ++i) where.insert(where.end(), {i, R + i});
+  for (uint64_t i = 0; i < 512; ++i) where.push_back(2 * R + i);
+  for (uint64_t i = 0; i < 128; ++i) where.insert(where.end(), {3 * R + table + i, 4 * R + table + i});
+  for (uint64_t i = 0; i < store; i += 31) where.push_back(i);
+  uint64_t cases = 0, errors = 0, loaded = 0;
+  for (const uint64_t at : where)
+    for (int zero = 0; zero < 2; ++zero) {
+      const uint8_t was = pristine[at], now = zero ? 0 : uint8_t(was ^ 0x20);
+      if (now == was) continue;
+      bytes[at] = now;
+      ASSERT_TRUE(cache->clear().ok());  // what the next open reads comes from the bytes
+      ++cases;
+      contents got;
+      const std::string e = error_of([&] { got = load_all(*checkpoint_store::open(cache, ns, small_opts())); });
+      if (e != "(no error)") {
+        ++errors;
+      } else {
+        ++loaded;
+        ASSERT_TRUE(got == g2) << "byte " << at << (zero ? " zeroed" : " flipped") << ": load gave other bytes";
+      }
+      bytes[at] = was;
+    }
+  EXPECT_GT(errors, 0u);
+  EXPECT_GT(loaded, 0u);
+  std::printf("[ sweep ] %llu corrupted images: %llu errors, %llu loaded generation 2 whole\n",
+              static_cast<unsigned long long>(cases), static_cast<unsigned long long>(errors),
+              static_cast<unsigned long long>(loaded));
+}
+
+// ---- the C ABI: files ----
+
+namespace {
+
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    std::string t = "/tmp/deepwell-ckpt-XXXXXX";
+    if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
+    path = t;
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+};
+
+dw_checkpoint_options c_options(const std::string& path, int32_t mode) {
+  dw_checkpoint_options o;
+  dw_checkpoint_options_init(&o);
+  o.path = path.c_str();
+  o.mode = mode;
+  o.page_size = 4096;
+  o.cache_bytes = 1 << 20;
+  o.cpu_threads = 2;
+  return o;
+}
+
+}  // namespace
+
+// An empty file is not a store: an I/O error (DW_EIO) naming the file.
+TEST(CheckpointFile, AnEmptyFileIsAnIOError) {
+  temp_dir d;
+  const std::string path = d.path + "/empty.ckpt";
+  std::ofstream(path).close();
+  const dw_checkpoint_options o = c_options(path, DW_CHECKPOINT_OPEN);
+  dw_checkpoint* c = nullptr;
+  EXPECT_EQ(dw_checkpoint_open(&o, nullptr, 0, &c), DW_EIO) << dw_last_error();
+  const std::string msg = dw_last_error();
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is empty (0 bytes): not a deepwell checkpoint store"), std::string::npos) << msg;
+  EXPECT_EQ(c, nullptr);
+}
+
+// The newest superblock corrupt in a file: DW_EIO naming the file, and
+// allow_older opens the previous generation.
+TEST(CheckpointFile, ACorruptNewestSuperblockAndAllowOlder) {
+  temp_dir d;
+  const std::string path = d.path + "/run.ckpt";
+  std::vector<uint8_t> w(5000, 1);
+  const int64_t shape[1] = {5000};
+  const dw_checkpoint_tensor t[1] = {{"w", "uint8", shape, 1, 5000}};
+  {
+    const dw_checkpoint_options o = c_options(path, DW_CHECKPOINT_CREATE);
+    dw_checkpoint* c = nullptr;
+    ASSERT_EQ(dw_checkpoint_open(&o, t, 1, &c), DW_OK) << dw_last_error();
+    void* data[1] = {w.data()};
+    ASSERT_EQ(dw_checkpoint_save(c, data, nullptr, 1, nullptr), DW_OK) << dw_last_error();
+    w.assign(5000, 2);
+    ASSERT_EQ(dw_checkpoint_save(c, data, nullptr, 1, nullptr), DW_OK) << dw_last_error();  // copy 0
+    ASSERT_EQ(dw_checkpoint_close(c), DW_OK);
+  }
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(64);
+    f.put(char(0x7F));
+  }
+  dw_checkpoint_options o = c_options(path, DW_CHECKPOINT_OPEN);
+  o.writable = 0;
+  dw_checkpoint* c = nullptr;
+  EXPECT_EQ(dw_checkpoint_open(&o, nullptr, 0, &c), DW_EIO);
+  const std::string msg = dw_last_error();
+  EXPECT_NE(msg.find("checkpoint store '" + path + "': the newest superblock is corrupted"), std::string::npos) << msg;
+  o.allow_older = 1;
+  ASSERT_EQ(dw_checkpoint_open(&o, nullptr, 0, &c), DW_OK) << dw_last_error();
+  uint64_t g = 0;
+  EXPECT_EQ(dw_checkpoint_generation(c, &g), DW_OK);
+  EXPECT_EQ(g, 1u);
+  std::vector<uint8_t> got(5000, 0);
+  void* data[1] = {got.data()};
+  EXPECT_EQ(dw_checkpoint_load(c, data, nullptr, 1, 1), DW_OK) << dw_last_error();
+  EXPECT_EQ(got, std::vector<uint8_t>(5000, 1));
+  EXPECT_EQ(dw_checkpoint_close(c), DW_OK);
 }
 
 // ---- power cuts ----

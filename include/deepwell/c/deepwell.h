@@ -26,7 +26,7 @@ extern "C" {
 #define DW_API
 #endif
 
-#define DW_ABI_VERSION 3
+#define DW_ABI_VERSION 4
 
 enum dw_errc {
   DW_OK = 0,
@@ -173,6 +173,7 @@ typedef struct dw_checkpoint_options {
   double timeout_s;      /* per access; 0: the default */
   uint32_t queue_pairs;  /* the cache's queue pairs; 0: 16 for a GPU cache, 4 for a host cache */
   uint32_t queue_entries; /* per queue pair (a power of two); 0: 128 (staging: pairs x entries x page) */
+  int32_t allow_older;   /* open the previous generation when the newest superblock is corrupted (else DW_EIO) */
 } dw_checkpoint_options;
 
 typedef struct dw_checkpoint_save_info {
@@ -189,7 +190,9 @@ typedef struct dw_checkpoint_save_info {
 DW_API void dw_checkpoint_options_init(dw_checkpoint_options* o);
 /* Opens (or with DW_CHECKPOINT_CREATE formats) a checkpoint store. A store
  * opened with a manifest (n > 0, or manifest != NULL) must hold exactly it:
- * names, order, bytes, dtypes, shapes; the error names the first difference. */
+ * names, order, bytes, dtypes, shapes; the error names the first difference.
+ * DW_EIO: an empty file, a file that is not a store, a corrupted newest
+ * superblock (unless allow_older: then the previous generation is opened). */
 DW_API int dw_checkpoint_open(const dw_checkpoint_options* o, const dw_checkpoint_tensor* manifest, uint32_t n,
                               dw_checkpoint** out);
 /* NULL is ignored. */
@@ -276,6 +279,8 @@ typedef struct dw_kv_info {
   uint64_t recovered_batches; /* committed batches the open replayed from the log */
   uint64_t batches;           /* batches committed since open */
   uint64_t checkpoints;       /* since open */
+  int32_t table_checksums;    /* 1: the table's blocks are checked on every read (format 2) */
+  int32_t header_copy_damaged; /* open found a log header copy that failed its checksum (and replaced it) */
 } dw_kv_info;
 
 /* Defaults: device -1, DW_KV_OPEN, everything else 0 (the library's choice). */

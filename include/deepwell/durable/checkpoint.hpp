@@ -144,6 +144,14 @@ struct checkpoint_options {
   // save() copies changed units into the cache in chunks of about this
   // many bytes, writing each chunk back while the next one is copied.
   uint64_t chunk_bytes = 32ull << 20;
+  // open() (and a load or save that re-reads the superblocks): when the
+  // newest superblock copy is corrupted (non-blank, failing its checks,
+  // while its slot holds the table of the generation after the intact
+  // copy's: a completed save whose superblock was damaged), the store
+  // throws checkpoint_data_error rather than quietly using the older
+  // generation. Set this to use the older generation, whole and checked,
+  // instead; the next save then overwrites the corrupted one's slot.
+  bool allow_older = false;
 };
 
 struct save_report {
@@ -175,9 +183,10 @@ class checkpoint_store {
   static std::unique_ptr<checkpoint_store> create(std::shared_ptr<page_cache> cache, uint32_t nsid,
                                                   checkpoint_manifest manifest, checkpoint_options opts = {});
   // Opens the store on namespace `nsid`. Throws deepwell::error naming the
-  // store and what is wrong: not a store (no valid superblock copy: bad
-  // magic, or both torn), a format version it does not read, a manifest
-  // whose checksum fails, a namespace smaller than the store.
+  // store and what is wrong: not a store (an empty namespace, no valid
+  // superblock copy: bad magic, or both torn), a format version it does not
+  // read, a manifest whose checksum fails, a namespace smaller than the
+  // store, the newest superblock corrupted (unless opts.allow_older).
   static std::unique_ptr<checkpoint_store> open(std::shared_ptr<page_cache> cache, uint32_t nsid,
                                                 checkpoint_options opts = {});
   // The same, and the store's manifest must equal `expected` (names, order,

@@ -19,12 +19,14 @@
 //   ...  // after a crash, in a new process:
 //   auto again = kv_store::open_file(ctl, cache, "t.kv", {.value_bytes = 32}, o);   // recovers
 //
-// The storage (one target: a file, or any target) holds three regions, each
-// served as a namespace of its own:
+// The storage (one target: a file, or any target) holds four regions, the
+// first three served as namespaces of their own:
 //   [0, 64 KiB)                   the kv header (kv_format::superblock), written once at create
 //   [64 KiB, + buckets x bucket)  the table: buckets of bucket_bytes (a cache page or part of
 //                                 one), each an array of slots {key word, value words}
 //   [log_offset, + log bytes)     the write-ahead log (one partition, log_rows rows of 1 KiB)
+//   [sums_offset, + sums bytes)   a CRC-32C of each block of the table, checked on every read
+//                                 of it (checksummed_target.hpp; docs/kv.md says what it covers)
 //
 // Keys are 64-bit integers 0 .. kv_format::max_key (2^64 - 3); a slot's key
 // word holds key + 2, so that 0 is an empty slot (a new file is zeros) and 1
@@ -64,7 +66,9 @@ namespace deepwell::durable {
 // ---- the on-disk format ----
 namespace kv_format {
 constexpr char magic[8] = {'D', 'W', 'K', 'V', 'S', 'T', 'R', '1'};
-constexpr uint32_t version = 1;
+// 2: the table's blocks carry checksums (a sums region after the log).
+// Version 1 files (no sums) are still opened, without table checksums.
+constexpr uint32_t version = 2;
 constexpr uint32_t key_bytes = 8;
 constexpr uint32_t min_value_bytes = 8, max_value_bytes = 128;  // a multiple of 8
 constexpr uint64_t header_bytes = 64 << 10;                       // the header region
@@ -95,7 +99,10 @@ struct superblock {
   uint64_t log_offset, log_bytes;
   uint64_t total_bytes;
   uint64_t nonce;  // random at create; names the log (its tag)
-  uint8_t reserved[384];
+  uint64_t sums_offset, sums_bytes;  // the table blocks' checksums (checksummed_target.hpp); 0 in version 1
+  uint32_t sum_block;                // table bytes a checksum covers
+  uint32_t reserved2;
+  uint8_t reserved[360];
   uint32_t reserved1;
   uint32_t checksum;  // of every byte before it
 };
@@ -635,6 +642,8 @@ struct kv_info {
   uint64_t max_batch = 0;  // ops per call with these options and this log
   bool gpu = false;  // the cache is a GPU cache
   uint32_t lanes = 1;  // of the executor's warps
+  bool table_checksums = false;  // the table's blocks are checked on read (format 2)
+  uint32_t sum_block = 0;        // table bytes a checksum covers
   std::string name;  // "kv store file /data/t.kv"
 };
 

@@ -586,6 +586,12 @@ struct recovery_result {
   uint64_t discarded = 0;        // redo: transactions without a commit record (ignored)
   uint64_t rolled_back = 0;      // undo: transactions without an end record, rolled back
   uint64_t elements_written = 0; // data elements written
+  // One header copy failed its checksum (a torn header write, or damage).
+  // When the log holds records of the epoch after the good copy's, the
+  // damaged copy was the newer one: recovery read that epoch instead
+  // (header_epoch_inferred) and both copies are rewritten.
+  bool header_copy_damaged = false;
+  bool header_epoch_inferred = false;
 };
 
 // A data array for create/open: any array<T> with 4- or 8-byte elements in

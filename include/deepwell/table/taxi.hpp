@@ -6,6 +6,7 @@
 // times microseconds. About taxi_long_trip_share of the trips are at least
 // 30 miles, as in BaM's data (0.03%).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ struct taxi_gen_options {
   uint64_t seed = 1;
   unsigned threads = 0;              // 0: every core
   uint64_t row_group_rows = 1 << 20; // statistics granularity
+  std::atomic<uint64_t>* rows_written = nullptr;  // optional: rows made and written so far (progress)
 };
 // Writes a column file of the table.
 void generate_taxi(const std::string& path, const taxi_gen_options& o);

@@ -1,0 +1,257 @@
+// Block checksums kept in a second target (include/deepwell/checksummed_target.hpp).
+#include "deepwell/checksummed_target.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "deepwell/crc32c.hpp"
+#include "deepwell/error.hpp"
+#include "request_cache.hpp"
+
+namespace deepwell {
+
+namespace {
+
+constexpr uint32_t sums_page = 4096;                   // bytes of sums written at a time
+constexpr uint32_t sums_per_page = sums_page / 4;
+
+uint32_t zero_block_crc(uint32_t bytes) {
+  static thread_local uint32_t cached_bytes = 0, cached = 0;
+  if (cached_bytes != bytes) {
+    std::vector<uint8_t> z(bytes, 0);
+    cached = crc32c(0, z.data(), bytes);
+    cached_bytes = bytes;
+  }
+  return cached;
+}
+
+class checksummed_target_impl;
+
+struct sum_request {
+  checksummed_target_impl* self = nullptr;
+  void* buf = nullptr;
+  uint32_t len = 0;
+  uint64_t offset = 0;
+  std::vector<uint32_t> sums;  // a write's new sums, set when it succeeds
+  io_callback done;
+  sum_request* next = nullptr;
+};
+using request_pool = detail::request_cache<sum_request>;
+
+struct aligned_free {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// A flush: the dirty pages of sums written, then both targets flushed.
+struct flush_job {
+  checksummed_target_impl* self = nullptr;
+  io_engine* io = nullptr;
+  io_callback done;
+  std::vector<uint64_t> pages;  // sums pages being written
+  std::vector<std::unique_ptr<uint8_t, aligned_free>> bufs;
+  unsigned pending = 0;
+  int64_t error = 0;
+  bool flushing = false;
+};
+
+class checksummed_target_impl final : public checksummed_target {
+ public:
+  checksummed_target_impl(std::shared_ptr<target> data, std::shared_ptr<target> sums, uint32_t block)
+      : data_(std::move(data)), sums_t_(std::move(sums)), block_(block) {
+    if (block_ < 512 || (block_ & (block_ - 1)))
+      throw error("checksummed target: blocks of " + std::to_string(block_) + " bytes (a power of two, at least 512)");
+    if (data_->size() % block_)
+      throw error("checksummed target: " + data_->describe() + " has " + std::to_string(data_->size()) +
+                  " bytes, not a whole number of " + std::to_string(block_) + "-byte blocks");
+    blocks_ = data_->size() / block_;
+    const uint64_t need = checksum_region_bytes(data_->size(), block_);
+    if (sums_t_->size() < need)
+      throw error("checksummed target: the sums region " + sums_t_->describe() + " has " +
+                  std::to_string(sums_t_->size()) + " bytes; " + std::to_string(blocks_) + " blocks need " +
+                  std::to_string(need));
+    pages_ = need / sums_page;
+    sums_ = std::make_unique<std::atomic<uint32_t>[]>(pages_ * sums_per_page);
+    dirty_ = std::make_unique<std::atomic<uint64_t>[]>((pages_ + 63) / 64);
+    load();
+  }
+
+  uint64_t size() const override { return data_->size(); }
+  bool writable() const override { return data_->writable() && sums_t_->writable(); }
+  uint32_t io_alignment() const override { return std::max(block_, data_->io_alignment()); }
+  uint32_t memory_alignment() const override { return data_->memory_alignment(); }
+  std::string describe() const override { return data_->describe() + " (block checksums)"; }
+  uint32_t block_bytes() const override { return block_; }
+  void set_verify(bool on) override { verify_.store(on, std::memory_order_relaxed); }
+  uint64_t mismatches() const override { return mismatches_.load(std::memory_order_relaxed); }
+  uint64_t last_mismatch_block() const override { return last_bad_.load(std::memory_order_relaxed); }
+
+  void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
+    if (offset % block_ || len % block_) return done(-EINVAL);
+    sum_request* r = request_pool::take();
+    r->self = this;
+    r->buf = buf;
+    r->len = len;
+    r->offset = offset;
+    r->done = done;
+    data_->read(io, buf, len, offset, {&on_read, r});
+  }
+
+  void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) override {
+    if (offset % block_ || len % block_) return done(-EINVAL);
+    sum_request* r = request_pool::take();
+    r->self = this;
+    r->len = len;
+    r->offset = offset;
+    r->done = done;
+    r->sums.resize(len / block_);
+    for (uint32_t i = 0; i < len / block_; ++i) r->sums[i] = block_sum(static_cast<const uint8_t*>(buf) + i * block_, block_);
+    data_->write(io, buf, len, offset, fua, {&on_write, r});
+  }
+
+  void flush(io_engine& io, io_callback done) override {
+    auto* j = new flush_job;
+    j->self = this;
+    j->io = &io;
+    j->done = done;
+    for (uint64_t w = 0; w < (pages_ + 63) / 64; ++w) {
+      uint64_t bits = dirty_[w].exchange(0, std::memory_order_acq_rel);
+      for (; bits; bits &= bits - 1) j->pages.push_back(w * 64 + uint64_t(__builtin_ctzll(bits)));
+    }
+    if (j->pages.empty()) return flush_targets(j);
+    j->pending = unsigned(j->pages.size());
+    const uint32_t align = std::max<uint32_t>(sums_t_->memory_alignment(), 64);
+    for (uint64_t page : j->pages) {
+      auto* b = static_cast<uint8_t*>(std::aligned_alloc(std::max<uint32_t>(align, 4096), sums_page));
+      if (!b) throw std::bad_alloc();
+      j->bufs.emplace_back(b);
+      for (uint32_t i = 0; i < sums_per_page; ++i) {
+        const uint32_t v = sums_[page * sums_per_page + i].load(std::memory_order_relaxed);
+        std::memcpy(b + 4 * i, &v, 4);
+      }
+    }
+    for (size_t k = 0; k < j->pages.size(); ++k)
+      sums_t_->write(io, j->bufs[k].get(), sums_page, j->pages[k] * sums_page, false, {&on_flush_step, j});
+  }
+
+ private:
+  static void on_read(void* ctx, int64_t result) {
+    auto* r = static_cast<sum_request*>(ctx);
+    checksummed_target_impl* self = r->self;
+    const io_callback done = r->done;
+    if (result == int64_t(r->len) && self->verify_.load(std::memory_order_relaxed)) {
+      for (uint32_t i = 0; i < r->len / self->block_; ++i) {
+        const uint64_t b = r->offset / self->block_ + i;
+        if (b >= self->blocks_) break;
+        const uint32_t want = self->sums_[b].load(std::memory_order_relaxed);
+        if (block_sum(static_cast<const uint8_t*>(r->buf) + uint64_t(i) * self->block_, self->block_) != want) {
+          self->mismatches_.fetch_add(1, std::memory_order_relaxed);
+          self->last_bad_.store(b, std::memory_order_relaxed);
+          result = -EBADMSG;
+          break;
+        }
+      }
+    }
+    request_pool::give(r);
+    done(result);
+  }
+
+  static void on_write(void* ctx, int64_t result) {
+    auto* r = static_cast<sum_request*>(ctx);
+    checksummed_target_impl* self = r->self;
+    const io_callback done = r->done;
+    if (result == int64_t(r->len)) {
+      for (uint32_t i = 0; i < r->len / self->block_; ++i) {
+        const uint64_t b = r->offset / self->block_ + i;
+        if (b >= self->blocks_) break;
+        self->sums_[b].store(r->sums[i], std::memory_order_relaxed);
+        self->dirty_[b / sums_per_page / 64].fetch_or(1ull << (b / sums_per_page % 64), std::memory_order_release);
+      }
+    }
+    request_pool::give(r);
+    done(result);
+  }
+
+  static void on_flush_step(void* ctx, int64_t result) {
+    auto* j = static_cast<flush_job*>(ctx);
+    if (result < 0 && !j->error) j->error = result;
+    if (--j->pending) return;
+    if (!j->flushing) {
+      if (j->error) {  // the sums did not reach storage: write them at the next flush
+        for (uint64_t page : j->pages) j->self->dirty_[page / 64].fetch_or(1ull << (page % 64), std::memory_order_release);
+        return finish(j);
+      }
+      return j->self->flush_targets(j);
+    }
+    finish(j);
+  }
+
+  void flush_targets(flush_job* j) {
+    j->flushing = true;
+    j->pending = 2;
+    sums_t_->flush(*j->io, {&on_flush_step, j});
+    data_->flush(*j->io, {&on_flush_step, j});
+  }
+
+  static void finish(flush_job* j) {
+    const io_callback done = j->done;
+    const int64_t result = j->error;
+    delete j;
+    done(result);
+  }
+
+  // The stored sums, read once (synchronously, on an engine of our own).
+  void load() {
+    auto io = make_io_engine(io_backend::automatic, 8);
+    const uint32_t chunk = 1u << 20;
+    const uint32_t align = std::max<uint32_t>(sums_t_->memory_alignment(), 4096);
+    std::unique_ptr<uint8_t, aligned_free> buf(static_cast<uint8_t*>(std::aligned_alloc(align, chunk)));
+    if (!buf) throw std::bad_alloc();
+    const uint64_t total = pages_ * sums_page;
+    for (uint64_t at = 0; at < total; at += chunk) {
+      const uint32_t n = uint32_t(std::min<uint64_t>(chunk, total - at));
+      int64_t got = INT64_MIN;
+      auto cb = [](void* ctx, int64_t res) { *static_cast<int64_t*>(ctx) = res; };
+      sums_t_->read(*io, buf.get(), n, at, {cb, &got});
+      while (got == INT64_MIN) {
+        io->wait(1'000'000'000);
+        io->reap();
+      }
+      if (got != int64_t(n))
+        throw error("checksummed target: reading the sums of " + data_->describe() + " from " + sums_t_->describe() +
+                    " at byte " + std::to_string(at) + ": " + (got < 0 ? std::strerror(int(-got)) : "short read"));
+      for (uint32_t i = 0; i < n / 4; ++i) {
+        uint32_t v;
+        std::memcpy(&v, buf.get() + 4 * i, 4);
+        sums_[at / 4 + i].store(v, std::memory_order_relaxed);
+      }
+    }
+  }
+
+  std::shared_ptr<target> data_, sums_t_;
+  uint32_t block_;
+  uint64_t blocks_ = 0, pages_ = 0;
+  std::unique_ptr<std::atomic<uint32_t>[]> sums_;
+  std::unique_ptr<std::atomic<uint64_t>[]> dirty_;  // a bit per sums page
+  std::atomic<bool> verify_{true};
+  std::atomic<uint64_t> mismatches_{0}, last_bad_{0};
+};
+
+}  // namespace
+
+uint32_t block_sum(const void* block, uint32_t bytes) { return crc32c(0, block, bytes) ^ zero_block_crc(bytes); }
+
+uint64_t checksum_region_bytes(uint64_t data_bytes, uint32_t block_bytes) {
+  const uint64_t blocks = (data_bytes + block_bytes - 1) / block_bytes;
+  return std::max<uint64_t>(1, (blocks * 4 + sums_page - 1) / sums_page) * sums_page;
+}
+
+std::shared_ptr<checksummed_target> make_checksummed_target(std::shared_ptr<target> data,
+                                                            std::shared_ptr<target> sums, uint32_t block_bytes) {
+  if (!data || !sums) throw error("checksummed target: no data or no sums target");
+  return std::make_shared<checksummed_target_impl>(std::move(data), std::move(sums), block_bytes);
+}
+
+}  // namespace deepwell

@@ -1,0 +1,36 @@
+// `deepwell kv`: the persistent key-value store (docs/kv.md) from the
+// command line: create, set (pairs on the command line or a --from file),
+// get, delete, info, check. CPU threads through a host page cache by
+// default; --gpu runs the batches on the GPU. Keys and values as text
+// (kv_values.hpp).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace deepwell::tools {
+
+struct kv_command {
+  CLI::App *app = nullptr, *create = nullptr, *set = nullptr, *get = nullptr, *del = nullptr, *info = nullptr,
+           *check = nullptr;
+  std::string path;
+  // create
+  uint32_t value_bytes = 32, bucket_bytes = 4096, max_probe = 16, log_rows = 65536;
+  uint64_t capacity = 1 << 20;
+  bool force = false;
+  // set, get, delete
+  std::vector<std::string> args;  // set: KEY VALUE; get, delete: KEY...
+  std::string from;               // set --from FILE
+  bool hex = false;               // get: every value as hex
+  // every verb
+  bool gpu = false;
+  std::string cache;  // cache size; "" for the default
+  unsigned threads = 0;
+  bool parsed() const { return app && app->parsed(); }
+  int run();
+};
+
+void add_kv_command(CLI::App& app, kv_command& k);
+
+}  // namespace deepwell::tools

@@ -1,0 +1,16 @@
+// What `deepwell kv --gpu` needs from CUDA: a GPU page cache and the GPU
+// executor of the store's batches. kv_gpu.cpp where CUDA is built in
+// (deepwell_cuda), kv_gpu_nogpu.cpp (each throwing) where it is not, so
+// kv_command.cpp builds the same either way.
+#pragma once
+#include <memory>
+
+#include "deepwell/durable/kv_store.hpp"
+#include "deepwell/page_cache.hpp"
+
+namespace deepwell::tools {
+
+std::shared_ptr<page_cache> make_kv_gpu_cache(controller& ctl, const cache_config& cfg);
+std::shared_ptr<durable::kv_executor> make_kv_gpu_executor();
+
+}  // namespace deepwell::tools

@@ -94,6 +94,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "also append the JSON object to this file");
   app.add_flag("!--no-final-checkpoint", final_checkpoint, "do not count a checkpoint at the end");
   app.add_flag("--keep", keep, "keep the files");
+  bool no_checksums = false;
+  app.add_flag("--no-checksums", no_checksums, "a store without table checksums (format 1): what the checks cost");
   CLI11_PARSE(app, argc, argv);
 
   const uint32_t vw = value_bytes / 8;
@@ -102,6 +104,7 @@ int main(int argc, char** argv) {
   cfg.value_bytes = value_bytes;
   cfg.bucket_bytes = 4096;
   cfg.log_rows = log_rows;
+  cfg.table_checksums = !no_checksums;
   const uint64_t slots_per_bucket = 4096 / (8 + value_bytes);
   cfg.buckets = table_bytes / 4096;
   const uint64_t slots = cfg.buckets * slots_per_bucket;
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
   out["table_bytes"] = table_bytes;
   out["cache_bytes"] = cache_bytes;
   out["log_rows"] = log_rows;
+  out["table_checksums"] = !no_checksums;
   out["dir"] = dir;
 
   // ---- the store ----

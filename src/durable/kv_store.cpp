@@ -107,21 +107,16 @@ kf::superblock layout(const kv_config& c) {
   h.table_bytes = h.buckets * h.bucket_bytes;
   h.log_offset = kf::round_up(h.table_offset + h.table_bytes, log_format::region_align);
   h.log_bytes = log_format::log_bytes(1, h.log_rows);
+  if (!c.table_checksums) {  // format 1: no sums region
+    h.version = 1;
+    h.total_bytes = h.log_offset + h.log_bytes;
+    return h;
+  }
   // The table's checksums: a block is a bucket, or 4 KiB of a larger one.
   h.sum_block = uint32_t(std::min<uint64_t>(4096, h.bucket_bytes));
   h.sums_offset = h.log_offset + h.log_bytes;
   h.sums_bytes = kf::round_up(checksum_region_bytes(h.table_bytes, h.sum_block), log_format::region_align);
   h.total_bytes = h.sums_offset + h.sums_bytes;
-  return h;
-}
-
-// A version-1 header's layout: no sums region.
-kf::superblock layout_v1(const kv_config& c) {
-  kf::superblock h = layout(c);
-  h.version = 1;
-  h.sum_block = 0;
-  h.sums_offset = h.sums_bytes = 0;
-  h.total_bytes = h.log_offset + h.log_bytes;
   return h;
 }
 
@@ -565,7 +560,8 @@ kv_store kv_store::open(controller& ctl, std::shared_ptr<page_cache> cache, std:
   c.log_rows = h.log_rows;
   kf::superblock want;
   try {
-    want = h.version == 1 ? layout_v1(c) : layout(c);
+    c.table_checksums = h.version != 1;
+    want = layout(c);
   } catch (const error& e) {
     p->fail_io(std::string("corrupted kv header: ") + e.what());
   }

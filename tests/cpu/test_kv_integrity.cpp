@@ -416,3 +416,35 @@ TEST(KvIntegrity, ARealFullFileSystemIsAnErrorAndTheStoreRecoversOnceThereIsRoom
   kv.set(b.keys.data(), b.values.data(), b.keys.size());
   kv.checkpoint();
 }
+
+// table_checksums = false makes a format-1 file (as older builds wrote):
+// it opens, recovers and reports that its table is unchecked.
+TEST(KvIntegrity, AStoreWithoutTableChecksumsIsFormatOneAndStillOpens) {
+  test::scratch_file f("v1.kv");
+  kv_config c;
+  c.value_bytes = 16;
+  c.capacity = 2000;
+  c.log_rows = 4096;
+  c.table_checksums = false;
+  model m;
+  std::mt19937_64 rng(41);
+  {
+    controller ctl(quiet_controller());
+    auto cache = make_host_page_cache(ctl, test::small_cache(64));
+    kv_store kv = kv_store::create_file(ctl, cache, f.path(), c);
+    EXPECT_FALSE(kv.info().table_checksums);
+    op_list b = random_batch(rng, 1, 1000, 2, 200);
+    apply_to(m, b, 2);
+    kv.apply(b.ops.data(), b.keys.data(), b.values.data(), b.keys.size());
+  }
+  const kf::superblock h = header_of(read_all(f.path()));
+  EXPECT_EQ(h.version, 1u);
+  EXPECT_EQ(h.sums_bytes, 0u);
+  EXPECT_EQ(h.total_bytes, kv_store::bytes_needed(c));
+  controller ctl(quiet_controller());
+  auto cache = make_host_page_cache(ctl, test::small_cache(64));
+  kv_store kv = kv_store::open_file(ctl, cache, f.path());
+  EXPECT_FALSE(kv.info().table_checksums);
+  EXPECT_EQ(kv.last_recovery().replayed, 1u);
+  EXPECT_TRUE(gets_match(kv, m, 1000, 2));
+}

@@ -605,6 +605,10 @@ struct kv_config {
   uint32_t bucket_bytes = 4096;  // a power of two, 512 .. 64 KiB; the cache's page must be a multiple of it
   uint32_t max_probe = 16;       // buckets a key may be in (its home and the next ones); at most buckets
   uint32_t log_rows = 65536;     // rows of the log (1 KiB each): bounds the batch size and the checkpoint interval
+  // A CRC-32C of every block of the table, checked on each read from
+  // storage (docs/kv.md). false: a format-1 file, whose table damage goes
+  // undetected (measuring what the checks cost, or files older builds read).
+  bool table_checksums = true;
 };
 
 // What open expects (0: anything; else it must match the header).

@@ -121,7 +121,10 @@ class checksummed_target_impl final : public checksummed_target {
       for (; bits; bits &= bits - 1) j->pages.push_back(w * 64 + uint64_t(__builtin_ctzll(bits)));
     }
     if (j->pages.empty()) return flush_targets(j);
-    j->pending = unsigned(j->pages.size());
+    // One count for each write and one held while they are issued: a
+    // target that completes at once (host memory) must not finish the job
+    // inside this loop.
+    j->pending = unsigned(j->pages.size()) + 1;
     const uint32_t align = std::max<uint32_t>(sums_t_->memory_alignment(), 64);
     for (uint64_t page : j->pages) {
       auto* b = static_cast<uint8_t*>(std::aligned_alloc(std::max<uint32_t>(align, 4096), sums_page));
@@ -132,8 +135,10 @@ class checksummed_target_impl final : public checksummed_target {
         std::memcpy(b + 4 * i, &v, 4);
       }
     }
-    for (size_t k = 0; k < j->pages.size(); ++k)
+    const size_t n = j->pages.size();
+    for (size_t k = 0; k < n; ++k)
       sums_t_->write(io, j->bufs[k].get(), sums_page, j->pages[k] * sums_page, false, {&on_flush_step, j});
+    on_flush_step(j, 0);  // the hold
   }
 
  private:
@@ -190,9 +195,11 @@ class checksummed_target_impl final : public checksummed_target {
 
   void flush_targets(flush_job* j) {
     j->flushing = true;
-    j->pending = 2;
-    sums_t_->flush(*j->io, {&on_flush_step, j});
-    data_->flush(*j->io, {&on_flush_step, j});
+    j->pending = 3;  // two flushes and the hold, as in flush()
+    io_engine& io = *j->io;
+    sums_t_->flush(io, {&on_flush_step, j});
+    data_->flush(io, {&on_flush_step, j});
+    on_flush_step(j, 0);
   }
 
   static void finish(flush_job* j) {

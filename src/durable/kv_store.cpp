@@ -358,7 +358,7 @@ struct kv_store::impl {
   }
 
   void usable() const {
-    if (broken) throw kv_io_error(name + ": a batch failed (" + broken_why + "); open the store again to recover it");
+    if (broken) throw kv_io_error(name + ": no further batches: " + broken_why + "; open the store again to recover it");
   }
   void check_n(uint64_t n) const {
     if (n > batch_limit())
@@ -407,9 +407,8 @@ struct kv_store::impl {
 
   [[noreturn]] void batch_failed(uint32_t packed, const char* step) {
     broken = true;
-    broken_why = std::string(step) + ": " + describe(request_status::unpack(packed)) + corruption();
-    throw kv_io_error(name + ": the batch failed at " + broken_why +
-                "; it may or may not be durable: open the store again to recover");
+    broken_why = std::string("a batch failed at ") + step + ": " + describe(request_status::unpack(packed)) + corruption();
+    throw kv_io_error(name + ": " + broken_why + "; it may or may not be durable: open the store again to recover");
   }
 
   // A set / erase / mixed batch whose ops, keys and values are already in
@@ -421,6 +420,7 @@ struct kv_store::impl {
       checkpoint();
       res.checkpointed = true;
     }
+    const uint64_t errors_before = cache->stats().errors;
     kv_detail::batch b = base_batch(n);
     b.keys = keys;
     b.values = values;
@@ -439,6 +439,16 @@ struct kv_store::impl {
     }
     ++txid;
     ++batches;
+    // The batch is durable (its log rows and commit are), but write-backs of
+    // the table failed meanwhile (a full disk: each miss then hunts for a
+    // clean page while the dirty ones cannot leave): the next call fails at
+    // once instead of each taking the cache's timeout over and over.
+    if (cache->stats().errors > errors_before) {
+      broken = true;
+      broken_why = "write-backs of the table failed (" + describe(cache->last_error()) +
+                   (cache->last_error().nvme.value == nvme::sc::capacity_exceeded.value ? ": the disk is full" : "") +
+                   "); every batch so far is durable";
+    }
     res.inserted = c.inserted;
     res.updated = c.updated;
     res.erased = c.erased;
@@ -476,7 +486,7 @@ struct kv_store::impl {
       log->checkpoint();
     } catch (const std::exception& e) {
       broken = true;
-      broken_why = std::string("a checkpoint: ") + e.what();
+      broken_why = std::string("a checkpoint failed: ") + e.what();
       fail_io("the checkpoint failed: " + std::string(e.what()));
     }
     tail = 0;

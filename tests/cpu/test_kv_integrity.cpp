@@ -319,6 +319,11 @@ TEST(KvIntegrity, AFullDiskIsAnErrorWithinTheTimeoutAndNothingAcknowledgedIsLost
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       EXPECT_TRUE(failed) << "40 batches on a full disk all succeeded";
       EXPECT_LT(s, 20.0) << "the full disk took " << s << " s to report";
+      // Once failed, the store refuses batches at once (no timeout per call).
+      const auto t1 = std::chrono::steady_clock::now();
+      op_list b = random_batch(rng, 77, 20000, vw, 400, 0.0);
+      EXPECT_THROW(kv.set(b.keys.data(), b.values.data(), b.keys.size()), kv_io_error);
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 1.0);
       disk->clear_rules();
     }
     controller ctl(quiet_controller());

@@ -148,6 +148,7 @@ struct kv_store::impl {
   uint32_t tail = 0;  // the log partition's next row (this epoch)
   uint64_t txid = 1;
   uint64_t batches = 0, checkpoints = 0;
+  uint64_t errors_at_batch = 0;  // the cache's error count when the batch began
   bool broken = false;
   std::string broken_why;
 
@@ -324,10 +325,15 @@ struct kv_store::impl {
     return r;
   }
 
-  // Log rows a batch of n ops may take (entries; its commit record is one more).
-  uint64_t rows_bound(uint64_t n) const { return (n + lanes - 1) / lanes * (1 + sb.value_bytes / 8); }
+  // Log rows a batch of n ops may take (entries; its commit record is one
+  // more): a warp of 32 packs its ops' entries 32 to a row; a CPU thread (a
+  // warp of one lane) puts each op's entries (at most 17) in a row of their own.
+  uint64_t rows_bound(uint64_t n) const {
+    return lanes == 1 ? n : (n + lanes - 1) / lanes * (1 + sb.value_bytes / 8);
+  }
   uint64_t batch_limit() const {
-    const uint64_t by_log = (uint64_t(sb.log_rows) - 1) / (1 + sb.value_bytes / 8) * lanes;
+    const uint64_t by_log = lanes == 1 ? uint64_t(sb.log_rows) - 1
+                                       : (uint64_t(sb.log_rows) - 1) / (1 + sb.value_bytes / 8) * lanes;
     return std::min<uint64_t>(max_batch, by_log);
   }
 
@@ -408,6 +414,9 @@ struct kv_store::impl {
   [[noreturn]] void batch_failed(uint32_t packed, const char* step) {
     broken = true;
     broken_why = std::string("a batch failed at ") + step + ": " + describe(request_status::unpack(packed)) + corruption();
+    if (cache->stats().errors > errors_at_batch)  // e.g. no page to evict: the dirty ones could not be written
+      broken_why += " (write-backs failed meanwhile: " + describe(cache->last_error()) +
+                    (cache->last_error().nvme.value == nvme::sc::capacity_exceeded.value ? ": the disk is full)" : ")");
     throw kv_io_error(name + ": " + broken_why + "; it may or may not be durable: open the store again to recover");
   }
 
@@ -420,7 +429,7 @@ struct kv_store::impl {
       checkpoint();
       res.checkpointed = true;
     }
-    const uint64_t errors_before = cache->stats().errors;
+    const uint64_t errors_before = errors_at_batch = cache->stats().errors;
     kv_detail::batch b = base_batch(n);
     b.keys = keys;
     b.values = values;

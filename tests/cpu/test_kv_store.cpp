@@ -369,18 +369,18 @@ TEST(KvStore, BadConfigurationsAndBatchesAreRefused) {
   kv_config c;
   c.value_bytes = 8;
   c.buckets = 4;
-  c.log_rows = 64;  // a batch of 31 ops on CPU threads at most (2 rows an op, one for the commit)
+  c.log_rows = 64;  // a batch of 63 ops on CPU threads at most (a row an op, one for the commit)
   rig r(c, 48);
-  EXPECT_EQ(r.kv->info().max_batch, 31u);
-  std::vector<uint64_t> keys(32, 1), values(32, 1);
+  EXPECT_EQ(r.kv->info().max_batch, 63u);
+  std::vector<uint64_t> keys(64, 1), values(64, 1);
   try {
-    r.kv->set(keys.data(), values.data(), 32);
+    r.kv->set(keys.data(), values.data(), 64);
     FAIL() << "a batch too large for the log";
   } catch (const error& e) {
-    EXPECT_NE(std::string(e.what()).find("a batch of 32 ops; at most 31"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a batch of 64 ops; at most 63"), std::string::npos) << e.what();
   }
   EXPECT_THROW(r.kv->set(keys.data(), values.data(), 2, kv_memory::device), error);  // no device here
-  EXPECT_EQ(r.kv->set(keys.data(), values.data(), 31).inserted, 1u);
+  EXPECT_EQ(r.kv->set(keys.data(), values.data(), 63).inserted, 1u);
 }
 
 // A small log: checkpoints run by themselves, and nothing is lost across them.
@@ -388,7 +388,7 @@ TEST(KvStore, CheckpointsWhenTheLogFills) {
   kv_config c;
   c.value_bytes = 8;
   c.buckets = 16;
-  c.log_rows = 400;
+  c.log_rows = 150;  // a row an op on CPU threads: a checkpoint every batch or two
   rig r(c, 48);
   std::mt19937_64 rng(11);
   model m;

@@ -349,6 +349,14 @@ DW_HD inline void fail(counters* c, request_status s) {
   uint32_t expected = 0;
   client_atomic<uint32_t>(c->error).compare_exchange_strong(expected, s.pack(), memory_order_relaxed);
 }
+// Whether some op of the batch has failed already (the warp agrees): later
+// ops stop rather than each meet the same failure, e.g. a full cache that a
+// full disk keeps from evicting, each after the cache's timeout.
+template <class Warp>
+DW_HD inline bool failed_already(const Warp& w, const counters* c) {
+  const bool f = client_atomic<uint32_t>(const_cast<uint32_t&>(c->error)).load(memory_order_relaxed) != 0;
+  return w.ballot(w.active(), f) != 0;
+}
 DW_HD inline void add(unsigned long long& c, uint64_t v) {
   if (v) client_atomic<unsigned long long>(c).fetch_add(v, memory_order_relaxed);
 }
@@ -382,6 +390,7 @@ DW_HD inline void dedup_op(const batch& b, uint64_t i) {
 // own and persists them. The lanes of `w` must be lanes 0 .. lanes-1.
 template <class Warp>
 DW_HD void plan_and_log(const Warp& w, const batch& b, uint64_t i, bool have) {
+  if (failed_already(w, b.count)) return;  // the batch fails anyway; nothing of it is committed
   const unsigned mask = w.active();
   const unsigned lanes = popcount32(mask);
   const unsigned lane = w.lane();
@@ -468,6 +477,29 @@ DW_HD void plan_and_log(const Warp& w, const batch& b, uint64_t i, bool have) {
   }
   const uint32_t total = w.shfl(mask, incl, lanes - 1);
   if (total == 0) return;
+  if (lanes == 1) {  // a CPU thread: its op's entries (at most 17) in one row
+    log_entry ents[1 + kv_format::max_value_bytes / 8];
+    const uint64_t at = kv.slot_word(slot);
+    for (uint32_t j = 0; j < e; ++j) {
+      if (kind == insert)
+        ents[j] = {0, at + j, j == 0 ? kv_format::encode(key) : b.values[i * vw + j - 1]};
+      else if (kind == update)
+        ents[j] = {0, at + 1 + j, b.values[i * vw + j]};
+      else
+        ents[j] = {0, at, kv_format::tombstone_word};
+    }
+    log_tx tx;
+    tx.txid = b.txid;
+    tx.partition = 0;
+    tx.first = tx.next = tx.durable =
+        b.first_row + client_atomic<uint32_t>(b.count->rows).fetch_add(1, memory_order_relaxed);
+    tx.open = true;
+    add(b.count->entries, e);
+    request_status s = b.log.append_row(w, tx, ents, e);
+    if (s.ok() && b.warps_persist) s = b.log.persist(w, tx);
+    if (!s.ok()) fail(b.count, s);
+    return;
+  }
   const uint32_t rows = (total + lanes - 1) / lanes;
   uint32_t base = 0;
   if (lane == 0) {
@@ -537,6 +569,7 @@ DW_HD void commit(const Warp& w, const batch& b, uint32_t rows, uint64_t entries
 // GET, per warp: each lane its op; values go to b.values (an output here).
 template <class Warp>
 DW_HD void get_ops(const Warp& w, const batch& b, uint64_t i, bool have) {
+  if (failed_already(w, b.count)) return;  // the call throws
   uint64_t* out = const_cast<uint64_t*>(b.values) + i * b.kv.value_words;
   request_status io{};
   const kv_status st = b.kv.get(w, have, have ? b.keys[i] : 0, have ? out : nullptr, &io);

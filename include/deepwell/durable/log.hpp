@@ -282,6 +282,32 @@ class log_ref {
     return {};
   }
 
+  // Redo logs: a warp of one lane (a CPU thread) appends n entries (at
+  // most 32) into lanes 0 .. n-1 of the transaction's next row: one row for
+  // the call, as append takes, with every entry in it (append would give
+  // each entry a row of its own, one lane of it used). A one-lane warp's
+  // commit applies every lane of its rows (for_own_entries).
+  template <class Warp>
+  DW_HD request_status append_row(const Warp& w, log_tx& t, const log_entry* e, uint32_t n) const {
+    if (!t.status.ok()) return t.status;
+    if (!t.open || n > log_format::lanes || form_ != uint32_t(log_form::redo) || popcount32(w.active()) != 1)
+      return request_status::client(client_code::invalid_argument);
+    if (n == 0) return {};
+    for (uint32_t k = 0; k < n; ++k)
+      if (!(e[k].array < narrays_ && e[k].index < arrays_[e[k].array].n))
+        return t.status = request_status::client(client_code::out_of_range);
+    if (t.next + 1 >= rows_) return t.status = request_status::client(client_code::out_of_range);
+    for (uint32_t k = 0; k < n; ++k) {
+      const log_format::record r = log_format::record::entry(log_format::redo_entry, e[k].array, t.txid, e[k].index,
+                                                             e[k].value, seed(t.partition, t.next, k));
+      const request_status s = write_row(w, t.partition, t.next, true, r, k);
+      if (!s.ok()) return t.status = s;
+    }
+    t.records += n;
+    t.next += 1;
+    return {};
+  }
+
   // Undo: logs the current value of element `index` of `array` (read
   // through the cache) as the lane's entry.
   template <class Warp>
@@ -464,11 +490,13 @@ class log_ref {
 
   // Lanes with `have` write their record into row `row` of partition p (the
   // pages the row spans, pinned once per warp each).
+  // `at_lane`: a one-lane warp writing another lane's position.
   template <class Warp>
-  DW_HD request_status write_row(const Warp& w, uint32_t p, uint32_t row, bool have, const log_format::record& r) const {
+  DW_HD request_status write_row(const Warp& w, uint32_t p, uint32_t row, bool have, const log_format::record& r,
+                                 uint32_t at_lane = ~0u) const {
     const array_ref<uint32_t> lg = words();
     const unsigned mask = w.active();
-    const uint32_t lane = w.lane() % log_format::lanes;
+    const uint32_t lane = (at_lane == ~0u ? w.lane() : at_lane) % log_format::lanes;
     for (uint32_t j = 0; j < log_format::entry_words;) {
       page_handle<uint32_t> h = lg.page(w, log_format::record_word(partitions_, rows_, p, row, j, lane));
       const request_status s = uniform(w, mask, h.status());
@@ -488,10 +516,11 @@ class log_ref {
   }
 
   template <class Warp>
-  DW_HD request_status read_row(const Warp& w, uint32_t p, uint32_t row, log_format::record& r) const {
+  DW_HD request_status read_row(const Warp& w, uint32_t p, uint32_t row, log_format::record& r,
+                                uint32_t at_lane = ~0u) const {
     const array_ref<uint32_t> lg = words();
     const unsigned mask = w.active();
-    const uint32_t lane = w.lane() % log_format::lanes;
+    const uint32_t lane = (at_lane == ~0u ? w.lane() : at_lane) % log_format::lanes;
     for (uint32_t j = 0; j < log_format::entry_words;) {
       page_handle<uint32_t> h = lg.page(w, log_format::record_word(partitions_, rows_, p, row, j, lane));
       const request_status s = uniform(w, mask, h.status());
@@ -519,14 +548,22 @@ class log_ref {
     const unsigned mask = w.active();
     const uint32_t lane = w.lane() % log_format::lanes;
     const uint32_t kind = form_ == uint32_t(log_form::redo) ? log_format::redo_entry : log_format::undo_entry;
+    // A warp of one lane (a CPU thread) reads on along the row from lane 0
+    // while the records are its own: append_row puts several there, in
+    // lanes 0, 1, ...; append puts one, in lane 0.
+    const bool one = popcount32(mask) == 1;
     for (uint32_t k = 0; first + k < last; ++k) {
       const uint32_t row = reverse ? last - 1 - k : first + k;
-      log_format::record r{};
-      request_status s = read_row(w, t.partition, row, r);
-      if (!s.ok()) return s;
-      const bool mine = r.valid(seed(t.partition, row, lane)) && r.kind_of() == kind && r.txid() == t.txid;
-      s = uniform(w, mask, f(mine, r));
-      if (!s.ok()) return s;
+      for (uint32_t l = 0; l < (one ? log_format::lanes : 1u); ++l) {
+        const uint32_t at = one ? l : lane;
+        log_format::record r{};
+        request_status s = read_row(w, t.partition, row, r, one ? l : ~0u);
+        if (!s.ok()) return s;
+        const bool mine = r.valid(seed(t.partition, row, at)) && r.kind_of() == kind && r.txid() == t.txid;
+        if (one && !mine && l > 0) break;
+        s = uniform(w, mask, f(mine, r));
+        if (!s.ok()) return s;
+      }
     }
     return {};
   }

@@ -411,12 +411,19 @@ struct kv_store::impl {
            "+" + std::to_string(sb.sum_block) + " of the storage)";
   }
 
+  // Whether the cache met errors since the batch began (reads fail the
+  // batch themselves, so these are write-backs), and what they were.
+  bool writebacks_failed() const { return cache->stats().errors > errors_at_batch; }
+  std::string writeback_failure() const {
+    const request_status e = cache->last_error();
+    return describe(e) + (e.nvme.value == nvme::sc::capacity_exceeded.value ? ": the disk is full" : "");
+  }
+
   [[noreturn]] void batch_failed(uint32_t packed, const char* step) {
     broken = true;
     broken_why = std::string("a batch failed at ") + step + ": " + describe(request_status::unpack(packed)) + corruption();
-    if (cache->stats().errors > errors_at_batch)  // e.g. no page to evict: the dirty ones could not be written
-      broken_why += " (write-backs failed meanwhile: " + describe(cache->last_error()) +
-                    (cache->last_error().nvme.value == nvme::sc::capacity_exceeded.value ? ": the disk is full)" : ")");
+    if (writebacks_failed())  // e.g. no page to evict: the dirty ones could not be written
+      broken_why += " (write-backs failed meanwhile: " + writeback_failure() + ")";
     throw kv_io_error(name + ": " + broken_why + "; it may or may not be durable: open the store again to recover");
   }
 
@@ -429,7 +436,7 @@ struct kv_store::impl {
       checkpoint();
       res.checkpointed = true;
     }
-    const uint64_t errors_before = errors_at_batch = cache->stats().errors;
+    errors_at_batch = cache->stats().errors;
     kv_detail::batch b = base_batch(n);
     b.keys = keys;
     b.values = values;
@@ -452,11 +459,9 @@ struct kv_store::impl {
     // the table failed meanwhile (a full disk: each miss then hunts for a
     // clean page while the dirty ones cannot leave): the next call fails at
     // once instead of each taking the cache's timeout over and over.
-    if (cache->stats().errors > errors_before) {
+    if (writebacks_failed()) {
       broken = true;
-      broken_why = "write-backs of the table failed (" + describe(cache->last_error()) +
-                   (cache->last_error().nvme.value == nvme::sc::capacity_exceeded.value ? ": the disk is full" : "") +
-                   "); every batch so far is durable";
+      broken_why = "write-backs of the table failed (" + writeback_failure() + "); every batch so far is durable";
     }
     res.inserted = c.inserted;
     res.updated = c.updated;

@@ -160,18 +160,22 @@ struct write_ahead_log::impl {
     hdr = h;
   }
 
-  // Records of `epoch` in the rows read from the log (w: every row).
-  uint64_t count_records(const std::vector<uint32_t>& w, uint64_t epoch) const {
-    uint64_t n = 0;
+  // The record of (partition p, row, lane) in the rows read from the log
+  // (w: every row, lanes striped across each row's lines).
+  lf::record record_at(const std::vector<uint32_t>& w, uint32_t p, uint32_t row, uint32_t lane) const {
+    lf::record r;
+    const uint64_t base = (uint64_t(p) * hdr.rows + row) * lf::row_words + lane;
+    for (uint32_t j = 0; j < lf::entry_words; ++j) r.w[j] = w[base + uint64_t(j) * lf::lanes];
+    return r;
+  }
+
+  // Whether any record of `epoch` is in the rows read from the log.
+  bool has_records(const std::vector<uint32_t>& w, uint64_t epoch) const {
     for (uint32_t p = 0; p < hdr.partitions; ++p)
       for (uint32_t row = 0; row < hdr.rows; ++row)
-        for (uint32_t lane = 0; lane < lf::lanes; ++lane) {
-          lf::record r;
-          const uint64_t base = (uint64_t(p) * hdr.rows + row) * lf::row_words + lane;
-          for (uint32_t j = 0; j < lf::entry_words; ++j) r.w[j] = w[base + uint64_t(j) * lf::lanes];
-          n += r.valid(lf::record_seed(hdr.nonce, epoch, p, row, lane));
-        }
-    return n;
+        for (uint32_t lane = 0; lane < lf::lanes; ++lane)
+          if (record_at(w, p, row, lane).valid(lf::record_seed(hdr.nonce, epoch, p, row, lane))) return true;
+    return false;
   }
 
   void attach_words() {
@@ -316,7 +320,7 @@ recovery_result write_ahead_log::recover() {
   // applied and flushed).
   if (m.other_copy_bad) {
     out.header_copy_damaged = true;
-    if (m.count_records(w, m.hdr.epoch + 1)) {
+    if (m.has_records(w, m.hdr.epoch + 1)) {
       header h = m.hdr;
       h.epoch = m.hdr.epoch + 1;
       h.seq = m.hdr.seq + 1;
@@ -345,9 +349,7 @@ recovery_result write_ahead_log::recover() {
   for (uint32_t p = 0; p < h.partitions; ++p)
     for (uint32_t row = 0; row < h.rows; ++row)
       for (uint32_t lane = 0; lane < lf::lanes; ++lane) {
-        lf::record r;
-        const uint64_t base = (uint64_t(p) * h.rows + row) * lf::row_words + lane;
-        for (uint32_t j = 0; j < lf::entry_words; ++j) r.w[j] = w[base + uint64_t(j) * lf::lanes];
+        const lf::record r = m.record_at(w, p, row, lane);
         if (!r.valid(lf::record_seed(h.nonce, h.epoch, p, row, lane))) continue;
         ++out.records;
         const std::string where = "partition " + std::to_string(p) + " row " + std::to_string(row) + " lane " +

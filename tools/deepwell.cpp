@@ -31,30 +31,12 @@
 #include "table_command.hpp"
 #include "server_commands.hpp"
 #include "settings_report.hpp"
+#include "size_arg.hpp"
 
 using namespace deepwell;
 using namespace deepwell::graph;
 
 namespace {
-
-// "512M", "2G", "4096", "1.5G" -> bytes.
-uint64_t parse_size(const std::string& s) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (...) {
-    throw error("size '" + s + "' is not a number (examples: 4096, 512M, 2G)");
-  }
-  std::string unit = s.substr(used);
-  double mul = 1;
-  if (unit == "K" || unit == "KiB" || unit == "k") mul = 1024.0;
-  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw error("size '" + s + "': unknown unit '" + unit + "' (K, M, G)");
-  if (v <= 0) throw error("size '" + s + "' must be positive");
-  return uint64_t(v * mul);
-}
 
 void print_info(const std::string& path, bool deep, unsigned threads) {
   csr_file f(path);
@@ -249,7 +231,7 @@ int main(int argc, char** argv) {
     } else {
       for (CLI::App* a : algos)
         if (a->parsed()) ro.algo = a->get_name();
-      if (!cache_size.empty()) ro.cache_bytes = parse_size(cache_size);
+      if (!cache_size.empty()) ro.cache_bytes = tools::parse_size_arg(cache_size, "--cache");
       if (ro.location != "pagecache" && ro.location != "odirect")
         throw error("--location " + ro.location + " (pagecache or odirect)");
       if (ro.tier != "direct" && ro.tier != "controller") throw error("--tier " + ro.tier + " (direct or controller)");

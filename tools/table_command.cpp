@@ -11,29 +11,14 @@
 #include "deepwell/table/taxi.hpp"
 #include "deepwell/table/taxi_run.hpp"
 #include "gpu_probe.hpp"
+#include "size_arg.hpp"
 #include "ticker.hpp"
 
 namespace deepwell::tools {
 namespace {
 
-uint64_t parse_size(const std::string& s, const char* what) {
-  if (s.empty()) return 0;
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-    throw error(std::string(what) + ": '" + s + "' is not a size (say 4096, 512MiB, 2GiB)");
-  }
-  std::string unit = s.substr(pos);
-  const uint64_t mul = unit.empty() || unit == "B" ? 1
-                       : unit == "KiB" || unit == "K" ? 1ull << 10
-                       : unit == "MiB" || unit == "M" ? 1ull << 20
-                       : unit == "GiB" || unit == "G" ? 1ull << 30
-                                                      : 0;
-  if (!mul || v <= 0) throw error(std::string(what) + ": '" + s + "' is not a size (say 4096, 512MiB, 2GiB)");
-  return uint64_t(v * double(mul));
-}
+// An empty option: 0, the library's default.
+uint64_t parse_size(const std::string& s, const char* what) { return s.empty() ? 0 : parse_size_arg(s, what); }
 
 }  // namespace
 

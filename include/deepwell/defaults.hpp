@@ -19,6 +19,7 @@ constexpr const char* io_backend = "auto";    // uring, threads or auto
 constexpr uint32_t poller_spin_us = 100;      // busy-poll this long after the last work, then sleep
 constexpr uint32_t poller_max_sleep_us = 200; // longest idle sleep between doorbell checks
 constexpr uint32_t poller_batch = 16;         // commands taken from a queue before the next (0: all)
+constexpr uint32_t pass_commands = 8;         // server mode: commands a poller's pass shares out among clients
 constexpr uint32_t page_size = 4096;          // cache page bytes
 constexpr uint64_t cache_bytes = 256ull << 20;  // cache page data
 constexpr uint32_t gpu_queue_pairs = 64;      // a GPU cache's queue pairs
@@ -43,6 +44,7 @@ std::string io_backend();            // DEEPWELL_IO
 uint32_t poller_spin_us();           // DEEPWELL_POLLER_SPIN_US
 uint32_t poller_max_sleep_us();      // DEEPWELL_POLLER_MAX_SLEEP_US
 uint32_t poller_batch();             // DEEPWELL_POLLER_BATCH
+uint32_t pass_commands();            // DEEPWELL_PASS_COMMANDS
 uint32_t page_size();                // DEEPWELL_PAGE_SIZE
 uint64_t cache_bytes();              // DEEPWELL_CACHE_BYTES (a number, or with KiB/MiB/GiB)
 uint32_t gpu_queue_pairs();          // DEEPWELL_GPU_QUEUE_PAIRS

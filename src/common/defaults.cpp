@@ -88,6 +88,7 @@ uint32_t poller_max_sleep_us() {
   return uint32_t(env_number("DEEPWELL_POLLER_MAX_SLEEP_US", builtin::poller_max_sleep_us, 1, 1000000));
 }
 uint32_t poller_batch() { return uint32_t(env_number("DEEPWELL_POLLER_BATCH", builtin::poller_batch, 0, 65536)); }
+uint32_t pass_commands() { return uint32_t(env_number("DEEPWELL_PASS_COMMANDS", builtin::pass_commands, 0, 65536)); }
 uint32_t page_size() { return uint32_t(env_number("DEEPWELL_PAGE_SIZE", builtin::page_size, 512, 65536, true)); }
 uint64_t cache_bytes() { return env_number("DEEPWELL_CACHE_BYTES", builtin::cache_bytes, 512, 1ull << 50, true); }
 uint32_t gpu_queue_pairs() {
@@ -129,6 +130,8 @@ std::vector<knob> knobs() {
        "longest sleep of an idle poller between doorbell checks"},
       {"DEEPWELL_POLLER_BATCH", n(builtin::poller_batch), n(poller_batch()),
        "commands a poller takes from one queue before the next (0: all)"},
+      {"DEEPWELL_PASS_COMMANDS", n(builtin::pass_commands), n(pass_commands()),
+       "server mode: commands a poller's pass shares out among the clients by weight (0: no quota)"},
       {"DEEPWELL_PAGE_SIZE", n(builtin::page_size), n(page_size()), "cache page bytes (512 to 64 KiB, a power of two)"},
       {"DEEPWELL_CACHE_BYTES", n(builtin::cache_bytes), n(cache_bytes()), "cache page data"},
       {"DEEPWELL_GPU_QUEUE_PAIRS", n(builtin::gpu_queue_pairs), n(gpu_queue_pairs()), "a GPU cache's queue pairs"},

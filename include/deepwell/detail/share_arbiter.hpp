@@ -42,11 +42,10 @@ struct alignas(64) client_counter_shard {
 // the poller whose command just finished does not take the freed room
 // back before another poller's older waiter can (share_arbiter::
 // older_waiter). `since` has a line of its own: the shard beside it changes
-// with every command, and the scratch below with every pass that has a
-// waiter, while the other pollers read `since` before each reservation.
+// with every command, while the other pollers read `since` before they
+// reserve.
 struct alignas(64) waiter_slot {
   std::atomic<uint64_t> since{0};
-  alignas(64) uint64_t pass_oldest = 0;  // poller i's scratch while it works out `since`
 };
 
 struct client_account {

@@ -57,8 +57,11 @@ void print_info(const std::string& path, bool deep, unsigned threads) {
               (unsigned long long)s.max_degree, (unsigned long long)s.max_degree_node,
               (unsigned long long)s.zero_degree, (unsigned long long)s.self_loops);
   std::printf("page cache  %.1f%% resident\n", 100 * tools::resident_fraction(path));
+  std::printf("checksums   %s\n", f.checksummed() ? "CRC-32C a 4 KiB block (format version 2)"
+                                                   : "none (version 1): corruption is not detected");
   if (deep) {
     progress p;
+    if (f.verify(threads, &p)) std::printf("check       every block matches its checksum\n");
     f.check(threads, &p);
     std::printf("check       every offset and id in range\n");
   }
@@ -222,7 +225,9 @@ int main(int argc, char** argv) {
       std::printf("%s: %llu nodes, %llu edges\n", out.c_str(), (unsigned long long)gr.nodes,
                   (unsigned long long)gr.edges());
     } else if (sym->parsed()) {
-      const csr_graph gr = symmetrize(csr_file(input).load(), 0, &p);
+      const csr_file in(input);
+      in.verify(0, &p);  // load() copies the mapping: its blocks checked first
+      const csr_graph gr = symmetrize(in.load(), 0, &p);
       write_csr(out, gr, &p);
       std::printf("%s: %llu nodes, %llu edges\n", out.c_str(), (unsigned long long)gr.nodes,
                   (unsigned long long)gr.edges());

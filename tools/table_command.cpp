@@ -33,6 +33,8 @@ void add_table_command(CLI::App& app, table_command& t) {
   t.gen->add_option("--threads", t.workers, "generator threads (0: every core)");
   t.info = t.app->add_subcommand("info", "print a column file's columns, types and sections");
   t.info->add_option("path", t.path, "the column file")->required();
+  t.info->add_flag("--check", t.check, "check every block of every column against its checksum (version 2)");
+  t.info->add_option("--threads", t.workers, "threads for --check (0: every core)");
   t.query = t.app->add_subcommand("query", "run taxi queries (default Q0-Q5) on the GPU, or CPU threads with --cpu");
   t.query->add_option("path", t.path, "the column file (deepwell table gen, or python -m deepwell.table convert)")->required();
   t.query->add_option("-q,--query", t.queries, "query numbers 0-5 (repeatable; default all)")->check(CLI::Range(0, 5))->default_str("");
@@ -77,6 +79,14 @@ int table_command::run() {
         std::printf("  %-24s %-12s scale %d  bytes [%llu, %llu)%s\n", c.name.c_str(), type_name(c.type), c.scale,
                     (unsigned long long)c.offset, (unsigned long long)(c.offset + c.bytes),
                     c.has_stats ? "  stats" : "");
+      std::printf("checksums: %s\n", f.checksummed() ? "CRC-32C a 4 KiB block, header and statistics checked"
+                                                       : "none (version 1): corruption is not detected");
+      if (check && f.checksummed()) {
+        ticker tick("checking every block of " + path);
+        f.verify("", workers);
+        tick.stop();
+        std::printf("check: every block matches its checksum\n");
+      }
       return 0;
     }
     std::vector<int> qs = queries;
@@ -108,6 +118,7 @@ int table_command::run() {
                   r.io_amplification(), r.bytes_tiling / 1048576.0,
                   r.result.failed ? (", " + std::to_string(r.result.failed) + " accesses FAILED").c_str() : "");
       if (r.result.failed) rc = 1;
+      if (!r.error.empty()) std::fprintf(stderr, "deepwell table: %s\n", r.error.c_str());
       std::string checked = "null";
       if (check) {
         ticker scan("Q" + std::to_string(q) + "'s plain scan for --check");

@@ -1,6 +1,6 @@
 // `deepwell table`: the column store and BaM's taxi queries
 // (docs/analytics.md): gen (a deterministic taxi-trip table), info (a
-// column file's layout), query (Q0-Q5 on the GPU, or CPU threads with --cpu).
+// column file's layout; --check: every block against its sum), query (Q0-Q5 on the GPU, or CPU threads with --cpu).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>

@@ -35,7 +35,9 @@ class checksummed_target : public target {
   virtual uint64_t last_mismatch_block() const = 0;
 };
 
-// The sums region needs sums_bytes(data->size(), block) bytes. Reads the
+// The sums region needs checksum_region_bytes(data->size(), block) bytes.
+// Writable data is a whole number of blocks; read-only data may end in a
+// partial block, whose sum covers it completed with zeros. Reads the
 // stored sums now (throws deepwell::error naming the targets if it cannot).
 std::shared_ptr<checksummed_target> make_checksummed_target(std::shared_ptr<target> data,
                                                             std::shared_ptr<target> sums, uint32_t block_bytes);

@@ -14,6 +14,7 @@ from Parquet or CSV (pyarrow); ``to_parquet(src, dst)`` the other way
 """
 from __future__ import annotations
 
+import ctypes
 import decimal
 import numbers
 import os
@@ -27,13 +28,15 @@ import numpy as np
 from ._lib import InvalidArgument
 from .array import Array
 
-__all__ = ["ColumnInfo", "Table", "Selection", "open", "read_layout", "write", "convert", "to_parquet"]
+__all__ = ["ColumnInfo", "Table", "Selection", "open", "read_layout", "write", "verify", "convert", "to_parquet"]
 
 MAGIC = b"DWCOLS01"
-VERSION = 1
+VERSION = 2           # what write() writes: block sums (docs/analytics.md)
+VERSIONS = (1, 2)     # what is read (version 1: no sums, read unchecked)
 ALIGN = 4096
 NAME_BYTES = 48
-_HEADER = struct.Struct("<8sIIQQQQ16x")            # 64 bytes
+# magic, version, ncols, rows, row_group_rows, header_bytes, file_bytes, sums_offset, sums_crc, header_crc
+_HEADER = struct.Struct("<8sIIQQQQQII")            # 64 bytes
 _DESC = struct.Struct("<48sBBbBI QQQ16x")          # 96 bytes
 assert _HEADER.size == 64 and _DESC.size == 96
 
@@ -62,11 +65,12 @@ def read_layout(path) -> tuple[int, list[ColumnInfo]]:
         head = f.read(_HEADER.size)
         if len(head) < _HEADER.size:
             raise InvalidArgument(f"{path}: not a column file ({size} bytes, shorter than its header)")
-        magic, version, ncols, rows, _rg, header_bytes, file_bytes = _HEADER.unpack(head)
+        magic, version, ncols, rows, _rg, header_bytes, file_bytes, _so, _sc, _hc = _HEADER.unpack(head)
         if magic != MAGIC:
             raise InvalidArgument(f"{path}: not a column file (bad magic; deepwell column files start with DWCOLS01)")
-        if version != VERSION:
-            raise InvalidArgument(f"{path}: column file version {version}, this library reads version {VERSION}")
+        if version not in VERSIONS:
+            raise InvalidArgument(f"{path}: column file version {version}, this library reads versions "
+                                  f"{VERSIONS[0]} and {VERSIONS[1]} (a newer deepwell's file, or a corrupt header)")
         if file_bytes != size:
             raise InvalidArgument(f"{path}: header says the file has {file_bytes} bytes, it has {size} "
                                   "(truncated or appended to?)")
@@ -87,6 +91,50 @@ def read_layout(path) -> tuple[int, list[ColumnInfo]]:
 
 builtins_open = open  # noqa: A001 (this module's open() is the table's)
 
+_bound = False
+
+
+def _c():
+    """The C library with the checksum functions bound (src/capi/table_api.cpp)."""
+    global _bound
+    from . import _lib
+    if not _bound:
+        P, u32, u64, i32 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+        _lib.bind(_lib.lib, {
+            "dw_crc32c": ([u32, P, u64, ctypes.POINTER(u32)], ctypes.c_int),
+            "dw_section_sums": ([P, u64, P], ctypes.c_int),
+            "dw_column_file_verify": ([ctypes.c_char_p, ctypes.c_char_p, u32, ctypes.POINTER(i32)], ctypes.c_int),
+        }, "column-file checksums (src/capi/table_api.cpp)")
+        _bound = True
+    return _lib
+
+
+def _crc32c(data: bytes, crc: int = 0) -> int:
+    c = _c()
+    out = ctypes.c_uint32()
+    c.check(c.lib.dw_crc32c(crc, data, len(data), ctypes.byref(out)))
+    return out.value
+
+
+def _section_sums(arr: np.ndarray) -> np.ndarray:
+    """The stored sums of a column's bytes: one a 4 KiB block (the last completed with zeros)."""
+    c = _c()
+    out = np.zeros(-(-arr.nbytes // ALIGN), np.uint32)
+    c.check(c.lib.dw_section_sums(arr.ctypes.data, arr.nbytes, out.ctypes.data))
+    return out
+
+
+def verify(path, column: Optional[str] = None, threads: int = 0) -> bool:
+    """Checks the column file's header, statistics and sums, and every block of
+    ``column`` (every column when None) against its sum, in the C library (the
+    C++ reader's own check). Raises ``IOFailure`` naming the file, the column
+    and the bytes of the first bad block; False for a version-1 file (no sums)."""
+    c = _c()
+    checked = ctypes.c_int32(0)
+    col = None if column is None else column.encode()
+    c.check(c.lib.dw_column_file_verify(os.fsencode(path), col, threads, ctypes.byref(checked)))
+    return bool(checked.value)
+
 
 def write(path, columns: dict, types: Optional[dict] = None, scales: Optional[dict] = None,
           row_group_rows: int = 1 << 20) -> None:
@@ -104,6 +152,8 @@ def write(path, columns: dict, types: Optional[dict] = None, scales: Optional[di
     rows = rows.pop()
     descs, at = [], -(-(_HEADER.size + len(columns) * _DESC.size) // ALIGN) * ALIGN
     header_bytes = at
+    # Version 2: the sums section after the columns, its CRC and the
+    # header's (header and descriptors: write() keeps no statistics).
     for name, arr in columns.items():
         arr = np.ascontiguousarray(arr)
         tname = types.get(name) or next((t for t, dts in TYPES.values() if np.dtype(dts) == arr.dtype and t not in
@@ -115,16 +165,25 @@ def write(path, columns: dict, types: Optional[dict] = None, scales: Optional[di
             raise InvalidArgument(f"{path}: column name '{name}' must be 1 to {NAME_BYTES - 1} bytes")
         descs.append((name, tname, arr.astype(want, copy=False), at))
         at = -(-(at + rows * want.itemsize) // ALIGN) * ALIGN
+    sums_offset = at
+    sums = np.concatenate([_section_sums(arr) for _, _, arr, _ in descs])
+    file_bytes = -(-(sums_offset + sums.nbytes) // ALIGN) * ALIGN
+    desc_bytes = b"".join(_DESC.pack(name.encode(), _CODE[tname], arr.dtype.itemsize, int(scales.get(name, 0)), 0, 0,
+                                     off, rows * arr.dtype.itemsize, 0) for name, tname, arr, off in descs)
+    sums_crc = _crc32c(sums.tobytes())
+    head = _HEADER.pack(MAGIC, VERSION, len(descs), rows, 0, header_bytes, file_bytes, sums_offset, sums_crc, 0)
+    header_crc = _crc32c(desc_bytes, _crc32c(head))
     with builtins_open(path, "wb") as f:
-        f.truncate(at)
+        f.truncate(file_bytes)
         for name, tname, arr, off in descs:
             f.seek(off)
             arr.tofile(f)
+        f.seek(sums_offset)
+        sums.tofile(f)
         f.seek(0)
-        f.write(_HEADER.pack(MAGIC, VERSION, len(descs), rows, 0, header_bytes, at))
-        for name, tname, arr, off in descs:
-            f.write(_DESC.pack(name.encode(), _CODE[tname], arr.dtype.itemsize, int(scales.get(name, 0)), 0, 0, off,
-                               rows * arr.dtype.itemsize, 0))
+        f.write(_HEADER.pack(MAGIC, VERSION, len(descs), rows, 0, header_bytes, file_bytes, sums_offset, sums_crc,
+                             header_crc))
+        f.write(desc_bytes)
 
 
 class Table:
@@ -149,6 +208,10 @@ class Table:
     def array(self, name: str) -> Array:
         c = self.info(name)
         if name not in self._arrays:
+            # The column's blocks checked once, before any of it is read (the
+            # array reads the file's range through the controller unchecked).
+            # A file rewritten in place after this is not caught.
+            verify(self.path, name)
             self._arrays[name] = Array(self.path, dtype=c.dtype.name, shape=(self.rows,), offset=c.offset, **self._kw)
         return self._arrays[name]
 
@@ -343,6 +406,7 @@ def to_parquet(src, dst, *, row_group_rows: int = 1 << 20, engine: Optional[str]
     """The column file as Parquet (decimals as DECIMAL(9|18, scale), timestamps as TIMESTAMP),
     written by pyarrow or DuckDB (``engine``; default: pyarrow where it is installed)."""
     rows, cols = read_layout(src)
+    verify(src)  # the memmaps below read the file's bytes unchecked
     mm = {c.name: np.memmap(src, dtype=c.dtype, mode="r", offset=c.offset, shape=(rows,)) for c in cols}
     try:
         if engine == "duckdb":

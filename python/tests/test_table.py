@@ -94,6 +94,48 @@ def test_errors_name_the_file_and_column(tmp_path):
         dt.read_layout(bad)
 
 
+def test_a_flipped_byte_is_an_error_not_data(tmp_path):
+    """Version 2's block sums: a flipped value fails the column's check (before
+    any of it is read), naming the file, the column and the bytes; the other
+    columns still read; header damage fails the open."""
+    path = tmp_path / "c.dwcol"
+    cols = write_taxi_like(path, 5000)
+    assert dt.verify(path) is True
+    by = {c.name: c for c in dt.read_layout(path)[1]}
+    at = by["extra"].offset + 4 * 1234 + 1
+    good = path.read_bytes()
+    bad = bytearray(good)
+    bad[at] ^= 0x10
+    path.write_bytes(bytes(bad))
+    start = at // 4096 * 4096
+    with dt.open(path, device="cpu") as t:
+        with pytest.raises(deepwell.IOFailure, match=rf"c\.dwcol: column 'extra': bytes \[{start}, {start + 4096}\)"):
+            t.array("extra")
+        far = t.where(t.column("trip_distance") >= 30)
+        assert far.sum("total_amount", raw=True) == int(cols["total_amount"][cols["trip_distance"] >= 3000].sum())
+    with pytest.raises(deepwell.IOFailure, match="column 'extra'"):
+        dt.verify(path)
+    bad = bytearray(good)
+    bad[64 + 96 + 60] ^= 1  # the second column's section offset
+    path.write_bytes(bytes(bad))
+    with pytest.raises(deepwell.Error, match=r"c\.dwcol"):
+        dt.open(path, device="cpu").array("trip_distance")
+
+
+def test_version_1_files_still_read(tmp_path):
+    path = tmp_path / "v1.dwcol"
+    cols = write_taxi_like(path, 3000)
+    img = bytearray(path.read_bytes())
+    head = list(dt._HEADER.unpack_from(img))
+    sums_offset = head[7]
+    head[1], head[6], head[7], head[8], head[9] = 1, sums_offset, 0, 0, 0   # version 1 ends at its last column
+    dt._HEADER.pack_into(img, 0, *head)
+    path.write_bytes(bytes(img[:sums_offset]))
+    assert dt.verify(path) is False
+    with dt.open(path, device="cpu") as t:
+        assert len(t.where(t.column("trip_distance") >= 30)) == int((cols["trip_distance"] >= 3000).sum())
+
+
 @pytest.mark.parametrize("engine", ["pyarrow", "duckdb"])
 def test_parquet_round_trip_and_duckdb_agrees(tmp_path, engine):
     if engine == "pyarrow":

@@ -14,7 +14,9 @@
 #include <cstring>
 #include <mutex>
 
+#include "deepwell/crc32c.hpp"
 #include "deepwell/error.hpp"
+#include "deepwell/file_sums.hpp"
 #include "deepwell/graph/parallel.hpp"
 
 namespace deepwell::graph {
@@ -76,12 +78,21 @@ void progress::done() {
 // ---------------------------------------------------------------------------
 // header checks
 
+namespace {
+// The header's CRC-32C: its struct with the header_crc field zero.
+uint32_t header_crc(csr_header h) {
+  h.header_crc = 0;
+  return crc32c(0, &h, sizeof h);
+}
+}  // namespace
+
 void check_header(const csr_header& h, uint64_t file_bytes, const std::string& what) {
   if (std::memcmp(h.magic, csr_magic, sizeof(csr_magic)) != 0)
     throw error(what + ": not a deepwell graph file (wrong magic; convert edge lists with `deepwell graph convert`)");
-  if (h.version != csr_version)
-    throw error(what + ": graph format version " + std::to_string(h.version) + ", this build reads version " +
-                std::to_string(csr_version));
+  if (h.version != csr_version && h.version != csr_version_unchecked)
+    throw error(what + ": graph format version " + std::to_string(h.version) + ", this build reads versions " +
+                std::to_string(csr_version_unchecked) + " and " + std::to_string(csr_version) +
+                " (a newer deepwell's file, or a corrupt header)");
   if (h.header_bytes != csr_header_bytes) throw error(what + ": bad header size " + std::to_string(h.header_bytes));
   if (h.id_bytes != 4 && h.id_bytes != 8)
     throw error(what + ": node id width " + std::to_string(h.id_bytes) + " bytes (must be 4 or 8)");
@@ -92,11 +103,16 @@ void check_header(const csr_header& h, uint64_t file_bytes, const std::string& w
   if (h.nodes > (uint64_t(1) << 40) || h.edges > (uint64_t(1) << 44))
     throw error(what + ": implausible size (" + std::to_string(h.nodes) + " nodes, " + std::to_string(h.edges) +
                 " edges): corrupt header");
-  const csr_layout l = layout_for(h.nodes, h.edges, h.id_bytes, h.weights);
+  const csr_layout l = layout_for(h.nodes, h.edges, h.id_bytes, h.weights, h.version);
   if (h.offsets_at != l.offsets_at || h.neighbours_at != l.neighbours_at || h.weights_at != l.weights_at ||
-      h.file_bytes != l.file_bytes)
+      h.sums_at != l.sums_at || h.sums_bytes != l.sums_bytes || h.file_bytes != l.file_bytes)
     throw error(what + ": section offsets in the header do not match the layout for " + std::to_string(h.nodes) +
                 " nodes and " + std::to_string(h.edges) + " edges: corrupt header");
+  // The checksum after the fields' own checks, whose messages say more; a
+  // change that keeps every field plausible (a node count, a flag, the
+  // origin) is caught here.
+  if (h.version != csr_version_unchecked && header_crc(h) != h.header_crc)
+    throw data_error(what + ": the header does not match its checksum: a corrupt graph file");
   if (file_bytes < h.file_bytes)
     throw error(what + ": truncated: " + std::to_string(file_bytes) + " bytes, the header says " +
                 std::to_string(h.file_bytes));
@@ -130,6 +146,24 @@ void pwrite_all(int fd, const void* p, uint64_t bytes, uint64_t at, const std::s
   }
 }
 
+// The sums section of a graph in memory: the sums of its offsets,
+// neighbours and weights, in that order (the file's padding after each is
+// zeros, which is what a partial last block's sum covers).
+std::vector<uint32_t> graph_sums(const csr_graph& g) {
+  const uint64_t m = g.edges();
+  const uint64_t off_bytes = (g.nodes + 1) * 8, nbr_bytes = m * g.id_bytes;
+  const uint64_t wts_bytes = g.weights == weight_type::none ? 0 : m * 4;
+  std::vector<uint32_t> sums(section_sum_count(off_bytes) + section_sum_count(nbr_bytes) +
+                             section_sum_count(wts_bytes));
+  uint32_t* out = sums.data();
+  section_sums(g.offsets.data(), off_bytes, out);
+  out += section_sum_count(off_bytes);
+  section_sums(g.id_bytes == 4 ? static_cast<const void*>(g.nbr32.data()) : g.nbr64.data(), nbr_bytes, out);
+  out += section_sum_count(nbr_bytes);
+  if (wts_bytes) section_sums(g.wts.data(), wts_bytes, out);
+  return sums;
+}
+
 }  // namespace
 
 void write_csr(const std::string& path, const csr_graph& g, progress* p) {
@@ -154,6 +188,11 @@ void write_csr(const std::string& path, const csr_graph& g, progress* p) {
   h.file_bytes = l.file_bytes;
   h.seed = g.seed;
   std::snprintf(h.origin, sizeof(h.origin), "%s", g.origin.c_str());
+  const std::vector<uint32_t> sums = graph_sums(g);
+  h.sums_at = l.sums_at;
+  h.sums_bytes = l.sums_bytes;
+  h.sums_crc = crc32c(0, sums.data(), sums.size() * 4);
+  h.header_crc = header_crc(h);
 
   // Write to a temporary name and rename: an interrupted run never leaves a
   // file that looks complete.
@@ -171,6 +210,7 @@ void write_csr(const std::string& path, const csr_graph& g, progress* p) {
   else
     pwrite_all(f.fd, g.nbr64.data(), m * 8, l.neighbours_at, tmp, p);
   if (g.weights != weight_type::none) pwrite_all(f.fd, g.wts.data(), m * 4, l.weights_at, tmp, p);
+  pwrite_all(f.fd, sums.data(), l.sums_bytes, l.sums_at, tmp, p);
   if (::close(f.fd) != 0) {
     f.fd = -1;
     throw error(errno_message("close " + tmp, errno));
@@ -199,6 +239,15 @@ csr_file::csr_file(const std::string& path) : path_(path) {
   if (m == MAP_FAILED) throw error(errno_message("mmap " + path, errno));
   base_ = static_cast<const uint8_t*>(m);
   mapped_ = h_.file_bytes;
+  if (checksummed()) {
+    sums_.resize(h_.sums_bytes / 4);
+    std::memcpy(sums_.data(), base_ + h_.sums_at, h_.sums_bytes);
+    if (crc32c(0, sums_.data(), h_.sums_bytes) != h_.sums_crc) {
+      ::munmap(m, mapped_);
+      throw data_error(path + ": the sums section (bytes [" + std::to_string(h_.sums_at) + ", " +
+                  std::to_string(h_.sums_at + h_.sums_bytes) + ")) does not match its checksum: a corrupt graph file");
+    }
+  }
   const uint64_t* off = offsets();
   if (off[0] != 0 || off[h_.nodes] != h_.edges) {
     const std::string msg = path + ": offsets run from " + std::to_string(off[0]) + " to " +
@@ -220,6 +269,62 @@ const uint32_t* csr_file::neighbours32() const {
 const uint32_t* csr_file::weights() const {
   if (h_.weights == weight_type::none) return nullptr;
   return reinterpret_cast<const uint32_t*>(base_ + h_.weights_at);
+}
+
+const char* section_name(csr_section s) {
+  switch (s) {
+    case csr_section::offsets: return "offsets";
+    case csr_section::neighbours: return "neighbours";
+    case csr_section::weights: return "weights";
+  }
+  return "?";
+}
+
+uint64_t csr_file::section_at(csr_section s) const {
+  return s == csr_section::offsets ? h_.offsets_at : s == csr_section::neighbours ? h_.neighbours_at : h_.weights_at;
+}
+
+uint64_t csr_file::section_bytes(csr_section s) const {
+  return s == csr_section::offsets ? offsets_bytes() : s == csr_section::neighbours ? neighbours_bytes() : weights_bytes();
+}
+
+uint64_t csr_file::first_sum(csr_section s) const {
+  uint64_t first = 0;
+  for (csr_section before : {csr_section::offsets, csr_section::neighbours}) {
+    if (before == s) break;
+    first += section_sum_count(section_bytes(before));
+  }
+  return first;
+}
+
+std::vector<uint32_t> csr_file::section_sums(csr_section s) const {
+  if (!checksummed()) return {};
+  return sums_slice(sums_, first_sum(s), section_sum_count(section_bytes(s)));
+}
+
+bool csr_file::verify(csr_section s, unsigned threads) const {
+  if (!checksummed()) return false;
+  if (section_bytes(s))
+    verify_section(path_, std::string(section_name(s)) + " section", section_at(s), base_ + section_at(s),
+                   section_bytes(s), sums_.data() + first_sum(s), threads);
+  return true;
+}
+
+bool csr_file::verify(unsigned threads, progress* p) const {
+  if (!checksummed()) return false;
+  const csr_section all[] = {csr_section::offsets, csr_section::neighbours, csr_section::weights};
+  uint64_t total = 0;
+  for (csr_section s : all) total += section_bytes(s);
+  if (p) p->phase("verify checksums", total);
+  const std::function<void(uint64_t)> advance = [p](uint64_t n) {
+    if (p) p->advance(n);
+  };
+  for (csr_section s : all)
+    if (section_bytes(s))
+      verify_section(path_, std::string(section_name(s)) + " section", section_at(s), base_ + section_at(s),
+                     section_bytes(s), sums_.data() + first_sum(s), threads, advance);
+  if (p) p->done();
+  return true;
 }
 
 namespace {

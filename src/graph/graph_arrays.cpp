@@ -1,27 +1,38 @@
 #include "deepwell/graph/graph_arrays.hpp"
 
+#include "deepwell/file_sums.hpp"
 #include "deepwell/target.hpp"
 
 namespace deepwell::graph {
 
 graph_arrays::graph_arrays(controller& ctl, std::shared_ptr<page_cache> cache, const csr_file& f,
                            const graph_dataset_options& o)
-    : cache_(std::move(cache)), nodes_(f.nodes()) {
+    : cache_(std::move(cache)), path_(f.path()), nodes_(f.nodes()) {
   if (!cache_) throw error("graph_arrays: no cache");
   if (f.header().id_bytes != 4) throw error(f.path() + ": graph algorithms need 4-byte node ids");
   if (o.check_offsets) f.check_offsets();
-  auto section = [&](uint64_t at, uint64_t bytes) {
+  // Each section a namespace: in a version-2 file, its file target checked
+  // against the section's sums, so that every page the cache reads is (a
+  // bad block fails the read: the cache's last_error, which checked_runs
+  // throws); a version-1 file's sections are read unchecked.
+  const bool checked = f.checksummed() && o.checked;
+  if (checked && o.block_size % file_sum_block)
+    throw error(f.path() + ": a version-2 graph's sections are checked in 4 KiB blocks, which namespace blocks of " +
+                std::to_string(o.block_size) + " bytes cannot read whole (verify() the file and open it unchecked)");
+  auto section = [&](csr_section s) {
     file_options fo;
     fo.direct = o.direct_io;
-    fo.offset = at;
-    fo.length = bytes;
-    return ctl.add_namespace({open_file_target(f.path(), fo), o.block_size, true});
+    fo.offset = f.section_at(s);
+    fo.length = f.section_bytes(s);
+    std::shared_ptr<target> t = open_file_target(f.path(), fo);
+    if (checked) t = checked_section(std::move(t), f.section_sums(s));
+    return ctl.add_namespace({std::move(t), o.block_size, true});
   };
-  offsets_ = std::make_unique<array<uint64_t>>(cache_, section(f.header().offsets_at, f.offsets_bytes()));
+  offsets_ = std::make_unique<array<uint64_t>>(cache_, section(csr_section::offsets));
   if (f.edges() == 0) throw error(f.path() + ": the graph has no edges");
-  nbr_ = std::make_unique<array<uint32_t>>(cache_, section(f.header().neighbours_at, f.neighbours_bytes()));
+  nbr_ = std::make_unique<array<uint32_t>>(cache_, section(csr_section::neighbours));
   if (f.header().weights != weight_type::none)
-    wts_ = std::make_unique<array<uint32_t>>(cache_, section(f.header().weights_at, f.weights_bytes()));
+    wts_ = std::make_unique<array<uint32_t>>(cache_, section(csr_section::weights));
 }
 
 cached_graph graph_arrays::view(const uint64_t* offsets_in_memory, bool stream) const {

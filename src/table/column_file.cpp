@@ -3,6 +3,7 @@
 #include "deepwell/table/column_file.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +13,9 @@
 #include <mutex>
 #include <set>
 
+#include "deepwell/crc32c.hpp"
 #include "deepwell/error.hpp"
+#include "deepwell/file_sums.hpp"
 
 namespace deepwell::table {
 namespace {
@@ -45,6 +48,45 @@ void pwrite_all(int fd, const void* src, uint64_t n, uint64_t off, const std::st
     off += uint64_t(r);
   }
 }
+
+// header_crc of version 2: the header (header_crc 0), the descriptors,
+// then each column's statistics in column order.
+uint32_t header_crc(column_file_header h, const void* descs, uint64_t desc_bytes,
+                    const std::vector<std::vector<int64_t>>& stats) {
+  h.header_crc = 0;
+  uint32_t crc = crc32c(0, &h, sizeof h);
+  crc = crc32c(crc, descs, desc_bytes);
+  for (const std::vector<int64_t>& st : stats) crc = crc32c(crc, st.data(), st.size() * 8);
+  return crc;
+}
+
+// The sums section's place for columns ending (statistics included) at
+// `data_end`, and the file's size after it.
+uint64_t total_sums(const std::vector<column_info>& cols) {
+  uint64_t n = 0;
+  for (const column_info& c : cols) n += section_sum_count(c.bytes);
+  return n;
+}
+
+// A read-only mapping of a whole file, unmapped when it goes.
+struct file_mapping {
+  const uint8_t* p = nullptr;
+  uint64_t bytes = 0;
+  file_mapping(const std::string& path, uint64_t size) : bytes(size) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw error(errno_message("open " + path, errno));
+    void* m = size ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
+    const int e = errno;
+    ::close(fd);
+    if (m == MAP_FAILED) throw error(errno_message("mmap " + path, e));
+    p = static_cast<const uint8_t*>(m);
+  }
+  ~file_mapping() {
+    if (p) ::munmap(const_cast<uint8_t*>(p), bytes);
+  }
+  file_mapping(const file_mapping&) = delete;
+  file_mapping& operator=(const file_mapping&) = delete;
+};
 
 template <class T>
 void min_max(const void* v, uint64_t n, int64_t& lo, int64_t& hi) {
@@ -121,9 +163,10 @@ column_file column_file::open(const std::string& path) {
   pread_all(fd, &h, sizeof h, 0, path);
   if (std::memcmp(h.magic, column_file_magic, sizeof h.magic) != 0)
     throw error(path + ": not a column file (bad magic; deepwell column files start with DWCOLS01)");
-  if (h.version != column_file_version)
-    throw error(path + ": column file version " + std::to_string(h.version) + ", this library reads version " +
-                std::to_string(column_file_version));
+  if (h.version != column_file_version && h.version != column_file_version_unchecked)
+    throw error(path + ": column file version " + std::to_string(h.version) + ", this library reads versions " +
+                std::to_string(column_file_version_unchecked) + " and " + std::to_string(column_file_version) +
+                " (a newer deepwell's file, or a corrupt header)");
   if (h.ncols == 0 || h.ncols > 4096) throw error(path + ": header says " + std::to_string(h.ncols) + " columns");
   const uint64_t need_header = round_up(sizeof h + uint64_t(h.ncols) * sizeof(column_desc), column_align);
   if (h.header_bytes != need_header || h.header_bytes > size)
@@ -137,6 +180,7 @@ column_file column_file::open(const std::string& path) {
   pread_all(fd, d.data(), d.size() * sizeof(column_desc), sizeof h, path);
   column_file f;
   f.path_ = path;
+  f.version_ = h.version;
   f.rows_ = h.rows;
   f.row_group_rows_ = h.row_group_rows;
   std::set<std::string> names;
@@ -171,9 +215,65 @@ column_file column_file::open(const std::string& path) {
       if (c.stats_offset < h.header_bytes || c.stats_offset > size || groups > (size - c.stats_offset) / 16)
         throw error(where + ": statistics outside the file");
     }
-    f.cols_.push_back({name, t, w, int(c.scale), c.offset, c.bytes, c.has_stats != 0, c.stats_offset});
+    f.cols_.push_back({name, t, w, int(c.scale), c.offset, c.bytes, c.has_stats != 0, c.stats_offset, 0});
   }
+  f.read_stats(fd);
+  if (f.checksummed()) f.check_sums(fd, h, d, size);
   return f;
+}
+
+void column_file::read_stats(int fd) {
+  stats_.resize(cols_.size());
+  for (size_t i = 0; i < cols_.size(); ++i)
+    if (cols_[i].has_stats) {
+      stats_[i].resize(row_groups(rows_, row_group_rows_) * 2);
+      pread_all(fd, stats_[i].data(), stats_[i].size() * 8, cols_[i].stats_offset, path_);
+    }
+}
+
+// Version 2: the header's checksum (over the statistics too), the sums
+// section's place and checksum; the sums are kept.
+void column_file::check_sums(int fd, const column_file_header& h, const std::vector<column_desc>& d, uint64_t size) {
+  if (header_crc(h, d.data(), d.size() * sizeof(column_desc), stats_) != h.header_crc)
+    throw data_error(path_ + ": the header, column descriptors or statistics do not match their checksum: a corrupt "
+                "column file");
+  uint64_t data_end = h.header_bytes;
+  for (const column_info& c : cols_) {
+    data_end = std::max(data_end, c.offset + c.bytes);
+    if (c.has_stats) data_end = std::max(data_end, c.stats_offset + row_groups(rows_, row_group_rows_) * 16);
+  }
+  const uint64_t n = total_sums(cols_);
+  if (h.sums_offset % column_align || h.sums_offset < data_end || h.sums_offset > size || n > (size - h.sums_offset) / 4)
+    throw error(path_ + ": the sums section at " + std::to_string(h.sums_offset) + " (" + std::to_string(n * 4) +
+                " bytes) is not past the columns (" + std::to_string(data_end) + ") or not inside the file");
+  sums_.resize(n);
+  pread_all(fd, sums_.data(), n * 4, h.sums_offset, path_);
+  if (crc32c(0, sums_.data(), n * 4) != h.sums_crc)
+    throw data_error(path_ + ": the sums section (bytes [" + std::to_string(h.sums_offset) + ", " +
+                std::to_string(h.sums_offset + n * 4) + ")) does not match its checksum: a corrupt column file");
+  uint64_t first = 0;
+  for (column_info& c : cols_) {
+    c.first_sum = first;
+    first += section_sum_count(c.bytes);
+  }
+}
+
+std::vector<uint32_t> column_file::column_sums(const column_info& c) const {
+  if (!checksummed()) return {};
+  return sums_slice(sums_, c.first_sum, section_sum_count(c.bytes));
+}
+
+bool column_file::verify(const std::string& name, unsigned threads) const {
+  if (!checksummed()) return false;
+  if (!name.empty()) column(name);  // a missing column named as such
+  uint64_t end = 0;
+  for (const column_info& c : cols_) end = std::max(end, c.offset + c.bytes);
+  const file_mapping m(path_, end);
+  for (const column_info& c : cols_)
+    if (name.empty() || c.name == name)
+      verify_section(path_, "column '" + c.name + "'", c.offset, m.p + c.offset, c.bytes, sums_.data() + c.first_sum,
+                     threads);
+  return true;
 }
 
 const column_info& column_file::column(const std::string& name) const {
@@ -194,19 +294,9 @@ const column_info& column_file::column(const std::string& name, column_type want
 std::vector<std::pair<int64_t, int64_t>> column_file::stats(const std::string& name) const {
   const column_info& c = column(name);
   if (!c.has_stats) throw error(path_ + ": column '" + name + "' has no statistics");
-  const uint64_t groups = row_groups(rows_, row_group_rows_);
-  std::vector<std::pair<int64_t, int64_t>> out(groups);
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw error(errno_message("open " + path_, errno));
-  std::vector<int64_t> raw(groups * 2);
-  try {
-    pread_all(fd, raw.data(), raw.size() * 8, c.stats_offset, path_);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
-  for (uint64_t g = 0; g < groups; ++g) out[g] = {raw[2 * g], raw[2 * g + 1]};
+  const std::vector<int64_t>& raw = stats_[size_t(&c - cols_.data())];
+  std::vector<std::pair<int64_t, int64_t>> out(raw.size() / 2);
+  for (uint64_t g = 0; g < out.size(); ++g) out[g] = {raw[2 * g], raw[2 * g + 1]};
   return out;
 }
 
@@ -242,8 +332,13 @@ column_file_writer::column_file_writer(const std::string& path, uint64_t rows, s
     if (__builtin_mul_overflow(rows_, uint64_t(w), &bytes) || __builtin_add_overflow(at, bytes, &end) ||
         end > UINT64_MAX - column_align)
       throw too_big();
-    cols_.push_back({c.name, c.type, w, c.scale, at, bytes, false, 0});
+    cols_.push_back({c.name, c.type, w, c.scale, at, bytes, false, 0, 0});
     at = round_up(end, column_align);
+  }
+  uint64_t first = 0;
+  for (column_info& c : cols_) {
+    c.first_sum = first;
+    first += section_sum_count(c.bytes);
   }
   for (column_info& c : cols_)
     if (groups && type_is_integer(c.type)) {
@@ -252,7 +347,9 @@ column_file_writer::column_file_writer(const std::string& path, uint64_t rows, s
       if (groups > (UINT64_MAX - at) / 16) throw too_big();
       at += groups * 16;
     }
-  file_bytes_ = at;
+  sums_offset_ = round_up(at, column_align);
+  if (total_sums(cols_) > (UINT64_MAX - column_align - sums_offset_) / 4) throw too_big();
+  file_bytes_ = round_up(sums_offset_ + total_sums(cols_) * 4, column_align);
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw error(errno_message("create column file " + path, errno));
   if (ftruncate(fd_, off_t(file_bytes_)) != 0) {
@@ -308,8 +405,8 @@ void column_file_writer::finish() {
   h.row_group_rows = row_group_rows_;
   h.header_bytes = header_bytes_;
   h.file_bytes = file_bytes_;
+  h.sums_offset = sums_offset_;
   std::vector<uint8_t> head(header_bytes_, 0);
-  std::memcpy(head.data(), &h, sizeof h);
   for (size_t i = 0; i < cols_.size(); ++i) {
     const column_info& c = cols_[i];
     column_desc d{};
@@ -326,6 +423,20 @@ void column_file_writer::finish() {
   stats_state& s = *stats_;
   for (size_t i = 0; i < cols_.size(); ++i)
     if (cols_[i].has_stats) pwrite_all(fd_, s.minmax[i].data(), s.minmax[i].size() * 8, cols_[i].stats_offset, path_);
+  // The sums of what the columns' writes left in the file (read back
+  // through a mapping: the columns came in blocks, in any order).
+  std::vector<uint32_t> sums(total_sums(cols_));
+  {
+    const file_mapping m(path_, sums_offset_);
+    for (const column_info& c : cols_) section_sums(m.p + c.offset, c.bytes, sums.data() + c.first_sum);
+  }
+  pwrite_all(fd_, sums.data(), sums.size() * 4, sums_offset_, path_);
+  h.sums_crc = crc32c(0, sums.data(), sums.size() * 4);
+  std::vector<std::vector<int64_t>> stats(cols_.size());
+  for (size_t i = 0; i < cols_.size(); ++i)
+    if (cols_[i].has_stats) stats[i] = s.minmax[i];
+  h.header_crc = header_crc(h, head.data() + sizeof h, cols_.size() * sizeof(column_desc), stats);
+  std::memcpy(head.data(), &h, sizeof h);
   // The header last: a file whose writer died before this point has no magic.
   if (fsync(fd_) != 0) throw error(errno_message("fsync " + path_, errno));
   pwrite_all(fd_, head.data(), head.size(), 0, path_);

@@ -9,6 +9,7 @@
 #include "deepwell/controller.hpp"
 #include "deepwell/detail/parallel.hpp"
 #include "deepwell/error.hpp"
+#include "deepwell/file_sums.hpp"
 #include "deepwell/table/taxi_run.hpp"
 #include "deepwell/target.hpp"
 
@@ -24,6 +25,9 @@ namespace detail {
 namespace {
 
 // Namespaces of the query's columns (file ranges) on ctl, in query order.
+// A version-2 file's columns are checked datasets (file_sums.hpp): every
+// page the cache reads is checked against the column's sums, and the direct
+// tier maps a column only once all of it has been checked.
 std::vector<uint32_t> add_taxi_namespaces(controller& ctl, const column_file& f, int query, bool odirect) {
   check_taxi_columns(f, query);
   std::vector<uint32_t> ns;
@@ -33,7 +37,9 @@ std::vector<uint32_t> add_taxi_namespaces(controller& ctl, const column_file& f,
     fo.offset = ci.offset;
     fo.length = ci.bytes;
     fo.direct = odirect;
-    ns.push_back(ctl.add_namespace({open_file_target(f.path(), fo), 4096, true}));
+    std::shared_ptr<target> t = open_file_target(f.path(), fo);
+    if (f.checksummed()) t = checked_section(std::move(t), f.column_sums(ci));
+    ns.push_back(ctl.add_namespace({std::move(t), 4096, true}));
   }
   return ns;
 }
@@ -82,7 +88,12 @@ void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi
   rep.bytes_read = s.misses * t.cache->page_size() + rep.sparse_reads * 32;
   rep.bytes_needed = rep.rows * 4 + rep.result.selected * 4 * uint64_t(o.query);
   rep.bytes_tiling = rep.rows * 4 * uint64_t(o.query + 1);
-  if (auto e = t.cache->last_error(); !e.ok() && rep.result.failed == 0) rep.result.failed = 1;
+  if (auto e = t.cache->last_error(); !e.ok()) {
+    if (rep.result.failed == 0) rep.result.failed = 1;
+    rep.error = f.path() + ": the page cache could not serve a read of a column (" + describe(e) +
+                (corrupt_block(e) ? ": a block of the file does not match its checksum, the file is corrupt" : "") +
+                ")";
+  }
 }
 
 }  // namespace detail
@@ -108,6 +119,8 @@ taxi_query_report run_taxi_query_cpu(const column_file& f, const taxi_query_opti
 
 taxi_query_result taxi_reference(const column_file& f, int query) {
   check_taxi_columns(f, query);
+  // The plain scan reads the file itself: its columns' sums first.
+  for (int c = 0; c <= query; ++c) f.verify(taxi_query_columns[c]);
   const int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw error(errno_message("open " + f.path(), errno));
   taxi_query_result r{};

@@ -63,10 +63,14 @@ class checksummed_target_impl final : public checksummed_target {
       : data_(std::move(data)), sums_t_(std::move(sums)), block_(block) {
     if (block_ < 512 || (block_ & (block_ - 1)))
       throw error("checksummed target: blocks of " + std::to_string(block_) + " bytes (a power of two, at least 512)");
-    if (data_->size() % block_)
+    // Read-only data may end in a partial block (a section of a file: see
+    // file_sums.hpp): its reads come back zeroed past the end, which is the
+    // block its sum covers. Written data is whole blocks, every write a
+    // whole block's sum.
+    if (data_->size() % block_ && data_->writable())
       throw error("checksummed target: " + data_->describe() + " has " + std::to_string(data_->size()) +
                   " bytes, not a whole number of " + std::to_string(block_) + "-byte blocks");
-    blocks_ = data_->size() / block_;
+    blocks_ = (data_->size() + block_ - 1) / block_;
     const uint64_t need = checksum_region_bytes(data_->size(), block_);
     if (sums_t_->size() < need)
       throw error("checksummed target: the sums region " + sums_t_->describe() + " has " +

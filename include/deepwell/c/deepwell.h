@@ -139,6 +139,20 @@ DW_API int dw_uring_read_rows(const char* path, int32_t odirect, uint64_t offset
                               const int64_t* rows, uint64_t n, uint32_t depth, uint32_t threads, void* out,
                               double* seconds);
 
+/* Checksums of read-only files (column files and .dwg graphs, format
+ * version 2; include/deepwell/file_sums.hpp). dw_crc32c: *out = the CRC-32C
+ * of `bytes` bytes continuing `crc` (0 to start). dw_section_sums: the
+ * stored sums of a section of `bytes` bytes, one a 4 KiB block (the last
+ * one completed with zeros), (bytes + 4095) / 4096 of them to out. */
+DW_API int dw_crc32c(uint32_t crc, const void* data, uint64_t bytes, uint32_t* out);
+DW_API int dw_section_sums(const void* data, uint64_t bytes, uint32_t* out);
+/* Opens the column file at `path` (its header, descriptors, statistics and
+ * sums checked) and checks every block of the named column (NULL or "":
+ * every column) on `threads` threads (0: every core). DW_EIO naming the
+ * file, the column and the bytes of the first bad block; *checked (may be
+ * NULL) = 0 for a version-1 file, which has no sums. Python: deepwell.table. */
+DW_API int dw_column_file_verify(const char* path, const char* column, uint32_t threads, int32_t* checked);
+
 
 /* ---- checkpoints (docs/checkpoints.md): named buffers saved to a file so
  * that a crash at any moment leaves the previous checkpoint or the new one

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "deepwell/error.hpp"
+#include "deepwell/file_sums.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/status.hpp"
@@ -19,12 +20,17 @@
 namespace deepwell::graph {
 
 namespace detail {
+// A guard check error is a block that did not match its checksum.
+inline const char* corruption_hint(const request_status& e) {
+  return corrupt_block(e) ? ": a block of the file does not match its checksum, the file is corrupt" : "";
+}
+
 template <class Run>
 auto checked_run(const graph_arrays& a, const char* algorithm, Run&& run) {
   auto r = run(a.view());
   if (const request_status e = a.cache().last_error(); !e.ok())
-    throw error(std::string(algorithm) + ": the page cache could not serve a read of the graph (" + describe(e) +
-                "); the answer is not trustworthy");
+    throw error(a.path() + ": " + algorithm + ": the page cache could not serve a read of the graph (" +
+                describe(e) + corruption_hint(e) + "); the answer is not trustworthy");
   return r;
 }
 }  // namespace detail

@@ -1,7 +1,8 @@
 // Graphs on the host: csr_graph (built in memory by generators and
 // converters), write_csr (to a .dwg file), and csr_file (an open, checked,
 // read-only mapping of one). Errors throw deepwell::error naming the file and
-// the problem (truncated, wrong magic, offsets not monotone, id out of range).
+// the problem (truncated, wrong magic, a header or block that does not match
+// its checksum, offsets not monotone, id out of range).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -55,8 +56,14 @@ struct csr_stats {
   double mean_degree = 0;
 };
 
-// An open graph file: the header is checked against the file size at open;
-// check() scans the arrays (offsets monotone and in range, every id < nodes).
+// The data sections of a graph file, in the order of their sums.
+enum class csr_section { offsets, neighbours, weights };
+const char* section_name(csr_section s);
+
+// An open graph file: the header is checked against the file size (and, in
+// version 2, against its checksum, as is the sums section) at open;
+// verify() checks every block of the data against its sum; check() scans
+// the arrays (offsets monotone and in range, every id < nodes).
 class csr_file {
  public:
   explicit csr_file(const std::string& path);
@@ -69,6 +76,8 @@ class csr_file {
   uint64_t nodes() const { return h_.nodes; }
   uint64_t edges() const { return h_.edges; }
   bool symmetric() const { return h_.flags & csr_symmetric; }
+  // Version 2: the data has block sums (version 1 files have none and are read unchecked).
+  bool checksummed() const { return h_.version >= 2; }
 
   // The mapped sections (the file's page cache).
   const uint64_t* offsets() const { return reinterpret_cast<const uint64_t*>(base_ + h_.offsets_at); }
@@ -92,6 +101,21 @@ class csr_file {
   // can drop them from the page cache: it leaves pages a process maps.
   void release_pages() const;
 
+  // A section's place and size in the file, and its block sums (a copy;
+  // empty in version 1): what a checked dataset of it needs (file_sums.hpp).
+  uint64_t section_at(csr_section s) const;
+  uint64_t section_bytes(csr_section s) const;
+  std::vector<uint32_t> section_sums(csr_section s) const;
+
+  // Checks every 4 KiB block of the mapped sections against its sum, on
+  // `threads` threads (0: every core); throws deepwell::error naming the
+  // file, the section and the bytes of the first bad block. False (and no
+  // check) for a version-1 file, which has no sums. The CPU readers of the
+  // mapping call it before using the data; reads through the controller
+  // check their own pages (graph_arrays).
+  bool verify(unsigned threads = 0, progress* p = nullptr) const;
+  // One section only (the same rules).
+  bool verify(csr_section s, unsigned threads = 0) const;
   // Full scan; throws naming the first bad offset or id.
   void check(unsigned threads = 0, progress* p = nullptr) const;
   // The offsets alone (O(nodes)): monotone and within the edges, so that a
@@ -107,6 +131,8 @@ class csr_file {
   csr_header h_{};
   const uint8_t* base_ = nullptr;
   uint64_t mapped_ = 0;
+  std::vector<uint32_t> sums_;  // version 2: the sums section, checked against its CRC at open
+  uint64_t first_sum(csr_section s) const;
 };
 
 // Checks a header read from a file of `file_bytes` bytes; throws naming the

@@ -1,10 +1,14 @@
 // A graph file's sections opened as deepwell datasets: each section (offsets,
 // neighbours, weights) is a namespace on the controller (a file target at
 // the section's offset) served through one page cache as an array. view()
-// gives the cached_graph kernels and CPU threads take by value.
+// gives the cached_graph kernels and CPU threads take by value. A version-2
+// file's sections are checked datasets (file_sums.hpp): a block that does
+// not match its sum fails its read, and the direct tier gets a section's
+// mapping only once all of it has been checked.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "deepwell/graph/csr_file.hpp"
 #include "deepwell/graph/edges.hpp"
@@ -22,6 +26,11 @@ struct graph_dataset_options {
   // (recorded in its last_error(), not thrown). The command line checks
   // once before any run and passes false.
   bool check_offsets = true;
+  // A version-2 file's sections as checked datasets (every page the cache
+  // reads checked against its 4 KiB block sums; needs block_size a multiple
+  // of 4096). False: read unchecked, for callers that ran csr_file::verify()
+  // first and read in smaller blocks (the command line's --page under 4 KiB).
+  bool checked = true;
 };
 
 class graph_arrays {
@@ -33,12 +42,14 @@ class graph_arrays {
   // one-touch reads go straight to the direct tier when the lists are there.
   cached_graph view(const uint64_t* offsets_in_memory = nullptr, bool stream = false) const;
   page_cache& cache() const { return *cache_; }
+  const std::string& path() const { return path_; }
   // Whether the edge lists are read through the direct tier (a registered
   // mapping of the file, no controller round trip) rather than the queues.
   bool edges_direct() const { return cache_->dataset(nbr_->ref().dataset).direct != nullptr; }
 
  private:
   std::shared_ptr<page_cache> cache_;
+  std::string path_;
   uint64_t nodes_ = 0;
   std::unique_ptr<array<uint64_t>> offsets_;
   std::unique_ptr<array<uint32_t>> nbr_, wts_;

@@ -54,6 +54,9 @@ struct taxi_query_report {
   uint64_t bytes_needed = 0; // the scan column in full, and each further column's selected values
   uint64_t bytes_tiling = 0; // what moving whole columns moves: rows x 4 x (query + 1)
   uint64_t misses = 0, hits = 0;
+  // When accesses failed: the cache's first error, naming the file ("a block
+  // ... does not match its checksum" for a corrupt version-2 file).
+  std::string error;
   double io_amplification() const { return bytes_needed ? double(bytes_read) / double(bytes_needed) : 0; }
 };
 

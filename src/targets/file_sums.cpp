@@ -1,0 +1,132 @@
+// Block sums of read-only files' sections (include/deepwell/file_sums.hpp).
+#include "deepwell/file_sums.hpp"
+
+#include <atomic>
+#include <cstring>
+
+#include "deepwell/detail/parallel.hpp"
+#include "deepwell/error.hpp"
+
+namespace deepwell {
+
+namespace {
+
+// Block b of a section: its own bytes, the last one completed with zeros.
+uint32_t sum_of_block(const uint8_t* data, uint64_t bytes, uint64_t b) {
+  const uint64_t at = b * file_sum_block;
+  if (bytes - at >= file_sum_block) return block_sum(data + at, file_sum_block);
+  uint8_t last[file_sum_block] = {};
+  std::memcpy(last, data + at, bytes - at);
+  return block_sum(last, file_sum_block);
+}
+
+// Progress is reported in steps of this many blocks (16 MiB), not per block.
+constexpr uint64_t advance_blocks = 4096;
+
+}  // namespace
+
+void section_sums(const void* data, uint64_t bytes, uint32_t* out, unsigned threads) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  detail::parallel_for(section_sum_count(bytes), threads, [&](unsigned, uint64_t b, uint64_t e) {
+    for (uint64_t i = b; i < e; ++i) out[i] = sum_of_block(p, bytes, i);
+  });
+}
+
+uint64_t first_bad_block(const void* data, uint64_t bytes, const uint32_t* sums, unsigned threads,
+                         const std::function<void(uint64_t)>& advance) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  std::atomic<uint64_t> first{UINT64_MAX};
+  detail::parallel_for(section_sum_count(bytes), threads, [&](unsigned, uint64_t b, uint64_t e) {
+    for (uint64_t i = b; i < e; ++i) {
+      // Threads past a bad block found by another stop early; the one
+      // before it goes on, so the lowest bad block is the one reported.
+      if (i > first.load(std::memory_order_relaxed)) return;
+      if (sum_of_block(p, bytes, i) != sums[i]) {
+        uint64_t seen = first.load(std::memory_order_relaxed);
+        while (i < seen && !first.compare_exchange_weak(seen, i, std::memory_order_relaxed)) {
+        }
+        return;
+      }
+      if (advance && (i - b + 1) % advance_blocks == 0) advance(advance_blocks * file_sum_block);
+    }
+  });
+  return first.load();
+}
+
+void verify_section(const std::string& file, const std::string& section, uint64_t file_offset, const void* data,
+                    uint64_t bytes, const uint32_t* sums, unsigned threads,
+                    const std::function<void(uint64_t)>& advance) {
+  const uint64_t bad = first_bad_block(data, bytes, sums, threads, advance);
+  if (bad == UINT64_MAX) return;
+  const uint64_t from = file_offset + bad * file_sum_block;
+  const uint64_t to = file_offset + std::min<uint64_t>(bytes, (bad + 1) * file_sum_block);
+  throw data_error(file + ": " + section + ": bytes [" + std::to_string(from) + ", " + std::to_string(to) +
+              ") of the file do not match their checksum (a corrupt file, or its sums section is)");
+}
+
+namespace {
+
+// A checked section: the checksummed target over the section, with the
+// direct tier's mapping (map_readonly) verified whole before it is handed
+// out. Of the two ways to keep the direct tier honest (verify the mapping
+// once, or refuse it so every read goes through the controller), this one
+// keeps the direct tier's speed for files in the page cache, where the
+// check runs at memory speed; a section that is not wholly resident gets no
+// mapping (checking it would read all of it from storage at setup), and a
+// section that fails its check gets none either, so its reads go through
+// the controller, where the bad block fails with a guard check error that
+// reaches the caller. A file rewritten in place after the check is outside
+// what the check covers (as for any reader of a mapping).
+class checked_section_target final : public checksummed_target {
+ public:
+  checked_section_target(std::shared_ptr<target> data, std::shared_ptr<checksummed_target> checked,
+                         std::vector<uint32_t> sums)
+      : data_(std::move(data)), checked_(std::move(checked)), sums_(std::move(sums)) {}
+
+  uint64_t size() const override { return checked_->size(); }
+  bool writable() const override { return false; }
+  uint32_t io_alignment() const override { return checked_->io_alignment(); }
+  uint32_t memory_alignment() const override { return checked_->memory_alignment(); }
+  std::string describe() const override { return checked_->describe(); }
+  uint32_t block_bytes() const override { return checked_->block_bytes(); }
+  void set_verify(bool on) override { checked_->set_verify(on); }
+  uint64_t mismatches() const override { return checked_->mismatches(); }
+  uint64_t last_mismatch_block() const override { return checked_->last_mismatch_block(); }
+
+  std::shared_ptr<host_mapping> map_readonly() const override {
+    std::shared_ptr<host_mapping> m = data_->map_readonly();
+    if (!m || m->resident < 1.0) return nullptr;
+    if (first_bad_block(m->data, m->bytes, sums_.data()) != UINT64_MAX) return nullptr;
+    return m;
+  }
+
+  void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
+    checked_->read(io, buf, len, offset, done);
+  }
+  void write(io_engine&, const void*, uint32_t, uint64_t, bool, io_callback done) override { done(-EROFS); }
+  void flush(io_engine& io, io_callback done) override { checked_->flush(io, done); }
+
+ private:
+  std::shared_ptr<target> data_;
+  std::shared_ptr<checksummed_target> checked_;
+  std::vector<uint32_t> sums_;
+};
+
+}  // namespace
+
+std::shared_ptr<checksummed_target> checked_section(std::shared_ptr<target> section, const std::vector<uint32_t>& sums) {
+  if (!section) throw error("checked section: no target");
+  if (section->writable()) throw error("checked section: " + section->describe() + " is writable (sums are fixed)");
+  if (sums.size() != section_sum_count(section->size()))
+    throw error("checked section: " + section->describe() + " has " + std::to_string(section->size()) +
+                " bytes, which need " + std::to_string(section_sum_count(section->size())) + " sums, not " +
+                std::to_string(sums.size()));
+  // The sums in host memory, in the layout of a sums region (4 bytes a
+  // block, whole 4 KiB pages), read by the checksummed target at once.
+  auto store = make_host_memory_target(checksum_region_bytes(section->size(), file_sum_block), false);
+  std::memcpy(store->host_pointer(), sums.data(), sums.size() * 4);
+  auto checked = make_checksummed_target(section, std::move(store), file_sum_block);
+  return std::make_shared<checked_section_target>(std::move(section), std::move(checked), sums);
+}
+
+}  // namespace deepwell

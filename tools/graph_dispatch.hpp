@@ -14,6 +14,7 @@
 
 #include "deepwell/file_sums.hpp"
 #include "deepwell/graph/algorithms.hpp"
+#include "deepwell/graph/checked_runs.hpp"
 #include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/graph/reference.hpp"
 #include "deepwell/page_cache.hpp"
@@ -177,12 +178,13 @@ struct cache_outcome {
   double amplification = 0;
   uint64_t bytes_read() const { return stats.bytes_read + streamed; }
 };
-inline cache_outcome cache_outcome_of(const page_cache& cache, const outcome& r, bool streaming) {
+inline cache_outcome cache_outcome_of(const page_cache& cache, const csr_file& f, const outcome& r, bool streaming) {
   if (const request_status e = cache.last_error(); !e.ok()) {
     if (e.code == client_code::cache_exhausted)  // not the storage: the cache had no free page for a while
       throw error("the cache (" + std::to_string(cache.slots()) + " pages of " + std::to_string(cache.page_size()) +
                   " bytes) ran out of free pages during " + r.algo + ": give a bigger --cache");
-    throw error("deepwell reported an I/O error during " + r.algo + ": " + describe(e));
+    throw error(f.path() + ": deepwell reported an I/O error during " + r.algo + ": " + describe(e) +
+                graph::detail::corruption_hint(e));
   }
   cache_outcome c;
   c.stats = cache.stats();

@@ -81,7 +81,7 @@ int run_graph_cpu(const graph_run_options& o) {
         cached_graph g = arrays.view(o.offsets_in_cache ? nullptr : f.offsets(), stream);
         g.pin_free_strides = o.pin_free_strides;
         r = run_algorithm(x, g, o, source, f.header().flags);
-        const cache_outcome c = cache_outcome_of(*cache, r, stream);
+        const cache_outcome c = cache_outcome_of(*cache, f, r, stream);
         char buf[160];
         std::snprintf(buf, sizeof buf, "hit rate %.3f, amplification %.2f (cache %.1f MiB)", c.stats.hit_rate(),
                       c.amplification, double(k.capacity_bytes) / (1 << 20));

@@ -182,7 +182,7 @@ int run_graph_gpu(const graph_run_options& o) {
           if (const request_status s = cache->clear(); !s.ok()) throw error("clearing the cache: " + describe(s));
         cache->reset_stats();
         outcome r = run_algorithm(x, g, o, source, f.header().flags);
-        const cache_outcome c = cache_outcome_of(*cache, r, stream);
+        const cache_outcome c = cache_outcome_of(*cache, f, r, stream);
         char text[220];
         std::snprintf(text, sizeof text, "hit rate %.3f, read %.2f GiB%s, amplification %.2f (cache %.2f GiB, %u B pages, %s)",
                       c.stats.hit_rate(), double(c.bytes_read()) / (1 << 30), c.streamed ? " (some in place)" : "",

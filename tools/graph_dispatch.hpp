@@ -50,12 +50,12 @@ inline void check_algorithm(const graph_run_options& o, const csr_file& f) {
     throw error(f.path() + ": SSSP needs uint32 edge weights (generate with --weights)");
   // What reads the mapped file is checked first: the offsets, which every
   // mode reads from it, and the whole file for the modes that read the edge
-  // lists from it too (memory, zerocopy, the CPU reference of --check) or
-  // read them in pages smaller than the sums' blocks. deepwell's own runs
+  // lists from it too (memory, zerocopy, the CPU reference of --check).
+  // deepwell's own runs
   // read the edge lists through checked datasets (graph_datasets): every
   // page is checked as it is read, and a file larger than memory is not
   // read twice.
-  const bool whole = o.baselines || o.check || o.mode != "deepwell" || o.page_size % file_sum_block != 0;
+  const bool whole = o.baselines || o.check || o.mode != "deepwell";
   if (whole)
     f.verify(o.threads);
   else
@@ -162,9 +162,6 @@ inline graph_dataset_options graph_datasets(const graph_run_options& o) {
   d.direct_io = o.location == "odirect";
   d.block_size = std::min<uint32_t>(o.page_size, 4096);
   d.check_offsets = false;  // check_algorithm did, once for every mode
-  // Pages under the sums' 4 KiB blocks cannot be checked as they are read:
-  // check_algorithm verified every block before the run.
-  d.checked = d.block_size % 4096 == 0;
   return d;
 }
 

@@ -16,9 +16,6 @@ graph_arrays::graph_arrays(controller& ctl, std::shared_ptr<page_cache> cache, c
   // bad block fails the read: the cache's last_error, which checked_runs
   // throws); a version-1 file's sections are read unchecked.
   const bool checked = f.checksummed() && o.checked;
-  if (checked && o.block_size % file_sum_block)
-    throw error(f.path() + ": a version-2 graph's sections are checked in 4 KiB blocks, which namespace blocks of " +
-                std::to_string(o.block_size) + " bytes cannot read whole (verify() the file and open it unchecked)");
   auto section = [&](csr_section s) {
     file_options fo;
     fo.direct = o.direct_io;

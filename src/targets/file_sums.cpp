@@ -1,7 +1,10 @@
 // Block sums of read-only files' sections (include/deepwell/file_sums.hpp).
 #include "deepwell/file_sums.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "deepwell/detail/parallel.hpp"
@@ -77,6 +80,27 @@ namespace {
 // the controller, where the bad block fails with a guard check error that
 // reaches the caller. A file rewritten in place after the check is outside
 // what the check covers (as for any reader of a mapping).
+// A read of part of a block (checked_section_target::read).
+struct sub_block_read {
+  void* buf;
+  uint32_t len, skip;  // the bytes asked for, and where they start in the bounce buffer
+  io_callback done;
+  uint8_t* bounce;
+
+  static void finish(void* ctx, int64_t result) {
+    auto* r = static_cast<sub_block_read*>(ctx);
+    int64_t got = result;
+    if (result >= 0) {  // a short read of the blocks is a short read of the part
+      got = std::clamp<int64_t>(result - int64_t(r->skip), 0, int64_t(r->len));
+      std::memcpy(r->buf, r->bounce + r->skip, size_t(got));
+    }
+    const io_callback done = r->done;
+    std::free(r->bounce);
+    delete r;
+    done(got);
+  }
+};
+
 class checked_section_target final : public checksummed_target {
  public:
   checked_section_target(std::shared_ptr<target> data, std::shared_ptr<checksummed_target> checked,
@@ -85,7 +109,9 @@ class checked_section_target final : public checksummed_target {
 
   uint64_t size() const override { return checked_->size(); }
   bool writable() const override { return false; }
-  uint32_t io_alignment() const override { return checked_->io_alignment(); }
+  // Reads of part of a block go through a bounce buffer (read()), so the
+  // alignment asked of callers is the file's own.
+  uint32_t io_alignment() const override { return data_->io_alignment(); }
   uint32_t memory_alignment() const override { return checked_->memory_alignment(); }
   std::string describe() const override { return checked_->describe(); }
   uint32_t block_bytes() const override { return checked_->block_bytes(); }
@@ -101,7 +127,21 @@ class checked_section_target final : public checksummed_target {
   }
 
   void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
-    checked_->read(io, buf, len, offset, done);
+    if (offset % file_sum_block == 0 && len % file_sum_block == 0) return checked_->read(io, buf, len, offset, done);
+    // A read smaller than the sums' blocks (cache pages under 4 KiB): the
+    // blocks that hold it are read and checked whole into a bounce buffer
+    // and the part asked for is copied out, so small pages cost more reads
+    // of the storage but never skip the check.
+    const uint64_t first = offset / file_sum_block * file_sum_block;
+    const uint64_t end = (offset + len + file_sum_block - 1) / file_sum_block * file_sum_block;
+    const size_t align = std::max<size_t>(file_sum_block, checked_->memory_alignment());
+    auto* r = new sub_block_read{buf, len, uint32_t(offset - first), done,
+                                 static_cast<uint8_t*>(std::aligned_alloc(align, size_t(end - first)))};
+    if (!r->bounce) {
+      delete r;
+      return done(-ENOMEM);
+    }
+    checked_->read(io, r->bounce, uint32_t(end - first), first, {&sub_block_read::finish, r});
   }
   void write(io_engine&, const void*, uint32_t, uint64_t, bool, io_callback done) override { done(-EROFS); }
   void flush(io_engine& io, io_callback done) override { checked_->flush(io, done); }

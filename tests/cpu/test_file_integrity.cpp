@@ -164,14 +164,18 @@ TEST(GraphFileIntegrity, EveryDamageIsAnErrorOrTheRightGraph) {
   }, &errors);
   EXPECT_GT(errors, 30u);
   // Through the controller: each section a checked dataset; no verify(),
-  // so a bad block reaches the cache as a failed read.
+  // so a bad block reaches the cache as a failed read. Pages of 4 KiB read
+  // whole sum blocks; pages of 512 bytes read part of one (the target
+  // reads and checks the whole block).
+  for (const uint32_t page : {4096u, 512u}) {
   errors = 0;
-  sweep(f.path(), good, regions, "graph_arrays", [&] {
+  sweep(f.path(), good, regions, "graph_arrays, pages of " + std::to_string(page), [&] {
     graph::csr_file x(f.path());
     controller ctl;
-    auto cache = make_host_page_cache(ctl, test::small_cache(16));
+    auto cache = make_host_page_cache(ctl, test::small_cache(16 * 4096 / page, page));
     graph::graph_dataset_options o;
     o.check_offsets = false;
+    o.block_size = page;
     graph::graph_arrays a(ctl, cache, x, o);
     (void)a;
     // The namespaces graph_arrays made, in section order (1, 2, 3).
@@ -187,6 +191,7 @@ TEST(GraphFileIntegrity, EveryDamageIsAnErrorOrTheRightGraph) {
     return graph_differs(r, g);
   }, &errors);
   EXPECT_GT(errors, 30u);
+  }
 }
 
 TEST(GraphFileIntegrity, ABadBlockIsAGuardErrorNamingTheFileInTheCheckedRuns) {

@@ -558,17 +558,19 @@ TEST_F(Attack, AnIOFloodAtOneUidsLimitsLeavesOthersTheirLatency) {
   std::printf("[ figures  ] in the server (fetch to completion) p99: honest %.1f us, flood %.1f us; "
               "a poller pass %.1f us on average beside the flood\n",
               server_p99_us[0], server_p99_us[1], passes ? 1.5e6 * 2 / double(passes) : 0.0);
-  // The goal is 2x, not met yet: 5.7-7.8x on an H200 machine
-  // (17x before a pass's quota was shared among clients). This bound keeps
-  // what was won, with room for the run-to-run spread; docs/server.md says
-  // what is left.
+  // The goal is 2x: on an H200 machine 1.80-1.93x in three runs
+  // of four, 3.0x in the fourth (19-25 us beside the flood; alone moves
+  // 8-13 us from run to run); 5.7-9.6x while a pass visited every queue,
+  // 17x before a pass's commands were shared among clients. This bound
+  // keeps what was won, with room for the run-to-run spread of "alone";
+  // docs/server.md has the figures.
 #if defined(__SANITIZE_THREAD__)
   const bool judge = false;  // figures only: its poller is ten times slower
 #else
   const bool judge = std::thread::hardware_concurrency() >= 8;
 #endif
   if (judge)
-    EXPECT_LE(flooded.first, 12 * alone.first) << "p99 beside the flood against alone (goal: 2x)";
+    EXPECT_LE(flooded.first, 4 * alone.first) << "p99 beside the flood against alone (goal: 2x)";
   EXPECT_TRUE(eventually([&] { return srv->client_count() == 1 && srv->ctl().queue_pair_count() == 1; }));
 }
 

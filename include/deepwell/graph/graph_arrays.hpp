@@ -27,9 +27,9 @@ struct graph_dataset_options {
   // once before any run and passes false.
   bool check_offsets = true;
   // A version-2 file's sections as checked datasets (every page the cache
-  // reads checked against its 4 KiB block sums; needs block_size a multiple
-  // of 4096). False: read unchecked, for callers that ran csr_file::verify()
-  // first and read in smaller blocks (the command line's --page under 4 KiB).
+  // reads checked against its 4 KiB block sums; a page smaller than a
+  // block reads and checks the whole block). False: read unchecked, for
+  // callers that ran csr_file::verify() first.
   bool checked = true;
 };
 

@@ -154,6 +154,8 @@ int main(int argc, char** argv) {
     a->add_option("--tier", ro.tier, "direct (read resident files through their mapping) or controller")
         ->capture_default_str();
     a->add_flag("--offsets-in-cache", ro.offsets_in_cache, "read the offsets through deepwell too");
+    a->add_flag("--no-checksums{false}", ro.checksums,
+                "read the file without checking its block sums (trusted storage, or to measure what they cost)");
     a->add_flag("--top-down", ro.top_down_only, "BFS without bottom-up levels");
     a->add_option("--long-lists", ro.long_lists,
                   "lists longer than this many entries are cut into chunks all warps share (0: each list walked by "

@@ -56,7 +56,9 @@ inline void check_algorithm(const graph_run_options& o, const csr_file& f) {
   // page is checked as it is read, and a file larger than memory is not
   // read twice.
   const bool whole = o.baselines || o.check || o.mode != "deepwell";
-  if (whole)
+  if (!o.checksums)
+    ;  // the caller's choice (--no-checksums): nothing is checked
+  else if (whole)
     f.verify(o.threads);
   else
     f.verify(csr_section::offsets, o.threads);
@@ -162,6 +164,7 @@ inline graph_dataset_options graph_datasets(const graph_run_options& o) {
   d.direct_io = o.location == "odirect";
   d.block_size = std::min<uint32_t>(o.page_size, 4096);
   d.check_offsets = false;  // check_algorithm did, once for every mode
+  d.checked = o.checksums;
   return d;
 }
 

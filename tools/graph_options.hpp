@@ -17,6 +17,7 @@ struct graph_run_options {
   std::string location = "pagecache";  // pagecache (buffered file) or odirect
   std::string tier = "direct";         // direct (registered file mapping when resident) or controller
   bool offsets_in_cache = false;       // offsets through deepwell too (default: copied to device memory)
+  bool checksums = true;               // a version-2 file's block sums checked (--no-checksums: what they cost)
   bool top_down_only = false;          // BFS without bottom-up levels
   uint64_t long_lists = 8192;          // lists longer than this many entries are shared by all warps (0: off)
   bool stream = true;                  // one-touch reads (bottom-up BFS) straight from the direct tier

@@ -45,7 +45,7 @@ int run_graph_cpu(const graph_run_options& o) {
   watched_cpu_exec x(o.threads);
   x.set_long_lists(o.long_lists);
   nlohmann::json base = {{"suite", "graph"}, {"commit", o.commit}, {"device", "cpu"}, {"graph", graph_json(f)},
-                         {"source", source}, {"location", o.location}};
+                         {"source", source}, {"location", o.location}, {"checksums", o.checksums}};
   std::printf("%s: %llu nodes, %llu edges, source %u, %u CPU threads as clients\n", f.path().c_str(),
               (unsigned long long)f.nodes(), (unsigned long long)f.edges(), source, threads);
   // On CPU threads the baselines are the two CPU modes: the host page cache

@@ -115,6 +115,7 @@ int run_graph_gpu(const graph_run_options& o) {
                          {"graph", graph_json(f)},
                          {"source", source},
                          {"location", o.location},
+                         {"checksums", o.checksums},
                          {"repeat", o.repeat}};
   std::printf("%s: %llu nodes, %llu edges (%.2f GiB of edges%s), source %u, %s\n", f.path().c_str(),
               (unsigned long long)f.nodes(), (unsigned long long)f.edges(), double(f.neighbours_bytes()) / (1 << 30),

@@ -35,14 +35,8 @@ using namespace deepwell;
 
 namespace {
 
-std::vector<uint8_t> read_all(const std::string& path) {
-  std::ifstream s(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(s), {});
-}
-void write_all(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream s(path, std::ios::binary | std::ios::trunc);
-  s.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
-}
+using test::read_all;
+using test::write_all;
 
 // One damage to a file image: flip a byte, zero the 4 KiB block around it,
 // cut the file there, or append bytes.

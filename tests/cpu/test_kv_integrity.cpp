@@ -32,14 +32,8 @@ namespace {
 
 namespace kf = kv_format;
 
-std::vector<uint8_t> read_all(const std::string& path) {
-  std::ifstream s(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(s), {});
-}
-void write_all(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream s(path, std::ios::binary | std::ios::trunc);
-  s.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
-}
+using test::read_all;
+using test::write_all;
 kf::superblock header_of(const std::vector<uint8_t>& img) {
   kf::superblock h;
   std::memcpy(&h, img.data(), sizeof(h));

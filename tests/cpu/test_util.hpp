@@ -2,6 +2,10 @@
 // files (tests/common), and work sizes.
 #pragma once
 #include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "../common/pattern.hpp"
 #include "../common/scratch_file.hpp"
@@ -14,5 +18,16 @@ constexpr uint64_t scale_div = 10;
 #else
 constexpr uint64_t scale_div = 1;
 #endif
+
+// A whole file's bytes, and a file made of these bytes (the integrity
+// sweeps damage a copy and write it back).
+inline std::vector<uint8_t> read_all(const std::string& path) {
+  std::ifstream s(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(s), {});
+}
+inline void write_all(const std::string& path, const std::vector<uint8_t>& b) {
+  std::ofstream s(path, std::ios::binary | std::ios::trunc);
+  s.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
 
 }  // namespace deepwell::test

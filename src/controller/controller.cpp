@@ -691,9 +691,10 @@ void controller::poller::finish_turn(unsigned& work) {
 // io_uring is copied inside the submit call, so a light command submitted
 // with a flood's batch waits for the whole batch. A flooding client's
 // turn is submitted on its own, and while the floods take their turns the
-// light clients are looked at again every light_recheck_ns: a light
-// command that arrives during a pass waits about one flooding client's
-// turn, not the whole pass.
+// light clients are looked at again every light_recheck_ns (or four times
+// what the last look took, when they hold many queues): a light command
+// that arrives during a pass waits about one flooding client's turn, not
+// the whole pass.
 unsigned controller::poller::serve_pass() {
   unsigned work = 0;
   passes.store(++pass_no, std::memory_order_relaxed);
@@ -703,23 +704,32 @@ unsigned controller::poller::serve_pass() {
   heavy.clear();
   for (size_t i = 0, k = first_group; i < ng; ++i, k = k + 1 == ng ? 0 : k + 1)
     (groups[k].saturated ? heavy : light).push_back(uint32_t(k));
-  for (const uint32_t k : light) serve_group(groups[k], work);
-  if (!heavy.empty()) {
-    uint64_t light_at = 0;
-    if (!light.empty()) {
-      finish_turn(work);
-      light_at = now_ns();
-    }
+  if (heavy.empty() || light.empty()) {
+    for (const uint32_t k : light) serve_group(groups[k], work);
     for (const uint32_t k : heavy) {
       serve_group(groups[k], work);
       finish_turn(work);
-      if (light.empty()) continue;
-      const uint64_t t = now_ns();
-      if (t - light_at < light_recheck_ns) continue;
+    }
+  } else {
+    // A look at the light clients costs a doorbell read a queue: it is
+    // taken again only after four times as long as it took (however many
+    // queues they hold, the floods keep at least four fifths of the pass).
+    uint64_t light_at = now_ns();
+    for (const uint32_t k : light) serve_group(groups[k], work);
+    finish_turn(work);
+    uint64_t t = now_ns();
+    uint64_t light_cost = t - light_at;
+    light_at = t;
+    for (const uint32_t k : heavy) {
+      serve_group(groups[k], work);
+      finish_turn(work);
+      t = now_ns();
+      if (t - light_at < std::max(light_recheck_ns, 4 * light_cost)) continue;
       for (const uint32_t l : light)
         if (!groups[l].saturated) serve_group(groups[l], work);
       finish_turn(work);
       light_at = now_ns();
+      light_cost = light_at - t;
     }
   }
   finish_turn(work);

@@ -122,6 +122,7 @@ def _load() -> ctypes.CDLL:
     P, u64, i32, u32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint32
     sig = {
         "dw_abi_version": ([], ctypes.c_int),
+        "dw_parse_size": ([ctypes.c_char_p, ctypes.POINTER(u64)], ctypes.c_int),
         "dw_last_error": ([], ctypes.c_char_p),
         "dw_cuda_device_count": ([ctypes.POINTER(i32)], ctypes.c_int),
         "dw_open_options_init": ([ctypes.POINTER(OpenOptions)], None),

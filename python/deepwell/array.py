@@ -17,27 +17,22 @@ from . import _interop, _lib, _server
 from ._lib import InvalidArgument, check, lib
 
 _DIRECT = {"never": 0, "resident": 1, "always": 2}
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
-
-
 def parse_bytes(v) -> int:
-    """256 << 20, "256MiB", "1 GiB", "4k": sizes in bytes (units are powers of 1024)."""
+    """256 << 20, "256MiB", "1.5 GiB", "4k": sizes in bytes (units are powers of 1024), read by
+    the C library's one rule for sizes (dw_parse_size), the rule of the command line, the
+    environment and the server's configuration."""
     if isinstance(v, (int, np.integer)):
         n = int(v)
-    else:
-        s = str(v).strip().lower().replace(" ", "")
-        num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-        unit = s[len(num):]
-        try:
-            n = int(float(num) * _UNITS[unit])
-        except (ValueError, KeyError, OverflowError):
-            raise InvalidArgument(f"cannot read {v!r} as a size: use bytes or a number with KiB, MiB, GiB or TiB") from None
-    if n < 0:
+        if n < 0:
+            raise InvalidArgument(f"a size cannot be negative: {v!r}")
+        if n >= 1 << 64:  # the C structure's field would wrap
+            raise InvalidArgument(f"a size of {v!r} is more than 2^64 bytes")
+        return n
+    if str(v).strip().startswith("-"):
         raise InvalidArgument(f"a size cannot be negative: {v!r}")
-    if n >= 1 << 64:  # the C structure's field would wrap
-        raise InvalidArgument(f"a size of {v!r} is more than 2^64 bytes")
-    return n
+    out = ctypes.c_uint64()
+    _lib.check(_lib.lib.dw_parse_size(str(v).encode(), ctypes.byref(out)))
+    return out.value
 
 
 def _seconds(name: str, v) -> float:

@@ -131,7 +131,7 @@ def test_errors_name_the_problem(make_file, tmp_path):
         open_cpu(path, dtype="float32", shape=(-1, 3))
     with pytest.raises(ValueError, match="page size"):
         open_cpu(path, dtype="uint8", shape=(-1, 64), page_size=3000)
-    with pytest.raises(ValueError, match="as a size"):
+    with pytest.raises(ValueError, match="'lots' is not a size"):
         open_cpu(path, dtype="uint8", shape=(-1, 64), cache_size="lots")
     with pytest.raises(ValueError, match="device must be"):
         open_cpu(path, device="gpu")
@@ -145,8 +145,10 @@ def test_errors_name_the_problem(make_file, tmp_path):
     with pytest.raises(ValueError, match="pollers cannot be negative"):
         open_cpu(path, dtype="uint8", shape=(-1, 64), pollers=-1)
     with pytest.raises(ValueError, match="more than 2\\^64 bytes"):
+        open_cpu(path, dtype="uint8", shape=(-1, 64), cache_size=1 << 70)
+    with pytest.raises(ValueError, match="'99999999 TiB' is not a size"):  # past 2^63
         open_cpu(path, dtype="uint8", shape=(-1, 64), cache_size="99999999 TiB")
-    with pytest.raises(ValueError, match="as a size"):
+    with pytest.raises(ValueError, match="is not a size"):
         open_cpu(path, dtype="uint8", shape=(-1, 64), cache_size="1e400")
     for bad in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="timeout must be a finite number of seconds"):
@@ -258,3 +260,13 @@ def test_arrays_on_one_file_share_its_cache(make_file):
     expect = data.copy()
     expect[[7, 300]] = 0x3C
     np.testing.assert_array_equal(np.fromfile(path, np.uint8).reshape(512, 1024), expect)
+
+
+def test_sizes_read_as_everywhere_else():
+    """The C library's one rule for sizes (the command line's, the environment's, the server's)."""
+    for text, n in [("4096", 4096), ("512K", 512 << 10), ("64 MiB", 64 << 20), ("1.5GiB", 3 << 29),
+                    ("1TiB", 1 << 40), ("8kb", 8192)]:
+        assert deepwell.parse_bytes(text) == n, text
+    for junk in ["lots", "1.5", "1e3", "12PB", "1  GiB"]:
+        with pytest.raises(deepwell.InvalidArgument, match="is not a size"):
+            deepwell.parse_bytes(junk)

@@ -23,6 +23,7 @@
 #include "deepwell/page_cache.hpp"
 #include "deepwell/rows.hpp"
 #include "deepwell/server_link.hpp"
+#include "deepwell/size_text.hpp"
 #include "cuda_shim.hpp"
 #include "guarded.hpp"
 #include "last_error.hpp"
@@ -233,6 +234,15 @@ std::string& deepwell::capi::last_error() {
 extern "C" {
 
 int dw_abi_version(void) { return DW_ABI_VERSION; }
+
+int dw_parse_size(const char* text, uint64_t* bytes) {
+  return guarded([&] {
+    need(text && bytes, "dw_parse_size: no text or no out");
+    const std::optional<uint64_t> b = parse_size(text);
+    need(b.has_value(), std::string("'") + text + "' is not a size " + size_examples);
+    *bytes = *b;
+  });
+}
 
 int dw_set_server(const char* socket) {
   return guarded([&] {

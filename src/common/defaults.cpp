@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "deepwell/error.hpp"
+#include "deepwell/size_text.hpp"
 
 namespace deepwell::defaults {
 
@@ -32,26 +33,19 @@ std::string range_text(uint64_t min, uint64_t max) {
 uint64_t env_number(const char* name, uint64_t fallback, uint64_t min, uint64_t max, bool byte_units) {
   const char* v = env(name);
   if (!v) return fallback;
-  const std::string expected = range_text(min, max) + (byte_units ? " (bytes, or with KiB, MiB, GiB or TiB)" : "");
+  const std::string expected =
+      range_text(min, max) + (byte_units ? " (bytes, or with KiB, MiB, GiB or TiB: 64MiB, 1.5GiB)" : "");
+  if (byte_units) {  // the one rule for sizes (size_text.hpp)
+    const std::optional<uint64_t> b = parse_size(v);
+    if (!b || *b < min || *b > max) refuse(name, v, expected);
+    return *b;
+  }
   if (*v < '0' || *v > '9') refuse(name, v, expected);
   errno = 0;
   char* end = nullptr;
   const unsigned long long n = std::strtoull(v, &end, 10);
-  if (errno == ERANGE) refuse(name, v, expected);
-  uint64_t scale = 1;
-  if (*end) {
-    if (!byte_units) refuse(name, v, expected);
-    const std::string unit(end);
-    static const std::pair<const char*, uint64_t> units[] = {
-        {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"M", 1ull << 20}, {"MiB", 1ull << 20},
-        {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"T", 1ull << 40}, {"TiB", 1ull << 40}};
-    bool known = false;
-    for (const auto& [u, s] : units)
-      if (unit == u) scale = s, known = true;
-    if (!known) refuse(name, v, expected);
-  }
-  if (n > max / scale || n * scale < min || n * scale > max) refuse(name, v, expected);
-  return n * scale;
+  if (errno == ERANGE || *end || n < min || n > max) refuse(name, v, expected);
+  return n;
 }
 
 std::string env_choice(const char* name, const std::string& fallback, const std::vector<std::string>& choices) {

@@ -19,6 +19,8 @@
 
 #include <toml++/toml.h>
 
+#include "deepwell/size_text.hpp"
+
 namespace deepwell::server {
 
 namespace {
@@ -183,29 +185,8 @@ std::string default_socket_path() {
 }
 
 uint64_t parse_bytes(std::string_view text, const std::string& w) {
-  const std::string s(text);
-  auto bad = [&]() -> config_error {
-    return config_error(w + ": '" + s + "' is not a size (examples: 4096, 512MiB, 2GiB)");
-  };
-  if (s.empty() || s[0] == '-' || s[0] == '+' || std::isspace(static_cast<unsigned char>(s[0]))) throw bad();
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || errno == ERANGE || !std::isfinite(v) || v < 0) throw bad();
-  std::string unit(end);
-  if (!unit.empty() && unit[0] == ' ') unit.erase(0, 1);
-  double mul = 1;
-  if (unit.empty() || unit == "B") mul = 1;
-  else if (unit == "K" || unit == "k" || unit == "KiB" || unit == "kiB") mul = 1024.0;
-  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TiB") mul = 1024.0 * 1024 * 1024 * 1024;
-  else throw bad();
-  const bool whole = std::floor(v) == v;
-  if (unit.empty() && !whole) throw bad();  // fractions of a byte
-  const double b = v * mul;
-  if (b > 9.2e18) throw bad();
-  return uint64_t(std::llround(b));
+  if (const std::optional<uint64_t> b = parse_size(text)) return *b;
+  throw config_error(w + ": '" + std::string(text) + "' is not a size " + size_examples);
 }
 
 server_config parse_config(std::string_view text, const std::string& source) {

@@ -79,7 +79,7 @@ TEST(Defaults, JunkInTheEnvironmentIsRefusedWithItsName) {
       {"DEEPWELL_POLLER_SPIN_US", "-5", [] { controller_config c; }},
       {"DEEPWELL_IO_DEPTH", "99999999999999999999999", [] { controller_config c; }},
       {"DEEPWELL_PAGE_SIZE", "4k?", [] { cache_config c; }},
-      {"DEEPWELL_CACHE_BYTES", "1 GiB", [] { cache_config c; }},
+      {"DEEPWELL_CACHE_BYTES", "1 gigabyte", [] { cache_config c; }},
       {"DEEPWELL_CACHE_BYTES", "12PB", [] { cache_config c; }},
       {"DEEPWELL_TIMEOUT_MS", "0", [] { cache_config c; }},
       {"DEEPWELL_DIRECT_FILES", "sometimes", [] { cache_config c; }},

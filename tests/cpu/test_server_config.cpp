@@ -6,7 +6,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "../../tools/size_arg.hpp"
+#include "deepwell/c/deepwell.h"
+#include "deepwell/defaults.hpp"
 #include "deepwell/server/config.hpp"
+#include "deepwell/size_text.hpp"
 #include "env_guard.hpp"
 
 using namespace deepwell::server;
@@ -173,6 +177,38 @@ TEST(ServerConfig, SizesTakeUnits) {
   EXPECT_EQ(parse_bytes("2T", "x"), 2ull << 40);
   for (const char* junk : {"", "-1", "1.5", "12 parsecs", "GiB", "1e30GiB", " 4"})
     EXPECT_THROW(parse_bytes(junk, "x"), config_error) << junk;
+}
+
+// One rule for a size in every place a user writes one: the library's
+// parser, the C ABI (Python's), the environment, the server's TOML and the
+// command line give the same bytes for the same text, and refuse the same
+// junk.
+TEST(Sizes, OneRuleInEveryPlace) {
+  const std::pair<const char*, uint64_t> good[] = {
+      {"4096", 4096},         {"512K", 512ull << 10}, {"512k", 512ull << 10},  {"8kb", 8192},
+      {"64MiB", 64ull << 20}, {"64 MiB", 64ull << 20}, {"1.5GiB", 3ull << 29}, {"1TiB", 1ull << 40},
+      {"2tb", 2ull << 40},    {"0.5K", 512},           {"1M", 1ull << 20},     {"700B", 700}};
+  for (const auto& [text, bytes] : good) {
+    EXPECT_EQ(deepwell::parse_size(text), bytes) << text;
+    uint64_t c = 0;
+    EXPECT_EQ(dw_parse_size(text, &c), DW_OK) << text;
+    EXPECT_EQ(c, bytes) << text;
+    EXPECT_EQ(parse_bytes(text, "x"), bytes) << text;
+    EXPECT_EQ(deepwell::tools::parse_size_arg(text, "--cache"), bytes) << text;
+    deepwell::test::env_var_guard g("DEEPWELL_CACHE_BYTES", text);
+    EXPECT_EQ(deepwell::defaults::cache_bytes(), bytes) << text;
+  }
+  for (const char* junk : {"", "lots", "-1", "+4", " 4", "1.5", "1e3", "0x10", "12PB", "1 gigabyte", "4k?",
+                           "99999999TiB", "1  GiB", "GiB"}) {
+    EXPECT_FALSE(deepwell::parse_size(junk).has_value()) << junk;
+    uint64_t c = 0;
+    EXPECT_EQ(dw_parse_size(junk, &c), DW_EINVAL) << junk;
+    EXPECT_NE(std::string(dw_last_error()).find("is not a size"), std::string::npos) << dw_last_error();
+    EXPECT_THROW(parse_bytes(junk, "x"), config_error) << junk;
+    EXPECT_THROW(deepwell::tools::parse_size_arg(junk, "--cache"), deepwell::error) << junk;
+    deepwell::test::env_var_guard g("DEEPWELL_CACHE_BYTES", junk);
+    if (*junk) EXPECT_THROW(deepwell::defaults::cache_bytes(), deepwell::error) << junk;  // empty: unset
+  }
 }
 
 TEST(ServerConfig, AMissingFileIsAConfigError) {

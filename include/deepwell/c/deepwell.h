@@ -87,6 +87,12 @@ typedef struct dw_stats {
 } dw_stats;
 
 DW_API int dw_abi_version(void);
+
+/* The bytes a size written as text says ("4096", "512K", "64MiB", "1.5GiB",
+ * "1TiB": powers of 1024, any case), by the one rule of the command line,
+ * the environment and the server's TOML (include/deepwell/size_text.hpp).
+ * DW_EINVAL naming the text when it is not a size. */
+DW_API int dw_parse_size(const char* text, uint64_t* bytes);
 DW_API const char* dw_last_error(void);
 /* Number of CUDA devices; DW_ENOCUDA (with the reason) when there is no driver. */
 DW_API int dw_cuda_device_count(int32_t* count);

@@ -30,6 +30,14 @@ constexpr const char* direct_files = "resident";  // never, resident or always
 constexpr double clean_threshold = 1.0 / 16;  // dirty share of the slots above which the cleaner runs
 constexpr const char* staging_stores = "streaming";  // streaming, cached or demote
 constexpr uint32_t max_cpu_threads = 16;      // a CPU client's gather threads: the cores, at most this
+// Checkpoints (dw_checkpoint_open, deepwell.checkpoint): large pages, so
+// fewer queue pairs and entries than a cache's (staging is pairs x entries
+// x page of pinned memory: 64 x 512 x 64 KiB would be 2 GiB) still keep
+// the disk busy.
+constexpr uint32_t checkpoint_page_size = 65536;
+constexpr uint32_t checkpoint_gpu_queue_pairs = 16;
+constexpr uint32_t checkpoint_cpu_queue_pairs = 4;
+constexpr uint32_t checkpoint_queue_entries = 128;
 // Controller poller threads: half the cores, from 2 to 8. Each poller
 // copies what it serves (pread into staging, for files in the page cache),
 // so a stream needs several: on the H100 machine (16 cores) a warm 4 GiB

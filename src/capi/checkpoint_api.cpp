@@ -149,7 +149,7 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
     need(!create || o.writable, "creating a store needs writable");
     need(!create || manifest != nullptr || n == 0, "creating a store needs a manifest");
     const checkpoint_manifest m = to_manifest(manifest, n);
-    const uint32_t page = o.page_size ? o.page_size : 65536;
+    const uint32_t page = o.page_size ? o.page_size : defaults::builtin::checkpoint_page_size;
     const uint32_t unit = o.unit ? o.unit : page;
     if (o.device >= 0) {
       const int count = capi::gpu_device_count();
@@ -193,11 +193,11 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
     if (o.cache_bytes) cfg.capacity_bytes = o.cache_bytes;
     if (o.timeout_s > 0) cfg.timeout_ns = uint64_t(o.timeout_s * 1e9);
     cfg.direct_files = cache_config::file_tier::never;
-    // Staging is queue pairs x entries x page size of host memory (pinned
-    // and registered): checkpoints' large pages need fewer entries than the
-    // cache's defaults (64 x 512 x 64 KiB would be 2 GiB) to keep the disk busy.
-    cfg.queue_pairs = o.queue_pairs ? o.queue_pairs : (o.device >= 0 ? 16 : 4);
-    cfg.queue_entries = o.queue_entries ? o.queue_entries : 128;
+    // Checkpoints' own defaults (defaults.hpp says why they are smaller).
+    cfg.queue_pairs = o.queue_pairs ? o.queue_pairs
+                                    : (o.device >= 0 ? defaults::builtin::checkpoint_gpu_queue_pairs
+                                                     : defaults::builtin::checkpoint_cpu_queue_pairs);
+    cfg.queue_entries = o.queue_entries ? o.queue_entries : defaults::builtin::checkpoint_queue_entries;
     checkpoint_options co;
     co.label = o.path;
     co.threads = o.cpu_threads;

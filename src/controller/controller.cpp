@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <unordered_map>
 
 #include "deepwell/detail/command_check.hpp"
 #include "deepwell/detail/share_arbiter.hpp"
@@ -331,17 +332,21 @@ void controller::poller::list_settle(queue_pair::impl& q) {
 
 // The groups, afresh from `queues` (they changed: rare next to passes).
 void controller::poller::regroup() {
-  std::vector<client_queues> old = std::move(groups);
+  // A map, not a search of the groups per queue: a server with thousands
+  // of one-queue clients regroups at every connect and disconnect.
+  std::unordered_map<const detail::client_account*, bool> was_saturated;
+  for (const client_queues& o : groups) was_saturated[o.account] = o.saturated;
+  std::unordered_map<const detail::client_account*, size_t> index;
   groups.clear();
   for (auto& qp : queues) {
     queue_pair::impl& q = *qp->impl_;
-    size_t g = 0;
-    while (g < groups.size() && groups[g].account != q.account.get()) ++g;
-    if (g == groups.size()) {
+    const auto [it, added] = index.try_emplace(q.account.get(), groups.size());
+    const size_t g = it->second;
+    if (added) {
       groups.emplace_back();
       groups.back().account = q.account.get();
-      for (const client_queues& o : old)
-        if (o.account == q.account.get()) groups.back().saturated = o.saturated;
+      if (const auto w = was_saturated.find(q.account.get()); w != was_saturated.end())
+        groups.back().saturated = w->second;
     }
     q.group = uint32_t(g);
     groups[g].queues.push_back(&q);

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
+#include "deepwell/embedded.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/files/file_system.hpp"
 #include "deepwell/gpu_launch.hpp"

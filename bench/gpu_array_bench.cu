@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
+#include "deepwell/embedded.hpp"
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/memcpy_ceiling.hpp"
 #include "deepwell/array.hpp"

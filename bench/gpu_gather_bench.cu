@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
+#include "deepwell/embedded.hpp"
 #include "deepwell/memcpy_ceiling.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"

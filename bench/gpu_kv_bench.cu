@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/durable/kv_store.hpp"
 #include "deepwell/error.hpp"
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
     o.executor = gpu_kv_support();
     o.max_batch = batch;
     const double t0 = now_s();
-    kv_store kv = kv_store::create_file(ctl, cache, kv_path, cfg, o);
+    kv_store kv = kv_store::create_file(cache, kv_path, cfg, o);
     {  // the file's blocks allocated, as CAP's are
       const int fd = ::open(kv_path.c_str(), O_RDWR);
       if (fd >= 0) {

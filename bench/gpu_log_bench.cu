@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.cuh"
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/durable/log.hpp"
 #include "deepwell/gpu_launch.hpp"

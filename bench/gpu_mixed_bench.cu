@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.cuh"
+#include "deepwell/embedded.hpp"
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 

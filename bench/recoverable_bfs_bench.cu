@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/gpu_client.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
@@ -181,7 +182,7 @@ int main(int argc, char** argv) {
     cache->check_capacity(x.warps());
     graph_dataset_options d;
     d.block_size = std::min<uint32_t>(page, 4096);
-    graph_arrays arrays(ctl, cache, f, d);
+    graph_arrays arrays(cache, f, d);
     const device_offsets off(f);
     const cached_graph g = arrays.view(off.p, arrays.edges_direct());
     auto state_target = open_bfs_state_file(state_path, f.nodes(), state_odirect);

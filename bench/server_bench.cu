@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/page_cache.hpp"

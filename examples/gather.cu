@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"

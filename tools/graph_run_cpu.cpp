@@ -2,6 +2,7 @@
 // the clients, through a host page cache (or straight from the mapped file
 // with --mode memory). For machines without a GPU, and for trying options.
 // --baselines runs both modes (zerocopy and the H2D ceiling are GPU-only).
+#include "deepwell/embedded.hpp"
 #include "deepwell/detail/parallel.hpp"
 #include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/page_cache.hpp"
@@ -76,7 +77,7 @@ int run_graph_cpu(const graph_run_options& o) {
         const cache_config k = graph_cache_config(o, data_bytes, uint64_t(threads) * pages_per_warp * o.page_size);
         auto cache = make_host_page_cache(ctl, k);
         check_cpu_cache(*cache, k, threads);
-        graph_arrays arrays(ctl, cache, f, graph_datasets(o));
+        graph_arrays arrays(cache, f, graph_datasets(o));
         const bool stream = o.stream && arrays.edges_direct();
         cached_graph g = arrays.view(o.offsets_in_cache ? nullptr : f.offsets(), stream);
         g.pin_free_strides = o.pin_free_strides;

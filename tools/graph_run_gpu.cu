@@ -11,6 +11,7 @@
 #include <memory>
 #include <thread>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/gpu_client.hpp"
 #include "deepwell/graph/gpu_exec.cuh"
 #include "deepwell/graph/graph_arrays.hpp"
@@ -168,7 +169,7 @@ int run_graph_gpu(const graph_run_options& o) {
       auto cache = make_gpu_page_cache(ctl, k);
       cache->check_capacity(x.warps());
       const graph_dataset_options d = graph_datasets(o);
-      graph_arrays arrays(ctl, cache, f, d);
+      graph_arrays arrays(cache, f, d);
       uint64_t* offsets_dev = nullptr;
       if (!o.offsets_in_cache) {
         check_cuda(cudaMalloc(&offsets_dev, f.offsets_bytes()), "cudaMalloc(offsets)");

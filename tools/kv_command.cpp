@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "cli_checks.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/durable/kv_store.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/page_cache.hpp"
@@ -69,8 +70,8 @@ open_store open_kv(const kv_command& k, const kv_config* create) {
   } else {
     s.cache = make_host_page_cache(*s.ctl, cc);
   }
-  s.kv.emplace(create ? kv_store::create_file(*s.ctl, s.cache, k.path, *create, o)
-                      : kv_store::open_file(*s.ctl, s.cache, k.path, {}, o));
+  s.kv.emplace(create ? kv_store::create_file(s.cache, k.path, *create, o)
+                      : kv_store::open_file(s.cache, k.path, {}, o));
   return s;
 }
 

@@ -1,4 +1,5 @@
 // `deepwell kv --gpu` where CUDA is built in (kv_gpu.hpp).
+#include "deepwell/embedded.hpp"
 #include "kv_gpu.hpp"
 
 namespace deepwell::tools {

@@ -5,6 +5,7 @@
 #pragma once
 #include <memory>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/durable/kv_store.hpp"
 #include "deepwell/page_cache.hpp"
 

@@ -1,5 +1,6 @@
 // `deepwell kv --gpu` in a build without CUDA (kv_gpu.hpp): require_gpu
 // refuses first; these say the same if reached.
+#include "deepwell/embedded.hpp"
 #include "deepwell/error.hpp"
 #include "kv_gpu.hpp"
 

@@ -143,6 +143,8 @@ class controller {
   std::shared_ptr<host_mapping> map_readonly(uint32_t nsid) const;
   // The namespace's arena of a host-memory tier (target::map_tier), or nullptr.
   std::shared_ptr<host_mapping> map_tier(uint32_t nsid) const;
+  // The namespace's target (sections are built over it); nullptr for an unknown id.
+  std::shared_ptr<target> target_of(uint32_t nsid) const;
 
   // Creates a queue pair served by one of the pollers (round robin).
   // Entries: powers of two, 2 to 65536; slot_bytes: a multiple of 512.
@@ -197,11 +199,13 @@ class controller {
   struct ns_entry;
   struct poller;
 
+  // Namespaces a controller serves at most (ids 1 to this).
+  static constexpr uint32_t max_namespaces = 1024;
+
  private:
   controller_config cfg_;
   std::atomic<bool> stopping_{false};
   mutable std::mutex mutex_;  // set-up only: namespaces, queue creation
-  static constexpr uint32_t max_namespaces = 1024;
   std::unique_ptr<std::unique_ptr<ns_entry>[]> namespaces_;
   std::atomic<uint32_t> ns_count_{0};
   std::vector<std::unique_ptr<poller>> pollers_;

@@ -2,8 +2,8 @@
 // pairs". Clients (queue clients, page caches, the C ABI) hold a
 // controller_link and queue_pair_handles, never the controller object, so
 // a controller in another process can serve them as one in this process
-// does. in_process_link() is the link to a controller in this process; a
-// server mode adds one over a Unix socket.
+// does. in_process_link() (embedded.hpp) is the link to a controller in
+// this process; server_link.hpp's runs over a Unix socket.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,11 +12,10 @@
 
 #include "deepwell/host_mapping.hpp"
 #include "deepwell/queue_layout.hpp"
+#include "deepwell/section.hpp"
 #include "deepwell/shared_region.hpp"
 
 namespace deepwell {
-
-class controller;
 
 struct namespace_info {
   uint32_t nsid = 0;
@@ -65,6 +64,18 @@ class queue_pair_handle {
   void check() const;
 };
 
+// A dataset a user names: a file (a controller in this process opens it
+// now), or one of a server's datasets by its name or its file's path (as
+// the client's grants allow).
+struct dataset_request {
+  std::string name;
+  bool writable = false;
+  // A controller in this process only (a server's config says how it opens
+  // its datasets): O_DIRECT, and the namespace's block size.
+  bool direct = false;
+  uint32_t block_size = 4096;
+};
+
 class controller_link {
  public:
   virtual ~controller_link() = default;
@@ -82,14 +93,22 @@ class controller_link {
   // mapped read-only, for readers that copy resident pages from it; nullptr
   // where the namespace has none.
   virtual std::shared_ptr<const host_mapping> map_tier(uint32_t nsid) const = 0;
+  // The namespace of a dataset (dataset_request). Throws deepwell::error
+  // naming it when there is none this client may use as asked (missing,
+  // not granted, or read-only when `writable`).
+  virtual uint32_t open_dataset(const dataset_request& r) = 0;
+  // A section of a dataset of this link as a namespace of its own
+  // (section.hpp). Throws deepwell::error naming what is wrong with the
+  // request, or the limit it meets.
+  virtual uint32_t open_section(const section_request& r) = 0;
+  // What a checked section's reads met so far.
+  virtual section_checks checks(uint32_t nsid) const = 0;
+  // Reads of a section with kept sums unchecked (off) or checked (on): a
+  // store's recovery rereads blocks a crash may have left without their
+  // sums, and rewrites them. Needs the write right.
+  virtual void set_verify(uint32_t nsid, bool on) = 0;
   // Controller and queue state, for watchdogs and bug reports.
   virtual std::string dump() const = 0;
 };
-
-// A link to a controller in this process. The first shares its ownership;
-// with the second, the controller must outlive the link and everything
-// made through it (queue pairs, caches).
-std::shared_ptr<controller_link> in_process_link(std::shared_ptr<controller> ctl);
-std::shared_ptr<controller_link> in_process_link(controller& ctl);
 
 }  // namespace deepwell

@@ -4,9 +4,8 @@
 // may be in this process or, with server mode, another), and hands kernels
 // a page_cache_ref (inside array_ref, array.hpp) by value.
 //
-// Lifetimes: a cache made on a controller& needs the controller to outlive
-// it (one made on a link keeps the link, and an owning link its
-// controller); a cache
+// Lifetimes: a cache keeps its link (and an owning link its controller;
+// embedded.hpp makes caches on a controller the caller keeps); a cache
 // outlives the kernels (or CPU threads) that use its refs. flush(), clear(),
 // stats() and the destructor must not run while a kernel uses the cache
 // (dump() may: it is for watchdogs).
@@ -17,7 +16,6 @@
 #include <vector>
 
 #include "deepwell/page_cache_ref.hpp"
-#include "deepwell/controller.hpp"  // make_*_page_cache(controller&): the in-process link
 #include "deepwell/controller_link.hpp"
 #include "deepwell/defaults.hpp"
 #include "deepwell/error.hpp"
@@ -153,10 +151,8 @@ class page_cache {
 
 // A CPU-side cache: slots in host memory, CPU threads as clients.
 std::shared_ptr<page_cache> make_host_page_cache(std::shared_ptr<controller_link> link, const cache_config& cfg = {});
-std::shared_ptr<page_cache> make_host_page_cache(controller& ctl, const cache_config& cfg = {});
 // A GPU cache: slots in device memory, GPU threads as clients (deepwell_cuda;
 // declared here, defined in src/cuda/gpu_page_cache.cu).
 std::shared_ptr<page_cache> make_gpu_page_cache(std::shared_ptr<controller_link> link, const cache_config& cfg = {});
-std::shared_ptr<page_cache> make_gpu_page_cache(controller& ctl, const cache_config& cfg = {});
 
 }  // namespace deepwell

@@ -36,6 +36,9 @@ class target {
   // A read-only mapping of the dataset, where the target can make one (files
   // and block devices); nullptr otherwise.
   virtual std::shared_ptr<host_mapping> map_readonly() const { return nullptr; }
+  // The same of [offset, offset + bytes) only (a section's own mapping, so
+  // that sections of one file never share a registered page range).
+  virtual std::shared_ptr<host_mapping> map_range(uint64_t /*offset*/, uint64_t /*bytes*/) const { return nullptr; }
   // The dataset's arena of the server's host-memory tier (host_tier.hpp,
   // tier_layout.hpp), for readers that copy resident pages from it: a
   // read-only view in this process, and the memfd another process maps.
@@ -68,6 +71,15 @@ struct file_options {
 // path and the reason (missing file, offset past the end, O_DIRECT offset
 // not aligned to the device's alignment, ...).
 std::shared_ptr<target> open_file_target(const std::string& path, const file_options& opts = {});
+
+// [offset, offset + length) of `inner` as a target of its own (a section of
+// a file, a region of a store), writable only if `writable` and inner is.
+// Reads past its end give zeros, never the bytes after it in inner (a
+// section's last partial block is checked as its writers padded it). Its
+// mapping is its own range of inner's (map_range). Throws deepwell::error
+// when the range is not inside inner or not aligned to inner's io_alignment.
+std::shared_ptr<target> make_slice_target(std::shared_ptr<target> inner, uint64_t offset, uint64_t length,
+                                          bool writable);
 
 // Host memory owned by the target (zeroed), or caller-owned memory that must
 // outlive the target.

@@ -4,7 +4,9 @@
 // An embedded controller has one client and uses neither: its queue pairs
 // carry no grants and its pollers admit commands as they come.
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <stdexcept>
 #include <memory>
 #include <vector>
 
@@ -16,12 +18,23 @@ namespace deepwell {
 // write right completes with Attempted Write to Read Only Range.
 struct access_grants {
   static constexpr uint8_t none = 0, read = 1, write = 2;
-  std::vector<uint8_t> rights;  // indexed by nsid (0 unused)
-  uint8_t of(uint32_t nsid) const { return nsid < rights.size() ? rights[nsid] : uint8_t(none); }
-  void set(uint32_t nsid, uint8_t r) {
-    if (rights.size() <= nsid) rights.resize(nsid + 1, none);
-    rights[nsid] = r;
+  // Namespace ids below this have a right; the controller's namespace limit.
+  static constexpr uint32_t max_nsid = 1024;
+  // Rights are added while queue pairs holding them run (a section a client
+  // opens is granted to it, and its queues may name it at once), so each is
+  // an atomic: pollers read it as the server's thread sets it. Rights are
+  // never taken away from a live connection.
+  uint8_t of(uint32_t nsid) const {
+    return nsid <= max_nsid ? rights_[nsid].load(std::memory_order_acquire) : uint8_t(none);
   }
+  // Throws std::out_of_range past max_nsid.
+  void set(uint32_t nsid, uint8_t r) {
+    if (nsid > max_nsid) throw std::out_of_range("access_grants: namespace id past the limit");
+    rights_[nsid].store(r, std::memory_order_release);
+  }
+
+ private:
+  std::atomic<uint8_t> rights_[max_nsid + 1] = {};  // indexed by nsid (0 unused)
 };
 
 // A client's share of the storage. Every client with commands waiting or

@@ -25,11 +25,15 @@ enum class op : uint16_t {
   info = 3,              // a: nsid -> a dataset reply
   open_queue_pair = 4,   // a: SQ entries, b: CQ entries, c: slot bytes -> a: qid, x: bytes, fd: memfd
   close_queue_pair = 5,  // a: qid
-  map_dataset = 6,       // a: nsid -> a: map_kind, b: writable, x: bytes, fd
+  map_dataset = 6,       // a: nsid -> a: map_kind, b: writable, x: bytes, y: offset in the file, fd
   dump = 7,              // -> text: controller and queue state
   stats = 8,             // -> text: JSON (per client and per dataset)
   list = 9,              // -> text: the datasets this client may see, one "nsid name rights bytes" per line
   map_tier = 10,         // a: nsid -> x: bytes, fd: its host-tier arena, read-only (none: no fd)
+  open_section = 11,     // a: dataset nsid, b: block size, c: writable | sums kind << 8, d: sum block,
+                         // x: offset, y: bytes, text: 16 bytes (sums offset, sums bytes) -> a dataset reply
+  section_checks = 12,   // a: nsid -> x: mismatches, y: last bad block
+  set_verify = 13,       // a: nsid, b: on
 };
 
 // A dataset reply: a: nsid, b: block size, c: read_only (the dataset),

@@ -18,6 +18,8 @@ def server(tmp_path, deepwell_cli):
     data = rng.integers(0, 256, size=(512, 4096), dtype=np.uint8)
     data.tofile(tmp_path / "data.bin")
     (tmp_path / "secret.bin").write_bytes(b"\x5a" * 65536)
+    with open(tmp_path / "store.kv", "wb") as f:  # a dataset for a key-value store, made by its admin
+        f.truncate(8 << 20)
     sock = tmp_path / "dw.sock"
     uid = os.getuid()
     (tmp_path / "ds.toml").write_text(f"""
@@ -30,8 +32,16 @@ writable = true
 [[dataset]]
 name = "secret"
 file = "{tmp_path / 'secret.bin'}"
+[[dataset]]
+name = "store"
+file = "{tmp_path / 'store.kv'}"
+writable = true
 [[grant]]
 dataset = "feats"
+uid = {uid}
+access = "read-write"
+[[grant]]
+dataset = "store"
 uid = {uid}
 access = "read-write"
 [[grant]]
@@ -130,3 +140,26 @@ uid = {os.getuid()}
         deepwell.disconnect()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()
+
+
+def test_a_kv_store_lives_in_a_granted_dataset_of_the_server(server):
+    sock, _, tmp = server
+    deepwell.connect(sock)
+    keys = np.arange(0, 3000, 3, dtype=np.uint64)
+    values = np.stack([keys * 7 + i for i in range(2)], axis=1).astype(np.uint64).view(np.uint8)
+    with deepwell.kv.create("store", value_bytes=16, capacity=2000, log_rows=4096, device="cpu") as kv:
+        kv.set(keys, values)
+        kv.delete(keys[:100])
+    # Another store handle (a new program would do the same) opens it by path and recovers.
+    with deepwell.kv.open(str(tmp / "store.kv"), device="cpu") as kv:
+        got, found = kv.get(keys)
+        assert not found[:100].any() and found[100:].all()
+        assert np.array_equal(np.asarray(got)[100:], values[100:])
+    # A dataset granted to someone else is not there.
+    with pytest.raises(deepwell.IOFailure, match="no dataset 'secret' is offered"):
+        deepwell.kv.open("secret", device="cpu")
+    deepwell.disconnect()
+    # The bytes are in the file: the store opens in this process too.
+    with deepwell.kv.open(str(tmp / "store.kv"), device="cpu") as kv:
+        got, found = kv.get(keys[100:])
+        assert found.all() and np.array_equal(np.asarray(got), values[100:])

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "deepwell/array.hpp"
-#include "deepwell/controller.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/defaults.hpp"
 #include "deepwell/detail/parallel.hpp"
 #include "deepwell/page_cache.hpp"
@@ -26,6 +26,7 @@
 #include "deepwell/size_text.hpp"
 #include "cuda_shim.hpp"
 #include "guarded.hpp"
+#include "server_links.hpp"
 #include "last_error.hpp"
 
 using namespace deepwell;
@@ -116,31 +117,6 @@ std::shared_ptr<target> open_target(const dw_open_options& o) {
   } catch (const error& e) {
     throw api_error(DW_EIO, e.what());
   }
-}
-
-// Server mode: the socket dw_set_server named (else DEEPWELL_SERVER), and
-// one link per socket for the process (made again once its server is gone).
-std::mutex server_mutex;
-std::string server_socket;  // dw_set_server's; empty: DEEPWELL_SERVER's
-bool server_socket_set = false;
-std::map<std::string, std::shared_ptr<server_link>> server_links;
-
-std::string current_server() {
-  std::lock_guard<std::mutex> lock(server_mutex);
-  return server_socket_set ? server_socket : server_from_env();
-}
-
-std::shared_ptr<server_link> link_to(const std::string& socket) {
-  std::lock_guard<std::mutex> lock(server_mutex);
-  auto& l = server_links[socket];
-  if (!l || !l->connected()) {
-    try {
-      l = server_link::connect(socket);
-    } catch (const error& e) {
-      throw api_error(DW_EIO, e.what());
-    }
-  }
-  return l;
 }
 
 // Open datasets by identity (dataset_key), for arrays to share.
@@ -246,17 +222,15 @@ int dw_parse_size(const char* text, uint64_t* bytes) {
 
 int dw_set_server(const char* socket) {
   return guarded([&] {
-    std::lock_guard<std::mutex> lock(server_mutex);
-    server_socket_set = socket != nullptr;
-    server_socket = socket ? socket : "";
+    capi::set_server(socket);
   });
 }
 
 int dw_server_stats(char* buf, uint64_t bytes, uint64_t* needed) {
   return guarded([&] {
-    const std::string server = current_server();
+    const std::string server = capi::current_server();
     need(!server.empty(), "no server: call dw_set_server or set DEEPWELL_SERVER");
-    const std::string text = link_to(server)->stats();
+    const std::string text = capi::server_link_to(server)->stats();
     if (needed) *needed = text.size() + 1;
     if (buf && bytes) {
       const size_t n = std::min<uint64_t>(bytes - 1, text.size());
@@ -315,7 +289,7 @@ int dw_open(const dw_open_options* op, dw_array** out) {
 
     // Server mode: the path names a dataset the server offers (its name or
     // its file's path); the server owns it and checks what we may do.
-    const std::string server = o.path ? current_server() : std::string();
+    const std::string server = o.path ? capi::current_server() : std::string();
     std::shared_ptr<server_link> link;
     std::shared_ptr<target> t;
     uint32_t server_nsid = 0;
@@ -325,7 +299,7 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     if (!server.empty()) {
       need(!o.create, "create: the server owns its datasets (it serves " + server + "); open an existing one");
       need(o.offset == 0, "offset: the server's config sets where a dataset starts");
-      link = link_to(server);
+      link = capi::server_link_to(server);
       namespace_info ni;
       try {
         server_nsid = link->lookup(o.path);

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "deepwell/controller.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/defaults.hpp"
 #include "deepwell/durable/checkpoint.hpp"
 #include "deepwell/page_cache.hpp"

@@ -1,6 +1,8 @@
 // The C ABI's key-value store (include/deepwell/c/deepwell.h, dw_kv_*): a
-// file, its own controller and page cache (on a GPU, or a host cache for
-// CPU threads), and a durable::kv_store on them. Every entry point catches
+// file with its own controller in this process, or, in server mode
+// (dw_set_server, DEEPWELL_SERVER), a dataset the server grants for
+// writing; a page cache (on a GPU, or a host cache for CPU threads) on
+// that link, and a durable::kv_store on them. Every entry point catches
 // everything and turns it into an error code and a message (dw_last_error),
 // as c_api.cpp does.
 //
@@ -18,21 +20,21 @@
 #include <new>
 #include <string>
 
-#include "deepwell/controller.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/defaults.hpp"
 #include "deepwell/durable/kv_store.hpp"
 #include "deepwell/page_cache.hpp"
 #include "cuda_shim.hpp"
 #include "guarded.hpp"
+#include "server_links.hpp"
 #include "last_error.hpp"
 
 using namespace deepwell;
 using namespace deepwell::durable;
 
 // Members go in reverse order: the store, then its cache (and queue pairs),
-// then the link and the controller.
+// then the link (which owns a controller in this process).
 struct dw_kv {
-  std::shared_ptr<controller> ctl;
   std::shared_ptr<controller_link> link;
   std::shared_ptr<page_cache> cache;
   std::unique_ptr<kv_store> store;
@@ -105,6 +107,15 @@ uint32_t file_bucket_bytes(const char* path) {
   return h.bucket_bytes >= 512 && h.bucket_bytes <= (64u << 10) ? h.bucket_bytes : 4096;
 }
 
+// A dataset the server grants for writing, by name or path.
+uint32_t open_granted(controller_link& link, const char* name) {
+  try {
+    return link.open_dataset({name, true});
+  } catch (const error& e) {
+    throw capi::api_error(DW_EIO, e.what());
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -158,11 +169,17 @@ int dw_kv_open(const dw_kv_options* op, dw_kv** out) {
 
     auto k = std::make_unique<dw_kv>();
     k->device = o.device;
-    controller_config cc;
-    if (o.pollers) cc.pollers = o.pollers;
-    k->ctl = std::make_shared<controller>(cc);
-    k->link = in_process_link(k->ctl);
+    const std::string server = capi::current_server();
+    if (!server.empty()) {
+      k->link = capi::server_link_to(server);
+    } else {
+      controller_config cc;
+      if (o.pollers) cc.pollers = o.pollers;
+      k->link = embedded_link(cc);
+    }
     cache_config cfgc;
+    // The page holds a bucket: an existing store's (from its header, where
+    // this process may read the file) or the new one's.
     cfgc.page_size = o.page_size ? o.page_size : std::max<uint32_t>(4096, create ? cfg.bucket_bytes : file_bucket_bytes(o.path));
     if (o.cache_bytes) cfgc.capacity_bytes = o.cache_bytes;
     if (o.timeout_s > 0) cfgc.timeout_ns = uint64_t(o.timeout_s * 1e9);
@@ -178,11 +195,13 @@ int dw_kv_open(const dw_kv_options* op, dw_kv** out) {
     } else {
       k->cache = make_host_page_cache(k->link, cfgc);
     }
-    if (create)
-      k->store = std::make_unique<kv_store>(kv_store::create_file(*k->ctl, k->cache, o.path, cfg, ko));
+    if (create && !server.empty())  // the server's dataset, as it is (a server makes no files for clients)
+      k->store = std::make_unique<kv_store>(kv_store::create(k->cache, open_granted(*k->link, o.path), cfg, ko));
+    else if (create)
+      k->store = std::make_unique<kv_store>(kv_store::create_file(k->cache, o.path, cfg, ko));
     else
       k->store = std::make_unique<kv_store>(
-          kv_store::open_file(*k->ctl, k->cache, o.path, kv_expect{0, o.value_bytes}, ko));
+          kv_store::open_file(k->cache, o.path, kv_expect{0, o.value_bytes}, ko));
     *out = k.release();
   });
 }

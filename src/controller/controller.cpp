@@ -1124,6 +1124,14 @@ std::shared_ptr<host_mapping> controller::map_tier(uint32_t nsid) const {
   return namespaces_[nsid - 1]->data->map_tier();
 }
 
+std::shared_ptr<target> controller::target_of(uint32_t nsid) const {
+  const uint32_t n = ns_count_.load(std::memory_order_acquire);
+  if (nsid == 0 || nsid > n) return nullptr;
+  return namespaces_[nsid - 1]->data;
+}
+
+static_assert(controller::max_namespaces <= access_grants::max_nsid, "grants must cover every namespace id");
+
 std::shared_ptr<queue_pair> controller::create_queue_pair(const qp_geometry& g, const queue_options& opts) {
   auto pow2 = [](uint32_t v) { return v >= 2 && v <= 65536 && (v & (v - 1)) == 0; };
   if (!pow2(g.sq_entries) || !pow2(g.cq_entries))

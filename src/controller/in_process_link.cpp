@@ -6,7 +6,10 @@
 
 #include "deepwell/controller.hpp"
 #include "deepwell/controller_link.hpp"
+#include "deepwell/detail/section_target.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/error.hpp"
+#include "deepwell/target.hpp"
 
 namespace deepwell {
 
@@ -64,6 +67,42 @@ class in_process final : public controller_link {
   }
 
   std::shared_ptr<const host_mapping> map_tier(uint32_t nsid) const override { return ctl_.map_tier(nsid); }
+
+  uint32_t open_dataset(const dataset_request& r) override {
+    if (r.name.empty()) throw error("open_dataset: no file named");
+    file_options fo;
+    fo.direct = r.direct;
+    fo.writable = r.writable;
+    std::shared_ptr<target> t = open_file_target(r.name, fo);
+    // Writes are whole blocks: a writable file's dataset is its whole
+    // blocks (bytes after the last one are outside it, as they are of any
+    // store or section kept in it).
+    const uint64_t whole = r.block_size ? t->size() / r.block_size * r.block_size : t->size();
+    if (r.writable && whole != t->size() && whole != 0) {
+      fo.length = whole;
+      t = open_file_target(r.name, fo);
+    }
+    return ctl_.add_namespace({std::move(t), r.block_size, !r.writable});
+  }
+
+  uint32_t open_section(const section_request& r) override {
+    std::shared_ptr<target> t = ctl_.target_of(r.dataset);
+    if (!t) throw error("open_section: no namespace " + std::to_string(r.dataset));
+    if (r.writable && ctl_.info(r.dataset).read_only)
+      throw error("open_section: namespace " + std::to_string(r.dataset) + " (" + t->describe() + ") is read-only");
+    return ctl_.add_namespace({detail::make_section_target(t, r), r.block_size, !r.writable});
+  }
+
+  section_checks checks(uint32_t nsid) const override {
+    std::shared_ptr<target> t = ctl_.target_of(nsid);
+    return t ? detail::section_target_checks(*t) : section_checks{};
+  }
+
+  void set_verify(uint32_t nsid, bool on) override {
+    std::shared_ptr<target> t = ctl_.target_of(nsid);
+    if (!t) throw error("set_verify: no namespace " + std::to_string(nsid));
+    detail::section_target_verify(*t, on);
+  }
 
   std::string dump() const override { return ctl_.dump(); }
 

@@ -115,6 +115,45 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     return (r.h.d & access_grants::write) && !r.h.c;
   }
 
+  uint32_t open_dataset(const dataset_request& r) override {
+    const uint32_t nsid = lookup(r.name);
+    if (r.writable && !may_write(nsid))
+      throw error("deepwell server " + path_ + ": dataset '" + r.name +
+                  "' is not writable by this client (read-only, or granted for reading only)");
+    return nsid;
+  }
+
+  uint32_t open_section(const section_request& q) override {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::open_section);
+    m.h.a = q.dataset;
+    m.h.b = q.block_size;
+    m.h.c = (q.writable ? 1u : 0u) | uint32_t(q.sums) << 8;
+    m.h.d = q.sum_block;
+    m.h.x = q.offset;
+    m.h.y = q.bytes;
+    m.text.resize(16);
+    std::memcpy(m.text.data(), &q.sums_offset, 8);
+    std::memcpy(m.text.data() + 8, &q.sums_bytes, 8);
+    return dataset_reply(call(std::move(m))).nsid;
+  }
+
+  section_checks checks(uint32_t nsid) const override {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::section_checks);
+    m.h.a = nsid;
+    const wire::message r = call(std::move(m));
+    return section_checks{r.h.x, r.h.y};
+  }
+
+  void set_verify(uint32_t nsid, bool on) override {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::set_verify);
+    m.h.a = nsid;
+    m.h.b = on ? 1 : 0;
+    call(std::move(m));
+  }
+
   std::shared_ptr<const host_mapping> map_dataset(uint32_t nsid, bool files) const override {
     wire::message m;
     m.h.op = uint16_t(wire::op::map_dataset);
@@ -127,8 +166,11 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
       return nullptr;
     }
     try {
-      auto mp = map_fd(r.fd, kind, r.h.b != 0, r.h.x);
+      // A file: its own range of it (a section's is not at byte 0).
+      std::shared_ptr<const host_mapping> mp =
+          kind == wire::map_kind::file ? map_file_readonly(r.fd, r.h.y, r.h.x) : map_fd(r.fd, kind, r.h.b != 0, r.h.x);
       close(r.fd);
+      if (!mp) throw error("deepwell server " + path_ + ": mapping the file it shared failed");
       return mp;
     } catch (...) {
       close(r.fd);

@@ -111,6 +111,9 @@ const char* op_name(uint16_t o) {
     case op::dump: return "dump";
     case op::stats: return "stats";
     case op::list: return "list";
+    case op::open_section: return "open_section";
+    case op::section_checks: return "section_checks";
+    case op::set_verify: return "set_verify";
   }
   return "unknown";
 }

@@ -234,8 +234,4 @@ std::shared_ptr<page_cache> make_gpu_page_cache(std::shared_ptr<controller_link>
   return std::make_shared<gpu_page_cache>(std::move(link), cfg);
 }
 
-std::shared_ptr<page_cache> make_gpu_page_cache(controller& ctl, const cache_config& cfg) {
-  return make_gpu_page_cache(in_process_link(ctl), cfg);
-}
-
 }  // namespace deepwell

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/files/file_system.hpp"
 #include "deepwell/files/grep_run.hpp"

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/gpu_client.hpp"
 #include "deepwell/gpu_launch.hpp"
@@ -30,9 +29,9 @@ __global__ void __launch_bounds__(256, 4) taxi_query_kernel(taxi_cols cols, int 
 }  // namespace
 
 taxi_query_report run_taxi_query_gpu(const column_file& f, const taxi_query_options& o) {
-  controller ctl(detail::taxi_controller_config(o));
   const detail::taxi_columns t = detail::open_taxi_columns(
-      ctl, f, o, [](controller& c, const cache_config& cc) { return make_gpu_page_cache(c, cc); });
+      detail::taxi_link(o), f, o,
+      [](std::shared_ptr<controller_link> l, const cache_config& cc) { return make_gpu_page_cache(std::move(l), cc); });
   taxi_cols cols{};
   for (size_t i = 0; i < t.arrays.size(); ++i) cols.c[i] = t.arrays[i].ref();
   int dev = 0, sms = 0;

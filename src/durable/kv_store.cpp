@@ -28,33 +28,6 @@ namespace kf = kv_format;
 
 constexpr uint64_t io_chunk = 64 << 10;
 
-// [offset, offset + length) of another target: the store's regions as
-// namespaces of one storage target (a flush of any flushes the target; a
-// power cut takes them all at once).
-class slice_target final : public target {
- public:
-  slice_target(std::shared_ptr<target> inner, uint64_t offset, uint64_t length)
-      : inner_(std::move(inner)), offset_(offset), length_(length) {}
-  uint64_t size() const override { return length_; }
-  bool writable() const override { return inner_->writable(); }
-  uint32_t io_alignment() const override { return inner_->io_alignment(); }
-  uint32_t memory_alignment() const override { return inner_->memory_alignment(); }
-  std::string describe() const override {
-    return "bytes " + std::to_string(offset_) + "+" + std::to_string(length_) + " of " + inner_->describe();
-  }
-  void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
-    inner_->read(io, buf, len, offset_ + offset, std::move(done));
-  }
-  void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) override {
-    inner_->write(io, buf, len, offset_ + offset, fua, std::move(done));
-  }
-  void flush(io_engine& io, io_callback done) override { inner_->flush(io, std::move(done)); }
-
- private:
-  std::shared_ptr<target> inner_;
-  uint64_t offset_, length_;
-};
-
 uint32_t header_checksum(const kf::superblock& h) {
   const auto* b = reinterpret_cast<const uint8_t*>(&h);
   const size_t n = offsetof(kf::superblock, checksum);
@@ -129,9 +102,9 @@ struct cpu_lane : one_lane {
 }  // namespace
 
 struct kv_store::impl {
-  controller* ctl = nullptr;
   std::shared_ptr<page_cache> cache;
-  std::shared_ptr<target> storage;
+  uint32_t dataset = 0;  // the storage: a namespace of the cache's link
+  namespace_info storage;
   kv_options opts;
   std::string name;
   kf::superblock sb{};
@@ -139,7 +112,7 @@ struct kv_store::impl {
   uint32_t sb_ns = 0, table_ns = 0, log_ns = 0;
   std::unique_ptr<host_queue_client> io;
   std::unique_ptr<array<uint64_t>> table;
-  std::shared_ptr<checksummed_target> table_sums;  // null for a version-1 file
+  bool table_checked = false;  // false for a version-1 file
   std::unique_ptr<write_ahead_log> log;
   std::shared_ptr<kv_executor> gpu;  // the executor; null: CPU threads, one lane each
   uint32_t lanes = 1;
@@ -231,33 +204,50 @@ struct kv_store::impl {
   }
 
   // ---- setup ----
-  void attach(controller& c, std::shared_ptr<page_cache> pc, std::shared_ptr<target> st, const kv_options& o) {
+  void attach(std::shared_ptr<page_cache> pc, uint32_t ds, const kv_options& o) {
     if (!pc) throw error("kv store: no cache");
-    if (!st) throw error("kv store: no storage target");
-    ctl = &c;
     cache = std::move(pc);
-    storage = std::move(st);
+    dataset = ds;
+    storage = link().info(dataset);
     opts = o;
-    name = "kv store " + storage->describe();
+    name = "kv store " + storage.description;
     if (cache->on_gpu() && !opts.executor)
       fail("a GPU page cache needs GPU support: pass kv_options::executor = deepwell::durable::gpu_kv_support() "
            "(deepwell_cuda)");
     gpu = opts.executor;
     lanes = gpu ? gpu->lanes() : 1;
     if (lanes != 1 && lanes != 32) fail("an executor of " + std::to_string(lanes) + " lanes (1 or 32)");
-    if (!storage->writable()) fail("the storage is read-only (a store is opened for writing)");
+    if (storage.read_only) fail("the storage is read-only (a store is opened for writing)");
     if (opts.max_batch == 0 || opts.max_batch >= (1ull << 31))
       fail("max_batch " + std::to_string(opts.max_batch) + ": 1 to 2^31 - 1 ops");
     block = std::min<uint32_t>(opts.block_size ? opts.block_size : 4096, cache->page_size());
     if (!pow2(block) || block < 512) fail("block size " + std::to_string(block) + ": a power of two of at least 512");
-    if (storage->size() < kf::header_bytes)
-      fail_io("the storage has " + std::to_string(storage->size()) + " bytes, too few for a kv header (" +
+    if (storage.bytes < kf::header_bytes)
+      fail_io("the storage has " + std::to_string(storage.bytes) + " bytes, too few for a kv header (" +
            std::to_string(kf::header_bytes) + ")");
-    sb_ns = ctl->add_namespace({std::make_shared<slice_target>(storage, 0, kf::header_bytes), 512, false});
+    sb_ns = region(0, kf::header_bytes, 512, "its header");
     io = std::make_unique<host_queue_client>(cache->link().open_queue_pair(qp_geometry{8, 8, uint32_t(io_chunk)}));
     const uint64_t hw = std::min<uint64_t>(16, std::max(1u, std::thread::hardware_concurrency()));
     threads = unsigned(std::max<uint64_t>(1, std::min<uint64_t>(opts.cpu_threads ? opts.cpu_threads : hw,
                                                                 cache->slots() / pages_per_warp)));
+  }
+
+  controller_link& link() const { return cache->link(); }
+
+  // A region of the storage as a namespace of its own (a section of the
+  // dataset: the link builds it, so a server checks it against the grant).
+  uint32_t region(uint64_t offset, uint64_t bytes, uint32_t bs, const char* what, const section_request* with = nullptr) {
+    section_request q = with ? *with : section_request{};
+    q.dataset = dataset;
+    q.offset = offset;
+    q.bytes = bytes;
+    q.block_size = bs;
+    q.writable = true;
+    try {
+      return link().open_section(q);
+    } catch (const error& e) {
+      fail_io(std::string(what) + ": " + e.what());
+    }
   }
 
   void check_geometry() {
@@ -270,18 +260,16 @@ struct kv_store::impl {
   uint32_t table_block() const { return sb.sum_block ? sb.sum_block : std::min<uint32_t>(block, sb.bucket_bytes); }
 
   void attach_regions() {
-    std::shared_ptr<target> t = std::make_shared<slice_target>(storage, sb.table_offset, sb.table_bytes);
+    section_request sums;
     if (sb.sums_bytes) {
-      try {
-        table_sums = make_checksummed_target(t, std::make_shared<slice_target>(storage, sb.sums_offset, sb.sums_bytes),
-                                             sb.sum_block);
-      } catch (const error& e) {
-        fail_io(std::string("the table's checksums: ") + e.what());
-      }
-      t = table_sums;
+      sums.sums = sums_kind::kept;
+      sums.sums_offset = sb.sums_offset;
+      sums.sums_bytes = sb.sums_bytes;
+      sums.sum_block = sb.sum_block;
     }
-    table_ns = ctl->add_namespace({t, table_block(), false});
-    log_ns = ctl->add_namespace({std::make_shared<slice_target>(storage, sb.log_offset, sb.log_bytes), block, false});
+    table_ns = region(sb.table_offset, sb.table_bytes, table_block(), "its table (with its checksums)", &sums);
+    table_checked = sb.sums_bytes != 0;
+    log_ns = region(sb.log_offset, sb.log_bytes, block, "its log");
     table = std::make_unique<array<uint64_t>>(cache, table_ns);
   }
 
@@ -404,9 +392,16 @@ struct kv_store::impl {
 
   // Where the table failed its checksums, if it did: for messages.
   std::string corruption() const {
-    if (!table_sums || !table_sums->mismatches()) return "";
-    const uint64_t b = table_sums->last_mismatch_block();
-    return " (the table is corrupted: " + std::to_string(table_sums->mismatches()) +
+    if (!table_checked) return "";
+    section_checks k;
+    try {
+      k = link().checks(table_ns);
+    } catch (const error&) {
+      return "";  // the link is gone: the failure says so itself
+    }
+    if (!k.mismatches) return "";
+    const uint64_t b = k.last_bad_block;
+    return " (the table is corrupted: " + std::to_string(k.mismatches) +
            " reads failed their checksums, the last at bytes " + std::to_string(sb.table_offset + b * sb.sum_block) +
            "+" + std::to_string(sb.sum_block) + " of the storage)";
   }
@@ -515,13 +510,13 @@ kv_store::~kv_store() = default;
 
 uint64_t kv_store::bytes_needed(const kv_config& cfg) { return layout(cfg).total_bytes; }
 
-kv_store kv_store::create(controller& ctl, std::shared_ptr<page_cache> cache, std::shared_ptr<target> storage,
-                          const kv_config& cfg, const kv_options& opts, bool table_zeroed) {
+kv_store kv_store::create(std::shared_ptr<page_cache> cache, uint32_t dataset, const kv_config& cfg,
+                          const kv_options& opts, bool table_zeroed) {
   auto p = std::make_unique<impl>();
-  p->attach(ctl, std::move(cache), std::move(storage), opts);
+  p->attach(std::move(cache), dataset, opts);
   kf::superblock h = layout(cfg);
-  if (p->storage->size() < h.total_bytes)
-    p->fail("the storage has " + std::to_string(p->storage->size()) + " bytes; a store of " + std::to_string(h.buckets) +
+  if (p->storage.bytes < h.total_bytes)
+    p->fail("the storage has " + std::to_string(p->storage.bytes) + " bytes; a store of " + std::to_string(h.buckets) +
             " buckets and " + std::to_string(h.log_rows) + " log rows needs " + std::to_string(h.total_bytes));
   std::memcpy(h.magic, kf::magic, sizeof(h.magic));
   std::random_device rd;
@@ -562,10 +557,10 @@ kv_store kv_store::create(controller& ctl, std::shared_ptr<page_cache> cache, st
   return kv_store(std::move(p));
 }
 
-kv_store kv_store::open(controller& ctl, std::shared_ptr<page_cache> cache, std::shared_ptr<target> storage,
-                        const kv_expect& expect, const kv_options& opts) {
+kv_store kv_store::open(std::shared_ptr<page_cache> cache, uint32_t dataset, const kv_expect& expect,
+                        const kv_options& opts) {
   auto p = std::make_unique<impl>();
-  p->attach(ctl, std::move(cache), std::move(storage), opts);
+  p->attach(std::move(cache), dataset, opts);
   std::vector<uint8_t> img(4096);
   const request_status s = p->io->read(p->sb_ns, 0, uint32_t(img.size() / 512), 512, img.data());
   if (!s.ok()) p->fail_io("reading the header: " + describe(s));
@@ -600,9 +595,9 @@ kv_store kv_store::open(controller& ctl, std::shared_ptr<page_cache> cache, std:
   if (expect.value_bytes && expect.value_bytes != h.value_bytes)
     p->fail("values are " + std::to_string(h.value_bytes) + " bytes; opened expecting " +
             std::to_string(expect.value_bytes) + "-byte values");
-  if (p->storage->size() < h.total_bytes)
+  if (p->storage.bytes < h.total_bytes)
     p->fail_io("truncated: the header says the store has " + std::to_string(h.total_bytes) + " bytes, the storage has " +
-            std::to_string(p->storage->size()));
+            std::to_string(p->storage.bytes));
   p->sb = h;
   p->check_geometry();
   p->attach_regions();
@@ -612,19 +607,26 @@ kv_store kv_store::open(controller& ctl, std::shared_ptr<page_cache> cache, std:
     // last checkpoint without their sums reaching storage: recovery reads
     // them unchecked and rewrites them, which sets their sums. It reads no
     // other block of the table.
-    if (p->table_sums) p->table_sums->set_verify(false);
+    if (p->table_checked) p->link().set_verify(p->table_ns, false);
     p->recovered = p->log->recover();
-    if (p->table_sums) p->table_sums->set_verify(true);
+    if (p->table_checked) p->link().set_verify(p->table_ns, true);
   } catch (const error& e) {
-    if (p->table_sums) p->table_sums->set_verify(true);
+    if (p->table_checked) {
+      try {
+        p->link().set_verify(p->table_ns, true);
+      } catch (const error&) {
+        // the link is gone: nobody reads the section through it
+      }
+    }
     p->fail_io(std::string("its log: ") + e.what());
   }
   p->scratch();
   return kv_store(std::move(p));
 }
 
-kv_store kv_store::create_file(controller& ctl, std::shared_ptr<page_cache> cache, const std::string& path,
-                               const kv_config& cfg, const kv_options& opts) {
+kv_store kv_store::create_file(std::shared_ptr<page_cache> cache, const std::string& path, const kv_config& cfg,
+                               const kv_options& opts) {
+  if (!cache) throw error("kv store: no cache");
   const uint64_t bytes = bytes_needed(cfg);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw kv_io_error("kv store file " + path + ": cannot create it: " + std::strerror(errno));
@@ -641,24 +643,20 @@ kv_store kv_store::create_file(controller& ctl, std::shared_ptr<page_cache> cach
       ::close(dfd);
     }
   }
-  file_options fo;
-  fo.writable = true;
-  fo.direct = opts.direct;
-  return create(ctl, std::move(cache), open_file_target(path, fo), cfg, opts, true);
+  const uint32_t ds = cache->link().open_dataset({path, true, opts.direct, opts.direct ? 4096u : 512u});
+  return create(std::move(cache), ds, cfg, opts, true);
 }
 
-kv_store kv_store::open_file(controller& ctl, std::shared_ptr<page_cache> cache, const std::string& path,
-                             const kv_expect& expect, const kv_options& opts) {
-  file_options fo;
-  fo.writable = true;
-  fo.direct = opts.direct;
-  std::shared_ptr<target> t;
+kv_store kv_store::open_file(std::shared_ptr<page_cache> cache, const std::string& path, const kv_expect& expect,
+                             const kv_options& opts) {
+  if (!cache) throw error("kv store: no cache");
+  uint32_t ds = 0;
   try {
-    t = open_file_target(path, fo);
+    ds = cache->link().open_dataset({path, true, opts.direct, opts.direct ? 4096u : 512u});
   } catch (const error& e) {
     throw kv_io_error("kv store file " + path + ": " + e.what());
   }
-  return open(ctl, std::move(cache), std::move(t), expect, opts);
+  return open(std::move(cache), ds, expect, opts);
 }
 
 kv_batch_result kv_store::set(const uint64_t* keys, const void* values, uint64_t n, kv_memory where, uint8_t* status) {
@@ -811,7 +809,7 @@ kv_info kv_store::info() const {
   i.slots = m.sb.buckets * m.sb.slots_per_bucket;
   i.total_bytes = m.sb.total_bytes;
   i.max_batch = m.batch_limit();
-  i.table_checksums = m.table_sums != nullptr;
+  i.table_checksums = m.table_checked;
   i.sum_block = m.sb.sum_block;
   i.gpu = m.cache->on_gpu();
   i.lanes = m.lanes;

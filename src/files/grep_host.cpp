@@ -13,7 +13,7 @@
 #include <set>
 #include <thread>
 
-#include "deepwell/controller.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/defaults.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/files/file_system.hpp"

@@ -35,7 +35,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "deepwell/checksummed_target.hpp"
 #include "deepwell/controller.hpp"
+#include "deepwell/detail/section_target.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/host_tier.hpp"
 #include "deepwell/shared_region.hpp"
@@ -136,6 +138,22 @@ struct dataset_state {
   bool writable = false;
 };
 
+// A section a client made (controller_link::open_section): a namespace of
+// its own over a range of a dataset, kept while the server runs.
+struct section_state {
+  uint32_t nsid = 0;
+  const dataset_state* dataset = nullptr;
+  section_request req;
+  std::shared_ptr<target> data;
+  uint32_t maker_uid = 0;
+};
+
+// What a uid's sections take, over the server's life (config.hpp says why).
+struct section_usage {
+  uint32_t sections = 0;
+  uint64_t sums_bytes = 0;
+};
+
 struct client_state {
   int fd = -1;
   uint32_t id = 0;
@@ -156,6 +174,10 @@ struct client_state {
 struct server::impl {
   server_config cfg;
   std::vector<dataset_state> datasets;
+  std::map<uint32_t, section_state> sections;  // by nsid
+  // A section's identity: its request, and for a writable one its uid.
+  std::map<std::string, uint32_t> section_index;
+  std::map<uint32_t, section_usage> section_use;  // by uid
   std::unique_ptr<controller> ctl;
   std::shared_ptr<host_tier> tier;  // the shared host-memory tier (host_cache), if any
   int listen_fd = -1;
@@ -190,6 +212,9 @@ struct server::impl {
   wire::message handle(client_state& c, const wire::message& m);
   wire::message dataset_reply(const client_state& c, const dataset_state& d, uint16_t op) const;
   const dataset_state* visible(const client_state& c, uint32_t nsid) const;
+  const section_state* visible_section(const client_state& c, uint32_t nsid) const;
+  wire::message section_reply(const client_state& c, const section_state& sec) const;
+  wire::message open_section(client_state& c, const wire::message& m);
   void grant(client_state& c);
   bool is_operator(const client_state& c) const;
   void refuse_connection(int fd, uint32_t uid, const std::string& why);
@@ -527,6 +552,109 @@ const dataset_state* server::impl::visible(const client_state& c, uint32_t nsid)
   return &datasets[nsid - 1];
 }
 
+const section_state* server::impl::visible_section(const client_state& c, uint32_t nsid) const {
+  if (c.grants->of(nsid) == access_grants::none) return nullptr;
+  auto it = sections.find(nsid);
+  return it == sections.end() ? nullptr : &it->second;
+}
+
+wire::message server::impl::section_reply(const client_state& c, const section_state& sec) const {
+  wire::message r;
+  r.h.a = sec.nsid;
+  r.h.b = sec.req.block_size;
+  r.h.c = sec.req.writable ? 0 : 1;
+  r.h.d = c.grants->of(sec.nsid);
+  r.h.x = sec.req.bytes;
+  r.h.y = (sec.req.bytes + sec.req.block_size - 1) / sec.req.block_size;
+  r.text = sec.dataset->cfg->name + ": " + sec.data->describe();
+  return r;
+}
+
+namespace {
+
+// Server memory a section's sums take (config.hpp: max_section_sums_per_uid).
+uint64_t sums_memory(const section_request& q) {
+  switch (q.sums) {
+    case sums_kind::fixed:
+      return 2 * checksum_region_bytes(q.bytes, q.sum_block);  // the file's copy and the checked one
+    case sums_kind::kept:
+      return checksum_region_bytes(q.bytes, q.sum_block);
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+// Every field is the client's: checked here (grants, limits) and by
+// make_section_target (ranges, sizes) before anything is made.
+wire::message server::impl::open_section(client_state& c, const wire::message& m) {
+  section_request q;
+  q.dataset = m.h.a;
+  q.block_size = m.h.b;
+  q.writable = (m.h.c & 1u) != 0;
+  q.sum_block = m.h.d;
+  q.offset = m.h.x;
+  q.bytes = m.h.y;
+  if ((m.h.c & ~0xff01u) != 0 || m.text.size() != 16)
+    return refuse(wire::status::bad_request, "open_section: malformed request");
+  const uint32_t kind = m.h.c >> 8;
+  if (kind > uint32_t(sums_kind::kept)) return refuse(wire::status::bad_request, "open_section: unknown kind of sums");
+  q.sums = sums_kind(kind);
+  std::memcpy(&q.sums_offset, m.text.data(), 8);
+  std::memcpy(&q.sums_bytes, m.text.data() + 8, 8);
+  if (q.sums == sums_kind::none) q.sums_offset = q.sums_bytes = 0, q.sum_block = 0;
+  // Sections of datasets only (not of sections): the dataset's grant decides.
+  const dataset_state* d = visible(c, q.dataset);
+  if (!d) return refuse(wire::status::not_found, "no dataset namespace " + std::to_string(q.dataset) + " for this client");
+  const uint8_t rights = c.grants->of(d->nsid);
+  if (q.writable && !(rights & access_grants::write))
+    return refuse(wire::status::denied, "dataset " + d->cfg->name + " is not writable by uid " + std::to_string(c.uid));
+  char key[160];
+  std::snprintf(key, sizeof key, "%u %llu %llu %u %d %d %llu %llu %u %lld", q.dataset, (unsigned long long)q.offset,
+                (unsigned long long)q.bytes, q.block_size, int(q.writable), int(q.sums),
+                (unsigned long long)q.sums_offset, (unsigned long long)q.sums_bytes, q.sum_block,
+                q.writable ? (long long)c.uid : -1ll);
+  if (auto it = section_index.find(key); it != section_index.end()) {
+    section_state& sec = sections.at(it->second);
+    c.grants->set(sec.nsid, q.writable ? uint8_t(access_grants::read | access_grants::write) : access_grants::read);
+    return section_reply(c, sec);
+  }
+  section_usage& use = section_use[c.uid];
+  if (use.sections >= cfg.max_sections_per_uid)
+    return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " has made " + std::to_string(use.sections) +
+                                           " sections, the limit (max_sections_per_uid)");
+  const uint64_t sums = sums_memory(q);
+  if (sums > cfg.max_section_sums_per_uid - std::min(use.sums_bytes, cfg.max_section_sums_per_uid))
+    return refuse(wire::status::limit, "the section's sums would take " + std::to_string(sums) +
+                                           " bytes of the server's memory, past uid " + std::to_string(c.uid) +
+                                           "'s limit of " + std::to_string(cfg.max_section_sums_per_uid) +
+                                           " (max_section_sums_per_uid)");
+  if (ctl->namespace_count() >= controller::max_namespaces)
+    return refuse(wire::status::limit, "the server has no namespace left for a section (" +
+                                           std::to_string(controller::max_namespaces) + " in all)");
+  section_state sec;
+  try {
+    sec.data = detail::make_section_target(d->data, q);
+    sec.nsid = ctl->add_namespace({sec.data, q.block_size, !q.writable});
+  } catch (const error& e) {
+    return refuse(wire::status::bad_request, std::string("open_section: ") + e.what());
+  }
+  sec.dataset = d;
+  sec.req = q;
+  sec.maker_uid = c.uid;
+  use.sections += 1;
+  use.sums_bytes += sums;
+  section_index[key] = sec.nsid;
+  const uint32_t nsid = sec.nsid;
+  {
+    std::lock_guard<std::mutex> lock(mutex);  // stats read the sections
+    sections[nsid] = std::move(sec);
+  }
+  c.grants->set(nsid, q.writable ? uint8_t(access_grants::read | access_grants::write) : access_grants::read);
+  return section_reply(c, sections.at(nsid));
+}
+
 wire::message server::impl::dataset_reply(const client_state& c, const dataset_state& d, uint16_t) const {
   wire::message r;
   r.h.a = d.nsid;
@@ -576,6 +704,7 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
                                                  " (`deepwell stat` lists what the server has; the grants are in its config)");
     }
     case wire::op::info: {
+      if (const section_state* sec = visible_section(c, m.h.a)) return section_reply(c, *sec);
       const dataset_state* d = visible(c, m.h.a);
       if (!d) return refuse(wire::status::not_found, "no namespace " + std::to_string(m.h.a) + " for this client");
       return dataset_reply(c, *d, m.h.op);
@@ -630,6 +759,26 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       return {};
     }
     case wire::op::map_dataset: {
+      if (const section_state* sec = visible_section(c, m.h.a)) {
+        // A read-only section of a whole-file dataset read without
+        // O_DIRECT: the file's descriptor and the section's range, when the
+        // section's own target would hand out its mapping (a checked
+        // section only once all of it is in memory and matches its sums).
+        wire::message r;
+        const dataset_state* d = sec->dataset;
+        struct stat st{};
+        if (m.h.b && !sec->req.writable && d->mappable_fd >= 0 && fstat(d->mappable_fd, &st) == 0 &&
+            uint64_t(st.st_size) == d->bytes && sec->data->map_readonly()) {
+          const std::string self = "/proc/self/fd/" + std::to_string(d->mappable_fd);
+          r.fd = open(self.c_str(), O_RDONLY | O_CLOEXEC);
+          if (r.fd >= 0) {
+            r.h.a = uint32_t(wire::map_kind::file);
+            r.h.x = sec->req.bytes;
+            r.h.y = sec->req.offset;
+          }
+        }
+        return r;
+      }
       const dataset_state* d = visible(c, m.h.a);
       if (!d) return refuse(wire::status::not_found, "no namespace " + std::to_string(m.h.a) + " for this client");
       wire::message r;
@@ -660,6 +809,8 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
     case wire::op::map_tier: {
       // Any grant reads; a read-only descriptor of the dataset's own arena
       // (no other dataset's pages are in it), which cannot be mapped writable.
+      // A section reads its dataset's tier through the controller: no arena.
+      if (visible_section(c, m.h.a)) return {};
       const dataset_state* d = visible(c, m.h.a);
       if (!d) return refuse(wire::status::not_found, "no namespace " + std::to_string(m.h.a) + " for this client");
       wire::message r;
@@ -675,6 +826,27 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       }
       r.h.x = uint64_t(st.st_size);
       return r;
+    }
+    case wire::op::open_section:
+      return open_section(c, m);
+    case wire::op::section_checks: {
+      const section_state* sec = visible_section(c, m.h.a);
+      if (!sec) return refuse(wire::status::not_found, "no section " + std::to_string(m.h.a) + " for this client");
+      const section_checks k = detail::section_target_checks(*sec->data);
+      wire::message r;
+      r.h.x = k.mismatches;
+      r.h.y = k.last_bad_block;
+      return r;
+    }
+    case wire::op::set_verify: {
+      const section_state* sec = visible_section(c, m.h.a);
+      if (!sec) return refuse(wire::status::not_found, "no section " + std::to_string(m.h.a) + " for this client");
+      if (!sec->req.writable || !(c.grants->of(sec->nsid) & access_grants::write))
+        return refuse(wire::status::denied, "set_verify: section " + std::to_string(sec->nsid) +
+                                                " is not writable by this client (its readers share it)");
+      if (m.h.b > 1) return refuse(wire::status::bad_request, "set_verify: on is 0 or 1");
+      detail::section_target_verify(*sec->data, m.h.b != 0);
+      return {};
     }
     case wire::op::dump:
       // Every queue pair of every client: an operator's view.

@@ -247,6 +247,7 @@ void column_file::check_sums(int fd, const column_file_header& h, const std::vec
     throw error(path_ + ": the sums section at " + std::to_string(h.sums_offset) + " (" + std::to_string(n * 4) +
                 " bytes) is not past the columns (" + std::to_string(data_end) + ") or not inside the file");
   sums_.resize(n);
+  sums_at_ = h.sums_offset;
   pread_all(fd, sums_.data(), n * 4, h.sums_offset, path_);
   if (crc32c(0, sums_.data(), n * 4) != h.sums_crc)
     throw data_error(path_ + ": the sums section (bytes [" + std::to_string(h.sums_offset) + ", " +

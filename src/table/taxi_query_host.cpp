@@ -6,12 +6,12 @@
 #include <chrono>
 #include <vector>
 
-#include "deepwell/controller.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/detail/parallel.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/file_sums.hpp"
 #include "deepwell/table/taxi_run.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/server_link.hpp"
 
 namespace deepwell::table {
 
@@ -24,37 +24,45 @@ void check_taxi_columns(const column_file& f, int query) {
 namespace detail {
 namespace {
 
-// Namespaces of the query's columns (file ranges) on ctl, in query order.
-// A version-2 file's columns are checked datasets (file_sums.hpp): every
-// page the cache reads is checked against the column's sums, and the direct
-// tier maps a column only once all of it has been checked.
-std::vector<uint32_t> add_taxi_namespaces(controller& ctl, const column_file& f, int query, bool odirect) {
+// Namespaces of the query's columns (sections of the file's dataset) on
+// the link, in query order. A version-2 file's columns are checked
+// sections (file_sums.hpp): every page the cache reads is checked against
+// the column's sums, and the direct tier maps a column only once all of it
+// has been checked.
+std::vector<uint32_t> add_taxi_namespaces(controller_link& link, const column_file& f, int query, bool odirect) {
   check_taxi_columns(f, query);
+  const uint32_t file = link.open_dataset({f.path(), false, odirect, 4096});
   std::vector<uint32_t> ns;
   for (int c = 0; c <= query; ++c) {
     const column_info& ci = f.column(taxi_query_columns[c]);
-    file_options fo;
-    fo.offset = ci.offset;
-    fo.length = ci.bytes;
-    fo.direct = odirect;
-    std::shared_ptr<target> t = open_file_target(f.path(), fo);
-    if (f.checksummed()) t = checked_section(std::move(t), f.column_sums(ci));
-    ns.push_back(ctl.add_namespace({std::move(t), 4096, true}));
+    section_request q;
+    q.dataset = file;
+    q.offset = ci.offset;
+    q.bytes = ci.bytes;
+    q.block_size = 4096;
+    if (f.checksummed()) {
+      q.sums = sums_kind::fixed;
+      q.sums_offset = f.column_sums_at(ci);
+      q.sums_bytes = 4 * section_sum_count(ci.bytes);
+      q.sum_block = file_sum_block;
+    }
+    ns.push_back(link.open_section(q));
   }
   return ns;
 }
 
 }  // namespace
 
-controller_config taxi_controller_config(const taxi_query_options& o) {
+std::shared_ptr<controller_link> taxi_link(const taxi_query_options& o) {
+  if (!o.server.empty()) return server_link::connect(o.server, "taxi query");
   controller_config c;
   if (o.pollers) c.pollers = o.pollers;
-  return c;
+  return embedded_link(c);
 }
 
-taxi_columns open_taxi_columns(controller& ctl, const column_file& f, const taxi_query_options& o,
-                               page_cache_maker make) {
-  const std::vector<uint32_t> ns = add_taxi_namespaces(ctl, f, o.query, o.odirect);
+taxi_columns open_taxi_columns(std::shared_ptr<controller_link> link, const column_file& f,
+                               const taxi_query_options& o, page_cache_maker make) {
+  const std::vector<uint32_t> ns = add_taxi_namespaces(*link, f, o.query, o.odirect);
   const auto t0 = std::chrono::steady_clock::now();
   cache_config cc;
   if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
@@ -64,7 +72,7 @@ taxi_columns open_taxi_columns(controller& ctl, const column_file& f, const taxi
   cc.direct_tier = o.direct_tier && !o.odirect;
   cc.direct_files = cache_config::file_tier::resident;
   taxi_columns t;
-  t.cache = make(ctl, cc);
+  t.cache = make(std::move(link), cc);
   t.cache_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (uint32_t n : ns) t.arrays.emplace_back(t.cache, n);
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -99,9 +107,9 @@ void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi
 }  // namespace detail
 
 taxi_query_report run_taxi_query_cpu(const column_file& f, const taxi_query_options& o) {
-  controller ctl(detail::taxi_controller_config(o));
   const detail::taxi_columns t = detail::open_taxi_columns(
-      ctl, f, o, [](controller& c, const cache_config& cc) { return make_host_page_cache(c, cc); });
+      detail::taxi_link(o), f, o,
+      [](std::shared_ptr<controller_link> l, const cache_config& cc) { return make_host_page_cache(std::move(l), cc); });
   std::vector<array_ref<int32_t>> cols;
   for (auto& a : t.arrays) cols.push_back(a.ref());
   const unsigned workers = deepwell::detail::thread_count(o.workers);

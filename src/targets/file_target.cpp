@@ -68,6 +68,10 @@ class file_target final : public target {
   std::shared_ptr<host_mapping> map_readonly() const override {
     return map_file_readonly(fd_, layout_.data_offset, layout_.size);
   }
+  std::shared_ptr<host_mapping> map_range(uint64_t offset, uint64_t bytes) const override {
+    if (offset > layout_.size || bytes > layout_.size - offset) return nullptr;
+    return map_file_readonly(fd_, layout_.data_offset + offset, bytes);
+  }
 
   std::string describe() const override {
     std::string d = "file " + path_ + " (" + (direct_ ? "O_DIRECT" : "buffered");

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/detail/cache/access.hpp"
 #include "deepwell/page_cache.hpp"

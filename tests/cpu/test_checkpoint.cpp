@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/c/deepwell.h"
 #include "deepwell/controller.hpp"
 #include "deepwell/crash_target.hpp"

@@ -17,6 +17,7 @@
 #include <functional>
 #include <random>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/crc32c.hpp"
 #include "deepwell/file_sums.hpp"
@@ -171,13 +172,14 @@ TEST(GraphFileIntegrity, EveryDamageIsAnErrorOrTheRightGraph) {
     graph::graph_dataset_options o;
     o.check_offsets = false;
     o.block_size = page;
-    graph::graph_arrays a(ctl, cache, x, o);
+    graph::graph_arrays a(cache, x, o);
     (void)a;
-    // The namespaces graph_arrays made, in section order (1, 2, 3).
+    // The sections graph_arrays made.
+    using graph::csr_section;
     graph::csr_graph r = g;
-    r.offsets = read_through<uint64_t>(*cache, 1, f.path());
-    r.nbr32 = read_through<uint32_t>(*cache, 2, f.path());
-    r.wts = read_through<uint32_t>(*cache, 3, f.path());
+    r.offsets = read_through<uint64_t>(*cache, a.section_namespace(csr_section::offsets), f.path());
+    r.nbr32 = read_through<uint32_t>(*cache, a.section_namespace(csr_section::neighbours), f.path());
+    r.wts = read_through<uint32_t>(*cache, a.section_namespace(csr_section::weights), f.path());
     const graph::csr_header& h = x.header();
     r.origin = std::string(h.origin, strnlen(h.origin, sizeof h.origin));
     r.flags = h.flags;
@@ -210,7 +212,7 @@ TEST(GraphFileIntegrity, ABadBlockIsAGuardErrorNamingTheFileInTheCheckedRuns) {
   }
   controller ctl;
   auto cache = make_host_page_cache(ctl, test::small_cache(16));
-  graph::graph_arrays a(ctl, cache, x);
+  graph::graph_arrays a(cache, x);
   graph::cpu_exec ex(2);
   graph::bfs_options o;
   o.source = 0;
@@ -264,8 +266,8 @@ TEST(GraphFileIntegrity, VersionOneFilesOpenUncheckedAndUnknownVersionsAreRefuse
     EXPECT_EQ(graph_differs(x.load(), g), "");
     controller ctl;
     auto cache = make_host_page_cache(ctl, test::small_cache(16));
-    graph::graph_arrays a(ctl, cache, x);
-    EXPECT_EQ(read_through<uint32_t>(*cache, 2, f.path()), g.nbr32);
+    graph::graph_arrays a(cache, x);
+    EXPECT_EQ(read_through<uint32_t>(*cache, a.section_namespace(graph::csr_section::neighbours), f.path()), g.nbr32);
   }
   h.version = 3;
   std::memcpy(img.data(), &h, sizeof h);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cache_test_support.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/files/file_system.hpp"
 #include "warp_emulator.hpp"

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
 #include "deepwell/graph/cpu_exec.hpp"
@@ -33,15 +34,7 @@ void write_text(const std::string& path, const std::string& text) {
   o << text;
 }
 
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const deepwell::error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 bool has_edge(const csr_graph& g, uint64_t u, uint64_t v) {
   const auto b = g.nbr32.begin() + int64_t(g.offsets[u]), e = g.nbr32.begin() + int64_t(g.offsets[u + 1]);
@@ -403,7 +396,7 @@ TEST(GraphAlgorithms, CpuClientsThroughASmallPageCacheMatchTheReferences) {
   controller ctl(cc);
   const cache_config k = small_cache(tsan ? 16 : 24);  // through the controller
   auto cache = make_host_page_cache(ctl, k);
-  graph_arrays arrays(ctl, cache, file);
+  graph_arrays arrays(cache, file);
   ASSERT_GT(file.neighbours_bytes(), (tsan ? 1 : 8) * k.capacity_bytes);
   cpu_exec x(3);
   check_all(x, arrays.view(), c);  // offsets through the cache too
@@ -449,7 +442,7 @@ TEST(GraphAlgorithms, LongListsSharedInChunksMatchTheReferences) {
   cc.pollers = 2;
   controller ctl(cc);
   auto cache = make_host_page_cache(ctl, small_cache(16));
-  graph_arrays arrays(ctl, cache, file);
+  graph_arrays arrays(cache, file);
   cpu_exec x(3);
   x.set_long_lists(16, 5);
   check_all(x, arrays.view(c.g.offsets.data()), c, true);
@@ -479,7 +472,7 @@ TEST(GraphAlgorithms, ChunksPastALowerHalfFetchNoPage) {
   graph_dataset_options dopt;
   dopt.block_size = 512;
   // Checked as read: a 512-byte page reads and checks its whole 4 KiB block.
-  graph_arrays arrays(ctl, cache, file, dopt);
+  graph_arrays arrays(cache, file, dopt);
   const cached_graph g = arrays.view(c.g.offsets.data(), true);
   ASSERT_NE(g.nbr_stream, nullptr);
   std::vector<uint64_t> misses;
@@ -546,7 +539,7 @@ TEST(GraphAlgorithms, ListsReadWithNoPinUnderEvictionMatchTheReferences) {
   controller ctl(cc);
   const cache_config k = small_cache(tsan ? 8 : 16);
   auto cache = make_host_page_cache(ctl, k);
-  graph_arrays arrays(ctl, cache, file);
+  graph_arrays arrays(cache, file);
   ASSERT_GT(file.neighbours_bytes(), 3 * k.capacity_bytes);
   cpu_exec x(4);
   for (const uint32_t strides : {0u, 1u << 20}) {
@@ -586,7 +579,7 @@ TEST(GraphAlgorithms, WarpsWalkEveryListEntryOnceWithAndWithoutPins) {
   controller ctl;
   const cache_config k = small_cache(8, cache_config{}.direct_files);
   auto cache = make_host_page_cache(ctl, k);
-  graph_arrays arrays(ctl, cache, file);
+  graph_arrays arrays(cache, file);
   uint64_t crossing = 0;  // lists that go on in the next page
   for (uint64_t v = 0; v < c.g.nodes; ++v)
     crossing += c.g.offsets[v + 1] > c.g.offsets[v] && c.g.offsets[v] / 1024 != (c.g.offsets[v + 1] - 1) / 1024;
@@ -638,7 +631,7 @@ TEST(GraphAlgorithms, BottomUpReadsInPlaceFromTheDirectTier) {
   k.queue_entries = 64;
   k.direct_files = cache_config::file_tier::always;  // the lists readable in place
   auto cache = make_host_page_cache(ctl, k);
-  graph_arrays arrays(ctl, cache, file);
+  graph_arrays arrays(cache, file);
   ASSERT_TRUE(arrays.edges_direct());
   const cached_graph streaming = arrays.view(nullptr, true);
   ASSERT_NE(streaming.nbr_stream, nullptr);
@@ -689,14 +682,14 @@ TEST(GraphAlgorithms, CorruptOffsetsAreRefusedByGraphArrays) {
   csr_file file(f.path());
   controller ctl;
   auto cache = make_host_page_cache(ctl, small_cache(16));
-  expect_error([&] { graph_arrays a(ctl, cache, file); }, "offsets of node 2 run from");
+  expect_error([&] { graph_arrays a(cache, file); }, "offsets of node 2 run from");
   graph_dataset_options unchecked;
   unchecked.check_offsets = false;
   // Nor the blocks' sums, which would fail the offsets' block first (the
   // file test_file_integrity.cpp tests that): here the list itself runs
   // past the neighbours, as in a version-1 file.
   unchecked.checked = false;
-  graph_arrays arrays(ctl, cache, file, unchecked);
+  graph_arrays arrays(cache, file, unchecked);
   cpu_exec x(2);
   bfs_options o;
   o.source = 2;  // node 2's list runs from its offset to past the edges

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/files/file_system.hpp"
 #include "deepwell/files/grep_run.hpp"
 #include "cache_test_support.hpp"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cache_test_support.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/controller_link.hpp"

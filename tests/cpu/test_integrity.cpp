@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../common/integrity.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/c/deepwell.h"
 #include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"

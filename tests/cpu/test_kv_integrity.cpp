@@ -17,6 +17,7 @@
 #include <fstream>
 #include <random>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/checksummed_target.hpp"
 #include "deepwell/durable/kv_store.hpp"
 #include "deepwell/page_cache.hpp"
@@ -67,8 +68,8 @@ struct store_file {
       cache.reset();
       ctl = std::make_unique<controller>(quiet_controller());
       cache = make_host_page_cache(*ctl, test::small_cache(64));
-      kv = std::make_unique<kv_store>(create ? kv_store::create_file(*ctl, cache, f.path(), c)
-                                             : kv_store::open_file(*ctl, cache, f.path()));
+      kv = std::make_unique<kv_store>(create ? kv_store::create_file(cache, f.path(), c)
+                                             : kv_store::open_file(cache, f.path()));
     };
     open(true);
     for (int k = 0; k < batches; ++k) {
@@ -91,7 +92,7 @@ struct store_file {
     try {
       controller ctl(quiet_controller());
       auto cache = make_host_page_cache(ctl, test::small_cache(64));
-      kv_store kv = kv_store::open_file(ctl, cache, g.path());
+      kv_store kv = kv_store::open_file(cache, g.path());
       const ::testing::AssertionResult r = gets_match(kv, m, universe, vw);
       if (!r) ADD_FAILURE() << what << ": silently wrong: " << r.message();
       const ::testing::AssertionResult c = contents_match(kv, m, vw);
@@ -304,7 +305,7 @@ TEST(KvIntegrity, AFullDiskIsAnErrorWithinTheTimeoutAndNothingAcknowledgedIsLost
       cache_config cc = test::small_cache(64);
       cc.timeout_ns = 2'000'000'000;
       auto cache = make_host_page_cache(ctl, cc);
-      kv_store kv = kv_store::create(ctl, cache, disk, c, o, true);
+      kv_store kv = kv_store::create(cache, ctl.add_namespace({disk, 512, false}), c, o, true);
       std::memcpy(&h, static_cast<uint8_t*>(mem->host_pointer()), sizeof(h));
       for (int k = 0; k < 3; ++k) {
         op_list b = random_batch(rng, uint64_t(k), 20000, vw, 400, 0.0);
@@ -344,7 +345,7 @@ TEST(KvIntegrity, AFullDiskIsAnErrorWithinTheTimeoutAndNothingAcknowledgedIsLost
     }
     controller ctl(quiet_controller());
     auto cache = make_host_page_cache(ctl, test::small_cache(64));
-    kv_store kv = kv_store::open(ctl, cache, disk, {}, o);
+    kv_store kv = kv_store::open(cache, ctl.add_namespace({disk, 512, false}), {}, o);
     // Every acknowledged batch is there (the failed one may or may not be).
     model after_failed = m;  // the model if the failed batch was durable
     apply_to(after_failed, failed_batch, vw);
@@ -391,7 +392,7 @@ TEST(KvIntegrity, ARealFullFileSystemIsAnErrorAndTheStoreRecoversOnceThereIsRoom
     cache_config cc = test::small_cache(64);
     cc.timeout_ns = 2'000'000'000;
     auto cache = make_host_page_cache(ctl, cc);
-    kv_store kv = kv_store::create_file(ctl, cache, path, c, o);
+    kv_store kv = kv_store::create_file(cache, path, c, o);
     const auto t0 = std::chrono::steady_clock::now();
     for (int k = 0; k < 400 && !failed; ++k) {
       op_list b = random_batch(rng, uint64_t(k), 1u << 30, vw, 60, 0.0);
@@ -411,7 +412,7 @@ TEST(KvIntegrity, ARealFullFileSystemIsAnErrorAndTheStoreRecoversOnceThereIsRoom
   ASSERT_EQ(::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT, "size=16m"), 0) << std::strerror(errno);
   controller ctl(quiet_controller());
   auto cache = make_host_page_cache(ctl, test::small_cache(64));
-  kv_store kv = kv_store::open_file(ctl, cache, path, {}, o);
+  kv_store kv = kv_store::open_file(cache, path, {}, o);
   ASSERT_TRUE(acknowledged_keys_read_back(kv, m));
   op_list b = random_batch(rng, 999, 1u << 30, vw, 60, 0.0);
   kv.set(b.keys.data(), b.values.data(), b.keys.size());
@@ -432,7 +433,7 @@ TEST(KvIntegrity, AStoreWithoutTableChecksumsIsFormatOneAndStillOpens) {
   {
     controller ctl(quiet_controller());
     auto cache = make_host_page_cache(ctl, test::small_cache(64));
-    kv_store kv = kv_store::create_file(ctl, cache, f.path(), c);
+    kv_store kv = kv_store::create_file(cache, f.path(), c);
     EXPECT_FALSE(kv.info().table_checksums);
     op_list b = random_batch(rng, 1, 1000, 2, 200);
     apply_to(m, b, 2);
@@ -444,7 +445,7 @@ TEST(KvIntegrity, AStoreWithoutTableChecksumsIsFormatOneAndStillOpens) {
   EXPECT_EQ(h.total_bytes, kv_store::bytes_needed(c));
   controller ctl(quiet_controller());
   auto cache = make_host_page_cache(ctl, test::small_cache(64));
-  kv_store kv = kv_store::open_file(ctl, cache, f.path());
+  kv_store kv = kv_store::open_file(cache, f.path());
   EXPECT_FALSE(kv.info().table_checksums);
   EXPECT_EQ(kv.last_recovery().replayed, 1u);
   EXPECT_TRUE(gets_match(kv, m, 1000, 2));

@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/crash_target.hpp"
 #include "deepwell/durable/kv_store.hpp"
 #include "deepwell/page_cache.hpp"
@@ -100,7 +101,7 @@ struct rig {
     opts.cpu_threads = 2;
     disk = make_volatile_cache_target(kv_store::bytes_needed(cfg));
     power_on();
-    kv = std::make_unique<kv_store>(kv_store::create(*ctl, cache, disk, cfg, opts, true));
+    kv = std::make_unique<kv_store>(kv_store::create(cache, ctl->add_namespace({disk, 512, false}), cfg, opts, true));
   }
   void power_on() {
     ctl = std::make_unique<controller>(quiet_controller());
@@ -114,7 +115,7 @@ struct rig {
   void reopen() {
     power_off();
     power_on();
-    kv = std::make_unique<kv_store>(kv_store::open(*ctl, cache, disk, {}, opts));
+    kv = std::make_unique<kv_store>(kv_store::open(cache, ctl->add_namespace({disk, 512, false}), {}, opts));
   }
 };
 
@@ -273,7 +274,7 @@ TEST(KvStore, ReopenReplaysCommittedBatchesFromAFile) {
   {
     controller ctl(quiet_controller());
     auto cache = make_host_page_cache(ctl, test::small_cache(64));
-    kv_store kv = kv_store::create_file(ctl, cache, f.path(), c);
+    kv_store kv = kv_store::create_file(cache, f.path(), c);
     std::mt19937_64 rng(3);
     for (uint32_t k = 0; k < 5; ++k) {
       op_list b = random_batch(rng, k, 3000, 2, 200);
@@ -284,7 +285,7 @@ TEST(KvStore, ReopenReplaysCommittedBatchesFromAFile) {
   }  // the cache's dirty pages are dropped with it: only the log has the batches
   controller ctl(quiet_controller());
   auto cache = make_host_page_cache(ctl, test::small_cache(64));
-  kv_store kv = kv_store::open_file(ctl, cache, f.path(), {8, 16});
+  kv_store kv = kv_store::open_file(cache, f.path(), {8, 16});
   EXPECT_EQ(kv.last_recovery().replayed, 5u);
   EXPECT_TRUE(gets_match(kv, m, 3000, 2));
   EXPECT_TRUE(contents_match(kv, m, 2));
@@ -295,12 +296,12 @@ TEST(KvStore, AnotherShapeIsRefusedNamingTheFile) {
   {
     controller ctl(quiet_controller());
     auto cache = make_host_page_cache(ctl, test::small_cache(64));
-    kv_store::create_file(ctl, cache, f.path(), {.value_bytes = 32, .capacity = 100});
+    kv_store::create_file(cache, f.path(), {.value_bytes = 32, .capacity = 100});
   }
   controller ctl(quiet_controller());
   auto cache = make_host_page_cache(ctl, test::small_cache(64));
   try {
-    kv_store::open_file(ctl, cache, f.path(), {.key_bytes = 8, .value_bytes = 64});
+    kv_store::open_file(cache, f.path(), {.key_bytes = 8, .value_bytes = 64});
     FAIL() << "opened a store of 32-byte values as one of 64";
   } catch (const error& e) {
     EXPECT_NE(std::string(e.what()).find(f.path()), std::string::npos) << e.what();
@@ -308,12 +309,12 @@ TEST(KvStore, AnotherShapeIsRefusedNamingTheFile) {
         << e.what();
   }
   try {
-    kv_store::open_file(ctl, cache, f.path(), {.key_bytes = 16});
+    kv_store::open_file(cache, f.path(), {.key_bytes = 16});
     FAIL() << "opened a store of 8-byte keys as one of 16";
   } catch (const error& e) {
     EXPECT_NE(std::string(e.what()).find("keys are 8 bytes"), std::string::npos) << e.what();
   }
-  kv_store ok = kv_store::open_file(ctl, cache, f.path(), {.value_bytes = 32});
+  kv_store ok = kv_store::open_file(cache, f.path(), {.value_bytes = 32});
   EXPECT_EQ(ok.info().value_bytes, 32u);
 }
 
@@ -322,13 +323,13 @@ TEST(KvStore, CorruptedHeaderIsRefusedNamingTheFile) {
   {
     controller ctl(quiet_controller());
     auto cache = make_host_page_cache(ctl, test::small_cache(64));
-    kv_store::create_file(ctl, cache, f.path(), {.value_bytes = 16, .capacity = 100});
+    kv_store::create_file(cache, f.path(), {.value_bytes = 16, .capacity = 100});
   }
   auto expect_refused = [&](const std::string& what) {
     controller ctl(quiet_controller());
     auto cache = make_host_page_cache(ctl, test::small_cache(64));
     try {
-      kv_store::open_file(ctl, cache, f.path());
+      kv_store::open_file(cache, f.path());
       ADD_FAILURE() << "opened a store with " << what;
     } catch (const error& e) {
       EXPECT_NE(std::string(e.what()).find(f.path()), std::string::npos) << e.what();
@@ -356,7 +357,7 @@ TEST(KvStore, CorruptedHeaderIsRefusedNamingTheFile) {
   {  // intact again
     controller ctl(quiet_controller());
     auto cache = make_host_page_cache(ctl, test::small_cache(64));
-    kv_store::open_file(ctl, cache, f.path());
+    kv_store::open_file(cache, f.path());
   }
   ASSERT_EQ(::truncate(f.path().c_str(), 200 << 10), 0);
   expect_refused("truncated");
@@ -532,7 +533,7 @@ trial_outcome run_trial(const crash_setup& s, const workload& w, uint64_t n, pow
     r.power_on();
     r.disk->cut_at_request(cut_in_recovery, how);
     try {
-      r.kv = std::make_unique<kv_store>(kv_store::open(*r.ctl, r.cache, r.disk, {}, r.opts));
+      r.kv = std::make_unique<kv_store>(kv_store::open(r.cache, r.ctl->add_namespace({r.disk, 512, false}), {}, r.opts));
     } catch (const error&) {
     }
     if (!r.disk->dead()) r.disk->cut(how);

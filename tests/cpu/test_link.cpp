@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/controller_link.hpp"

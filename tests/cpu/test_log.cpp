@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/crash_target.hpp"
 #include "deepwell/durable/log.hpp"

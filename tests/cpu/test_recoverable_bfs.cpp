@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/crash_target.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
@@ -101,7 +102,7 @@ struct process {
     cache = make_host_page_cache(ctl, k);
     graph_dataset_options d;
     d.block_size = c.page;
-    arrays = std::make_unique<graph_arrays>(ctl, cache, file, d);
+    arrays = std::make_unique<graph_arrays>(cache, file, d);
     const uint32_t ns = ctl.add_namespace({std::move(disk), 512, false});
     state = std::make_unique<bfs_state>(cache, ns, state_name);
   }

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/page_cache.hpp"
 #include "deepwell/rows.hpp"
 #include "test_util.hpp"

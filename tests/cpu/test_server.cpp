@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/error.hpp"

@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/host_client.hpp"

@@ -139,6 +139,52 @@ TEST_P(file_target_test, PartialLastBlockIsZeroFilledInBothModes) {
   }
 }
 
+// A slice (a section of a file, a store's region): its reads stop at its
+// end (zeros after, not the next bytes of the file, in both modes), its
+// writes stay inside it, a read-only slice of a writable target refuses
+// them, and its mapping is its own range.
+TEST_P(file_target_test, ASliceReadsAndWritesItsRangeOnly) {
+  scratch_file f;
+  const uint64_t bytes = 64 << 10;
+  write_file(f.path(), pattern_bytes(bytes, 0, io_seed).data(), bytes);
+  auto io = make_engine();
+  for (bool direct : {false, true}) {
+    SCOPED_TRACE(direct ? "O_DIRECT" : "buffered");
+    if (direct && !direct_io_supported(f.path())) continue;
+    file_options o;
+    o.direct = direct;
+    o.writable = true;
+    auto file = open_file_target(f.path(), o);
+    auto s = make_slice_target(file, 8192, 10000, true);
+    ASSERT_EQ(s->size(), 10000u);
+    aligned_buffer buf(4096);
+    std::memset(buf.get(), 0xCC, 4096);
+    ASSERT_EQ(read_sync(*s, *io, buf.get(), 4096, 8192), 4096);
+    EXPECT_EQ(check_pattern(buf.get(), 1808, 8192 + 8192, io_seed), -1);
+    EXPECT_TRUE(std::all_of(buf.get() + 1808, buf.get() + 4096, [](uint8_t b) { return b == 0; }))
+        << "bytes after the slice leaked";
+    std::memset(buf.get(), 0x5A, 4096);
+    EXPECT_EQ(write_sync(*s, *io, buf.get(), 4096, 0), 4096);
+    EXPECT_EQ(write_sync(*s, *io, buf.get(), 4096, 8192), -ENOSPC) << "a write past the slice's end";
+    auto ro = make_slice_target(file, 8192, 4096, false);
+    EXPECT_FALSE(ro->writable());
+    EXPECT_EQ(write_sync(*ro, *io, buf.get(), 4096, 0), -EROFS);
+    ASSERT_EQ(read_sync(*file, *io, buf.get(), 4096, 8192), 4096);
+    EXPECT_TRUE(std::all_of(buf.get(), buf.get() + 4096, [](uint8_t b) { return b == 0x5A; }));
+    if (!direct) {
+      auto m = ro->map_readonly();
+      ASSERT_TRUE(m);
+      EXPECT_EQ(m->bytes, 4096u);
+      EXPECT_EQ(m->data[0], 0x5A);
+    }
+    write_file(f.path(), pattern_bytes(bytes, 0, io_seed).data(), bytes);
+  }
+  auto file = open_file_target(f.path());
+  EXPECT_TRUE(contains(error_message([&] { make_slice_target(file, bytes - 4096, 8192, false); }), "not inside"));
+  EXPECT_TRUE(contains(error_message([&] { make_slice_target(file, ~0ull - 10, 100, false); }), "not inside"));
+  EXPECT_TRUE(contains(error_message([&] { make_slice_target(file, 0, 0, false); }), "not inside"));
+}
+
 // A dataset that runs to an unaligned end of file: O_DIRECT reads the whole
 // last block, the kernel stops at the end of the file, the rest is zeros.
 TEST_P(file_target_test, DirectReadOfTheUnalignedEndOfAFile) {

@@ -7,8 +7,11 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "../common/pattern.hpp"
 #include "../common/scratch_file.hpp"
+#include "deepwell/error.hpp"
 
 namespace deepwell::test {
 
@@ -28,6 +31,17 @@ inline std::vector<uint8_t> read_all(const std::string& path) {
 inline void write_all(const std::string& path, const std::vector<uint8_t>& b) {
   std::ofstream s(path, std::ios::binary | std::ios::trunc);
   s.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+// f() throws a deepwell::error whose message has `needle` in it.
+template <class F>
+void expect_error(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const deepwell::error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace deepwell::test

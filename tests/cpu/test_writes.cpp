@@ -11,6 +11,7 @@
 #include <chrono>
 #include <thread>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/page_cache.hpp"
 #include "cache_test_support.hpp"

@@ -17,6 +17,7 @@
 
 #include "../common/pattern.hpp"
 #include "../common/scratch_file.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/host_client.hpp"

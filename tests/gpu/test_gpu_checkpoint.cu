@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/controller.hpp"
 #include "deepwell/crash_target.hpp"
 #include "deepwell/durable/checkpoint.hpp"

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/files/file_system.hpp"
 #include "deepwell/gpu_launch.hpp"
 

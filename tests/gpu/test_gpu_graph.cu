@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "../common/scratch_file.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
 #include "deepwell/graph/gpu_exec.cuh"
@@ -165,7 +166,7 @@ TEST(GpuGraph, AlgorithmsThroughASmallPageCacheMatchTheReferences) {
     k.direct_files = tier;
     auto cache = make_gpu_page_cache(ctl, k);
     cache->check_capacity(x.warps());
-    graph_arrays arrays(ctl, cache, csr_file(f.path));
+    graph_arrays arrays(cache, csr_file(f.path));
     ASSERT_GT(f.g.edges() * 4, k.capacity_bytes);
     device_copy<uint64_t> off(f.g.offsets);
     check_reads(arrays.view(off.p), f, 16);

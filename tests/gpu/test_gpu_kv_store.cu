@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/crash_target.hpp"
 #include "deepwell/durable/kv_store.hpp"
 #include "deepwell/gpu_launch.hpp"
@@ -167,7 +168,7 @@ struct rig {
     opts.max_batch = max_batch;
     disk = make_volatile_cache_target(kv_store::bytes_needed(cfg));
     power_on();
-    kv = std::make_unique<kv_store>(kv_store::create(*ctl, cache, disk, cfg, opts, true));
+    kv = std::make_unique<kv_store>(kv_store::create(cache, ctl->add_namespace({disk, 512, false}), cfg, opts, true));
   }
   void power_on() {
     ctl = std::make_unique<controller>(pollers(2));
@@ -181,7 +182,7 @@ struct rig {
   void reopen() {
     power_off();
     power_on();
-    kv = std::make_unique<kv_store>(kv_store::open(*ctl, cache, disk, {}, opts));
+    kv = std::make_unique<kv_store>(kv_store::open(cache, ctl->add_namespace({disk, 512, false}), {}, opts));
   }
 };
 

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/crash_target.hpp"
 #include "deepwell/durable/log.hpp"

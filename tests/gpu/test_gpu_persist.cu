@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/crash_target.hpp"
 #include "deepwell/gpu_launch.hpp"

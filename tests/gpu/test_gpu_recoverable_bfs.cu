@@ -12,6 +12,7 @@
 #include <random>
 
 #include "../common/scratch_file.hpp"
+#include "deepwell/embedded.hpp"
 #include "deepwell/crash_target.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
@@ -82,7 +83,7 @@ struct process {
     k.timeout_ns = 20ull * 1000000000ull;
     cache = make_gpu_page_cache(ctl, k);
     cache->check_capacity(x.warps());
-    arrays = std::make_unique<graph_arrays>(ctl, cache, file);
+    arrays = std::make_unique<graph_arrays>(cache, file);
     state = std::make_unique<bfs_state>(cache, ctl.add_namespace({std::move(disk), 512, false}), "gpu-crash-disk.rbfs");
   }
   recoverable_bfs_result run(const graph_fixture& f, const config& c, const uint64_t* offsets,

@@ -11,6 +11,7 @@
 
 #include "../common/pattern.hpp"
 #include "../common/scratch_file.hpp"  // pattern_memory
+#include "deepwell/embedded.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/page_cache.hpp"

@@ -263,7 +263,8 @@ enum dw_kv_status {
 };
 
 typedef struct dw_kv_options {
-  const char* path;
+  const char* path;       /* a file; in server mode (dw_set_server, DEEPWELL_SERVER) a dataset the server
+                             grants this process for writing, by name or path (create formats it as it is) */
   int32_t device;         /* CUDA ordinal: a page cache on that GPU; -1: a host cache and CPU threads */
   int32_t mode;           /* dw_kv_mode */
   uint32_t value_bytes;   /* create: 8 to 128, a multiple of 8; open: 0 (any) or the store's (checked) */

@@ -7,17 +7,17 @@
 // gives the table as it was before or after each batch, never a part of
 // one. docs/kv.md describes the format, the protocol and the tests.
 //
-//   deepwell::controller ctl;
-//   auto cache = deepwell::make_gpu_page_cache(ctl, {.page_size = 4096, .capacity_bytes = 8ull << 30});
+//   auto link = deepwell::embedded_link();  // or deepwell::server_link::connect(socket): a server's dataset
+//   auto cache = deepwell::make_gpu_page_cache(link, {.page_size = 4096, .capacity_bytes = 8ull << 30});
 //   using namespace deepwell::durable;
 //   kv_options o;
 //   o.executor = gpu_kv_support();                         // GPU caches (deepwell_cuda)
-//   auto kv = kv_store::create_file(ctl, cache, "t.kv", {.value_bytes = 32, .capacity = 100'000'000}, o);
+//   auto kv = kv_store::create_file(cache, "t.kv", {.value_bytes = 32, .capacity = 100'000'000}, o);
 //   kv.set(d_keys, d_values, n, kv_memory::device);          // durable when it returns
 //   kv.get(d_keys, d_out, n, kv_memory::device, d_status);   // kv_ok / kv_not_found per key
 //   kv.erase(d_keys, n, kv_memory::device);
 //   ...  // after a crash, in a new process:
-//   auto again = kv_store::open_file(ctl, cache, "t.kv", {.value_bytes = 32}, o);   // recovers
+//   auto again = kv_store::open_file(cache, "t.kv", {.value_bytes = 32}, o);   // recovers
 //
 // The storage (one target: a file, or any target) holds four regions, the
 // first three served as namespaces of their own:
@@ -53,7 +53,6 @@
 
 #include "deepwell/array.hpp"
 #include "deepwell/config.hpp"
-#include "deepwell/controller.hpp"
 #include "deepwell/durable/log.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/page_cache.hpp"
@@ -693,22 +692,27 @@ class kv_store {
  public:
   static uint64_t bytes_needed(const kv_config& cfg);
 
-  // A new store on `storage` (at least bytes_needed bytes, writable), served
-  // by `ctl` (three namespaces) through `cache`: the table is zeroed
-  // (skipped with table_zeroed: a new file reads as zeros), the log created,
-  // then the header written and flushed.
-  static kv_store create(controller& ctl, std::shared_ptr<page_cache> cache, std::shared_ptr<target> storage,
-                         const kv_config& cfg, const kv_options& opts = {}, bool table_zeroed = false);
-  // Opens the store on `storage`: checks the header (magic, version,
+  // A new store on `dataset` (a namespace of the cache's link, writable,
+  // at least bytes_needed bytes), in three sections of it (the header, the
+  // table with its checksums, the log) that the link makes: the table is
+  // zeroed (skipped with table_zeroed: a new file reads as zeros), the log
+  // created, then the header written and flushed. Under a server, the
+  // dataset is one it grants this client for writing.
+  static kv_store create(std::shared_ptr<page_cache> cache, uint32_t dataset, const kv_config& cfg,
+                         const kv_options& opts = {}, bool table_zeroed = false);
+  // Opens the store on `dataset`: checks the header (magic, version,
   // checksum, sizes; `expect`), then recovers (replays the log's committed
   // batches since the last checkpoint, makes them durable, truncates it).
-  static kv_store open(controller& ctl, std::shared_ptr<page_cache> cache, std::shared_ptr<target> storage,
-                       const kv_expect& expect = {}, const kv_options& opts = {});
-  // The same on a file (created, or truncated and sized, by create_file).
-  static kv_store create_file(controller& ctl, std::shared_ptr<page_cache> cache, const std::string& path,
-                              const kv_config& cfg, const kv_options& opts = {});
-  static kv_store open_file(controller& ctl, std::shared_ptr<page_cache> cache, const std::string& path,
-                            const kv_expect& expect = {}, const kv_options& opts = {});
+  static kv_store open(std::shared_ptr<page_cache> cache, uint32_t dataset, const kv_expect& expect = {},
+                       const kv_options& opts = {});
+  // The same on a file: create_file makes it (created, or truncated and
+  // sized) and then asks the link for it, so it needs a controller in this
+  // process; open_file asks the link for the file by path (under a server:
+  // a dataset it grants this client for writing, by name or path).
+  static kv_store create_file(std::shared_ptr<page_cache> cache, const std::string& path, const kv_config& cfg,
+                              const kv_options& opts = {});
+  static kv_store open_file(std::shared_ptr<page_cache> cache, const std::string& path, const kv_expect& expect = {},
+                            const kv_options& opts = {});
 
   // Batches of n ops (n <= max_batch). keys, values, status: host memory or
   // device memory of the cache's GPU (`where`; a host cache takes host

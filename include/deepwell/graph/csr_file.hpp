@@ -106,6 +106,8 @@ class csr_file {
   uint64_t section_at(csr_section s) const;
   uint64_t section_bytes(csr_section s) const;
   std::vector<uint32_t> section_sums(csr_section s) const;
+  // Where in the file a section's sums start (version 2).
+  uint64_t section_sums_at(csr_section s) const { return h_.sums_at + 4 * first_sum(s); }
 
   // Checks every 4 KiB block of the mapped sections against its sum, on
   // `threads` threads (0: every core); throws deepwell::error naming the

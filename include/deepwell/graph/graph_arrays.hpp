@@ -1,6 +1,8 @@
-// A graph file's sections opened as deepwell datasets: each section (offsets,
-// neighbours, weights) is a namespace on the controller (a file target at
-// the section's offset) served through one page cache as an array. view()
+// A graph file's sections opened as deepwell datasets: the file is a
+// dataset of the cache's link (a file a controller in this process opens,
+// or a server's dataset granted to this client), and each section (offsets,
+// neighbours, weights) a section of it (section.hpp), served through the
+// cache as an array. view()
 // gives the cached_graph kernels and CPU threads take by value. A version-2
 // file's sections are checked datasets (file_sums.hpp): a block that does
 // not match its sum fails its read, and the direct tier gets a section's
@@ -18,7 +20,7 @@
 namespace deepwell::graph {
 
 struct graph_dataset_options {
-  bool direct_io = false;     // O_DIRECT file targets (the local disk, not the page cache)
+  bool direct_io = false;     // O_DIRECT (a controller in this process; a server's config decides its own)
   uint32_t block_size = 4096; // namespace block size (<= the cache's page size)
   // Check the file's offsets first (csr_file::check_offsets: O(nodes), on
   // every core): a corrupt offset would send a list past the neighbour
@@ -35,7 +37,7 @@ struct graph_dataset_options {
 
 class graph_arrays {
  public:
-  graph_arrays(controller& ctl, std::shared_ptr<page_cache> cache, const csr_file& f,
+  graph_arrays(std::shared_ptr<page_cache> cache, const csr_file& f,
                const graph_dataset_options& o = {});
   // Offsets through the cache unless `offsets_in_memory` (an address the
   // clients can read: device memory for GPU clients) is given. `stream`:
@@ -46,11 +48,14 @@ class graph_arrays {
   // Whether the edge lists are read through the direct tier (a registered
   // mapping of the file, no controller round trip) rather than the queues.
   bool edges_direct() const { return cache_->dataset(nbr_->ref().dataset).direct != nullptr; }
+  // The namespace of a section (0 for weights the file does not have).
+  uint32_t section_namespace(csr_section s) const { return nsid_[int(s)]; }
 
  private:
   std::shared_ptr<page_cache> cache_;
   std::string path_;
   uint64_t nodes_ = 0;
+  uint32_t nsid_[3] = {};  // by csr_section
   std::unique_ptr<array<uint64_t>> offsets_;
   std::unique_ptr<array<uint32_t>> nbr_, wts_;
 };

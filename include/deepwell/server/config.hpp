@@ -14,6 +14,8 @@
 //   max_clients_per_uid = 64                  # connections one uid may hold at once
 //   max_queue_pairs_per_uid = 512             # queue pairs of all of one uid's connections
 //   max_staging_per_uid = "8GiB"              # queue pair memory of all of one uid's connections
+//   max_sections_per_uid = 64                 # sections (of datasets, as namespaces) one uid may have made
+//   max_section_sums_per_uid = "256MiB"       # the server memory their block sums take
 //   host_cache = "8GiB"                       # the shared host-memory tier (default: none)
 //   host_cache_page = "64KiB"                 # its pages (default 4 KiB): a client reads the
 //                                             # tier itself where its cache's pages are this size
@@ -126,6 +128,16 @@ struct server_config {
   uint32_t max_clients_per_uid = 64;
   uint32_t max_queue_pairs_per_uid = 512;
   uint64_t max_staging_per_uid = 8ull << 30;
+  // Sections a uid's clients made (controller_link::open_section). A
+  // section stays while the server runs, so that clients that open the
+  // same one again (a store reopened, a graph run again) share it: the
+  // count is over the server's life, not per connection. A read-only
+  // section is shared by every client that asks for it and counts for the
+  // uid that made it; a writable one is the uid's own. The sums of checked
+  // sections are held in the server's memory: bytes / sum block x 4 (x 2
+  // for fixed sums).
+  uint32_t max_sections_per_uid = 64;
+  uint64_t max_section_sums_per_uid = 256ull << 20;
   // The metrics endpoint shows what every client does: loopback only
   // unless metrics_remote, and server-wide totals only unless metrics_detail.
   bool metrics_remote = false;

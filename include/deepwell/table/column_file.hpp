@@ -111,6 +111,8 @@ class column_file {
   // A column's block sums (a copy; empty in version 1): what a checked
   // dataset of its section needs (file_sums.hpp).
   std::vector<uint32_t> column_sums(const column_info& c) const;
+  // Where in the file a column's sums start (version 2).
+  uint64_t column_sums_at(const column_info& c) const { return sums_at_ + 4 * c.first_sum; }
   // Checks every 4 KiB block of the named column (all columns when `name`
   // is empty) against its sum, on `threads` threads (0: every core); throws
   // deepwell::error naming the file, the column and the bytes of the first
@@ -126,6 +128,7 @@ class column_file {
   std::vector<column_info> cols_;
   std::vector<std::vector<int64_t>> stats_;  // per column: row groups x (min, max), read at open
   std::vector<uint32_t> sums_;               // version 2: the sums section
+  uint64_t sums_at_ = 0;                     // where it is in the file
   void read_stats(int fd);
   void check_sums(int fd, const column_file_header& h, const std::vector<column_desc>& d, uint64_t size);
 };

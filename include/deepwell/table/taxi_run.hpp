@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/controller.hpp"
+#include "deepwell/controller_link.hpp"
 #include "deepwell/page_cache.hpp"
 #include "deepwell/table/column_file.hpp"
 #include "deepwell/table/taxi_queries.hpp"
@@ -36,6 +36,10 @@ struct taxi_query_options {
   // now in HBM (a cache that holds them: cache_bytes), the best of them in
   // warm_seconds. What the cache costs over data already in GPU memory.
   unsigned warm_runs = 0;
+  // A deepwell server's socket: the columns are sections of its dataset
+  // (the file, by name or path, granted to this client) and its controller
+  // serves the misses. Empty: a controller in this process.
+  std::string server;
 };
 
 struct taxi_query_report {
@@ -78,7 +82,9 @@ taxi_query_result taxi_reference(const column_file& f, int query);
 
 namespace detail {
 // What the CPU and GPU runners share (src/table/taxi_query_host.cpp).
-controller_config taxi_controller_config(const taxi_query_options& o);
+// The link the query's misses go through: the server's (o.server), or a
+// controller of its own in this process (o.pollers).
+std::shared_ptr<controller_link> taxi_link(const taxi_query_options& o);
 // The query's columns as arrays on one cache (made by `make` from the
 // options), in query order; `seconds`: making the cache and adding the
 // datasets (mapping registration included); `cache_seconds`: the first part.
@@ -88,9 +94,9 @@ struct taxi_columns {
   double seconds = 0;
   double cache_seconds = 0;
 };
-using page_cache_maker = std::shared_ptr<page_cache> (*)(controller&, const cache_config&);
-taxi_columns open_taxi_columns(controller& ctl, const column_file& f, const taxi_query_options& o,
-                               page_cache_maker make);
+using page_cache_maker = std::shared_ptr<page_cache> (*)(std::shared_ptr<controller_link>, const cache_config&);
+taxi_columns open_taxi_columns(std::shared_ptr<controller_link> link, const column_file& f,
+                               const taxi_query_options& o, page_cache_maker make);
 // The report's rows, counters and byte accounting, after a run whose
 // answer is in rep.result (the cache's statistics reset before the run;
 // `first_run`: those statistics, taken before later runs added to them).

@@ -171,6 +171,9 @@ int main(int argc, char** argv) {
                 "repeats start with the pages the last one left (default: the cache is cleared before each run)");
     a->add_option("--iterations", ro.iterations, "PageRank iterations")->capture_default_str();
     a->add_option("--pollers", ro.pollers, "controller threads")->capture_default_str();
+    a->add_option("--server", ro.server,
+                  "deepwell mode: serve the misses from a `deepwell serve` at this socket (the file must be a "
+                  "dataset it grants you)");
     a->add_option("--repeat", ro.repeat, "runs of each mode")->capture_default_str();
     a->add_flag("--check", ro.check, "compare with the CPU reference (small graphs)");
     a->add_flag("--cold", ro.cold, "drop the file from the page cache first");

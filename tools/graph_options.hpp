@@ -2,7 +2,11 @@
 // and GPU runners.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "deepwell/embedded.hpp"
+#include "deepwell/server_link.hpp"
 
 namespace deepwell::tools {
 
@@ -25,6 +29,7 @@ struct graph_run_options {
   bool keep_cache = false;             // repeats start from the last one's cache (not cleared)
   unsigned iterations = 20;            // PageRank
   unsigned pollers = 4;
+  std::string server;          // deepwell mode: misses served by a `deepwell serve` at this socket
   unsigned repeat = 1;
   bool check = false;          // against the CPU reference (small graphs)
   bool cold = false;           // drop the file from the page cache first (posix_fadvise DONTNEED, checked with mincore)
@@ -34,7 +39,18 @@ struct graph_run_options {
   std::string commit = "unknown";
 };
 
+// The link deepwell mode's cache uses: the server's (--server), or a
+// controller of its own in this process with o.pollers pollers.
+std::shared_ptr<controller_link> graph_link(const graph_run_options& o);
+
 int run_graph_gpu(const graph_run_options& o);  // graph_run_gpu.cu (or a stub without CUDA)
 int run_graph_cpu(const graph_run_options& o);  // graph_run_cpu.cpp
+
+inline std::shared_ptr<controller_link> graph_link(const graph_run_options& o) {
+  if (!o.server.empty()) return server_link::connect(o.server, "deepwell graph " + o.algo);
+  controller_config cc;
+  cc.pollers = o.pollers;
+  return embedded_link(cc);
+}
 
 }  // namespace deepwell::tools

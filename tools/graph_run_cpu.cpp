@@ -71,11 +71,8 @@ int run_graph_cpu(const graph_run_options& o) {
         r = run_algorithm(x, memory_graph{f.nodes(), f.offsets(), f.neighbours32(), f.weights()}, o, source,
                           f.header().flags);
       } else {
-        controller_config cc;
-        cc.pollers = o.pollers;
-        controller ctl(cc);
         const cache_config k = graph_cache_config(o, data_bytes, uint64_t(threads) * pages_per_warp * o.page_size);
-        auto cache = make_host_page_cache(ctl, k);
+        auto cache = make_host_page_cache(graph_link(o), k);
         check_cpu_cache(*cache, k, threads);
         graph_arrays arrays(cache, f, graph_datasets(o));
         const bool stream = o.stream && arrays.edges_direct();

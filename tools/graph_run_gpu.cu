@@ -162,11 +162,8 @@ int run_graph_gpu(const graph_run_options& o) {
     };
 
     if (mode == "deepwell") {
-      controller_config cc;
-      cc.pollers = o.pollers;
-      controller ctl(cc);
       const cache_config k = graph_cache_config(o, data_bytes, 512ull << 20);
-      auto cache = make_gpu_page_cache(ctl, k);
+      auto cache = make_gpu_page_cache(graph_link(o), k);
       cache->check_capacity(x.warps());
       const graph_dataset_options d = graph_datasets(o);
       graph_arrays arrays(cache, f, d);

@@ -46,6 +46,9 @@ void add_table_command(CLI::App& app, table_command& t) {
   t.query->add_option("--page", t.page, "page size (e.g. 4096)");
   t.query->add_flag("--no-direct-tier", t.no_direct, "GPU: every miss through the controller, even for columns in the page cache");
   t.query->add_option("--pollers", t.pollers, "controller poller threads (0: the library's default)");
+  t.query->add_option("--server", t.server,
+                      "serve the misses from a `deepwell serve` at this socket (the file must be a dataset it grants "
+                      "you); default: a controller in this process");
   t.query->add_flag("--page-gather", t.page_gather,
                     "bring the selected rows' pages into the cache (default: read their values alone from a direct tier)");
   t.query->add_option("--json", t.json, "append a JSON line per query here");
@@ -96,6 +99,7 @@ int table_command::run() {
     o.odirect = odirect;
     o.direct_tier = !no_direct;
     o.pollers = pollers;
+    o.server = server;
     o.sparse_gather = !page_gather;
     o.cache_bytes = parse_size(cache, "--cache");
     o.page_size = uint32_t(parse_size(page, "--page"));

@@ -14,6 +14,7 @@ struct table_command {
   std::vector<int> queries;
   bool cpu = false, check = false, odirect = false, no_direct = false, page_gather = false;
   unsigned workers = 0, pollers = 0;
+  std::string server;  // --server: a deepwell serve socket
   std::string cache = "", page = "";
   bool parsed() const { return app && app->parsed(); }
   int run();

@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from . import _lib
+from . import _lib, _server
 from ._lib import InvalidArgument, IOFailure, check, lib
 
 __all__ = ["save", "load", "verify", "generation", "manifest", "flatten", "CheckpointStore"]
@@ -257,10 +257,11 @@ class CheckpointStore:
         from .array import _count, _seconds, parse_bytes
         self._h = None
         self.path = os.fspath(path)
-        if not create:
+        # A file of this process's (a server's dataset is the server's: its name or path, checked there).
+        if not create and _server.current() is None:
             _remove_stale_tmp(self.path, keep_empty=True)
-        if not create and not os.path.exists(self.path):
-            raise FileNotFoundError(2, "No such file (deepwell.checkpoint)", self.path)
+            if not os.path.exists(self.path):
+                raise FileNotFoundError(2, "No such file (deepwell.checkpoint)", self.path)
         o = _Options()
         lib.dw_checkpoint_options_init(ctypes.byref(o))
         o.path = self.path.encode()
@@ -520,6 +521,8 @@ def save(state: Dict[str, Any], path, *, replace: bool = False, page_size: Optio
     dev = _devices(items)
     kw = dict(page_size=page_size, cache_size=cache_size, odirect=odirect, cpu_threads=cpu_threads)
     specs = sorted(it.spec() for it in items)  # by name: the order of the dict does not matter
+    if _server.current() is not None:
+        return _save_on_server(state, path, dev, specs, replace, allow_older, unit, kw)
     if os.path.exists(path) and not replace:
         try:
             s = CheckpointStore(path, device=dev, specs=specs, allow_older=allow_older, **kw)
@@ -548,6 +551,26 @@ def save(state: Dict[str, Any], path, *, replace: bool = False, page_size: Optio
     finally:
         os.close(d)
     return info
+
+
+def _save_on_server(state, name, dev, specs, replace, allow_older, unit, kw) -> dict:
+    """save() in server mode (deepwell.connect()): ``name`` is a dataset the server grants for writing, by
+    name or path. The server makes no files for its clients, so a new store is made in place in the
+    dataset (a blank one, or any with replace=True): unlike a file's, that is not atomic; a crash while it
+    is made leaves no store there."""
+    if not replace:
+        try:
+            s = CheckpointStore(name, device=dev, specs=specs, allow_older=allow_older, **kw)
+        except IOFailure as e:
+            if "no checkpoint store here" not in str(e):
+                raise
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{e} (replace=True makes a new store of these tensors)") from None
+        else:
+            with s:
+                return s.save(state)
+    with CheckpointStore(name, device=dev, create=True, specs=specs, unit=unit, **kw) as s:
+        return s.save(state)
 
 
 def load(path, into: Optional[Dict[str, Any]] = None, *, device="cpu", strict: bool = True,

@@ -18,8 +18,9 @@ def server(tmp_path, deepwell_cli):
     data = rng.integers(0, 256, size=(512, 4096), dtype=np.uint8)
     data.tofile(tmp_path / "data.bin")
     (tmp_path / "secret.bin").write_bytes(b"\x5a" * 65536)
-    with open(tmp_path / "store.kv", "wb") as f:  # a dataset for a key-value store, made by its admin
-        f.truncate(8 << 20)
+    for name in ("store.kv", "model.ckpt"):  # datasets for a key-value store and checkpoints, made by the admin
+        with open(tmp_path / name, "wb") as f:
+            f.truncate(8 << 20)
     sock = tmp_path / "dw.sock"
     uid = os.getuid()
     (tmp_path / "ds.toml").write_text(f"""
@@ -40,8 +41,16 @@ writable = true
 dataset = "feats"
 uid = {uid}
 access = "read-write"
+[[dataset]]
+name = "model"
+file = "{tmp_path / 'model.ckpt'}"
+writable = true
 [[grant]]
 dataset = "store"
+uid = {uid}
+access = "read-write"
+[[grant]]
+dataset = "model"
 uid = {uid}
 access = "read-write"
 [[grant]]
@@ -163,3 +172,23 @@ def test_a_kv_store_lives_in_a_granted_dataset_of_the_server(server):
     with deepwell.kv.open(str(tmp / "store.kv"), device="cpu") as kv:
         got, found = kv.get(keys[100:])
         assert found.all() and np.array_equal(np.asarray(got), values[100:])
+
+
+def test_checkpoints_live_in_a_granted_dataset_of_the_server(server):
+    sock, _, tmp = server
+    import deepwell.checkpoint as ckpt
+    deepwell.connect(sock)
+    rng = np.random.default_rng(5)
+    sd = {"w": rng.standard_normal((300, 200)).astype(np.float32), "step": np.asarray(3, dtype=np.int64)}
+    assert ckpt.save(sd, "model")["generation"] == 1  # a blank dataset: a new store in place
+    sd["w"][7] += 1
+    info = ckpt.save(sd, "model")
+    assert info["generation"] == 2
+    got = ckpt.load("model", numpy=True)
+    assert got["w"].tobytes() == sd["w"].tobytes() and int(got["step"]) == 3
+    with pytest.raises(deepwell.IOFailure, match="no dataset 'secret' is offered"):
+        ckpt.load("secret", numpy=True)
+    deepwell.disconnect()
+    # The same store, in this process, from the file.
+    got = ckpt.load(str(tmp / "model.ckpt"), numpy=True)
+    assert got["w"].tobytes() == sd["w"].tobytes()

@@ -1,6 +1,8 @@
 // The C ABI's checkpoints (include/deepwell/c/deepwell.h, dw_checkpoint_*):
-// a file, its own controller, namespace and page cache (on a GPU, or a host
-// cache for CPU threads), and a checkpoint_store on them. Every entry point
+// a file with its own controller in this process, or, in server mode
+// (dw_set_server, DEEPWELL_SERVER), a dataset the server grants; a page
+// cache on that link (on a GPU, or a host cache for CPU threads), and a
+// checkpoint_store on them. Every entry point
 // catches everything and turns it into an error code and a message
 // (dw_last_error), as c_api.cpp does.
 //
@@ -16,6 +18,7 @@
 #include <new>
 #include <string>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,14 +28,14 @@
 #include "deepwell/page_cache.hpp"
 #include "cuda_shim.hpp"
 #include "guarded.hpp"
+#include "server_links.hpp"
 #include "last_error.hpp"
 
 using namespace deepwell;
 
 // Members go in reverse order: the store, then its cache (and queue pairs),
-// then the link and the controller.
+// then the link (which owns a controller in this process).
 struct dw_checkpoint {
-  std::shared_ptr<controller> ctl;
   std::shared_ptr<controller_link> link;
   std::shared_ptr<page_cache> cache;
   std::unique_ptr<checkpoint_store> store;
@@ -157,37 +160,45 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
                                  " device" + (count == 1 ? "" : "s") + ")");
     }
 
-    file_options fo;
-    fo.direct = o.odirect != 0;
-    fo.writable = o.writable != 0;
-    if (create) {
-      const uint64_t bytes = checkpoint_store::bytes_needed(m, unit);
-      struct stat st{};
-      if (::stat(o.path, &st) == 0) {
+    auto c = std::make_unique<dw_checkpoint>();
+    c->device = o.device;
+    uint32_t nsid = 0;
+    const std::string server = capi::current_server();
+    if (!server.empty()) {
+      // A dataset the server grants (by name or path), as it is: a server
+      // makes no files for its clients, so a new store needs one big enough.
+      c->link = capi::server_link_to(server);
+      try {
+        nsid = c->link->open_dataset({o.path, o.writable != 0});
+      } catch (const error& e) {
+        throw api_error(DW_EIO, e.what());
+      }
+    } else {
+      if (create) {
+        const uint64_t bytes = checkpoint_store::bytes_needed(m, unit);
+        struct stat st{};
+        if (::stat(o.path, &st) != 0) {
+          const int fd = ::open(o.path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+          if (fd < 0) throw api_error(DW_EIO, errno_message(std::string("creating ") + o.path, errno));
+          ::close(fd);
+          st.st_mode = S_IFREG;
+          st.st_size = 0;
+        }
         if (S_ISREG(st.st_mode) && uint64_t(st.st_size) < bytes && ::truncate(o.path, off_t(bytes)) != 0)
           throw api_error(DW_EIO, errno_message(std::string("growing ") + o.path, errno));
       } else {
-        fo.create = true;
-        fo.create_size = bytes;
+        refuse_empty_file(o.path);
       }
-    } else {
-      refuse_empty_file(o.path);
+      controller_config cc;
+      if (o.pollers) cc.pollers = o.pollers;
+      c->link = embedded_link(cc);
+      const uint32_t block = std::min(page, o.odirect ? 4096u : 512u);
+      try {
+        nsid = c->link->open_dataset({o.path, o.writable != 0, o.odirect != 0, block});
+      } catch (const error& e) {
+        throw api_error(DW_EIO, e.what());
+      }
     }
-    std::shared_ptr<target> t;
-    try {
-      t = open_file_target(o.path, fo);
-    } catch (const error& e) {
-      throw api_error(DW_EIO, e.what());
-    }
-
-    auto c = std::make_unique<dw_checkpoint>();
-    c->device = o.device;
-    controller_config cc;
-    if (o.pollers) cc.pollers = o.pollers;
-    c->ctl = std::make_shared<controller>(cc);
-    c->link = in_process_link(c->ctl);
-    const uint32_t block = std::min(page, std::max<uint32_t>(512, t->io_alignment()));
-    const uint32_t nsid = c->ctl->add_namespace({t, block, !o.writable});
     cache_config cfg;
     cfg.page_size = page;
     if (o.cache_bytes) cfg.capacity_bytes = o.cache_bytes;

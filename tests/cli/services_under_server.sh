@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The services through one door: a graph run and taxi queries against a
+# `deepwell serve` this script starts (the files are its datasets, granted
+# to this user), each checked against its CPU reference and timed beside
+# the same run with a controller in its own process. CPU threads (--cpu)
+# in CI; with --gpu, GPU clients, and the ratios (server / in process) go
+# to OUT_JSON if set.
+#   tests/cli/services_under_server.sh path/to/deepwell [--gpu]
+set -uo pipefail
+bin=${1:?usage: services_under_server.sh DEEPWELL [--gpu]}
+gpu=${2:-}
+dir=$(mktemp -d /tmp/deepwell-svc.XXXXXX)
+sock="$dir/dw.sock"
+server_pid=
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+
+clients=(--cpu)
+scale=14 rows=400000
+if [ "$gpu" = --gpu ]; then clients=(); scale=${SVC_SCALE:-20}; rows=${SVC_ROWS:-20000000}; fi
+g="$dir/g.dwg"
+t="$dir/t.dwc"
+"$bin" graph generate --scale "$scale" --degree 16 -o "$g" -q || exit 1
+"$bin" table gen "$t" --rows "$rows" >/dev/null || exit 1
+cat >"$dir/ds.toml" <<TOML
+[server]
+socket = "$sock"
+[[dataset]]
+name = "graph"
+file = "$g"
+[[dataset]]
+name = "taxi"
+file = "$t"
+[[grant]]
+dataset = "*"
+uid = $(id -u)
+TOML
+"$bin" serve --config "$dir/ds.toml" 2>"$dir/server.log" &
+server_pid=$!
+for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+[ -S "$sock" ] || { echo "FAIL: the server did not start"; cat "$dir/server.log"; exit 1; }
+
+# name, then the command's arguments: run in process and under the server,
+# each --check'ed; their best seconds (3 runs) go to $dir/<name>.{local,server}.
+both() {
+  local name=$1; shift
+  for where in local server; do
+    local extra=()
+    [ $where = server ] && extra=(--server "$sock")
+    for rep in 1 2 3; do
+      local check=()
+      [ $rep = 1 ] && check=(--check)
+      if ! out=$("$@" "${clients[@]}" "${extra[@]}" "${check[@]}" --json "$dir/$name.$where.json" 2>&1); then
+        fail "$name ($where): $(tail -3 <<<"$out")"
+        return
+      fi
+      if [ $rep = 1 ] && grep -qiE "differ|DIFFERENT|disagree" <<<"$out"; then
+        fail "$name ($where): the answer differs from the reference: $(grep -iE -m1 'differ|disagree' <<<"$out")"
+      fi
+    done
+  done
+  python3 - "$dir" "$name" <<'PY'
+import json, sys
+d, name = sys.argv[1], sys.argv[2]
+best = {}
+for where in ("local", "server"):
+    secs = [json.loads(l)["seconds"] for l in open(f"{d}/{name}.{where}.json") if '"seconds"' in l]
+    best[where] = min(s for s in secs if s > 0)
+print(f"ok   {name}: in process {best['local']:.4f} s, under the server {best['server']:.4f} s, "
+      f"speed under the server / in process {best['local'] / best['server']:.2f}")
+with open(f"{d}/ratios.jsonl", "a") as f:
+    f.write(json.dumps({"service": name, "local_seconds": best["local"], "server_seconds": best["server"],
+                        "server_vs_embedded": best["local"] / best["server"]}) + "\n")
+PY
+}
+
+both graph_bfs "$bin" graph bfs "$g" --repeat 1
+both graph_cc "$bin" graph cc "$g" --repeat 1
+both taxi_q0 "$bin" table query "$t" -q 0
+both taxi_q5 "$bin" table query "$t" -q 5
+
+# What a client may not do, from the command line: a file the server does not offer.
+cp "$g" "$dir/other.dwg"
+if out=$("$bin" graph bfs "$dir/other.dwg" "${clients[@]}" --server "$sock" 2>&1); then
+  fail "a graph that is not a dataset ran under the server: $(tail -2 <<<"$out")"
+elif ! grep -q "no dataset" <<<"$out"; then
+  fail "a graph that is not a dataset: the error does not say so: $(tail -2 <<<"$out")"
+else
+  echo "ok   a file the server does not offer: $(grep -m1 -o 'no dataset.*' <<<"$out" | cut -c1-120)"
+fi
+if [ -n "${OUT_JSON:-}" ] && [ -f "$dir/ratios.jsonl" ]; then cp "$dir/ratios.jsonl" "$OUT_JSON"; fi
+if [ $failures -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "services under the server: every answer equal to its reference"

@@ -146,6 +146,12 @@ struct section_state {
   section_request req;
   std::shared_ptr<target> data;
   uint32_t maker_uid = 0;
+  // Handing out a checked section's mapping checks all of it: once it
+  // passed, it is not checked again; after it did not, not again for a
+  // while (a client asking over and over must not keep the server's thread
+  // checking).
+  bool mapping_checked = false;
+  std::chrono::steady_clock::time_point mapping_refused{};
 };
 
 // What a uid's sections take, over the server's life (config.hpp says why).
@@ -767,8 +773,18 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
         wire::message r;
         const dataset_state* d = sec->dataset;
         struct stat st{};
+        section_state& s = sections.at(sec->nsid);
+        const auto now = std::chrono::steady_clock::now();
+        auto may_map = [&] {
+          if (s.mapping_checked) return true;
+          if (s.mapping_refused != std::chrono::steady_clock::time_point{} && now - s.mapping_refused < std::chrono::seconds(10))
+            return false;
+          s.mapping_checked = sec->data->map_readonly() != nullptr;
+          if (!s.mapping_checked) s.mapping_refused = now;
+          return s.mapping_checked;
+        };
         if (m.h.b && !sec->req.writable && d->mappable_fd >= 0 && fstat(d->mappable_fd, &st) == 0 &&
-            uint64_t(st.st_size) == d->bytes && sec->data->map_readonly()) {
+            uint64_t(st.st_size) == d->bytes && may_map()) {
           const std::string self = "/proc/self/fd/" + std::to_string(d->mappable_fd);
           r.fd = open(self.c_str(), O_RDONLY | O_CLOEXEC);
           if (r.fd >= 0) {

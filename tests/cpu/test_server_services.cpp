@@ -175,7 +175,8 @@ TEST_F(Services, AGraphRunUnderTheServerGivesTheInProcessAnswer) {
   graph::bfs_options o;
   o.source = source;
   auto link = server_link::connect(sock, "bfs");
-  cache_config cc = cache_cfg(16);  // smaller than the graph: misses through the server
+  cache_config cc = cache_cfg(16);  // smaller than the graph: misses through the server's queues
+  cc.direct_tier = false;
   auto cache = make_host_page_cache(link, cc);
   graph::graph_arrays arrays(cache, file);
   ASSERT_GT(file.neighbours_bytes(), 3 * cc.capacity_bytes);
@@ -189,6 +190,14 @@ TEST_F(Services, AGraphRunUnderTheServerGivesTheInProcessAnswer) {
   for (auto s : {graph::csr_section::offsets, graph::csr_section::neighbours, graph::csr_section::weights})
     EXPECT_EQ(again.section_namespace(s), arrays.section_namespace(s));
   EXPECT_EQ(graph::bfs(x, again, o).depth, graph::bfs_reference(v, source));
+  // The direct tier: the file is in memory (just written), so the server
+  // hands out the sections' mappings once it has checked them.
+  cache_config direct = cache_cfg(16);
+  direct.direct_files = cache_config::file_tier::resident;
+  auto cache3 = make_host_page_cache(link2, direct);
+  graph::graph_arrays mapped(cache3, file);
+  EXPECT_TRUE(mapped.edges_direct());
+  EXPECT_EQ(graph::bfs(x, mapped, o).depth, graph::bfs_reference(v, source));
 }
 
 TEST_F(Services, ACorruptGraphBlockIsAnErrorUnderTheServerToo) {
@@ -209,6 +218,7 @@ TEST_F(Services, ACorruptGraphBlockIsAnErrorUnderTheServerToo) {
   graph::graph_dataset_options d;
   d.check_offsets = false;
   graph::graph_arrays arrays(cache, file, d);
+  EXPECT_FALSE(arrays.edges_direct()) << "a section that fails its check is not mapped";
   graph::cpu_exec x(2);
   test::expect_error([&] { graph::connected_components(x, arrays, g.flags); }, "checksum");
 }

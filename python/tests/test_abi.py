@@ -1,0 +1,89 @@
+"""The ctypes structures of the package against include/deepwell/c/deepwell.h, field by field: the
+same names, in the same order, of the same C types. A field added to the header and not to Python
+(or a type changed on one side) fails here, not as bytes read at the wrong offset."""
+import ctypes
+import pathlib
+import re
+
+import pytest
+
+from deepwell import _lib, checkpoint, kv
+
+HEADER = pathlib.Path(__file__).resolve().parents[2] / "include" / "deepwell" / "c" / "deepwell.h"
+
+C_TYPES = {
+    "uint8_t": ctypes.c_uint8, "int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32,
+    "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "double": ctypes.c_double,
+    "const char*": ctypes.c_char_p, "char": ctypes.c_char,
+}
+
+# Each C structure and the ctypes class that mirrors it.
+MIRRORS = {
+    "dw_open_options": _lib.OpenOptions,
+    "dw_array_info": _lib.Info,
+    "dw_stats": _lib.Stats,
+    "dw_checkpoint_tensor": checkpoint._Tensor,
+    "dw_checkpoint_options": checkpoint._Options,
+    "dw_checkpoint_save_info": checkpoint._SaveInfo,
+    "dw_kv_options": kv._Options,
+    "dw_kv_result": kv._Result,
+    "dw_kv_info": kv._Info,
+}
+
+
+def header_structs():
+    """{name: [(field, C type, array length or None)]} of every structure the header defines."""
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    out = {}
+    for m in re.finditer(r"typedef struct (dw_\w+) \{(.*?)\} \1;", text, flags=re.S):
+        fields = []
+        for decl in m.group(2).split(";"):
+            decl = " ".join(decl.split())
+            if not decl:
+                continue
+            t = re.match(r"((?:const )?\w+\s*\*?)\s*(.*)", decl)
+            ctype, names = t.group(1).replace(" *", "*").strip(), t.group(2)
+            for n in names.split(","):
+                n = n.strip()
+                star = n.startswith("*")
+                a = re.match(r"\**(\w+)(?:\[(\d+)\])?", n)
+                fields.append((a.group(1), ctype + ("*" if star else ""), int(a.group(2)) if a.group(2) else None))
+        out[m.group(1)] = fields
+    return out
+
+
+def expected_ctype(ctype, length):
+    if ctype.endswith("*") and ctype not in C_TYPES:  # a pointer to anything else
+        base = C_TYPES.get(ctype.replace("const ", "").rstrip("*"))
+        return ("pointer", base)
+    t = C_TYPES[ctype]
+    return t * length if length else t
+
+
+@pytest.mark.skipif(not HEADER.exists(), reason="run from a checkout (the header is not installed)")
+def test_every_structure_of_the_header_is_mirrored_field_by_field():
+    structs = header_structs()
+    assert set(MIRRORS) <= set(structs), f"structures the test expects but the header lacks: {set(MIRRORS) - set(structs)}"
+    unmirrored = {s for s in structs if s not in MIRRORS}
+    assert not unmirrored, f"structures of deepwell.h with no ctypes mirror checked here: {unmirrored}"
+    for name, cls in MIRRORS.items():
+        want = structs[name]
+        got = cls._fields_
+        assert [f for f, _, _ in want] == [f for f, _ in got], f"{name}: fields differ from {cls.__module__}.{cls.__name__}"
+        for (field, ctype, length), (_, pytype) in zip(want, got):
+            e = expected_ctype(ctype, length)
+            if isinstance(e, tuple):  # a pointer: POINTER(base) or a void pointer
+                ok = pytype is ctypes.c_void_p or (e[1] is not None and pytype is ctypes.POINTER(e[1]))
+            elif length:
+                ok = issubclass(pytype, ctypes.Array) and pytype._type_ is e._type_ and pytype._length_ == length
+            else:
+                ok = pytype is e
+            assert ok, f"{name}.{field}: C {ctype}{f'[{length}]' if length else ''}, ctypes {pytype}"
+
+
+def test_the_parser_sees_what_the_header_has():
+    # The check above cannot pass by reading nothing.
+    structs = header_structs()
+    assert len(structs["dw_open_options"]) >= 15 and structs["dw_open_options"][0] == ("path", "const char*", None)
+    assert ("backend", "char", 16) in structs["dw_array_info"]
+    assert [f for f, _, _ in structs["dw_kv_result"]][:4] == ["ops", "inserted", "updated", "erased"]

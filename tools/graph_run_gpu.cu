@@ -162,8 +162,19 @@ int run_graph_gpu(const graph_run_options& o) {
     };
 
     if (mode == "deepwell") {
+      // In process, the controller is kept to report its pollers' CPU time.
+      std::shared_ptr<controller> ctl;
+      std::shared_ptr<controller_link> link;
+      if (o.server.empty()) {
+        controller_config cc;
+        cc.pollers = o.pollers;
+        ctl = std::make_shared<controller>(cc);
+        link = in_process_link(ctl);
+      } else {
+        link = graph_link(o);
+      }
       const cache_config k = graph_cache_config(o, data_bytes, 512ull << 20);
-      auto cache = make_gpu_page_cache(graph_link(o), k);
+      auto cache = make_gpu_page_cache(link, k);
       cache->check_capacity(x.warps());
       const graph_dataset_options d = graph_datasets(o);
       graph_arrays arrays(cache, f, d);
@@ -193,7 +204,7 @@ int run_graph_gpu(const graph_run_options& o) {
                 {"offsets_in_cache", o.offsets_in_cache}, {"pin_free_strides", o.pin_free_strides},
                 {"kept_cache", rep && o.keep_cache}, {"hit_rate", c.stats.hit_rate()},
                 {"bytes_read", c.bytes_read()}, {"cache_bytes_read", c.stats.bytes_read}, {"amplification", c.amplification},
-                {"controller_cpu_seconds", ctl.poller_cpu_seconds()}},
+                {"controller_cpu_seconds", ctl ? nlohmann::json(ctl->poller_cpu_seconds()) : nlohmann::json()}},
                text);
       }
       if (offsets_dev) cudaFree(offsets_dev);

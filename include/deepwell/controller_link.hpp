@@ -24,6 +24,9 @@ struct namespace_info {
   uint64_t bytes = 0;
   bool read_only = false;
   std::string description;
+  // Who serves its commands and how: "the controller in this process
+  // (io_uring)", "deepwell serve at /run/dw.sock (threads)".
+  std::string route;
 };
 
 // A queue pair as its client holds it: the client's own mapping of the

@@ -30,6 +30,7 @@ constexpr const char* direct_files = "resident";  // never, resident or always
 constexpr double clean_threshold = 1.0 / 16;  // dirty share of the slots above which the cleaner runs
 constexpr const char* staging_stores = "streaming";  // streaming, cached or demote
 constexpr uint32_t max_cpu_threads = 16;      // a CPU client's gather threads: the cores, at most this
+constexpr const char* log_level = "warn";     // quiet, warn (fallbacks) or info (also each dataset's route)
 // Checkpoints (dw_checkpoint_open, deepwell.checkpoint): large pages, so
 // fewer queue pairs and entries than a cache's (staging is pairs x entries
 // x page of pinned memory: 64 x 512 x 64 KiB would be 2 GiB) still keep
@@ -63,6 +64,7 @@ std::string direct_files();          // DEEPWELL_DIRECT_FILES
 double clean_threshold();            // DEEPWELL_CLEAN_THRESHOLD
 std::string staging_stores();        // DEEPWELL_STAGING_STORES
 uint32_t cpu_threads();              // DEEPWELL_CPU_THREADS
+std::string log_level();             // DEEPWELL_LOG
 
 // ---- the one parser ----
 // The unsigned number in environment variable `name`, if it is set and not

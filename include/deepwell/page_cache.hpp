@@ -66,6 +66,12 @@ class page_cache {
   // size or the cache has no room for another dataset.
   uint32_t add_dataset(uint32_t nsid);
   const dataset_desc& dataset(uint32_t id) const;
+  // How dataset `id`'s misses are filled, in words: the direct tier (a
+  // mapping of the file, or the dataset's host memory), a server's host
+  // tier, or the controller's queues (which controller, its I/O backend,
+  // the file's buffered or O_DIRECT reads), and why a faster route was not
+  // taken. DEEPWELL_LOG=info prints it when the dataset is added.
+  const std::string& route(uint32_t id) const;
   // Counts the write-backs of dataset `id` submitted to each group of
   // 2^shift pages into counts[page >> shift] (client memory, zeroed,
   // enough words for the dataset's pages): dataset_desc::write_counts.
@@ -127,8 +133,9 @@ class page_cache {
   // Host memory as this cache's clients address it (registered and mapped
   // for a GPU), or nullptr if it cannot be used.
   virtual const uint8_t* direct_pointer(void* host, uint64_t bytes, bool read_only) = 0;
-  // The direct tier of namespace nsid, if any.
-  const uint8_t* direct_source(uint32_t nsid, const namespace_info& info);
+  // The direct tier of namespace nsid, if any; `why_not` says why there is
+  // none where one was allowed (for the dataset's route).
+  const uint8_t* direct_source(uint32_t nsid, const namespace_info& info, std::string& why_not);
   // The namespace's arena of a server's host-memory tier, where there is
   // one whose pages are this cache's size (tier_layout.hpp); else detached.
   tier_ref tier_source(uint32_t nsid, const dataset_desc& d);
@@ -145,6 +152,7 @@ class page_cache {
   cache_meta_layout layout_{};
   page_cache_ref ref_{};
   std::vector<dataset_desc> datasets_;
+  std::vector<std::string> routes_;  // by dataset id
   std::vector<std::shared_ptr<const host_mapping>> mappings_;  // what the direct tier reads (outlives registrations)
   std::unique_ptr<host_queue_client> control_;  // flushes and identify from the host
 };

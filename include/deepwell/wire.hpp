@@ -37,7 +37,8 @@ enum class op : uint16_t {
 };
 
 // A dataset reply: a: nsid, b: block size, c: read_only (the dataset),
-// d: rights (access_grants bits), x: bytes, y: blocks, text: description.
+// d: rights (access_grants bits), x: bytes, y: blocks, text: description, a newline, and the route
+// (who serves it: "deepwell serve at SOCKET (io_uring)").
 
 enum class map_kind : uint32_t { none = 0, file = 1, memory = 2 };
 

@@ -13,7 +13,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 OK, EINVAL, EIO, ERANGE, ENOCUDA, ERUNTIME = 0, -1, -2, -3, -4, -5
 
@@ -76,6 +76,7 @@ class Info(ctypes.Structure):
         ("direct_tier", ctypes.c_int32),
         ("in_place", ctypes.c_int32),
         ("backend", ctypes.c_char * 16),
+        ("route", ctypes.c_char * 256),
     ]
 
 

@@ -221,6 +221,9 @@ class Array:
         self.direct_tier = bool(info.direct_tier)
         self.in_place = bool(info.in_place)
         self.backend = info.backend.decode()
+        # How misses are filled, in words (the direct tier, a server's host tier, or which controller's
+        # queues, and why a faster route was not taken): a fallback is never silent.
+        self.route = info.route.decode()
         self.shape = (self.rows,) + self.row_shape
         self._hv = h.value
         _open_arrays.add(self)

@@ -87,3 +87,9 @@ def test_the_parser_sees_what_the_header_has():
     assert len(structs["dw_open_options"]) >= 15 and structs["dw_open_options"][0] == ("path", "const char*", None)
     assert ("backend", "char", 16) in structs["dw_array_info"]
     assert [f for f, _, _ in structs["dw_kv_result"]][:4] == ["ops", "inserted", "updated", "erased"]
+
+
+@pytest.mark.skipif(not HEADER.exists(), reason="run from a checkout (the header is not installed)")
+def test_the_package_speaks_the_headers_abi_version():
+    m = re.search(r"#define DW_ABI_VERSION (\d+)", HEADER.read_text())
+    assert m and int(m.group(1)) == _lib.ABI_VERSION == _lib.lib.dw_abi_version()

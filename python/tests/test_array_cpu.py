@@ -191,6 +191,8 @@ def test_odirect_reads(make_file):
         pytest.skip(f"O_DIRECT not supported here: {e}")
     with a:
         assert not a.direct_tier
+        # The route says so: the controller's queues, the file read with O_DIRECT.
+        assert "O_DIRECT" in a.route and "queued to the controller in this process" in a.route, a.route
         idx = np.random.default_rng(2).integers(0, 512, 400)
         np.testing.assert_array_equal(a.gather(idx), data[idx])
         assert a.stats()["controller_reads"] > 0
@@ -201,6 +203,7 @@ def test_in_place_reads_skip_the_cache(make_file, row_bytes):
     path, data = make_file(2000, row_bytes)
     with open_cpu(path, dtype="uint8", shape=(-1, row_bytes), cache_reads=False) as a:
         assert a.direct_tier and a.in_place
+        assert "the direct tier: a read-only mapping of the file" in a.route, a.route
         idx = np.random.default_rng(4).integers(0, 2000, 3000)
         np.testing.assert_array_equal(a.gather(idx), data[idx])
         assert a.stats()["accesses"] == 0  # nothing went through the cache
@@ -270,3 +273,18 @@ def test_sizes_read_as_everywhere_else():
     for junk in ["lots", "1.5", "1e3", "12PB", "1  GiB"]:
         with pytest.raises(deepwell.InvalidArgument, match="is not a size"):
             deepwell.parse_bytes(junk)
+
+
+def test_a_route_left_for_a_slower_one_says_why(make_file, monkeypatch):
+    # A file not wholly in the page cache is read through the controller, and the route says why.
+    path, data = make_file(256, 4096)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    with open_cpu(path, dtype="uint8", shape=(-1, 4096)) as a:
+        if a.direct_tier:
+            pytest.skip("the file stayed in the page cache (the kernel kept it)")
+        assert "no direct tier: only" in a.route and "was in the page cache" in a.route, a.route
+        np.testing.assert_array_equal(a.gather(np.arange(256)), data)

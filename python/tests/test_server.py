@@ -78,6 +78,7 @@ def test_rows_come_from_the_server_byte_for_byte(server):
     s = deepwell.connect(sock)
     a = deepwell.open("feats", dtype="uint8", shape=(-1, 4096), device="cpu", cache_size="256KiB", writable=True)
     assert a.backend == "server"
+    assert f"deepwell serve at {sock}" in a.route, a.route  # which controller serves the misses, said
     assert a.shape == data.shape
     idx = np.random.default_rng(1).integers(0, 512, size=2000)
     assert np.array_equal(np.asarray(a[idx]), data[idx])

@@ -4,10 +4,13 @@
 #include "deepwell/page_cache.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <sstream>
+
+#include "deepwell/detail/log.hpp"
 
 namespace deepwell {
 
@@ -132,22 +135,50 @@ uint32_t page_cache::add_dataset(uint32_t nsid) {
   d.bytes = info.bytes;
   d.blocks = info.blocks;
   d.pages = (info.bytes + geo_.page_size - 1) / geo_.page_size;
-  d.direct = direct_source(nsid, info);
+  std::string why_not;
+  d.direct = direct_source(nsid, info, why_not);
   if (!d.direct) d.tier = tier_source(nsid, d);
+  std::string route;
+  if (d.direct)
+    route = std::string("the direct tier: ") +
+            (mappings_.back()->file ? "a read-only mapping of the file" : "the dataset's host memory") +
+            ", no controller round trip";
+  else if (d.tier.data)
+    route = "the server's host-memory tier (resident pages copied with no command), other misses through " + info.route;
+  else
+    route = "queued to " + info.route;
+  if (!why_not.empty()) route += " (no direct tier: " + why_not + ")";
+  route = info.description + ": " + route;
   const uint32_t id = uint32_t(datasets_.size());
   datasets_.push_back(d);
+  routes_.push_back(route);
   write_dataset(id, d);
+  detail::log_line(detail::log_level::info, "dataset " + std::to_string(id) + " (namespace " + std::to_string(nsid) +
+                                                ") of a " + (gpu_ ? "GPU" : "host") + " cache: " + route);
   return id;
 }
 
-const uint8_t* page_cache::direct_source(uint32_t nsid, const namespace_info& info) {
+const std::string& page_cache::route(uint32_t id) const {
+  if (id >= routes_.size()) throw error("page cache: no dataset " + std::to_string(id));
+  return routes_[id];
+}
+
+const uint8_t* page_cache::direct_source(uint32_t nsid, const namespace_info& info, std::string& why_not) {
   if (!cfg_.direct_tier) return nullptr;
   const bool files = info.read_only && cfg_.direct_files != cache_config::file_tier::never;
   std::shared_ptr<const host_mapping> m = link_->map_dataset(nsid, files);
   if (!m) return nullptr;
-  if (m->file && cfg_.direct_files == cache_config::file_tier::resident && m->resident < 1.0) return nullptr;
+  if (m->file && cfg_.direct_files == cache_config::file_tier::resident && m->resident < 1.0) {
+    char share[32];
+    std::snprintf(share, sizeof share, "%.1f%%", 100 * m->resident);
+    why_not = std::string("only ") + share + " of the file was in the page cache when it was added";
+    return nullptr;
+  }
   const uint8_t* base = direct_pointer(m->base, m->base_bytes, m->file);
-  if (!base) return nullptr;
+  if (!base) {
+    why_not = gpu_ ? "the GPU could not register its memory" : "its memory could not be used";
+    return nullptr;
+  }
   mappings_.push_back(m);
   return base + (m->data - static_cast<const uint8_t*>(m->base));
 }

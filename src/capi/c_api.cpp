@@ -437,6 +437,7 @@ int dw_info(const dw_array* ap, dw_array_info* info) {
     info->direct_tier = a.cache().dataset(a.rows.bytes.dataset).direct != nullptr;
     info->in_place = a.rows.in_place != nullptr;
     std::strncpy(info->backend, a.ctl() ? a.ctl()->backend_name().c_str() : "server", sizeof(info->backend) - 1);
+    std::strncpy(info->route, a.cache().route(a.rows.bytes.dataset).c_str(), sizeof(info->route) - 1);
   });
 }
 

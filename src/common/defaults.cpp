@@ -107,6 +107,8 @@ uint32_t cpu_threads() {
   return uint32_t(env_number("DEEPWELL_CPU_THREADS", std::min(builtin::max_cpu_threads, cores), 1, 1024));
 }
 
+std::string log_level() { return env_choice("DEEPWELL_LOG", builtin::log_level, {"quiet", "warn", "info"}); }
+
 std::vector<knob> knobs() {
   auto n = [](uint64_t v) { return std::to_string(v); };
   auto d = [](double v) {
@@ -118,6 +120,8 @@ std::vector<knob> knobs() {
       {"DEEPWELL_POLLERS", n(builtin::pollers()), n(pollers()), "controller poller threads (half the cores, 2 to 8)"},
       {"DEEPWELL_IO_DEPTH", n(builtin::io_depth), n(io_depth()), "I/O in flight per poller"},
       {"DEEPWELL_IO", builtin::io_backend, io_backend(), "I/O backend: uring, threads or auto"},
+      {"DEEPWELL_LOG", builtin::log_level, log_level(),
+       "what the library says on stderr: quiet, warn (a fallback to a slower path) or info (also each dataset's route)"},
       {"DEEPWELL_POLLER_SPIN_US", n(builtin::poller_spin_us), n(poller_spin_us()),
        "microseconds a poller busy-polls after its last work before it sleeps"},
       {"DEEPWELL_POLLER_MAX_SLEEP_US", n(builtin::poller_max_sleep_us), n(poller_max_sleep_us()),

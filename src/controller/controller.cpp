@@ -1091,7 +1091,8 @@ uint32_t controller::add_namespace(const namespace_config& cfg) {
   e->limits.blocks = (bytes + bs - 1) / bs;
   e->limits.read_only = read_only;
   e->limits.memory_alignment = std::max<uint32_t>(1, cfg.data->memory_alignment());
-  e->info = namespace_info{n + 1, bs, e->limits.blocks, bytes, read_only, cfg.data->describe()};
+  e->info = namespace_info{n + 1, bs, e->limits.blocks, bytes, read_only, cfg.data->describe(),
+                           "the controller in this process (" + backend_name() + ")"};
   namespaces_[n] = std::move(e);
   ns_count_.store(n + 1, std::memory_order_release);
   return n + 1;

@@ -246,7 +246,10 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     i.read_only = r.h.c != 0 || !(r.h.d & access_grants::write);  // as this client may use it
     i.bytes = r.h.x;
     i.blocks = r.h.y;
-    i.description = r.text;
+    // The description, then (after a newline) the server's route.
+    const size_t nl = r.text.find('\n');
+    i.description = r.text.substr(0, nl);
+    i.route = nl == std::string::npos ? "deepwell serve" : r.text.substr(nl + 1);
     return i;
   }
 

@@ -2,9 +2,11 @@
 #include <liburing.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "deepwell/defaults.hpp"
+#include "deepwell/detail/log.hpp"
 #include "deepwell/error.hpp"
 #include "engines.hpp"
 
@@ -42,14 +44,23 @@ std::unique_ptr<io_engine> make_io_engine(io_backend backend, unsigned queue_dep
     case io_backend::automatic:
       break;
   }
+  std::string why = "io_uring is not available in this process (kernel too old, io_uring_disabled sysctl, or a "
+                    "seccomp profile)";
   if (io_uring_available()) {
     // A ring can still fail where the tiny probe worked (before Linux 5.12
     // ring memory counts against RLIMIT_MEMLOCK): fall back rather than fail.
     try {
       return detail::make_uring_engine(queue_depth);
-    } catch (const error&) {
+    } catch (const error& e) {
+      why = std::string("an io_uring ring could not be made: ") + e.what();
     }
   }
+  // Said once a process: the fallback is slower for many small requests.
+  static std::once_flag told;
+  std::call_once(told, [&] {
+    detail::log_line(detail::log_level::warn, why + "; I/O runs on the threads backend instead (DEEPWELL_IO=threads "
+                                                    "chooses it and says nothing)");
+  });
   return detail::make_thread_engine(queue_depth);
 }
 

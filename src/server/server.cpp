@@ -220,6 +220,10 @@ struct server::impl {
   const dataset_state* visible(const client_state& c, uint32_t nsid) const;
   const section_state* visible_section(const client_state& c, uint32_t nsid) const;
   wire::message section_reply(const client_state& c, const section_state& sec) const;
+  // A dataset reply's route: who serves it and with which I/O backend.
+  std::string served_by() const {
+    return "deepwell serve at " + cfg.socket_path + " (" + ctl->backend_name() + (tier ? ", a host-memory tier" : "") + ")";
+  }
   wire::message open_section(client_state& c, const wire::message& m);
   void grant(client_state& c);
   bool is_operator(const client_state& c) const;
@@ -572,7 +576,7 @@ wire::message server::impl::section_reply(const client_state& c, const section_s
   r.h.d = c.grants->of(sec.nsid);
   r.h.x = sec.req.bytes;
   r.h.y = (sec.req.bytes + sec.req.block_size - 1) / sec.req.block_size;
-  r.text = sec.dataset->cfg->name + ": " + sec.data->describe();
+  r.text = sec.dataset->cfg->name + ": " + sec.data->describe() + "\n" + served_by();
   return r;
 }
 
@@ -669,7 +673,7 @@ wire::message server::impl::dataset_reply(const client_state& c, const dataset_s
   r.h.d = c.grants->of(d.nsid);
   r.h.x = d.bytes;
   r.h.y = (d.bytes + d.cfg->block_size - 1) / d.cfg->block_size;
-  r.text = d.cfg->name + ": " + d.data->describe();
+  r.text = d.cfg->name + ": " + d.data->describe() + "\n" + served_by();
   return r;
 }
 
@@ -969,6 +973,7 @@ std::string server::impl::stats_json(const client_state* viewer) const {
       j["datasets"].push_back({{"nsid", d.nsid},
                                {"name", d.cfg->name},
                                {"target", d.data->describe()},
+                               {"route", served_by()},
                                {"bytes", d.bytes},
                                {"block_size", d.cfg->block_size},
                                {"writable", bool(g & access_grants::write)}});
@@ -994,6 +999,10 @@ std::string server::impl::stats_json(const client_state* viewer) const {
                  {"poller_cpu_seconds", ctl->poller_cpu_seconds()},
                  {"latency_floor_us", double(ctl->latency_floor_ns()) / 1e3},
                  {"queue_pairs", ctl->queue_pair_count()},
+                 {"sections", [&] {
+                    std::lock_guard<std::mutex> lock(mutex);
+                    return sections.size();
+                  }()},
                  {"clients_total", clients_total},
                  {"client_accounts", ctl->client_account_count()},
                  {"commands", t.commands},
@@ -1016,6 +1025,7 @@ std::string server::impl::stats_json(const client_state* viewer) const {
     j["datasets"].push_back({{"nsid", d.nsid},
                              {"name", d.cfg->name},
                              {"target", d.data->describe()},
+                             {"route", served_by()},
                              {"bytes", d.bytes},
                              {"block_size", d.cfg->block_size},
                              {"writable", d.writable},

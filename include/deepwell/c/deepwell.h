@@ -26,7 +26,7 @@ extern "C" {
 #define DW_API
 #endif
 
-#define DW_ABI_VERSION 4
+#define DW_ABI_VERSION 5
 
 enum dw_errc {
   DW_OK = 0,
@@ -74,7 +74,9 @@ typedef struct dw_array_info {
   int32_t writable;
   int32_t direct_tier; /* reads skip the controller (host memory, or a resident file) */
   int32_t in_place;    /* gathers read the direct tier in place (cache_reads = 0 and a direct tier; see cache_reads) */
-  char backend[16];    /* the controller's I/O backend: "io_uring" or "threads" */
+  char backend[16];    /* the controller's I/O backend: "io_uring" or "threads" ("server" in server mode) */
+  char route[256];     /* how misses are filled, in words (page_cache::route): the direct tier, a server's
+                          host tier, or which controller's queues, and why a faster route was not taken */
 } dw_array_info;
 
 typedef struct dw_stats {

@@ -19,6 +19,7 @@
 #include "deepwell/durable/kv_store.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/page_cache.hpp"
+#include "deepwell/server_link.hpp"
 #include "gpu_probe.hpp"
 #include "kv_gpu.hpp"
 #include "kv_values.hpp"
@@ -31,9 +32,9 @@ using namespace deepwell::durable;
 namespace {
 
 // The store and what serves it; members go in reverse order of teardown:
-// the store, then its cache, then the controller.
+// the store, then its cache, then the link (and its controller).
 struct open_store {
-  std::unique_ptr<controller> ctl;
+  std::shared_ptr<controller_link> link;
   std::shared_ptr<page_cache> cache;
   std::optional<kv_store> kv;
 };
@@ -57,7 +58,10 @@ open_store open_kv(const kv_command& k, const kv_config* create) {
     require_gpu(without, "");
   }
   open_store s;
-  s.ctl = std::make_unique<controller>(controller_config{});
+  if (k.server.empty())
+    s.link = embedded_link();
+  else
+    s.link = server_link::connect(k.server, "deepwell kv");
   cache_config cc;
   cc.page_size = std::max<uint32_t>(4096, create ? create->bucket_bytes : file_bucket_bytes(k.path));
   if (!k.cache.empty()) cc.capacity_bytes = parse_size_arg(k.cache, "--cache");
@@ -65,19 +69,23 @@ open_store open_kv(const kv_command& k, const kv_config* create) {
   kv_options o;
   o.cpu_threads = k.threads;
   if (k.gpu) {
-    s.cache = make_kv_gpu_cache(*s.ctl, cc);
+    s.cache = make_kv_gpu_cache(s.link, cc);
     o.executor = make_kv_gpu_executor();
   } else {
-    s.cache = make_host_page_cache(*s.ctl, cc);
+    s.cache = make_host_page_cache(s.link, cc);
   }
-  s.kv.emplace(create ? kv_store::create_file(s.cache, k.path, *create, o)
-                      : kv_store::open_file(s.cache, k.path, {}, o));
+  if (create && !k.server.empty())  // the server's dataset as it is: a server makes no files for clients
+    s.kv.emplace(kv_store::create(s.cache, s.link->open_dataset({k.path, true}), *create, o));
+  else if (create)
+    s.kv.emplace(kv_store::create_file(s.cache, k.path, *create, o));
+  else
+    s.kv.emplace(kv_store::open_file(s.cache, k.path, {}, o));
   return s;
 }
 
 int run_create(const kv_command& k) {
   struct stat st{};
-  if (!k.force && ::stat(k.path.c_str(), &st) == 0)
+  if (!k.force && k.server.empty() && ::stat(k.path.c_str(), &st) == 0)
     throw error(k.path + " exists: kv create makes a new, empty store (--force replaces the file)");
   kv_config c;
   c.value_bytes = k.value_bytes;
@@ -241,6 +249,9 @@ void add_kv_command(CLI::App& app, kv_command& k) {
     c->add_flag("--gpu", k.gpu, "run the batches on the GPU (a GPU page cache)");
     c->add_option("--cache", k.cache, "page cache size (e.g. 64MiB; default DEEPWELL_CACHE_BYTES or 256MiB)");
     c->add_option("--threads", k.threads, "CPU threads (0: the cores, at most 16)");
+    c->add_option("--server", k.server,
+                  "a `deepwell serve` socket: the store is in its dataset PATH (its name or file), granted for "
+                  "writing; kv create formats it as it is");
   };
   k.create = k.app->add_subcommand("create", "make a new, empty store (refuses an existing file unless --force)");
   common(k.create);

@@ -27,6 +27,7 @@ struct kv_command {
   bool gpu = false;
   std::string cache;  // cache size; "" for the default
   unsigned threads = 0;
+  std::string server;  // a deepwell serve socket: the path names a dataset it grants for writing
   bool parsed() const { return app && app->parsed(); }
   int run();
 };

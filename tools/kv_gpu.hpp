@@ -11,7 +11,7 @@
 
 namespace deepwell::tools {
 
-std::shared_ptr<page_cache> make_kv_gpu_cache(controller& ctl, const cache_config& cfg);
+std::shared_ptr<page_cache> make_kv_gpu_cache(std::shared_ptr<controller_link> link, const cache_config& cfg);
 std::shared_ptr<durable::kv_executor> make_kv_gpu_executor();
 
 }  // namespace deepwell::tools

@@ -6,7 +6,7 @@
 
 namespace deepwell::tools {
 
-std::shared_ptr<page_cache> make_kv_gpu_cache(controller&, const cache_config&) {
+std::shared_ptr<page_cache> make_kv_gpu_cache(std::shared_ptr<controller_link>, const cache_config&) {
   throw error("this deepwell was built without CUDA: run kv without --gpu (CPU threads)");
 }
 std::shared_ptr<durable::kv_executor> make_kv_gpu_executor() {

@@ -353,11 +353,7 @@ int dw_open(const dw_open_options* op, dw_array** out) {
         d->nsid = d->ctl->add_namespace({t, block, !a->writable});
       }
 
-      cache_config cfg;
-      cfg.page_size = page;
-      if (o.cache_bytes) cfg.capacity_bytes = o.cache_bytes;
-      if (o.queue_pairs) cfg.queue_pairs = o.queue_pairs;
-      if (o.timeout_s > 0) cfg.timeout_ns = uint64_t(o.timeout_s * 1e9);
+      cache_config cfg = cache_config{}.with({page, o.cache_bytes, o.queue_pairs, 0, o.timeout_s});
       // O_DIRECT asks to bypass the page cache: no mapping of the file either.
       cfg.direct_files = o.odirect ? cache_config::file_tier::never : cache_config::file_tier(o.direct_files);
       std::shared_ptr<page_cache> cache;

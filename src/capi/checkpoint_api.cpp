@@ -199,16 +199,13 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
         throw api_error(DW_EIO, e.what());
       }
     }
-    cache_config cfg;
-    cfg.page_size = page;
-    if (o.cache_bytes) cfg.capacity_bytes = o.cache_bytes;
-    if (o.timeout_s > 0) cfg.timeout_ns = uint64_t(o.timeout_s * 1e9);
+    // Checkpoints' own defaults (defaults.hpp says why they are smaller), then what the caller gave.
+    cache_config base;
+    base.queue_pairs = o.device >= 0 ? defaults::builtin::checkpoint_gpu_queue_pairs
+                                     : defaults::builtin::checkpoint_cpu_queue_pairs;
+    base.queue_entries = defaults::builtin::checkpoint_queue_entries;
+    cache_config cfg = base.with({page, o.cache_bytes, o.queue_pairs, o.queue_entries, o.timeout_s});
     cfg.direct_files = cache_config::file_tier::never;
-    // Checkpoints' own defaults (defaults.hpp says why they are smaller).
-    cfg.queue_pairs = o.queue_pairs ? o.queue_pairs
-                                    : (o.device >= 0 ? defaults::builtin::checkpoint_gpu_queue_pairs
-                                                     : defaults::builtin::checkpoint_cpu_queue_pairs);
-    cfg.queue_entries = o.queue_entries ? o.queue_entries : defaults::builtin::checkpoint_queue_entries;
     checkpoint_options co;
     co.label = o.path;
     co.threads = o.cpu_threads;

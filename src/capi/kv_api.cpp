@@ -177,12 +177,11 @@ int dw_kv_open(const dw_kv_options* op, dw_kv** out) {
       if (o.pollers) cc.pollers = o.pollers;
       k->link = embedded_link(cc);
     }
-    cache_config cfgc;
     // The page holds a bucket: an existing store's (from its header, where
     // this process may read the file) or the new one's.
-    cfgc.page_size = o.page_size ? o.page_size : std::max<uint32_t>(4096, create ? cfg.bucket_bytes : file_bucket_bytes(o.path));
-    if (o.cache_bytes) cfgc.capacity_bytes = o.cache_bytes;
-    if (o.timeout_s > 0) cfgc.timeout_ns = uint64_t(o.timeout_s * 1e9);
+    const uint32_t page =
+        o.page_size ? o.page_size : std::max<uint32_t>(4096, create ? cfg.bucket_bytes : file_bucket_bytes(o.path));
+    cache_config cfgc = cache_config{}.with({page, o.cache_bytes, 0, 0, o.timeout_s});
     cfgc.direct_files = cache_config::file_tier::never;
     kv_options ko;
     if (o.max_batch) ko.max_batch = o.max_batch;

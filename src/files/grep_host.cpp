@@ -186,9 +186,7 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   grep_report rep;
   rep.files = files.size();
   controller ctl;
-  cache_config cc;
-  cc.page_size = grep_page_size(o);
-  if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
+  const cache_config cc = cache_config{}.with({grep_page_size(o), o.cache_bytes});
   auto cache = make_host_page_cache(ctl, cc);
   const file_system_options in_opts = grep_input_options(o, file_system_options{}.slots);
   auto in = make_host_file_system(ctl, cache, in_opts);

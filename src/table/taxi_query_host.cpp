@@ -64,9 +64,7 @@ taxi_columns open_taxi_columns(std::shared_ptr<controller_link> link, const colu
                                const taxi_query_options& o, page_cache_maker make) {
   const std::vector<uint32_t> ns = add_taxi_namespaces(*link, f, o.query, o.odirect);
   const auto t0 = std::chrono::steady_clock::now();
-  cache_config cc;
-  if (o.cache_bytes) cc.capacity_bytes = o.cache_bytes;
-  if (o.page_size) cc.page_size = o.page_size;
+  cache_config cc = cache_config{}.with({o.page_size, o.cache_bytes});
   // The direct tier only where every page of a column is in the page cache
   // (a column on storage is read through the controller either way).
   cc.direct_tier = o.direct_tier && !o.odirect;

@@ -27,6 +27,8 @@ g="$dir/g.dwg"
 t="$dir/t.dwc"
 "$bin" graph generate --scale "$scale" --degree 16 -o "$g" -q || exit 1
 "$bin" table gen "$t" --rows "$rows" >/dev/null || exit 1
+kvfile="$dir/store.kv"
+truncate -s 8M "$kvfile"  # made by the admin; the client formats it through the server
 cat >"$dir/ds.toml" <<TOML
 [server]
 socket = "$sock"
@@ -36,9 +38,17 @@ file = "$g"
 [[dataset]]
 name = "taxi"
 file = "$t"
+[[dataset]]
+name = "kv"
+file = "$kvfile"
+writable = true
 [[grant]]
 dataset = "*"
 uid = $(id -u)
+[[grant]]
+dataset = "kv"
+uid = $(id -u)
+access = "read-write"
 TOML
 "$bin" serve --config "$dir/ds.toml" 2>"$dir/server.log" &
 server_pid=$!
@@ -83,6 +93,31 @@ both graph_bfs "$bin" graph bfs "$g" --repeat 1
 both graph_cc "$bin" graph cc "$g" --repeat 1
 both taxi_q0 "$bin" table query "$t" -q 0
 both taxi_q5 "$bin" table query "$t" -q 5
+
+# A key-value store in the server's dataset: made, filled and read through
+# the server; then read from the file in this process, the same values.
+kvgpu=()
+[ "$gpu" = --gpu ] && kvgpu=(--gpu)
+python3 -c 'import sys
+for k in range(0, 6000, 3): print(k, "v%013d" % (k * 7))' >"$dir/pairs.txt"
+keys=$(seq 0 300 5999 | tr '\n' ' ')
+if ! out=$("$bin" kv create kv --server "$sock" --value-bytes 16 --capacity 4000 --log-rows 4096 "${kvgpu[@]}" 2>&1) ||
+   ! out=$("$bin" kv set kv --server "$sock" --from "$dir/pairs.txt" "${kvgpu[@]}" 2>&1); then
+  fail "kv under the server: $(tail -2 <<<"$out")"
+else
+  # shellcheck disable=SC2086
+  served=$("$bin" kv get kv --server "$sock" $keys "${kvgpu[@]}" 2>&1)
+  # shellcheck disable=SC2086
+  local_read=$("$bin" kv get "$kvfile" $keys 2>&1)
+  want=$(for k in $keys; do if [ $((k % 3)) = 0 ]; then printf '%s v%013d\n' "$k" $((k * 7)); else echo "$k not found"; fi; done)
+  if [ "$served" != "$want" ]; then
+    fail "kv get under the server differs from what was set: $(diff <(echo "$want") <(echo "$served") | head -4)"
+  elif [ "$local_read" != "$want" ]; then
+    fail "kv get of the file in process differs: $(diff <(echo "$want") <(echo "$local_read") | head -4)"
+  else
+    echo "ok   kv: $(wc -l <"$dir/pairs.txt") pairs set under the server, read back through it and from the file"
+  fi
+fi
 
 # What a client may not do, from the command line: a file the server does not offer.
 cp "$g" "$dir/other.dwg"

@@ -22,7 +22,7 @@ fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 
 clients=(--cpu)
 scale=14 rows=400000
-if [ "$gpu" = --gpu ]; then clients=(); scale=${SVC_SCALE:-20}; rows=${SVC_ROWS:-20000000}; fi
+if [ "$gpu" = --gpu ]; then clients=(); scale=${SVC_SCALE:-22}; rows=${SVC_ROWS:-50000000}; fi
 g="$dir/g.dwg"
 t="$dir/t.dwc"
 "$bin" graph generate --scale "$scale" --degree 16 -o "$g" -q || exit 1
@@ -93,6 +93,13 @@ both graph_bfs "$bin" graph bfs "$g" --repeat 1
 both graph_cc "$bin" graph cc "$g" --repeat 1
 both taxi_q0 "$bin" table query "$t" -q 0
 both taxi_q5 "$bin" table query "$t" -q 5
+if [ "$gpu" = --gpu ]; then
+  # Every miss through the controller's queues (no direct tier): in process,
+  # or across the socket's queue pairs to the server's pollers.
+  both graph_bfs_controller "$bin" graph bfs "$g" --repeat 1 --tier controller
+  both graph_pagerank_controller "$bin" graph pagerank "$g" --repeat 1 --tier controller --iterations 5
+  both taxi_q5_controller "$bin" table query "$t" -q 5 --no-direct-tier
+fi
 
 # A key-value store in the server's dataset: made, filled and read through
 # the server; then read from the file in this process, the same values.

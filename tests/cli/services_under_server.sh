@@ -32,6 +32,7 @@ truncate -s 8M "$kvfile"  # made by the admin; the client formats it through the
 cat >"$dir/ds.toml" <<TOML
 [server]
 socket = "$sock"
+${SVC_SERVER_KEYS:-}
 [[dataset]]
 name = "graph"
 file = "$g"

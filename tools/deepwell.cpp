@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
     a->add_flag("--keep-cache", ro.keep_cache,
                 "repeats start with the pages the last one left (default: the cache is cleared before each run)");
     a->add_option("--iterations", ro.iterations, "PageRank iterations")->capture_default_str();
-    a->add_option("--pollers", ro.pollers, "controller threads")->capture_default_str();
+    a->add_option("--pollers", ro.pollers, "controller threads (0: the library's default, DEEPWELL_POLLERS)");
     a->add_option("--server", ro.server,
                   "deepwell mode: serve the misses from a `deepwell serve` at this socket (the file must be a "
                   "dataset it grants you)");

@@ -28,7 +28,7 @@ struct graph_run_options {
   uint32_t pin_free_strides = 4;       // cached_graph::pin_free_strides (0: every list page pinned)
   bool keep_cache = false;             // repeats start from the last one's cache (not cleared)
   unsigned iterations = 20;            // PageRank
-  unsigned pollers = 4;
+  unsigned pollers = 0;         // controller poller threads; 0: the library's default (DEEPWELL_POLLERS)
   std::string server;          // deepwell mode: misses served by a `deepwell serve` at this socket
   unsigned repeat = 1;
   bool check = false;          // against the CPU reference (small graphs)
@@ -49,7 +49,7 @@ int run_graph_cpu(const graph_run_options& o);  // graph_run_cpu.cpp
 inline std::shared_ptr<controller_link> graph_link(const graph_run_options& o) {
   if (!o.server.empty()) return server_link::connect(o.server, "deepwell graph " + o.algo);
   controller_config cc;
-  cc.pollers = o.pollers;
+  if (o.pollers) cc.pollers = o.pollers;
   return embedded_link(cc);
 }
 

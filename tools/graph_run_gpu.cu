@@ -167,7 +167,7 @@ int run_graph_gpu(const graph_run_options& o) {
       std::shared_ptr<controller_link> link;
       if (o.server.empty()) {
         controller_config cc;
-        cc.pollers = o.pollers;
+        if (o.pollers) cc.pollers = o.pollers;
         ctl = std::make_shared<controller>(cc);
         link = in_process_link(ctl);
       } else {

@@ -116,7 +116,11 @@ TEST(ServerConfig, DefaultsAndTheSocketFromTheRuntimeDirectory) {
   deepwell::test::env_var_guard g("XDG_RUNTIME_DIR", "/run/user/77");
   const server_config c = parse_config(one_dataset);
   EXPECT_EQ(c.socket_path, "/run/user/77/deepwell.sock");
-  EXPECT_EQ(c.pollers, 2u);
+  EXPECT_EQ(c.pollers, deepwell::defaults::pollers()) << "the library's rule, as in a program's own controller";
+  {
+    deepwell::test::env_var_guard p("DEEPWELL_POLLERS", "5");
+    EXPECT_EQ(parse_config(one_dataset).pollers, 5u);
+  }
   EXPECT_TRUE(c.metrics.empty());
   EXPECT_EQ(c.latency_target, 2.0) << "on by default: it acts only while clients share";
   EXPECT_EQ(parse_config("[server]\nlatency_target = 0\n" + one_dataset).latency_target, 0.0) << "0 turns it off";

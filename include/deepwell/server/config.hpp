@@ -7,7 +7,7 @@
 //   metrics = "127.0.0.1:9464"               # Prometheus text endpoint (default: none; loopback only
 //   metrics_remote = false                   #   unless this is true)
 //   metrics_detail = false                   # per-client and per-dataset series (default: totals only)
-//   pollers = 2
+//   pollers = 8                               # default: the library's (half the cores, 2 to 8; DEEPWELL_POLLERS)
 //   io_budget = "4MiB"                        # storage bytes in flight, shared by weight
 //   max_queue_pairs = 128                     # per client
 //   max_staging = "2GiB"                      # per client: queue pair memory
@@ -52,6 +52,7 @@
 #include <string_view>
 #include <vector>
 
+#include "deepwell/defaults.hpp"
 #include "deepwell/error.hpp"
 
 namespace deepwell::server {
@@ -106,7 +107,10 @@ struct server_config {
   std::string source;       // the file it came from ("<string>" for parse_config without a name)
   std::string socket_path;  // default_socket_path() when not given
   std::string metrics;      // "HOST:PORT", empty: none
-  uint32_t pollers = 2;
+  // The library's rule, as for a controller in a program (defaults.hpp:
+  // half the cores, 2 to 8, or DEEPWELL_POLLERS), so that a program served
+  // by the server has the pollers it would have had in process.
+  uint32_t pollers = defaults::pollers();
   uint64_t io_budget_bytes = 4ull << 20;
   // controller_config::latency_target: 0 off, else a factor. On by default:
   // it acts only while two clients or more are busy. On the H100 machine's

@@ -13,6 +13,12 @@
 
 namespace deepwell {
 
+// Throws deepwell::error naming `what` unless p is memory kernels on CUDA
+// device `device` may address (its device memory, managed memory, or
+// pinned and mapped host memory); `owner` names what is on that device
+// ("the array", "the kv store's cache"). Defined in src/cuda/check_cuda.cu.
+void check_device_pointer(const void* p, int device, const char* what, const char* owner);
+
 // Warps of `kernel` that can be resident at once with this launch shape.
 template <class Kernel>
 uint64_t resident_warps(Kernel kernel, uint64_t grid_blocks, int block_threads, size_t shared_bytes = 0) {

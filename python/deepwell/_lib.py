@@ -155,3 +155,36 @@ def check(rc: int) -> None:
     if rc != OK:
         message = lib.dw_last_error().decode(errors="replace")
         raise _ERRORS.get(rc, Error)(message)
+
+
+class Handle:
+    """What every C ABI handle's owner shares: close() (once; later calls do nothing), use as a context
+    manager, and a close when it is collected. A subclass sets ``_h`` (None once closed), names its
+    ``dw_*_close`` in ``_close_name``, and says what it is in ``_what()`` for the closed-handle error."""
+    _h = None
+    _close_name = ""
+
+    def _what(self) -> str:
+        return "the handle"
+
+    def close(self) -> None:
+        if self._h is not None:
+            h, self._h = self._h, None
+            check(getattr(lib, self._close_name)(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if self._h is None:
+            raise InvalidArgument(f"{self._what()} is closed")
+        return self._h

@@ -239,7 +239,7 @@ def _device_ordinal(device) -> int:
     raise InvalidArgument(f"device must be 'cpu', 'cuda', 'cuda:N' or an ordinal, not {device!r}")
 
 
-class CheckpointStore:
+class CheckpointStore(_lib.Handle):
     """A checkpoint file kept open: ``save`` and ``load`` many times without setting up again.
 
     ``device``: the GPU whose page cache serves it (None/"cpu": a host cache and CPU threads).
@@ -353,28 +353,11 @@ class CheckpointStore:
         """Reads the newest checkpoint and checks every page, copying nothing (raises as load does)."""
         check(lib.dw_checkpoint_verify(self._handle()))
 
-    def close(self) -> None:
-        if self._h is not None:
-            h, self._h = self._h, None
-            check(lib.dw_checkpoint_close(h))
+    # ---- lifetime: close(), with, and a close when collected (_lib.Handle) ----
+    _close_name = "dw_checkpoint_close"
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    # ---- internals ----
-    def _handle(self):
-        if self._h is None:
-            raise InvalidArgument("the checkpoint store is closed")
-        return self._h
+    def _what(self) -> str:
+        return "the checkpoint store"
 
     def _pointers(self, specs, by_name, *, strict: bool, op: str):
         names = [s[0] for s in specs]

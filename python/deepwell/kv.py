@@ -196,7 +196,7 @@ def _values(values, n: int, value_bytes: int, like: _Mem) -> _Mem:
     return _Mem(a.ctypes.data, a.nbytes, None, a)
 
 
-class KVStore:
+class KVStore(_lib.Handle):
     """A key-value store in a file. Arguments: ``path``; ``create`` (a new
     store, created or truncated); ``value_bytes`` (create: 8 to 128, a
     multiple of 8; open: checked when given); ``capacity`` (create: keys the
@@ -243,29 +243,11 @@ class KVStore:
         self.max_batch = i["max_batch"]
         _open_stores.add(self)
 
-    # ---- lifetime ----
-    def close(self) -> None:
-        """Closes the store (every batch is durable already)."""
-        if self._h is not None:
-            h, self._h = self._h, None
-            check(lib.dw_kv_close(h))
+    # ---- lifetime: close() (every batch is durable already), with, and a close when collected (_lib.Handle) ----
+    _close_name = "dw_kv_close"
 
-    def __enter__(self) -> "KVStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def _handle(self):
-        if self._h is None:
-            raise InvalidArgument(f"the store {self.path} is closed")
-        return self._h
+    def _what(self) -> str:
+        return f"the store {self.path}"
 
     def __repr__(self) -> str:
         where = "cpu" if self.device < 0 else f"cuda:{self.device}"

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "deepwell/gpu_client.hpp"
+#include "deepwell/gpu_launch.hpp"
 #include "deepwell/gpu_rows.hpp"
 #include "cuda_shim.hpp"
 
@@ -45,26 +46,7 @@ void gpu_report_free(row_report* r) {
 }
 
 void gpu_check_pointer(const void* p, int device, const char* what) {
-  if (!p) throw error(std::string(what) + " is a null pointer");
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    a.type = cudaMemoryTypeUnregistered;
-  }
-  switch (a.type) {
-    case cudaMemoryTypeDevice:
-      if (a.device != device)
-        throw error(std::string(what) + " is memory of CUDA device " + std::to_string(a.device) +
-                    ", but the array is on device " + std::to_string(device));
-      return;
-    case cudaMemoryTypeManaged:
-      return;
-    case cudaMemoryTypeHost:
-      if (a.devicePointer) return;  // pinned and mapped: kernels may use it
-      [[fallthrough]];
-    default:
-      throw error(std::string(what) + " is host memory the GPU cannot address; pass GPU memory (a CUDA tensor)");
-  }
+  check_device_pointer(p, device, what, "the array");
 }
 
 unsigned* gpu_gate_alloc() {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "deepwell/error.hpp"
+#include "deepwell/gpu_launch.hpp"
 
 namespace deepwell {
 
@@ -10,6 +11,29 @@ void check_cuda(int e, const char* what) {
   if (e != cudaSuccess)
     throw error(std::string(what) + ": " + cudaGetErrorName(cudaError_t(e)) + " (" +
                 cudaGetErrorString(cudaError_t(e)) + ")");
+}
+
+void check_device_pointer(const void* p, int device, const char* what, const char* owner) {
+  if (!p) throw error(std::string(what) + " is a null pointer");
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    a.type = cudaMemoryTypeUnregistered;
+  }
+  switch (a.type) {
+    case cudaMemoryTypeDevice:
+      if (a.device != device)
+        throw error(std::string(what) + " is memory of CUDA device " + std::to_string(a.device) + ", but " + owner +
+                    " is on device " + std::to_string(device));
+      return;
+    case cudaMemoryTypeManaged:
+      return;
+    case cudaMemoryTypeHost:
+      if (a.devicePointer) return;  // pinned and mapped: kernels may use it
+      [[fallthrough]];
+    default:
+      throw error(std::string(what) + " is host memory the GPU cannot address; pass GPU memory (a CUDA tensor)");
+  }
 }
 
 }  // namespace deepwell

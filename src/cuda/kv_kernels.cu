@@ -83,25 +83,7 @@ class gpu_support final : public kv_executor {
   }
 
   void check_device_pointer(const void* p, const char* what) override {
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      (void)cudaGetLastError();
-      a.type = cudaMemoryTypeUnregistered;
-    }
-    switch (a.type) {
-      case cudaMemoryTypeDevice:
-        if (a.device != device_)
-          throw error(std::string(what) + " is memory of CUDA device " + std::to_string(a.device) +
-                      ", but the kv store's cache is on device " + std::to_string(device_));
-        return;
-      case cudaMemoryTypeManaged:
-        return;
-      case cudaMemoryTypeHost:
-        if (a.devicePointer) return;  // pinned and mapped
-        [[fallthrough]];
-      default:
-        throw error(std::string(what) + " is host memory the GPU cannot address (kv_memory::device was given)");
-    }
+    deepwell::check_device_pointer(p, device_, what, "the kv store's cache");
   }
 
   void run(const page_cache& cache, kv_phase phase, const kv_detail::batch& b, uint32_t rows,

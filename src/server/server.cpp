@@ -582,16 +582,14 @@ wire::message server::impl::section_reply(const client_state& c, const section_s
 
 namespace {
 
-// Server memory a section's sums take (config.hpp: max_section_sums_per_uid).
+// Server memory a section's sums take (config.hpp: max_section_sums_per_uid),
+// from fields the client sent: no division by a zero block, no overflow.
 uint64_t sums_memory(const section_request& q) {
-  switch (q.sums) {
-    case sums_kind::fixed:
-      return 2 * checksum_region_bytes(q.bytes, q.sum_block);  // the file's copy and the checked one
-    case sums_kind::kept:
-      return checksum_region_bytes(q.bytes, q.sum_block);
-    default:
-      return 0;
-  }
+  if (q.sums == sums_kind::none) return 0;
+  if (q.sum_block == 0) return UINT64_MAX;
+  const uint64_t blocks = q.bytes / q.sum_block + (q.bytes % q.sum_block != 0);
+  const uint64_t bytes = blocks > UINT64_MAX / 8 ? UINT64_MAX / 2 : blocks * 4 + 4096;
+  return q.sums == sums_kind::fixed ? 2 * bytes : bytes;  // fixed: the file's copy and the checked one
 }
 
 }  // namespace

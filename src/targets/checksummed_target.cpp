@@ -255,7 +255,8 @@ class checksummed_target_impl final : public checksummed_target {
 uint32_t block_sum(const void* block, uint32_t bytes) { return crc32c(0, block, bytes) ^ zero_block_crc(bytes); }
 
 uint64_t checksum_region_bytes(uint64_t data_bytes, uint32_t block_bytes) {
-  const uint64_t blocks = (data_bytes + block_bytes - 1) / block_bytes;
+  if (block_bytes == 0) throw error("checksummed target: a block of 0 bytes");
+  const uint64_t blocks = data_bytes / block_bytes + (data_bytes % block_bytes != 0);
   return std::max<uint64_t>(1, (blocks * 4 + sums_page - 1) / sums_page) * sums_page;
 }
 

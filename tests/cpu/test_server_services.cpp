@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -316,6 +317,53 @@ TEST_F(Services, SectionsOutsideTheGrantOrTheDatasetAreRefusedWithAReason) {
   auto link = server_link::connect(sock);
   EXPECT_EQ(link->info(link->lookup("graph")).bytes, graph::csr_file(graph_file.path()).header().file_bytes);
   close(s);
+}
+
+// Random section requests, mostly nonsense and some near the edges: each
+// gets an answer (made, or refused with a reason), a section that was made
+// lies inside its dataset, a writable one only where this client may write,
+// and the server goes on serving an honest client.
+TEST_F(Services, RandomSectionRequestsAreAnsweredAndNeverEscapeTheDataset) {
+  const int s = test::raw_connect(sock);
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "random").h.status, 0);
+  const uint32_t kvn = test::raw_call(s, wire::op::lookup, 0, 0, 0, "kv").h.a;
+  const uint32_t gn = test::raw_call(s, wire::op::lookup, 0, 0, 0, "graph").h.a;
+  const uint64_t gbytes = graph::csr_file(graph_file.path()).header().file_bytes;
+  std::mt19937_64 rng(45);
+  auto pick = [&](std::initializer_list<uint64_t> v) { return *(v.begin() + rng() % v.size()); };
+  int made = 0;
+  for (int i = 0; i < (test::scale_div > 1 ? 200 : 1000); ++i) {
+    section_call c;
+    c.dataset = uint32_t(pick({kvn, gn, 0, 4, 5, 999, uint32_t(rng())}));
+    const uint64_t size = c.dataset == kvn ? kv_bytes : gbytes;
+    c.block = uint32_t(pick({512, 4096, 65536, 3000, 0, uint32_t(rng())}));
+    c.flags = uint32_t(pick({0, 1, 1u << 8, 2u << 8, 1 | 2u << 8, 3u << 8, uint32_t(rng())}));
+    c.sum_block = uint32_t(pick({4096, 512, 0, 1u << 20, uint32_t(rng())}));
+    c.offset = pick({0, 4096, size - 4096, size, size + 4096, rng() % size, rng(), ~0ull - 4095});
+    c.bytes = pick({4096, 65536, size, size - c.offset, 0, rng() % (size + 1), rng(), ~0ull});
+    c.sums_offset = pick({0, size - 4096, rng() % size, rng(), ~0ull - 3});
+    c.sums_bytes = pick({4, 4096, 65536, size, rng(), ~0ull});
+    const wire::message r = open_section_raw(s, c);
+    ASSERT_NE(r.h.status, -1) << "the server dropped the connection at request " << i;
+    if (r.h.status != 0) {
+      EXPECT_FALSE(r.text.empty()) << "a refusal without a reason";
+      continue;
+    }
+    ++made;
+    ASSERT_TRUE(c.dataset == kvn || c.dataset == gn) << "a section of namespace " << c.dataset;
+    ASSERT_LE(c.offset, size);
+    ASSERT_LE(c.bytes, size - c.offset) << "a section past the end of its dataset";
+    ASSERT_EQ(r.h.x, c.bytes);
+    if (c.flags & 1) ASSERT_EQ(c.dataset, kvn) << "a writable section of a dataset granted for reading";
+  }
+  EXPECT_GT(made, 0) << "no request was a valid one: the test tried nothing";
+  close(s);
+  auto link = server_link::connect(sock);
+  auto cache = make_host_page_cache(link, cache_cfg());
+  graph::graph_arrays arrays(cache, graph::csr_file(graph_file.path()));
+  graph::cpu_exec x(2);
+  EXPECT_EQ(graph::bfs(x, arrays, {.source = 1}).depth, graph::bfs_reference(graph::view_of(g), 1));
 }
 
 TEST_F(Services, ASectionReadsItsRangeAndNothingPastIt) {

@@ -172,6 +172,9 @@ struct client_state {
   std::map<uint32_t, std::shared_ptr<queue_pair>> queues;
   uint64_t staging_bytes = 0;
   bool said_hello = false;
+  // It sent a request while its last reply was unread: not read from again
+  // until it has read that reply (looked at on a timer, see run()).
+  bool stalled = false;
   bool operator_view = false;  // may see every client and dataset (stats, dump)
   uint64_t requests = 0, refused = 0;
   std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
@@ -1210,9 +1213,14 @@ void server::run() {
     fds.push_back({s.wake[0], POLLIN, 0});
     any_deferred = false;
     for (auto& [fd, c] : s.clients) {
-      // A client whose last reply is unread is not read from (POLLHUP and
-      // POLLERR still come: a client that left is dropped).
-      const bool defer = unread_reply_bytes(fd) > 0;
+      // A client that sent a request while its last reply was unread is
+      // not read from until it has read that reply (POLLHUP and POLLERR
+      // still come: a client that left is dropped). Others are polled for
+      // their next request at once: an honest client reads each reply
+      // before it sends again, so it never waits on the timer below.
+      const bool unread = unread_reply_bytes(fd) > 0;
+      if (!unread) c->stalled = false;
+      const bool defer = unread && c->stalled;
       any_deferred |= defer;
       fds.push_back({fd, short(defer ? 0 : POLLIN), 0});
     }
@@ -1236,6 +1244,12 @@ void server::run() {
       auto it = s.clients.find(fds[i].fd);
       if (it == s.clients.end()) continue;
       if (fds[i].revents & POLLIN) {
+        // A request while its last reply is unread: it waits (one reply,
+        // and so one descriptor, in flight per client).
+        if (!(fds[i].revents & (POLLHUP | POLLERR)) && unread_reply_bytes(fds[i].fd) > 0) {
+          it->second->stalled = true;
+          continue;
+        }
         try {
           s.serve(*it->second);
         } catch (const std::exception& e) {  // whatever a client caused ends that client only

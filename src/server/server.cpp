@@ -31,6 +31,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -185,7 +186,8 @@ struct server::impl {
   std::vector<dataset_state> datasets;
   std::map<uint32_t, section_state> sections;  // by nsid
   // A section's identity: its request, and for a writable one its uid.
-  std::map<std::string, uint32_t> section_index;
+  using section_key = std::tuple<uint32_t, uint64_t, uint64_t, uint32_t, bool, int, uint64_t, uint64_t, uint32_t, int64_t>;
+  std::map<section_key, uint32_t> section_index;
   std::map<uint32_t, section_usage> section_use;  // by uid
   std::unique_ptr<controller> ctl;
   std::shared_ptr<host_tier> tier;  // the shared host-memory tier (host_cache), if any
@@ -221,7 +223,7 @@ struct server::impl {
   wire::message handle(client_state& c, const wire::message& m);
   wire::message dataset_reply(const client_state& c, const dataset_state& d, uint16_t op) const;
   const dataset_state* visible(const client_state& c, uint32_t nsid) const;
-  const section_state* visible_section(const client_state& c, uint32_t nsid) const;
+  section_state* visible_section(const client_state& c, uint32_t nsid);
   wire::message section_reply(const client_state& c, const section_state& sec) const;
   // A dataset reply's route: who serves it and with which I/O backend.
   std::string served_by() const {
@@ -565,7 +567,7 @@ const dataset_state* server::impl::visible(const client_state& c, uint32_t nsid)
   return &datasets[nsid - 1];
 }
 
-const section_state* server::impl::visible_section(const client_state& c, uint32_t nsid) const {
+section_state* server::impl::visible_section(const client_state& c, uint32_t nsid) {
   if (c.grants->of(nsid) == access_grants::none) return nullptr;
   auto it = sections.find(nsid);
   return it == sections.end() ? nullptr : &it->second;
@@ -586,13 +588,14 @@ wire::message server::impl::section_reply(const client_state& c, const section_s
 namespace {
 
 // Server memory a section's sums take (config.hpp: max_section_sums_per_uid),
-// from fields the client sent: no division by a zero block, no overflow.
+// from fields the client sent, before they are checked (a block of 0 is
+// refused later; here it is too much).
 uint64_t sums_memory(const section_request& q) {
   if (q.sums == sums_kind::none) return 0;
   if (q.sum_block == 0) return UINT64_MAX;
-  const uint64_t blocks = q.bytes / q.sum_block + (q.bytes % q.sum_block != 0);
-  const uint64_t bytes = blocks > UINT64_MAX / 8 ? UINT64_MAX / 2 : blocks * 4 + 4096;
-  return q.sums == sums_kind::fixed ? 2 * bytes : bytes;  // fixed: the file's copy and the checked one
+  const uint64_t bytes = checksum_region_bytes(q.bytes, q.sum_block);
+  if (q.sums == sums_kind::kept) return bytes;
+  return bytes > UINT64_MAX / 2 ? UINT64_MAX : 2 * bytes;  // fixed: the file's copy and the checked one
 }
 
 }  // namespace
@@ -621,11 +624,8 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
   const uint8_t rights = c.grants->of(d->nsid);
   if (q.writable && !(rights & access_grants::write))
     return refuse(wire::status::denied, "dataset " + d->cfg->name + " is not writable by uid " + std::to_string(c.uid));
-  char key[160];
-  std::snprintf(key, sizeof key, "%u %llu %llu %u %d %d %llu %llu %u %lld", q.dataset, (unsigned long long)q.offset,
-                (unsigned long long)q.bytes, q.block_size, int(q.writable), int(q.sums),
-                (unsigned long long)q.sums_offset, (unsigned long long)q.sums_bytes, q.sum_block,
-                q.writable ? (long long)c.uid : -1ll);
+  const section_key key{q.dataset,   q.offset,      q.bytes,         q.block_size, q.writable,
+                        int(q.sums), q.sums_offset, q.sums_bytes,    q.sum_block,  q.writable ? int64_t(c.uid) : -1};
   if (auto it = section_index.find(key); it != section_index.end()) {
     section_state& sec = sections.at(it->second);
     c.grants->set(sec.nsid, q.writable ? uint8_t(access_grants::read | access_grants::write) : access_grants::read);
@@ -770,7 +770,7 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       return {};
     }
     case wire::op::map_dataset: {
-      if (const section_state* sec = visible_section(c, m.h.a)) {
+      if (section_state* sec = visible_section(c, m.h.a)) {
         // A read-only section of a whole-file dataset read without
         // O_DIRECT: the file's descriptor and the section's range, when the
         // section's own target would hand out its mapping (a checked
@@ -778,15 +778,15 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
         wire::message r;
         const dataset_state* d = sec->dataset;
         struct stat st{};
-        section_state& s = sections.at(sec->nsid);
         const auto now = std::chrono::steady_clock::now();
         auto may_map = [&] {
-          if (s.mapping_checked) return true;
-          if (s.mapping_refused != std::chrono::steady_clock::time_point{} && now - s.mapping_refused < std::chrono::seconds(10))
+          if (sec->mapping_checked) return true;
+          if (sec->mapping_refused != std::chrono::steady_clock::time_point{} &&
+              now - sec->mapping_refused < std::chrono::seconds(10))
             return false;
-          s.mapping_checked = sec->data->map_readonly() != nullptr;
-          if (!s.mapping_checked) s.mapping_refused = now;
-          return s.mapping_checked;
+          sec->mapping_checked = sec->data->map_readonly() != nullptr;
+          if (!sec->mapping_checked) sec->mapping_refused = now;
+          return sec->mapping_checked;
         };
         if (m.h.b && !sec->req.writable && d->mappable_fd >= 0 && fstat(d->mappable_fd, &st) == 0 &&
             uint64_t(st.st_size) == d->bytes && may_map()) {

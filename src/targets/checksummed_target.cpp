@@ -256,7 +256,10 @@ uint32_t block_sum(const void* block, uint32_t bytes) { return crc32c(0, block, 
 
 uint64_t checksum_region_bytes(uint64_t data_bytes, uint32_t block_bytes) {
   if (block_bytes == 0) throw error("checksummed target: a block of 0 bytes");
+  // Safe for any size (a server sizes a client's request with it): past
+  // what 64 bits hold, the largest whole number of sums pages.
   const uint64_t blocks = data_bytes / block_bytes + (data_bytes % block_bytes != 0);
+  if (blocks > UINT64_MAX / 4 - sums_page) return UINT64_MAX / sums_page * sums_page;
   return std::max<uint64_t>(1, (blocks * 4 + sums_page - 1) / sums_page) * sums_page;
 }
 

@@ -21,9 +21,9 @@ bool inside(uint64_t offset, uint64_t bytes, uint64_t size) { return offset <= s
 
 bool apart(uint64_t a, uint64_t an, uint64_t b, uint64_t bn) { return a + an <= b || b + bn <= a; }
 
-// `bytes` at `offset` of t, synchronously (on an engine of our own).
-std::vector<uint8_t> read_now(target& t, uint64_t offset, uint64_t bytes) {
-  std::vector<uint8_t> out(bytes);
+// `bytes` at `offset` of t into `out`, synchronously (on an engine of our own).
+void read_now(target& t, uint64_t offset, uint64_t bytes, void* out_bytes) {
+  auto* out = static_cast<uint8_t*>(out_bytes);
   auto io = make_io_engine(io_backend::automatic, 4);
   const uint32_t align = std::max<uint32_t>({t.memory_alignment(), t.io_alignment(), 4096});
   constexpr uint32_t chunk = 1u << 20;
@@ -46,9 +46,8 @@ std::vector<uint8_t> read_now(target& t, uint64_t offset, uint64_t bytes) {
     }
     if (got < 0) throw error("reading " + range_text(at, n) + " of " + t.describe() + ": " + std::strerror(int(-got)));
     const uint64_t from = std::max(at, offset), to = std::min(at + n, end);
-    if (from < to) std::memcpy(out.data() + (from - offset), buf.get() + (from - at), to - from);
+    if (from < to) std::memcpy(out + (from - offset), buf.get() + (from - at), to - from);
   }
-  return out;
 }
 
 }  // namespace
@@ -83,9 +82,8 @@ std::shared_ptr<target> make_section_target(const std::shared_ptr<target>& datas
     if (r.sums_bytes < count * 4)
       throw error("section " + where + ": " + std::to_string(count) + " blocks need " + std::to_string(count * 4) +
                   " bytes of sums, not " + std::to_string(r.sums_bytes));
-    const std::vector<uint8_t> raw = read_now(*dataset, r.sums_offset, count * 4);
     std::vector<uint32_t> sums(count);
-    std::memcpy(sums.data(), raw.data(), count * 4);
+    read_now(*dataset, r.sums_offset, count * 4, sums.data());
     return checked_section(std::move(data), sums);
   }
   const uint32_t sb = r.sum_block;

@@ -303,7 +303,7 @@ int main(int argc, char** argv) try {
   using tier = file_system_options::direct_tier;
   fo.files_direct = files_direct == "on" ? tier::on : files_direct == "off" ? tier::off : tier::automatic;
   j["files_direct"] = files_direct;
-  auto fs = make_gpu_file_system(ctl, cache, fo);
+  auto fs = make_gpu_file_system(cache, fo);
   j["page_bytes"] = cc.page_size;
   j["cache_bytes"] = cc.capacity_bytes;
   j["warps"] = warps;

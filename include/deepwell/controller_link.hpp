@@ -14,6 +14,7 @@
 #include "deepwell/queue_layout.hpp"
 #include "deepwell/section.hpp"
 #include "deepwell/shared_region.hpp"
+#include "deepwell/tree.hpp"
 
 namespace deepwell {
 
@@ -110,6 +111,11 @@ class controller_link {
   // store's recovery rereads blocks a crash may have left without their
   // sums, and rewrites them. Needs the write right.
   virtual void set_verify(uint32_t nsid, bool on) = 0;
+  // A session on a tree (tree.hpp) for the file API: a directory of this
+  // process, or a server's tree dataset as the client's grant allows.
+  // Throws deepwell::error naming the tree when there is none this client
+  // may use as asked, or a limit it meets.
+  virtual std::shared_ptr<tree_session> open_tree(const tree_request& r) = 0;
   // Controller and queue state, for watchdogs and bug reports.
   virtual std::string dump() const = 0;
 };

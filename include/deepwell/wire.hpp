@@ -13,6 +13,8 @@
 #include <vector>
 #include <string_view>
 
+#include "deepwell/tree.hpp"
+
 namespace deepwell::wire {
 
 constexpr uint32_t magic = 0x56535744;  // "DWSV"
@@ -34,6 +36,10 @@ enum class op : uint16_t {
                          // x: offset, y: bytes, text: 16 bytes (sums offset, sums bytes) -> a dataset reply
   section_checks = 12,   // a: nsid -> x: mismatches, y: last bad block
   set_verify = 13,       // a: nsid, b: on
+  open_tree = 14,        // text: a tree dataset's name, b: writable, c: max open files, d: max open directories
+                         //   -> a: nsid, b: first window, c: windows, d: writable, text: description
+  tree_ops = 15,         // a: the tree's nsid, b: ops, text: a tree batch (pack_tree_request) -> text: pack_tree_reply
+  close_tree = 16,       // a: the tree's nsid
 };
 
 // A dataset reply: a: nsid, b: block size, c: read_only (the dataset),
@@ -84,5 +90,14 @@ bool send_message(int sock, message m);
 bool receive_message(int sock, message& m, std::vector<int>* received = nullptr);
 
 const char* op_name(uint16_t o);
+
+// A tree batch (tree.hpp) in a message's text: the n ops, then their
+// paths (each op's path_bytes). The reply: the ops with their results,
+// then readdir's names (each in its op's path_bytes).
+std::string pack_tree_request(const tree_call* calls, uint32_t n);
+std::string pack_tree_reply(const tree_call* calls, uint32_t n);
+// Into calls[0..n): false, with why, when the text is not such a batch.
+bool unpack_tree_request(const std::string& text, uint32_t n, tree_call* calls, std::string& why);
+bool unpack_tree_reply(const std::string& text, uint32_t n, tree_call* calls);
 
 }  // namespace deepwell::wire

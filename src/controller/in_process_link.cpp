@@ -1,11 +1,17 @@
 // The link to a controller in this process. A queue pair's handle carries
 // its memfd and geometry, as a server would hand them to another process;
 // here the client uses the controller's own mapping of that memory.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <functional>
 #include <memory>
 
 #include "deepwell/controller.hpp"
 #include "deepwell/controller_link.hpp"
+#include "deepwell/detail/local_tree.hpp"
 #include "deepwell/detail/section_target.hpp"
 #include "deepwell/embedded.hpp"
 #include "deepwell/error.hpp"
@@ -102,6 +108,17 @@ class in_process final : public controller_link {
     std::shared_ptr<target> t = ctl_.target_of(nsid);
     if (!t) throw error("set_verify: no namespace " + std::to_string(nsid));
     detail::section_target_verify(*t, on);
+  }
+
+  // Each session its own namespace: its windows are its client's alone.
+  std::shared_ptr<tree_session> open_tree(const tree_request& r) override {
+    if (r.name.empty()) throw error("open_tree: no directory named");
+    const int fd = ::open(r.name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) throw error("open_tree: root " + r.name + " cannot be opened as a directory: " + std::strerror(errno));
+    ::close(fd);
+    std::shared_ptr<target> windows = detail::make_tree_windows(r.name);
+    const uint32_t nsid = ctl_.add_namespace({windows, 512, false});
+    return detail::make_local_tree(r, std::move(windows), nsid);
   }
 
   std::string dump() const override { return ctl_.dump(); }

@@ -154,6 +154,11 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     call(std::move(m));
   }
 
+  std::shared_ptr<tree_session> open_tree(const tree_request& q) override;
+
+  // A request of a session this link made (remote_tree).
+  wire::message request(wire::message m) const { return call(std::move(m)); }
+
   std::shared_ptr<const host_mapping> map_dataset(uint32_t nsid, bool files) const override {
     wire::message m;
     m.h.op = uint16_t(wire::op::map_dataset);
@@ -305,6 +310,71 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     for (auto& [qid, h] : queues_) mark_stopped(h);
   }
 };
+
+// A tree session the server holds for this client: each batch one message
+// (split where its paths would not fit in one).
+class remote_tree final : public tree_session {
+ public:
+  remote_tree(std::shared_ptr<socket_link> link, const wire::message& r)
+      : link_(std::move(link)), nsid_(r.h.a), first_(r.h.b), windows_(r.h.c), writable_(r.h.d != 0), what_(r.text) {}
+  ~remote_tree() override {
+    if (!link_->connected()) return;
+    wire::message m;
+    m.h.op = uint16_t(wire::op::close_tree);
+    m.h.a = nsid_;
+    try {
+      link_->request(std::move(m));
+    } catch (const error&) {  // gone: the server ends the session with the connection
+    }
+  }
+  uint32_t nsid() const override { return nsid_; }
+  uint32_t first_window() const override { return first_; }
+  uint32_t windows() const override { return windows_; }
+  bool writable() const override { return writable_; }
+  std::string describe() const override { return what_; }
+
+  void run(tree_call* calls, uint32_t n) override {
+    for (uint32_t i = 0; i < n;) {
+      // As many as fit in a message, the reply's names included.
+      uint32_t k = 0;
+      size_t bytes = 0;
+      while (i + k < n && k < tree_batch_max) {
+        const size_t more = sizeof(tree_op) + std::max(calls[i + k].path.size(), name_room);
+        if (k && bytes + more > wire::max_text) break;
+        bytes += more;
+        ++k;
+      }
+      wire::message m;
+      m.h.op = uint16_t(wire::op::tree_ops);
+      m.h.a = nsid_;
+      m.h.b = k;
+      m.text = wire::pack_tree_request(calls + i, k);
+      const wire::message r = link_->request(std::move(m));
+      if (!wire::unpack_tree_reply(r.text, k, calls + i))
+        throw error("deepwell server " + link_->socket_path() + ": a malformed reply to tree ops (protocol error)");
+      i += k;
+    }
+  }
+
+ private:
+  static constexpr size_t name_room = 256;  // a reply's readdir name, at most
+  std::shared_ptr<socket_link> link_;
+  uint32_t nsid_, first_, windows_;
+  bool writable_;
+  std::string what_;
+};
+
+std::shared_ptr<tree_session> socket_link::open_tree(const tree_request& q) {
+  if (q.name.empty()) throw error("open_tree: no tree named");
+  wire::message m;
+  m.h.op = uint16_t(wire::op::open_tree);
+  m.h.b = q.writable ? 1 : 0;
+  m.h.c = q.max_open;
+  m.h.d = q.max_dirs;
+  m.text = q.name;
+  const wire::message r = call(std::move(m));
+  return std::make_shared<remote_tree>(shared_from_this(), r);
+}
 
 }  // namespace
 

@@ -114,8 +114,70 @@ const char* op_name(uint16_t o) {
     case op::open_section: return "open_section";
     case op::section_checks: return "section_checks";
     case op::set_verify: return "set_verify";
+    case op::open_tree: return "open_tree";
+    case op::tree_ops: return "tree_ops";
+    case op::close_tree: return "close_tree";
   }
   return "unknown";
+}
+
+namespace {
+
+std::string pack(const tree_call* calls, uint32_t n, bool reply) {
+  std::string out(size_t(n) * sizeof(tree_op), '\0');
+  for (uint32_t i = 0; i < n; ++i) {
+    tree_op op = calls[i].op;
+    const std::string& s = reply ? calls[i].name : calls[i].path;
+    op.path_bytes = uint32_t(s.size());
+    std::memcpy(&out[size_t(i) * sizeof(tree_op)], &op, sizeof op);
+  }
+  for (uint32_t i = 0; i < n; ++i) out += reply ? calls[i].name : calls[i].path;
+  return out;
+}
+
+bool unpack(const std::string& text, uint32_t n, tree_call* calls, bool reply, std::string& why) {
+  if (n == 0 || n > tree_batch_max) {
+    why = "a tree batch of " + std::to_string(n) + " ops (1 to " + std::to_string(tree_batch_max) + ")";
+    return false;
+  }
+  const size_t head = size_t(n) * sizeof(tree_op);
+  if (text.size() < head) {
+    why = "a tree batch shorter than its ops";
+    return false;
+  }
+  size_t at = head;
+  for (uint32_t i = 0; i < n; ++i) {
+    tree_op op;
+    std::memcpy(&op, &text[size_t(i) * sizeof(tree_op)], sizeof op);
+    if (op.path_bytes > tree_path_max || op.path_bytes > text.size() - at) {
+      why = "a tree op whose path is longer than the batch or than " + std::to_string(tree_path_max) + " bytes";
+      return false;
+    }
+    (reply ? calls[i].name : calls[i].path).assign(text, at, op.path_bytes);
+    at += op.path_bytes;
+    if (reply) {
+      op.path_bytes = uint32_t(calls[i].path.size());  // the request's
+      op.kind = calls[i].op.kind;
+    }
+    calls[i].op = op;
+  }
+  if (at != text.size()) {
+    why = "a tree batch with bytes after its paths";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string pack_tree_request(const tree_call* calls, uint32_t n) { return pack(calls, n, false); }
+std::string pack_tree_reply(const tree_call* calls, uint32_t n) { return pack(calls, n, true); }
+bool unpack_tree_request(const std::string& text, uint32_t n, tree_call* calls, std::string& why) {
+  return unpack(text, n, calls, false, why);
+}
+bool unpack_tree_reply(const std::string& text, uint32_t n, tree_call* calls) {
+  std::string why;
+  return unpack(text, n, calls, true, why);
 }
 
 }  // namespace deepwell::wire

@@ -113,11 +113,10 @@ class gpu_client_memory final : public client_memory {
 
 std::unique_ptr<client_memory> make_gpu_client_memory() { return std::make_unique<gpu_client_memory>(); }
 
-std::shared_ptr<file_system> make_gpu_file_system(controller& ctl, std::shared_ptr<page_cache> cache,
-                                                  const file_system_options& opts) {
+std::shared_ptr<file_system> make_gpu_file_system(std::shared_ptr<page_cache> cache, const file_system_options& opts) {
   if (cache && !cache->on_gpu())
     throw error("make_gpu_file_system: the cache is a CPU cache (use make_host_file_system)");
-  return std::make_shared<file_system>(ctl, std::move(cache), opts, make_gpu_client_memory());
+  return std::make_shared<file_system>(std::move(cache), opts, make_gpu_client_memory());
 }
 
 }  // namespace deepwell

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstring>
 
-#include "deepwell/embedded.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/files/file_system.hpp"
 #include "deepwell/files/grep_run.hpp"
@@ -24,8 +23,10 @@ __global__ void open_output(grep_job* j, const char* name) {
   if (threadIdx.x == 0) j->out_file = f;
 }
 
-__global__ void close_output(grep_job* j, int* result) {
-  const int r = j->out.gclose(gpu_full_warp{}, j->out_file);
+__global__ void close_output(grep_job* j, int* result, bool fsync) {
+  int r = fsync ? j->out.gfsync(gpu_full_warp{}, j->out_file) : 0;
+  const int closed = j->out.gclose(gpu_full_warp{}, j->out_file);
+  if (!r) r = closed;
   if (threadIdx.x == 0) *result = r;
 }
 
@@ -68,17 +69,16 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   const uint32_t blocks = o.workers ? (o.workers + 3) / 4 : uint32_t(sms) * per_sm;
   const uint64_t warps = uint64_t(blocks) * (threads / 32);
 
-  controller ctl;
   cache_config cc = cache_config{}.with({grep_page_size(o)});
   rep.workers = warps;
   rep.resident_workers = resident_warps(kernel, blocks, threads);
   // Every resident warp may pin a page per lane (page_cache::check_capacity).
   const uint64_t need = rep.resident_workers * pages_per_warp * cc.page_size * 5 / 4;
   cc.capacity_bytes = std::max<uint64_t>(cc.with({0, o.cache_bytes}).capacity_bytes, need);
-  auto cache = make_gpu_page_cache(ctl, cc);
+  auto cache = make_gpu_page_cache(grep_link(o), cc);
   const file_system_options in_opts = grep_input_options(o, 256);
-  auto in = make_gpu_file_system(ctl, cache, in_opts);
-  auto out = make_gpu_file_system(ctl, cache, grep_output_options(o));
+  auto in = make_gpu_file_system(cache, in_opts);
+  auto out = make_gpu_file_system(cache, grep_output_options(o));
   check_launch(*cache, kernel, blocks, threads);
 
   std::vector<void*> owned;
@@ -121,11 +121,13 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   const auto t2 = std::chrono::steady_clock::now();
   host.report(rep);  // diagnostics: left out of the times
   const auto t2r = std::chrono::steady_clock::now();
-  close_output<<<1, 32>>>(dj, result);
+  // Durable: through the file API under a server (whose files these are),
+  // else the host's own fdatasync once closed, as the vanilla program's.
+  close_output<<<1, 32>>>(dj, result, o.fsync && !o.server.empty());
   check_cuda(cudaDeviceSynchronize(), "closing the grep output");
   int close_result = 0;
   check_cuda(cudaMemcpy(&close_result, result, sizeof close_result, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  if (!close_result && o.fsync) make_grep_output_durable(o);
+  if (!close_result && o.fsync && o.server.empty()) make_grep_output_durable(o);
   const auto t3 = std::chrono::steady_clock::now();
   using secs = std::chrono::duration<double>;
   rep.report_seconds = secs(t2r - t2).count();

@@ -30,89 +30,70 @@
 #include "deepwell/array.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/thread_times.hpp"
+#include "deepwell/tree.hpp"
 #include "direct_map.hpp"
-#include "window_target.hpp"
 
 namespace deepwell {
 namespace {
 
-int64_t ns_of(const timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
-
-// Opens `path` beneath `root`: nothing outside it is reachable. openat2
-// (Linux 5.6) with RESOLVE_BENEATH refuses "..", absolute paths and
-// symlinks that leave the root; where it is missing, a walk component by
-// component that refuses ".." and every symlink. Returns an fd or -errno;
-// an escape is -EACCES.
-int open_beneath(int root, const std::string& path, int flags, mode_t mode) {
-  if (!path.empty() && path[0] == '/') return -EACCES;
-  const std::string p = path.empty() ? "." : path;
-  open_how how{};
-  how.flags = uint64_t(flags | O_CLOEXEC);
-  how.mode = (flags & O_CREAT) ? mode : 0;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-  const long fd = syscall(SYS_openat2, root, p.c_str(), &how, sizeof how);
-  if (fd >= 0) return int(fd);
-  if (errno == EXDEV) return -EACCES;
-  if (errno != ENOSYS && errno != EPERM) return -errno;  // EPERM: a seccomp filter that forbids openat2
-  // The walk.
-  int dir = ::dup(root);
-  if (dir < 0) return -errno;
-  size_t at = 0;
-  for (;;) {
-    const size_t slash = p.find('/', at);
-    const std::string part = p.substr(at, slash == std::string::npos ? std::string::npos : slash - at);
-    if (part == "..") {
-      ::close(dir);
-      return -EACCES;
+// A file as the tree session holds it: its id there, closed when the last
+// reference here goes (a request in flight keeps the session's own).
+struct tree_file {
+  tree_session* tree = nullptr;
+  uint64_t id = 0;
+  std::string path;  // relative to the root, for messages
+  bool writable = false;
+  bool direct = false;      // read with O_DIRECT
+  bool write_once = false;  // g_gwronce
+  ~tree_file() {
+    if (!id) return;
+    tree_call c;
+    c.op.kind = uint32_t(tree_op_kind::close);
+    c.op.file = id;
+    try {
+      tree->run(&c, 1);
+    } catch (const error&) {  // the server is gone, and the file with it
     }
-    if (slash == std::string::npos) {
-      const int f = ::openat(dir, part.c_str(), flags | O_CLOEXEC | O_NOFOLLOW, mode);
-      const int e = errno;
-      ::close(dir);
-      if (f >= 0) return f;
-      return e == ELOOP ? -EACCES : -e;
-    }
-    if (!part.empty() && part != ".") {
-      const int next = ::openat(dir, part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      const int e = errno;
-      ::close(dir);
-      if (next < 0) return e == ELOOP ? -EACCES : -e;
-      dir = next;
-    }
-    at = slash + 1;
   }
+};
+
+tree_call call_of(tree_op_kind k, uint64_t file = 0, uint32_t window = 0, uint64_t size = 0, uint32_t flags = 0) {
+  tree_call c;
+  c.op.kind = uint32_t(k);
+  c.op.file = file;
+  c.op.window = window;
+  c.op.size = size;
+  c.op.flags = flags;
+  return c;
 }
 
 }  // namespace
 
 struct file_system::impl {
-  controller& ctl;
   std::shared_ptr<page_cache> cache;
   file_system_options opts;
   std::unique_ptr<client_memory> mem;
-  std::shared_ptr<detail::window_target> target;
+  // The tree: the files, their windows' namespace, the path resolution
+  // (in this process, or in the server for this client).
+  std::shared_ptr<tree_session> tree;
   uint32_t nsid = 0;
   std::unique_ptr<array<uint8_t>> bytes;
-  // One descriptor of the root per service thread, each its own open file:
-  // openat2 relative to a descriptor shared by threads bumps that file's
-  // reference count on every call, one cache line for them all.
-  std::vector<int> root_fds;
   uint64_t* call_ns = nullptr;  // client memory: gfs_ref::call_ns, with profile_service
-  uint32_t max_windows = 0;
-  uint32_t next_window = 1;  // window 0 is never handed out: a default gfile matches nothing
+  uint32_t max_windows = 0;  // windows [next_window, max_windows) are left to hand out
+  uint32_t next_window = 1;  // the session's first (never 0: a default gfile matches nothing)
 
   gfs_slot* slots = nullptr;        // host address
   gfs_open_entry* files = nullptr;  // client-private
   std::vector<uint32_t> served;     // per slot: the last ticket answered
 
   struct open_file {
-    dev_t dev = 0;
-    ino_t ino = 0;
+    uint64_t dev = 0;
+    uint64_t ino = 0;
     uint32_t window = 0;
     uint32_t tag = 0;  // window | generation << gfs_tag_window_bits (gfs_layout.hpp)
     uint32_t refs = 0;
     uint32_t closing = 0;  // of refs, closes taken from gclose_async and not finished
-    std::shared_ptr<detail::window_file> file;
+    std::shared_ptr<tree_file> file;
     int64_t mtime_ns = 0, ctime_ns = 0;  // the file as its first user opened it
     uint64_t size = 0;
     bool had_writer = false;  // some user opened it for writing
@@ -133,14 +114,14 @@ struct file_system::impl {
   // tables' lock at every open and close, and `retained` holds every file
   // closed so far.
   struct inode_hash {
-    size_t operator()(const std::pair<dev_t, ino_t>& k) const {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
       return std::hash<uint64_t>{}(uint64_t(k.second) * 0x9E3779B97F4A7C15ull ^ uint64_t(k.first));
     }
   };
   std::atomic<uint64_t> window_target_ns{0};  // profile_service: in the window target's attach and detach
-  std::unordered_map<std::pair<dev_t, ino_t>, uint32_t, inode_hash> by_inode;
-  std::unordered_map<std::pair<dev_t, ino_t>, retained_window, inode_hash> retained;
-  std::vector<DIR*> dirs;
+  std::unordered_map<std::pair<uint64_t, uint64_t>, uint32_t, inode_hash> by_inode;
+  std::unordered_map<std::pair<uint64_t, uint64_t>, retained_window, inode_hash> retained;
+  std::vector<uint64_t> dirs;  // the tree's directory ids (0: free)
   std::vector<uint32_t> free_dirs;
 
   // Direct tiers (file_system_options::files_direct). A window's entry in
@@ -159,7 +140,7 @@ struct file_system::impl {
   // Files whose tier an open is making (outside the lock): other openers
   // meanwhile make none, and the maker gives its tier to the file's entry
   // even if another opener made that entry first.
-  std::unordered_set<std::pair<dev_t, ino_t>, inode_hash> making;
+  std::unordered_set<std::pair<uint64_t, uint64_t>, inode_hash> making;
 
   mutable std::mutex stats_mutex;
   file_system_stats st;
@@ -227,7 +208,7 @@ struct file_system::impl {
 
   // What a request leaves for after the tables' lock.
   struct after_lock {
-    std::shared_ptr<detail::window_file> file;  // the last reference: its descriptor is closed here
+    std::shared_ptr<tree_file> file;  // the last reference: its descriptor is closed here
     int64_t detach = -1;                        // a closed file's window, detached from the target here
     int64_t clear = -1;                         // an entry whose tag the host clears, then frees
     int64_t window = -1;                        // a window whose direct tier entry is written (before the reply)
@@ -237,8 +218,8 @@ struct file_system::impl {
   };
   struct open_prep {
     int err = 0;
-    std::shared_ptr<detail::window_file> file;
-    struct stat sb {};
+    std::shared_ptr<tree_file> file;
+    tree_stat sb{};
     std::optional<detail::direct_map> made;
     bool maker = false;  // this open is the one making the file's tier (in `making`)
     uint64_t syscall_ns = 0;  // in openat2 and fstat (stats().syscalls_ns)
@@ -261,8 +242,8 @@ struct file_system::impl {
     }
   }
 
-  impl(controller& c, std::shared_ptr<page_cache> pc, const file_system_options& o, std::unique_ptr<client_memory> m)
-      : ctl(c), cache(std::move(pc)), opts(o), mem(std::move(m)) {}
+  impl(std::shared_ptr<page_cache> pc, const file_system_options& o, std::unique_ptr<client_memory> m)
+      : cache(std::move(pc)), opts(o), mem(std::move(m)) {}
 
   ~impl() {
     stopping.store(true);
@@ -273,13 +254,20 @@ struct file_system::impl {
     }
     pending_cv.notify_all();
     if (closer.joinable()) closer.join();
-    for (DIR* d : dirs)
-      if (d) ::closedir(d);
+    if (!tree) return;  // the constructor failed before it had one
+    std::vector<tree_call> calls;
+    for (uint64_t d : dirs)
+      if (d) calls.push_back(call_of(tree_op_kind::closedir, d));
     for (auto& e : table)
-      if (e) target->detach(e->window);
+      if (e) calls.push_back(call_of(tree_op_kind::detach, 0, e->window));
+    try {
+      for (size_t i = 0; i < calls.size(); i += tree_batch_max)
+        tree->run(calls.data() + i, uint32_t(std::min<size_t>(tree_batch_max, calls.size() - i)));
+    } catch (const error&) {  // the server is gone, and the session with it
+    }
+    table.clear();  // the files' ids go before the session
     for (auto& [w, m] : window_maps) m.release(*cache);
     for (detail::direct_map& m : orphan_maps) m.release(*cache);
-    for (int fd : root_fds) ::close(fd);
   }
 
   // ---- the service threads ----
@@ -324,7 +312,7 @@ struct file_system::impl {
         idle_since = 0;
         b->seen_ns = now_ns();
         b->pass_ns = b->seen_ns - pass0;
-        serve(*b, root_fds[k]);
+        serve(*b);
         continue;
       }
       // Nothing to do: spin a while (a kernel's next request usually comes
@@ -349,10 +337,10 @@ struct file_system::impl {
   static uint64_t thread_cpu_ns() {
     timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return uint64_t(ns_of(ts));
+    return uint64_t(ts.tv_sec) * 1000000000 + uint64_t(ts.tv_nsec);
   }
 
-  void serve(batch& b, int root) {
+  void serve(batch& b) {
     const bool profile = opts.profile_service;
     const uint64_t t0 = now_ns(), c0 = profile ? thread_cpu_ns() : 0;
     rusage r0{}, r1{};
@@ -362,8 +350,8 @@ struct file_system::impl {
       q.r0 = q.r1 = q.r2 = q.r3 = 0;
       b.prep[j] = open_prep{};
       b.later[j] = after_lock{};
-      if (gfs_op(q.op) == gfs_op::open) b.prep[j].err = prepare_open(q, root, b.prep[j]);
     }
+    prepare_opens(b);
     uint32_t errors = 0;
     uint64_t locked_open = 0, locked_close = 0;  // profile: under the lock, in opens and in the rest
     const uint64_t t1 = now_ns(), c1 = profile ? thread_cpu_ns() : 0;
@@ -383,7 +371,7 @@ struct file_system::impl {
           case gfs_op::close: err = do_close(q, later); break;
           case gfs_op::truncate: err = do_truncate(q); break;
           case gfs_op::sync_size: err = do_sync_size(q); break;
-          case gfs_op::opendir: err = do_opendir(q, root, later); break;
+          case gfs_op::opendir: err = do_opendir(q, later); break;
           case gfs_op::readdir: err = do_readdir(q); break;
           case gfs_op::closedir: err = do_closedir(q, later); break;
           default: err = EINVAL;
@@ -430,57 +418,68 @@ struct file_system::impl {
     return std::string(q.text, q.len < gfs_path_max ? q.len : gfs_path_max - 1);
   }
 
-  // An open's work before the tables' lock: its checks and system calls
-  // (and a direct tier's registration), run in parallel by the threads.
-  // Returns 0 or an errno.
-  int prepare_open(gfs_slot& q, int root, open_prep& p) {
-    const uint32_t flags = q.flags;
-    if (flags & ~(g_accmode | g_creat | g_trunc | g_gwronce)) return EINVAL;
-    const uint32_t acc = flags & g_accmode;
-    if (acc == g_accmode) return EINVAL;
-    const bool want_write = acc != g_rdonly;
-    if ((flags & g_trunc) && !want_write) return EINVAL;
-    // A write-once file is new output: write-only, created, emptied.
-    const bool write_once = flags & g_gwronce;
-    if (write_once && acc != g_wronly) return EINVAL;
-    if (want_write && opts.read_only) return EROFS;
-    const std::string path = text_of(q);
-    // O_NONBLOCK: a FIFO must not block the service; it is refused below.
-    const int oflags =
-        (want_write ? O_RDWR : O_RDONLY) | ((flags & g_creat) || write_once ? O_CREAT : 0) | O_NONBLOCK | O_NOCTTY;
-    bool direct = !want_write && opts.direct_io;
+  // The opens' work before the tables' lock: their checks, then the
+  // tree's opens of the batch in one go (in this process, system calls
+  // several service threads make at once; under a server, one message),
+  // then the direct tiers' registrations. Each open's errno in its prep.
+  void prepare_opens(batch& b) {
+    tree_call calls[max_batch];
+    uint32_t of[max_batch], n = 0;
+    for (uint32_t j = 0; j < b.n; ++j) {
+      gfs_slot& q = slots[b.slot[j]];
+      if (gfs_op(q.op) != gfs_op::open) continue;
+      const uint32_t flags = q.flags;
+      const uint32_t acc = flags & g_accmode;
+      const bool want_write = acc != g_rdonly, write_once = flags & g_gwronce;
+      int err = 0;
+      if ((flags & ~(g_accmode | g_creat | g_trunc | g_gwronce)) || acc == g_accmode) err = EINVAL;
+      else if ((flags & g_trunc) && !want_write) err = EINVAL;
+      else if (write_once && acc != g_wronly) err = EINVAL;  // a write-once file is new output: write-only, created, emptied
+      else if (want_write && opts.read_only) err = EROFS;
+      if (err) {
+        b.prep[j].err = err;
+        continue;
+      }
+      tree_call& c = calls[n];
+      c = call_of(tree_op_kind::open);
+      c.op.flags = (want_write ? tree_open_write : 0) | ((flags & g_creat) ? tree_open_create : 0) |
+                   (write_once ? tree_open_write_once : 0) | (!want_write && opts.direct_io ? tree_open_direct : 0);
+      c.path = text_of(q);
+      c.op.path_bytes = uint32_t(c.path.size());
+      of[n++] = j;
+    }
+    if (!n) return;
     const uint64_t c0 = now_ns();
-    int fd = open_beneath(root, path, oflags | (direct ? O_DIRECT : 0), 0644);
-    if (fd == -EINVAL && direct) {  // a file system without O_DIRECT (tmpfs, some overlays): buffered
-      direct = false;
-      fd = open_beneath(root, path, oflags, 0644);
+    try {
+      tree->run(calls, n);
+    } catch (const error&) {  // the server went away: every open fails
+      for (uint32_t i = 0; i < n; ++i) calls[i].op.err = EIO;
     }
-    if (fd < 0) return -fd;
-    struct stat sb {};
-    const int st_rc = ::fstat(fd, &sb);
-    p.syscall_ns = now_ns() - c0;
-    if (st_rc != 0) {
-      const int e = errno;
-      ::close(fd);
-      return e;
+    const uint64_t per = (now_ns() - c0) / n;
+    for (uint32_t i = 0; i < n; ++i) {
+      open_prep& p = b.prep[of[i]];
+      const tree_op& op = calls[i].op;
+      p.syscall_ns = per;
+      if (op.err) {
+        p.err = op.err;
+        continue;
+      }
+      auto f = std::make_shared<tree_file>();
+      f->tree = tree.get();
+      f->id = op.id;
+      f->path = std::move(calls[i].path);
+      f->writable = op.flags & tree_open_write;
+      f->direct = op.value != 0;
+      f->write_once = op.flags & tree_open_write_once;
+      p.file = std::move(f);
+      p.sb = op.st;
+      // A direct tier, made before the tables' lock (registering a large
+      // file takes a while) unless the file has one already.
+      if (direct_enabled && !p.file->writable && !p.file->direct && p.sb.size >= opts.direct_min_bytes) {
+        const int fd = tree->descriptor(p.file->id);
+        if (fd >= 0) p.made = make_direct(fd, p.sb, p.maker);
+      }
     }
-    if (!S_ISREG(sb.st_mode)) {
-      ::close(fd);
-      return S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
-    }
-    auto f = std::make_shared<detail::window_file>();
-    f->fd = fd;
-    f->path = path;
-    f->writable = want_write;
-    f->direct = direct;
-    if (write_once) f->make_write_once();
-    p.file = std::move(f);
-    p.sb = sb;
-    // A direct tier, made before the tables' lock (registering a large
-    // file takes a while) unless the file has one already.
-    if (direct_enabled && !want_write && !direct && uint64_t(sb.st_size) >= opts.direct_min_bytes)
-      p.made = make_direct(fd, sb, p.maker);
-    return 0;
   }
 
   // The rest of an open, under the tables' lock.
@@ -488,19 +487,19 @@ struct file_system::impl {
     if (p.err) return p.err;
     const uint32_t flags = q.flags;
     const bool want_write = (flags & g_accmode) != g_rdonly, write_once = flags & g_gwronce;
-    std::shared_ptr<detail::window_file> f = std::move(p.file);
+    std::shared_ptr<tree_file> f = std::move(p.file);
     const bool direct = f->direct;
-    struct stat& sb = p.sb;
+    tree_stat& sb = p.sb;
     std::optional<detail::direct_map>& made = p.made;
     const bool maker = p.maker;
-    const auto key = std::make_pair(sb.st_dev, sb.st_ino);
+    const auto key = std::make_pair(sb.dev, sb.ino);
     // A tier the open does not use (a writer came, or the open fails) is
     // released at sync(): it cannot be unregistered now.
     struct spare_guard {
       impl& fs;
       std::optional<detail::direct_map>& m;
       bool maker;
-      std::pair<dev_t, ino_t> key;
+      std::pair<uint64_t, uint64_t> key;
       ~spare_guard() {
         if (m) fs.orphan_maps.push_back(*m);
         if (maker) fs.making.erase(key);
@@ -519,9 +518,12 @@ struct file_system::impl {
       if (want_write && !o.file->writable) {
         // A writer joins readers: the window's descriptor becomes this one
         // (requests in flight keep the old one open until they finish).
+        if (const int e = attach_window(o.window, *f)) {
+          later.file = std::move(f);
+          return e;
+        }
         later.file = std::move(o.file);
         o.file = f;
-        attach_window(o.window, f);
         o.had_writer = true;
         drop_direct(o.window, later);  // the pages may change now: the entry is cleared before the writer hears back
       } else {
@@ -531,9 +533,9 @@ struct file_system::impl {
       }
       ++o.refs;
       q.r0 = uint64_t(o.tag) << 32 | it->second;
-      q.r1 = uint64_t(sb.st_size);
-      q.r2 = sb.st_mode;
-      q.r3 = uint64_t(ns_of(sb.st_mtim));
+      q.r1 = sb.size;
+      q.r2 = sb.mode;
+      q.r3 = uint64_t(sb.mtime_ns);
       ++later.n.opens;
       return 0;
     }
@@ -541,12 +543,20 @@ struct file_system::impl {
       later.file = std::move(f);
       return EMFILE;
     }
-    if ((flags & g_trunc || write_once) && sb.st_size != 0) {
-      if (::ftruncate(f->fd, 0) != 0 || ::fstat(f->fd, &sb) != 0) {
-        const int e = errno;
+    if ((flags & g_trunc || write_once) && sb.size != 0) {
+      tree_call c[2] = {call_of(tree_op_kind::truncate, f->id, 0, 0), call_of(tree_op_kind::stat, f->id)};
+      int e = 0;
+      try {
+        tree->run(c, 2);
+        e = c[0].op.err ? c[0].op.err : c[1].op.err;
+      } catch (const error&) {
+        e = EIO;
+      }
+      if (e) {
         later.file = std::move(f);
         return e;
       }
+      sb = c[1].op.st;
     }
     // The window: the one this file had when the GPU last closed it, if the
     // file is unchanged since (its cached pages are still the file's), else
@@ -568,6 +578,10 @@ struct file_system::impl {
       }
       window = next_window++;
     }
+    if (const int e = attach_window(window, *f)) {
+      later.file = std::move(f);
+      return e;
+    }
     const uint32_t h = free_fds.front();
     free_fds.pop_front();
     mem->wait_private(clear_ticket[h]);  // the old tag is gone before the opener publishes its own
@@ -580,14 +594,12 @@ struct file_system::impl {
       (void)use_direct(window, made, later);
     }
     const bool tiered = !want_write && window_maps.count(window);
-    attach_window(window, f);
-    table[h] = open_file{sb.st_dev,          sb.st_ino,          window, tag, 1, 0, f, ns_of(sb.st_mtim),
-                         ns_of(sb.st_ctim), uint64_t(sb.st_size), want_write};
+    table[h] = open_file{sb.dev, sb.ino, window, tag, 1, 0, f, sb.mtime_ns, sb.ctime_ns, sb.size, want_write};
     by_inode[key] = h;
     q.r0 = uint64_t(tag) << 32 | h;
-    q.r1 = uint64_t(sb.st_size);
-    q.r2 = uint64_t(1) << 32 | sb.st_mode;  // first user: the caller fills the entry
-    q.r3 = uint64_t(ns_of(sb.st_mtim));
+    q.r1 = sb.size;
+    q.r2 = uint64_t(1) << 32 | sb.mode;  // first user: the caller fills the entry
+    q.r3 = uint64_t(sb.mtime_ns);
     counts& n = later.n;
     ++n.opens;
     ++n.files_opened;
@@ -600,28 +612,39 @@ struct file_system::impl {
 
   // The window target's table has a lock of its own, which the pollers take
   // for every read: its attach and detach are timed with profile_service.
-  void attach_window(uint32_t w, const std::shared_ptr<detail::window_file>& f) {
+  // Returns 0 or an errno (EIO: the server went away).
+  int attach_window(uint32_t w, const tree_file& f) {
     const uint64_t t = opts.profile_service ? now_ns() : 0;
-    target->attach(w, f);
+    tree_call c = call_of(tree_op_kind::attach, f.id, w);
+    try {
+      tree->run(&c, 1);
+    } catch (const error&) {
+      c.op.err = EIO;
+    }
     if (t) window_target_ns.fetch_add(now_ns() - t, std::memory_order_relaxed);
+    return c.op.err;
   }
-  void detach_window(uint32_t w, const detail::window_file* only) {
+  void detach_window(uint32_t w, const tree_file* only) {
     const uint64_t t = opts.profile_service ? now_ns() : 0;
-    target->detach(w, only);
+    tree_call c = call_of(tree_op_kind::detach, only ? only->id : 0, w);
+    try {
+      tree->run(&c, 1);
+    } catch (const error&) {  // the server went away, and the window with it
+    }
     if (t) window_target_ns.fetch_add(now_ns() - t, std::memory_order_relaxed);
   }
 
-  static bool unchanged(const retained_window& r, const struct stat& sb) {
-    return r.mtime_ns == ns_of(sb.st_mtim) && r.ctime_ns == ns_of(sb.st_ctim) && r.size == uint64_t(sb.st_size);
+  static bool unchanged(const retained_window& r, const tree_stat& sb) {
+    return r.mtime_ns == sb.mtime_ns && r.ctime_ns == sb.ctime_ns && r.size == sb.size;
   }
 
   // A direct tier for the file open as fd, unless it has one (open, or
   // closed unchanged with its registration kept), another open is making
   // one, a writer has it open, or the budget is spent. maker: set when this
   // open entered the file in `making` (commit_open takes it out).
-  std::optional<detail::direct_map> make_direct(int fd, const struct stat& sb, bool& maker) {
-    const uint64_t size = uint64_t(sb.st_size);
-    const auto key = std::make_pair(sb.st_dev, sb.st_ino);
+  std::optional<detail::direct_map> make_direct(int fd, const tree_stat& sb, bool& maker) {
+    const uint64_t size = sb.size;
+    const auto key = std::make_pair(sb.dev, sb.ino);
     {
       std::unique_lock<std::mutex> tables(state, std::defer_lock);
       lock_state(tables);
@@ -707,12 +730,19 @@ struct file_system::impl {
   // just persisted the file's pages (write-back, then the window target's
   // fdatasync), so an fsync is needed only when the size changes here. A
   // close is not durable, as POSIX's is not: gfsync is.
-  static int set_size(const detail::window_file& f, uint64_t size, bool durable) {
-    struct stat sb {};
-    if (::fstat(f.fd, &sb) != 0) return errno;
-    if (uint64_t(sb.st_size) == size) return 0;
-    if (::ftruncate(f.fd, off_t(size)) != 0 || (durable && ::fsync(f.fd) != 0)) return errno;
-    return 0;
+  int set_size(const tree_file& f, uint64_t size, bool durable) {
+    return file_op(tree_op_kind::set_size, f, size, durable ? 1 : 0).err;
+  }
+
+  // One op on file f; err EIO when the server went away.
+  tree_op file_op(tree_op_kind k, const tree_file& f, uint64_t size = 0, uint32_t flags = 0) {
+    tree_call c = call_of(k, f.id, 0, size, flags);
+    try {
+      tree->run(&c, 1);
+    } catch (const error&) {
+      c.op.err = EIO;
+    }
+    return c.op;
   }
 
   int do_close(gfs_slot& q, after_lock& later) {
@@ -759,11 +789,12 @@ struct file_system::impl {
       // it is now, with the GPU's writes. A write-once file's cached pages
       // may lack bytes that are in the file (zeros where a page written
       // back was evicted and written again): its window is never reused.
-      struct stat sb {};
-      if (!o->had_writer)
+      if (!o->had_writer) {
         retained[{o->dev, o->ino}] = {o->window, o->mtime_ns, o->ctime_ns, o->size};
-      else if (!o->file->write_once && ::fstat(o->file->fd, &sb) == 0)
-        retained[{o->dev, o->ino}] = {o->window, ns_of(sb.st_mtim), ns_of(sb.st_ctim), uint64_t(sb.st_size)};
+      } else if (!o->file->write_once) {
+        const tree_op st = file_op(tree_op_kind::stat, *o->file);
+        if (!st.err) retained[{o->dev, o->ino}] = {o->window, st.st.mtime_ns, st.st.ctime_ns, st.st.size};
+      }
       later.detach = o->window;  // after the lock, if this file is still the one attached
       by_inode.erase({o->dev, o->ino});
       later.file = std::move(o->file);
@@ -788,16 +819,22 @@ struct file_system::impl {
         pending_cv.wait_for(lock, std::chrono::milliseconds(50));
         continue;
       }
+      // The windows' counts, asked outside the lock (under a server, a
+      // message): only this thread takes entries out of `pending`, so its
+      // first `asked` entries are still there when it looks again.
+      const size_t asked = pending.size();
+      std::vector<uint32_t> windows(asked);
+      for (size_t i = 0; i < asked; ++i) windows[i] = pending[i].window;
+      lock.unlock();
+      std::vector<uint32_t> done = writes_done(windows);
+      lock.lock();
       std::vector<pending_close> ready;
       const uint64_t now = now_ns();
-      for (size_t i = 0; i < pending.size();) {
+      for (size_t i = asked; i-- > 0;) {
         const pending_close& p = pending[i];
-        if (int32_t(target->writes_done(p.window) - p.started) >= 0 || now >= p.deadline_ns) {
+        if (int32_t(done[i] - p.started) >= 0 || now >= p.deadline_ns) {
           ready.push_back(p);
-          pending[i] = pending.back();
-          pending.pop_back();
-        } else {
-          ++i;
+          pending.erase(pending.begin() + std::ptrdiff_t(i));
         }
       }
       if (ready.empty()) {
@@ -829,18 +866,36 @@ struct file_system::impl {
     }
   }
 
+  // Each window's writes_done (0 where the server went away: its closes
+  // then end at their deadline).
+  std::vector<uint32_t> writes_done(const std::vector<uint32_t>& windows) {
+    std::vector<uint32_t> out(windows.size(), 0);
+    tree_call calls[tree_batch_max];
+    for (size_t i = 0; i < windows.size(); i += tree_batch_max) {
+      const uint32_t n = uint32_t(std::min<size_t>(tree_batch_max, windows.size() - i));
+      for (uint32_t k = 0; k < n; ++k) calls[k] = call_of(tree_op_kind::writes_done, 0, windows[i + k]);
+      try {
+        tree->run(calls, n);
+      } catch (const error&) {
+        return out;
+      }
+      for (uint32_t k = 0; k < n; ++k) out[i + k] = calls[k].op.value;
+    }
+    return out;
+  }
+
   void finish_close(const pending_close& p) {
-    std::shared_ptr<detail::window_file> file;
+    std::shared_ptr<tree_file> file;
     {
       std::lock_guard<std::mutex> tables(state);
       file = table[p.h]->file;  // the close's reference keeps the entry
     }
     int err = 0;
     std::string what;
-    if (int32_t(target->writes_done(p.window) - p.started) < 0) {
+    if (int32_t(writes_done({p.window})[0] - p.started) < 0) {
       err = ETIMEDOUT;
       what = "its pages' write-backs did not all complete before the deadline";
-    } else if (const int e = file->write_error.load()) {
+    } else if (const int e = int(file_op(tree_op_kind::write_error, *file).value)) {
       err = e;
       what = "a write-back failed";
     } else if (const int e = set_size(*file, p.size, false)) {
@@ -879,9 +934,7 @@ struct file_system::impl {
   int do_truncate(gfs_slot& q) {
     open_file* o = lookup(q.a0);
     if (!o || !o->file->writable) return EBADF;
-    if (::ftruncate(o->file->fd, off_t(q.a1)) != 0) return errno;
-    o->file->written.store(true);  // the next Flush (gfsync, gclose) makes the new size durable
-    return 0;
+    return file_op(tree_op_kind::truncate, *o->file, q.a1).err;  // the next Flush (gfsync, gclose) makes it durable
   }
 
   int do_sync_size(gfs_slot& q) {
@@ -890,19 +943,27 @@ struct file_system::impl {
     return o->file->writable ? set_size(*o->file, q.a1, true) : 0;
   }
 
-  int do_opendir(gfs_slot& q, int root, after_lock& later) {
-    if (free_dirs.empty()) return EMFILE;
-    const int fd = open_beneath(root, text_of(q), O_RDONLY | O_DIRECTORY, 0);
-    if (fd < 0) return -fd;
-    DIR* d = ::fdopendir(fd);
-    if (!d) {
-      const int e = errno;
-      ::close(fd);
-      return e;
+  // Directories: the tree's (under the tables' lock: they are rare).
+  tree_op dir_op(tree_op_kind k, uint64_t dir, std::string path, std::string* name = nullptr) {
+    tree_call c = call_of(k, dir);
+    c.path = std::move(path);
+    c.op.path_bytes = uint32_t(c.path.size());
+    try {
+      tree->run(&c, 1);
+    } catch (const error&) {
+      c.op.err = EIO;
     }
+    if (name) *name = std::move(c.name);
+    return c.op;
+  }
+
+  int do_opendir(gfs_slot& q, after_lock& later) {
+    if (free_dirs.empty()) return EMFILE;
+    const tree_op r = dir_op(tree_op_kind::opendir, 0, text_of(q));
+    if (r.err) return r.err;
     const uint32_t id = free_dirs.back();
     free_dirs.pop_back();
-    dirs[id] = d;
+    dirs[id] = r.id;
     q.r0 = id;
     ++later.n.open_dirs_up;
     return 0;
@@ -911,43 +972,32 @@ struct file_system::impl {
   int do_readdir(gfs_slot& q) {
     const uint64_t id = q.a0;
     if (id >= dirs.size() || !dirs[id]) return EBADF;
-    for (;;) {
-      errno = 0;
-      const dirent* e = ::readdir(dirs[id]);
-      if (!e) {
-        q.len = 0;
-        return errno;  // 0 at the end
-      }
-      if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
-      uint8_t type = e->d_type;
-      if (type == DT_UNKNOWN) {
-        struct stat sb {};
-        if (::fstatat(::dirfd(dirs[id]), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
-          type = S_ISREG(sb.st_mode) ? DT_REG : S_ISDIR(sb.st_mode) ? DT_DIR : S_ISLNK(sb.st_mode) ? DT_LNK : DT_UNKNOWN;
-      }
-      const size_t n = std::min<size_t>(std::strlen(e->d_name), gfs_name_max - 1);
-      std::memcpy(q.text, e->d_name, n);
-      q.len = uint32_t(n);
-      q.r0 = 1;
-      q.r1 = type;
-      return 0;
-    }
+    std::string name;
+    const tree_op r = dir_op(tree_op_kind::readdir, dirs[id], {}, &name);
+    q.len = 0;
+    if (r.err || !r.id) return r.err;  // 0 at the end
+    const size_t n = std::min<size_t>(name.size(), gfs_name_max - 1);
+    std::memcpy(q.text, name.data(), n);
+    q.len = uint32_t(n);
+    q.r0 = 1;
+    q.r1 = r.value;
+    return 0;
   }
 
   int do_closedir(gfs_slot& q, after_lock& later) {
     const uint64_t id = q.a0;
     if (id >= dirs.size() || !dirs[id]) return EBADF;
-    ::closedir(dirs[id]);
-    dirs[id] = nullptr;
+    (void)dir_op(tree_op_kind::closedir, dirs[id], {});
+    dirs[id] = 0;
     free_dirs.push_back(uint32_t(id));
     ++later.n.open_dirs_down;
     return 0;
   }
 };
 
-file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, const file_system_options& opts,
+file_system::file_system(std::shared_ptr<page_cache> cache, const file_system_options& opts,
                          std::unique_ptr<client_memory> memory)
-    : p_(std::make_unique<impl>(ctl, std::move(cache), opts, std::move(memory))) {
+    : p_(std::make_unique<impl>(std::move(cache), opts, std::move(memory))) {
   impl& p = *p_;
   if (!p.cache) throw error("file system: no page cache");
   if (p.opts.root.empty()) throw error("file system: no root directory given");
@@ -960,36 +1010,41 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   if (p.opts.max_dirs == 0 || p.opts.slots == 0 || p.opts.slots > 4096)
     throw error("file system: max_dirs must be positive and slots from 1 to 4096 (got " +
                 std::to_string(p.opts.max_dirs) + ", " + std::to_string(p.opts.slots) + ")");
-  const uint32_t threads = std::min(p.opts.service_threads, p.opts.slots);
-  for (uint32_t k = 0; k < threads; ++k) {
-    const int fd = ::open(p.opts.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-      throw error("file system: root " + p.opts.root + " cannot be opened as a directory: " + std::strerror(errno));
-    p.root_fds.push_back(fd);
-  }
-  // The process's descriptor table grown now to hold max_open more files.
-  // Grown by the service's opens instead (a doubling each time it fills; in
-  // a process of several threads each growth waits for an RCU grace period,
-  // milliseconds with busy pollers, and every opener waits meanwhile), the
-  // opens' system calls were off a CPU 52-86% of their time during a grep
-  // on an H200 machine, about 6 us an open instead of 2.5. A descriptor
-  // dup'ed that high, then closed, leaves the table that large (it never
-  // shrinks). Where the descriptor limit is lower, the table stays.
-  {
+  // The tree: its ids for every file open at once, and for the opens of
+  // files open already, which a batch makes before it finds them open.
+  tree_request tr;
+  tr.name = p.opts.root;
+  tr.writable = !p.opts.read_only;
+  tr.max_open = p.opts.max_open + p.opts.slots;
+  tr.max_dirs = p.opts.max_dirs;
+  p.tree = p.cache->link().open_tree(tr);
+  // The process's descriptor table grown now to hold max_open more files
+  // (in-process trees open them here). Grown by the service's opens
+  // instead (a doubling each time it fills; in a process of several
+  // threads each growth waits for an RCU grace period, milliseconds with
+  // busy pollers, and every opener waits meanwhile), the opens' system
+  // calls were off a CPU 52-86% of their time during a grep on an H200
+  // machine, about 6 us an open instead of 2.5. A descriptor dup'ed that
+  // high, then closed, leaves the table that large (it never shrinks).
+  // Where the descriptor limit is lower, the table stays.
+  if (const int probe = ::open("/", O_PATH | O_CLOEXEC); probe >= 0) {
     rlimit lim{};
-    const uint64_t want = uint64_t(p.root_fds.back()) + p.opts.max_open + 64;
+    const uint64_t want = uint64_t(probe) + p.opts.max_open + 64;
     if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && want < lim.rlim_cur) {
-      const int high = ::fcntl(p.root_fds.back(), F_DUPFD_CLOEXEC, int(want));
+      const int high = ::fcntl(probe, F_DUPFD_CLOEXEC, int(want));
       if (high >= 0) ::close(high);
     }
+    ::close(probe);
   }
-  // The namespace: 2^48 pages of the cache's size, at most 2^60 bytes.
+  // The windows: the session's, as far as the cache's keys reach (2^48
+  // pages of the cache's size).
   const uint32_t shift = p.cache->ref().page_shift();
   const uint32_t bits = std::min<uint32_t>(60, key_page_bits + shift);
-  p.max_windows = uint32_t(1ull << (bits - gfs_window_shift));
   static_assert(60 - gfs_window_shift <= gfs_tag_window_bits, "a tag holds every window");
-  p.target = std::make_shared<detail::window_target>(1ull << bits, p.opts.root);
-  p.nsid = ctl.add_namespace({p.target, 512, false});
+  p.next_window = p.tree->first_window();
+  p.max_windows = uint32_t(std::min<uint64_t>(uint64_t(p.tree->first_window()) + p.tree->windows(),
+                                              1ull << (bits - gfs_window_shift)));
+  p.nsid = p.tree->nsid();
   p.bytes = std::make_unique<array<uint8_t>>(p.cache, p.nsid);
   // A word per window: the write-backs submitted (gclose_async).
   p.write_counts = static_cast<uint32_t*>(p.mem->alloc_private(sizeof(uint32_t) * uint64_t(p.max_windows)));
@@ -1019,7 +1074,7 @@ file_system::file_system(controller& ctl, std::shared_ptr<page_cache> cache, con
   for (uint32_t i = 0; i < p.opts.max_open; ++i) p.free_fds.push_back(i);
   p.clear_ticket.assign(p.opts.max_open, 0);
   p.entry_gen.assign(p.opts.max_open, 0);
-  p.dirs.assign(p.opts.max_dirs, nullptr);
+  p.dirs.assign(p.opts.max_dirs, 0);
   for (uint32_t i = p.opts.max_dirs; i-- > 0;) p.free_dirs.push_back(i);
 
   ref_.bytes = p.bytes->ref();
@@ -1106,16 +1161,15 @@ void file_system::sync() {
       const request_status r = p.cache->persist(p.bytes->ref().dataset, first, first + ((e.size - 1) >> shift));
       if (!r.ok()) throw error("file system sync: writing back " + o->file->path + " failed");
     }
-    if (const int err = impl::set_size(*o->file, e.size, true))
+    if (const int err = p.set_size(*o->file, e.size, true))
       throw error("file system sync: setting the size of " + o->file->path + ": " + std::strerror(err));
   }
 }
 
-std::shared_ptr<file_system> make_host_file_system(controller& ctl, std::shared_ptr<page_cache> cache,
-                                                   const file_system_options& opts) {
+std::shared_ptr<file_system> make_host_file_system(std::shared_ptr<page_cache> cache, const file_system_options& opts) {
   if (cache && cache->on_gpu())
     throw error("make_host_file_system: the cache is a GPU cache (use make_gpu_file_system)");
-  return std::make_shared<file_system>(ctl, std::move(cache), opts, make_host_client_memory());
+  return std::make_shared<file_system>(std::move(cache), opts, make_host_client_memory());
 }
 
 }  // namespace deepwell

@@ -19,6 +19,7 @@
 #include "deepwell/files/file_system.hpp"
 #include "deepwell/files/grep_run.hpp"
 #include "deepwell/page_cache.hpp"
+#include "deepwell/server_link.hpp"
 
 namespace deepwell {
 
@@ -145,6 +146,10 @@ uint32_t grep_page_size(const grep_options& o) {
   return std::getenv("DEEPWELL_PAGE_SIZE") ? defaults::page_size() : grep_default_page_size;
 }
 
+std::shared_ptr<controller_link> grep_link(const grep_options& o) {
+  return o.server.empty() ? embedded_link() : server_link::connect(o.server, "grep");
+}
+
 void make_grep_output_durable(const grep_options& o) {
   const std::string path = o.out_dir + "/" + o.out_name;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -185,12 +190,11 @@ void grep_host_watch::report(grep_report& rep) {
 grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files) {
   grep_report rep;
   rep.files = files.size();
-  controller ctl;
   const cache_config cc = cache_config{}.with({grep_page_size(o), o.cache_bytes});
-  auto cache = make_host_page_cache(ctl, cc);
+  auto cache = make_host_page_cache(grep_link(o), cc);
   const file_system_options in_opts = grep_input_options(o, file_system_options{}.slots);
-  auto in = make_host_file_system(ctl, cache, in_opts);
-  auto out = make_host_file_system(ctl, cache, grep_output_options(o));
+  auto in = make_host_file_system(cache, in_opts);
+  auto out = make_host_file_system(cache, grep_output_options(o));
   const unsigned workers = o.workers ? o.workers : std::max(1u, std::thread::hardware_concurrency());
 
   host_grep_run run(d, files, in->ref(), out->ref(), workers);
@@ -207,8 +211,12 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   const auto t1 = std::chrono::steady_clock::now();
   host.report(rep);  // the workers have ended: only the service's and controller's threads
   const auto t1r = std::chrono::steady_clock::now();
-  const int c = j.out.gclose(j.out_file);
-  if (!c && o.fsync) make_grep_output_durable(o);
+  // Durable: through the file API under a server (whose files these are),
+  // else the host's own fdatasync once closed, as the vanilla program's.
+  int c = o.fsync && !o.server.empty() ? j.out.gfsync(one_lane{}, j.out_file) : 0;
+  const int closed = j.out.gclose(j.out_file);
+  if (!c) c = closed;
+  if (!c && o.fsync && o.server.empty()) make_grep_output_durable(o);
   const auto t2 = std::chrono::steady_clock::now();
   using secs = std::chrono::duration<double>;
   rep.report_seconds = secs(t1r - t1).count();

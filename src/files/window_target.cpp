@@ -32,6 +32,7 @@ struct window_request {
   int rw_flags = 0;
   io_callback done;
   std::atomic<uint32_t>* counted = nullptr;  // a write: its window's writes_done, raised when it ends
+  std::shared_ptr<std::atomic<uint32_t>[]> counts;  // keeps `counted` alive across a reset()
 };
 
 void issue(window_request* r);
@@ -163,6 +164,18 @@ void window_target::detach(uint32_t window, const window_file* only) {
   s.windows.erase(it);
 }
 
+void window_target::reset(std::string root) {
+  std::vector<std::shared_ptr<window_file>> gone;  // closed outside the locks
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (uint32_t k = 0; k < shards; ++k) locks.emplace_back(shards_[k].mutex);
+  for (uint32_t k = 0; k < shards; ++k) {
+    for (auto& [w, f] : shards_[k].windows) gone.push_back(std::move(f));
+    shards_[k].windows.clear();
+  }
+  writes_done_.store(fresh_counts());
+  root_ = std::move(root);
+}
+
 std::shared_ptr<window_file> window_target::find(uint64_t offset) const {
   const uint32_t window = uint32_t(offset >> gfs_window_shift);
   const shard& s = shard_of(window);
@@ -181,7 +194,8 @@ void window_target::read(io_engine& io, void* buf, uint32_t len, uint64_t offset
 
 void window_target::write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) {
   const uint32_t window = uint32_t(offset >> gfs_window_shift);
-  std::atomic<uint32_t>* counted = window < windows() ? &writes_done_[window] : nullptr;
+  counts kept = writes_done_.load();
+  std::atomic<uint32_t>* counted = window < windows() ? &kept[window] : nullptr;
   // Every write is counted as it ends, failed ones too (whoever waits for
   // the count learns of the failure from the cache's error).
   auto end = [&](int64_t v) {
@@ -199,7 +213,7 @@ void window_target::write(io_engine& io, const void* buf, uint32_t len, uint64_t
     return end(v);
   }
   auto* r = new window_request{std::move(f), &io, static_cast<char*>(const_cast<void*>(buf)), offset & window_mask,
-                               len, 0, true, fua ? RWF_DSYNC : 0, done, counted};
+                               len, 0, true, fua ? RWF_DSYNC : 0, done, counted, std::move(kept)};
   issue(r);
 }
 

@@ -50,7 +50,7 @@ struct window_file {
 class window_target final : public target {
  public:
   window_target(uint64_t bytes, std::string root)
-      : bytes_(bytes), root_(std::move(root)), writes_done_(new std::atomic<uint32_t>[windows()]()) {}
+      : bytes_(bytes), root_(std::move(root)), writes_done_(fresh_counts()) {}
 
   void attach(uint32_t window, std::shared_ptr<window_file> f);
   // Detaches `window`; with `only`, only while that file is the one
@@ -62,14 +62,21 @@ class window_target final : public target {
   // modulo 2^32: the other half of dataset_desc::write_counts, which
   // counts the write-backs clients submitted.
   uint32_t writes_done(uint32_t window) const {
-    return window < windows() ? writes_done_[window].load(std::memory_order_acquire) : 0;
+    return window < windows() ? writes_done_.load()[window].load(std::memory_order_acquire) : 0;
   }
+  // Every window detached and every count back at 0, for a new user of the
+  // namespace (a server's next tree session): writes still in flight for
+  // the last one count in the counts they started with, never in these.
+  void reset(std::string root);
 
   uint64_t size() const override { return bytes_; }
   bool writable() const override { return true; }
   uint32_t io_alignment() const override { return 1; }
   uint32_t memory_alignment() const override { return 1; }
-  std::string describe() const override { return "file windows beneath " + root_; }
+  std::string describe() const override {
+    std::lock_guard<std::mutex> lock(shards_[0].mutex);
+    return "file windows beneath " + root_;
+  }
 
   void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override;
   void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) override;
@@ -79,7 +86,7 @@ class window_target final : public target {
   std::shared_ptr<window_file> find(uint64_t offset) const;
 
   uint64_t bytes_;
-  std::string root_;
+  std::string root_;  // for describe(); set before the target is shared, or under every shard's lock
   // The open windows, in shards by window number, each with a lock of its
   // own: the pollers look a window up for every read and write, the file
   // service attaches and detaches windows under its tables' lock, and one
@@ -91,7 +98,9 @@ class window_target final : public target {
   };
   shard& shard_of(uint32_t window) const { return shards_[window % shards]; }
   std::unique_ptr<shard[]> shards_{new shard[shards]};
-  std::unique_ptr<std::atomic<uint32_t>[]> writes_done_;
+  using counts = std::shared_ptr<std::atomic<uint32_t>[]>;
+  counts fresh_counts() const { return counts(new std::atomic<uint32_t>[windows()]()); }
+  std::atomic<counts> writes_done_;
 };
 
 }  // namespace deepwell::detail

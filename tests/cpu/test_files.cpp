@@ -72,7 +72,7 @@ struct rig {
   explicit rig(const tree& t, uint64_t pages = 64, file_system_options o = {})
       : ctl(controller_config{}), cache(make_host_page_cache(ctl, slow_ok(test::small_cache(pages)))) {
     o.root = t.root.string();
-    files = make_host_file_system(ctl, cache, o);
+    files = make_host_file_system(cache, o);
   }
   const gfs_ref& ref() const { return files->ref(); }
 };
@@ -205,7 +205,7 @@ TEST(Files, WriteOnceWholePagesReachTheHostBeforeTheClose) {
   auto cache = make_host_page_cache(ctl, cc);
   file_system_options o;
   o.root = t.root.string();
-  auto files = make_host_file_system(ctl, cache, o);
+  auto files = make_host_file_system(cache, o);
   const gfs_ref& g = files->ref();
   const uint64_t size = 300007, piece = 9000, page = cc.page_size;
   const std::vector<uint8_t> want = pattern(size, 41);
@@ -290,7 +290,7 @@ TEST(Files, AnAsyncCloseReturnsBeforeTheWritesLandAndSyncWaitsForThem) {
   controller ctl(cc);
   ctl.set_client_share(0, {1, 256 * 1024});
   auto cache = make_host_page_cache(ctl, slow_ok(test::small_cache(256)));
-  auto files = make_host_file_system(ctl, cache, {.root = t.root.string()});
+  auto files = make_host_file_system(cache, {.root = t.root.string()});
   const gfs_ref& g = files->ref();
   const uint64_t n = 96 * 4096 - 100;  // a partial last page
   auto write_file = [&](const char* name, uint64_t seed) {
@@ -897,7 +897,7 @@ TEST(Files, BadOptionsAreRefusedByName) {
   EXPECT_THROW(
       {
         try {
-          make_host_file_system(ctl, cache, {});
+          make_host_file_system(cache, {});
         } catch (const error& e) {
           EXPECT_NE(std::string(e.what()).find("no root"), std::string::npos) << e.what();
           throw;
@@ -907,18 +907,18 @@ TEST(Files, BadOptionsAreRefusedByName) {
   file_system_options o;
   o.root = (t.root / "missing").string();
   try {
-    make_host_file_system(ctl, cache, o);
+    make_host_file_system(cache, o);
     ADD_FAILURE() << "a missing root was accepted";
   } catch (const error& e) {
     EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
   }
   o.root = t.root.string();
   o.max_open = 0;
-  EXPECT_THROW(make_host_file_system(ctl, cache, o), error);
+  EXPECT_THROW(make_host_file_system(cache, o), error);
   o.max_open = 16;
   o.reply_poll_ns = 2000000;
   try {
-    make_host_file_system(ctl, cache, o);
+    make_host_file_system(cache, o);
     ADD_FAILURE() << "a 2 ms poll was accepted";
   } catch (const error& e) {
     EXPECT_NE(std::string(e.what()).find("reply_poll_ns"), std::string::npos) << e.what();

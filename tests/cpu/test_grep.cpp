@@ -156,9 +156,9 @@ TEST(Grep, EmulatedWarpsRunTheSameWorker) {
   auto cache = make_host_page_cache(ctl, test::small_cache(4 * 32));
   file_system_options io;
   io.root = t.root.string();
-  auto in = make_host_file_system(ctl, cache, io);
+  auto in = make_host_file_system(cache, io);
   io.root = t.out.string();
-  auto out = make_host_file_system(ctl, cache, io);
+  auto out = make_host_file_system(cache, io);
   host_grep_run run(d, files, in->ref(), out->ref(), 2);
   grep_job& j = run.job;
   j.out_file = j.out.gopen("grep.out", g_rdwr | g_creat);

@@ -53,7 +53,7 @@ struct rig {
     c.timeout_ns = timeout_s * 1000000000ull;
     cache = make_gpu_page_cache(ctl, c);
     o.root = t.root.string();
-    files = make_gpu_file_system(ctl, cache, o);
+    files = make_gpu_file_system(cache, o);
   }
 };
 

@@ -1,19 +1,24 @@
 // file_system: the host side of the file API (docs/files.md). It owns
-//  - the window target, a namespace of the controller in which every open
-//    file is a window of 2^40 bytes (reads past a file's end give zeros,
-//    writes go to the file, a Flush fsyncs the files written since the last);
+//  - a session on a tree (tree.hpp), which it asks the cache's link for: a
+//    namespace in which every open file is a window of 2^40 bytes (reads
+//    past a file's end give zeros, writes go to the file, a Flush fsyncs
+//    the files written since the last), and the files themselves, which the
+//    tree's side resolves beneath the root (openat2 RESOLVE_BENEATH: "..",
+//    absolute paths and symlinks that leave the root are refused with
+//    EACCES) and opens: in this process as its user (so permissions are
+//    the kernel's), or in `deepwell serve` as the client's grant on the
+//    tree dataset allows (writes to a read-only grant: EROFS);
 //  - the open-file table and the request slots kernels use (client memory
 //    and host memory, from a client_memory of the cache's kind);
-//  - a service thread that answers the slots: it resolves paths beneath the
-//    root (openat2 RESOLVE_BENEATH: "..", absolute paths and symlinks that
-//    leave the root are refused with EACCES), opens files as the process's
-//    user (so permissions are the kernel's), and closes them when their
+//  - service threads that answer the slots, and close files when their
 //    last GPU user does.
 //
-//   deepwell::controller ctl;
-//   auto cache = deepwell::make_gpu_page_cache(ctl, {});
-//   auto fs = deepwell::make_gpu_file_system(ctl, cache, {.root = "/data/tree"});
+//   auto cache = deepwell::make_gpu_page_cache(deepwell::embedded_link(), {});
+//   auto fs = deepwell::make_gpu_file_system(cache, {.root = "/data/tree"});
 //   my_kernel<<<blocks, threads>>>(fs->ref());
+//
+// Under a server, the same with a cache on deepwell::connect(SOCKET) and
+// root the tree dataset's name.
 //
 // Consistency is close-to-open: a gopen after the host changed a file (its
 // size, mtime or ctime differ from when the GPU last closed it) starts from
@@ -28,7 +33,6 @@
 #include <memory>
 #include <string>
 
-#include "deepwell/controller.hpp"
 #include "deepwell/files/client_memory.hpp"
 #include "deepwell/files/gfs_ref.hpp"
 #include "deepwell/page_cache.hpp"
@@ -36,7 +40,9 @@
 namespace deepwell {
 
 struct file_system_options {
-  std::string root;            // every path is resolved beneath it; required
+  // Every path is resolved beneath it; required. A directory where the
+  // cache's link is in this process; a tree dataset's name under a server.
+  std::string root;
   uint32_t max_open = 4096;    // open files at once (more: EMFILE)
   uint32_t max_dirs = 1024;    // open directories at once (more: EMFILE)
   uint32_t slots = 64;         // request slots (requests in flight from kernels at once)
@@ -135,7 +141,7 @@ class file_system {
   void sync();
 
   // Use make_host_file_system / make_gpu_file_system.
-  file_system(controller& ctl, std::shared_ptr<page_cache> cache, const file_system_options& opts,
+  file_system(std::shared_ptr<page_cache> cache, const file_system_options& opts,
               std::unique_ptr<client_memory> memory);
 
  private:
@@ -145,10 +151,8 @@ class file_system {
 };
 
 // CPU clients (a host page cache).
-std::shared_ptr<file_system> make_host_file_system(controller& ctl, std::shared_ptr<page_cache> cache,
-                                                   const file_system_options& opts);
+std::shared_ptr<file_system> make_host_file_system(std::shared_ptr<page_cache> cache, const file_system_options& opts);
 // GPU clients (a GPU page cache; deepwell_cuda, src/cuda/gpu_client_memory.cu).
-std::shared_ptr<file_system> make_gpu_file_system(controller& ctl, std::shared_ptr<page_cache> cache,
-                                                  const file_system_options& opts);
+std::shared_ptr<file_system> make_gpu_file_system(std::shared_ptr<page_cache> cache, const file_system_options& opts);
 
 }  // namespace deepwell

@@ -78,7 +78,16 @@ struct grep_options {
   // timed), as the vanilla program's --fsync makes its own.
   bool fsync = false;
   uint32_t reply_poll_ns = 0;    // file_system_options::reply_poll_ns for both file systems
+  // A deepwell server's socket: root and out_dir are then its tree
+  // datasets (read and read-write), and the files are opened and read by
+  // the server as this user's grants allow. Empty: a controller in this
+  // process.
+  std::string server;
 };
+
+// The link grep's cache is made on: the server's (o.server), or a
+// controller in this process.
+std::shared_ptr<controller_link> grep_link(const grep_options& o);
 
 struct grep_report {
   grep_counters counters{};

@@ -1,0 +1,33 @@
+// The side of a tree (tree.hpp) that holds its files: the directory's
+// descriptors, the files and directories its ops open, and the namespace's
+// windows. The in-process link serves its own clients with one; the server
+// makes one per client's tree session, on a namespace of its pool. Every
+// field of every op is checked here (ids, windows, flags, paths), so both
+// serve untrusted ops alike.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "deepwell/target.hpp"
+#include "deepwell/tree.hpp"
+
+namespace deepwell::detail {
+
+// A namespace's target for trees' windows (2^60 bytes: every window a
+// cache's keys can address), and the windows a session may use in it.
+std::shared_ptr<target> make_tree_windows(const std::string& root);
+constexpr uint32_t tree_first_window = 1;  // window 0 is never a file's: a default handle matches nothing
+uint32_t tree_window_count(const target& windows);
+// Every window of `windows` detached and its counts restarted, for the
+// namespace's next session (the last one's files close as their writes end).
+void reset_tree_windows(target& windows, const std::string& root);
+
+// A session on the tree rooted at r.name (a directory path), whose files
+// are attached to windows of `windows` (make_tree_windows), namespace
+// `nsid`. Throws deepwell::error when the root is not a directory it can
+// open. Closing the session (its last reference) closes every file and
+// directory it still has open and detaches its windows.
+std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid);
+
+}  // namespace deepwell::detail

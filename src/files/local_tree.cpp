@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -126,9 +127,11 @@ struct id_table {
 
 class local_tree final : public tree_session {
  public:
-  local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid)
+  local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid, uint32_t first)
       : req_(r), windows_(std::move(windows)), target_(dynamic_cast<window_target&>(*windows_)), nsid_(nsid),
-        files_(r.max_open), dirs_(r.max_dirs) {
+        first_(first), end_(first), files_(r.max_open), dirs_(r.max_dirs) {
+    if (first < tree_first_window || first >= target_.windows())
+      throw error("tree: first window " + std::to_string(first) + " is outside the namespace");
     if (r.name.empty()) throw error("tree: no directory named");
     // One descriptor of the root per thread that opens (a few): openat2
     // relative to one descriptor shared by threads bumps that file's
@@ -154,8 +157,9 @@ class local_tree final : public tree_session {
   }
 
   uint32_t nsid() const override { return nsid_; }
-  uint32_t first_window() const override { return tree_first_window; }
-  uint32_t windows() const override { return tree_window_count(target_); }
+  uint32_t first_window() const override { return first_; }
+  uint32_t windows() const override { return target_.windows() - first_; }
+  uint32_t windows_end() const { return end_.load(); }
   bool writable() const override { return req_.writable; }
   std::string describe() const override { return "the tree " + req_.name; }
 
@@ -232,6 +236,8 @@ class local_tree final : public tree_session {
           f = *p;
         }
         target_.attach(op.window, std::move(f));
+        for (uint32_t e = end_.load(); e <= op.window && !end_.compare_exchange_weak(e, op.window + 1);) {
+        }
         return 0;
       }
       case tree_op_kind::detach: {
@@ -262,7 +268,7 @@ class local_tree final : public tree_session {
     return EINVAL;
   }
 
-  bool window_ok(uint32_t w) const { return w >= tree_first_window && w < tree_first_window + windows(); }
+  bool window_ok(uint32_t w) const { return w >= first_ && w < target_.windows(); }
 
   template <typename F>
   int with_file(uint64_t id, F&& f) {
@@ -276,14 +282,16 @@ class local_tree final : public tree_session {
     return f(*file);
   }
 
-  static bool path_ok(const tree_call& c) {
-    return c.path.size() <= tree_path_max && c.path.find('\0') == std::string::npos;
+  // 0, or why the path is not one.
+  static int path_error(const tree_call& c) {
+    if (c.path.size() > tree_path_max) return ENAMETOOLONG;
+    return c.path.find('\0') == std::string::npos ? 0 : EINVAL;
   }
 
   int open(tree_call& c) {
     tree_op& op = c.op;
     if (op.flags & ~tree_open_flags) return EINVAL;
-    if (!path_ok(c)) return ENAMETOOLONG;
+    if (const int e = path_error(c)) return e;
     const bool write = op.flags & tree_open_write, write_once = op.flags & tree_open_write_once;
     if (write_once && !write) return EINVAL;
     if (write && !req_.writable) return EROFS;
@@ -326,7 +334,7 @@ class local_tree final : public tree_session {
   }
 
   int opendir(tree_call& c) {
-    if (!path_ok(c)) return ENAMETOOLONG;
+    if (const int e = path_error(c)) return e;
     const int fd = open_beneath(root(), c.path, O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0) return -fd;
     DIR* d = ::fdopendir(fd);
@@ -372,6 +380,8 @@ class local_tree final : public tree_session {
   std::shared_ptr<target> windows_;
   window_target& target_;
   uint32_t nsid_;
+  uint32_t first_;
+  std::atomic<uint32_t> end_;  // one past the highest window attached
   std::vector<int> roots_;
   mutable std::mutex mutex_;  // files_
   id_table<std::shared_ptr<window_file>> files_;
@@ -385,17 +395,20 @@ std::shared_ptr<target> make_tree_windows(const std::string& root) {
   return std::make_shared<window_target>(1ull << 60, root);
 }
 
-uint32_t tree_window_count(const target& windows) {
-  return static_cast<const window_target&>(windows).windows() - tree_first_window;
-}
+uint32_t tree_windows_in(const target& windows) { return dynamic_cast<const window_target&>(windows).windows(); }
 
 void reset_tree_windows(target& windows, const std::string& root) {
   dynamic_cast<window_target&>(windows).reset(root);
 }
 
-std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid) {
+std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
+                                              uint32_t first_window) {
   if (!windows || !dynamic_cast<window_target*>(windows.get())) throw error("tree: no windows' target");
-  return std::make_shared<local_tree>(r, std::move(windows), nsid);
+  return std::make_shared<local_tree>(r, std::move(windows), nsid, first_window);
+}
+
+uint32_t tree_windows_end(const tree_session& session) {
+  return dynamic_cast<const local_tree&>(session).windows_end();
 }
 
 }  // namespace deepwell::detail

@@ -209,7 +209,7 @@ server_config parse_config(std::string_view text, const std::string& source) {
     const toml::table* t = n->as_table();
     if (!t) fail(source, *n, "server", "must be a [server] section");
     check_keys(source, *t, "server", {"socket", "metrics", "metrics_remote", "metrics_detail", "pollers", "io_budget", "max_queue_pairs", "max_staging",
-                "max_clients_per_uid", "max_queue_pairs_per_uid", "max_staging_per_uid", "max_sections_per_uid",
+                "max_clients_per_uid", "max_queue_pairs_per_uid", "max_staging_per_uid", "max_sections_per_uid", "max_trees_per_uid", "max_tree_files_per_uid", "max_tree_dirs_per_uid",
                 "max_section_sums_per_uid", "host_cache", "host_cache_page",
                 "latency_target", "poller_spin_us"});
     const reader r{source, *t, "server"};
@@ -238,6 +238,9 @@ server_config parse_config(std::string_view text, const std::string& source) {
       cfg.max_staging_per_uid = *v;
     }
     if (auto v = r.integer("max_sections_per_uid", 0, 1024)) cfg.max_sections_per_uid = uint32_t(*v);
+    if (auto v = r.integer("max_trees_per_uid", 0, 256)) cfg.max_trees_per_uid = uint32_t(*v);
+    if (auto v = r.integer("max_tree_files_per_uid", 1, 1 << 20)) cfg.max_tree_files_per_uid = uint32_t(*v);
+    if (auto v = r.integer("max_tree_dirs_per_uid", 1, 1 << 20)) cfg.max_tree_dirs_per_uid = uint32_t(*v);
     if (auto v = r.bytes("max_section_sums_per_uid")) cfg.max_section_sums_per_uid = *v;
     if (auto v = r.bytes("io_budget")) {
       if (*v < 4096) fail(source, *t->get("io_budget"), "server.io_budget", "must be at least 4096 bytes");
@@ -272,7 +275,7 @@ server_config parse_config(std::string_view text, const std::string& source) {
       const toml::table& t = *n.as_table();
       const std::string sec = "dataset[" + std::to_string(++i) + "]";
       check_keys(source, t, sec,
-                 {"name", "file", "device", "memory", "writable", "block_size", "direct", "offset", "length"});
+                 {"name", "file", "device", "memory", "tree", "writable", "block_size", "direct", "offset", "length"});
       const reader r{source, t, sec};
       dataset_config d;
       d.line = int(t.source().begin.line);
@@ -285,14 +288,21 @@ server_config parse_config(std::string_view text, const std::string& source) {
       const auto file = r.string("file");
       const auto device = r.string("device");
       const auto memory = r.bytes("memory");
-      const int kinds = int(bool(file)) + int(bool(device)) + int(bool(memory));
+      const auto tree = r.string("tree");
+      const int kinds = int(bool(file)) + int(bool(device)) + int(bool(memory)) + int(bool(tree));
       if (kinds != 1)
-        throw config_error(where(source, t.source(), sec) + ": needs exactly one of file, device or memory (has " +
+        throw config_error(where(source, t.source(), sec) + ": needs exactly one of file, device, memory or tree (has " +
                            std::to_string(kinds) + ")");
       if (file) {
         if (file->empty()) fail(source, *t.get("file"), sec + ".file", "is empty");
         d.kind = dataset_config::kind_t::file;
         d.path = *file;
+      } else if (tree) {
+        if (tree->empty()) fail(source, *t.get("tree"), sec + ".tree", "is empty");
+        d.kind = dataset_config::kind_t::tree;
+        d.path = *tree;
+        for (const char* k : {"block_size", "direct", "offset", "length"})
+          if (t.get(k)) fail(source, *t.get(k), sec + "." + k, "does not apply to a tree");
       } else if (device) {
         if (device->empty()) fail(source, *t.get("device"), sec + ".device", "is empty");
         d.kind = dataset_config::kind_t::device;

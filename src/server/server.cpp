@@ -38,6 +38,7 @@
 
 #include "deepwell/checksummed_target.hpp"
 #include "deepwell/controller.hpp"
+#include "deepwell/detail/local_tree.hpp"
 #include "deepwell/detail/section_target.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/host_tier.hpp"
@@ -121,6 +122,16 @@ struct uid_usage {
   uint32_t clients = 0;
   uint32_t queue_pairs = 0;
   uint64_t staging_bytes = 0;
+  uint32_t trees = 0;  // tree sessions open
+  uint64_t tree_files = 0, tree_dirs = 0;  // reserved by them
+};
+
+// A tree session a client holds (controller_link::open_tree): its files
+// and directories, on a namespace of the server's pool.
+struct tree_hold {
+  std::shared_ptr<tree_session> session;
+  std::shared_ptr<target> windows;
+  uint32_t files = 0, dirs = 0;  // reserved from the uid's limits
 };
 
 }  // namespace
@@ -171,6 +182,7 @@ struct client_state {
   std::shared_ptr<access_grants> grants;
   client_share share;
   std::map<uint32_t, std::shared_ptr<queue_pair>> queues;
+  std::map<uint32_t, tree_hold> trees;  // by nsid
   uint64_t staging_bytes = 0;
   bool said_hello = false;
   // It sent a request while its last reply was unread: not read from again
@@ -189,6 +201,21 @@ struct server::impl {
   using section_key = std::tuple<uint32_t, uint64_t, uint64_t, uint32_t, bool, int, uint64_t, uint64_t, uint32_t, int64_t>;
   std::map<section_key, uint32_t> section_index;
   std::map<uint32_t, section_usage> section_use;  // by uid
+  // Tree datasets (no namespace of their own), and the namespaces of
+  // ended tree sessions, reset and kept for the next.
+  std::vector<const dataset_config*> trees;
+  // A session starts above every window of the namespace's sessions before
+  // it: a client's cache never holds pages of another session's window
+  // under the same number. A namespace with too few windows left is
+  // retired (kept, unused: namespaces are never removed).
+  struct pooled_tree {
+    uint32_t nsid;
+    std::shared_ptr<target> windows;
+    uint32_t next_window;
+  };
+  static constexpr uint32_t min_tree_windows = 1u << 16;
+  std::vector<pooled_tree> tree_pool;
+  uint32_t tree_namespaces = 0;  // made so far (in sessions or the pool)
   std::unique_ptr<controller> ctl;
   std::shared_ptr<host_tier> tier;  // the shared host-memory tier (host_cache), if any
   int listen_fd = -1;
@@ -230,6 +257,10 @@ struct server::impl {
     return "deepwell serve at " + cfg.socket_path + " (" + ctl->backend_name() + (tier ? ", a host-memory tier" : "") + ")";
   }
   wire::message open_section(client_state& c, const wire::message& m);
+  wire::message open_tree(client_state& c, const wire::message& m);
+  wire::message tree_ops(client_state& c, const wire::message& m);
+  void end_tree(client_state& c, uint32_t nsid);
+  uint8_t tree_rights(const client_state& c, const dataset_config& d) const;
   void grant(client_state& c);
   bool is_operator(const client_state& c) const;
   void refuse_connection(int fd, uint32_t uid, const std::string& why);
@@ -256,6 +287,15 @@ void server::impl::open_datasets() {
   std::vector<dataset_state> opened;
   uint64_t tiered_bytes = 0;
   for (const dataset_config& d : cfg.datasets) {
+    if (d.kind == dataset_config::kind_t::tree) {
+      // A directory now; its files as clients open them (open_tree).
+      const int fd = open(d.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) throw error(where(d) + errno_message("tree " + d.path + " cannot be opened as a directory", errno));
+      close(fd);
+      trees.push_back(&d);
+      log_line("dataset " + d.name + ": the tree " + d.path + ", " + (d.writable ? "read-write" : "read-only"));
+      continue;
+    }
     dataset_state s;
     s.cfg = &d;
     try {
@@ -482,6 +522,7 @@ void server::impl::drop(int fd, const char* why) {
     clients.erase(it);
   }
   for (auto& [qid, qp] : c->queues) ctl->delete_queue_pair(qid);
+  while (!c->trees.empty()) end_tree(*c, c->trees.begin()->first);
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto u = usage.find(c->uid);
@@ -600,6 +641,129 @@ uint64_t sums_memory(const section_request& q) {
 
 }  // namespace
 
+// A client's rights on a tree dataset, as the grants give them.
+uint8_t server::impl::tree_rights(const client_state& c, const dataset_config& d) const {
+  uint8_t r = access_grants::none;
+  for (const grant_config& g : cfg.grants) {
+    if (g.dataset != "*" && g.dataset != d.name) continue;
+    if (!g.who.matches(c.uid, c.gids)) continue;
+    r |= access_grants::read;
+    if (g.write && d.writable) r |= access_grants::write;
+  }
+  return r;
+}
+
+// Every field is the client's: the tree's name and rights are checked
+// against the grants, the sizes against the server's limits.
+wire::message server::impl::open_tree(client_state& c, const wire::message& m) {
+  const dataset_config* d = nullptr;
+  for (const dataset_config* t : trees)
+    if (t->name == m.text && tree_rights(c, *t) != access_grants::none) d = t;
+  if (!d)
+    return refuse(wire::status::not_found, "no tree '" + m.text.substr(0, 256) + "' is offered to uid " +
+                                               std::to_string(c.uid) + " (`deepwell stat` lists what the server has; the grants are in its config)");
+  const bool writable = m.h.b != 0;
+  if (m.h.b > 1) return refuse(wire::status::bad_request, "open_tree: writable must be 0 or 1");
+  if (writable && !(tree_rights(c, *d) & access_grants::write))
+    return refuse(wire::status::denied, "the tree " + d->name + " is read-only for uid " + std::to_string(c.uid) +
+                                            (d->writable ? " (its grant is read-only)" : " (writable = false in the config)"));
+  if (m.h.c == 0 || m.h.d == 0) return refuse(wire::status::bad_request, "open_tree: no files or no directories asked for");
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const uid_usage& u = usage[c.uid];
+    if (u.trees >= cfg.max_trees_per_uid)
+      return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " has " + std::to_string(u.trees) +
+                                             " tree sessions open, the limit (max_trees_per_uid)");
+    if (u.tree_files + m.h.c > cfg.max_tree_files_per_uid || u.tree_dirs + m.h.d > cfg.max_tree_dirs_per_uid)
+      return refuse(wire::status::limit,
+                    "a tree session of " + std::to_string(m.h.c) + " files and " + std::to_string(m.h.d) +
+                        " directories would take uid " + std::to_string(c.uid) + " past its limits (" +
+                        std::to_string(u.tree_files) + " of max_tree_files_per_uid " + std::to_string(cfg.max_tree_files_per_uid) +
+                        ", " + std::to_string(u.tree_dirs) + " of max_tree_dirs_per_uid " +
+                        std::to_string(cfg.max_tree_dirs_per_uid) + " held)");
+  }
+  tree_hold t;
+  uint32_t nsid = 0, first = detail::tree_first_window;
+  if (!tree_pool.empty()) {
+    nsid = tree_pool.back().nsid;
+    t.windows = std::move(tree_pool.back().windows);
+    first = tree_pool.back().next_window;
+    tree_pool.pop_back();
+    detail::reset_tree_windows(*t.windows, d->path);
+  } else {
+    t.windows = detail::make_tree_windows(d->path);
+    try {
+      nsid = ctl->add_namespace({t.windows, 512, false});
+    } catch (const std::exception& e) {
+      return refuse(wire::status::limit, std::string("the server has no namespace left for a tree session: ") + e.what());
+    }
+    ++tree_namespaces;
+  }
+  tree_request q;
+  q.name = d->path;
+  q.writable = writable;
+  q.max_open = t.files = m.h.c;
+  q.max_dirs = t.dirs = m.h.d;
+  try {
+    t.session = detail::make_local_tree(q, t.windows, nsid, first);
+  } catch (const std::exception& e) {
+    tree_pool.push_back({nsid, std::move(t.windows), first});
+    return refuse(wire::status::failed, "the tree " + d->name + ": " + e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    uid_usage& u = usage[c.uid];
+    ++u.trees;
+    u.tree_files += t.files;
+    u.tree_dirs += t.dirs;
+  }
+  c.grants->set(nsid, writable ? uint8_t(access_grants::read | access_grants::write) : access_grants::read);
+  wire::message r;
+  r.h.a = nsid;
+  r.h.b = t.session->first_window();
+  r.h.c = t.session->windows();
+  r.h.d = writable ? 1 : 0;
+  r.text = "the tree " + d->name + " of " + served_by();
+  c.trees[nsid] = std::move(t);
+  return r;
+}
+
+wire::message server::impl::tree_ops(client_state& c, const wire::message& m) {
+  const auto it = c.trees.find(m.h.a);
+  if (it == c.trees.end()) return refuse(wire::status::not_found, "no tree session " + std::to_string(m.h.a) + " of this client");
+  tree_call calls[tree_batch_max];
+  std::string why;
+  if (!wire::unpack_tree_request(m.text, m.h.b, calls, why)) return refuse(wire::status::bad_request, "tree_ops: " + why);
+  it->second.session->run(calls, m.h.b);
+  wire::message r;
+  r.text = wire::pack_tree_reply(calls, m.h.b);
+  return r;
+}
+
+// The session's end: no grant on its namespace any more, its files closed
+// as their windows let them go, the namespace reset and kept for the next.
+void server::impl::end_tree(client_state& c, uint32_t nsid) {
+  auto it = c.trees.find(nsid);
+  if (it == c.trees.end()) return;
+  c.grants->set(nsid, access_grants::none);
+  tree_hold t = std::move(it->second);
+  c.trees.erase(it);
+  const uint32_t next = detail::tree_windows_end(*t.session);
+  t.session.reset();
+  detail::reset_tree_windows(*t.windows, "");
+  if (detail::tree_windows_in(*t.windows) - next >= min_tree_windows)
+    tree_pool.push_back({nsid, std::move(t.windows), next});
+  else
+    log_line("tree namespace " + std::to_string(nsid) + " retired: its windows are used up");
+  std::lock_guard<std::mutex> lock(mutex);
+  auto u = usage.find(c.uid);
+  if (u != usage.end() && u->second.trees) {
+    --u->second.trees;
+    u->second.tree_files -= t.files;
+    u->second.tree_dirs -= t.dirs;
+  }
+}
+
 // Every field is the client's: checked here (grants, limits) and by
 // make_section_target (ranges, sizes) before anything is made.
 wire::message server::impl::open_section(client_state& c, const wire::message& m) {
@@ -716,6 +880,18 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
     }
     case wire::op::info: {
       if (const section_state* sec = visible_section(c, m.h.a)) return section_reply(c, *sec);
+      if (const auto t = c.trees.find(m.h.a); t != c.trees.end()) {
+        // The session's windows: a namespace of 512-byte blocks.
+        wire::message r;
+        r.h.a = m.h.a;
+        r.h.b = 512;
+        r.h.c = t->second.session->writable() ? 0 : 1;
+        r.h.d = c.grants->of(m.h.a);
+        r.h.x = t->second.windows->size();
+        r.h.y = r.h.x / 512;
+        r.text = t->second.session->describe() + "\n" + served_by();
+        return r;
+      }
       const dataset_state* d = visible(c, m.h.a);
       if (!d) return refuse(wire::status::not_found, "no namespace " + std::to_string(m.h.a) + " for this client");
       return dataset_reply(c, *d, m.h.op);
@@ -770,6 +946,7 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       return {};
     }
     case wire::op::map_dataset: {
+      if (c.trees.count(m.h.a)) return {};  // a tree's files are read through the queues (map_kind none)
       if (section_state* sec = visible_section(c, m.h.a)) {
         // A read-only section of a whole-file dataset read without
         // O_DIRECT: the file's descriptor and the section's range, when the
@@ -831,7 +1008,7 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       // Any grant reads; a read-only descriptor of the dataset's own arena
       // (no other dataset's pages are in it), which cannot be mapped writable.
       // A section reads its dataset's tier through the controller: no arena.
-      if (visible_section(c, m.h.a)) return {};
+      if (visible_section(c, m.h.a) || c.trees.count(m.h.a)) return {};
       const dataset_state* d = visible(c, m.h.a);
       if (!d) return refuse(wire::status::not_found, "no namespace " + std::to_string(m.h.a) + " for this client");
       wire::message r;
@@ -869,6 +1046,12 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       detail::section_target_verify(*sec->data, m.h.b != 0);
       return {};
     }
+    case wire::op::open_tree: return open_tree(c, m);
+    case wire::op::tree_ops: return tree_ops(c, m);
+    case wire::op::close_tree:
+      if (!c.trees.count(m.h.a)) return refuse(wire::status::not_found, "no tree session " + std::to_string(m.h.a) + " of this client");
+      end_tree(c, m.h.a);
+      return {};
     case wire::op::dump:
       // Every queue pair of every client: an operator's view.
       if (!c.operator_view)

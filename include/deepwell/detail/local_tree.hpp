@@ -15,19 +15,25 @@
 namespace deepwell::detail {
 
 // A namespace's target for trees' windows (2^60 bytes: every window a
-// cache's keys can address), and the windows a session may use in it.
+// cache's keys can address), and how many windows it has.
 std::shared_ptr<target> make_tree_windows(const std::string& root);
 constexpr uint32_t tree_first_window = 1;  // window 0 is never a file's: a default handle matches nothing
-uint32_t tree_window_count(const target& windows);
+uint32_t tree_windows_in(const target& windows);
 // Every window of `windows` detached and its counts restarted, for the
 // namespace's next session (the last one's files close as their writes end).
 void reset_tree_windows(target& windows, const std::string& root);
 
 // A session on the tree rooted at r.name (a directory path), whose files
-// are attached to windows of `windows` (make_tree_windows), namespace
-// `nsid`. Throws deepwell::error when the root is not a directory it can
-// open. Closing the session (its last reference) closes every file and
-// directory it still has open and detaches its windows.
-std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid);
+// are attached to windows [first_window, the last) of `windows`
+// (make_tree_windows), namespace `nsid`. Throws deepwell::error when the
+// root is not a directory it can open. Closing the session (its last
+// reference) closes every directory it still has open; its files close as
+// their windows are detached.
+std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
+                                              uint32_t first_window = tree_first_window);
+// One past the highest window a local tree session attached a file to (its
+// first window if none): where the namespace's next session starts, so
+// that a client's cache never holds pages of another session's window.
+uint32_t tree_windows_end(const tree_session& session);
 
 }  // namespace deepwell::detail

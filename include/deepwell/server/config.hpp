@@ -15,6 +15,9 @@
 //   max_queue_pairs_per_uid = 512             # queue pairs of all of one uid's connections
 //   max_staging_per_uid = "8GiB"              # queue pair memory of all of one uid's connections
 //   max_sections_per_uid = 64                 # sections (of datasets, as namespaces) one uid may have made
+//   max_trees_per_uid = 16                    # tree sessions (the file API) one uid may have open
+//   max_tree_files_per_uid = 32768            # files one uid's tree sessions may hold open together
+//   max_tree_dirs_per_uid = 4096              # and directories
 //   max_section_sums_per_uid = "256MiB"       # the server memory their block sums take
 //   host_cache = "8GiB"                       # the shared host-memory tier (default: none)
 //   host_cache_page = "64KiB"                 # its pages (default 4 KiB): a client reads the
@@ -24,7 +27,8 @@
 //
 //   [[dataset]]
 //   name = "features"
-//   file = "/data/features.bin"   # or device = "/dev/nvme0n1", or memory = "4GiB"
+//   file = "/data/features.bin"   # or device = "/dev/nvme0n1", or memory = "4GiB", or tree = "/data/src" (a directory
+//                                 # the file API opens files beneath; writable: opens for writing allowed)
 //   writable = false
 //   block_size = 4096
 //   direct = false                # O_DIRECT
@@ -66,8 +70,11 @@ class config_error : public error {
 
 struct dataset_config {
   std::string name;  // how clients ask for it; unique; letters, digits, '-', '_', '.'
-  enum class kind_t { file, device, memory } kind = kind_t::file;
-  std::string path;           // file or device
+  // tree: a directory whose files clients open through the file API
+  // (files/file_system.hpp, tree.hpp), beneath it, as their grant allows;
+  // not a namespace of its own.
+  enum class kind_t { file, device, memory, tree } kind = kind_t::file;
+  std::string path;           // file, device, or the tree's root directory
   uint64_t memory_bytes = 0;  // memory: its size (zeroed at start)
   bool writable = false;
   uint32_t block_size = 4096;  // power of two, 512 to 65536
@@ -141,6 +148,15 @@ struct server_config {
   // sections are held in the server's memory: bytes / sum block x 4 (x 2
   // for fixed sums).
   uint32_t max_sections_per_uid = 64;
+  // Tree sessions (the file API, controller_link::open_tree) open at once
+  // over all of a uid's connections, and the files and directories its
+  // sessions may hold open together (each session reserves what it asks
+  // for: the file API its max_open plus its request slots), so that one
+  // user cannot take the server's descriptors. A session takes a namespace
+  // of the server's, reused once the session ends.
+  uint32_t max_trees_per_uid = 16;
+  uint32_t max_tree_files_per_uid = 32768;
+  uint32_t max_tree_dirs_per_uid = 4096;
   uint64_t max_section_sums_per_uid = 256ull << 20;
   // The metrics endpoint shows what every client does: loopback only
   // unless metrics_remote, and server-wide totals only unless metrics_detail.

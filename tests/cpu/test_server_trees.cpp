@@ -1,0 +1,387 @@
+// The file API under a server started by the test: tree datasets (a
+// directory the server opens files beneath, as each client's grant
+// allows), read and written through a cache on the server's link and
+// checked byte for byte against the files; and the tree ops on the wire,
+// where every field is the client's and a bad one fails that request only.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "deepwell/error.hpp"
+#include "deepwell/files/file_system.hpp"
+#include "deepwell/files/grep.hpp"
+#include "deepwell/files/grep_run.hpp"
+#include "deepwell/host_client.hpp"
+#include "deepwell/server/config.hpp"
+#include "deepwell/server/server.hpp"
+#include "deepwell/server_link.hpp"
+#include "deepwell/wire.hpp"
+#include "cache_test_support.hpp"
+#include "server_test_support.hpp"
+#include "test_util.hpp"
+
+using namespace deepwell;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<uint8_t> pattern(uint64_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  for (uint64_t i = 0; i < n; ++i) v[i] = uint8_t((i * 131 + seed * 7 + (i >> 9)) & 0xFF);
+  return v;
+}
+
+void put_file(const fs::path& p, const std::vector<uint8_t>& bytes) {
+  fs::create_directories(p.parent_path());
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+
+std::vector<uint8_t> file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::vector<uint8_t> read_all(const gfs_ref& g, const gfile& f) {
+  std::vector<uint8_t> out, buf(5000);
+  for (uint64_t off = 0;;) {
+    const int64_t n = g.gread(f, off, buf.data(), buf.size());
+    if (n < 0) throw std::runtime_error("gread: errno " + std::to_string(-n));
+    if (n == 0) return out;
+    out.insert(out.end(), buf.begin(), buf.begin() + n);
+    off += uint64_t(n);
+  }
+}
+
+std::string socket_path() {
+  static std::atomic<int> n{0};
+  return "/tmp/deepwell-tree-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".sock";
+}
+
+// A server with a tree granted read-only to everyone ("src"), a tree
+// granted read-write to this uid ("out"), and one granted to another uid
+// only ("secret"). "src" holds files of several sizes, a subdirectory and
+// a symlink out of the tree.
+class Trees : public ::testing::Test {
+ protected:
+  fs::path base = fs::temp_directory_path() / ("deepwell-trees-" + std::to_string(getpid()) + "-" +
+                                               std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
+                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path src = base / "src", out = base / "out", secret = base / "secret";
+  std::vector<uint64_t> sizes{0, 1, 4095, 4096, 100000, 300001};
+  std::string sock = socket_path();
+  std::unique_ptr<server::server> srv;
+  std::thread loop;
+
+  void SetUp() override {
+    fs::remove_all(base);
+    for (uint64_t n : sizes) put_file(src / ("f" + std::to_string(n)), pattern(n, n));
+    put_file(src / "sub" / "deep", pattern(777, 9));
+    put_file(base / "outside", pattern(100, 1));
+    fs::create_symlink(base / "outside", src / "escape");
+    fs::create_directories(out);
+    put_file(secret / "s", pattern(100, 2));
+    start("");
+  }
+  void TearDown() override {
+    stop();
+    fs::remove_all(base);
+  }
+
+  void start(const std::string& server_keys) {
+    const std::string uid = std::to_string(getuid());
+    const std::string text = "[server]\nsocket = \"" + sock + "\"\npollers = 2\n" + server_keys +
+                             "[[dataset]]\nname = \"src\"\ntree = \"" + src.string() + "\"\n" +
+                             "[[dataset]]\nname = \"out\"\ntree = \"" + out.string() + "\"\nwritable = true\n" +
+                             "[[dataset]]\nname = \"secret\"\ntree = \"" + secret.string() + "\"\n" +
+                             "[[grant]]\ndataset = \"src\"\neveryone = true\n" +
+                             "[[grant]]\ndataset = \"out\"\nuid = " + uid + "\naccess = \"read-write\"\n" +
+                             "[[grant]]\ndataset = \"secret\"\nuid = " + std::to_string(getuid() + 4242) + "\n";
+    srv = std::make_unique<server::server>(server::parse_config(text, "test.toml"));
+    loop = std::thread([this] { srv->run(); });
+  }
+  void stop() {
+    if (!srv) return;
+    srv->stop();
+    if (loop.joinable()) loop.join();
+    srv.reset();
+  }
+
+  std::shared_ptr<page_cache> cache(std::shared_ptr<server_link> link, uint64_t pages = 16) {
+    cache_config c = test::small_cache(pages);
+    c.timeout_ns = 10'000'000'000ull;
+    return make_host_page_cache(std::move(link), c);
+  }
+  std::shared_ptr<file_system> files(std::shared_ptr<page_cache> c, const std::string& tree, bool read_only) {
+    file_system_options o;
+    o.root = tree;
+    o.read_only = read_only;
+    o.max_open = 64;
+    o.slots = 16;
+    return make_host_file_system(std::move(c), o);
+  }
+};
+
+TEST_F(Trees, FilesOfAGrantedTreeReadAsTheyAreOnDisk) {
+  auto fsys = files(cache(server_link::connect(sock, "reader"), 8), "src", true);  // 8 pages: the larger files evict
+  const gfs_ref& g = fsys->ref();
+  for (uint64_t n : sizes) {
+    const gfile f = g.gopen(("f" + std::to_string(n)).c_str(), g_rdonly);
+    ASSERT_TRUE(f.ok()) << f.err;
+    gstat st;
+    ASSERT_EQ(g.gfstat(one_lane{}, f, &st), 0);
+    EXPECT_EQ(st.size, n);
+    EXPECT_EQ(read_all(g, f), pattern(n, n)) << n;
+    EXPECT_EQ(g.gclose(f), 0);
+  }
+  const gfile d = g.gopen("sub/deep", g_rdonly);
+  ASSERT_TRUE(d.ok()) << d.err;
+  EXPECT_EQ(read_all(g, d), pattern(777, 9));
+  EXPECT_EQ(g.gclose(d), 0);
+  // The directory as readdir gives it.
+  const gdir dir = g.gopendir(one_lane{}, "");
+  ASSERT_TRUE(dir.ok()) << dir.err;
+  std::set<std::string> names;
+  gdirent e;
+  for (int n; (n = g.greaddir(one_lane{}, dir, &e)) == 1;) names.insert(e.name);
+  EXPECT_EQ(g.gclosedir(one_lane{}, dir), 0);
+  std::set<std::string> want{"sub", "escape"};
+  for (uint64_t n : sizes) want.insert("f" + std::to_string(n));
+  EXPECT_EQ(names, want);
+  EXPECT_EQ(fsys->stats().errors, 0u);
+}
+
+TEST_F(Trees, NothingOutsideTheTreeAndNoWritesThroughAReadGrant) {
+  auto link = server_link::connect(sock, "prober");
+  auto fsys = files(cache(link), "src", true);
+  const gfs_ref& g = fsys->ref();
+  for (const char* p : {"../outside", "/etc/passwd", "escape", "sub/../../outside"})
+    EXPECT_EQ(g.gopen(p, g_rdonly).err, EACCES) << p;
+  EXPECT_EQ(g.gopendir(one_lane{}, "..").err, EACCES);
+  EXPECT_EQ(g.gopen("missing", g_rdonly).err, ENOENT);
+  // A read-only file system refuses writes itself; a writable one on a
+  // read grant is refused by the server.
+  EXPECT_THROW(files(cache(link), "src", false), error);
+  EXPECT_EQ(g.gopen("f1", g_rdwr).err, EROFS);
+  // The tree granted to another uid, and one that does not exist, are
+  // the same to this client: not offered.
+  test::expect_error([&] { files(cache(link), "secret", true); }, "no tree 'secret' is offered");
+  test::expect_error([&] { files(cache(link), "nope", true); }, "no tree 'nope' is offered");
+}
+
+TEST_F(Trees, WritesThroughAReadWriteGrantLandInTheFiles) {
+  auto fsys = files(cache(server_link::connect(sock, "writer"), 8), "out", false);
+  const gfs_ref& g = fsys->ref();
+  const std::vector<uint8_t> a = pattern(200000, 3), b = pattern(5000, 4);
+  gfile f = g.gopen("new.bin", g_rdwr | g_creat);
+  ASSERT_TRUE(f.ok()) << f.err;
+  ASSERT_EQ(g.gwrite(f, 0, a.data(), a.size()), int64_t(a.size()));
+  ASSERT_EQ(g.gfsync(one_lane{}, f), 0);
+  ASSERT_EQ(g.gclose(f), 0);
+  EXPECT_EQ(file_bytes(out / "new.bin"), a);
+  // Reopened: read back, overwritten in part, truncated.
+  f = g.gopen("new.bin", g_rdwr);
+  ASSERT_TRUE(f.ok()) << f.err;
+  EXPECT_EQ(read_all(g, f), a);
+  ASSERT_EQ(g.gwrite(f, 1000, b.data(), b.size()), int64_t(b.size()));
+  ASSERT_EQ(g.gftruncate(one_lane{}, f, 150000), 0);
+  ASSERT_EQ(g.gclose(f), 0);
+  std::vector<uint8_t> want(a.begin(), a.begin() + 150000);
+  std::copy(b.begin(), b.end(), want.begin() + 1000);
+  EXPECT_EQ(file_bytes(out / "new.bin"), want);
+  // Write-once output, as grep writes its lines.
+  f = g.gopen("once.txt", g_wronly | g_gwronce);
+  ASSERT_TRUE(f.ok()) << f.err;
+  ASSERT_EQ(g.gwrite(f, 0, b.data(), b.size()), int64_t(b.size()));
+  ASSERT_EQ(g.gclose(f), 0);
+  EXPECT_EQ(file_bytes(out / "once.txt"), b);
+  fsys->sync();
+}
+
+TEST_F(Trees, GrepUnderTheServerCountsAsInProcess) {
+  // A small tree of words, searched in process and under the server.
+  const fs::path words = base / "words";
+  for (int i = 0; i < 40; ++i) {
+    std::ofstream(src / ("w" + std::to_string(i) + ".txt")) << "alpha beta gamma " << std::string(size_t(i), 'x')
+                                                           << " beta\nalpha delta " << i << "\n";
+  }
+  std::ofstream(words) << "alpha\nbeta\ndelta\nomega\n";
+  const grep_dictionary d = load_grep_dictionary(words.string());
+  std::vector<std::string> list;
+  for (int i = 0; i < 40; ++i) list.push_back("w" + std::to_string(i) + ".txt");
+  grep_options local;
+  local.root = src.string();
+  local.out_dir = out.string();
+  local.out_name = "local.out";
+  local.workers = 4;
+  const grep_report a = run_grep_cpu(local, d, list);
+  grep_options remote = local;
+  remote.server = sock;
+  remote.root = "src";
+  remote.out_dir = "out";
+  remote.out_name = "remote.out";
+  remote.fsync = true;
+  const grep_report b = run_grep_cpu(remote, d, list);
+  EXPECT_EQ(a.counters.matches, b.counters.matches);
+  EXPECT_EQ(b.counters.failed, 0u);
+  const grep_counts want = reference_grep(src.string(), d, list);
+  EXPECT_FALSE(want.empty());
+  EXPECT_EQ(parse_grep_output((out / "local.out").string()), want);
+  EXPECT_EQ(parse_grep_output((out / "remote.out").string()), want);
+}
+
+TEST_F(Trees, SessionsAreLimitedPerUidAndTheirNamespacesReused) {
+  stop();
+  start("max_trees_per_uid = 2\n");
+  auto link = server_link::connect(sock, "many");
+  auto c = cache(link);
+  auto one = files(c, "src", true);
+  {
+    auto two = files(c, "src", true);
+    test::expect_error([&] { files(c, "src", true); }, "max_trees_per_uid");
+    // A second connection of the same uid meets the same limit.
+    test::expect_error([&] { files(cache(server_link::connect(sock, "other")), "src", true); }, "max_trees_per_uid");
+  }
+  // One ended: its namespace serves the next session, with none of its
+  // files (window 1 of the new session is a new file).
+  for (int round = 0; round < 5; ++round) {
+    auto next = files(c, "src", true);
+    const std::string name = "f" + std::to_string(sizes[size_t(round) % sizes.size()]);
+    const gfile f = next->ref().gopen(name.c_str(), g_rdonly);
+    ASSERT_TRUE(f.ok()) << f.err;
+    EXPECT_EQ(read_all(next->ref(), f), pattern(sizes[size_t(round) % sizes.size()], sizes[size_t(round) % sizes.size()]));
+    EXPECT_EQ(next->ref().gclose(f), 0);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+wire::message call(int s, wire::op o, uint32_t a, uint32_t b = 0, uint32_t c = 0, uint32_t d = 0, std::string text = {}) {
+  wire::message m;
+  m.h.op = uint16_t(o);
+  m.h.a = a;
+  m.h.b = b;
+  m.h.c = c;
+  m.h.d = d;
+  m.text = std::move(text);
+  wire::message r;
+  if (!wire::send_message(s, std::move(m)) || !wire::receive_message(s, r)) r.h.status = -1;
+  return r;
+}
+
+tree_call op(tree_op_kind k, uint64_t file = 0, uint32_t window = 0, std::string path = {}, uint32_t flags = 0) {
+  tree_call c;
+  c.op.kind = uint32_t(k);
+  c.op.file = file;
+  c.op.window = window;
+  c.op.flags = flags;
+  c.path = std::move(path);
+  return c;
+}
+
+// The ops' results as the server gives them (status -1 if refused whole).
+std::vector<tree_call> run_ops(int s, uint32_t nsid, std::vector<tree_call> calls, int32_t* status = nullptr) {
+  const wire::message r =
+      call(s, wire::op::tree_ops, nsid, uint32_t(calls.size()), 0, 0, wire::pack_tree_request(calls.data(), uint32_t(calls.size())));
+  if (status) *status = r.h.status;
+  if (r.h.status != 0 || !wire::unpack_tree_reply(r.text, uint32_t(calls.size()), calls.data())) return {};
+  return calls;
+}
+
+}  // namespace
+
+TEST_F(Trees, TreeOpsOnTheWireAreCheckedFieldByField) {
+  const int a = test::raw_connect(sock), b = test::raw_connect(sock);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  ASSERT_EQ(call(a, wire::op::hello, 0, 0, 0, 0, "a").h.status, 0);
+  ASSERT_EQ(call(b, wire::op::hello, 0, 0, 0, 0, "b").h.status, 0);
+  auto status = [](const wire::message& r) { return wire::status(r.h.status); };
+  // Opening: the grant, the sizes, the limits.
+  EXPECT_EQ(status(call(a, wire::op::open_tree, 0, 1, 8, 2, "src")), wire::status::denied);
+  EXPECT_EQ(status(call(a, wire::op::open_tree, 0, 2, 8, 2, "src")), wire::status::bad_request);
+  EXPECT_EQ(status(call(a, wire::op::open_tree, 0, 0, 0, 2, "src")), wire::status::bad_request);
+  EXPECT_EQ(status(call(a, wire::op::open_tree, 0, 0, 0xFFFFFFFFu, 2, "src")), wire::status::limit);
+  EXPECT_EQ(status(call(a, wire::op::open_tree, 0, 0, 8, 2, "secret")), wire::status::not_found);
+  const wire::message ta = call(a, wire::op::open_tree, 0, 0, 8, 2, "src");
+  const wire::message tb = call(b, wire::op::open_tree, 0, 0, 8, 2, "src");
+  ASSERT_EQ(ta.h.status, 0) << ta.text;
+  ASSERT_EQ(tb.h.status, 0) << tb.text;
+  const uint32_t ns = ta.h.a, first = ta.h.b, windows = ta.h.c;
+  ASSERT_NE(ns, tb.h.a);
+  // Batches that are not batches.
+  int32_t st = 0;
+  for (uint32_t n : {0u, tree_batch_max + 1}) {
+    const wire::message r = call(a, wire::op::tree_ops, ns, n, 0, 0, std::string(size_t(n) * sizeof(tree_op), '\0'));
+    EXPECT_EQ(status(r), wire::status::bad_request) << n;
+  }
+  EXPECT_EQ(status(call(a, wire::op::tree_ops, ns, 2, 0, 0, std::string(sizeof(tree_op), '\0'))), wire::status::bad_request);
+  {
+    tree_call c = op(tree_op_kind::open, 0, 0, "f1");
+    std::string text = wire::pack_tree_request(&c, 1);
+    reinterpret_cast<tree_op*>(text.data())->path_bytes = 100;  // past the end
+    EXPECT_EQ(status(call(a, wire::op::tree_ops, ns, 1, 0, 0, text)), wire::status::bad_request);
+    EXPECT_EQ(status(call(a, wire::op::tree_ops, ns, 1, 0, 0, wire::pack_tree_request(&c, 1) + "x")), wire::status::bad_request);
+    c.path = std::string(tree_path_max + 1, 'a');  // longer than a path
+    EXPECT_EQ(status(call(a, wire::op::tree_ops, ns, 1, 0, 0, wire::pack_tree_request(&c, 1))), wire::status::bad_request);
+  }
+  // Another client's session, and one that does not exist.
+  EXPECT_EQ(status(call(a, wire::op::tree_ops, tb.h.a, 1, 0, 0, [&] {
+              tree_call c = op(tree_op_kind::stat, 1);
+              return wire::pack_tree_request(&c, 1);
+            }())),
+            wire::status::not_found);
+  EXPECT_EQ(status(call(a, wire::op::close_tree, tb.h.a)), wire::status::not_found);
+  EXPECT_EQ(status(call(a, wire::op::info, tb.h.a)), wire::status::not_found);
+  // Ops whose fields are wrong fail one by one, with their errno.
+  std::vector<tree_call> r = run_ops(a, ns,
+                                     {op(tree_op_kind::stat, 12345), op(tree_op_kind::attach, 0, 0),
+                                      op(tree_op_kind::detach, 0, first + windows), op(tree_op_kind::writes_done, 0, 0),
+                                      op(tree_op_kind(99)),
+                                      op(tree_op_kind::open, 0, 0, "f1", 0x100), op(tree_op_kind::open, 0, 0, "f1", tree_open_write),
+                                      op(tree_op_kind::open, 0, 0, "../outside"), op(tree_op_kind::open, 0, 0, std::string("f1\0x", 4)),
+                                      op(tree_op_kind::opendir, 0, 0, "f1"), op(tree_op_kind::readdir, 77),
+                                      op(tree_op_kind::open, 0, 0, "f4096")},
+                                     &st);
+  ASSERT_EQ(st, 0);
+  ASSERT_EQ(r.size(), 12u);
+  const std::vector<int> want{EBADF, EINVAL, EINVAL, EINVAL, EINVAL, EINVAL, EROFS, EACCES, EINVAL, ENOTDIR, EBADF, 0};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(r[i].op.err, want[i]) << "op " << i;
+  const uint64_t file = r[11].op.id;
+  EXPECT_EQ(r[11].op.st.size, 4096u);
+  // Its id is this session's only: b's session does not know it.
+  std::vector<tree_call> rb = run_ops(b, tb.h.a, {op(tree_op_kind::stat, file), op(tree_op_kind::attach, file, first)});
+  ASSERT_EQ(rb.size(), 2u);
+  EXPECT_EQ(rb[0].op.err, EBADF);
+  EXPECT_EQ(rb[1].op.err, EBADF);
+  // At most 8 ids at once; a closed id names nothing.
+  std::vector<tree_call> opens;
+  for (int i = 0; i < 8; ++i) opens.push_back(op(tree_op_kind::open, 0, 0, "f1"));
+  r = run_ops(a, ns, opens);
+  ASSERT_EQ(r.size(), 8u);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(r[size_t(i)].op.err, 0) << i;
+  EXPECT_EQ(r[7].op.err, EMFILE);
+  r = run_ops(a, ns, {op(tree_op_kind::close, file), op(tree_op_kind::close, file), op(tree_op_kind::stat, file)});
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].op.err, 0);
+  EXPECT_EQ(r[1].op.err, EBADF);
+  EXPECT_EQ(r[2].op.err, EBADF);
+  close(a);
+  close(b);
+  // The server goes on: a client reads a file whole.
+  auto fsys = files(cache(server_link::connect(sock, "after")), "src", true);
+  const gfile f = fsys->ref().gopen("f300001", g_rdonly);
+  ASSERT_TRUE(f.ok()) << f.err;
+  EXPECT_EQ(read_all(fsys->ref(), f), pattern(300001, 300001));
+}

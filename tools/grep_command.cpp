@@ -16,9 +16,12 @@ namespace deepwell::tools {
 void add_grep_command(CLI::App& app, grep_command& g) {
   g.app = app.add_subcommand("grep", "count each dictionary word's whole-word occurrences in every file of a tree "
                                      "(kernels open, read and close the files through the file API)");
-  g.app->add_option("root", g.root, "the tree to search")->required();
+  g.app->add_option("root", g.root, "the tree to search (with --server: the server's tree dataset)")->required();
   g.app->add_option("--dict", g.dict, "word list, one per line (default /usr/share/dict/words, Debian's wamerican)");
-  g.app->add_option("--out-dir", g.out_dir, "directory of the output file");
+  g.app->add_option("--out-dir", g.out_dir, "directory of the output file (with --server: a tree dataset granted read-write)");
+  g.app->add_option("--server", g.server,
+                    "a deepwell server's socket: the trees are its datasets, opened and read by the server as this "
+                    "user's grants allow");
   g.app->add_option("--out", g.out_name, "output file name: lines of count<TAB>word<TAB>path");
   g.app->add_flag("--cpu", g.cpu, "CPU threads as the file API's clients (no GPU needed)");
   g.app->add_option("--workers", g.workers, "CPU threads with --cpu, warps on the GPU (0: the machine's)");
@@ -43,10 +46,13 @@ void add_grep_command(CLI::App& app, grep_command& g) {
 int grep_command::run() {
   try {
     if (!cpu) require_gpu();  // before the tree is listed: that may take a while
+    if (check && !server.empty())
+      throw error("grep: --check scans the tree on this host, which --server does not (compare with an in-process "
+                  "run's output instead)");
     uint64_t too_long = 0;
     const grep_dictionary d = load_grep_dictionary(dict);
-    const std::vector<std::string> files = list_grep_files(root, &too_long);
     grep_options o;
+    o.server = server;
     o.root = root;
     o.out_dir = out_dir;
     o.out_name = out_name;
@@ -60,6 +66,7 @@ int grep_command::run() {
     o.sample_threads = sample_threads;
     o.profile_service = profile_service;
     o.reply_poll_ns = reply_poll_ns;
+    const std::vector<std::string> files = list_grep_files(o, &too_long);
     const grep_report r = cpu ? run_grep_cpu(o, d, files) : run_grep_gpu(o, d, files);
     std::printf("%s: %llu files, %llu bytes, %llu matches of %zu words (%llu dictionary lines dropped), %llu lines "
                 "in %s/%s, %.3f s (%.2f GB/s; search %.3f s, the output's close %.3f s)%s\n",
@@ -87,7 +94,7 @@ int grep_command::run() {
     if (!json.empty()) {
       const file_system_stats& fs = r.input;
       nlohmann::ordered_json js = {
-          {"tool", "deepwell grep"}, {"clients", cpu ? "cpu" : "gpu"}, {"files", r.counters.files},
+          {"tool", "deepwell grep"}, {"clients", cpu ? "cpu" : "gpu"}, {"server", !server.empty()}, {"files", r.counters.files},
           {"bytes", r.counters.bytes}, {"matches", r.counters.matches}, {"words", d.words.size()},
           {"seconds", r.seconds}, {"search_seconds", r.search_seconds}, {"close_seconds", r.close_seconds},
           {"open_seconds", r.open_seconds}, {"report_seconds", r.report_seconds},

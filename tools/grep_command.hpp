@@ -8,7 +8,7 @@ namespace deepwell::tools {
 
 struct grep_command {
   CLI::App* app = nullptr;
-  std::string root, dict = "/usr/share/dict/words", out_dir = ".", out_name = "grep.out", json;
+  std::string root, dict = "/usr/share/dict/words", out_dir = ".", out_name = "grep.out", json, server;
   bool cpu = false, check = false, fsync = false;
   unsigned workers = 0;
   uint32_t service_threads = 0, service_slots = 0, blocks_per_sm = 0, page_size = 0;

@@ -1,6 +1,7 @@
 // `deepwell grep`, host side (files/grep_run.hpp): the dictionary and its
 // hash table, the file list, CPU threads as workers, the output's parser and
 // the reference scan.
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -82,6 +83,49 @@ std::vector<std::string> list_grep_files(const std::string& root, uint64_t* too_
       continue;
     }
     out.push_back(std::move(rel));
+  }
+  std::sort(out.begin(), out.end());
+  if (too_long) *too_long = skipped;
+  return out;
+}
+
+std::vector<std::string> list_grep_files(const grep_options& o, uint64_t* too_long) {
+  if (o.server.empty()) return list_grep_files(o.root, too_long);
+  // The server's tree, walked through the file API on a host cache.
+  file_system_options fo;
+  fo.root = o.root;
+  fo.read_only = true;
+  fo.max_open = 1;
+  fo.max_dirs = 64;
+  fo.slots = 1;
+  fo.service_threads = 1;
+  cache_config cc;
+  cc.capacity_bytes = 64 * cc.page_size;
+  auto fs = make_host_file_system(make_host_page_cache(grep_link(o), cc), fo);
+  const gfs_ref& g = fs->ref();
+  std::vector<std::string> out, dirs{""};
+  uint64_t skipped = 0;
+  while (!dirs.empty()) {
+    const std::string dir = std::move(dirs.back());
+    dirs.pop_back();
+    const gdir d = g.gopendir(one_lane{}, dir.empty() ? "." : dir.c_str());
+    if (!d.ok()) {
+      if (dir.empty()) throw error("grep: the tree " + o.root + " cannot be listed: " + std::strerror(d.err));
+      continue;  // as the local walk skips what it may not read
+    }
+    gdirent e;
+    for (int n; (n = g.greaddir(one_lane{}, d, &e)) == 1;) {
+      const std::string rel = dir.empty() ? std::string(e.name) : dir + "/" + e.name;
+      if (e.type == DT_DIR) {
+        dirs.push_back(rel);
+      } else if (e.type == DT_REG) {
+        if (rel.size() >= grep_path_stride)
+          ++skipped;
+        else
+          out.push_back(rel);
+      }
+    }
+    g.gclosedir(one_lane{}, d);
   }
   std::sort(out.begin(), out.end());
   if (too_long) *too_long = skipped;

@@ -29,6 +29,27 @@ t="$dir/t.dwc"
 "$bin" table gen "$t" --rows "$rows" >/dev/null || exit 1
 kvfile="$dir/store.kv"
 truncate -s 8M "$kvfile"  # made by the admin; the client formats it through the server
+# A tree of text for grep (the file API): files of words from a dictionary,
+# some not in it, deterministic.
+nfiles=300
+[ "$gpu" = --gpu ] && nfiles=${SVC_GREP_FILES:-6000}
+mkdir -p "$dir/src" "$dir/out"
+python3 - "$dir" "$nfiles" <<'PY' || exit 1
+import random, sys
+d, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(11)
+words = ["w%04d" % i for i in range(3000)]
+open(f"{d}/dict.txt", "w").write("\n".join(words[:2000]) + "\n")
+for i in range(n):
+    sub = f"{d}/src/d{i % 17}"
+    import os; os.makedirs(sub, exist_ok=True)
+    size = rng.choice([300, 2000, 9000, 40000])
+    out, total = [], 0
+    while total < size:
+        w = rng.choice(words) if rng.random() < 0.8 else "zz%d" % rng.randrange(100000)
+        out.append(w); total += len(w) + 1
+    open(f"{sub}/f{i}.txt", "w").write(" ".join(out) + "\n")
+PY
 cat >"$dir/ds.toml" <<TOML
 [server]
 socket = "$sock"
@@ -43,11 +64,22 @@ file = "$t"
 name = "kv"
 file = "$kvfile"
 writable = true
+[[dataset]]
+name = "src"
+tree = "$dir/src"
+[[dataset]]
+name = "out"
+tree = "$dir/out"
+writable = true
 [[grant]]
 dataset = "*"
 uid = $(id -u)
 [[grant]]
 dataset = "kv"
+uid = $(id -u)
+access = "read-write"
+[[grant]]
+dataset = "out"
 uid = $(id -u)
 access = "read-write"
 TOML
@@ -100,6 +132,63 @@ if [ "$gpu" = --gpu ]; then
   both graph_bfs_controller "$bin" graph bfs "$g" --repeat 1 --tier controller
   both graph_pagerank_controller "$bin" graph pagerank "$g" --repeat 1 --tier controller --iterations 5
   both taxi_q5_controller "$bin" table query "$t" -q 5 --no-direct-tier
+fi
+
+# grep through the file API: in process (--check'ed against a plain scan),
+# and under the server on its trees; the two outputs equal, line for line.
+grep_run() {  # where rep
+  local where=$1 rep=$2 args=()
+  if [ "$where" = local ]; then
+    args=("$dir/src" --out-dir "$dir/out" --out "local.out")
+    [ "$rep" = 1 ] && args+=(--check)
+  else
+    args=(src --out-dir out --out "server.out" --server "$sock")
+  fi
+  "$bin" grep "${args[@]}" --dict "$dir/dict.txt" "${clients[@]}" --json "$dir/grep.$where.json" 2>&1
+}
+grep_ok=1
+for where in local server; do
+  for rep in 1 2 3; do
+    if ! out=$(grep_run $where $rep); then
+      fail "grep ($where): $(tail -3 <<<"$out")"; grep_ok=0; break 2
+    fi
+    if [ "$rep" = 1 ] && [ $where = local ] && ! grep -q "equal" <<<"$out"; then
+      fail "grep (local): the counts differ from a plain scan: $(tail -2 <<<"$out")"; grep_ok=0
+    fi
+  done
+done
+if [ $grep_ok = 1 ]; then
+  if ! cmp -s <(sort "$dir/out/local.out") <(sort "$dir/out/server.out"); then
+    fail "grep under the server counts differently from in process: $(diff <(sort "$dir/out/local.out") <(sort "$dir/out/server.out") | head -3)"
+  else
+    python3 - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+best = {}
+for where in ("local", "server"):
+    secs = [json.loads(l)["seconds"] for l in open(f"{d}/grep.{where}.json") if '"seconds"' in l]
+    best[where] = min(s for s in secs if s > 0)
+lines = sum(1 for _ in open(f"{d}/out/server.out"))
+print(f"ok   grep: {lines} lines, equal in process and under the server; in process {best['local']:.4f} s, "
+      f"under the server {best['server']:.4f} s, speed under the server / in process {best['local'] / best['server']:.2f}")
+with open(f"{d}/ratios.jsonl", "a") as f:
+    f.write(json.dumps({"service": "grep", "local_seconds": best["local"], "server_seconds": best["server"],
+                        "server_vs_embedded": best["local"] / best["server"]}) + "\n")
+PY
+  fi
+fi
+# A tree the server does not offer, and writing into the read-only one.
+if out=$("$bin" grep nope --out-dir out --server "$sock" --dict "$dir/dict.txt" "${clients[@]}" 2>&1); then
+  fail "grep of a tree the server does not offer ran: $(tail -2 <<<"$out")"
+elif ! grep -q "no tree 'nope' is offered" <<<"$out"; then
+  fail "grep of a tree not offered: the error does not say so: $(tail -2 <<<"$out")"
+fi
+if out=$("$bin" grep src --out-dir src --server "$sock" --dict "$dir/dict.txt" "${clients[@]}" 2>&1); then
+  fail "grep wrote into a read-only tree: $(tail -2 <<<"$out")"
+elif ! grep -q "read-only" <<<"$out"; then
+  fail "grep into a read-only tree: the error does not say so: $(tail -2 <<<"$out")"
+else
+  echo "ok   grep refused a tree not offered and a read-only output tree"
 fi
 
 # A key-value store in the server's dataset: made, filled and read through

@@ -88,6 +88,9 @@ struct grep_options {
 // The link grep's cache is made on: the server's (o.server), or a
 // controller in this process.
 std::shared_ptr<controller_link> grep_link(const grep_options& o);
+// The files of o.root as list_grep_files gives them; under a server
+// (o.server), its tree's, walked through the file API.
+std::vector<std::string> list_grep_files(const grep_options& o, uint64_t* too_long = nullptr);
 
 struct grep_report {
   grep_counters counters{};

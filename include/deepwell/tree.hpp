@@ -25,7 +25,8 @@ struct tree_request {
 };
 
 enum class tree_op_kind : uint32_t {
-  open = 1,         // path; flags: tree_open_* -> id: the file, st, value: 1 if read with O_DIRECT
+  open = 1,         // path; flags: tree_open_*; window: attach the file to it (0: none) -> id: the file, st,
+                    //   value: 1 if read with O_DIRECT
   stat = 2,         // file -> st
   truncate = 3,     // file, size: ftruncate (the file counts as written, for the next flush)
   set_size = 4,     // file, size; flags 1: durably -> the file's size becomes size if it differs

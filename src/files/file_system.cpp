@@ -36,6 +36,11 @@
 namespace deepwell {
 namespace {
 
+// A service thread's tree ops after the tables' lock (detaches, closes),
+// sent together before its replies (under a server, one message a batch).
+thread_local std::vector<tree_call>* deferred_ops = nullptr;
+thread_local tree_session* deferred_tree = nullptr;
+
 // A file as the tree session holds it: its id there, closed when the last
 // reference here goes (a request in flight keeps the session's own).
 struct tree_file {
@@ -50,6 +55,10 @@ struct tree_file {
     tree_call c;
     c.op.kind = uint32_t(tree_op_kind::close);
     c.op.file = id;
+    if (deferred_ops && deferred_tree == tree) {
+      deferred_ops->push_back(std::move(c));
+      return;
+    }
     try {
       tree->run(&c, 1);
     } catch (const error&) {  // the server is gone, and the file with it
@@ -212,6 +221,10 @@ struct file_system::impl {
     int64_t detach = -1;                        // a closed file's window, detached from the target here
     int64_t clear = -1;                         // an entry whose tag the host clears, then frees
     int64_t window = -1;                        // a window whose direct tier entry is written (before the reply)
+    // An open's window reserved and attached with it (prepare_opens) that
+    // it did not use: detached from that open's file before it closes.
+    uint32_t unreserve = 0;
+    uint64_t unreserve_file = 0;
     window_source source{};
     bool deferred = false;                      // the closer thread replies (a gclose waiting for its writes)
     counts n;
@@ -222,6 +235,7 @@ struct file_system::impl {
     tree_stat sb{};
     std::optional<detail::direct_map> made;
     bool maker = false;  // this open is the one making the file's tier (in `making`)
+    uint32_t reserved = 0;  // the new window its file was attached to as it opened (0: none)
     uint64_t syscall_ns = 0;  // in openat2 and fstat (stats().syscalls_ns)
   };
 
@@ -229,6 +243,10 @@ struct file_system::impl {
     // Outside the tables' lock (the target's shards have locks of their
     // own, which the pollers take), yet before the reply: the closing warp
     // hears back once its window is detached.
+    if (later.unreserve) {
+      tree_call c = call_of(tree_op_kind::detach, later.unreserve_file, later.unreserve);
+      run_or_defer(c);
+    }
     if (later.detach >= 0) detach_window(uint32_t(later.detach), later.file.get());
     later.file.reset();
     if (later.window >= 0) mem->write_private(&windows[later.window], &later.source, sizeof later.source);
@@ -285,6 +303,7 @@ struct file_system::impl {
     uint64_t seen_ns = 0, pass_ns = 0;  // when the pass found them; its length
     open_prep prep[max_batch];
     after_lock later[max_batch];
+    std::vector<tree_call> deferred;  // finish()'s tree ops, sent together
   };
 
   // Service thread k of n answers slots k, k + n, k + 2n, ...
@@ -382,8 +401,13 @@ struct file_system::impl {
       }
       t3 = now_ns();
     }
-    // Before the replies: a freed entry is free when its caller hears of it.
+    // Before the replies: a freed entry is free when its caller hears of
+    // it, and a closed file's window detached. The tree ops of the lot go
+    // together.
+    deferred_ops = &b.deferred;
+    deferred_tree = tree.get();
     for (uint32_t j = 0; j < b.n; ++j) finish(b.later[j]);
+    run_deferred(b.deferred);
     uint32_t replied = 0;
     for (uint32_t j = 0; j < b.n; ++j) {
       if (!b.later[j].deferred) {
@@ -449,6 +473,15 @@ struct file_system::impl {
       of[n++] = j;
     }
     if (!n) return;
+    // A new window for each, attached as the file opens (one message less a
+    // file under a server): most opens are of files not open already.
+    {
+      std::unique_lock<std::mutex> lock(state, std::defer_lock);
+      lock_state(lock);
+      if (max_windows - next_window >= n) {
+        for (uint32_t i = 0; i < n; ++i) calls[i].op.window = next_window++;
+      }
+    }
     const uint64_t c0 = now_ns();
     try {
       tree->run(calls, n);
@@ -473,6 +506,7 @@ struct file_system::impl {
       f->write_once = op.flags & tree_open_write_once;
       p.file = std::move(f);
       p.sb = op.st;
+      p.reserved = op.window;
       // A direct tier, made before the tables' lock (registering a large
       // file takes a while) unless the file has one already.
       if (direct_enabled && !p.file->writable && !p.file->direct && p.sb.size >= opts.direct_min_bytes) {
@@ -490,6 +524,8 @@ struct file_system::impl {
     std::shared_ptr<tree_file> f = std::move(p.file);
     const bool direct = f->direct;
     tree_stat& sb = p.sb;
+    later.unreserve = p.reserved;  // unless it becomes the file's window below
+    later.unreserve_file = f->id;
     std::optional<detail::direct_map>& made = p.made;
     const bool maker = p.maker;
     const auto key = std::make_pair(sb.dev, sb.ino);
@@ -571,16 +607,21 @@ struct file_system::impl {
       }
       retained.erase(r);
     }
-    if (!window) {
-      if (next_window >= max_windows) {
-        later.file = std::move(f);
-        return ENFILE;  // every window of this file system has been used
+    if (!window && p.reserved) {
+      window = p.reserved;  // attached as it opened
+      later.unreserve = 0;
+    } else {
+      if (!window) {
+        if (next_window >= max_windows) {
+          later.file = std::move(f);
+          return ENFILE;  // every window of this file system has been used
+        }
+        window = next_window++;
       }
-      window = next_window++;
-    }
-    if (const int e = attach_window(window, *f)) {
-      later.file = std::move(f);
-      return e;
+      if (const int e = attach_window(window, *f)) {
+        later.file = std::move(f);
+        return e;
+      }
     }
     const uint32_t h = free_fds.front();
     free_fds.pop_front();
@@ -627,11 +668,28 @@ struct file_system::impl {
   void detach_window(uint32_t w, const tree_file* only) {
     const uint64_t t = opts.profile_service ? now_ns() : 0;
     tree_call c = call_of(tree_op_kind::detach, only ? only->id : 0, w);
+    run_or_defer(c);
+    if (t) window_target_ns.fetch_add(now_ns() - t, std::memory_order_relaxed);
+  }
+  // A detach or close whose result nobody waits for: with the batch's
+  // others where the thread defers them (serve), else now.
+  void run_or_defer(tree_call& c) {
+    if (deferred_ops && deferred_tree == tree.get()) return deferred_ops->push_back(std::move(c));
     try {
       tree->run(&c, 1);
     } catch (const error&) {  // the server went away, and the window with it
     }
-    if (t) window_target_ns.fetch_add(now_ns() - t, std::memory_order_relaxed);
+  }
+  // Sends what was deferred, in order, and stops deferring.
+  void run_deferred(std::vector<tree_call>& ops) {
+    deferred_ops = nullptr;
+    deferred_tree = nullptr;
+    try {
+      for (size_t i = 0; i < ops.size(); i += tree_batch_max)
+        tree->run(ops.data() + i, uint32_t(std::min<size_t>(tree_batch_max, ops.size() - i)));
+    } catch (const error&) {  // the server went away, and the windows with it
+    }
+    ops.clear();
   }
 
   static bool unchanged(const retained_window& r, const tree_stat& sb) {

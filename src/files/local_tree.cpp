@@ -235,9 +235,7 @@ class local_tree final : public tree_session {
           if (!p) return EBADF;
           f = *p;
         }
-        target_.attach(op.window, std::move(f));
-        for (uint32_t e = end_.load(); e <= op.window && !end_.compare_exchange_weak(e, op.window + 1);) {
-        }
+        attach_to(op.window, std::move(f));
         return 0;
       }
       case tree_op_kind::detach: {
@@ -268,6 +266,12 @@ class local_tree final : public tree_session {
     return EINVAL;
   }
 
+  void attach_to(uint32_t window, std::shared_ptr<window_file> f) {
+    target_.attach(window, std::move(f));
+    for (uint32_t e = end_.load(); e <= window && !end_.compare_exchange_weak(e, window + 1);) {
+    }
+  }
+
   bool window_ok(uint32_t w) const { return w >= first_ && w < target_.windows(); }
 
   template <typename F>
@@ -291,6 +295,7 @@ class local_tree final : public tree_session {
   int open(tree_call& c) {
     tree_op& op = c.op;
     if (op.flags & ~tree_open_flags) return EINVAL;
+    if (op.window && !window_ok(op.window)) return EINVAL;
     if (const int e = path_error(c)) return e;
     const bool write = op.flags & tree_open_write, write_once = op.flags & tree_open_write_once;
     if (write_once && !write) return EINVAL;
@@ -327,6 +332,7 @@ class local_tree final : public tree_session {
       id = files_.add(f);
     }
     if (!id) return EMFILE;  // f's descriptor closes with it
+    if (op.window) attach_to(op.window, std::move(f));
     fill(op.st, sb);
     op.id = id;
     op.value = direct;

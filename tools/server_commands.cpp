@@ -85,12 +85,20 @@ int run_stat(server_commands& s) {
     // long: cut, it named no file); the target, the longest, comes last.
     int name_w = 7, client_w = 6;
     for (const auto& d : j["datasets"]) name_w = std::max(name_w, int(d["name"].get<std::string>().size()));
+    if (j.contains("trees"))
+      for (const auto& t : j["trees"]) name_w = std::max(name_w, int(t["name"].get<std::string>().size()));
     for (const auto& c : j["clients"]) client_w = std::max(client_w, int(c["name"].get<std::string>().size()));
     std::printf("\n%-5s %-*s %14s %4s  %s\n", "nsid", name_w, "dataset", "bytes", "mode", "target");
     for (const auto& d : j["datasets"])
       std::printf("%-5u %-*s %14llu %4s  %s\n", d["nsid"].get<unsigned>(), name_w,
                   d["name"].get<std::string>().c_str(), (unsigned long long)d["bytes"].get<uint64_t>(),
                   d["writable"].get<bool>() ? "rw" : "r", d["target"].get<std::string>().c_str());
+    if (j.contains("trees") && !j["trees"].empty()) {
+      std::printf("\n%-*s %4s  %s\n", name_w, "tree", "mode", "root (the file API's files beneath it)");
+      for (const auto& t : j["trees"])
+        std::printf("%-*s %4s  %s\n", name_w, t["name"].get<std::string>().c_str(), t["writable"].get<bool>() ? "rw" : "r",
+                    t["root"].get<std::string>().c_str());
+    }
     std::printf("\n%-4s %-*s %6s %7s %4s %10s %10s %10s %7s %9s %9s %9s\n", "id", client_w, "client", "uid", "pid",
                 "qps", "commands", "MiB read", "MiB wrtn", "errors", "throttled", "p50 us", "p99 us");
     for (const auto& c : j["clients"])

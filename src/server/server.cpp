@@ -1162,6 +1162,12 @@ std::string server::impl::stats_json(const client_state* viewer) const {
                                {"block_size", d.cfg->block_size},
                                {"writable", bool(g & access_grants::write)}});
     }
+    j["trees"] = nlohmann::json::array();
+    for (const dataset_config* t : trees) {
+      const uint8_t g = tree_rights(*viewer, *t);
+      if (g == access_grants::none) continue;
+      j["trees"].push_back({{"name", t->name}, {"root", t->path}, {"writable", bool(g & access_grants::write)}});
+    }
     j["clients"] = nlohmann::json::array({client_json(*viewer, k)});
     return j.dump(2);
   }
@@ -1214,8 +1220,13 @@ std::string server::impl::stats_json(const client_state* viewer) const {
                              {"block_size", d.cfg->block_size},
                              {"writable", d.writable},
                              {"latency_floor_us", double(ctl->latency_floor_ns(d.nsid)) / 1e3}});
+  j["trees"] = nlohmann::json::array();
+  for (const dataset_config* t : trees) j["trees"].push_back({{"name", t->name}, {"root", t->path}, {"writable", t->writable}});
   j["clients"] = nlohmann::json::array();
   std::lock_guard<std::mutex> lock(mutex);
+  uint64_t sessions = 0;
+  for (const auto& [uid, u] : usage) sessions += u.trees;
+  j["server"]["tree_sessions"] = sessions;
   for (const auto& [fd, c] : clients) {
     nlohmann::json e = client_json(*c, ctl->client_stats(c->id));
     nlohmann::json g = nlohmann::json::array();

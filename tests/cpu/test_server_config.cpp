@@ -143,7 +143,7 @@ TEST(ServerConfig, MistakesNameTheFileTheLineAndTheKey) {
       {"[server]\npollers = 0\n" + one_dataset, "server.pollers: 0 is out of range"},
       {one_dataset + "block_size = 3000\n", "bad.toml:4: dataset[1].block_size: 3000 is not a power of two"},
       {one_dataset + one_dataset, "bad.toml:5: dataset[2].name: 'd' is already a dataset's name"},
-      {one_dataset + "memory = \"1GiB\"\n", "bad.toml:1: dataset[1]: needs exactly one of file, device or memory"},
+      {one_dataset + "memory = \"1GiB\"\n", "bad.toml:1: dataset[1]: needs exactly one of file, device, memory or tree"},
       {"[[dataset]]\nname = \"m\"\nmemory = \"1G\"\ndirect = true\n", "dataset[1].direct: does not apply"},
       {one_dataset + "[[grant]]\ndataset = \"e\"\nuid = 1\n", "bad.toml:5: grant[1].dataset: no dataset named 'e'"},
       {one_dataset + "[[grant]]\ndataset = \"d\"\nuid = 1\ngid = 2\n", "grant[1]: needs exactly one of uid"},
@@ -165,6 +165,9 @@ TEST(ServerConfig, MistakesNameTheFileTheLineAndTheKey) {
       {one_dataset + "[servers]\n", "servers: unknown section"},
       {"[server]\npollers = = 2\n", "bad.toml:2: "},
       {"[server]\n", "bad.toml: dataset: no datasets"},
+      {"[[dataset]]\nname = \"t\"\ntree = \"/tmp\"\nblock_size = 4096\n", "dataset[1].block_size: does not apply to a tree"},
+      {"[[dataset]]\nname = \"t\"\ntree = \"\"\n", "dataset[1].tree: is empty"},
+      {"[server]\nmax_trees_per_uid = 1000\n" + one_dataset, "server.max_trees_per_uid"},
   };
   for (const bad& b : cases) {
     const std::string e = error_of(b.text);

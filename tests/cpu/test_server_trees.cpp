@@ -176,6 +176,12 @@ TEST_F(Trees, NothingOutsideTheTreeAndNoWritesThroughAReadGrant) {
   // the same to this client: not offered.
   test::expect_error([&] { files(cache(link), "secret", true); }, "no tree 'secret' is offered");
   test::expect_error([&] { files(cache(link), "nope", true); }, "no tree 'nope' is offered");
+  // Its stats list the trees it may open, as it may open them.
+  const std::string st = link->stats();
+  EXPECT_NE(st.find("\"name\": \"src\""), std::string::npos) << st;
+  EXPECT_NE(st.find("\"name\": \"out\""), std::string::npos) << st;
+  // (The server's own uid and root see every tree: the operator's view.)
+  if (st.find("\"view\": \"operator\"") == std::string::npos) EXPECT_EQ(st.find("secret"), std::string::npos) << st;
 }
 
 TEST_F(Trees, WritesThroughAReadWriteGrantLandInTheFiles) {

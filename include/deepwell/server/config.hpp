@@ -179,7 +179,7 @@ struct server_config {
 // Parses TOML text; `source` names it in messages. Checks: unknown keys
 // and sections are errors (a typo must not silently drop a grant), types,
 // ranges, byte sizes ("4GiB", "512M", 4096), unique dataset names, exactly
-// one of file/device/memory per dataset, grants and shares naming
+// one of file/device/memory/tree per dataset, grants and shares naming
 // existing datasets and exactly one principal, users and groups that
 // exist on this machine. Does not open any dataset.
 server_config parse_config(std::string_view text, const std::string& source = "<string>");

@@ -29,6 +29,8 @@ t="$dir/t.dwc"
 "$bin" table gen "$t" --rows "$rows" >/dev/null || exit 1
 kvfile="$dir/store.kv"
 truncate -s 8M "$kvfile"  # made by the admin; the client formats it through the server
+ckptfile="$dir/model.ckpt"
+truncate -s 1G "$ckptfile"  # the same: blank, a store made in place by the first save
 # A tree of text for grep (the file API): files of words from a dictionary,
 # some not in it, deterministic.
 nfiles=300
@@ -65,6 +67,10 @@ name = "kv"
 file = "$kvfile"
 writable = true
 [[dataset]]
+name = "ckpt"
+file = "$ckptfile"
+writable = true
+[[dataset]]
 name = "src"
 tree = "$dir/src"
 [[dataset]]
@@ -80,6 +86,10 @@ uid = $(id -u)
 access = "read-write"
 [[grant]]
 dataset = "out"
+uid = $(id -u)
+access = "read-write"
+[[grant]]
+dataset = "ckpt"
 uid = $(id -u)
 access = "read-write"
 TOML
@@ -189,6 +199,65 @@ elif ! grep -q "read-only" <<<"$out"; then
   fail "grep into a read-only tree: the error does not say so: $(tail -2 <<<"$out")"
 else
   echo "ok   grep refused a tree not offered and a read-only output tree"
+fi
+
+# Checkpoints (Python, deepwell.checkpoint): a state dict saved and loaded
+# in process (a file of this process) and under the server (its dataset),
+# best of 3 saves each; every load equal to what was saved. GPU tensors
+# with --gpu, NumPy arrays on CPU clients otherwise.
+libdir=$(cd "$(dirname "$bin")/.." && pwd)
+if [ -f "$libdir/libdeepwell_c.so" ] && python3 -c "import numpy" 2>/dev/null; then
+  if out=$(DEEPWELL_LIBRARY="$libdir/libdeepwell_c.so" PYTHONPATH="$(cd "$(dirname "$0")/../.." && pwd)/python" \
+      python3 - "$dir" "$sock" "$gpu" <<'PY' 2>&1
+import json, sys, time
+import numpy as np
+import deepwell, deepwell.checkpoint as ckpt
+d, sock, gpu = sys.argv[1], sys.argv[2], sys.argv[3] == "--gpu"
+rng = np.random.default_rng(3)
+mib = 512 if gpu else 16
+arrays = {f"layer{i}.w": rng.standard_normal(mib * (1 << 20) // 4 // 8, dtype=np.float32) for i in range(8)}
+if gpu:
+    import torch
+    state = {k: torch.from_numpy(v).cuda() for k, v in arrays.items()}
+else:
+    state = arrays
+def same(got):
+    for k, v in arrays.items():
+        g = got[k]
+        g = g.cpu().numpy() if hasattr(g, "cpu") else np.asarray(g)
+        if g.tobytes() != v.tobytes():
+            raise SystemExit(f"checkpoint: {k} read back differs")
+best = {}
+for where, target in (("local", f"{d}/local.ckpt"), ("server", "ckpt")):
+    if where == "server":
+        deepwell.connect(sock)
+    secs = []
+    for rep in range(3):
+        if rep:  # a full save each time: every tensor changed
+            for k in state:
+                state[k] += 1
+                if gpu:
+                    arrays[k] += 1
+        t0 = time.perf_counter()
+        ckpt.save(state, target)
+        secs.append(time.perf_counter() - t0)
+    same(ckpt.load(target, numpy=True))
+    best[where] = min(secs)
+    if where == "server":
+        deepwell.disconnect()
+print(f"ok   checkpoint: {8 * mib} MiB, every load equal to its save; in process {best['local']:.4f} s, "
+      f"under the server {best['server']:.4f} s, speed under the server / in process {best['local'] / best['server']:.2f}")
+with open(f"{d}/ratios.jsonl", "a") as f:
+    f.write(json.dumps({"service": "checkpoint_save", "local_seconds": best["local"], "server_seconds": best["server"],
+                        "server_vs_embedded": best["local"] / best["server"]}) + "\n")
+PY
+  ); then
+    echo "$out" | tail -1
+  else
+    fail "checkpoint: $(tail -3 <<<"$out")"
+  fi
+else
+  echo "skip checkpoint: no libdeepwell_c.so beside $bin, or no numpy"
 fi
 
 # A key-value store in the server's dataset: made, filled and read through

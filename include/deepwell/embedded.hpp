@@ -5,6 +5,8 @@
 // serve` (docs/architecture.md).
 #pragma once
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "deepwell/controller.hpp"
 #include "deepwell/controller_link.hpp"
@@ -23,6 +25,24 @@ std::shared_ptr<controller_link> in_process_link(controller& ctl);
 inline std::shared_ptr<controller_link> embedded_link(const controller_config& cfg = {}) {
   return in_process_link(std::make_shared<controller>(cfg));
 }
+
+// A new controller serving `data` as its one namespace, owned by the link.
+struct embedded_namespace {
+  std::shared_ptr<controller_link> link;
+  uint32_t nsid = 0;
+};
+embedded_namespace embed_target(std::shared_ptr<target> data, uint32_t block_size, bool read_only,
+                                const controller_config& cfg = {});
+
+// What the controller behind an in-process link has done: its I/O
+// backend, its queues' totals, its pollers' CPU time. Nothing for another
+// link (a server's counters are `deepwell stat`'s).
+struct embedded_counters {
+  std::string backend;
+  queue_counters totals;
+  double poller_cpu_seconds = 0;
+};
+std::optional<embedded_counters> counters_of(const controller_link& link);
 
 // Caches on a controller the caller keeps alive for as long as the cache.
 inline std::shared_ptr<page_cache> make_host_page_cache(controller& ctl, const cache_config& cfg = {}) {

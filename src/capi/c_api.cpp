@@ -1,5 +1,5 @@
-// The C ABI of include/deepwell/c/deepwell.h: a controller, one namespace and
-// one page cache per dataset, shared by the handles opened on it; gathers and scatters of rows through rows_ref,
+// The C ABI of include/deepwell/c/deepwell.h: a link (an embedded controller's,
+// or a server's), one namespace and one page cache per dataset, shared by the handles opened on it; gathers and scatters of rows through rows_ref,
 // by GPU kernels (cuda_shim.hpp) or CPU threads. Every entry point catches
 // everything and turns it into an error code and a message.
 #include "deepwell/c/deepwell.h"
@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -43,8 +44,7 @@ namespace deepwell::capi {
 // Members go in reverse order: the cache (and its queue pairs) before the
 // link and the controller.
 struct shared_dataset {
-  std::shared_ptr<controller> ctl;  // embedded; nullptr when a server serves it
-  std::shared_ptr<controller_link> link;
+  std::shared_ptr<controller_link> link;  // owns an embedded controller (embed_target), or a server's
   uint32_t nsid = 0;
   bool writable = false;
   std::unique_ptr<array<uint8_t>> bytes;  // holds the cache
@@ -68,7 +68,8 @@ struct dw_array {
     capi::gpu_gate_free(gate);
   }
   page_cache& cache() const { return data->bytes->cache(); }
-  controller* ctl() const { return data->ctl.get(); }
+  // The embedded controller's counters; nothing under a server.
+  std::optional<embedded_counters> counters() const { return counters_of(*data->link); }
 };
 
 namespace {
@@ -348,9 +349,9 @@ int dw_open(const dw_open_options* op, dw_array** out) {
       } else {
         controller_config cc;
         if (o.pollers) cc.pollers = o.pollers;
-        d->ctl = std::make_shared<controller>(cc);
-        d->link = in_process_link(d->ctl);
-        d->nsid = d->ctl->add_namespace({t, block, !a->writable});
+        embedded_namespace e = embed_target(t, block, !a->writable, cc);
+        d->link = std::move(e.link);
+        d->nsid = e.nsid;
       }
 
       cache_config cfg = cache_config{}.with({page, o.cache_bytes, o.queue_pairs, 0, o.timeout_s});
@@ -432,7 +433,8 @@ int dw_info(const dw_array* ap, dw_array_info* info) {
     info->writable = a.writable;
     info->direct_tier = a.cache().dataset(a.rows.bytes.dataset).direct != nullptr;
     info->in_place = a.rows.in_place != nullptr;
-    std::strncpy(info->backend, a.ctl() ? a.ctl()->backend_name().c_str() : "server", sizeof(info->backend) - 1);
+    const auto k = a.counters();
+    std::strncpy(info->backend, k ? k->backend.c_str() : "server", sizeof(info->backend) - 1);
     std::strncpy(info->route, a.cache().route(a.rows.bytes.dataset).c_str(), sizeof(info->route) - 1);
   });
 }
@@ -500,8 +502,9 @@ int dw_stats_get(dw_array* ap, dw_stats* out) {
     const auto g = on_idle_device(a);
     const cache_stats s = a.cache().stats();
     // With a server, its counters are the server's (`deepwell stat`).
-    const queue_counters q = a.ctl() ? a.ctl()->total_counters() : queue_counters{};
-    const double cpu = a.ctl() ? a.ctl()->poller_cpu_seconds() : 0.0;
+    const auto k = a.counters();
+    const queue_counters q = k ? k->totals : queue_counters{};
+    const double cpu = k ? k->poller_cpu_seconds : 0.0;
     *out = dw_stats{s.accesses,   s.hits,          s.misses,       s.evictions, s.writebacks,
                     s.bytes_read, s.bytes_written, s.direct_fills, q.reads,     q.bytes_read,
                     q.writes,     q.bytes_written, cpu,           s.tier_fills, s.tier_retries};

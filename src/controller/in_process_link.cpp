@@ -122,6 +122,7 @@ class in_process final : public controller_link {
   }
 
   std::string dump() const override { return ctl_.dump(); }
+  const controller& ctl() const { return ctl_; }
 
  private:
   controller& ctl_;
@@ -141,5 +142,19 @@ std::shared_ptr<controller_link> in_process_link(std::shared_ptr<controller> ctl
 }
 
 std::shared_ptr<controller_link> in_process_link(controller& ctl) { return std::make_shared<in_process>(ctl, nullptr); }
+
+embedded_namespace embed_target(std::shared_ptr<target> data, uint32_t block_size, bool read_only,
+                                const controller_config& cfg) {
+  auto ctl = std::make_shared<controller>(cfg);
+  const uint32_t nsid = ctl->add_namespace({std::move(data), block_size, read_only});
+  return {in_process_link(std::move(ctl)), nsid};
+}
+
+std::optional<embedded_counters> counters_of(const controller_link& link) {
+  const auto* p = dynamic_cast<const in_process*>(&link);
+  if (!p) return std::nullopt;
+  const controller& c = p->ctl();
+  return embedded_counters{c.backend_name(), c.total_counters(), c.poller_cpu_seconds()};
+}
 
 }  // namespace deepwell

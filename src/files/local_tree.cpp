@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -125,11 +127,90 @@ struct id_table {
   }
 };
 
+// A few threads that run a batch's opens with the caller's: fn(i) for
+// every i in [0, n), each once, returned from when all are done. One batch
+// at a time; a batch's state lives on its caller's stack, which returns
+// only once no worker holds it.
+class open_pool {
+ public:
+  open_pool() {
+    const unsigned n = std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u) - 1;
+    for (unsigned k = 0; k < n; ++k) threads_.emplace_back([this] { work(); });
+  }
+  ~open_pool() {
+    {
+      std::lock_guard<std::mutex> l(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  void run(uint32_t n, const std::function<void(uint32_t)>& fn) {
+    std::lock_guard<std::mutex> one(batch_mutex_);
+    batch b{&fn, n};
+    {
+      std::lock_guard<std::mutex> l(m_);
+      current_ = &b;
+      ++seq_;
+    }
+    cv_.notify_all();
+    take(b);
+    std::unique_lock<std::mutex> l(m_);
+    done_.wait(l, [&] { return b.finished.load() == n && b.active == 0; });
+    current_ = nullptr;
+  }
+
+ private:
+  struct batch {
+    const std::function<void(uint32_t)>* fn;
+    uint32_t total;
+    std::atomic<uint32_t> next{0}, finished{0};
+    uint32_t active = 0;  // workers inside take(), under m_
+  };
+  void take(batch& b) {
+    for (uint32_t i; (i = b.next.fetch_add(1)) < b.total;) {
+      (*b.fn)(i);
+      if (b.finished.fetch_add(1) + 1 == b.total) {
+        std::lock_guard<std::mutex> l(m_);
+        done_.notify_all();
+      }
+    }
+  }
+  void work() {
+    uint64_t seen = 0;
+    for (;;) {
+      batch* b;
+      {
+        std::unique_lock<std::mutex> l(m_);
+        cv_.wait(l, [&] { return stop_ || (current_ && seq_ != seen); });
+        if (stop_) return;
+        seen = seq_;
+        b = current_;
+        ++b->active;
+      }
+      take(*b);
+      std::lock_guard<std::mutex> l(m_);
+      if (--b->active == 0) done_.notify_all();
+    }
+  }
+  std::mutex batch_mutex_, m_;
+  std::condition_variable cv_, done_;
+  batch* current_ = nullptr;
+  uint64_t seq_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+open_pool& shared_open_pool() {
+  static open_pool pool;
+  return pool;
+}
+
 class local_tree final : public tree_session {
  public:
-  local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid, uint32_t first)
+  local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid, uint32_t first, bool parallel)
       : req_(r), windows_(std::move(windows)), target_(dynamic_cast<window_target&>(*windows_)), nsid_(nsid),
-        first_(first), end_(first), files_(r.max_open), dirs_(r.max_dirs) {
+        first_(first), end_(first), parallel_(parallel), files_(r.max_open), dirs_(r.max_dirs) {
     if (first < tree_first_window || first >= target_.windows())
       throw error("tree: first window " + std::to_string(first) + " is outside the namespace");
     if (r.name.empty()) throw error("tree: no directory named");
@@ -170,7 +251,7 @@ class local_tree final : public tree_session {
   }
 
   void run(tree_call* calls, uint32_t n) override {
-    for (uint32_t i = 0; i < n; ++i) {
+    auto answer = [&](uint32_t i) {
       tree_op& op = calls[i].op;
       op.err = 0;
       op.value = 0;
@@ -178,7 +259,15 @@ class local_tree final : public tree_session {
       op.st = {};
       calls[i].name.clear();
       op.err = one(calls[i]);
+    };
+    // A batch of opens only (they do not depend on one another), in parallel.
+    bool opens = parallel_ && n >= 4;
+    for (uint32_t i = 0; opens && i < n; ++i) opens = calls[i].op.kind == uint32_t(tree_op_kind::open);
+    if (opens) {
+      shared_open_pool().run(n, answer);
+      return;
     }
+    for (uint32_t i = 0; i < n; ++i) answer(i);
   }
 
  private:
@@ -388,6 +477,7 @@ class local_tree final : public tree_session {
   uint32_t nsid_;
   uint32_t first_;
   std::atomic<uint32_t> end_;  // one past the highest window attached
+  bool parallel_;
   std::vector<int> roots_;
   mutable std::mutex mutex_;  // files_
   id_table<std::shared_ptr<window_file>> files_;
@@ -408,9 +498,9 @@ void reset_tree_windows(target& windows, const std::string& root) {
 }
 
 std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
-                                              uint32_t first_window) {
+                                              uint32_t first_window, bool parallel_opens) {
   if (!windows || !dynamic_cast<window_target*>(windows.get())) throw error("tree: no windows' target");
-  return std::make_shared<local_tree>(r, std::move(windows), nsid, first_window);
+  return std::make_shared<local_tree>(r, std::move(windows), nsid, first_window, parallel_opens);
 }
 
 uint32_t tree_windows_end(const tree_session& session) {

@@ -705,7 +705,7 @@ wire::message server::impl::open_tree(client_state& c, const wire::message& m) {
   q.max_open = t.files = m.h.c;
   q.max_dirs = t.dirs = m.h.d;
   try {
-    t.session = detail::make_local_tree(q, t.windows, nsid, first);
+    t.session = detail::make_local_tree(q, t.windows, nsid, first, /*parallel_opens=*/true);
   } catch (const std::exception& e) {
     tree_pool.push_back({nsid, std::move(t.windows), first});
     return refuse(wire::status::failed, "the tree " + d->name + ": " + e.what());

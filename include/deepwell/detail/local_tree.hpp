@@ -29,8 +29,12 @@ void reset_tree_windows(target& windows, const std::string& root);
 // root is not a directory it can open. Closing the session (its last
 // reference) closes every directory it still has open; its files close as
 // their windows are detached.
+// parallel_opens: a batch of opens is spread over a few threads of a pool
+// shared by every such session (the server, whose one loop thread would
+// otherwise make every client's system calls in turn; a program's own file
+// API has several service threads already).
 std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
-                                              uint32_t first_window = tree_first_window);
+                                              uint32_t first_window = tree_first_window, bool parallel_opens = false);
 // One past the highest window a local tree session attached a file to (its
 // first window if none): where the namespace's next session starts, so
 // that a client's cache never holds pages of another session's window.

@@ -214,7 +214,7 @@ import numpy as np
 import deepwell, deepwell.checkpoint as ckpt
 d, sock, gpu = sys.argv[1], sys.argv[2], sys.argv[3] == "--gpu"
 rng = np.random.default_rng(3)
-mib = 512 if gpu else 16
+mib = 64 if gpu else 16
 arrays = {f"layer{i}.w": rng.standard_normal(mib * (1 << 20) // 4 // 8, dtype=np.float32) for i in range(8)}
 if gpu:
     import torch

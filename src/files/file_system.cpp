@@ -313,6 +313,11 @@ struct file_system::impl {
     auto b = std::make_unique<batch>();
     uint32_t next = k;
     uint64_t idle_since = 0;
+    struct flush_at_exit {
+      impl& fs;
+      batch& b;
+      ~flush_at_exit() { fs.run_deferred(b.deferred); }
+    } at_exit{*this, *b};
     while (!stopping.load(std::memory_order_relaxed)) {
       b->n = 0;
       const uint64_t pass0 = now_ns();  // also the idle clock below
@@ -334,6 +339,8 @@ struct file_system::impl {
         serve(*b);
         continue;
       }
+      // Nothing waiting: what the last batches left for the tree goes now.
+      if (!b->deferred.empty()) run_deferred(b->deferred);
       // Nothing to do: spin a while (a kernel's next request usually comes
       // within microseconds of the last reply), then sleep in short steps,
       // longer ones once idle for long. Counted in passes, a spin of 512
@@ -402,12 +409,16 @@ struct file_system::impl {
       t3 = now_ns();
     }
     // Before the replies: a freed entry is free when its caller hears of
-    // it, and a closed file's window detached. The tree ops of the lot go
-    // together.
+    // it. The tree ops this leaves (closed files' detaches and closes) wait
+    // for the thread's next message to the tree (its next opens) or its
+    // first idle pass: a reopen meanwhile attaches its own file, which a
+    // detach of the old one (only while that one is attached) leaves alone.
     deferred_ops = &b.deferred;
     deferred_tree = tree.get();
     for (uint32_t j = 0; j < b.n; ++j) finish(b.later[j]);
-    run_deferred(b.deferred);
+    deferred_ops = nullptr;
+    deferred_tree = nullptr;
+    if (b.deferred.size() >= tree_batch_max) run_deferred(b.deferred);
     uint32_t replied = 0;
     for (uint32_t j = 0; j < b.n; ++j) {
       if (!b.later[j].deferred) {
@@ -449,6 +460,7 @@ struct file_system::impl {
   void prepare_opens(batch& b) {
     tree_call calls[max_batch];
     uint32_t of[max_batch], n = 0;
+    static_assert(max_batch <= tree_batch_max, "a batch's opens fit in one message");
     for (uint32_t j = 0; j < b.n; ++j) {
       gfs_slot& q = slots[b.slot[j]];
       if (gfs_op(q.op) != gfs_op::open) continue;
@@ -482,12 +494,18 @@ struct file_system::impl {
         for (uint32_t i = 0; i < n; ++i) calls[i].op.window = next_window++;
       }
     }
+    // The thread's deferred detaches and closes go first, in the same message.
+    const size_t before = b.deferred.size() + n <= tree_batch_max ? b.deferred.size() : 0;
+    if (!before) run_deferred(b.deferred);
+    for (uint32_t i = 0; i < n; ++i) b.deferred.push_back(std::move(calls[i]));
     const uint64_t c0 = now_ns();
     try {
-      tree->run(calls, n);
+      tree->run(b.deferred.data(), uint32_t(b.deferred.size()));
     } catch (const error&) {  // the server went away: every open fails
-      for (uint32_t i = 0; i < n; ++i) calls[i].op.err = EIO;
+      for (size_t i = before; i < b.deferred.size(); ++i) b.deferred[i].op.err = EIO;
     }
+    for (uint32_t i = 0; i < n; ++i) calls[i] = std::move(b.deferred[before + i]);
+    b.deferred.clear();
     const uint64_t per = (now_ns() - c0) / n;
     for (uint32_t i = 0; i < n; ++i) {
       open_prep& p = b.prep[of[i]];

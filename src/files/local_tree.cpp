@@ -144,6 +144,23 @@ class open_pool {
     }
     cv_.notify_all();
     for (std::thread& t : threads_) t.join();
+    {
+      std::lock_guard<std::mutex> l(release_mutex_);
+      release_stop_ = true;
+    }
+    release_cv_.notify_all();
+    if (releaser_.joinable()) releaser_.join();
+  }
+  // Drops a file's reference on a thread of its own (its last: a close(2)).
+  void release(std::shared_ptr<window_file> f) {
+    bool first;
+    {
+      std::lock_guard<std::mutex> l(release_mutex_);
+      if (!releaser_.joinable()) releaser_ = std::thread([this] { release_loop(); });
+      first = releasing_.empty();
+      releasing_.push_back(std::move(f));
+    }
+    if (first) release_cv_.notify_one();  // a waker a burst, not one a file
   }
   void run(uint32_t n, const std::function<void(uint32_t)>& fn) {
     std::lock_guard<std::mutex> one(batch_mutex_);
@@ -193,6 +210,23 @@ class open_pool {
       if (--b->active == 0) done_.notify_all();
     }
   }
+  void release_loop() {
+    std::unique_lock<std::mutex> l(release_mutex_);
+    for (;;) {
+      release_cv_.wait(l, [&] { return release_stop_ || !releasing_.empty(); });
+      std::vector<std::shared_ptr<window_file>> now;
+      now.swap(releasing_);
+      l.unlock();
+      now.clear();
+      l.lock();
+      if (release_stop_ && releasing_.empty()) return;
+    }
+  }
+  std::mutex release_mutex_;
+  std::condition_variable release_cv_;
+  std::vector<std::shared_ptr<window_file>> releasing_;
+  bool release_stop_ = false;
+  std::thread releaser_;
   std::mutex batch_mutex_, m_;
   std::condition_variable cv_, done_;
   batch* current_ = nullptr;
@@ -260,14 +294,18 @@ class local_tree final : public tree_session {
       calls[i].name.clear();
       op.err = one(calls[i]);
     };
-    // A batch of opens only (they do not depend on one another), in parallel.
-    bool opens = parallel_ && n >= 4;
-    for (uint32_t i = 0; opens && i < n; ++i) opens = calls[i].op.kind == uint32_t(tree_op_kind::open);
-    if (opens) {
-      shared_open_pool().run(n, answer);
-      return;
+    // In order, but a run of opens (they do not depend on one another) in
+    // parallel where the session may.
+    for (uint32_t i = 0; i < n;) {
+      uint32_t e = i;
+      while (e < n && calls[e].op.kind == uint32_t(tree_op_kind::open)) ++e;
+      if (parallel_ && e - i >= 4) {
+        shared_open_pool().run(e - i, [&](uint32_t k) { answer(i + k); });
+        i = e;
+      } else {
+        answer(i++);
+      }
     }
-    for (uint32_t i = 0; i < n; ++i) answer(i);
   }
 
  private:
@@ -310,9 +348,13 @@ class local_tree final : public tree_session {
         });
       case tree_op_kind::close: {
         std::shared_ptr<window_file> gone;  // its descriptor closed outside the lock
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (!files_.find(op.file)) return EBADF;
-        gone = files_.take(op.file);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (!files_.find(op.file)) return EBADF;
+          gone = files_.take(op.file);
+        }
+        // A server's: the descriptor's close(2) off its loop thread.
+        if (parallel_) shared_open_pool().release(std::move(gone));
         return 0;
       }
       case tree_op_kind::attach: {

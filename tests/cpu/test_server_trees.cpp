@@ -376,8 +376,15 @@ TEST_F(Trees, TreeOpsOnTheWireAreCheckedFieldByField) {
   for (int i = 0; i < 8; ++i) opens.push_back(op(tree_op_kind::open, 0, 0, "f1"));
   r = run_ops(a, ns, opens);
   ASSERT_EQ(r.size(), 8u);
-  for (int i = 0; i < 7; ++i) EXPECT_EQ(r[size_t(i)].op.err, 0) << i;
-  EXPECT_EQ(r[7].op.err, EMFILE);
+  // (The server opens a batch's files in parallel: which one finds the
+  // table full is not fixed.)
+  int opened = 0, full = 0;
+  for (const tree_call& c : r) {
+    opened += c.op.err == 0;
+    full += c.op.err == EMFILE;
+  }
+  EXPECT_EQ(opened, 7);
+  EXPECT_EQ(full, 1);
   r = run_ops(a, ns, {op(tree_op_kind::close, file), op(tree_op_kind::close, file), op(tree_op_kind::stat, file)});
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[0].op.err, 0);

@@ -134,7 +134,7 @@ struct id_table {
 class open_pool {
  public:
   open_pool() {
-    const unsigned n = std::clamp(std::thread::hardware_concurrency() / 4, 2u, 8u) - 1;
+    const unsigned n = std::clamp(std::thread::hardware_concurrency() / 2, 2u, 8u) - 1;
     for (unsigned k = 0; k < n; ++k) threads_.emplace_back([this] { work(); });
   }
   ~open_pool() {

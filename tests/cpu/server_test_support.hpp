@@ -7,8 +7,12 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 
+#include "deepwell/server/config.hpp"
+#include "deepwell/server/server.hpp"
 #include "deepwell/wire.hpp"
 
 namespace deepwell::test {
@@ -44,5 +48,27 @@ inline wire::message raw_call(int s, wire::op o, uint32_t a = 0, uint32_t b = 0,
   if (!raw_send(s, o, a, b, c, std::move(text)) || !wire::receive_message(s, r)) r.h.status = -1;
   return r;
 }
+
+// A server of a TOML config, run on a thread of the test.
+class server_thread {
+ public:
+  ~server_thread() { stop(); }
+  void start(const std::string& toml, const std::string& source = "test.toml") {
+    stop();
+    srv_ = std::make_unique<server::server>(server::parse_config(toml, source));
+    loop_ = std::thread([this] { srv_->run(); });
+  }
+  void stop() {
+    if (!srv_) return;
+    srv_->stop();
+    if (loop_.joinable()) loop_.join();
+    srv_.reset();
+  }
+  server::server* get() const { return srv_.get(); }
+
+ private:
+  std::unique_ptr<server::server> srv_;
+  std::thread loop_;
+};
 
 }  // namespace deepwell::test

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "files_test_support.hpp"
 #include "cache_test_support.hpp"
 #include "deepwell/embedded.hpp"
 #include "deepwell/controller.hpp"
@@ -77,16 +78,7 @@ struct rig {
   const gfs_ref& ref() const { return files->ref(); }
 };
 
-std::vector<uint8_t> read_all(const gfs_ref& g, const gfile& f, uint64_t chunk = 3000) {
-  std::vector<uint8_t> out, buf(chunk);
-  for (uint64_t off = 0;;) {
-    const int64_t n = g.gread(f, off, buf.data(), buf.size());
-    if (n < 0) throw std::runtime_error("gread: errno " + std::to_string(-n));
-    if (n == 0) return out;
-    out.insert(out.end(), buf.begin(), buf.begin() + n);
-    off += uint64_t(n);
-  }
-}
+using test::read_all;
 
 }  // namespace
 

@@ -26,6 +26,7 @@
 #include "deepwell/server_link.hpp"
 #include "deepwell/wire.hpp"
 #include "cache_test_support.hpp"
+#include "files_test_support.hpp"
 #include "server_test_support.hpp"
 #include "test_util.hpp"
 
@@ -51,16 +52,7 @@ std::vector<uint8_t> file_bytes(const fs::path& p) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-std::vector<uint8_t> read_all(const gfs_ref& g, const gfile& f) {
-  std::vector<uint8_t> out, buf(5000);
-  for (uint64_t off = 0;;) {
-    const int64_t n = g.gread(f, off, buf.data(), buf.size());
-    if (n < 0) throw std::runtime_error("gread: errno " + std::to_string(-n));
-    if (n == 0) return out;
-    out.insert(out.end(), buf.begin(), buf.begin() + n);
-    off += uint64_t(n);
-  }
-}
+std::vector<uint8_t> read_all(const gfs_ref& g, const gfile& f) { return test::read_all(g, f, 5000); }
 
 std::string socket_path() {
   static std::atomic<int> n{0};
@@ -79,8 +71,7 @@ class Trees : public ::testing::Test {
   fs::path src = base / "src", out = base / "out", secret = base / "secret";
   std::vector<uint64_t> sizes{0, 1, 4095, 4096, 100000, 300001};
   std::string sock = socket_path();
-  std::unique_ptr<server::server> srv;
-  std::thread loop;
+  test::server_thread server_;
 
   void SetUp() override {
     fs::remove_all(base);
@@ -106,15 +97,9 @@ class Trees : public ::testing::Test {
                              "[[grant]]\ndataset = \"src\"\neveryone = true\n" +
                              "[[grant]]\ndataset = \"out\"\nuid = " + uid + "\naccess = \"read-write\"\n" +
                              "[[grant]]\ndataset = \"secret\"\nuid = " + std::to_string(getuid() + 4242) + "\n";
-    srv = std::make_unique<server::server>(server::parse_config(text, "test.toml"));
-    loop = std::thread([this] { srv->run(); });
+    server_.start(text);
   }
-  void stop() {
-    if (!srv) return;
-    srv->stop();
-    if (loop.joinable()) loop.join();
-    srv.reset();
-  }
+  void stop() { server_.stop(); }
 
   std::shared_ptr<page_cache> cache(std::shared_ptr<server_link> link, uint64_t pages = 16) {
     cache_config c = test::small_cache(pages);

@@ -1086,12 +1086,14 @@ file_system::file_system(std::shared_ptr<page_cache> cache, const file_system_op
   if (p.opts.max_dirs == 0 || p.opts.slots == 0 || p.opts.slots > 4096)
     throw error("file system: max_dirs must be positive and slots from 1 to 4096 (got " +
                 std::to_string(p.opts.max_dirs) + ", " + std::to_string(p.opts.slots) + ")");
-  // The tree: its ids for every file open at once, and for the opens of
-  // files open already, which a batch makes before it finds them open.
+  // The tree: its ids (and attached windows) for every file open at once,
+  // for the opens of files open already, which a batch makes before it
+  // finds them open, and for the closed files' detaches a service thread
+  // holds back for its next message.
   tree_request tr;
   tr.name = p.opts.root;
   tr.writable = !p.opts.read_only;
-  tr.max_open = p.opts.max_open + p.opts.slots;
+  tr.max_open = p.opts.max_open + p.opts.slots + std::min(p.opts.service_threads, p.opts.slots) * tree_batch_max;
   tr.max_dirs = p.opts.max_dirs;
   p.tree = p.cache->link().open_tree(tr);
   // The process's descriptor table grown now to hold max_open more files

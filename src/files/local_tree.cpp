@@ -16,6 +16,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -366,8 +367,7 @@ class local_tree final : public tree_session {
           if (!p) return EBADF;
           f = *p;
         }
-        attach_to(op.window, std::move(f));
-        return 0;
+        return attach_to(op.window, std::move(f));
       }
       case tree_op_kind::detach: {
         if (!window_ok(op.window)) return EINVAL;
@@ -378,7 +378,10 @@ class local_tree final : public tree_session {
           if (!p) return EBADF;
           f = *p;
         }
-        target_.detach(op.window, f.get());
+        if (target_.detach(op.window, f.get())) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          attached_.erase(op.window);
+        }
         return 0;
       }
       case tree_op_kind::writes_done:
@@ -397,10 +400,21 @@ class local_tree final : public tree_session {
     return EINVAL;
   }
 
-  void attach_to(uint32_t window, std::shared_ptr<window_file> f) {
+  // 0, or EMFILE when the session has as many windows attached as it may
+  // have files open (each attached window holds a file and a table entry:
+  // a client must not grow them without bound).
+  int attach_to(uint32_t window, std::shared_ptr<window_file> f) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!attached_.count(window)) {
+        if (attached_.size() >= req_.max_open) return EMFILE;
+        attached_.insert(window);
+      }
+    }
     target_.attach(window, std::move(f));
     for (uint32_t e = end_.load(); e <= window && !end_.compare_exchange_weak(e, window + 1);) {
     }
+    return 0;
   }
 
   bool window_ok(uint32_t w) const { return w >= first_ && w < target_.windows(); }
@@ -456,14 +470,23 @@ class local_tree final : public tree_session {
     f->path = c.path;
     f->writable = write;
     f->direct = direct;
-    if (write_once) f->make_write_once();
+    if (write_once) {
+      f->make_write_once();
+      f->merge_budget = merge_budget_;
+    }
     uint64_t id;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       id = files_.add(f);
     }
     if (!id) return EMFILE;  // f's descriptor closes with it
-    if (op.window) attach_to(op.window, std::move(f));
+    if (op.window) {
+      if (const int e = attach_to(op.window, f)) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        files_.take(id);  // the descriptor closes with f
+        return e;
+      }
+    }
     fill(op.st, sb);
     op.id = id;
     op.value = direct;
@@ -521,7 +544,13 @@ class local_tree final : public tree_session {
   std::atomic<uint32_t> end_;  // one past the highest window attached
   bool parallel_;
   std::vector<int> roots_;
-  mutable std::mutex mutex_;  // files_
+  mutable std::mutex mutex_;  // files_, attached_
+  std::unordered_set<uint32_t> attached_;  // windows this session attached a file to
+  // A server's sessions: the pages its write-once files may have merged
+  // (each an offset kept in memory until the file closes), 4 M (16 GiB of
+  // 4 KiB pages); none in process.
+  std::shared_ptr<std::atomic<int64_t>> merge_budget_ =
+      parallel_ ? std::make_shared<std::atomic<int64_t>>(int64_t(4) << 20) : nullptr;
   id_table<std::shared_ptr<window_file>> files_;
   std::mutex dirs_mutex_;  // dirs_ (and readdir's walk of one)
   id_table<DIR*> dirs_;

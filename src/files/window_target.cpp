@@ -14,6 +14,11 @@ namespace deepwell::detail {
 
 window_file::~window_file() {
   if (fd >= 0) ::close(fd);
+  if (merge_budget && merges) {  // its offsets go back to the session's budget
+    int64_t kept = 0;
+    for (unsigned k = 0; k < merge_stripes; ++k) kept += int64_t(merges[k].written.size());
+    merge_budget->fetch_add(kept);
+  }
 }
 
 namespace {
@@ -126,6 +131,10 @@ int64_t merge_write_once(window_file& f, const uint8_t* buf, uint32_t len, uint6
   std::lock_guard<std::mutex> lock(stripe.mutex);
   int64_t v;
   // Kept in the set even if the write fails: part of it may have landed.
+  if (!stripe.written.count(offset) && f.merge_budget && f.merge_budget->fetch_sub(1) <= 0) {
+    f.merge_budget->fetch_add(1);
+    return -ENOSPC;
+  }
   if (stripe.written.insert(offset).second) {
     v = put_all(f.fd, buf, len, offset);
   } else {
@@ -154,14 +163,15 @@ void window_target::attach(uint32_t window, std::shared_ptr<window_file> f) {
   s.windows[window] = std::move(f);
 }
 
-void window_target::detach(uint32_t window, const window_file* only) {
+bool window_target::detach(uint32_t window, const window_file* only) {
   std::shared_ptr<window_file> gone;  // its last reference dropped (a close(2)) outside the lock
   shard& s = shard_of(window);
   std::lock_guard<std::mutex> lock(s.mutex);
   const auto it = s.windows.find(window);
-  if (it == s.windows.end() || (only && it->second.get() != only)) return;
+  if (it == s.windows.end() || (only && it->second.get() != only)) return false;
   gone = std::move(it->second);
   s.windows.erase(it);
+  return true;
 }
 
 void window_target::reset(std::string root) {
@@ -188,7 +198,7 @@ void window_target::read(io_engine& io, void* buf, uint32_t len, uint64_t offset
   if (len == 0) return done(0);
   std::shared_ptr<window_file> f = find(offset);
   if (!f) return done(-EBADF);
-  auto* r = new window_request{std::move(f), &io, static_cast<char*>(buf), offset & window_mask, len, 0, false, 0, done};
+  auto* r = new window_request{std::move(f), &io, static_cast<char*>(buf), offset & window_mask, len, 0, false, 0, done, nullptr, nullptr};
   issue(r);
 }
 

@@ -38,6 +38,10 @@ struct window_file {
     std::unordered_set<uint64_t> written;  // offsets of writes merged so far
   };
   std::unique_ptr<merge_stripe[]> merges;  // write-once files only (make_write_once)
+  // Offsets the merges of a session's write-once files may keep, together
+  // (a server's sessions: a client must not grow the server's memory
+  // without bound); none: no limit. A merge past it fails with ENOSPC.
+  std::shared_ptr<std::atomic<int64_t>> merge_budget;
   void make_write_once() {
     write_once = true;
     merges.reset(new merge_stripe[merge_stripes]);
@@ -56,7 +60,8 @@ class window_target final : public target {
   // Detaches `window`; with `only`, only while that file is the one
   // attached (a close finishing after the tables' lock must not detach the
   // file of a reopen that came meanwhile).
-  void detach(uint32_t window, const window_file* only = nullptr);
+  // Returns whether it detached a file.
+  bool detach(uint32_t window, const window_file* only = nullptr);
   uint32_t windows() const { return uint32_t(bytes_ >> gfs_window_shift); }
   // Writes to `window` completed (or failed) since the target was made,
   // modulo 2^32: the other half of dataset_desc::write_counts, which

@@ -370,6 +370,21 @@ TEST_F(Trees, TreeOpsOnTheWireAreCheckedFieldByField) {
   }
   EXPECT_EQ(opened, 7);
   EXPECT_EQ(full, 1);
+  // One file in many windows: no more windows attached than files may be
+  // open (8); a detached one makes room.
+  uint64_t some = 0;
+  for (const tree_call& c : r)
+    if (c.op.err == 0) some = c.op.id;
+  std::vector<tree_call> attaches;
+  for (uint32_t w = 0; w < 9; ++w) attaches.push_back(op(tree_op_kind::attach, some, first + w));
+  std::vector<tree_call> ra = run_ops(a, ns, attaches);
+  ASSERT_EQ(ra.size(), 9u);
+  for (uint32_t w = 0; w < 8; ++w) EXPECT_EQ(ra[w].op.err, 0) << w;
+  EXPECT_EQ(ra[8].op.err, EMFILE);
+  ra = run_ops(a, ns, {op(tree_op_kind::detach, 0, first), op(tree_op_kind::attach, some, first + 8)});
+  ASSERT_EQ(ra.size(), 2u);
+  EXPECT_EQ(ra[0].op.err, 0);
+  EXPECT_EQ(ra[1].op.err, 0);
   r = run_ops(a, ns, {op(tree_op_kind::close, file), op(tree_op_kind::close, file), op(tree_op_kind::stat, file)});
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[0].op.err, 0);

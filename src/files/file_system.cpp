@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -65,6 +66,24 @@ struct tree_file {
     }
   }
 };
+
+// Per cache and namespace: one past the windows a file system has handed
+// out in it (keyed by the cache's address; a later cache at the same
+// address only starts higher).
+std::mutex watermark_mutex;
+std::map<std::pair<const page_cache*, uint32_t>, uint32_t> watermarks;
+
+uint32_t window_watermark(const page_cache& cache, uint32_t nsid) {
+  std::lock_guard<std::mutex> lock(watermark_mutex);
+  const auto it = watermarks.find({&cache, nsid});
+  return it == watermarks.end() ? 0 : it->second;
+}
+
+void raise_window_watermark(const page_cache& cache, uint32_t nsid, uint32_t next) {
+  std::lock_guard<std::mutex> lock(watermark_mutex);
+  uint32_t& w = watermarks[{&cache, nsid}];
+  w = std::max(w, next);
+}
 
 tree_call call_of(tree_op_kind k, uint64_t file = 0, uint32_t window = 0, uint64_t size = 0, uint32_t flags = 0) {
   tree_call c;
@@ -273,6 +292,7 @@ struct file_system::impl {
     pending_cv.notify_all();
     if (closer.joinable()) closer.join();
     if (!tree) return;  // the constructor failed before it had one
+    raise_window_watermark(*cache, nsid, next_window);  // the service threads have stopped
     std::vector<tree_call> calls;
     for (uint64_t d : dirs)
       if (d) calls.push_back(call_of(tree_op_kind::closedir, d));
@@ -1119,7 +1139,10 @@ file_system::file_system(std::shared_ptr<page_cache> cache, const file_system_op
   const uint32_t shift = p.cache->ref().page_shift();
   const uint32_t bits = std::min<uint32_t>(60, key_page_bits + shift);
   static_assert(60 - gfs_window_shift <= gfs_tag_window_bits, "a tag holds every window");
-  p.next_window = p.tree->first_window();
+  // Above every window this cache may hold pages of in this namespace (a
+  // server's namespace serves one session after another: a session's
+  // windows are numbered afresh, its files are new).
+  p.next_window = std::max(p.tree->first_window(), window_watermark(*p.cache, p.tree->nsid()));
   p.max_windows = uint32_t(std::min<uint64_t>(uint64_t(p.tree->first_window()) + p.tree->windows(),
                                               1ull << (bits - gfs_window_shift)));
   p.nsid = p.tree->nsid();

@@ -245,7 +245,7 @@ class local_tree final : public tree_session {
  public:
   local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid, uint32_t first, bool parallel)
       : req_(r), windows_(std::move(windows)), target_(dynamic_cast<window_target&>(*windows_)), nsid_(nsid),
-        first_(first), end_(first), parallel_(parallel), files_(r.max_open), dirs_(r.max_dirs) {
+        first_(first), parallel_(parallel), files_(r.max_open), dirs_(r.max_dirs) {
     if (first < tree_first_window || first >= target_.windows())
       throw error("tree: first window " + std::to_string(first) + " is outside the namespace");
     if (r.name.empty()) throw error("tree: no directory named");
@@ -275,7 +275,6 @@ class local_tree final : public tree_session {
   uint32_t nsid() const override { return nsid_; }
   uint32_t first_window() const override { return first_; }
   uint32_t windows() const override { return target_.windows() - first_; }
-  uint32_t windows_end() const { return end_.load(); }
   bool writable() const override { return req_.writable; }
   std::string describe() const override { return "the tree " + req_.name; }
 
@@ -412,8 +411,6 @@ class local_tree final : public tree_session {
       }
     }
     target_.attach(window, std::move(f));
-    for (uint32_t e = end_.load(); e <= window && !end_.compare_exchange_weak(e, window + 1);) {
-    }
     return 0;
   }
 
@@ -541,7 +538,6 @@ class local_tree final : public tree_session {
   window_target& target_;
   uint32_t nsid_;
   uint32_t first_;
-  std::atomic<uint32_t> end_;  // one past the highest window attached
   bool parallel_;
   std::vector<int> roots_;
   mutable std::mutex mutex_;  // files_, attached_
@@ -562,7 +558,6 @@ std::shared_ptr<target> make_tree_windows(const std::string& root) {
   return std::make_shared<window_target>(1ull << 60, root);
 }
 
-uint32_t tree_windows_in(const target& windows) { return dynamic_cast<const window_target&>(windows).windows(); }
 
 void reset_tree_windows(target& windows, const std::string& root) {
   dynamic_cast<window_target&>(windows).reset(root);
@@ -574,8 +569,5 @@ std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared
   return std::make_shared<local_tree>(r, std::move(windows), nsid, first_window, parallel_opens);
 }
 
-uint32_t tree_windows_end(const tree_session& session) {
-  return dynamic_cast<const local_tree&>(session).windows_end();
-}
 
 }  // namespace deepwell::detail

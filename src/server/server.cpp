@@ -204,17 +204,10 @@ struct server::impl {
   // Tree datasets (no namespace of their own), and the namespaces of
   // ended tree sessions, reset and kept for the next.
   std::vector<const dataset_config*> trees;
-  // A session starts above every window of the namespace's sessions before
-  // it: a client's cache never holds pages of another session's window
-  // under the same number. A namespace with too few windows left is
-  // retired (kept, unused: namespaces are never removed).
-  struct pooled_tree {
-    uint32_t nsid;
-    std::shared_ptr<target> windows;
-    uint32_t next_window;
-  };
-  static constexpr uint32_t min_tree_windows = 1u << 16;
-  std::vector<pooled_tree> tree_pool;
+  // Every session has all of its namespace's windows: a client whose cache
+  // saw the namespace before starts above the windows it used then
+  // (file_system), since pages of theirs may still be in its cache.
+  std::vector<std::pair<uint32_t, std::shared_ptr<target>>> tree_pool;
   uint32_t tree_namespaces = 0;  // made so far (in sessions or the pool)
   std::unique_ptr<controller> ctl;
   std::shared_ptr<host_tier> tier;  // the shared host-memory tier (host_cache), if any
@@ -683,11 +676,10 @@ wire::message server::impl::open_tree(client_state& c, const wire::message& m) {
                         std::to_string(cfg.max_tree_dirs_per_uid) + " held)");
   }
   tree_hold t;
-  uint32_t nsid = 0, first = detail::tree_first_window;
+  uint32_t nsid = 0;
   if (!tree_pool.empty()) {
-    nsid = tree_pool.back().nsid;
-    t.windows = std::move(tree_pool.back().windows);
-    first = tree_pool.back().next_window;
+    nsid = tree_pool.back().first;
+    t.windows = std::move(tree_pool.back().second);
     tree_pool.pop_back();
     detail::reset_tree_windows(*t.windows, d->path);
   } else {
@@ -705,9 +697,9 @@ wire::message server::impl::open_tree(client_state& c, const wire::message& m) {
   q.max_open = t.files = m.h.c;
   q.max_dirs = t.dirs = m.h.d;
   try {
-    t.session = detail::make_local_tree(q, t.windows, nsid, first, /*parallel_opens=*/true);
+    t.session = detail::make_local_tree(q, t.windows, nsid, detail::tree_first_window, /*parallel_opens=*/true);
   } catch (const std::exception& e) {
-    tree_pool.push_back({nsid, std::move(t.windows), first});
+    tree_pool.emplace_back(nsid, std::move(t.windows));
     return refuse(wire::status::failed, "the tree " + d->name + ": " + e.what());
   }
   {
@@ -748,13 +740,9 @@ void server::impl::end_tree(client_state& c, uint32_t nsid) {
   c.grants->set(nsid, access_grants::none);
   tree_hold t = std::move(it->second);
   c.trees.erase(it);
-  const uint32_t next = detail::tree_windows_end(*t.session);
   t.session.reset();
   detail::reset_tree_windows(*t.windows, "");
-  if (detail::tree_windows_in(*t.windows) - next >= min_tree_windows)
-    tree_pool.push_back({nsid, std::move(t.windows), next});
-  else
-    log_line("tree namespace " + std::to_string(nsid) + " retired: its windows are used up");
+  tree_pool.emplace_back(nsid, std::move(t.windows));
   std::lock_guard<std::mutex> lock(mutex);
   auto u = usage.find(c.uid);
   if (u != usage.end() && u->second.trees) {

@@ -15,10 +15,9 @@
 namespace deepwell::detail {
 
 // A namespace's target for trees' windows (2^60 bytes: every window a
-// cache's keys can address), and how many windows it has.
+// cache's keys can address).
 std::shared_ptr<target> make_tree_windows(const std::string& root);
 constexpr uint32_t tree_first_window = 1;  // window 0 is never a file's: a default handle matches nothing
-uint32_t tree_windows_in(const target& windows);
 // Every window of `windows` detached and its counts restarted, for the
 // namespace's next session (the last one's files close as their writes end).
 void reset_tree_windows(target& windows, const std::string& root);
@@ -35,9 +34,6 @@ void reset_tree_windows(target& windows, const std::string& root);
 // API has several service threads already).
 std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
                                               uint32_t first_window = tree_first_window, bool parallel_opens = false);
-// One past the highest window a local tree session attached a file to (its
-// first window if none): where the namespace's next session starts, so
-// that a client's cache never holds pages of another session's window.
-uint32_t tree_windows_end(const tree_session& session);
+
 
 }  // namespace deepwell::detail

@@ -243,9 +243,9 @@ open_pool& shared_open_pool() {
 
 class local_tree final : public tree_session {
  public:
-  local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid, uint32_t first, bool parallel)
+  local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid, uint32_t first, bool for_server)
       : req_(r), windows_(std::move(windows)), target_(dynamic_cast<window_target&>(*windows_)), nsid_(nsid),
-        first_(first), parallel_(parallel), files_(r.max_open), dirs_(r.max_dirs) {
+        first_(first), server_(for_server), files_(r.max_open), dirs_(r.max_dirs) {
     if (first < tree_first_window || first >= target_.windows())
       throw error("tree: first window " + std::to_string(first) + " is outside the namespace");
     if (r.name.empty()) throw error("tree: no directory named");
@@ -295,11 +295,11 @@ class local_tree final : public tree_session {
       op.err = one(calls[i]);
     };
     // In order, but a run of opens (they do not depend on one another) in
-    // parallel where the session may.
+    // parallel in a server's session.
     for (uint32_t i = 0; i < n;) {
       uint32_t e = i;
       while (e < n && calls[e].op.kind == uint32_t(tree_op_kind::open)) ++e;
-      if (parallel_ && e - i >= 4) {
+      if (server_ && e - i >= 4) {
         shared_open_pool().run(e - i, [&](uint32_t k) { answer(i + k); });
         i = e;
       } else {
@@ -354,7 +354,7 @@ class local_tree final : public tree_session {
           gone = files_.take(op.file);
         }
         // A server's: the descriptor's close(2) off its loop thread.
-        if (parallel_) shared_open_pool().release(std::move(gone));
+        if (server_) shared_open_pool().release(std::move(gone));
         return 0;
       }
       case tree_op_kind::attach: {
@@ -377,7 +377,7 @@ class local_tree final : public tree_session {
           if (!p) return EBADF;
           f = *p;
         }
-        if (target_.detach(op.window, f.get())) {
+        if (target_.detach(op.window, f.get()) && server_) {
           std::lock_guard<std::mutex> lock(mutex_);
           attached_.erase(op.window);
         }
@@ -403,7 +403,7 @@ class local_tree final : public tree_session {
   // have files open (each attached window holds a file and a table entry:
   // a client must not grow them without bound).
   int attach_to(uint32_t window, std::shared_ptr<window_file> f) {
-    {
+    if (server_) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!attached_.count(window)) {
         if (attached_.size() >= req_.max_open) return EMFILE;
@@ -538,7 +538,7 @@ class local_tree final : public tree_session {
   window_target& target_;
   uint32_t nsid_;
   uint32_t first_;
-  bool parallel_;
+  bool server_;  // make_local_tree's for_server
   std::vector<int> roots_;
   mutable std::mutex mutex_;  // files_, attached_
   std::unordered_set<uint32_t> attached_;  // windows this session attached a file to
@@ -546,7 +546,7 @@ class local_tree final : public tree_session {
   // (each an offset kept in memory until the file closes), 4 M (16 GiB of
   // 4 KiB pages); none in process.
   std::shared_ptr<std::atomic<int64_t>> merge_budget_ =
-      parallel_ ? std::make_shared<std::atomic<int64_t>>(int64_t(4) << 20) : nullptr;
+      server_ ? std::make_shared<std::atomic<int64_t>>(int64_t(4) << 20) : nullptr;
   id_table<std::shared_ptr<window_file>> files_;
   std::mutex dirs_mutex_;  // dirs_ (and readdir's walk of one)
   id_table<DIR*> dirs_;
@@ -564,9 +564,9 @@ void reset_tree_windows(target& windows, const std::string& root) {
 }
 
 std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
-                                              uint32_t first_window, bool parallel_opens) {
+                                              uint32_t first_window, bool for_server) {
   if (!windows || !dynamic_cast<window_target*>(windows.get())) throw error("tree: no windows' target");
-  return std::make_shared<local_tree>(r, std::move(windows), nsid, first_window, parallel_opens);
+  return std::make_shared<local_tree>(r, std::move(windows), nsid, first_window, for_server);
 }
 
 

@@ -697,7 +697,7 @@ wire::message server::impl::open_tree(client_state& c, const wire::message& m) {
   q.max_open = t.files = m.h.c;
   q.max_dirs = t.dirs = m.h.d;
   try {
-    t.session = detail::make_local_tree(q, t.windows, nsid, detail::tree_first_window, /*parallel_opens=*/true);
+    t.session = detail::make_local_tree(q, t.windows, nsid, detail::tree_first_window, /*for_server=*/true);
   } catch (const std::exception& e) {
     tree_pool.emplace_back(nsid, std::move(t.windows));
     return refuse(wire::status::failed, "the tree " + d->name + ": " + e.what());

@@ -28,12 +28,16 @@ void reset_tree_windows(target& windows, const std::string& root);
 // root is not a directory it can open. Closing the session (its last
 // reference) closes every directory it still has open; its files close as
 // their windows are detached.
-// parallel_opens: a batch of opens is spread over a few threads of a pool
-// shared by every such session (the server, whose one loop thread would
-// otherwise make every client's system calls in turn; a program's own file
-// API has several service threads already).
+// for_server: a server's session for another process. A batch's opens are
+// spread over a few threads of a pool shared by every such session (the
+// server's one loop thread would otherwise make every client's system
+// calls in turn; a program's own file API has several service threads
+// already), descriptors are closed on a thread of their own, and limits
+// keep the client from growing the server's memory: no more windows
+// attached than files open, 4 M write-once pages merged. A program's own
+// session has none of these (its memory is its own).
 std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
-                                              uint32_t first_window = tree_first_window, bool parallel_opens = false);
+                                              uint32_t first_window = tree_first_window, bool for_server = false);
 
 
 }  // namespace deepwell::detail

@@ -16,7 +16,6 @@
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -377,10 +376,7 @@ class local_tree final : public tree_session {
           if (!p) return EBADF;
           f = *p;
         }
-        if (target_.detach(op.window, f.get()) && server_) {
-          std::lock_guard<std::mutex> lock(mutex_);
-          attached_.erase(op.window);
-        }
+        if (target_.detach(op.window, f.get()) && server_) attached_.fetch_sub(1);
         return 0;
       }
       case tree_op_kind::writes_done:
@@ -403,14 +399,14 @@ class local_tree final : public tree_session {
   // have files open (each attached window holds a file and a table entry:
   // a client must not grow them without bound).
   int attach_to(uint32_t window, std::shared_ptr<window_file> f) {
-    if (server_) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!attached_.count(window)) {
-        if (attached_.size() >= req_.max_open) return EMFILE;
-        attached_.insert(window);
-      }
+    // Counted before (a window newly attached takes one), undone after
+    // where it replaced a file: parallel opens never pass the limit.
+    if (server_ && attached_.fetch_add(1) >= req_.max_open) {
+      attached_.fetch_sub(1);
+      return EMFILE;
     }
-    target_.attach(window, std::move(f));
+    const bool fresh = target_.attach(window, std::move(f));
+    if (server_ && !fresh) attached_.fetch_sub(1);
     return 0;
   }
 
@@ -540,8 +536,8 @@ class local_tree final : public tree_session {
   uint32_t first_;
   bool server_;  // make_local_tree's for_server
   std::vector<int> roots_;
-  mutable std::mutex mutex_;  // files_, attached_
-  std::unordered_set<uint32_t> attached_;  // windows this session attached a file to
+  mutable std::mutex mutex_;  // files_
+  std::atomic<uint64_t> attached_{0};  // a server's session: windows with a file of its attached
   // A server's sessions: the pages its write-once files may have merged
   // (each an offset kept in memory until the file closes), 4 M (16 GiB of
   // 4 KiB pages); none in process.

@@ -157,10 +157,15 @@ int64_t merge_write_once(window_file& f, const uint8_t* buf, uint32_t len, uint6
 
 }  // namespace
 
-void window_target::attach(uint32_t window, std::shared_ptr<window_file> f) {
+bool window_target::attach(uint32_t window, std::shared_ptr<window_file> f) {
+  std::shared_ptr<window_file> gone;  // a file it replaces: its last reference dropped outside the lock
   shard& s = shard_of(window);
   std::lock_guard<std::mutex> lock(s.mutex);
-  s.windows[window] = std::move(f);
+  std::shared_ptr<window_file>& slot = s.windows[window];
+  const bool fresh = !slot;
+  gone = std::move(slot);
+  slot = std::move(f);
+  return fresh;
 }
 
 bool window_target::detach(uint32_t window, const window_file* only) {

@@ -56,7 +56,8 @@ class window_target final : public target {
   window_target(uint64_t bytes, std::string root)
       : bytes_(bytes), root_(std::move(root)), writes_done_(fresh_counts()) {}
 
-  void attach(uint32_t window, std::shared_ptr<window_file> f);
+  // Returns whether the window had no file attached before.
+  bool attach(uint32_t window, std::shared_ptr<window_file> f);
   // Detaches `window`; with `only`, only while that file is the one
   // attached (a close finishing after the tables' lock must not detach the
   // file of a reopen that came meanwhile).

@@ -639,6 +639,14 @@ struct file_system::impl {
     bool reused = false;
     auto r = retained.find(key);
     if (r != retained.end()) {
+      // The file as this open saw it (its stat, before the tables' lock)
+      // may predate a close the closer thread finished meanwhile (its
+      // size set once its writes landed): where the two differ, the file
+      // is looked at again, so the opener never gets the size from before.
+      if (!unchanged(r->second, sb)) {
+        const tree_op again = file_op(tree_op_kind::stat, *f);
+        if (!again.err) sb = again.st;
+      }
       if (!write_once && unchanged(r->second, sb)) {
         window = r->second.window;
         reused = true;

@@ -14,10 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <exception>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -336,66 +333,7 @@ class remote_tree final : public tree_session {
   bool writable() const override { return writable_; }
   std::string describe() const override { return what_; }
 
-  // The client's service threads call at once, and the link carries one
-  // request at a time: a thread that finds another sending leaves its
-  // batch, and the sender takes every batch waiting into its message (one
-  // message, and the server's parallel opens see all of them together).
   void run(tree_call* calls, uint32_t n) override {
-    waiter me{calls, n, false, nullptr};
-    std::unique_lock<std::mutex> l(combine_mutex_);
-    waiting_.push_back(&me);
-    while (!me.done) {
-      if (sending_) {
-        combine_cv_.wait(l);
-        continue;
-      }
-      sending_ = true;
-      std::vector<waiter*> mine;
-      uint32_t ops = 0;
-      while (!waiting_.empty() && (mine.empty() || ops + waiting_.front()->n <= tree_batch_max)) {
-        ops += waiting_.front()->n;
-        mine.push_back(waiting_.front());
-        waiting_.pop_front();
-      }
-      l.unlock();
-      std::exception_ptr failed;
-      try {
-        if (mine.size() == 1) {
-          send(mine[0]->calls, mine[0]->n);
-        } else {
-          std::vector<tree_call> all;
-          all.reserve(ops);
-          for (waiter* w : mine)
-            for (uint32_t i = 0; i < w->n; ++i) all.push_back(std::move(w->calls[i]));
-          send(all.data(), uint32_t(all.size()));
-          size_t at = 0;
-          for (waiter* w : mine)
-            for (uint32_t i = 0; i < w->n; ++i) w->calls[i] = std::move(all[at++]);
-        }
-      } catch (...) {
-        failed = std::current_exception();
-      }
-      l.lock();
-      for (waiter* w : mine) {
-        w->failed = failed;
-        w->done = true;
-      }
-      sending_ = false;
-      combine_cv_.notify_all();
-    }
-    if (me.failed) std::rethrow_exception(me.failed);
-  }
-
- private:
-  struct waiter {
-    tree_call* calls;
-    uint32_t n;
-    bool done = false;
-    std::exception_ptr failed;
-  };
-
-  // calls[0..n) in as many messages as their paths need.
-  void send(tree_call* calls, uint32_t n) {
     for (uint32_t i = 0; i < n;) {
       // As many as fit in a message, the reply's names included.
       uint32_t k = 0;
@@ -418,11 +356,8 @@ class remote_tree final : public tree_session {
     }
   }
 
+ private:
   static constexpr size_t name_room = 256;  // a reply's readdir name, at most
-  std::mutex combine_mutex_;  // waiting_, sending_, each waiter's done and failed
-  std::condition_variable combine_cv_;
-  std::deque<waiter*> waiting_;
-  bool sending_ = false;
   std::shared_ptr<socket_link> link_;
   uint32_t nsid_, first_, windows_;
   bool writable_;

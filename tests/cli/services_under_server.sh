@@ -206,7 +206,11 @@ fi
 # best of 3 saves each; every load equal to what was saved. GPU tensors
 # with --gpu, NumPy arrays on CPU clients otherwise.
 libdir=$(cd "$(dirname "$bin")/.." && pwd)
-if [ -f "$libdir/libdeepwell_c.so" ] && python3 -c "import numpy" 2>/dev/null; then
+# A sanitizer's build of the library cannot be loaded into a plain python.
+sanitized=$(ldd "$libdir/libdeepwell_c.so" 2>/dev/null | grep -oE 'lib(t|a)san[^ ]*' | head -1)
+if [ -n "$sanitized" ]; then
+  echo "skip checkpoint: $libdir/libdeepwell_c.so is a sanitizer's build ($sanitized), which python cannot load"
+elif [ -f "$libdir/libdeepwell_c.so" ] && python3 -c "import numpy" 2>/dev/null; then
   if out=$(DEEPWELL_LIBRARY="$libdir/libdeepwell_c.so" PYTHONPATH="$(cd "$(dirname "$0")/../.." && pwd)/python" \
       python3 - "$dir" "$sock" "$gpu" <<'PY' 2>&1
 import json, sys, time

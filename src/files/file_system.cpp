@@ -38,9 +38,32 @@ namespace deepwell {
 namespace {
 
 // A service thread's tree ops after the tables' lock (detaches, closes),
-// sent together before its replies (under a server, one message a batch).
+// sent with its next message to the tree (serve).
 thread_local std::vector<tree_call>* deferred_ops = nullptr;
 thread_local tree_session* deferred_tree = nullptr;
+
+// Runs calls[0..n) on the tree, in messages of at most tree_batch_max ops.
+// False where the server went away: each call left unanswered gets EIO.
+bool run_tree(tree_session& t, tree_call* calls, size_t n) {
+  size_t i = 0;
+  try {
+    for (; i < n; i += tree_batch_max) t.run(calls + i, uint32_t(std::min<size_t>(tree_batch_max, n - i)));
+    return true;
+  } catch (const error&) {
+    for (; i < n; ++i) calls[i].op.err = EIO;
+    return false;
+  }
+}
+
+// A detach or close, whose answer nobody waits for: with the service
+// thread's others where it defers them, else now.
+void run_or_defer(tree_session& t, tree_call c) {
+  if (deferred_ops && deferred_tree == &t) {
+    deferred_ops->push_back(std::move(c));
+    return;
+  }
+  run_tree(t, &c, 1);
+}
 
 // A file as the tree session holds it: its id there, closed when the last
 // reference here goes (a request in flight keeps the session's own).
@@ -56,14 +79,7 @@ struct tree_file {
     tree_call c;
     c.op.kind = uint32_t(tree_op_kind::close);
     c.op.file = id;
-    if (deferred_ops && deferred_tree == tree) {
-      deferred_ops->push_back(std::move(c));
-      return;
-    }
-    try {
-      tree->run(&c, 1);
-    } catch (const error&) {  // the server is gone, and the file with it
-    }
+    run_or_defer(*tree, std::move(c));
   }
 };
 
@@ -236,7 +252,7 @@ struct file_system::impl {
 
   // What a request leaves for after the tables' lock.
   struct after_lock {
-    std::shared_ptr<tree_file> file;  // the last reference: its descriptor is closed here
+    std::shared_ptr<tree_file> file;  // the last reference: its id is closed here (deferred in serve)
     int64_t detach = -1;                        // a closed file's window, detached from the target here
     int64_t clear = -1;                         // an entry whose tag the host clears, then frees
     int64_t window = -1;                        // a window whose direct tier entry is written (before the reply)
@@ -260,12 +276,9 @@ struct file_system::impl {
 
   void finish(after_lock& later) {
     // Outside the tables' lock (the target's shards have locks of their
-    // own, which the pollers take), yet before the reply: the closing warp
-    // hears back once its window is detached.
-    if (later.unreserve) {
-      tree_call c = call_of(tree_op_kind::detach, later.unreserve_file, later.unreserve);
-      run_or_defer(c);
-    }
+    // own, which the pollers take). A service thread defers the detaches
+    // and closes to its next message (serve).
+    if (later.unreserve) run_or_defer(*tree, call_of(tree_op_kind::detach, later.unreserve_file, later.unreserve));
     if (later.detach >= 0) detach_window(uint32_t(later.detach), later.file.get());
     later.file.reset();
     if (later.window >= 0) mem->write_private(&windows[later.window], &later.source, sizeof later.source);
@@ -298,11 +311,7 @@ struct file_system::impl {
       if (d) calls.push_back(call_of(tree_op_kind::closedir, d));
     for (auto& e : table)
       if (e) calls.push_back(call_of(tree_op_kind::detach, 0, e->window));
-    try {
-      for (size_t i = 0; i < calls.size(); i += tree_batch_max)
-        tree->run(calls.data() + i, uint32_t(std::min<size_t>(tree_batch_max, calls.size() - i)));
-    } catch (const error&) {  // the server is gone, and the session with it
-    }
+    run_tree(*tree, calls.data(), calls.size());  // a server gone has ended the session itself
     table.clear();  // the files' ids go before the session
     for (auto& [w, m] : window_maps) m.release(*cache);
     for (detail::direct_map& m : orphan_maps) m.release(*cache);
@@ -519,11 +528,7 @@ struct file_system::impl {
     if (!before) run_deferred(b.deferred);
     for (uint32_t i = 0; i < n; ++i) b.deferred.push_back(std::move(calls[i]));
     const uint64_t c0 = now_ns();
-    try {
-      tree->run(b.deferred.data(), uint32_t(b.deferred.size()));
-    } catch (const error&) {  // the server went away: every open fails
-      for (size_t i = before; i < b.deferred.size(); ++i) b.deferred[i].op.err = EIO;
-    }
+    run_tree(*tree, b.deferred.data(), b.deferred.size());  // the server gone: every open fails with EIO
     for (uint32_t i = 0; i < n; ++i) calls[i] = std::move(b.deferred[before + i]);
     b.deferred.clear();
     const uint64_t per = (now_ns() - c0) / n;
@@ -619,14 +624,8 @@ struct file_system::impl {
     }
     if ((flags & g_trunc || write_once) && sb.size != 0) {
       tree_call c[2] = {call_of(tree_op_kind::truncate, f->id, 0, 0), call_of(tree_op_kind::stat, f->id)};
-      int e = 0;
-      try {
-        tree->run(c, 2);
-        e = c[0].op.err ? c[0].op.err : c[1].op.err;
-      } catch (const error&) {
-        e = EIO;
-      }
-      if (e) {
+      run_tree(*tree, c, 2);
+      if (const int e = c[0].op.err ? c[0].op.err : c[1].op.err) {
         later.file = std::move(f);
         return e;
       }
@@ -702,40 +701,28 @@ struct file_system::impl {
   // Returns 0 or an errno (EIO: the server went away).
   int attach_window(uint32_t w, const tree_file& f) {
     const uint64_t t = opts.profile_service ? now_ns() : 0;
-    tree_call c = call_of(tree_op_kind::attach, f.id, w);
-    try {
-      tree->run(&c, 1);
-    } catch (const error&) {
-      c.op.err = EIO;
-    }
+    const int err = ask(call_of(tree_op_kind::attach, f.id, w)).err;
     if (t) window_target_ns.fetch_add(now_ns() - t, std::memory_order_relaxed);
-    return c.op.err;
+    return err;
   }
   void detach_window(uint32_t w, const tree_file* only) {
     const uint64_t t = opts.profile_service ? now_ns() : 0;
-    tree_call c = call_of(tree_op_kind::detach, only ? only->id : 0, w);
-    run_or_defer(c);
+    run_or_defer(*tree, call_of(tree_op_kind::detach, only ? only->id : 0, w));
     if (t) window_target_ns.fetch_add(now_ns() - t, std::memory_order_relaxed);
-  }
-  // A detach or close whose result nobody waits for: with the batch's
-  // others where the thread defers them (serve), else now.
-  void run_or_defer(tree_call& c) {
-    if (deferred_ops && deferred_tree == tree.get()) return deferred_ops->push_back(std::move(c));
-    try {
-      tree->run(&c, 1);
-    } catch (const error&) {  // the server went away, and the window with it
-    }
   }
   // Sends what was deferred, in order, and stops deferring.
   void run_deferred(std::vector<tree_call>& ops) {
     deferred_ops = nullptr;
     deferred_tree = nullptr;
-    try {
-      for (size_t i = 0; i < ops.size(); i += tree_batch_max)
-        tree->run(ops.data() + i, uint32_t(std::min<size_t>(tree_batch_max, ops.size() - i)));
-    } catch (const error&) {  // the server went away, and the windows with it
-    }
+    run_tree(*tree, ops.data(), ops.size());
     ops.clear();
+  }
+  // One call, answered (EIO where the server went away); a readdir's entry
+  // name into `name`.
+  tree_op ask(tree_call c, std::string* name = nullptr) {
+    run_tree(*tree, &c, 1);
+    if (name) *name = std::move(c.name);
+    return c.op;
   }
 
   static bool unchanged(const retained_window& r, const tree_stat& sb) {
@@ -840,13 +827,7 @@ struct file_system::impl {
 
   // One op on file f; err EIO when the server went away.
   tree_op file_op(tree_op_kind k, const tree_file& f, uint64_t size = 0, uint32_t flags = 0) {
-    tree_call c = call_of(k, f.id, 0, size, flags);
-    try {
-      tree->run(&c, 1);
-    } catch (const error&) {
-      c.op.err = EIO;
-    }
-    return c.op;
+    return ask(call_of(k, f.id, 0, size, flags));
   }
 
   int do_close(gfs_slot& q, after_lock& later) {
@@ -973,18 +954,12 @@ struct file_system::impl {
   // Each window's writes_done (0 where the server went away: its closes
   // then end at their deadline).
   std::vector<uint32_t> writes_done(const std::vector<uint32_t>& windows) {
-    std::vector<uint32_t> out(windows.size(), 0);
-    tree_call calls[tree_batch_max];
-    for (size_t i = 0; i < windows.size(); i += tree_batch_max) {
-      const uint32_t n = uint32_t(std::min<size_t>(tree_batch_max, windows.size() - i));
-      for (uint32_t k = 0; k < n; ++k) calls[k] = call_of(tree_op_kind::writes_done, 0, windows[i + k]);
-      try {
-        tree->run(calls, n);
-      } catch (const error&) {
-        return out;
-      }
-      for (uint32_t k = 0; k < n; ++k) out[i + k] = calls[k].op.value;
-    }
+    std::vector<tree_call> calls;
+    calls.reserve(windows.size());
+    for (uint32_t w : windows) calls.push_back(call_of(tree_op_kind::writes_done, 0, w));
+    run_tree(*tree, calls.data(), calls.size());
+    std::vector<uint32_t> out(windows.size());
+    for (size_t i = 0; i < windows.size(); ++i) out[i] = calls[i].op.value;
     return out;
   }
 
@@ -1052,13 +1027,7 @@ struct file_system::impl {
     tree_call c = call_of(k, dir);
     c.path = std::move(path);
     c.op.path_bytes = uint32_t(c.path.size());
-    try {
-      tree->run(&c, 1);
-    } catch (const error&) {
-      c.op.err = EIO;
-    }
-    if (name) *name = std::move(c.name);
-    return c.op;
+    return ask(std::move(c), name);
   }
 
   int do_opendir(gfs_slot& q, after_lock& later) {

@@ -253,7 +253,7 @@ struct server::impl {
   wire::message open_tree(client_state& c, const wire::message& m);
   wire::message tree_ops(client_state& c, const wire::message& m);
   void end_tree(client_state& c, uint32_t nsid);
-  uint8_t tree_rights(const client_state& c, const dataset_config& d) const;
+  uint8_t rights_of(const client_state& c, const dataset_config& d) const;
   void grant(client_state& c);
   bool is_operator(const client_state& c) const;
   void refuse_connection(int fd, uint32_t uid, const std::string& why);
@@ -403,16 +403,7 @@ void server::impl::bind_socket() {
 
 void server::impl::grant(client_state& c) {
   c.grants = std::make_shared<access_grants>();
-  for (const dataset_state& d : datasets) {
-    uint8_t r = access_grants::none;
-    for (const grant_config& g : cfg.grants) {
-      if (g.dataset != "*" && g.dataset != d.cfg->name) continue;
-      if (!g.who.matches(c.uid, c.gids)) continue;
-      r |= access_grants::read;
-      if (g.write && d.writable) r |= access_grants::write;
-    }
-    c.grants->set(d.nsid, r);
-  }
+  for (const dataset_state& d : datasets) c.grants->set(d.nsid, rights_of(c, *d.cfg));
   for (const share_config& s : cfg.shares) {
     if (s.who.matches(c.uid, c.gids)) {  // the first that matches
       c.share = client_share{s.weight, s.rate_bytes};
@@ -634,8 +625,9 @@ uint64_t sums_memory(const section_request& q) {
 
 }  // namespace
 
-// A client's rights on a tree dataset, as the grants give them.
-uint8_t server::impl::tree_rights(const client_state& c, const dataset_config& d) const {
+// A client's rights on a dataset (a namespace's or a tree's), as the
+// config's grants give them.
+uint8_t server::impl::rights_of(const client_state& c, const dataset_config& d) const {
   uint8_t r = access_grants::none;
   for (const grant_config& g : cfg.grants) {
     if (g.dataset != "*" && g.dataset != d.name) continue;
@@ -651,13 +643,13 @@ uint8_t server::impl::tree_rights(const client_state& c, const dataset_config& d
 wire::message server::impl::open_tree(client_state& c, const wire::message& m) {
   const dataset_config* d = nullptr;
   for (const dataset_config* t : trees)
-    if (t->name == m.text && tree_rights(c, *t) != access_grants::none) d = t;
+    if (t->name == m.text && rights_of(c, *t) != access_grants::none) d = t;
   if (!d)
     return refuse(wire::status::not_found, "no tree '" + m.text.substr(0, 256) + "' is offered to uid " +
                                                std::to_string(c.uid) + " (`deepwell stat` lists what the server has; the grants are in its config)");
   const bool writable = m.h.b != 0;
   if (m.h.b > 1) return refuse(wire::status::bad_request, "open_tree: writable must be 0 or 1");
-  if (writable && !(tree_rights(c, *d) & access_grants::write))
+  if (writable && !(rights_of(c, *d) & access_grants::write))
     return refuse(wire::status::denied, "the tree " + d->name + " is read-only for uid " + std::to_string(c.uid) +
                                             (d->writable ? " (its grant is read-only)" : " (writable = false in the config)"));
   if (m.h.c == 0 || m.h.d == 0) return refuse(wire::status::bad_request, "open_tree: no files or no directories asked for");
@@ -1152,7 +1144,7 @@ std::string server::impl::stats_json(const client_state* viewer) const {
     }
     j["trees"] = nlohmann::json::array();
     for (const dataset_config* t : trees) {
-      const uint8_t g = tree_rights(*viewer, *t);
+      const uint8_t g = rights_of(*viewer, *t);
       if (g == access_grants::none) continue;
       j["trees"].push_back({{"name", t->name}, {"root", t->path}, {"writable", bool(g & access_grants::write)}});
     }

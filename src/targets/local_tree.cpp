@@ -114,11 +114,12 @@ struct id_table {
     e.used = true;
     return uint64_t(e.gen) << 32 | (i + 1);
   }
-  T* find(uint64_t id) {
+  const T* find(uint64_t id) const {
     const uint64_t i = (id & 0xFFFFFFFFu) - 1;
     if (i >= entries.size() || !entries[i].used || entries[i].gen != uint32_t(id >> 32)) return nullptr;
     return &entries[i].value;
   }
+  T* find(uint64_t id) { return const_cast<T*>(std::as_const(*this).find(id)); }
   T take(uint64_t id) {  // find(id) must be non-null
     entry& e = entries[(id & 0xFFFFFFFFu) - 1];
     e.used = false;
@@ -279,7 +280,7 @@ class local_tree final : public tree_session {
 
   int descriptor(uint64_t file) const override {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::shared_ptr<window_file>* f = const_cast<local_tree*>(this)->files_.find(file);
+    const std::shared_ptr<window_file>* f = files_.find(file);
     return f ? (*f)->fd : -1;
   }
 

@@ -64,8 +64,7 @@ class Services : public ::testing::Test {
   test::scratch_file secret{1 << 20, 5};
   graph::csr_graph g = test_graph();
   std::string sock = socket_path();
-  std::unique_ptr<server::server> srv;
-  std::thread loop;
+  test::server_thread server_;
 
   void SetUp() override {
     graph::write_csr(graph_file.path(), g);
@@ -89,15 +88,9 @@ class Services : public ::testing::Test {
                              "[[grant]]\ndataset = \"graph\"\neveryone = true\n" +
                              "[[grant]]\ndataset = \"taxi\"\neveryone = true\n" +
                              "[[grant]]\ndataset = \"secret\"\nuid = " + std::to_string(getuid() + 4242) + "\n";
-    srv = std::make_unique<server::server>(server::parse_config(text, "test.toml"));
-    loop = std::thread([this] { srv->run(); });
+    server_.start(text);
   }
-  void stop() {
-    if (!srv) return;
-    srv->stop();
-    if (loop.joinable()) loop.join();
-    srv.reset();
-  }
+  void stop() { server_.stop(); }
 
   cache_config cache_cfg(uint64_t pages = 64) const {
     cache_config c = test::small_cache(pages);

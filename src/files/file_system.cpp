@@ -448,6 +448,14 @@ struct file_system::impl {
     deferred_ops = nullptr;
     deferred_tree = nullptr;
     if (b.deferred.size() >= tree_batch_max) run_deferred(b.deferred);
+    // The requests' counts before their replies: a caller that reads stats()
+    // after its call returned sees the call counted.
+    {
+      std::lock_guard<std::mutex> stats_lock(stats_mutex);
+      for (uint32_t j = 0; j < b.n; ++j) add(b.later[j].n);
+      st.requests += b.n;
+      st.errors += errors;
+    }
     uint32_t replied = 0;
     for (uint32_t j = 0; j < b.n; ++j) {
       if (!b.later[j].deferred) {
@@ -458,9 +466,6 @@ struct file_system::impl {
     }
     const uint64_t t_replied = now_ns();
     std::lock_guard<std::mutex> stats_lock(stats_mutex);
-    for (uint32_t j = 0; j < b.n; ++j) add(b.later[j].n);
-    st.requests += b.n;
-    st.errors += errors;
     st.seen_to_reply_ns += replied * (t_replied - b.seen_ns);
     ++st.passes;
     st.pass_ns += b.pass_ns;
@@ -988,11 +993,13 @@ struct file_system::impl {
       drop_user(p.h, *table[p.h], nullptr, later);
     }
     finish(later);
-    if (p.reply >= 0) {  // a gclose: its warp hears of the error itself
-      gfs_slot& q = slots[p.reply];
-      q.err = err;
-      q.r0 = 0;  // the host clears the entry's tag (finish, above)
-      shared_store_release(&q.done, p.ticket);
+    // The error and the counts first, then the close counts as finished
+    // (sync() waits for closes_pending to reach 0, then reads the error),
+    // then the reply: whoever learns the close is done sees all of it.
+    if (err && p.reply < 0) {
+      std::lock_guard<std::mutex> lock(pending_mutex);
+      if (background_error.empty())
+        background_error = "the background close of " + file->path + " failed: " + what + ": " + std::strerror(err);
     }
     {
       std::lock_guard<std::mutex> lock(stats_mutex);
@@ -1003,10 +1010,11 @@ struct file_system::impl {
         if (err) ++st.background_close_errors;
       }
     }
-    if (err && p.reply < 0) {
-      std::lock_guard<std::mutex> lock(pending_mutex);
-      if (background_error.empty())
-        background_error = "the background close of " + file->path + " failed: " + what + ": " + std::strerror(err);
+    if (p.reply >= 0) {  // a gclose: its warp hears of the error itself
+      gfs_slot& q = slots[p.reply];
+      q.err = err;
+      q.r0 = 0;  // the host clears the entry's tag (finish, above)
+      shared_store_release(&q.done, p.ticket);
     }
   }
 

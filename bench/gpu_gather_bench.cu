@@ -374,7 +374,7 @@ int main(int argc, char** argv) {
         cfg.direct_tier = direct;
         auto cache = make_gpu_page_cache(ctl, cfg);
         array<uint64_t> a(cache, nsid);
-        const bool has_direct = cache->dataset(0).direct != nullptr;
+        const bool has_direct = cache->dataset(0).source.mapped() != nullptr;
         if (direct && !has_direct) {
           std::printf("%s: no direct tier (file not resident?), skipping deepwell-direct\n", loc.c_str());
           continue;

@@ -285,7 +285,7 @@ int main(int argc, char** argv) try {
   const uint64_t words = a.size(), pages = words / (cfg.page_size / 8);
   j["dataset_bytes"] = words * 8;
   j["cache_bytes"] = cfg.capacity_bytes;
-  j["direct_tier"] = cache->dataset(0).direct != nullptr;
+  j["direct_tier"] = cache->dataset(0).source.mapped() != nullptr;
   j["host_tier_arena"] = cache->dataset(0).tier.attached();
 
   unsigned long long *wrong, *failed;

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "deepwell/config.hpp"
-#include "deepwell/tier_layout.hpp"
+#include "deepwell/page_source.hpp"
 
 namespace deepwell {
 
@@ -76,14 +76,8 @@ DW_HD constexpr uint64_t hint_position(uint64_t key) {
   return key_page(key) + uint64_t(key_dataset(key)) * 0x9E3779B1ull;
 }
 
-// A window's direct tier (the file API): a read-only file's registered
-// mapping and its length, or nothing (data == nullptr).
-struct window_source {
-  unsigned long long data;   // the mapping as clients address it (a pointer), 0: none
-  unsigned long long bytes;  // the file's length at open: pages past it go through the controller
-};
-
-// One dataset served through the cache: a namespace of the controller.
+// One dataset served through the cache: a namespace of the link, and where
+// its missing pages come from (page_source.hpp).
 struct dataset_desc {
   uint32_t nsid = 0;
   uint32_t block_size = 0;
@@ -92,24 +86,8 @@ struct dataset_desc {
   uint64_t bytes = 0;    // dataset length (the last page may be partial)
   uint64_t blocks = 0;   // namespace blocks
   uint64_t pages = 0;
-  const uint8_t* direct = nullptr;  // the dataset in host memory, readable by this client: the direct tier
-  // Where there is no `direct`: the dataset's arena of a server's host-memory
-  // tier, whose resident pages fills copy with no controller round trip.
-  tier_ref tier;
-  // Where set (the file API's windows): a counter per 2^write_count_shift
-  // pages, in client memory, raised as each write-back of those pages is
-  // submitted. The host compares it with the writes its target completed,
-  // to learn when a closed file's write-backs have all landed
-  // (gfs_ref::gclose_async).
-  uint32_t* write_counts = nullptr;
-  uint32_t write_count_shift = 0;
-  // Where set (the file API's windows): a direct tier per 2^window_shift
-  // pages, in client memory, each set by the host while that window's file
-  // is open read-only, fully in the page cache and registered; read with
-  // relaxed atomics (never from a stale L1 line), so a miss sees an entry
-  // the host wrote before the open's reply.
-  const window_source* windows = nullptr;
-  uint32_t window_shift = 0;
+  page_source source;    // set when the dataset is added; the controller where no other
+  writeback_tally tally; // where its owner asked for one (page_cache::add_dataset)
 };
 
 // Group commit of one dataset's flushes (page_cache_ref::persist): flushes

@@ -83,27 +83,39 @@ class page_cache {
 
   // Serves namespace `nsid` through this cache; returns its dataset id,
   // the same id for every call with the same namespace (so that a page of
-  // the namespace lives in one slot whichever arrays view it).
+  // the namespace lives in one slot whichever arrays view it). The
+  // dataset's page source (page_source.hpp) is chosen here, once: the
+  // options' explicit one, or (automatic) what the link offers: a host
+  // mapping of the dataset where the cache allows a direct tier, else a
+  // server's shared tier, else the controller.
   // Throws deepwell::error if the namespace's block size exceeds the page
-  // size or the cache has no room for another dataset.
-  uint32_t add_dataset(uint32_t nsid);
+  // size, the cache has no room for another dataset, or the namespace is
+  // served already with another source than the options name.
+  struct dataset_options {
+    enum class source_t { automatic, controller, windows } source = source_t::automatic;
+    // windows: the table of window mappings (client memory, one entry per
+    // 2^window_shift pages), which its owner sets and clears while no
+    // client reads that window's pages through it.
+    const window_source* windows = nullptr;
+    uint32_t window_shift = 0;
+    // Where set: a write-back tally (page_source.hpp), client memory of
+    // enough zeroed words for the dataset's pages.
+    uint32_t* writeback_counts = nullptr;
+    uint32_t writeback_shift = 0;
+  };
+  uint32_t add_dataset(uint32_t nsid) { return add_dataset(nsid, dataset_options{}); }
+  // An owner that asks again with an explicit source of the same kind (a
+  // new file system over a namespace this cache served before) replaces
+  // the window table and the tally: the previous owner's are gone.
+  uint32_t add_dataset(uint32_t nsid, const dataset_options& o);
   const dataset_desc& dataset(uint32_t id) const;
-  // How dataset `id`'s misses are filled, in words: the direct tier (a
-  // mapping of the file, or the dataset's host memory), a server's host
-  // tier, or the controller's queues (which controller, its I/O backend,
-  // the file's buffered or O_DIRECT reads), and why a faster route was not
-  // taken. DEEPWELL_LOG=info prints it when the dataset is added.
+  // How dataset `id`'s misses are filled, in words: its source (a mapping
+  // of the file, the dataset's host memory, window mappings, a server's
+  // host tier, or the controller's queues: which controller, its I/O
+  // backend, the file's buffered or O_DIRECT reads), and why a faster
+  // source was not taken. DEEPWELL_LOG=info prints it when the dataset is
+  // added.
   const std::string& route(uint32_t id) const;
-  // Counts the write-backs of dataset `id` submitted to each group of
-  // 2^shift pages into counts[page >> shift] (client memory, zeroed,
-  // enough words for the dataset's pages): dataset_desc::write_counts.
-  // Before any access uses the dataset.
-  void count_write_backs(uint32_t id, uint32_t* counts, uint32_t shift);
-  // Dataset id gets a direct tier per window of 2^shift pages (the file
-  // API): `table` in client memory, a window_source per window, which the
-  // owner sets and clears while no client reads that window's pages through
-  // it (dataset_desc::windows).
-  void serve_windows_directly(uint32_t id, const window_source* table, uint32_t shift);
   // Host memory made readable by this cache's clients (registered and
   // mapped for a GPU; read-only for a PROT_READ file mapping): its address
   // as they see it, or nullptr if it cannot be. Pair with unshare_host.
@@ -155,12 +167,14 @@ class page_cache {
   // Host memory as this cache's clients address it (registered and mapped
   // for a GPU), or nullptr if it cannot be used.
   virtual const uint8_t* direct_pointer(void* host, uint64_t bytes, bool read_only) = 0;
-  // The direct tier of namespace nsid, if any; `why_not` says why there is
-  // none where one was allowed (for the dataset's route).
-  const uint8_t* direct_source(uint32_t nsid, const namespace_info& info, std::string& why_not);
+  // The source an automatic dataset gets, and its route in words.
+  page_source automatic_source(uint32_t nsid, const namespace_info& info, const dataset_desc& d, std::string& route);
+  // The host mapping of namespace nsid, if any; `why_not` says why there
+  // is none where one was allowed (for the dataset's route).
+  const uint8_t* host_mapping_of(uint32_t nsid, const namespace_info& info, std::string& why_not);
   // The namespace's arena of a server's host-memory tier, where there is
   // one whose pages are this cache's size (tier_layout.hpp); else detached.
-  tier_ref tier_source(uint32_t nsid, const dataset_desc& d);
+  tier_ref tier_of(uint32_t nsid, const dataset_desc& d);
   // NVMe Flush of every writable dataset through the control queue.
   request_status flush_namespaces();
   // The statistics shards and the error flag, where the backend reads them.

@@ -89,7 +89,7 @@ class page_cache_ref {
   DW_HD const uint8_t* direct_read_only(uint32_t dataset) const {
     if (dataset >= ndatasets) return nullptr;
     const dataset_desc& d = datasets[dataset];
-    return d.read_only ? d.direct : nullptr;
+    return d.read_only ? d.source.mapped() : nullptr;
   }
 
   // ---- access: pin pages, use them, release them ----
@@ -222,7 +222,7 @@ class page_cache_ref {
   // in flight began waits for that one first (one write-back of a page at
   // a time). Every lane of `w` calls it with the same arguments. Nothing is
   // flushed: the caller learns when the writes landed some other way (the
-  // file API: dataset_desc::write_counts).
+  // file API: the dataset's writeback_tally).
   template <class Warp>
   DW_HD request_status start_write_back(const Warp& w, uint32_t ds, uint64_t first_page, uint64_t last_page) const;
 

@@ -114,12 +114,45 @@ void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue
   ref_.timeout_ns = cfg_.timeout_ns;
 }
 
-uint32_t page_cache::add_dataset(uint32_t nsid) {
+namespace {
+std::string windows_route(const namespace_info& info) {
+  return "the mappings of open windows where their owner set one, other misses queued to " + info.route;
+}
+}  // namespace
+
+uint32_t page_cache::add_dataset(uint32_t nsid, const dataset_options& o) {
+  using source_t = dataset_options::source_t;
+  if (o.source == source_t::windows && (!o.windows || o.window_shift >= 64))
+    throw error("page cache: a dataset of window mappings needs a table and a shift below 64");
+  if (o.writeback_counts && o.writeback_shift >= 64)
+    throw error("page cache: a write-back tally needs a shift below 64");
   const namespace_info info = link_->info(nsid);  // throws for an unknown namespace
   // One id per namespace: cache keys carry the dataset id, so two ids for
   // one namespace could hold one storage page in two slots.
-  for (uint32_t id = 0; id < datasets_.size(); ++id)
-    if (datasets_[id].nsid == nsid) return id;
+  for (uint32_t id = 0; id < datasets_.size(); ++id) {
+    if (datasets_[id].nsid != nsid) continue;
+    if (o.source == source_t::automatic && !o.writeback_counts) return id;
+    // An owner declaring its source again (a new file system over a
+    // namespace this cache served before): its window table replaces the
+    // last owner's, which is gone. A mapping or a tier the link gave is
+    // not the owner's to replace.
+    dataset_desc& d = datasets_[id];
+    const bool owned = d.source.kind == page_source_kind::controller ||
+                       d.source.kind == page_source_kind::window_mappings;
+    if (o.source != source_t::automatic && !owned)
+      throw error("page cache: namespace " + std::to_string(nsid) + " is served already from another source (" +
+                  routes_[id] + ")");
+    if (o.source == source_t::windows) {
+      d.source = page_source::from_windows(o.windows, o.window_shift);
+      routes_[id] = info.description + ": " + windows_route(info);
+    } else if (o.source == source_t::controller) {
+      d.source = page_source::from_controller();
+      routes_[id] = info.description + ": queued to " + info.route;
+    }
+    if (o.writeback_counts) d.tally = writeback_tally{o.writeback_counts, o.writeback_shift};
+    write_dataset(id, d);
+    return id;
+  }
   if (info.block_size > geo_.page_size)
     throw error("page cache: namespace " + std::to_string(nsid) + " has " + std::to_string(info.block_size) +
                 "-byte blocks, larger than the cache's " + std::to_string(geo_.page_size) +
@@ -135,19 +168,20 @@ uint32_t page_cache::add_dataset(uint32_t nsid) {
   d.bytes = info.bytes;
   d.blocks = info.blocks;
   d.pages = (info.bytes + geo_.page_size - 1) / geo_.page_size;
-  std::string why_not;
-  d.direct = direct_source(nsid, info, why_not);
-  if (!d.direct) d.tier = tier_source(nsid, d);
   std::string route;
-  if (d.direct)
-    route = std::string("the direct tier: ") +
-            (mappings_.back()->file ? "a read-only mapping of the file" : "the dataset's host memory") +
-            ", no controller round trip";
-  else if (d.tier.data)
-    route = "the server's host-memory tier (resident pages copied with no command), other misses through " + info.route;
-  else
-    route = "queued to " + info.route;
-  if (!why_not.empty()) route += " (no direct tier: " + why_not + ")";
+  switch (o.source) {
+    case source_t::automatic:
+      d.source = automatic_source(nsid, info, d, route);
+      break;
+    case source_t::controller:
+      route = "queued to " + info.route;
+      break;
+    case source_t::windows:
+      d.source = page_source::from_windows(o.windows, o.window_shift);
+      route = windows_route(info);
+      break;
+  }
+  if (o.writeback_counts) d.tally = writeback_tally{o.writeback_counts, o.writeback_shift};
   route = info.description + ": " + route;
   const uint32_t id = uint32_t(datasets_.size());
   datasets_.push_back(d);
@@ -158,12 +192,31 @@ uint32_t page_cache::add_dataset(uint32_t nsid) {
   return id;
 }
 
+page_source page_cache::automatic_source(uint32_t nsid, const namespace_info& info, const dataset_desc& d,
+                                         std::string& route) {
+  std::string why_not;
+  page_source src;
+  if (const uint8_t* host = host_mapping_of(nsid, info, why_not)) {
+    src = page_source::from_host(host);
+    route = std::string("the direct tier: ") +
+            (mappings_.back()->file ? "a read-only mapping of the file" : "the dataset's host memory") +
+            ", no controller round trip";
+  } else if (const tier_ref t = tier_of(nsid, d); t.attached()) {
+    src = page_source::from_tier(t);
+    route = "the server's host-memory tier (resident pages copied with no command), other misses through " + info.route;
+  } else {
+    route = "queued to " + info.route;
+  }
+  if (!why_not.empty()) route += " (no direct tier: " + why_not + ")";
+  return src;
+}
+
 const std::string& page_cache::route(uint32_t id) const {
   if (id >= routes_.size()) throw error("page cache: no dataset " + std::to_string(id));
   return routes_[id];
 }
 
-const uint8_t* page_cache::direct_source(uint32_t nsid, const namespace_info& info, std::string& why_not) {
+const uint8_t* page_cache::host_mapping_of(uint32_t nsid, const namespace_info& info, std::string& why_not) {
   if (!cfg_.direct_tier) return nullptr;
   const bool files = info.read_only && cfg_.direct_files != cache_config::file_tier::never;
   std::shared_ptr<const host_mapping> m = link_->map_dataset(nsid, files);
@@ -183,7 +236,7 @@ const uint8_t* page_cache::direct_source(uint32_t nsid, const namespace_info& in
   return base + (m->data - static_cast<const uint8_t*>(m->base));
 }
 
-tier_ref page_cache::tier_source(uint32_t nsid, const dataset_desc& d) {
+tier_ref page_cache::tier_of(uint32_t nsid, const dataset_desc& d) {
   if (!cfg_.direct_tier) return {};
   std::shared_ptr<const host_mapping> m = link_->map_tier(nsid);
   if (!m || m->base_bytes < sizeof(tier_header)) return {};
@@ -213,22 +266,6 @@ tier_ref page_cache::tier_source(uint32_t nsid, const dataset_desc& d) {
 const dataset_desc& page_cache::dataset(uint32_t id) const {
   if (id >= datasets_.size()) throw error("page cache: no dataset " + std::to_string(id));
   return datasets_[id];
-}
-
-void page_cache::count_write_backs(uint32_t id, uint32_t* counts, uint32_t shift) {
-  if (id >= datasets_.size()) throw error("page cache: no dataset " + std::to_string(id));
-  if (!counts || shift >= 64) throw error("page cache: write-back counts need memory and a shift below 64");
-  datasets_[id].write_counts = counts;
-  datasets_[id].write_count_shift = shift;
-  write_dataset(id, datasets_[id]);
-}
-
-void page_cache::serve_windows_directly(uint32_t id, const window_source* table, uint32_t shift) {
-  if (id >= datasets_.size()) throw error("page cache: no dataset " + std::to_string(id));
-  if (!table || shift >= 64) throw error("page cache: window direct tiers need a table and a shift below 64");
-  datasets_[id].windows = table;
-  datasets_[id].window_shift = shift;
-  write_dataset(id, datasets_[id]);
 }
 
 void page_cache::check_capacity(uint64_t resident_warps, uint32_t cursors) const {

@@ -389,7 +389,7 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     // see every write made before them). Writable files are read through
     // the cache.
     if (!o.cache_reads) {
-      const uint8_t* direct = cache.dataset(a->rows.bytes.dataset).direct;
+      const uint8_t* direct = cache.dataset(a->rows.bytes.dataset).source.mapped();
       if (!a->writable) {
         a->rows.in_place = direct;
       } else if (direct && !o.path) {
@@ -431,7 +431,7 @@ int dw_info(const dw_array* ap, dw_array_info* info) {
     info->cache_bytes = uint64_t(a.cache().slots()) * a.cache().page_size();
     info->device = a.device;
     info->writable = a.writable;
-    info->direct_tier = a.cache().dataset(a.rows.bytes.dataset).direct != nullptr;
+    info->direct_tier = a.cache().dataset(a.rows.bytes.dataset).source.mapped() != nullptr;
     info->in_place = a.rows.in_place != nullptr;
     const auto k = a.counters();
     std::strncpy(info->backend, k ? k->backend.c_str() : "server", sizeof(info->backend) - 1);

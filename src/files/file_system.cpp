@@ -1131,11 +1131,10 @@ file_system::file_system(std::shared_ptr<page_cache> cache, const file_system_op
   p.max_windows = uint32_t(std::min<uint64_t>(uint64_t(p.tree->first_window()) + p.tree->windows(),
                                               1ull << (bits - gfs_window_shift)));
   p.nsid = p.tree->nsid();
-  p.bytes = std::make_unique<array<uint8_t>>(p.cache, p.nsid);
   // A word per window: the write-backs submitted (gclose_async).
   p.write_counts = static_cast<uint32_t*>(p.mem->alloc_private(sizeof(uint32_t) * uint64_t(p.max_windows)));
-  p.cache->count_write_backs(p.bytes->ref().dataset, p.write_counts, gfs_window_shift - shift);
-  // Direct tiers: a window_source per window, where the cache allows them.
+  // Window mappings (the direct tier of a read-only file that is resident
+  // and registered: a window_source per window), where the cache allows them.
   const cache_config& cc = p.cache->config();
   using tier = file_system_options::direct_tier;
   p.direct_enabled = cc.direct_tier && cc.direct_files != cache_config::file_tier::never &&
@@ -1144,10 +1143,19 @@ file_system::file_system(std::shared_ptr<page_cache> cache, const file_system_op
   p.direct_budget = p.opts.direct_max_bytes
                         ? p.opts.direct_max_bytes
                         : uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE)) / 4;
+  // The namespace's page source, declared before the array adds it.
+  page_cache::dataset_options source;
+  source.source = page_cache::dataset_options::source_t::controller;
+  source.writeback_counts = p.write_counts;
+  source.writeback_shift = gfs_window_shift - shift;
   if (p.direct_enabled) {
     p.windows = static_cast<window_source*>(p.mem->alloc_private(sizeof(window_source) * uint64_t(p.max_windows)));
-    p.cache->serve_windows_directly(p.bytes->ref().dataset, p.windows, gfs_window_shift - shift);
+    source.source = page_cache::dataset_options::source_t::windows;
+    source.windows = p.windows;
+    source.window_shift = gfs_window_shift - shift;
   }
+  p.cache->add_dataset(p.nsid, source);
+  p.bytes = std::make_unique<array<uint8_t>>(p.cache, p.nsid);
 
   p.slots = static_cast<gfs_slot*>(p.mem->alloc_shared(sizeof(gfs_slot) * p.opts.slots));
   p.served.assign(p.opts.slots, 0);

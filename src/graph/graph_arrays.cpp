@@ -45,8 +45,8 @@ cached_graph graph_arrays::view(const uint64_t* offsets_in_memory, bool stream) 
   g.nbr = nbr_->ref();
   if (wts_) g.wts = wts_->ref();
   if (stream) {
-    g.nbr_stream = reinterpret_cast<const uint32_t*>(cache_->dataset(nbr_->ref().dataset).direct);
-    if (wts_) g.wts_stream = reinterpret_cast<const uint32_t*>(cache_->dataset(wts_->ref().dataset).direct);
+    g.nbr_stream = reinterpret_cast<const uint32_t*>(cache_->dataset(nbr_->ref().dataset).source.mapped());
+    if (wts_) g.wts_stream = reinterpret_cast<const uint32_t*>(cache_->dataset(wts_->ref().dataset).source.mapped());
   }
   return g;
 }

@@ -86,7 +86,7 @@ void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi
   rep.misses = s.misses;
   rep.hits = s.hits;
   for (size_t c = 0; c < t.arrays.size(); ++c) {
-    const bool direct = t.cache->dataset(t.arrays[c].ref().dataset).direct != nullptr;
+    const bool direct = t.cache->dataset(t.arrays[c].ref().dataset).source.mapped() != nullptr;
     rep.direct_columns += direct;
     // Values read alone (read_sparse): the selected rows of each further direct column.
     if (c > 0 && direct && o.sparse_gather) rep.sparse_reads += rep.result.selected;

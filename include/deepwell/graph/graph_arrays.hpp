@@ -47,7 +47,7 @@ class graph_arrays {
   const std::string& path() const { return path_; }
   // Whether the edge lists are read through the direct tier (a registered
   // mapping of the file, no controller round trip) rather than the queues.
-  bool edges_direct() const { return cache_->dataset(nbr_->ref().dataset).direct != nullptr; }
+  bool edges_direct() const { return cache_->dataset(nbr_->ref().dataset).source.mapped() != nullptr; }
   // The namespace of a section (0 for weights the file does not have).
   uint32_t section_namespace(csr_section s) const { return nsid_[int(s)]; }
 

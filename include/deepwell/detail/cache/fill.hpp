@@ -9,21 +9,6 @@
 
 namespace deepwell {
 
-// Page `page` of a dataset with per-window direct tiers (the file API):
-// where its window has one and the page begins inside the file, `src` is
-// its bytes in host memory and `left` the file's bytes from there on.
-DW_HD inline void window_direct(const dataset_desc& d, uint64_t page, uint32_t page_shift, const uint8_t*& src,
-                                 uint64_t& left) {
-  window_source& e = const_cast<window_source&>(d.windows[page >> d.window_shift]);
-  const unsigned long long data = client_atomic<unsigned long long>(e.data).load(memory_order_relaxed);
-  if (!data) return;
-  const unsigned long long bytes = client_atomic<unsigned long long>(e.bytes).load(memory_order_relaxed);
-  const uint64_t within = (page & ((1ull << d.window_shift) - 1)) << page_shift;
-  if (within >= bytes) return;
-  src = reinterpret_cast<const uint8_t*>(data) + within;
-  left = bytes - within;
-}
-
 struct page_cache_ref::fill_job {
   uint64_t key = empty_key;
   uint32_t step = step_done;
@@ -289,10 +274,9 @@ DW_HD DW_NOINLINE warp_pin page_cache_ref::acquire_rest(const Warp& w, bool want
 
 DW_HD inline void page_cache_ref::prefetch(uint64_t key, uint32_t qhint) const {
   const dataset_desc& d = datasets[key_dataset(key)];
-  const uint8_t* direct = d.direct;
-  uint64_t left = 0;
-  if (!direct && d.windows) window_direct(d, key_page(key), page_shift_, direct, left);
-  if (direct) return;  // the direct tier has no I/O latency to hide
+  const uint8_t* mapped;
+  uint64_t left;
+  if (d.source.host_bytes(key_page(key), page_shift_, d.bytes, mapped, left)) return;  // no I/O latency to hide
   const uint32_t b = dir.bucket_of(key);
   if (dir.find(key, b) >= 0) return;
   const detail::dir_insert_result ins = dir.insert(key, b);
@@ -406,7 +390,6 @@ DW_HD inline bool page_cache_ref::probe(fill_job& j, cache_stats_shard& sh) cons
     j.slot = s;
     j.mine = true;
     const dataset_desc& d = datasets[key_dataset(j.key)];
-    const uint64_t off = key_page(j.key) << page_shift_;
     client_atomic<unsigned long long>(sh.misses).fetch_add(1, memory_order_relaxed);
     if (j.cover && j.cover >= page_bytes(j.key)) {
       // Overwritten whole: no read (nor a copy from host memory on the
@@ -418,29 +401,25 @@ DW_HD inline bool page_cache_ref::probe(fill_job& j, cache_stats_shard& sh) cons
       j.step = step_fill;
       return true;
     }
-    const uint8_t* direct = nullptr;
-    uint64_t left = 0;
-    if (d.direct) {
-      direct = d.direct + off;
-      left = d.bytes - off;
-    } else if (d.windows) {
-      window_direct(d, key_page(j.key), page_shift_, direct, left);
-    }
-    if (direct) {
+    // The dataset's source (page_source.hpp): host memory where it maps
+    // the page, a shared tier where the page is resident there (copied,
+    // then checked in finish_fill), else a command to the controller.
+    const uint8_t* mapped;
+    uint64_t left;
+    if (d.source.host_bytes(key_page(j.key), page_shift_, d.bytes, mapped, left)) {
       j.bytes = left < page_size_ ? uint32_t(left) : page_size_;
-      j.src = direct;
+      j.src = mapped;
       j.has_io = false;
       j.step = step_fill;
       client_atomic<unsigned long long>(sh.direct_fills).fetch_add(1, memory_order_relaxed);
       client_atomic<unsigned long long>(sh.bytes_read).fetch_add(j.bytes, memory_order_relaxed);
       return true;
     }
-    if (d.tier.attached() && d.tier.begin(key_page(j.key), j.tier_frame, j.tier_version)) {
-      // Resident in the server's host tier: copy it from there, then check
-      // that the server did not change the frame meanwhile (finish_fill).
+    if (d.source.kind == page_source_kind::shared_tier &&
+        d.source.tier.begin(key_page(j.key), j.tier_frame, j.tier_version)) {
       // Only whole pages are ever resident there.
       j.bytes = page_size_;
-      j.src = d.tier.frame_data(j.tier_frame);
+      j.src = d.source.tier.frame_data(j.tier_frame);
       j.from_tier = true;
       j.has_io = false;
       j.step = step_fill;
@@ -512,7 +491,7 @@ DW_HD inline void page_cache_ref::finish_fill(fill_job& j) const {
   if (j.from_tier) {
     j.from_tier = false;
     const dataset_desc& d = datasets[key_dataset(j.key)];
-    if (!d.tier.still(j.tier_frame, j.tier_version)) {
+    if (!d.source.tier.still(j.tier_frame, j.tier_version)) {
       // The server dropped or reused the frame while the warp copied it:
       // what the slot holds may be torn. Read the page through the
       // controller instead (the slot stays claimed; the read overwrites it).

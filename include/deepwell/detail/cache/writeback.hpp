@@ -59,8 +59,7 @@ DW_HD inline void page_cache_ref::submit_writeback(uint32_t s, uint32_t qi, uint
   const uint64_t lba = page_lba(d, key, nlb);
   // Counted before the submit: whoever sees this write-back in flight
   // (the writeback bit, released below) sees it counted.
-  if (d.write_counts)
-    client_atomic<uint32_t>(d.write_counts[key_page(key) >> d.write_count_shift]).fetch_add(1, memory_order_relaxed);
+  d.tally.note(key_page(key));
   q.submit(cid, nvme::make_write(d.nsid, lba, nlb, q.buffer_offset(cid)));
   orphan_io(s, qi, cid);
   client_atomic<uint64_t> st(state[s]);
@@ -105,7 +104,7 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
         slot_word v = st.load(memory_order_acquire);
         if (v & slot_state::writeback) {  // a write-back in flight: it comes first
           if (!wait && (v & slot_state::orphan) && !(v & slot_state::dirty)) {
-            // Submitted (so counted in write_counts) and holding every
+            // Submitted (so counted in the tally) and holding every
             // write so far. One claimed and not yet submitted is waited
             // for below, as is one being finished.
             pending = false;

@@ -781,7 +781,7 @@ int main(int argc, char** argv) {
         cfg.direct_files = cache_config::file_tier::always;  // the file was just written: it is resident
         auto cache = make_gpu_page_cache(ctl, cfg);
         array<uint64_t> a(cache, loc.nsid);
-        if (direct && cache->dataset(0).direct == nullptr) throw error(std::string("no direct tier for ") + loc.name);
+        if (direct && cache->dataset(0).source.mapped() == nullptr) throw error(std::string("no direct tier for ") + loc.name);
         const uint64_t pages = miss_data / page;
         const uint64_t per_pass = std::min<uint64_t>(cache->slots() / 2, pages);
         cudaMemset(failed, 0, 8);

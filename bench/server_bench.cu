@@ -286,7 +286,7 @@ int main(int argc, char** argv) try {
   j["dataset_bytes"] = words * 8;
   j["cache_bytes"] = cfg.capacity_bytes;
   j["direct_tier"] = cache->dataset(0).source.mapped() != nullptr;
-  j["host_tier_arena"] = cache->dataset(0).tier.attached();
+  j["host_tier_arena"] = cache->dataset(0).source.kind == page_source_kind::shared_tier;
 
   unsigned long long *wrong, *failed;
   check_cuda(cudaMalloc(&wrong, 8), "cudaMalloc");

@@ -238,7 +238,7 @@ TEST(GpuCache, HostTierArenaPagesAreCopiedWithoutCommands) {
   // run 1056 warps at a time on an H100, 32 pages each).
   auto cache = make_gpu_page_cache(ctl, gpu_cache(160ull << 20));
   array<uint64_t> a(cache, ns);
-  ASSERT_TRUE(cache->dataset(a.ref().dataset).tier.attached());
+  ASSERT_EQ(cache->dataset(a.ref().dataset).source.kind, page_source_kind::shared_tier);
   device_counts c;
   check_launch(*cache, read_kernel, 2048, 256);
   read_kernel<<<2048, 256>>>(a.ref(), 8, false, c.d);

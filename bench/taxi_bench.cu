@@ -158,19 +158,19 @@ int main(int argc, char** argv) try {
     };
     taxi_query_options o;
     o.query = q;
-    if (cache_mib) o.cache_bytes = cache_mib << 20;
+    if (cache_mib) o.cache.cache_bytes = cache_mib << 20;
     // Columns in the page cache through the direct tier, the selected values read alone.
     const taxi_query_report dw = run_deepwell("deepwell", o, {});
     // The same over a cache that holds the scan column, run again with its
     // pages in HBM: what the cache costs over data already in GPU memory.
     taxi_query_options oh = o;
-    oh.cache_bytes = std::max<uint64_t>(o.cache_bytes, rows * 4 + (256ull << 20));
+    oh.cache.cache_bytes = std::max<uint64_t>(o.cache.cache_bytes, rows * 4 + (256ull << 20));
     oh.warm_runs = 3;
     const taxi_query_report dh = run_taxi_query_gpu(f, oh);
     taxi_query_result dh_r = dh.result;
     if (!dh.warm_agrees) dh_r.failed = 1;  // a warm run's answer differed from the first's
     emit("deepwell-hbm", dh.warm_seconds, dh_r, 0,
-         {{"first_seconds", dh.seconds}, {"cache_bytes", oh.cache_bytes}, {"warm_runs", oh.warm_runs},
+         {{"first_seconds", dh.seconds}, {"cache_bytes", oh.cache.cache_bytes}, {"warm_runs", oh.warm_runs},
           {"warm_agrees", dh.warm_agrees}});
     // The same bringing the selected rows' pages into the cache.
     taxi_query_options op = o;
@@ -180,7 +180,7 @@ int main(int argc, char** argv) try {
     // storage, here served from the page cache by its pollers).
     taxi_query_options oq = o;
     oq.direct_tier = false;
-    oq.pollers = queued_pollers;
+    oq.cache.pollers = queued_pollers;
     const taxi_query_report dq = run_deepwell("deepwell-queued", oq, {{"pollers", queued_pollers}});
     // The floor.
     plain_cols fc{};

@@ -57,7 +57,7 @@ int grep_command::run() {
     o.out_dir = out_dir;
     o.out_name = out_name;
     o.workers = workers;
-    o.page_size = page_size;
+    o.cache.page_size = page_size;
     o.fsync = fsync;
     o.service_threads = service_threads;
     o.service_slots = service_slots;

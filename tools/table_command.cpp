@@ -96,13 +96,13 @@ int table_command::run() {
     if (qs.empty()) qs = {0, 1, 2, 3, 4, 5};
     taxi_query_options o;
     o.workers = workers;
-    o.odirect = odirect;
+    o.cache.odirect = odirect;
     o.direct_tier = !no_direct;
-    o.pollers = pollers;
+    o.cache.pollers = pollers;
     o.server = server;
     o.sparse_gather = !page_gather;
-    o.cache_bytes = parse_size(cache, "--cache");
-    o.page_size = uint32_t(parse_size(page, "--page"));
+    o.cache.cache_bytes = parse_size(cache, "--cache");
+    o.cache.page_size = uint32_t(parse_size(page, "--page"));
     if (!cpu) require_gpu();
     int rc = 0;
     for (int q : qs) {

@@ -23,18 +23,9 @@
 
 namespace deepwell {
 
-// The cache's settings as the C ABI, the command line and Python give them,
-// where 0 means "the default" (a timeout of 0 or less too).
-struct cache_settings {
-  uint32_t page_size = 0;
-  uint64_t capacity_bytes = 0;
-  uint32_t queue_pairs = 0;
-  uint32_t queue_entries = 0;
-  double timeout_s = 0;
-};
-
 // Defaults come from defaults.hpp (the environment's DEEPWELL_* values,
-// else the built-in ones); what code sets here wins over both.
+// else the built-in ones); what code sets here wins over both. Users give
+// settings as cache_options (cache_options.hpp), applied to one of these.
 struct cache_config {
   uint32_t page_size = defaults::page_size();  // 512 B to 64 KiB, a power of two, >= every dataset's block size
   uint64_t capacity_bytes = defaults::cache_bytes();  // page data; metadata comes on top (about 100 bytes a page)
@@ -54,18 +45,6 @@ struct cache_config {
   // than this share of the slots is dirty (0: never), so that most victims
   // are clean when the hand reaches them.
   double clean_threshold = defaults::clean_threshold();
-
-  // This config with every setting `s` gives (not 0) in place of its own:
-  // the one place where "0: the default" is applied.
-  cache_config with(const cache_settings& s) const {
-    cache_config c = *this;
-    if (s.page_size) c.page_size = s.page_size;
-    if (s.capacity_bytes) c.capacity_bytes = s.capacity_bytes;
-    if (s.queue_pairs) c.queue_pairs = s.queue_pairs;
-    if (s.queue_entries) c.queue_entries = s.queue_entries;
-    if (s.timeout_s > 0) c.timeout_ns = uint64_t(s.timeout_s * 1e9);
-    return c;
-  }
 
   static file_tier file_tier_from(const std::string& name) {
     return name == "never" ? file_tier::never : name == "always" ? file_tier::always : file_tier::resident;

@@ -13,7 +13,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 OK, EINVAL, EIO, ERANGE, ENOCUDA, ERUNTIME = 0, -1, -2, -3, -4, -5
 
@@ -41,6 +41,22 @@ class CudaUnavailable(Error):
 _ERRORS = {EINVAL: InvalidArgument, EIO: IOFailure, ERANGE: IndexOutOfRange, ENOCUDA: CudaUnavailable}
 
 
+class CacheOptions(ctypes.Structure):
+    """dw_cache_options: the page cache's settings, one set of fields wherever a cache is made."""
+    _fields_ = [
+        ("device", ctypes.c_int32),
+        ("page_size", ctypes.c_uint32),
+        ("cache_bytes", ctypes.c_uint64),
+        ("queue_pairs", ctypes.c_uint32),
+        ("queue_entries", ctypes.c_uint32),
+        ("pollers", ctypes.c_uint32),
+        ("cpu_threads", ctypes.c_uint32),
+        ("odirect", ctypes.c_int32),
+        ("direct_files", ctypes.c_int32),
+        ("timeout_s", ctypes.c_double),
+    ]
+
+
 class OpenOptions(ctypes.Structure):
     _fields_ = [
         ("path", ctypes.c_char_p),
@@ -48,19 +64,11 @@ class OpenOptions(ctypes.Structure):
         ("offset", ctypes.c_uint64),
         ("length", ctypes.c_uint64),
         ("row_bytes", ctypes.c_uint32),
-        ("page_size", ctypes.c_uint32),
-        ("cache_bytes", ctypes.c_uint64),
-        ("device", ctypes.c_int32),
         ("writable", ctypes.c_int32),
         ("create", ctypes.c_int32),
-        ("create_bytes", ctypes.c_uint64),
-        ("odirect", ctypes.c_int32),
-        ("direct_files", ctypes.c_int32),
-        ("pollers", ctypes.c_uint32),
-        ("cpu_threads", ctypes.c_uint32),
-        ("queue_pairs", ctypes.c_uint32),
-        ("timeout_s", ctypes.c_double),
         ("cache_reads", ctypes.c_int32),
+        ("create_bytes", ctypes.c_uint64),
+        ("cache", CacheOptions),
     ]
 
 

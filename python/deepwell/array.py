@@ -122,6 +122,33 @@ def _device_ordinal(device) -> int:
     raise InvalidArgument(f"device must be 'cpu', 'cuda', 'cuda:N' or an ordinal, not {device!r}")
 
 
+def _set_cache(c, *, device: int, page_size=None, cache_size=None, queue_pairs=None, queue_entries=None,
+               pollers=None, cpu_threads=None, odirect=False, direct=None, timeout=None) -> None:
+    """Fills a dw_cache_options (_lib.CacheOptions) for every entry point alike: each setting given
+    replaces the default its dw_*_options_init put there; None keeps it (DEEPWELL_* in the
+    environment, else built in; docs/settings.md)."""
+    c.device = device
+    if page_size is not None:
+        c.page_size = _count("page_size", page_size)
+    if cache_size is not None:
+        c.cache_bytes = parse_bytes(cache_size)
+    if queue_pairs is not None:
+        c.queue_pairs = _count("queue_pairs", queue_pairs)
+    if queue_entries is not None:
+        c.queue_entries = _count("queue_entries", queue_entries)
+    if pollers is not None:
+        c.pollers = _count("pollers", pollers)
+    if cpu_threads is not None:
+        c.cpu_threads = _count("cpu_threads", cpu_threads)
+    c.odirect = int(bool(odirect))
+    if direct is not None:
+        if direct not in _DIRECT:
+            raise InvalidArgument(f"direct must be one of {sorted(_DIRECT)}, not {direct!r}")
+        c.direct_files = _DIRECT[direct]
+    if timeout is not None:
+        c.timeout_s = _seconds("timeout", timeout)
+
+
 class Array:
     """A dataset of ``shape[0]`` rows of ``shape[1:]`` elements of ``dtype``.
 
@@ -180,25 +207,11 @@ class Array:
         o.offset = offset = _count("offset", offset)
         o.length = shape[0] * row_bytes if shape[0] >= 0 and not create else 0
         o.row_bytes = row_bytes
-        # Settings left as None keep the library's defaults (dw_open_options_init:
-        # DEEPWELL_* in the environment, else the built-in ones; docs/settings.md).
-        if page_size is not None:
-            o.page_size = _count("page_size", page_size)
-        if cache_size is not None:
-            o.cache_bytes = parse_bytes(cache_size)
-        o.device = _device_ordinal(device)
+        _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size, cache_size=cache_size, odirect=odirect, direct=direct,
+                   pollers=pollers, cpu_threads=cpu_threads, queue_pairs=queue_pairs, timeout=timeout)
         o.writable = int(bool(writable or create or path is None))
         o.create = int(bool(create))
         o.create_bytes = shape[0] * row_bytes if create else 0
-        o.odirect = int(bool(odirect))
-        if direct is not None:
-            o.direct_files = _DIRECT[direct]
-        if pollers is not None:
-            o.pollers = _count("pollers", pollers)
-        o.cpu_threads = _count("cpu_threads", cpu_threads)
-        o.queue_pairs = _count("queue_pairs", queue_pairs)
-        if timeout is not None:
-            o.timeout_s = _seconds("timeout", timeout)
         o.cache_reads = int(bool(cache_reads))
         if shape[0] >= 0 and path is not None and not create and not served:
             have = os.stat(path).st_size if os.path.isfile(path) else None

@@ -48,19 +48,11 @@ class _Tensor(ctypes.Structure):
 class _Options(ctypes.Structure):
     _fields_ = [
         ("path", ctypes.c_char_p),
-        ("device", ctypes.c_int32),
         ("mode", ctypes.c_int32),
         ("writable", ctypes.c_int32),
-        ("odirect", ctypes.c_int32),
-        ("page_size", ctypes.c_uint32),
-        ("cache_bytes", ctypes.c_uint64),
         ("unit", ctypes.c_uint32),
-        ("pollers", ctypes.c_uint32),
-        ("cpu_threads", ctypes.c_uint32),
-        ("timeout_s", ctypes.c_double),
-        ("queue_pairs", ctypes.c_uint32),
-        ("queue_entries", ctypes.c_uint32),
         ("allow_older", ctypes.c_int32),
+        ("cache", _lib.CacheOptions),
     ]
 
 
@@ -254,7 +246,7 @@ class CheckpointStore(_lib.Handle):
     def __init__(self, path, *, device=None, create: bool = False, specs=None, writable: bool = True,
                  page_size: Optional[int] = None, cache_size=None, odirect: bool = False, unit: Optional[int] = None,
                  cpu_threads: int = 0, timeout: Optional[float] = None, allow_older: bool = False):
-        from .array import _count, _seconds, parse_bytes
+        from .array import _count, _set_cache
         self._h = None
         self.path = os.fspath(path)
         # A file of this process's (a server's dataset is the server's: its name or path, checked there).
@@ -265,19 +257,12 @@ class CheckpointStore(_lib.Handle):
         o = _Options()
         lib.dw_checkpoint_options_init(ctypes.byref(o))
         o.path = self.path.encode()
-        o.device = _device_ordinal(device)
         o.mode = _CREATE if create else _OPEN
         o.writable = 1 if (writable or create) else 0
-        o.odirect = 1 if odirect else 0
-        if page_size:
-            o.page_size = _count("page_size", page_size)
-        if cache_size is not None:
-            o.cache_bytes = parse_bytes(cache_size)
         if unit:
             o.unit = _count("unit", unit)
-        o.cpu_threads = _count("cpu_threads", cpu_threads)
-        if timeout is not None:
-            o.timeout_s = _seconds("timeout", timeout)
+        _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size or None, cache_size=cache_size,
+                   cpu_threads=cpu_threads, odirect=odirect, timeout=timeout)
         o.allow_older = 1 if allow_older else 0
         arr, keep = _manifest(specs or [])
         h = ctypes.c_void_p()
@@ -285,7 +270,7 @@ class CheckpointStore(_lib.Handle):
                                      len(specs) if specs else 0, ctypes.byref(h)))
         del keep
         self._h = h
-        self.device = o.device
+        self.device = o.cache.device
 
     # ---- what it holds ----
     @property

@@ -33,7 +33,7 @@ import numpy as np
 
 from . import _lib
 from ._lib import InvalidArgument, check, lib
-from .array import _count, _device_ordinal, _seconds, cuda_available, parse_bytes
+from .array import _count, _device_ordinal, _set_cache, cuda_available, parse_bytes
 
 __all__ = ["KVStore", "create", "open", "bytes_needed", "OK", "NOT_FOUND", "FULL", "BAD_KEY", "MAX_KEY"]
 
@@ -45,20 +45,14 @@ _OPEN, _CREATE = 0, 1
 class _Options(ctypes.Structure):
     _fields_ = [
         ("path", ctypes.c_char_p),
-        ("device", ctypes.c_int32),
         ("mode", ctypes.c_int32),
         ("value_bytes", ctypes.c_uint32),
         ("bucket_bytes", ctypes.c_uint32),
-        ("capacity", ctypes.c_uint64),
         ("max_probe", ctypes.c_uint32),
+        ("capacity", ctypes.c_uint64),
         ("log_rows", ctypes.c_uint32),
-        ("page_size", ctypes.c_uint32),
-        ("pollers", ctypes.c_uint32),
-        ("cache_bytes", ctypes.c_uint64),
         ("max_batch", ctypes.c_uint64),
-        ("cpu_threads", ctypes.c_uint32),
-        ("odirect", ctypes.c_int32),
-        ("timeout_s", ctypes.c_double),
+        ("cache", _lib.CacheOptions),
     ]
 
 
@@ -220,24 +214,19 @@ class KVStore(_lib.Handle):
         lib.dw_kv_options_init(ctypes.byref(o))
         self._path_bytes = self.path.encode()
         o.path = self._path_bytes
-        o.device = _device_ordinal(device)
         o.mode = _CREATE if create else _OPEN
         o.value_bytes = _count("value_bytes", value_bytes or 0)
         o.capacity = _count("capacity", capacity)
         o.bucket_bytes = _count("bucket_bytes", bucket_bytes)
         o.max_probe = _count("max_probe", max_probe)
         o.log_rows = _count("log_rows", log_rows)
-        o.page_size = _count("page_size", page_size)
-        o.cache_bytes = parse_bytes(cache_size) if cache_size is not None else 0
         o.max_batch = _count("max_batch", max_batch)
-        o.cpu_threads = _count("cpu_threads", cpu_threads)
-        o.pollers = _count("pollers", pollers)
-        o.odirect = 1 if odirect else 0
-        o.timeout_s = _seconds("timeout", timeout) if timeout else 0.0
+        _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size, cache_size=cache_size, cpu_threads=cpu_threads,
+                   pollers=pollers, odirect=odirect, timeout=timeout or None)
         h = ctypes.c_void_p()
         check(lib.dw_kv_open(ctypes.byref(o), ctypes.byref(h)))
         self._h = h
-        self.device = o.device
+        self.device = o.cache.device
         i = self.info()
         self.value_bytes = i["value_bytes"]
         self.max_batch = i["max_batch"]

@@ -2,6 +2,7 @@
 same names, in the same order, of the same C types. A field added to the header and not to Python
 (or a type changed on one side) fails here, not as bytes read at the wrong offset."""
 import ctypes
+import os
 import pathlib
 import re
 
@@ -19,6 +20,7 @@ C_TYPES = {
 
 # Each C structure and the ctypes class that mirrors it.
 MIRRORS = {
+    "dw_cache_options": _lib.CacheOptions,
     "dw_open_options": _lib.OpenOptions,
     "dw_array_info": _lib.Info,
     "dw_stats": _lib.Stats,
@@ -53,6 +55,8 @@ def header_structs():
 
 
 def expected_ctype(ctype, length):
+    if ctype in MIRRORS:  # a structure inside a structure: its own mirror
+        return MIRRORS[ctype]
     if ctype.endswith("*") and ctype not in C_TYPES:  # a pointer to anything else
         base = C_TYPES.get(ctype.replace("const ", "").rstrip("*"))
         return ("pointer", base)
@@ -84,9 +88,29 @@ def test_every_structure_of_the_header_is_mirrored_field_by_field():
 def test_the_parser_sees_what_the_header_has():
     # The check above cannot pass by reading nothing.
     structs = header_structs()
-    assert len(structs["dw_open_options"]) >= 15 and structs["dw_open_options"][0] == ("path", "const char*", None)
+    assert len(structs["dw_open_options"]) >= 10 and structs["dw_open_options"][0] == ("path", "const char*", None)
     assert ("backend", "char", 16) in structs["dw_array_info"]
     assert [f for f, _, _ in structs["dw_kv_result"]][:4] == ["ops", "inserted", "updated", "erased"]
+    # One set of cache fields, inside each options structure that makes a cache.
+    for name in ("dw_open_options", "dw_checkpoint_options", "dw_kv_options"):
+        assert ("cache", "dw_cache_options", None) in structs[name], name
+    assert [f for f, _, _ in structs["dw_cache_options"]][:3] == ["device", "page_size", "cache_bytes"]
+
+
+def test_every_entry_point_fills_the_cache_fields_alike():
+    # The init functions put each entry point's defaults in the same fields; what differs is
+    # only what the entry point's own defaults say (a checkpoint store's 64 KiB pages).
+    a, c, k = _lib.OpenOptions(), checkpoint._Options(), kv._Options()
+    _lib.lib.dw_open_options_init(ctypes.byref(a))
+    checkpoint.lib.dw_checkpoint_options_init(ctypes.byref(c))
+    kv.lib.dw_kv_options_init(ctypes.byref(k))
+    for o in (a, c, k):
+        assert o.cache.device == -1 and o.cache.cache_bytes > 0 and o.cache.timeout_s > 0 and o.cache.pollers > 0
+    assert a.cache.page_size == 4096 or os.environ.get("DEEPWELL_PAGE_SIZE")
+    assert c.cache.page_size == 65536 and c.cache.queue_entries == 128
+    assert k.cache.page_size == 0, "a KV store's page follows its buckets, known at open"
+    assert a.cache.direct_files == 1 or os.environ.get("DEEPWELL_DIRECT_FILES")
+    assert c.cache.direct_files == 0 and k.cache.direct_files == 0, "stores written in place map no file"
 
 
 @pytest.mark.skipif(not HEADER.exists(), reason="run from a checkout (the header is not installed)")

@@ -25,6 +25,7 @@
 #include "deepwell/rows.hpp"
 #include "deepwell/server_link.hpp"
 #include "deepwell/size_text.hpp"
+#include "cache_options_c.hpp"
 #include "cuda_shim.hpp"
 #include "guarded.hpp"
 #include "server_links.hpp"
@@ -107,7 +108,7 @@ std::shared_ptr<target> open_target(const dw_open_options& o) {
     return make_host_memory_target(round_up(o.host_bytes, dataset_block), true);
   }
   file_options fo;
-  fo.direct = o.odirect != 0;
+  fo.direct = o.cache.odirect != 0;
   fo.writable = o.writable != 0;
   fo.create = o.create != 0;
   fo.create_size = round_up(o.create_bytes, dataset_block);
@@ -134,20 +135,13 @@ std::string dataset_key(const dw_open_options& o, const target& t) {
   struct stat st{};
   if (::stat(o.path, &st) != 0) return {};
   std::string k;
-  for (uint64_t v : {uint64_t(st.st_dev), uint64_t(st.st_ino), o.offset, t.size(), uint64_t(o.odirect != 0),
-                     uint64_t(int64_t(o.device)), uint64_t(o.page_size), o.cache_bytes, uint64_t(o.direct_files),
-                     uint64_t(o.queue_pairs), uint64_t(o.timeout_s * 1e6), uint64_t(o.pollers)})
-    k += std::to_string(v) + ":";
-  return k;
+  for (uint64_t v : {uint64_t(st.st_dev), uint64_t(st.st_ino), o.offset, t.size()}) k += std::to_string(v) + ":";
+  return k + capi::cache_key(o.cache, true);
 }
 
 // The same for a dataset a server serves: the socket and the namespace.
 std::string server_key(const dw_open_options& o, const std::string& socket, uint32_t nsid) {
-  std::string k = "server:" + socket + ":" + std::to_string(nsid) + ":";
-  for (uint64_t v : {uint64_t(int64_t(o.device)), uint64_t(o.page_size), o.cache_bytes, uint64_t(o.direct_files),
-                     uint64_t(o.queue_pairs), uint64_t(o.timeout_s * 1e6)})
-    k += std::to_string(v) + ":";
-  return k;
+  return "server:" + socket + ":" + std::to_string(nsid) + ":" + capi::cache_key(o.cache, false);
 }
 
 // CPU clients: contiguous chunks of the index array over threads, each
@@ -253,18 +247,7 @@ int dw_cuda_device_count(int32_t* count) {
 void dw_open_options_init(dw_open_options* o) {
   if (!o) return;
   std::memset(o, 0, sizeof(*o));
-  // The library's defaults (defaults.hpp: DEEPWELL_* in the environment,
-  // else built in); 0 in the numeric fields also means "the default".
-  try {
-    const cache_config c;
-    o->page_size = c.page_size;
-    o->cache_bytes = c.capacity_bytes;
-    o->direct_files = int32_t(c.direct_files);
-    o->pollers = defaults::pollers();
-    o->timeout_s = double(c.timeout_ns) * 1e-9;
-  } catch (const error& e) {  // junk in a DEEPWELL_* variable: dw_open reports it
-    capi::last_error() = e.what();
-  }
+  capi::init_c(o->cache, [] { return cache_config{}; });
   o->cache_reads = 1;
 }
 
@@ -274,19 +257,13 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     *out = nullptr;
     const dw_open_options& o = *op;
     need(o.row_bytes > 0, "row_bytes must be positive");
-    need(o.device >= -1, "device must be a CUDA ordinal or -1 (CPU clients), not " + std::to_string(o.device));
-    need(o.direct_files >= 0 && o.direct_files <= 2, "direct_files must be 0 (never), 1 (resident) or 2 (always)");
     need(!o.create || o.writable, "create needs writable");
-    need(o.timeout_s >= 0, "timeout must not be negative");
-    if (o.device >= 0) {
-      const int n = capi::gpu_device_count();
-      need(o.device < n, "CUDA device " + std::to_string(o.device) + " does not exist (" + std::to_string(n) +
-                             " device" + (n == 1 ? "" : "s") + ")");
-    }
+    const cache_options co = capi::from_c(o.cache);
+    capi::check(co);
     auto a = std::make_unique<dw_array>();
-    a->device = o.device;
+    a->device = co.device;
     a->writable = o.writable != 0;
-    a->cpu_threads = o.cpu_threads ? o.cpu_threads : defaults::cpu_threads();
+    a->cpu_threads = co.cpu_threads ? co.cpu_threads : defaults::cpu_threads();
 
     // Server mode: the path names a dataset the server offers (its name or
     // its file's path); the server owns it and checks what we may do.
@@ -324,7 +301,8 @@ int dw_open(const dw_open_options* op, dw_array** out) {
     need(bytes > 0, where + " is empty");
     need(bytes % o.row_bytes == 0, where + " holds " + std::to_string(bytes) + " bytes, not a whole number of rows of " +
                                        std::to_string(o.row_bytes) + " bytes");
-    const uint32_t page = o.page_size ? o.page_size : defaults::page_size();
+    const cache_config cfg = co.applied_to(cache_config{});
+    const uint32_t page = cfg.page_size;
     const uint32_t block = t ? std::min(page, std::max<uint32_t>(512, t->io_alignment())) : server_block;
     if (link)
       need(page % block == 0, where + " has " + std::to_string(block) + "-byte blocks: the page size (" +
@@ -347,16 +325,11 @@ int dw_open(const dw_open_options* op, dw_array** out) {
         d->link = link;
         d->nsid = server_nsid;
       } else {
-        controller_config cc;
-        if (o.pollers) cc.pollers = o.pollers;
-        embedded_namespace e = embed_target(t, block, !a->writable, cc);
+        embedded_namespace e = embed_target(t, block, !a->writable, capi::controller_of(co));
         d->link = std::move(e.link);
         d->nsid = e.nsid;
       }
 
-      cache_config cfg = cache_config{}.with({page, o.cache_bytes, o.queue_pairs, 0, o.timeout_s});
-      // O_DIRECT asks to bypass the page cache: no mapping of the file either.
-      cfg.direct_files = o.odirect ? cache_config::file_tier::never : cache_config::file_tier(o.direct_files);
       std::shared_ptr<page_cache> cache;
       if (a->device >= 0) {
         capi::device_guard g(a->device);

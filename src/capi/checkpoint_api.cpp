@@ -27,6 +27,7 @@
 #include "deepwell/durable/checkpoint.hpp"
 #include "deepwell/page_cache.hpp"
 #include "cuda_shim.hpp"
+#include "cache_options_c.hpp"
 #include "guarded.hpp"
 #include "server_links.hpp"
 #include "last_error.hpp"
@@ -118,6 +119,17 @@ void refuse_empty_file(const char* path) {
                                 "': the file is empty (0 bytes): not a deepwell checkpoint store");
 }
 
+// A checkpoint store's cache before the caller's settings: large pages,
+// fewer queue pairs and entries (defaults.hpp says why), no file mapping.
+cache_config checkpoint_cache_base(bool gpu) {
+  cache_config c;
+  c.page_size = defaults::builtin::checkpoint_page_size;
+  c.queue_pairs = gpu ? defaults::builtin::checkpoint_gpu_queue_pairs : defaults::builtin::checkpoint_cpu_queue_pairs;
+  c.queue_entries = defaults::builtin::checkpoint_queue_entries;
+  c.direct_files = cache_config::file_tier::never;
+  return c;
+}
+
 }  // namespace
 
 extern "C" {
@@ -125,9 +137,11 @@ extern "C" {
 void dw_checkpoint_options_init(dw_checkpoint_options* o) {
   if (!o) return;
   std::memset(o, 0, sizeof(*o));
-  o->device = -1;
   o->mode = DW_CHECKPOINT_OPEN;
   o->writable = 1;
+  // Shown for a host cache; a GPU's queue pairs are 0 here (its default).
+  capi::init_c(o->cache, [] { return checkpoint_cache_base(false); });
+  o->cache.queue_pairs = 0;
 }
 
 int dw_checkpoint_bytes_needed(const dw_checkpoint_tensor* manifest, uint32_t n, uint32_t unit, uint64_t* bytes) {
@@ -146,22 +160,18 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
     need(o.path != nullptr && *o.path, "no path");
     need(o.mode == DW_CHECKPOINT_OPEN || o.mode == DW_CHECKPOINT_CREATE,
          "mode must be DW_CHECKPOINT_OPEN (0) or DW_CHECKPOINT_CREATE (1), not " + std::to_string(o.mode));
-    need(o.device >= -1, "device must be a CUDA ordinal or -1 (a host cache), not " + std::to_string(o.device));
-    need(o.timeout_s >= 0, "timeout must not be negative");
+    const cache_options co = capi::from_c(o.cache);
+    capi::check(co);
     const bool create = o.mode == DW_CHECKPOINT_CREATE;
     need(!create || o.writable, "creating a store needs writable");
     need(!create || manifest != nullptr || n == 0, "creating a store needs a manifest");
     const checkpoint_manifest m = to_manifest(manifest, n);
-    const uint32_t page = o.page_size ? o.page_size : defaults::builtin::checkpoint_page_size;
+    const cache_config cfg = co.applied_to(checkpoint_cache_base(co.device >= 0));
+    const uint32_t page = cfg.page_size;
     const uint32_t unit = o.unit ? o.unit : page;
-    if (o.device >= 0) {
-      const int count = capi::gpu_device_count();
-      need(o.device < count, "CUDA device " + std::to_string(o.device) + " does not exist (" + std::to_string(count) +
-                                 " device" + (count == 1 ? "" : "s") + ")");
-    }
 
     auto c = std::make_unique<dw_checkpoint>();
-    c->device = o.device;
+    c->device = co.device;
     uint32_t nsid = 0;
     const std::string server = capi::current_server();
     if (!server.empty()) {
@@ -189,41 +199,32 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
       } else {
         refuse_empty_file(o.path);
       }
-      controller_config cc;
-      if (o.pollers) cc.pollers = o.pollers;
-      c->link = embedded_link(cc);
-      const uint32_t block = std::min(page, o.odirect ? 4096u : 512u);
+      c->link = embedded_link(capi::controller_of(co));
+      const uint32_t block = std::min(page, co.odirect ? 4096u : 512u);
       try {
-        nsid = c->link->open_dataset({o.path, o.writable != 0, o.odirect != 0, block});
+        nsid = c->link->open_dataset({o.path, o.writable != 0, co.odirect, block});
       } catch (const error& e) {
         throw api_error(DW_EIO, e.what());
       }
     }
-    // Checkpoints' own defaults (defaults.hpp says why they are smaller), then what the caller gave.
-    cache_config base;
-    base.queue_pairs = o.device >= 0 ? defaults::builtin::checkpoint_gpu_queue_pairs
-                                     : defaults::builtin::checkpoint_cpu_queue_pairs;
-    base.queue_entries = defaults::builtin::checkpoint_queue_entries;
-    cache_config cfg = base.with({page, o.cache_bytes, o.queue_pairs, o.queue_entries, o.timeout_s});
-    cfg.direct_files = cache_config::file_tier::never;
-    checkpoint_options co;
-    co.label = o.path;
-    co.threads = o.cpu_threads;
-    co.unit = unit;
-    co.allow_older = o.allow_older != 0;
+    checkpoint_options store_options;
+    store_options.label = o.path;
+    store_options.threads = co.cpu_threads;
+    store_options.unit = unit;
+    store_options.allow_older = o.allow_older != 0;
     const auto g = on_device(*c);
     if (c->device >= 0) {
       c->cache = capi::gpu_cache(c->link, cfg);
-      co.gpu = gpu_support(c->device);
+      store_options.gpu = gpu_support(c->device);
     } else {
       c->cache = make_host_page_cache(c->link, cfg);
     }
     if (create)
-      c->store = checkpoint_store::create(c->cache, nsid, m, co);
+      c->store = checkpoint_store::create(c->cache, nsid, m, store_options);
     else if (manifest || n)
-      c->store = checkpoint_store::open(c->cache, nsid, m, co);
+      c->store = checkpoint_store::open(c->cache, nsid, m, store_options);
     else
-      c->store = checkpoint_store::open(c->cache, nsid, co);
+      c->store = checkpoint_store::open(c->cache, nsid, store_options);
     *out = c.release();
   });
 }

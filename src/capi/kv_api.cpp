@@ -25,6 +25,7 @@
 #include "deepwell/durable/kv_store.hpp"
 #include "deepwell/page_cache.hpp"
 #include "cuda_shim.hpp"
+#include "cache_options_c.hpp"
 #include "guarded.hpp"
 #include "server_links.hpp"
 #include "last_error.hpp"
@@ -116,6 +117,14 @@ uint32_t open_granted(controller_link& link, const char* name) {
   }
 }
 
+// A KV store's cache before the caller's settings: a store is written in
+// place, so no mapping of its file.
+cache_config kv_cache_base() {
+  cache_config c;
+  c.direct_files = cache_config::file_tier::never;
+  return c;
+}
+
 }  // namespace
 
 extern "C" {
@@ -123,8 +132,10 @@ extern "C" {
 void dw_kv_options_init(dw_kv_options* o) {
   if (!o) return;
   std::memset(o, 0, sizeof(*o));
-  o->device = -1;
   o->mode = DW_KV_OPEN;
+  // The page follows the store's buckets, known at open: 0 here.
+  capi::init_c(o->cache, [] { return kv_cache_base(); });
+  o->cache.page_size = 0;
 }
 
 int dw_kv_bytes_needed(uint32_t value_bytes, uint64_t capacity, uint32_t bucket_bytes, uint32_t log_rows,
@@ -148,13 +159,8 @@ int dw_kv_open(const dw_kv_options* op, dw_kv** out) {
     need(o.path != nullptr && *o.path, "no path");
     need(o.mode == DW_KV_OPEN || o.mode == DW_KV_CREATE,
          "mode must be DW_KV_OPEN (0) or DW_KV_CREATE (1), not " + std::to_string(o.mode));
-    need(o.device >= -1, "device must be a CUDA ordinal or -1 (a host cache), not " + std::to_string(o.device));
-    need(o.timeout_s >= 0, "timeout must not be negative");
-    if (o.device >= 0) {
-      const int count = capi::gpu_device_count();
-      need(o.device < count, "CUDA device " + std::to_string(o.device) + " does not exist (" + std::to_string(count) +
-                                 " device" + (count == 1 ? "" : "s") + ")");
-    }
+    const cache_options co = capi::from_c(o.cache);
+    capi::check(co);
     const bool create = o.mode == DW_KV_CREATE;
     kv_config cfg;
     if (create) {
@@ -168,25 +174,22 @@ int dw_kv_open(const dw_kv_options* op, dw_kv** out) {
     }
 
     auto k = std::make_unique<dw_kv>();
-    k->device = o.device;
+    k->device = co.device;
     const std::string server = capi::current_server();
     if (!server.empty()) {
       k->link = capi::server_link_to(server);
     } else {
-      controller_config cc;
-      if (o.pollers) cc.pollers = o.pollers;
-      k->link = embedded_link(cc);
+      k->link = embedded_link(capi::controller_of(co));
     }
     // The page holds a bucket: an existing store's (from its header, where
     // this process may read the file) or the new one's.
-    const uint32_t page =
-        o.page_size ? o.page_size : std::max<uint32_t>(4096, create ? cfg.bucket_bytes : file_bucket_bytes(o.path));
-    cache_config cfgc = cache_config{}.with({page, o.cache_bytes, 0, 0, o.timeout_s});
-    cfgc.direct_files = cache_config::file_tier::never;
+    cache_config base = kv_cache_base();
+    base.page_size = std::max<uint32_t>(4096, create ? cfg.bucket_bytes : file_bucket_bytes(o.path));
+    const cache_config cfgc = co.applied_to(base);
     kv_options ko;
     if (o.max_batch) ko.max_batch = o.max_batch;
-    ko.cpu_threads = o.cpu_threads;
-    ko.direct = o.odirect != 0;
+    ko.cpu_threads = co.cpu_threads;
+    ko.direct = co.odirect;
     const auto g = on_device(*k);
     if (k->device >= 0) {
       k->cache = capi::gpu_cache(k->link, cfgc);

@@ -69,12 +69,12 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   const uint32_t blocks = o.workers ? (o.workers + 3) / 4 : uint32_t(sms) * per_sm;
   const uint64_t warps = uint64_t(blocks) * (threads / 32);
 
-  cache_config cc = cache_config{}.with({grep_page_size(o)});
+  cache_config cc = grep_cache_config(o);
   rep.workers = warps;
   rep.resident_workers = resident_warps(kernel, blocks, threads);
   // Every resident warp may pin a page per lane (page_cache::check_capacity).
   const uint64_t need = rep.resident_workers * pages_per_warp * cc.page_size * 5 / 4;
-  cc.capacity_bytes = std::max<uint64_t>(cc.with({0, o.cache_bytes}).capacity_bytes, need);
+  cc.capacity_bytes = std::max<uint64_t>(cc.capacity_bytes, need);
   auto cache = make_gpu_page_cache(grep_link(o), cc);
   const file_system_options in_opts = grep_input_options(o, 256);
   auto in = make_gpu_file_system(cache, in_opts);

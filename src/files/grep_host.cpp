@@ -185,9 +185,10 @@ host_grep_run::host_grep_run(const grep_dictionary& d, const std::vector<std::st
   job.counters = &counters;
 }
 
-uint32_t grep_page_size(const grep_options& o) {
-  if (o.page_size) return o.page_size;
-  return std::getenv("DEEPWELL_PAGE_SIZE") ? defaults::page_size() : grep_default_page_size;
+cache_config grep_cache_config(const grep_options& o) {
+  cache_config base;
+  if (!std::getenv("DEEPWELL_PAGE_SIZE")) base.page_size = grep_default_page_size;
+  return o.cache.applied_to(base);
 }
 
 std::shared_ptr<controller_link> grep_link(const grep_options& o) {
@@ -234,7 +235,7 @@ void grep_host_watch::report(grep_report& rep) {
 grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files) {
   grep_report rep;
   rep.files = files.size();
-  const cache_config cc = cache_config{}.with({grep_page_size(o), o.cache_bytes});
+  const cache_config cc = grep_cache_config(o);
   auto cache = make_host_page_cache(grep_link(o), cc);
   const file_system_options in_opts = grep_input_options(o, file_system_options{}.slots);
   auto in = make_host_file_system(cache, in_opts);

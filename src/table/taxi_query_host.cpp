@@ -56,18 +56,18 @@ std::vector<uint32_t> add_taxi_namespaces(controller_link& link, const column_fi
 std::shared_ptr<controller_link> taxi_link(const taxi_query_options& o) {
   if (!o.server.empty()) return server_link::connect(o.server, "taxi query");
   controller_config c;
-  if (o.pollers) c.pollers = o.pollers;
+  if (o.cache.pollers) c.pollers = o.cache.pollers;
   return embedded_link(c);
 }
 
 taxi_columns open_taxi_columns(std::shared_ptr<controller_link> link, const column_file& f,
                                const taxi_query_options& o, page_cache_maker make) {
-  const std::vector<uint32_t> ns = add_taxi_namespaces(*link, f, o.query, o.odirect);
+  const std::vector<uint32_t> ns = add_taxi_namespaces(*link, f, o.query, o.cache.odirect);
   const auto t0 = std::chrono::steady_clock::now();
-  cache_config cc = cache_config{}.with({o.page_size, o.cache_bytes});
+  cache_config cc = o.cache.applied_to(cache_config{});
   // The direct tier only where every page of a column is in the page cache
   // (a column on storage is read through the controller either way).
-  cc.direct_tier = o.direct_tier && !o.odirect;
+  cc.direct_tier = o.direct_tier && !o.cache.odirect;
   cc.direct_files = cache_config::file_tier::resident;
   taxi_columns t;
   t.cache = make(std::move(link), cc);

@@ -740,9 +740,9 @@ dw_checkpoint_options c_options(const std::string& path, int32_t mode) {
   dw_checkpoint_options_init(&o);
   o.path = path.c_str();
   o.mode = mode;
-  o.page_size = 4096;
-  o.cache_bytes = 1 << 20;
-  o.cpu_threads = 2;
+  o.cache.page_size = 4096;
+  o.cache.cache_bytes = 1 << 20;
+  o.cache.cpu_threads = 2;
   return o;
 }
 

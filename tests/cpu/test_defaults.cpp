@@ -38,10 +38,10 @@ TEST(Defaults, BuiltInWhenTheEnvironmentSaysNothing) {
   EXPECT_EQ(cache_config{}.timeout_ns, defaults::builtin::timeout_ms * 1000000);
   dw_open_options o;
   dw_open_options_init(&o);
-  EXPECT_EQ(o.pollers, defaults::builtin::pollers()) << "C and C++ state one default";
-  EXPECT_EQ(o.page_size, defaults::builtin::page_size);
-  EXPECT_EQ(o.cache_bytes, defaults::builtin::cache_bytes);
-  EXPECT_DOUBLE_EQ(o.timeout_s, defaults::builtin::timeout_ms / 1000.0);
+  EXPECT_EQ(o.cache.pollers, defaults::builtin::pollers()) << "C and C++ state one default";
+  EXPECT_EQ(o.cache.page_size, defaults::builtin::page_size);
+  EXPECT_EQ(o.cache.cache_bytes, defaults::builtin::cache_bytes);
+  EXPECT_DOUBLE_EQ(o.cache.timeout_s, defaults::builtin::timeout_ms / 1000.0);
 }
 
 TEST(Defaults, TheEnvironmentBeatsTheBuiltInAndCodeBeatsBoth) {
@@ -54,9 +54,9 @@ TEST(Defaults, TheEnvironmentBeatsTheBuiltInAndCodeBeatsBoth) {
   EXPECT_EQ(cache_config{}.direct_files, cache_config::file_tier::never);
   dw_open_options o;
   dw_open_options_init(&o);
-  EXPECT_EQ(o.pollers, 3u);
-  EXPECT_EQ(o.cache_bytes, 64ull << 20);
-  EXPECT_EQ(o.direct_files, 0);
+  EXPECT_EQ(o.cache.pollers, 3u);
+  EXPECT_EQ(o.cache.cache_bytes, 64ull << 20);
+  EXPECT_EQ(o.cache.direct_files, 0);
   controller_config cc;
   cc.pollers = 1;  // explicit
   controller ctl(cc);
@@ -98,8 +98,8 @@ TEST(Defaults, JunkInTheEnvironmentIsRefusedWithItsName) {
   dw_open_options_init(&o);
   o.host_bytes = 4096;
   o.row_bytes = 64;
-  o.device = -1;
-  o.page_size = 0;  // the default: the environment's, which is junk
+  o.cache.device = -1;
+  o.cache.page_size = 0;  // the default: the environment's, which is junk
   dw_array* a = nullptr;
   EXPECT_NE(dw_open(&o, &a), DW_OK);
   EXPECT_NE(std::string(dw_last_error()).find("DEEPWELL_PAGE_SIZE=huge"), std::string::npos) << dw_last_error();

@@ -451,7 +451,7 @@ TEST(ColumnFileIntegrity, TheTaxiRunnersReportACorruptColumnNamingTheFile) {
   table::taxi_query_options o;
   o.query = 0;
   o.workers = 2;
-  o.cache_bytes = 64 * 4096;
+  o.cache.cache_bytes = 64 * 4096;
   const table::taxi_query_report r = table::run_taxi_query_cpu(x, o);
   EXPECT_GT(r.result.failed, 0u);
   EXPECT_NE(r.error.find(f.path()), std::string::npos) << r.error;

@@ -101,7 +101,7 @@ TEST(Grep, CountsEqualAPlainScan) {
   const auto files = list_grep_files(t.root.string());
   ASSERT_EQ(files.size(), 40u);
   grep_options o = options_for(t, 3);
-  o.cache_bytes = 64 * 4096;  // small: evictions while files are read
+  o.cache.cache_bytes = 64 * 4096;  // small: evictions while files are read
   const grep_report r = run_grep_cpu(o, d, files);
   EXPECT_EQ(r.counters.failed, 0u) << r.counters.last_err;
   EXPECT_EQ(r.counters.files, 40u);

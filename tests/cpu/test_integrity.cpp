@@ -131,10 +131,10 @@ TEST(IntegrityRows, InPlaceGathersSeeScatters) {
   o.host_bytes = rows * row;
   o.row_bytes = row;
   o.writable = 1;
-  o.device = -1;
+  o.cache.device = -1;
   o.cache_reads = 0;
-  o.cache_bytes = 256 << 10;  // 6% of the rows: scattered rows get evicted too
-  o.cpu_threads = 4;
+  o.cache.cache_bytes = 256 << 10;  // 6% of the rows: scattered rows get evicted too
+  o.cache.cpu_threads = 4;
   dw_array* a = nullptr;
   ASSERT_EQ(dw_open(&o, &a), DW_OK) << dw_last_error();
   std::vector<int64_t> idx(rows / 2);

@@ -225,8 +225,8 @@ TEST_F(Services, ATaxiQueryUnderTheServerGivesTheReferenceAnswer) {
     table::taxi_query_options o;
     o.query = q;
     o.server = sock;
-    o.cache_bytes = 256 << 10;
-    o.page_size = 4096;
+    o.cache.cache_bytes = 256 << 10;
+    o.cache.page_size = 4096;
     o.workers = 3;
     const table::taxi_query_report r = table::run_taxi_query_cpu(f, o);
     EXPECT_EQ(r.error, "");

@@ -251,8 +251,8 @@ TEST(TaxiQueries, CpuClientsEqualAPlainScanUnderEviction) {
     taxi_query_options o;
     o.query = q;
     o.workers = 4;
-    o.cache_bytes = 1 << 20;  // 256 pages for up to 6 columns of 8 MB: every page evicted
-    o.page_size = 4096;
+    o.cache.cache_bytes = 1 << 20;  // 256 pages for up to 6 columns of 8 MB: every page evicted
+    o.cache.page_size = 4096;
     o.direct_tier = mode < 2;
     o.sparse_gather = mode == 0;
     const taxi_query_report r = run_taxi_query_cpu(cf, o);

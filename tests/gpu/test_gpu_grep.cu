@@ -81,7 +81,7 @@ TEST(GpuGrep, CountsEqualAPlainScanUnderEviction) {
   o.root = t.root.string();
   o.out_dir = t.out.string();
   o.workers = 16;           // 16 warps: they may pin 512 pages, 2.5 MiB with headroom
-  o.cache_bytes = 4 << 20;  // a third of the tree: pages are evicted while files are read
+  o.cache.cache_bytes = 4 << 20;  // a third of the tree: pages are evicted while files are read
   const grep_report r = run_grep_gpu(o, d, listed);
   EXPECT_EQ(r.counters.failed, 0u) << grep_call_name(r.counters.last_call) << " errno " << r.counters.last_err;
   EXPECT_EQ(r.counters.files, uint64_t(files));

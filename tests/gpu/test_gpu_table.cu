@@ -30,11 +30,11 @@ TEST(GpuTable, TaxiQueriesEqualAPlainScanUnderEviction) {
     for (int q = 0; q < taxi_queries; ++q) {
       taxi_query_options o;
       o.query = q;
-      o.cache_bytes = 32ull << 20;
-      o.page_size = 4096;
+      o.cache.cache_bytes = 32ull << 20;
+      o.cache.page_size = 4096;
       o.direct_tier = mode < 2;
       o.sparse_gather = mode == 0;
-      o.odirect = mode == 3;
+      o.cache.odirect = mode == 3;
       const taxi_query_report r = run_taxi_query_gpu(cf, o);
       const taxi_query_result want = taxi_reference(cf, q);
       EXPECT_EQ(r.result.failed, 0u) << "Q" << q << " mode " << mode;

@@ -26,7 +26,7 @@ extern "C" {
 #define DW_API
 #endif
 
-#define DW_ABI_VERSION 5
+#define DW_ABI_VERSION 6
 
 enum dw_errc {
   DW_OK = 0,
@@ -39,29 +39,40 @@ enum dw_errc {
 
 typedef struct dw_array dw_array;
 
+/* The page cache and its controller, the same fields wherever a cache is
+ * made (arrays, checkpoint stores, KV stores) and the same names as C++'s
+ * deepwell::cache_options (deepwell/cache_options.hpp) and Python's keyword
+ * arguments. Each dw_*_options_init fills them with that entry point's
+ * defaults (include/deepwell/defaults.hpp: DEEPWELL_* in the environment,
+ * else built in); 0 in a numeric field also means the default. */
+typedef struct dw_cache_options {
+  int32_t device;         /* CUDA ordinal: a page cache on that GPU; -1: a host cache and CPU threads */
+  uint32_t page_size;     /* cache page: 512 B to 64 KiB, a power of two */
+  uint64_t cache_bytes;   /* page data of the cache */
+  uint32_t queue_pairs;   /* the cache's queue pairs */
+  uint32_t queue_entries; /* per queue pair, a power of two (staging: pairs x entries x page) */
+  uint32_t pollers;       /* controller threads (in-process datasets) */
+  uint32_t cpu_threads;   /* a host cache's client threads; 0: the cores, at most 16 */
+  int32_t odirect;        /* O_DIRECT: bypass the page cache (and no mapping of the file) */
+  int32_t direct_files;   /* read-only files in the page cache read from a mapping, with no command:
+                             0 never, 1 when fully resident at open (default), 2 always */
+  double timeout_s;       /* deadline of every wait inside an access */
+} dw_cache_options;
+
 typedef struct dw_open_options {
   const char* path;      /* a file or block device; NULL: zeroed host memory of host_bytes */
   uint64_t host_bytes;   /* with path == NULL */
   uint64_t offset;       /* the dataset starts here inside the file */
   uint64_t length;       /* dataset bytes; 0: to the end of the file */
   uint32_t row_bytes;    /* bytes per row; the dataset must hold a whole number of rows */
-  uint32_t page_size;    /* cache page: 512 B to 64 KiB, a power of two; 0: the default */
-  uint64_t cache_bytes;  /* page data of the cache; 0: the default */
-  int32_t device;        /* CUDA device ordinal, or -1 for CPU clients (a host cache) */
   int32_t writable;      /* open for writing (scatter, flush) */
   int32_t create;        /* with writable: create the file (create_bytes long) if missing */
-  uint64_t create_bytes;
-  int32_t odirect;       /* O_DIRECT: bypass the page cache */
-  int32_t direct_files;  /* read-only files in the page cache read by GPU warps directly:
-                            0 never, 1 when fully resident at open (default), 2 always */
-  uint32_t pollers;      /* controller threads; 0: the default */
-  uint32_t cpu_threads;  /* threads of a CPU client's gather; 0: cores, at most 16 */
-  uint32_t queue_pairs;  /* 0: the cache's default */
-  double timeout_s;      /* per access; 0: the default */
   int32_t cache_reads;   /* 1 (default): gathers go through the cache; 0: where the dataset has a
                             direct tier, gathers read rows there in place without caching them
                             (read-only datasets; writable ones in host memory, whose scatters
                             then write in place too; writable files read through the cache) */
+  uint64_t create_bytes;
+  dw_cache_options cache;
 } dw_open_options;
 
 typedef struct dw_array_info {
@@ -183,19 +194,11 @@ enum dw_checkpoint_mode {
 
 typedef struct dw_checkpoint_options {
   const char* path;
-  int32_t device;        /* CUDA ordinal: a page cache on that GPU; -1: a host cache and CPU threads */
   int32_t mode;          /* dw_checkpoint_mode */
   int32_t writable;      /* 0: load only (the file may be read-only); default 1 */
-  int32_t odirect;       /* O_DIRECT */
-  uint32_t page_size;    /* cache page; 0: 64 KiB */
-  uint64_t cache_bytes;  /* 0: the library's default */
   uint32_t unit;         /* create: bytes per page hash (incremental granularity); 0: the page size */
-  uint32_t pollers;      /* 0: the default */
-  uint32_t cpu_threads;  /* host work; 0: cores, at most 16 */
-  double timeout_s;      /* per access; 0: the default */
-  uint32_t queue_pairs;  /* the cache's queue pairs; 0: 16 for a GPU cache, 4 for a host cache */
-  uint32_t queue_entries; /* per queue pair (a power of two); 0: 128 (staging: pairs x entries x page) */
   int32_t allow_older;   /* open the previous generation when the newest superblock is corrupted (else DW_EIO) */
+  dw_cache_options cache; /* init: 64 KiB pages, 16 queue pairs on a GPU (4 on a host), 128 entries each */
 } dw_checkpoint_options;
 
 typedef struct dw_checkpoint_save_info {
@@ -267,20 +270,14 @@ enum dw_kv_status {
 typedef struct dw_kv_options {
   const char* path;       /* a file; in server mode (dw_set_server, DEEPWELL_SERVER) a dataset the server
                              grants this process for writing, by name or path (create formats it as it is) */
-  int32_t device;         /* CUDA ordinal: a page cache on that GPU; -1: a host cache and CPU threads */
   int32_t mode;           /* dw_kv_mode */
   uint32_t value_bytes;   /* create: 8 to 128, a multiple of 8; open: 0 (any) or the store's (checked) */
   uint32_t bucket_bytes;  /* create: a power of two, 512 .. 64 KiB; 0: 4096 */
-  uint64_t capacity;      /* create: keys the table is sized for (75% of its slots); 0: 1M */
   uint32_t max_probe;     /* create: buckets a key may be in; 0: 16 */
+  uint64_t capacity;      /* create: keys the table is sized for (75% of its slots); 0: 1M */
   uint32_t log_rows;      /* create: rows of the log (1 KiB each); 0: 65536 */
-  uint32_t page_size;     /* cache page (a multiple of bucket_bytes); 0: 4096 or bucket_bytes */
-  uint32_t pollers;       /* controller threads; 0: the default */
-  uint64_t cache_bytes;   /* page data of the cache; 0: the library's default */
   uint64_t max_batch;     /* keys per call; 0: 65536 */
-  uint32_t cpu_threads;   /* host cache: threads; 0: cores, at most 16 */
-  int32_t odirect;        /* O_DIRECT */
-  double timeout_s;       /* per access; 0: the default */
+  dw_cache_options cache; /* page_size: a multiple of bucket_bytes; 0: 4096 or bucket_bytes */
 } dw_kv_options;
 
 typedef struct dw_kv_result {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "deepwell/cache_options.hpp"
 #include "deepwell/files/file_system.hpp"
 #include "deepwell/files/grep.hpp"
 #include "deepwell/thread_times.hpp"
@@ -58,11 +59,11 @@ struct grep_options {
   std::string out_dir;       // where the output file is written (through a second file system)
   std::string out_name = "grep.out";
   unsigned workers = 0;      // CPU threads (0: hardware threads); GPU: warps per SM x SMs
-  uint64_t cache_bytes = 0;  // 0: the default
-  // The cache's page bytes (0: grep_default_page_size, or DEEPWELL_PAGE_SIZE
-  // where set). A source tree's files are mostly a few KiB: a 16 KiB page
-  // holds most of a file, one fetch instead of three 4 KiB ones.
-  uint32_t page_size = 0;
+  // The page cache (cache_options.hpp). Its page_size, where 0, is
+  // grep_default_page_size (or DEEPWELL_PAGE_SIZE where set): a source
+  // tree's files are mostly a few KiB, and a 16 KiB page holds most of a
+  // file, one fetch instead of three 4 KiB ones.
+  cache_options cache;
   uint32_t service_threads = 0;  // the searched tree's file system (0: its default)
   uint32_t service_slots = 0;    // its request slots (0: 256)
   uint32_t blocks_per_sm = 0;    // GPU: 128-thread blocks an SM, 4 or 8 (0: 4)
@@ -114,7 +115,8 @@ struct grep_report {
 // gives none).
 file_system_options grep_input_options(const grep_options& o, uint32_t default_slots);
 constexpr uint32_t grep_default_page_size = 16384;
-uint32_t grep_page_size(const grep_options& o);
+// The cache grep makes: o.cache applied to grep's defaults.
+cache_config grep_cache_config(const grep_options& o);
 // grep_options::fsync: fdatasync of the closed output file; throws
 // deepwell::error naming the file when it fails.
 void make_grep_output_durable(const grep_options& o);

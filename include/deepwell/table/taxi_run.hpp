@@ -12,6 +12,7 @@
 
 #include "deepwell/controller_link.hpp"
 #include "deepwell/page_cache.hpp"
+#include "deepwell/cache_options.hpp"
 #include "deepwell/table/column_file.hpp"
 #include "deepwell/table/taxi_queries.hpp"
 
@@ -20,15 +21,15 @@ namespace deepwell::table {
 struct taxi_query_options {
   int query = 5;             // 0..5
   unsigned workers = 0;      // CPU threads (0: every core); GPU: warps (0: 4 blocks of 256 per SM, fewer where the cache could not hold the pages they pin)
-  uint64_t cache_bytes = 0;  // 0: the library's default
-  uint32_t page_size = 0;    // 0: the library's default
-  bool odirect = false;      // read the file with O_DIRECT (a cold read, past the page cache)
+  // The page cache (cache_options.hpp); its odirect reads the file with
+  // O_DIRECT (a cold read, past the page cache), its pollers are the
+  // in-process controller's.
+  cache_options cache;
   // GPU: columns wholly in the page cache are read through a registered
   // read-only mapping of their sections (the direct tier: warps copy the
   // pages they miss, no controller round trip); false, or with odirect,
   // every miss goes through the controller, as for data on storage.
   bool direct_tier = true;
-  unsigned pollers = 0;      // controller poller threads (0: the library's default)
   // The selected rows' values of a direct-tier column read alone from host
   // memory (array_ref::read_sparse), not by bringing their pages in.
   bool sparse_gather = true;

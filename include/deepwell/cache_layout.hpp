@@ -86,7 +86,7 @@ struct dataset_desc {
   uint64_t bytes = 0;    // dataset length (the last page may be partial)
   uint64_t blocks = 0;   // namespace blocks
   uint64_t pages = 0;
-  page_source source;    // set when the dataset is added; the controller where no other
+  page_source source;    // set when the dataset is added; the link where no other
   writeback_tally tally; // where its owner asked for one (page_cache::add_dataset)
 };
 

@@ -71,7 +71,7 @@ class page_cache {
   // size, the cache has no room for another dataset, or the namespace is
   // served already with another source than the options name.
   struct dataset_options {
-    enum class source_t { automatic, controller, windows } source = source_t::automatic;
+    enum class source_t { automatic, link, windows } source = source_t::automatic;
     // windows: the table of window mappings (client memory, one entry per
     // 2^window_shift pages), which its owner sets and clears while no
     // client reads that window's pages through it.

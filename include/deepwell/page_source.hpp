@@ -1,23 +1,25 @@
 // Where a dataset's missing pages come from: one source per dataset, set
 // when the dataset is added to a page cache (page_cache::add_dataset) and
-// never changed by the cache. A miss is a lookup and a claim of a slot
+// never changed by the cache (its owner may declare it again). A miss is a lookup and a claim of a slot
 // (the cache's core), then the source's fill:
 //
-//   controller       a read command on the link's queues
+//   link             a read command on the link's queues (the controller,
+//                    in this process or a server's)
 //   host_mapping     a copy from the dataset's bytes in host memory, which
 //                    this client may read (a read-only mapping of a file,
 //                    or a host-memory dataset): no command at all
 //   window_mappings  a copy from a window's mapping where its owner set one
 //                    (a table of 2^window_shift-page windows in client
-//                    memory); pages of other windows through the controller
+//                    memory); pages of other windows through the link
 //   shared_tier      a copy from a server's host-memory arena where the page
 //                    is resident there, checked against the arena's sequence
 //                    word after the copy; other pages (and torn copies)
-//                    through the controller
+//                    through the link
 //
-// The controller is every source's fallback: a source only spares it
-// work. Sources are data, not code, so that a kernel holds them in its
-// dataset table (by value) and a fill picks its route with one switch.
+// The link is every source's fallback: a source only spares the
+// controller work. Sources are data, not code, so that a kernel holds
+// them in its dataset table (by value) and a fill picks its route from
+// the kind, with no call through a pointer.
 // Separately from the source, a dataset may carry a write-back tally: the
 // owner of a namespace (the file API) learns from it when the write-backs
 // of a range of pages have all been submitted.
@@ -40,16 +42,16 @@ struct window_source {
   unsigned long long bytes;  // bytes mapped: pages past them go through the controller
 };
 
-enum class page_source_kind : uint32_t { controller = 0, host_mapping = 1, window_mappings = 2, shared_tier = 3 };
+enum class page_source_kind : uint32_t { link = 0, host_mapping = 1, window_mappings = 2, shared_tier = 3 };
 
 struct page_source {
-  page_source_kind kind = page_source_kind::controller;
+  page_source_kind kind = page_source_kind::link;
   uint32_t window_shift = 0;               // window_mappings: pages per window, log2
   const uint8_t* host = nullptr;           // host_mapping: the dataset's first byte
   const window_source* windows = nullptr;  // window_mappings: one entry per window
   tier_ref tier;                           // shared_tier
 
-  static page_source from_controller() { return {}; }
+  static page_source from_link() { return {}; }
   static page_source from_host(const uint8_t* bytes) {
     page_source s;
     s.kind = page_source_kind::host_mapping;
@@ -76,7 +78,7 @@ struct page_source {
 
   // Page `page` in host memory, with no command: its first byte and the
   // dataset's bytes from there on (at least 1), or false where this source
-  // has no mapping of it (the controller's, or a shared tier's, which is
+  // has no mapping of it (the link's, or a shared tier's, which is
   // checked separately: tier_ref::begin and still).
   DW_HD bool host_bytes(uint64_t page, uint32_t page_shift, uint64_t dataset_bytes, const uint8_t*& src,
                         uint64_t& left) const {

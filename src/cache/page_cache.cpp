@@ -137,7 +137,7 @@ uint32_t page_cache::add_dataset(uint32_t nsid, const dataset_options& o) {
     // last owner's, which is gone. A mapping or a tier the link gave is
     // not the owner's to replace.
     dataset_desc& d = datasets_[id];
-    const bool owned = d.source.kind == page_source_kind::controller ||
+    const bool owned = d.source.kind == page_source_kind::link ||
                        d.source.kind == page_source_kind::window_mappings;
     if (o.source != source_t::automatic && !owned)
       throw error("page cache: namespace " + std::to_string(nsid) + " is served already from another source (" +
@@ -145,8 +145,8 @@ uint32_t page_cache::add_dataset(uint32_t nsid, const dataset_options& o) {
     if (o.source == source_t::windows) {
       d.source = page_source::from_windows(o.windows, o.window_shift);
       routes_[id] = info.description + ": " + windows_route(info);
-    } else if (o.source == source_t::controller) {
-      d.source = page_source::from_controller();
+    } else if (o.source == source_t::link) {
+      d.source = page_source::from_link();
       routes_[id] = info.description + ": queued to " + info.route;
     }
     if (o.writeback_counts) d.tally = writeback_tally{o.writeback_counts, o.writeback_shift};
@@ -173,7 +173,7 @@ uint32_t page_cache::add_dataset(uint32_t nsid, const dataset_options& o) {
     case source_t::automatic:
       d.source = automatic_source(nsid, info, d, route);
       break;
-    case source_t::controller:
+    case source_t::link:
       route = "queued to " + info.route;
       break;
     case source_t::windows:

@@ -1145,7 +1145,7 @@ file_system::file_system(std::shared_ptr<page_cache> cache, const file_system_op
                         : uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE)) / 4;
   // The namespace's page source, declared before the array adds it.
   page_cache::dataset_options source;
-  source.source = page_cache::dataset_options::source_t::controller;
+  source.source = page_cache::dataset_options::source_t::link;
   source.writeback_counts = p.write_counts;
   source.writeback_shift = gfs_window_shift - shift;
   if (p.direct_enabled) {

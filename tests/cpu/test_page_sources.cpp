@@ -42,9 +42,9 @@ TEST(PageSources, EachDatasetIsFilledFromTheSourceItWasAddedWith) {
   const uint32_t queued_ns = ctl.add_namespace({test::pattern_memory(1 << 20, false, seed), 4096, true});
   auto cache = make_host_page_cache(ctl, test::small_cache(16));
   options controller_only;
-  controller_only.source = options::source_t::controller;
+  controller_only.source = options::source_t::link;
   const uint32_t queued = cache->add_dataset(queued_ns, controller_only);
-  EXPECT_EQ(cache->dataset(queued).source.kind, page_source_kind::controller);
+  EXPECT_EQ(cache->dataset(queued).source.kind, page_source_kind::link);
   EXPECT_NE(cache->route(queued).find("queued to"), std::string::npos) << cache->route(queued);
 
   // The controller's source although the link offers a mapping: every
@@ -138,7 +138,7 @@ TEST(PageSources, AnOwnerDeclaresItsSourceAgainButNotOverTheLinks) {
   EXPECT_EQ(cache->dataset(mapped).source.kind, page_source_kind::host_mapping) << "left as it was";
 
   options controller_only;
-  controller_only.source = options::source_t::controller;
+  controller_only.source = options::source_t::link;
   const uint32_t owned = cache->add_dataset(owned_ns, controller_only);
   EXPECT_EQ(cache->add_dataset(owned_ns, o), owned) << "one id per namespace";
   EXPECT_EQ(cache->dataset(owned).source.windows, first.data());
@@ -148,7 +148,7 @@ TEST(PageSources, AnOwnerDeclaresItsSourceAgainButNotOverTheLinks) {
   EXPECT_EQ(cache->add_dataset(owned_ns), owned) << "an array's automatic add keeps the owner's source";
   EXPECT_EQ(cache->dataset(owned).source.kind, page_source_kind::window_mappings);
   EXPECT_EQ(cache->add_dataset(owned_ns, controller_only), owned);
-  EXPECT_EQ(cache->dataset(owned).source.kind, page_source_kind::controller) << "no table left behind";
+  EXPECT_EQ(cache->dataset(owned).source.kind, page_source_kind::link) << "no table left behind";
 
   options bad = o;
   bad.windows = nullptr;

@@ -117,3 +117,22 @@ def test_every_entry_point_fills_the_cache_fields_alike():
 def test_the_package_speaks_the_headers_abi_version():
     m = re.search(r"#define DW_ABI_VERSION (\d+)", HEADER.read_text())
     assert m and int(m.group(1)) == _lib.ABI_VERSION == _lib.lib.dw_abi_version()
+
+
+def test_the_library_exports_the_c_abi_only():
+    # The linker's version script (src/capi/deepwell_c.map): dw_* symbols, each of the ABI's
+    # version node, and no C++ internals a program could bind to by accident.
+    import shutil
+    import subprocess
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm (binutils) to list the library's symbols")
+    out = subprocess.run([nm, "-D", "--defined-only", "--with-symbol-versions", _lib._library_path()],
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    names = [line.split()[-1] for line in out if line.strip()]
+    assert names, "nm listed nothing"
+    functions = [n for n in names if not n.startswith("DEEPWELL_C_")]  # the version node's own symbol
+    others = [n for n in functions if not n.startswith("dw_")]
+    assert not others, f"exported beyond the C ABI: {others[:10]}"
+    assert all(n.endswith(f"@@DEEPWELL_C_{_lib.ABI_VERSION}") for n in functions), functions[:5]
+    assert any(n.startswith("dw_open@@") for n in functions)

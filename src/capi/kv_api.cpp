@@ -184,7 +184,7 @@ int dw_kv_open(const dw_kv_options* op, dw_kv** out) {
     // The page holds a bucket: an existing store's (from its header, where
     // this process may read the file) or the new one's.
     cache_config base = kv_cache_base();
-    base.page_size = std::max<uint32_t>(4096, create ? cfg.bucket_bytes : file_bucket_bytes(o.path));
+    base.page_size = std::max<uint32_t>(base.page_size, create ? cfg.bucket_bytes : file_bucket_bytes(o.path));
     const cache_config cfgc = co.applied_to(base);
     kv_options ko;
     if (o.max_batch) ko.max_batch = o.max_batch;

@@ -277,7 +277,7 @@ typedef struct dw_kv_options {
   uint64_t capacity;      /* create: keys the table is sized for (75% of its slots); 0: 1M */
   uint32_t log_rows;      /* create: rows of the log (1 KiB each); 0: 65536 */
   uint64_t max_batch;     /* keys per call; 0: 65536 */
-  dw_cache_options cache; /* page_size: a multiple of bucket_bytes; 0: 4096 or bucket_bytes */
+  dw_cache_options cache; /* page_size: a multiple of bucket_bytes; 0: the larger of the default page and bucket_bytes */
 } dw_kv_options;
 
 typedef struct dw_kv_result {

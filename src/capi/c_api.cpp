@@ -79,10 +79,7 @@ using capi::api_error;
 using capi::guarded;
 using capi::need;
 
-dw_array& handle(dw_array* a) {
-  need(a != nullptr, "null deepwell array handle (closed?)");
-  return *a;
-}
+dw_array& handle(dw_array* a) { return capi::handle_of(a, "array"); }
 
 int code_of(request_status s) {
   switch (s.code) {

@@ -14,18 +14,8 @@
 namespace deepwell::capi {
 
 inline cache_options from_c(const dw_cache_options& c) {
-  cache_options o;
-  o.device = c.device;
-  o.page_size = c.page_size;
-  o.cache_bytes = c.cache_bytes;
-  o.queue_pairs = c.queue_pairs;
-  o.queue_entries = c.queue_entries;
-  o.pollers = c.pollers;
-  o.cpu_threads = c.cpu_threads;
-  o.odirect = c.odirect != 0;
-  o.direct_files = c.direct_files;
-  o.timeout_s = c.timeout_s;
-  return o;
+  return {c.device,  c.page_size,   c.cache_bytes,  c.queue_pairs,  c.queue_entries,
+          c.pollers, c.cpu_threads, c.odirect != 0, c.direct_files, c.timeout_s};
 }
 
 // What an init function shows: the entry point's defaults (`base`, built

@@ -60,10 +60,7 @@ using capi::api_error;
 using capi::guarded;
 using capi::need;
 
-dw_checkpoint& handle(dw_checkpoint* c) {
-  need(c != nullptr, "null deepwell checkpoint handle (closed?)");
-  return *c;
-}
+dw_checkpoint& handle(dw_checkpoint* c) { return capi::handle_of(c, "checkpoint"); }
 
 checkpoint_manifest to_manifest(const dw_checkpoint_tensor* t, uint32_t n) {
   need(n == 0 || t != nullptr, "the manifest is a null pointer");
@@ -91,11 +88,7 @@ std::shared_ptr<checkpoint_gpu> gpu_support(int device) {
 #endif
 }
 
-// Guard for calls that run GPU work on the handle's device.
-std::unique_ptr<capi::device_guard> on_device(const dw_checkpoint& c) {
-  if (c.device < 0) return nullptr;
-  return std::make_unique<capi::device_guard>(c.device);
-}
+std::unique_ptr<capi::device_guard> on_device(const dw_checkpoint& c) { return capi::on_device(c.device); }
 
 checkpoint_buffers buffers(const dw_checkpoint& c, void* const* data, const int32_t* on_dev, uint32_t n, bool load) {
   const checkpoint_manifest& m = c.store->manifest();

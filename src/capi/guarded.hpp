@@ -1,6 +1,7 @@
 // How the C ABI's entry points turn exceptions into return codes and the
 // thread's last error message (dw_last_error); shared by every src/capi file.
 #pragma once
+#include <memory>
 #include <new>
 #include <string>
 
@@ -52,6 +53,19 @@ int guarded(F&& f) {
     last_error() = "unknown error";
     return DW_ERUNTIME;
   }
+}
+
+// The object behind a handle; DW_EINVAL naming its kind when it is null.
+template <class T>
+T& handle_of(T* p, const char* kind) {
+  need(p != nullptr, std::string("null deepwell ") + kind + " handle (closed?)");
+  return *p;
+}
+
+// The handle's device made current for GPU work on it; nothing for a host
+// cache (device -1).
+inline std::unique_ptr<device_guard> on_device(int device) {
+  return device < 0 ? nullptr : std::make_unique<device_guard>(device);
 }
 
 }  // namespace deepwell::capi

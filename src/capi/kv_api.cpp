@@ -58,10 +58,7 @@ namespace {
 using capi::guarded;
 using capi::need;
 
-dw_kv& handle(dw_kv* k) {
-  need(k != nullptr, "null deepwell kv handle (closed?)");
-  return *k;
-}
+dw_kv& handle(dw_kv* k) { return capi::handle_of(k, "key-value store"); }
 
 std::shared_ptr<kv_executor> gpu_support(int device) {
 #if defined(DEEPWELL_C_CUDA)
@@ -73,10 +70,7 @@ std::shared_ptr<kv_executor> gpu_support(int device) {
 #endif
 }
 
-std::unique_ptr<capi::device_guard> on_device(const dw_kv& k) {
-  if (k.device < 0) return nullptr;
-  return std::make_unique<capi::device_guard>(k.device);
-}
+std::unique_ptr<capi::device_guard> on_device(const dw_kv& k) { return capi::on_device(k.device); }
 
 void fill(dw_kv_result* out, const kv_batch_result& r) {
   if (!out) return;

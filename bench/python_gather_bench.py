@@ -147,7 +147,7 @@ def main():
             a.gather(ids, out=out, check=False)
             per_call.append(time.perf_counter() - t)
             t = time.perf_counter()
-            _lib.lib.dw_gather(h, ids.data_ptr(), 64, 0, 1000, out.data_ptr(), s)
+            _lib.lib.dw_array_gather(h, ids.data_ptr(), 64, 0, 1000, out.data_ptr(), s)
             raw.append(time.perf_counter() - t)
             if i % 50 == 0:
                 a.check()

@@ -3,7 +3,7 @@
 // beats the built-in default. A value in the environment that is not a
 // valid one is refused with an error naming the variable, never silently
 // replaced. The C++ configuration structs take their defaults from here,
-// the C ABI's dw_open_options_init from them, and Python from the C ABI.
+// the C ABI's dw_array_options_init from them, and Python from the C ABI.
 // docs/settings.md lists every knob.
 #pragma once
 #include <cstdint>

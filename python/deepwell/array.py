@@ -201,7 +201,7 @@ class Array:
             raise InvalidArgument("host memory (path=None) needs the number of rows in shape")
 
         o = _lib.OpenOptions()
-        lib.dw_open_options_init(ctypes.byref(o))
+        lib.dw_array_options_init(ctypes.byref(o))
         o.path = path.encode() if path is not None else None
         o.host_bytes = 0 if path is not None else shape[0] * row_bytes
         o.offset = offset = _count("offset", offset)
@@ -220,10 +220,10 @@ class Array:
                 raise InvalidArgument(
                     f"{path} has {have} bytes, but shape {shape} of {self.dtype} from offset {offset} needs {need} bytes")
         h = ctypes.c_void_p()
-        check(lib.dw_open(ctypes.byref(o), ctypes.byref(h)))
+        check(lib.dw_array_open(ctypes.byref(o), ctypes.byref(h)))
         self._h = h
         info = _lib.Info()
-        check(lib.dw_info(h, ctypes.byref(info)))
+        check(lib.dw_array_info_get(h, ctypes.byref(info)))
         self.path = path
         self.rows = info.rows
         self.row_bytes = info.row_bytes
@@ -246,7 +246,7 @@ class Array:
         """Waits for the GPU, writes dirty pages back (writable arrays) and frees everything."""
         h, self._h = self._h, None
         if h is not None:
-            check(lib.dw_close(h))
+            check(lib.dw_array_close(h))
 
     def __enter__(self) -> "Array":
         return self
@@ -257,7 +257,7 @@ class Array:
     def __del__(self):
         try:
             if self._h is not None:
-                lib.dw_close(self._h)
+                lib.dw_array_close(self._h)
         except Exception:
             pass
 
@@ -336,12 +336,12 @@ class Array:
         v = self._index(idx)
         if out is None:
             out = self._new_out(v.shape[0], v)
-        self._rows_call(lib.dw_gather, v, out, "out", stream, check)
+        self._rows_call(lib.dw_array_gather, v, out, "out", stream, check)
         return out
 
     def scatter(self, idx, src, *, stream=None, check: bool = True) -> None:
         """Writes rows of ``src`` to rows ``idx`` (dirty in the cache until ``flush()``)."""
-        self._rows_call(lib.dw_scatter, self._index(idx), src, "src", stream, check)
+        self._rows_call(lib.dw_array_scatter, self._index(idx), src, "src", stream, check)
 
     def _rows_call(self, fn, v: _interop.View, rows, what: str, stream, check: bool) -> None:
         h = self._handle()
@@ -352,7 +352,7 @@ class Array:
             v if v.cuda else rv, self.device)
         _lib.check(fn(h, v.ptr, v.itemsize * 8, 0 if v.cuda else 1, n, rv.ptr, s))
         if check:
-            _lib.check(lib.dw_check(h, s))
+            _lib.check(lib.dw_array_check(h, s))
 
     def _key_indices(self, key):
         """Row indices of an int, a slice, or an index array."""
@@ -386,27 +386,27 @@ class Array:
     # ---- state ----
     def check(self, stream=None) -> None:
         """Waits for ``stream`` (default 0) and raises the first error of earlier unchecked calls."""
-        _lib.check(lib.dw_check(self._handle(), _interop.stream_handle(stream) if stream is not None else 0))
+        _lib.check(lib.dw_array_check(self._handle(), _interop.stream_handle(stream) if stream is not None else 0))
 
     def flush(self) -> None:
         """Waits for the GPU, writes dirty pages back, and makes them durable (fdatasync)."""
-        _lib.check(lib.dw_flush(self._handle()))
+        _lib.check(lib.dw_array_flush(self._handle()))
 
     def clear(self) -> None:
         """Flushes (writable arrays) and empties the cache: the next reads are misses."""
-        _lib.check(lib.dw_clear(self._handle()))
+        _lib.check(lib.dw_array_clear(self._handle()))
 
     def stats(self) -> dict[str, Any]:
         """Cache counters since the last reset_stats(); controller counters since open."""
         st = _lib.Stats()
-        _lib.check(lib.dw_stats_get(self._handle(), ctypes.byref(st)))
+        _lib.check(lib.dw_array_stats_get(self._handle(), ctypes.byref(st)))
         d = {name: getattr(st, name) for name, _ in _lib.Stats._fields_}
         probes = d["hits"] + d["misses"]
         d["hit_rate"] = d["hits"] / probes if probes else 0.0
         return d
 
     def reset_stats(self) -> None:
-        _lib.check(lib.dw_stats_reset(self._handle()))
+        _lib.check(lib.dw_array_stats_reset(self._handle()))
 
 
 def open(path=None, **kwargs) -> Array:  # noqa: A001 (mirrors numpy.memmap / h5py.File)

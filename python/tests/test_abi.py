@@ -21,7 +21,7 @@ C_TYPES = {
 # Each C structure and the ctypes class that mirrors it.
 MIRRORS = {
     "dw_cache_options": _lib.CacheOptions,
-    "dw_open_options": _lib.OpenOptions,
+    "dw_array_options": _lib.OpenOptions,
     "dw_array_info": _lib.Info,
     "dw_stats": _lib.Stats,
     "dw_checkpoint_tensor": checkpoint._Tensor,
@@ -88,11 +88,11 @@ def test_every_structure_of_the_header_is_mirrored_field_by_field():
 def test_the_parser_sees_what_the_header_has():
     # The check above cannot pass by reading nothing.
     structs = header_structs()
-    assert len(structs["dw_open_options"]) >= 10 and structs["dw_open_options"][0] == ("path", "const char*", None)
+    assert len(structs["dw_array_options"]) >= 10 and structs["dw_array_options"][0] == ("path", "const char*", None)
     assert ("backend", "char", 16) in structs["dw_array_info"]
     assert [f for f, _, _ in structs["dw_kv_result"]][:4] == ["ops", "inserted", "updated", "erased"]
     # One set of cache fields, inside each options structure that makes a cache.
-    for name in ("dw_open_options", "dw_checkpoint_options", "dw_kv_options"):
+    for name in ("dw_array_options", "dw_checkpoint_options", "dw_kv_options"):
         assert ("cache", "dw_cache_options", None) in structs[name], name
     assert [f for f, _, _ in structs["dw_cache_options"]][:3] == ["device", "page_size", "cache_bytes"]
 
@@ -101,7 +101,7 @@ def test_every_entry_point_fills_the_cache_fields_alike():
     # The init functions put each entry point's defaults in the same fields; what differs is
     # only what the entry point's own defaults say (a checkpoint store's 64 KiB pages).
     a, c, k = _lib.OpenOptions(), checkpoint._Options(), kv._Options()
-    _lib.lib.dw_open_options_init(ctypes.byref(a))
+    _lib.lib.dw_array_options_init(ctypes.byref(a))
     checkpoint.lib.dw_checkpoint_options_init(ctypes.byref(c))
     kv.lib.dw_kv_options_init(ctypes.byref(k))
     for o in (a, c, k):
@@ -135,4 +135,4 @@ def test_the_library_exports_the_c_abi_only():
     others = [n for n in functions if not n.startswith("dw_")]
     assert not others, f"exported beyond the C ABI: {others[:10]}"
     assert all(n.endswith(f"@@DEEPWELL_C_{_lib.ABI_VERSION}") for n in functions), functions[:5]
-    assert any(n.startswith("dw_open@@") for n in functions)
+    assert any(n.startswith("dw_array_open@@") for n in functions)

@@ -97,7 +97,7 @@ int code_of(request_status s) {
 constexpr uint32_t dataset_block = 4096;  // rounding of new writable datasets (any block size up to 4 KiB)
 uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
-std::shared_ptr<target> open_target(const dw_open_options& o) {
+std::shared_ptr<target> open_target(const dw_array_options& o) {
   // Writable datasets end on a block boundary: memory and new files get
   // the few bytes past the last row that round them up (rows stay as asked).
   if (!o.path) {
@@ -127,7 +127,7 @@ std::map<std::string, std::weak_ptr<capi::shared_dataset>> datasets;
 // and the cache settings. Arrays opened with the same key share the
 // dataset; others (another page size, say) get their own, as before.
 // Empty (never shared) for host memory.
-std::string dataset_key(const dw_open_options& o, const target& t) {
+std::string dataset_key(const dw_array_options& o, const target& t) {
   if (!o.path) return {};
   struct stat st{};
   if (::stat(o.path, &st) != 0) return {};
@@ -137,7 +137,7 @@ std::string dataset_key(const dw_open_options& o, const target& t) {
 }
 
 // The same for a dataset a server serves: the socket and the namespace.
-std::string server_key(const dw_open_options& o, const std::string& socket, uint32_t nsid) {
+std::string server_key(const dw_array_options& o, const std::string& socket, uint32_t nsid) {
   return "server:" + socket + ":" + std::to_string(nsid) + ":" + capi::cache_key(o.cache, false);
 }
 
@@ -241,18 +241,18 @@ int dw_cuda_device_count(int32_t* count) {
   });
 }
 
-void dw_open_options_init(dw_open_options* o) {
+void dw_array_options_init(dw_array_options* o) {
   if (!o) return;
   std::memset(o, 0, sizeof(*o));
   capi::init_c(o->cache, [] { return cache_config{}; });
   o->cache_reads = 1;
 }
 
-int dw_open(const dw_open_options* op, dw_array** out) {
+int dw_array_open(const dw_array_options* op, dw_array** out) {
   return guarded([&] {
     need(op != nullptr && out != nullptr, "null options or output pointer");
     *out = nullptr;
-    const dw_open_options& o = *op;
+    const dw_array_options& o = *op;
     need(o.row_bytes > 0, "row_bytes must be positive");
     need(!o.create || o.writable, "create needs writable");
     const cache_options co = capi::from_c(o.cache);
@@ -371,7 +371,7 @@ int dw_open(const dw_open_options* op, dw_array** out) {
   });
 }
 
-int dw_close(dw_array* a) {
+int dw_array_close(dw_array* a) {
   if (!a) return DW_OK;
   std::unique_ptr<dw_array> owned(a);
   int rc = guarded([&] {
@@ -389,7 +389,7 @@ int dw_close(dw_array* a) {
   return rc != DW_OK ? rc : freed;
 }
 
-int dw_info(const dw_array* ap, dw_array_info* info) {
+int dw_array_info_get(const dw_array* ap, dw_array_info* info) {
   return guarded([&] {
     const dw_array& a = handle(const_cast<dw_array*>(ap));
     need(info != nullptr, "info is a null pointer");
@@ -409,16 +409,16 @@ int dw_info(const dw_array* ap, dw_array_info* info) {
   });
 }
 
-int dw_gather(dw_array* a, const void* idx, int32_t bits, int32_t on_host, uint64_t n, void* out, uintptr_t stream) {
+int dw_array_gather(dw_array* a, const void* idx, int32_t bits, int32_t on_host, uint64_t n, void* out, uintptr_t stream) {
   return rows_call(a, false, idx, bits, on_host, n, out, stream);
 }
 
-int dw_scatter(dw_array* a, const void* idx, int32_t bits, int32_t on_host, uint64_t n, const void* src,
+int dw_array_scatter(dw_array* a, const void* idx, int32_t bits, int32_t on_host, uint64_t n, const void* src,
                uintptr_t stream) {
   return rows_call(a, true, idx, bits, on_host, n, const_cast<void*>(src), stream);
 }
 
-int dw_check(dw_array* ap, uintptr_t stream) {
+int dw_array_check(dw_array* ap, uintptr_t stream) {
   return guarded([&] {
     dw_array& a = handle(ap);
     if (a.device >= 0) {
@@ -446,7 +446,7 @@ int dw_check(dw_array* ap, uintptr_t stream) {
   });
 }
 
-int dw_flush(dw_array* ap) {
+int dw_array_flush(dw_array* ap) {
   return guarded([&] {
     dw_array& a = handle(ap);
     need(a.writable, "the array was opened read-only: nothing to flush");
@@ -456,7 +456,7 @@ int dw_flush(dw_array* ap) {
   });
 }
 
-int dw_clear(dw_array* ap) {
+int dw_array_clear(dw_array* ap) {
   return guarded([&] {
     dw_array& a = handle(ap);
     const auto g = on_idle_device(a);
@@ -465,7 +465,7 @@ int dw_clear(dw_array* ap) {
   });
 }
 
-int dw_stats_get(dw_array* ap, dw_stats* out) {
+int dw_array_stats_get(dw_array* ap, dw_stats* out) {
   return guarded([&] {
     dw_array& a = handle(ap);
     need(out != nullptr, "stats is a null pointer");
@@ -481,7 +481,7 @@ int dw_stats_get(dw_array* ap, dw_stats* out) {
   });
 }
 
-int dw_stats_reset(dw_array* ap) {
+int dw_array_stats_reset(dw_array* ap) {
   return guarded([&] {
     dw_array& a = handle(ap);
     const auto g = on_idle_device(a);

@@ -36,8 +36,8 @@ TEST(Defaults, BuiltInWhenTheEnvironmentSaysNothing) {
   EXPECT_EQ(cache_config{}.page_size, defaults::builtin::page_size);
   EXPECT_EQ(cache_config{}.capacity_bytes, defaults::builtin::cache_bytes);
   EXPECT_EQ(cache_config{}.timeout_ns, defaults::builtin::timeout_ms * 1000000);
-  dw_open_options o;
-  dw_open_options_init(&o);
+  dw_array_options o;
+  dw_array_options_init(&o);
   EXPECT_EQ(o.cache.pollers, defaults::builtin::pollers()) << "C and C++ state one default";
   EXPECT_EQ(o.cache.page_size, defaults::builtin::page_size);
   EXPECT_EQ(o.cache.cache_bytes, defaults::builtin::cache_bytes);
@@ -52,8 +52,8 @@ TEST(Defaults, TheEnvironmentBeatsTheBuiltInAndCodeBeatsBoth) {
   EXPECT_EQ(controller_config{}.backend, io_backend::threads);
   EXPECT_EQ(cache_config{}.capacity_bytes, 64ull << 20);
   EXPECT_EQ(cache_config{}.direct_files, cache_config::file_tier::never);
-  dw_open_options o;
-  dw_open_options_init(&o);
+  dw_array_options o;
+  dw_array_options_init(&o);
   EXPECT_EQ(o.cache.pollers, 3u);
   EXPECT_EQ(o.cache.cache_bytes, 64ull << 20);
   EXPECT_EQ(o.cache.direct_files, 0);
@@ -92,16 +92,16 @@ TEST(Defaults, JunkInTheEnvironmentIsRefusedWithItsName) {
     const std::string m = message_of(b.use);
     EXPECT_NE(m.find(std::string(b.variable) + "=" + b.value), std::string::npos) << m;
   }
-  // The C ABI reports it from dw_open, with the name.
+  // The C ABI reports it from dw_array_open, with the name.
   test::env_var_guard g("DEEPWELL_PAGE_SIZE", "huge");
-  dw_open_options o;
-  dw_open_options_init(&o);
+  dw_array_options o;
+  dw_array_options_init(&o);
   o.host_bytes = 4096;
   o.row_bytes = 64;
   o.cache.device = -1;
   o.cache.page_size = 0;  // the default: the environment's, which is junk
   dw_array* a = nullptr;
-  EXPECT_NE(dw_open(&o, &a), DW_OK);
+  EXPECT_NE(dw_array_open(&o, &a), DW_OK);
   EXPECT_NE(std::string(dw_last_error()).find("DEEPWELL_PAGE_SIZE=huge"), std::string::npos) << dw_last_error();
   EXPECT_EQ(a, nullptr);
 }

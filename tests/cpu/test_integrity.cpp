@@ -124,8 +124,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, Integrity, testing::ValuesIn(test::integrity_cas
 // writable host-memory array with cache_reads off must still read back
 // every row scattered into it.
 TEST(IntegrityRows, InPlaceGathersSeeScatters) {
-  dw_open_options o;
-  dw_open_options_init(&o);
+  dw_array_options o;
+  dw_array_options_init(&o);
   const uint32_t row = 256;
   const uint64_t rows = 16384;
   o.host_bytes = rows * row;
@@ -136,21 +136,21 @@ TEST(IntegrityRows, InPlaceGathersSeeScatters) {
   o.cache.cache_bytes = 256 << 10;  // 6% of the rows: scattered rows get evicted too
   o.cache.cpu_threads = 4;
   dw_array* a = nullptr;
-  ASSERT_EQ(dw_open(&o, &a), DW_OK) << dw_last_error();
+  ASSERT_EQ(dw_array_open(&o, &a), DW_OK) << dw_last_error();
   std::vector<int64_t> idx(rows / 2);
   for (uint64_t k = 0; k < idx.size(); ++k) idx[k] = int64_t((k * 7919) % rows);
   std::vector<uint8_t> src(idx.size() * row);
   for (uint64_t k = 0; k < idx.size(); ++k) std::memset(src.data() + k * row, int(0x40 + idx[k] % 64), row);
-  ASSERT_EQ(dw_scatter(a, idx.data(), 64, 1, idx.size(), src.data(), 0), DW_OK) << dw_last_error();
+  ASSERT_EQ(dw_array_scatter(a, idx.data(), 64, 1, idx.size(), src.data(), 0), DW_OK) << dw_last_error();
   std::vector<int64_t> all(rows);
   for (uint64_t r = 0; r < rows; ++r) all[r] = int64_t(r);
   std::vector<uint8_t> out(rows * row);
-  ASSERT_EQ(dw_gather(a, all.data(), 64, 1, rows, out.data(), 0), DW_OK) << dw_last_error();
+  ASSERT_EQ(dw_array_gather(a, all.data(), 64, 1, rows, out.data(), 0), DW_OK) << dw_last_error();
   std::vector<bool> scattered(rows);
   for (int64_t r : idx) scattered[r] = true;
   uint64_t bad = 0;
   for (uint64_t r = 0; r < rows; ++r)
     for (uint32_t k = 0; k < row; ++k) bad += out[r * row + k] != (scattered[r] ? uint8_t(0x40 + r % 64) : 0);
   EXPECT_EQ(bad, 0u);
-  EXPECT_EQ(dw_close(a), DW_OK) << dw_last_error();
+  EXPECT_EQ(dw_array_close(a), DW_OK) << dw_last_error();
 }

@@ -7,9 +7,9 @@
  * failure; dw_last_error() then holds a message naming the problem (per
  * thread). Pointers passed in are borrowed for the call. GPU work runs on the
  * stream given (a cudaStream_t as an integer; 0 is the legacy default
- * stream) and is asynchronous: dw_check() waits for the stream and reports
+ * stream) and is asynchronous: dw_array_check() waits for the stream and reports
  * what went wrong since the last check. Handles may be used from several
- * threads at once; dw_close() must not race with other calls on the handle.
+ * threads at once; dw_array_close() must not race with other calls on the handle.
  */
 #ifndef DEEPWELL_C_DEEPWELL_H
 #define DEEPWELL_C_DEEPWELL_H
@@ -59,7 +59,7 @@ typedef struct dw_cache_options {
   double timeout_s;       /* deadline of every wait inside an access */
 } dw_cache_options;
 
-typedef struct dw_open_options {
+typedef struct dw_array_options {
   const char* path;      /* a file or block device; NULL: zeroed host memory of host_bytes */
   uint64_t host_bytes;   /* with path == NULL */
   uint64_t offset;       /* the dataset starts here inside the file */
@@ -73,7 +73,7 @@ typedef struct dw_open_options {
                             then write in place too; writable files read through the cache) */
   uint64_t create_bytes;
   dw_cache_options cache;
-} dw_open_options;
+} dw_array_options;
 
 typedef struct dw_array_info {
   uint64_t rows;
@@ -112,12 +112,12 @@ DW_API int dw_cuda_device_count(int32_t* count);
 
 /* Fills o with the library's defaults (DEEPWELL_* in the environment, else
  * the built-in ones: docs/settings.md; device 0, read-only). */
-DW_API void dw_open_options_init(dw_open_options* o);
+DW_API void dw_array_options_init(dw_array_options* o);
 /* Opens a dataset as rows. Handles opened on the same file (offset, length)
  * with the same device and cache options share one controller, namespace
  * and cache: a scatter through one is seen by a gather through another. */
-DW_API int dw_open(const dw_open_options* o, dw_array** out);
-/* Server mode (docs/server.md): while a server is named, dw_open's path
+DW_API int dw_array_open(const dw_array_options* o, dw_array** out);
+/* Server mode (docs/server.md): while a server is named, dw_array_open's path
  * names a dataset that server offers (its name, or its file's path), which
  * it serves under this process's grants. dw_set_server(socket) names one
  * for this process; NULL goes back to DEEPWELL_SERVER (unset: embedded). */
@@ -126,28 +126,28 @@ DW_API int dw_set_server(const char* socket);
  * truncated, NUL-terminated); *needed (if not NULL) gets the full length + 1. */
 DW_API int dw_server_stats(char* buf, uint64_t bytes, uint64_t* needed);
 /* Waits for the device, flushes dirty pages, frees everything. NULL is ignored. */
-DW_API int dw_close(dw_array* a);
-DW_API int dw_info(const dw_array* a, dw_array_info* info);
+DW_API int dw_array_close(dw_array* a);
+DW_API int dw_array_info_get(const dw_array* a, dw_array_info* info);
 
 /* Rows idx[0 .. n) into out (n * row_bytes bytes). idx_bits: 32 or 64
  * (signed). GPU arrays: out is device memory of the array's device; idx is
  * device memory, or host memory with idx_on_host (copied on the stream).
  * CPU arrays: both in host memory (stream ignored, returns when done). */
-DW_API int dw_gather(dw_array* a, const void* idx, int32_t idx_bits, int32_t idx_on_host, uint64_t n, void* out,
+DW_API int dw_array_gather(dw_array* a, const void* idx, int32_t idx_bits, int32_t idx_on_host, uint64_t n, void* out,
                      uintptr_t stream);
 /* src rows [0 .. n) into rows idx[0 .. n); the pages become dirty. */
-DW_API int dw_scatter(dw_array* a, const void* idx, int32_t idx_bits, int32_t idx_on_host, uint64_t n,
+DW_API int dw_array_scatter(dw_array* a, const void* idx, int32_t idx_bits, int32_t idx_on_host, uint64_t n,
                       const void* src, uintptr_t stream);
 /* Waits for the stream, then reports (and forgets) the first problem of the
  * gathers and scatters before: an index out of range (DW_ERANGE), an I/O
  * error (DW_EIO), a timeout or CUDA error (DW_ERUNTIME). */
-DW_API int dw_check(dw_array* a, uintptr_t stream);
+DW_API int dw_array_check(dw_array* a, uintptr_t stream);
 /* Waits for the device, writes every dirty page back and flushes the file. */
-DW_API int dw_flush(dw_array* a);
+DW_API int dw_array_flush(dw_array* a);
 /* Flushes, then empties the cache (cold runs). */
-DW_API int dw_clear(dw_array* a);
-DW_API int dw_stats_get(dw_array* a, dw_stats* s);
-DW_API int dw_stats_reset(dw_array* a);
+DW_API int dw_array_clear(dw_array* a);
+DW_API int dw_array_stats_get(dw_array* a, dw_stats* s);
+DW_API int dw_array_stats_reset(dw_array* a);
 
 /* The same rows without deepwell, to compare against: rows[0 .. n) of
  * row_bytes each, read from the file at `offset` with plain io_uring by CPU

@@ -149,7 +149,10 @@ uint32_t page_cache::add_dataset(uint32_t nsid, const dataset_options& o) {
       d.source = page_source::from_link();
       routes_[id] = info.description + ": queued to " + info.route;
     }
-    if (o.writeback_counts) d.tally = writeback_tally{o.writeback_counts, o.writeback_shift};
+    // An owner's declaration names its tally too: none where it gives none
+    // (the last owner's words are gone with it).
+    if (o.source != source_t::automatic || o.writeback_counts)
+      d.tally = writeback_tally{o.writeback_counts, o.writeback_shift};
     write_dataset(id, d);
     return id;
   }

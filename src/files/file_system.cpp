@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "deepwell/array.hpp"
+#include "deepwell/detail/log.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/thread_times.hpp"
 #include "deepwell/tree.hpp"
@@ -315,6 +316,16 @@ struct file_system::impl {
     table.clear();  // the files' ids go before the session
     for (auto& [w, m] : window_maps) m.release(*cache);
     for (detail::direct_map& m : orphan_maps) m.release(*cache);
+    // The cache no longer reads this file system's window table nor counts
+    // write-backs into its words: both are client memory freed with it,
+    // and pages of the namespace may stay in the cache after it.
+    try {
+      page_cache::dataset_options gone;
+      gone.source = page_cache::dataset_options::source_t::link;
+      cache->add_dataset(nsid, gone);
+    } catch (const std::exception& e) {
+      detail::log_line(detail::log_level::warn, std::string("file system: releasing its page source: ") + e.what());
+    }
   }
 
   // ---- the service threads ----

@@ -4,14 +4,18 @@
 // source again but not replace one the link gave, and the write-back
 // tally. CPU clients; the GPU integrity suites run the same fill path.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <vector>
 
 #include "deepwell/array.hpp"
 #include "deepwell/embedded.hpp"
+#include "deepwell/files/file_system.hpp"
 #include "deepwell/page_cache.hpp"
 #include "cache_test_support.hpp"
+#include "test_util.hpp"
 
 using namespace deepwell;
 using options = page_cache::dataset_options;
@@ -181,4 +185,26 @@ TEST(PageSources, TheTallyCountsEachWriteBackOfItsRange) {
   ASSERT_TRUE(cache->flush().ok());
   EXPECT_EQ(counts, (std::vector<uint32_t>{1, 3, 0, 1}));
   for (uint64_t p : {0u, 5u, 6u, 15u}) EXPECT_EQ(a.ref()[p * words_per_page + 3], 1000 + p);
+}
+
+TEST(PageSources, AFileSystemGoneLeavesNoTableOrTallyBehind) {
+  // Its window table and write-back words are client memory freed with
+  // it; the namespace's dataset stays in the cache (pages may too).
+  std::string root = test::scratch_dir() + "/deepwell-sources-XXXXXX";
+  ASSERT_NE(mkdtemp(root.data()), nullptr);
+  auto cache = make_host_page_cache(embedded_link(), test::small_cache(64));
+  uint32_t id = 0;
+  {
+    file_system_options o;
+    o.root = root;
+    o.files_direct = file_system_options::direct_tier::on;
+    auto fs = make_host_file_system(cache, o);
+    id = fs->ref().bytes.dataset;
+    EXPECT_EQ(cache->dataset(id).source.kind, page_source_kind::window_mappings);
+    EXPECT_NE(cache->dataset(id).tally.counts, nullptr);
+  }
+  EXPECT_EQ(cache->dataset(id).source.kind, page_source_kind::link);
+  EXPECT_EQ(cache->dataset(id).tally.counts, nullptr);
+  EXPECT_EQ(cache->dataset(id).source.windows, nullptr);
+  rmdir(root.c_str());
 }

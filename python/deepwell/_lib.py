@@ -57,7 +57,7 @@ class CacheOptions(ctypes.Structure):
     ]
 
 
-class OpenOptions(ctypes.Structure):
+class ArrayOptions(ctypes.Structure):
     _fields_ = [
         ("path", ctypes.c_char_p),
         ("host_bytes", ctypes.c_uint64),
@@ -134,8 +134,8 @@ def _load() -> ctypes.CDLL:
         "dw_parse_size": ([ctypes.c_char_p, ctypes.POINTER(u64)], ctypes.c_int),
         "dw_last_error": ([], ctypes.c_char_p),
         "dw_cuda_device_count": ([ctypes.POINTER(i32)], ctypes.c_int),
-        "dw_array_options_init": ([ctypes.POINTER(OpenOptions)], None),
-        "dw_array_open": ([ctypes.POINTER(OpenOptions), ctypes.POINTER(P)], ctypes.c_int),
+        "dw_array_options_init": ([ctypes.POINTER(ArrayOptions)], None),
+        "dw_array_open": ([ctypes.POINTER(ArrayOptions), ctypes.POINTER(P)], ctypes.c_int),
         "dw_array_close": ([P], ctypes.c_int),
         "dw_array_info_get": ([P, ctypes.POINTER(Info)], ctypes.c_int),
         "dw_array_gather": ([P, P, i32, i32, u64, P, ctypes.c_size_t], ctypes.c_int),

@@ -200,7 +200,7 @@ class Array:
         elif shape[0] < 0:
             raise InvalidArgument("host memory (path=None) needs the number of rows in shape")
 
-        o = _lib.OpenOptions()
+        o = _lib.ArrayOptions()
         lib.dw_array_options_init(ctypes.byref(o))
         o.path = path.encode() if path is not None else None
         o.host_bytes = 0 if path is not None else shape[0] * row_bytes

@@ -261,7 +261,7 @@ class CheckpointStore(_lib.Handle):
         o.writable = 1 if (writable or create) else 0
         if unit:
             o.unit = _count("unit", unit)
-        _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size or None, cache_size=cache_size,
+        _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size, cache_size=cache_size,
                    cpu_threads=cpu_threads, odirect=odirect, timeout=timeout)
         o.allow_older = 1 if allow_older else 0
         arr, keep = _manifest(specs or [])

@@ -222,7 +222,7 @@ class KVStore(_lib.Handle):
         o.log_rows = _count("log_rows", log_rows)
         o.max_batch = _count("max_batch", max_batch)
         _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size, cache_size=cache_size, cpu_threads=cpu_threads,
-                   pollers=pollers, odirect=odirect, timeout=timeout or None)
+                   pollers=pollers, odirect=odirect, timeout=timeout)
         h = ctypes.c_void_p()
         check(lib.dw_kv_open(ctypes.byref(o), ctypes.byref(h)))
         self._h = h

@@ -21,7 +21,7 @@ C_TYPES = {
 # Each C structure and the ctypes class that mirrors it.
 MIRRORS = {
     "dw_cache_options": _lib.CacheOptions,
-    "dw_array_options": _lib.OpenOptions,
+    "dw_array_options": _lib.ArrayOptions,
     "dw_array_info": _lib.Info,
     "dw_stats": _lib.Stats,
     "dw_checkpoint_tensor": checkpoint._Tensor,
@@ -100,7 +100,7 @@ def test_the_parser_sees_what_the_header_has():
 def test_every_entry_point_fills_the_cache_fields_alike():
     # The init functions put each entry point's defaults in the same fields; what differs is
     # only what the entry point's own defaults say (a checkpoint store's 64 KiB pages).
-    a, c, k = _lib.OpenOptions(), checkpoint._Options(), kv._Options()
+    a, c, k = _lib.ArrayOptions(), checkpoint._Options(), kv._Options()
     _lib.lib.dw_array_options_init(ctypes.byref(a))
     checkpoint.lib.dw_checkpoint_options_init(ctypes.byref(c))
     kv.lib.dw_kv_options_init(ctypes.byref(k))

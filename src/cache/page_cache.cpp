@@ -115,8 +115,14 @@ void page_cache::build_ref(uint8_t* meta, uint8_t* data, const std::vector<queue
 }
 
 namespace {
-std::string windows_route(const namespace_info& info) {
-  return "the mappings of open windows where their owner set one, other misses queued to " + info.route;
+// The source an owner declares (link or windows), and its route in words.
+page_source declared_source(const page_cache::dataset_options& o, const namespace_info& info, std::string& route) {
+  if (o.source == page_cache::dataset_options::source_t::windows) {
+    route = "the mappings of open windows where their owner set one, other misses queued to " + info.route;
+    return page_source::from_windows(o.windows, o.window_shift);
+  }
+  route = "queued to " + info.route;
+  return page_source::from_link();
 }
 }  // namespace
 
@@ -142,17 +148,14 @@ uint32_t page_cache::add_dataset(uint32_t nsid, const dataset_options& o) {
     if (o.source != source_t::automatic && !owned)
       throw error("page cache: namespace " + std::to_string(nsid) + " is served already from another source (" +
                   routes_[id] + ")");
-    if (o.source == source_t::windows) {
-      d.source = page_source::from_windows(o.windows, o.window_shift);
-      routes_[id] = info.description + ": " + windows_route(info);
-    } else if (o.source == source_t::link) {
-      d.source = page_source::from_link();
-      routes_[id] = info.description + ": queued to " + info.route;
+    if (o.source != source_t::automatic) {
+      std::string route;
+      d.source = declared_source(o, info, route);
+      routes_[id] = info.description + ": " + route;
     }
     // An owner's declaration names its tally too: none where it gives none
     // (the last owner's words are gone with it).
-    if (o.source != source_t::automatic || o.writeback_counts)
-      d.tally = writeback_tally{o.writeback_counts, o.writeback_shift};
+    d.tally = writeback_tally{o.writeback_counts, o.writeback_shift};
     write_dataset(id, d);
     return id;
   }
@@ -172,19 +175,8 @@ uint32_t page_cache::add_dataset(uint32_t nsid, const dataset_options& o) {
   d.blocks = info.blocks;
   d.pages = (info.bytes + geo_.page_size - 1) / geo_.page_size;
   std::string route;
-  switch (o.source) {
-    case source_t::automatic:
-      d.source = automatic_source(nsid, info, d, route);
-      break;
-    case source_t::link:
-      route = "queued to " + info.route;
-      break;
-    case source_t::windows:
-      d.source = page_source::from_windows(o.windows, o.window_shift);
-      route = windows_route(info);
-      break;
-  }
-  if (o.writeback_counts) d.tally = writeback_tally{o.writeback_counts, o.writeback_shift};
+  d.source = o.source == source_t::automatic ? automatic_source(nsid, info, d, route) : declared_source(o, info, route);
+  d.tally = writeback_tally{o.writeback_counts, o.writeback_shift};
   route = info.description + ": " + route;
   const uint32_t id = uint32_t(datasets_.size());
   datasets_.push_back(d);

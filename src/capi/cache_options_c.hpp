@@ -41,13 +41,10 @@ void init_c(dw_cache_options& c, MakeBase&& base) {
   }
 }
 
-// The open's checks: the fields' ranges and the CUDA device.
+// The open's checks: the fields' ranges (a deepwell::error, which
+// guarded() answers with DW_EINVAL) and the CUDA device.
 inline void check(const cache_options& o) {
-  try {
-    o.check();
-  } catch (const error& e) {
-    throw api_error(DW_EINVAL, e.what());
-  }
+  o.check();
   if (o.device >= 0) {
     const int n = gpu_device_count();
     need(o.device < n, "CUDA device " + std::to_string(o.device) + " does not exist (" + std::to_string(n) +

@@ -37,9 +37,12 @@ enum class op : uint16_t {
   section_checks = 12,   // a: nsid -> x: mismatches, y: last bad block
   set_verify = 13,       // a: nsid, b: on
   open_tree = 14,        // text: a tree dataset's name, b: writable, c: max open files, d: max open directories
-                         //   -> a: nsid, b: first window, c: windows, d: writable, text: description
+                         //   -> a: nsid, b: first window, c: windows, d: writable, x, y: the session's key
+                         //   (join_tree), text: description
   tree_ops = 15,         // a: the tree's nsid, b: ops, text: a tree batch (pack_tree_request) -> text: pack_tree_reply
-  close_tree = 16,       // a: the tree's nsid
+  close_tree = 16,       // a: the tree's nsid (a joined connection: it leaves the session)
+  join_tree = 17,        // a: a tree's nsid, x, y: its key -> this connection sends the session's tree_ops too
+                         //   (the same uid as the session's owner; it ends with the owner's close_tree)
 };
 
 // A dataset reply: a: nsid, b: block size, c: read_only (the dataset),

@@ -52,14 +52,18 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     close(wake_[1]);
   }
 
-  void start(const std::string& name) {
+  // watch: a link with queue pairs watches for the server going away;
+  // a tree session's extra connection (remote_tree) has none to stop.
+  void start(const std::string& name, bool watch = true) {
     wire::message m;
     m.h.op = uint16_t(wire::op::hello);
     m.text = name;
     wire::message r = call(std::move(m));
     client_id_ = r.h.b;
-    watcher_ = std::thread([this] { watch(); });
+    name_ = name;
+    if (watch) watcher_ = std::thread([this] { this->watch(); });
   }
+  const std::string& name() const { return name_; }
 
   std::unique_ptr<queue_pair_handle> open_queue_pair(const qp_geometry& g) override {
     wire::message m;
@@ -211,6 +215,7 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
   int sock_;
   int wake_[2] = {-1, -1};
   uint32_t client_id_ = 0;
+  std::string name_;
   mutable std::mutex call_mutex_;  // one request at a time
   mutable uint32_t seq_ = 0;
   std::atomic<bool> connected_{true};
@@ -311,13 +316,41 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
   }
 };
 
+int connect_socket(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.empty()) throw error("no deepwell server socket given (set DEEPWELL_SERVER or pass a path)");
+  if (path.size() >= sizeof(addr.sun_path))
+    throw error("deepwell server socket path " + path + " is longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
+                " bytes");
+  const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (s < 0) throw error(errno_message("socket for the deepwell server", errno));
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int e = errno;
+    close(s);
+    throw error(errno_message("no deepwell server at " + path + " (is `deepwell serve` running?)", e));
+  }
+  return s;
+}
+
 // A tree session the server holds for this client: each batch one message
-// (split where its paths would not fit in one).
+// (split where its paths would not fit in one). The file API's service
+// threads send batches at once; each takes a connection of its own (a
+// lane: one made as it is first needed, joined to the session with its
+// key), as one connection carries one request at a time. Where the server
+// refuses another connection (its per-uid limit), a thread shares the
+// session's own.
 class remote_tree final : public tree_session {
  public:
   remote_tree(std::shared_ptr<socket_link> link, const wire::message& r)
-      : link_(std::move(link)), nsid_(r.h.a), first_(r.h.b), windows_(r.h.c), writable_(r.h.d != 0), what_(r.text) {}
+      : link_(std::move(link)), nsid_(r.h.a), first_(r.h.b), windows_(r.h.c), writable_(r.h.d != 0), what_(r.text),
+        key_{r.h.x, r.h.y}, idle_{link_} {}
   ~remote_tree() override {
+    {
+      std::lock_guard<std::mutex> lock(lanes_mutex_);
+      idle_.clear();  // each closes: the server lets it leave the session
+    }
     if (!link_->connected()) return;
     wire::message m;
     m.h.op = uint16_t(wire::op::close_tree);
@@ -349,7 +382,9 @@ class remote_tree final : public tree_session {
       m.h.a = nsid_;
       m.h.b = k;
       m.text = wire::pack_tree_request(calls + i, k);
-      const wire::message r = link_->request(std::move(m));
+      std::shared_ptr<socket_link> lane = take_lane();
+      const wire::message r = (lane ? *lane : *link_).request(std::move(m));
+      if (lane) give_back(std::move(lane));
       if (!wire::unpack_tree_reply(r.text, k, calls + i))
         throw error("deepwell server " + link_->socket_path() + ": a malformed reply to tree ops (protocol error)");
       i += k;
@@ -358,10 +393,54 @@ class remote_tree final : public tree_session {
 
  private:
   static constexpr size_t name_room = 256;  // a reply's readdir name, at most
+  // Lanes at most: the file API's service threads, with room to spare.
+  static constexpr uint32_t lanes_max = 8;
+
+  // An idle lane (the session's own connection is the first), a new one,
+  // or none: then the session's own connection, shared.
+  std::shared_ptr<socket_link> take_lane() {
+    {
+      std::lock_guard<std::mutex> lock(lanes_mutex_);
+      if (!idle_.empty()) {
+        auto l = std::move(idle_.back());
+        idle_.pop_back();
+        return l;
+      }
+      if (lanes_ >= lanes_max || refused_) return nullptr;
+      ++lanes_;
+    }
+    try {
+      auto l = std::make_shared<socket_link>(link_->socket_path(), connect_socket(link_->socket_path()));
+      l->start(link_->name() + " (tree lane)", /*watch=*/false);
+      wire::message m;
+      m.h.op = uint16_t(wire::op::join_tree);
+      m.h.a = nsid_;
+      m.h.x = key_[0];
+      m.h.y = key_[1];
+      l->request(std::move(m));
+      return l;
+    } catch (const error&) {
+      // Refused (the uid's connections at their limit): no more tries.
+      std::lock_guard<std::mutex> lock(lanes_mutex_);
+      --lanes_;
+      refused_ = true;
+      return nullptr;
+    }
+  }
+  void give_back(std::shared_ptr<socket_link> l) {
+    std::lock_guard<std::mutex> lock(lanes_mutex_);
+    idle_.push_back(std::move(l));
+  }
+
   std::shared_ptr<socket_link> link_;
   uint32_t nsid_, first_, windows_;
   bool writable_;
   std::string what_;
+  uint64_t key_[2];
+  std::mutex lanes_mutex_;
+  std::vector<std::shared_ptr<socket_link>> idle_;
+  uint32_t lanes_ = 0;  // made (besides the session's own)
+  bool refused_ = false;
 };
 
 std::shared_ptr<tree_session> socket_link::open_tree(const tree_request& q) {
@@ -379,21 +458,7 @@ std::shared_ptr<tree_session> socket_link::open_tree(const tree_request& q) {
 }  // namespace
 
 std::shared_ptr<server_link> server_link::connect(const std::string& path, const std::string& name) {
-  sockaddr_un addr{};
-  if (path.empty()) throw error("no deepwell server socket given (set DEEPWELL_SERVER or pass a path)");
-  if (path.size() >= sizeof(addr.sun_path))
-    throw error("deepwell server socket path " + path + " is longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
-                " bytes");
-  const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (s < 0) throw error(errno_message("socket for the deepwell server", errno));
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    const int e = errno;
-    close(s);
-    throw error(errno_message("no deepwell server at " + path + " (is `deepwell serve` running?)", e));
-  }
-  auto link = std::make_shared<socket_link>(path, s);
+  auto link = std::make_shared<socket_link>(path, connect_socket(path));
   link->start(name.empty() ? "pid " + std::to_string(getpid()) : name);
   return link;
 }

@@ -117,6 +117,7 @@ const char* op_name(uint16_t o) {
     case op::open_tree: return "open_tree";
     case op::tree_ops: return "tree_ops";
     case op::close_tree: return "close_tree";
+    case op::join_tree: return "join_tree";
   }
   return "unknown";
 }

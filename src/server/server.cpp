@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -29,6 +30,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -38,6 +40,7 @@
 
 #include "deepwell/checksummed_target.hpp"
 #include "deepwell/controller.hpp"
+#include "deepwell/detail/fork_join.hpp"
 #include "deepwell/detail/local_tree.hpp"
 #include "deepwell/detail/section_target.hpp"
 #include "deepwell/error.hpp"
@@ -132,6 +135,23 @@ struct tree_hold {
   std::shared_ptr<tree_session> session;
   std::shared_ptr<target> windows;
   uint32_t files = 0, dirs = 0;  // reserved from the uid's limits
+  // What another connection of the same uid shows to join the session
+  // (join_tree: a program's service threads each send batches on a
+  // connection of their own), and the connections that joined.
+  uint64_t key[2] = {0, 0};
+  std::vector<int> lanes;
+};
+
+// Connections that may join one tree session: a program's service threads,
+// with room to spare.
+constexpr size_t tree_lanes_max = 16;
+
+// A tree batch received this turn, run with the other clients' batches
+// once every client has had its turn (run_tree_batches).
+struct pending_batch {
+  int fd;
+  wire::header h;
+  std::vector<tree_call> calls;
 };
 
 }  // namespace
@@ -183,6 +203,8 @@ struct client_state {
   client_share share;
   std::map<uint32_t, std::shared_ptr<queue_pair>> queues;
   std::map<uint32_t, tree_hold> trees;  // by nsid
+  // Sessions of another connection of this uid that this one joined (by nsid).
+  std::map<uint32_t, std::shared_ptr<tree_session>> joined;
   uint64_t staging_bytes = 0;
   bool said_hello = false;
   // It sent a request while its last reply was unread: not read from again
@@ -209,6 +231,14 @@ struct server::impl {
   // (file_system), since pages of theirs may still be in its cache.
   std::vector<std::pair<uint32_t, std::shared_ptr<target>>> tree_pool;
   uint32_t tree_namespaces = 0;  // made so far (in sessions or the pool)
+  std::map<uint32_t, int> tree_owners;  // a session's nsid -> its owner's socket
+  // This turn's tree batches, and the threads that run several at once:
+  // the server's system calls for several clients (or one client's
+  // service threads on their connections) overlap as they do in a
+  // program's own file API, while each connection still has one request
+  // in flight.
+  std::vector<pending_batch> pending;
+  detail::fork_join batch_pool{detail::fork_join::default_helpers()};
   std::unique_ptr<controller> ctl;
   std::shared_ptr<host_tier> tier;  // the shared host-memory tier (host_cache), if any
   int listen_fd = -1;
@@ -251,8 +281,13 @@ struct server::impl {
   }
   wire::message open_section(client_state& c, const wire::message& m);
   wire::message open_tree(client_state& c, const wire::message& m);
-  wire::message tree_ops(client_state& c, const wire::message& m);
+  std::optional<wire::message> queue_tree_ops(client_state& c, const wire::message& m);
+  void run_tree_batches();
+  wire::message join_tree(client_state& c, const wire::message& m);
+  std::shared_ptr<tree_session> session_of(const client_state& c, uint32_t nsid) const;
   void end_tree(client_state& c, uint32_t nsid);
+  void leave_tree(client_state& c, uint32_t nsid);
+  void reply(client_state& c, const wire::header& request, wire::message r);
   uint8_t rights_of(const client_state& c, const dataset_config& d) const;
   void grant(client_state& c);
   bool is_operator(const client_state& c) const;
@@ -506,6 +541,7 @@ void server::impl::drop(int fd, const char* why) {
     clients.erase(it);
   }
   for (auto& [qid, qp] : c->queues) ctl->delete_queue_pair(qid);
+  while (!c->joined.empty()) leave_tree(*c, c->joined.begin()->first);
   while (!c->trees.empty()) end_tree(*c, c->trees.begin()->first);
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -552,6 +588,11 @@ void server::impl::serve(client_state& c) {
     std::lock_guard<std::mutex> lock(mutex);  // stats read the client's fields from other threads
     ++c.requests;
   }
+  if (c.said_hello && wire::op(m.h.op) == wire::op::tree_ops) {
+    // Answered after this turn, with the other clients' batches.
+    if (std::optional<wire::message> refused = queue_tree_ops(c, m)) reply(c, m.h, std::move(*refused));
+    return;
+  }
   wire::message r;
   try {
     r = handle(c, m);
@@ -560,12 +601,18 @@ void server::impl::serve(client_state& c) {
     r.h.status = int32_t(wire::status::failed);
     r.text = e.what();
   }
+  reply(c, m.h, std::move(r));
+}
+
+// Sends a request's reply; a client that does not take it is dropped
+// (so c may be gone on return).
+void server::impl::reply(client_state& c, const wire::header& request, wire::message r) {
   if (r.h.status != 0) {
     std::lock_guard<std::mutex> lock(mutex);
     ++c.refused;
   }
-  r.h.op = m.h.op;
-  r.h.seq = m.h.seq;
+  r.h.op = request.op;
+  r.h.seq = request.seq;
   const int fd = r.fd;
   bool sent = false;
   try {
@@ -683,6 +730,10 @@ wire::message server::impl::open_tree(client_state& c, const wire::message& m) {
     }
     ++tree_namespaces;
   }
+  if (getrandom(t.key, sizeof t.key, 0) != sizeof t.key) {
+    tree_pool.emplace_back(nsid, std::move(t.windows));
+    return refuse(wire::status::failed, errno_message("getrandom for a tree session's key", errno));
+  }
   tree_request q;
   q.name = d->path;
   q.writable = writable;
@@ -707,21 +758,102 @@ wire::message server::impl::open_tree(client_state& c, const wire::message& m) {
   r.h.b = t.session->first_window();
   r.h.c = t.session->windows();
   r.h.d = writable ? 1 : 0;
+  r.h.x = t.key[0];
+  r.h.y = t.key[1];
   r.text = "the tree " + d->name + " of " + served_by();
   c.trees[nsid] = std::move(t);
+  tree_owners[nsid] = c.fd;
   return r;
 }
 
-wire::message server::impl::tree_ops(client_state& c, const wire::message& m) {
-  const auto it = c.trees.find(m.h.a);
-  if (it == c.trees.end()) return refuse(wire::status::not_found, "no tree session " + std::to_string(m.h.a) + " of this client");
-  tree_call calls[tree_batch_max];
+std::shared_ptr<tree_session> server::impl::session_of(const client_state& c, uint32_t nsid) const {
+  if (const auto it = c.trees.find(nsid); it != c.trees.end()) return it->second.session;
+  if (const auto it = c.joined.find(nsid); it != c.joined.end()) return it->second;
+  return nullptr;
+}
+
+std::optional<wire::message> server::impl::queue_tree_ops(client_state& c, const wire::message& m) {
+  if (!session_of(c, m.h.a)) return refuse(wire::status::not_found, "no tree session " + std::to_string(m.h.a) + " of this client");
+  pending_batch b{c.fd, m.h, std::vector<tree_call>(tree_batch_max)};
   std::string why;
-  if (!wire::unpack_tree_request(m.text, m.h.b, calls, why)) return refuse(wire::status::bad_request, "tree_ops: " + why);
-  it->second.session->run(calls, m.h.b);
-  wire::message r;
-  r.text = wire::pack_tree_reply(calls, m.h.b);
-  return r;
+  if (!wire::unpack_tree_request(m.text, m.h.b, b.calls.data(), why)) return refuse(wire::status::bad_request, "tree_ops: " + why);
+  b.calls.resize(m.h.b);
+  pending.push_back(std::move(b));
+  return std::nullopt;
+}
+
+// The turn's batches, several at once. Each batch's client and session
+// are looked up again: a request handled after it in the same turn may
+// have ended the session (its owner closed it or left), and then its
+// namespace may already serve another session.
+void server::impl::run_tree_batches() {
+  if (pending.empty()) return;
+  const uint32_t n = uint32_t(pending.size());
+  std::vector<std::shared_ptr<tree_session>> sessions(n);
+  std::vector<std::string> failures(n);
+  for (uint32_t i = 0; i < n; ++i)
+    if (const auto it = clients.find(pending[i].fd); it != clients.end()) sessions[i] = session_of(*it->second, pending[i].h.a);
+  batch_pool.run(n, [&](uint32_t i) {
+    if (!sessions[i]) return;
+    try {
+      sessions[i]->run(pending[i].calls.data(), uint32_t(pending[i].calls.size()));
+    } catch (const std::exception& e) {
+      failures[i] = e.what();
+    }
+  });
+  for (uint32_t i = 0; i < n; ++i) {
+    const pending_batch& b = pending[i];
+    const auto it = clients.find(b.fd);
+    if (it == clients.end()) continue;  // it left
+    wire::message r;
+    if (!sessions[i])
+      r = refuse(wire::status::not_found, "tree session " + std::to_string(b.h.a) + " ended");
+    else if (!failures[i].empty())
+      r = refuse(wire::status::failed, "tree_ops: " + failures[i]);
+    else
+      r.text = wire::pack_tree_reply(b.calls.data(), uint32_t(b.calls.size()));
+    reply(*it->second, b.h, std::move(r));
+  }
+  pending.clear();
+}
+
+// Another connection of the session's uid, with its key: its batches run
+// like the owner's. What it cannot do: end the session (its close_tree
+// only leaves it), map the session's namespace or read its windows (its
+// queue pairs have no grant on them).
+wire::message server::impl::join_tree(client_state& c, const wire::message& m) {
+  const auto refused = [&] {
+    return refuse(wire::status::not_found, "no tree session " + std::to_string(m.h.a) + " of uid " + std::to_string(c.uid) +
+                                               " with that key");
+  };
+  const auto owner = tree_owners.find(m.h.a);
+  if (owner == tree_owners.end()) return refused();
+  if (owner->second == c.fd) return refuse(wire::status::bad_request, "join_tree: this connection holds the session");
+  if (c.joined.count(m.h.a)) return refuse(wire::status::bad_request, "join_tree: joined already");
+  const auto o = clients.find(owner->second);
+  if (o == clients.end() || o->second->uid != c.uid) return refused();
+  tree_hold& t = o->second->trees.at(m.h.a);
+  // Compared in full whatever differs (a key is not guessed byte by byte).
+  if (((t.key[0] ^ m.h.x) | (t.key[1] ^ m.h.y)) != 0) return refused();
+  if (t.lanes.size() >= tree_lanes_max)
+    return refuse(wire::status::limit, "tree session " + std::to_string(m.h.a) + " has " + std::to_string(t.lanes.size()) +
+                                           " connections joined, the limit");
+  t.lanes.push_back(c.fd);
+  c.joined[m.h.a] = t.session;
+  return {};
+}
+
+// A joined connection leaves its session (close_tree, or it left).
+void server::impl::leave_tree(client_state& c, uint32_t nsid) {
+  if (!c.joined.erase(nsid)) return;
+  const auto owner = tree_owners.find(nsid);
+  if (owner == tree_owners.end()) return;
+  const auto o = clients.find(owner->second);
+  if (o == clients.end()) return;
+  const auto t = o->second->trees.find(nsid);
+  if (t == o->second->trees.end()) return;
+  auto& lanes = t->second.lanes;
+  lanes.erase(std::remove(lanes.begin(), lanes.end(), c.fd), lanes.end());
 }
 
 // The session's end: no grant on its namespace any more, its files closed
@@ -732,6 +864,9 @@ void server::impl::end_tree(client_state& c, uint32_t nsid) {
   c.grants->set(nsid, access_grants::none);
   tree_hold t = std::move(it->second);
   c.trees.erase(it);
+  tree_owners.erase(nsid);
+  for (int fd : t.lanes)
+    if (const auto l = clients.find(fd); l != clients.end()) l->second->joined.erase(nsid);
   t.session.reset();
   detail::reset_tree_windows(*t.windows, "");
   tree_pool.emplace_back(nsid, std::move(t.windows));
@@ -1027,8 +1162,13 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       return {};
     }
     case wire::op::open_tree: return open_tree(c, m);
-    case wire::op::tree_ops: return tree_ops(c, m);
+    case wire::op::tree_ops: return refuse(wire::status::failed, "tree_ops: not queued (a bug)");
+    case wire::op::join_tree: return join_tree(c, m);
     case wire::op::close_tree:
+      if (c.joined.count(m.h.a)) {
+        leave_tree(c, m.h.a);
+        return {};
+      }
       if (!c.trees.count(m.h.a)) return refuse(wire::status::not_found, "no tree session " + std::to_string(m.h.a) + " of this client");
       end_tree(c, m.h.a);
       return {};
@@ -1434,6 +1574,7 @@ void server::run() {
         s.drop(fds[i].fd, "hung up");
       }
     }
+    s.run_tree_batches();
     if (fds[0].revents) s.accept_clients();
   }
   log_line("stopping: outstanding commands complete with an abort status");

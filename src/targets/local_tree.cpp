@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "deepwell/detail/fork_join.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/files/gfs_layout.hpp"
 #include "window_target.hpp"
@@ -128,117 +129,61 @@ struct id_table {
   }
 };
 
-// A few threads that run a batch's opens with the caller's: fn(i) for
-// every i in [0, n), each once, returned from when all are done. One batch
-// at a time; a batch's state lives on its caller's stack, which returns
-// only once no worker holds it.
-class open_pool {
+// Drops files' last references (a close(2) each) on a thread of its own,
+// off the server's loop thread: closing a file on a FUSE or network mount
+// may wait.
+class file_releaser {
  public:
-  open_pool() {
-    const unsigned n = std::clamp(std::thread::hardware_concurrency() / 2, 2u, 8u) - 1;
-    for (unsigned k = 0; k < n; ++k) threads_.emplace_back([this] { work(); });
-  }
-  ~open_pool() {
+  ~file_releaser() {
     {
       std::lock_guard<std::mutex> l(m_);
       stop_ = true;
     }
     cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-    {
-      std::lock_guard<std::mutex> l(release_mutex_);
-      release_stop_ = true;
-    }
-    release_cv_.notify_all();
-    if (releaser_.joinable()) releaser_.join();
+    if (thread_.joinable()) thread_.join();
   }
-  // Drops a file's reference on a thread of its own (its last: a close(2)).
   void release(std::shared_ptr<window_file> f) {
     bool first;
     {
-      std::lock_guard<std::mutex> l(release_mutex_);
-      if (!releaser_.joinable()) releaser_ = std::thread([this] { release_loop(); });
+      std::lock_guard<std::mutex> l(m_);
+      if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
       first = releasing_.empty();
       releasing_.push_back(std::move(f));
     }
-    if (first) release_cv_.notify_one();  // a waker a burst, not one a file
-  }
-  void run(uint32_t n, const std::function<void(uint32_t)>& fn) {
-    std::lock_guard<std::mutex> one(batch_mutex_);
-    batch b{&fn, n};
-    {
-      std::lock_guard<std::mutex> l(m_);
-      current_ = &b;
-      ++seq_;
-    }
-    cv_.notify_all();
-    take(b);
-    std::unique_lock<std::mutex> l(m_);
-    done_.wait(l, [&] { return b.finished.load() == n && b.active == 0; });
-    current_ = nullptr;
+    if (first) cv_.notify_one();  // a waker a burst, not one a file
   }
 
  private:
-  struct batch {
-    const std::function<void(uint32_t)>* fn;
-    uint32_t total;
-    std::atomic<uint32_t> next{0}, finished{0};
-    uint32_t active = 0;  // workers inside take(), under m_
-  };
-  void take(batch& b) {
-    for (uint32_t i; (i = b.next.fetch_add(1)) < b.total;) {
-      (*b.fn)(i);
-      if (b.finished.fetch_add(1) + 1 == b.total) {
-        std::lock_guard<std::mutex> l(m_);
-        done_.notify_all();
-      }
-    }
-  }
-  void work() {
-    uint64_t seen = 0;
+  void loop() {
+    std::unique_lock<std::mutex> l(m_);
     for (;;) {
-      batch* b;
-      {
-        std::unique_lock<std::mutex> l(m_);
-        cv_.wait(l, [&] { return stop_ || (current_ && seq_ != seen); });
-        if (stop_) return;
-        seen = seq_;
-        b = current_;
-        ++b->active;
-      }
-      take(*b);
-      std::lock_guard<std::mutex> l(m_);
-      if (--b->active == 0) done_.notify_all();
-    }
-  }
-  void release_loop() {
-    std::unique_lock<std::mutex> l(release_mutex_);
-    for (;;) {
-      release_cv_.wait(l, [&] { return release_stop_ || !releasing_.empty(); });
+      cv_.wait(l, [&] { return stop_ || !releasing_.empty(); });
       std::vector<std::shared_ptr<window_file>> now;
       now.swap(releasing_);
       l.unlock();
       now.clear();
       l.lock();
-      if (release_stop_ && releasing_.empty()) return;
+      if (stop_ && releasing_.empty()) return;
     }
   }
-  std::mutex release_mutex_;
-  std::condition_variable release_cv_;
+  std::mutex m_;
+  std::condition_variable cv_;
   std::vector<std::shared_ptr<window_file>> releasing_;
-  bool release_stop_ = false;
-  std::thread releaser_;
-  std::mutex batch_mutex_, m_;
-  std::condition_variable cv_, done_;
-  batch* current_ = nullptr;
-  uint64_t seq_ = 0;
   bool stop_ = false;
-  std::vector<std::thread> threads_;
+  std::thread thread_;
 };
 
-open_pool& shared_open_pool() {
-  static open_pool pool;
+// Shared by every server session: a batch's opens spread over a few
+// threads (when another session's batch has them, a batch runs on its own
+// thread: the server is then running batches in parallel already).
+fork_join& shared_open_pool() {
+  static fork_join pool(fork_join::default_helpers());
   return pool;
+}
+
+file_releaser& shared_releaser() {
+  static file_releaser r;
+  return r;
 }
 
 class local_tree final : public tree_session {
@@ -354,7 +299,7 @@ class local_tree final : public tree_session {
           gone = files_.take(op.file);
         }
         // A server's: the descriptor's close(2) off its loop thread.
-        if (server_) shared_open_pool().release(std::move(gone));
+        if (server_) shared_releaser().release(std::move(gone));
         return 0;
       }
       case tree_op_kind::attach: {

@@ -5,6 +5,7 @@
 // where every field is the client's and a bad one fails that request only.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -397,4 +398,132 @@ TEST_F(Trees, TreeOpsOnTheWireAreCheckedFieldByField) {
   const gfile f = fsys->ref().gopen("f300001", g_rdonly);
   ASSERT_TRUE(f.ok()) << f.err;
   EXPECT_EQ(read_all(fsys->ref(), f), pattern(300001, 300001));
+}
+
+// A program's service threads each send batches on a connection of their
+// own, joined to the session with the key open_tree gave. A join needs the
+// key, the owner's uid and a session that is still open; a joined
+// connection's close_tree only leaves; the owner's ends the session for
+// every connection that joined it.
+TEST_F(Trees, ConnectionsJoinASessionWithItsKeyOnly) {
+  const int a = test::raw_connect(sock), b = test::raw_connect(sock);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  ASSERT_EQ(call(a, wire::op::hello, 0, 0, 0, 0, "owner").h.status, 0);
+  ASSERT_EQ(call(b, wire::op::hello, 0, 0, 0, 0, "lane").h.status, 0);
+  auto status = [](const wire::message& r) { return wire::status(r.h.status); };
+  const wire::message t = call(a, wire::op::open_tree, 0, 0, 8, 2, "src");
+  ASSERT_EQ(t.h.status, 0) << t.text;
+  const uint32_t ns = t.h.a;
+  EXPECT_NE(t.h.x | t.h.y, 0u);
+  auto join = [&](int s, uint32_t nsid, uint64_t x, uint64_t y) {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::join_tree);
+    m.h.a = nsid;
+    m.h.x = x;
+    m.h.y = y;
+    wire::message r;
+    if (!wire::send_message(s, std::move(m)) || !wire::receive_message(s, r)) r.h.status = -1;
+    return r;
+  };
+  // A wrong key (each half), a session that does not exist, its owner.
+  EXPECT_EQ(status(join(b, ns, t.h.x ^ 1, t.h.y)), wire::status::not_found);
+  EXPECT_EQ(status(join(b, ns, t.h.x, t.h.y ^ (1ull << 63))), wire::status::not_found);
+  EXPECT_EQ(status(join(b, ns + 1000, t.h.x, t.h.y)), wire::status::not_found);
+  EXPECT_EQ(status(join(a, ns, t.h.x, t.h.y)), wire::status::bad_request);
+  EXPECT_EQ(status(call(b, wire::op::tree_ops, ns, 1, 0, 0, [&] {
+              tree_call c = op(tree_op_kind::stat, 1);
+              return wire::pack_tree_request(&c, 1);
+            }())),
+            wire::status::not_found);
+  // Another uid with the right key (where this test may become one).
+  if (getuid() == 0) {
+    const pid_t child = fork();
+    if (child == 0) {
+      int code = 0;
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+      const int c = test::raw_connect(sock);
+      if (c >= 0) {  // (the socket's mode may refuse it outright: also a refusal)
+        const wire::message h = call(c, wire::op::hello, 0, 0, 0, 0, "other uid");
+        const wire::message r = join(c, ns, t.h.x, t.h.y);
+        code = h.h.status == 0 && r.h.status == 0 ? 1 : 0;
+      }
+      _exit(code);
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(child, &st, 0), child);
+    ASSERT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(WEXITSTATUS(st), 0) << "another uid joined the session with its key";
+  }
+  // Joined: b's batches run in the session, on its files.
+  ASSERT_EQ(join(b, ns, t.h.x, t.h.y).h.status, 0);
+  EXPECT_EQ(status(join(b, ns, t.h.x, t.h.y)), wire::status::bad_request);  // twice
+  std::vector<tree_call> r = run_ops(b, ns, {op(tree_op_kind::open, 0, 0, "f4096")});
+  ASSERT_EQ(r.size(), 1u);
+  ASSERT_EQ(r[0].op.err, 0);
+  const uint64_t file = r[0].op.id;
+  r = run_ops(a, ns, {op(tree_op_kind::stat, file)});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].op.err, 0);
+  EXPECT_EQ(r[0].op.st.size, 4096u);
+  // A joined connection is no owner: no namespace to look at or map.
+  EXPECT_EQ(status(call(b, wire::op::info, ns)), wire::status::not_found);
+  // Leaving: b's batches refused, a's session goes on; b may join again.
+  EXPECT_EQ(call(b, wire::op::close_tree, ns).h.status, 0);
+  EXPECT_EQ(status(call(b, wire::op::tree_ops, ns, 1, 0, 0, [&] {
+              tree_call c = op(tree_op_kind::stat, file);
+              return wire::pack_tree_request(&c, 1);
+            }())),
+            wire::status::not_found);
+  r = run_ops(a, ns, {op(tree_op_kind::stat, file)});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].op.err, 0);
+  ASSERT_EQ(join(b, ns, t.h.x, t.h.y).h.status, 0);
+  // At most 16 connections join one session.
+  std::vector<int> more;
+  for (int i = 0; i < 16; ++i) {
+    const int s = test::raw_connect(sock);
+    ASSERT_GE(s, 0);
+    ASSERT_EQ(call(s, wire::op::hello, 0, 0, 0, 0, "more").h.status, 0);
+    more.push_back(s);
+  }
+  int joined = 0, limited = 0;
+  for (int s : more) {
+    const wire::message j = join(s, ns, t.h.x, t.h.y);
+    joined += j.h.status == 0;
+    limited += status(j) == wire::status::limit;
+  }
+  EXPECT_EQ(joined, 15);
+  EXPECT_EQ(limited, 1);
+  for (int s : more) close(s);
+  // The owner's close ends the session for b too; its key joins nothing.
+  EXPECT_EQ(call(a, wire::op::close_tree, ns).h.status, 0);
+  EXPECT_EQ(status(call(b, wire::op::tree_ops, ns, 1, 0, 0, [&] {
+              tree_call c = op(tree_op_kind::stat, file);
+              return wire::pack_tree_request(&c, 1);
+            }())),
+            wire::status::not_found);
+  EXPECT_EQ(status(join(b, ns, t.h.x, t.h.y)), wire::status::not_found);
+  // A new session on the same namespace: the old key does not open it.
+  const wire::message t2 = call(a, wire::op::open_tree, 0, 0, 8, 2, "src");
+  ASSERT_EQ(t2.h.status, 0) << t2.text;
+  EXPECT_EQ(status(join(b, t2.h.a, t.h.x, t.h.y)), wire::status::not_found);
+  EXPECT_EQ(join(b, t2.h.a, t2.h.x, t2.h.y).h.status, 0);
+  // The owner leaving ends it the same way.
+  close(a);
+  bool ended = false;
+  for (int i = 0; i < 500 && !ended; ++i) {
+    const wire::message q = call(b, wire::op::tree_ops, t2.h.a, 1, 0, 0, [&] {
+      tree_call c = op(tree_op_kind::stat, 1);
+      return wire::pack_tree_request(&c, 1);
+    }());
+    ended = status(q) == wire::status::not_found;
+    if (!ended) {
+      ASSERT_EQ(q.h.status, 0) << q.text;
+      usleep(10000);
+    }
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(status(join(b, t2.h.a, t2.h.x, t2.h.y)), wire::status::not_found);
+  close(b);
 }

@@ -146,12 +146,75 @@ struct tree_hold {
 // with room to spare.
 constexpr size_t tree_lanes_max = 16;
 
-// A tree batch received this turn, run with the other clients' batches
-// once every client has had its turn (run_tree_batches).
-struct pending_batch {
-  int fd;
-  wire::header h;
+// A tree batch on its way through a worker: the client (its socket, and
+// its id, as the socket may be another client's by the time it is done),
+// the request, the session it runs in.
+struct tree_job {
+  uint32_t client = 0;
+  int fd = -1;
+  wire::header h{};
+  std::shared_ptr<tree_session> session;
   std::vector<tree_call> calls;
+  std::string failure;  // the session failed (its ops are not answered)
+};
+
+// Threads that run tree batches (their opens, stats, closes: system calls
+// that may wait on the disk) off the loop thread, several at once, as a
+// program's own file API runs them on its service threads. A job done goes
+// back to the loop (finished(), after a byte on `wake`), which replies:
+// only the loop thread writes to clients' sockets.
+class tree_workers {
+ public:
+  tree_workers(unsigned n, int wake) : wake_(wake) {
+    for (unsigned k = 0; k < n; ++k) threads_.emplace_back([this] { work(); });
+  }
+  ~tree_workers() {
+    {
+      std::lock_guard<std::mutex> l(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  void submit(tree_job j) {
+    {
+      std::lock_guard<std::mutex> l(m_);
+      queued_.push_back(std::move(j));
+    }
+    cv_.notify_one();
+  }
+  std::vector<tree_job> finished() {
+    std::lock_guard<std::mutex> l(m_);
+    return std::exchange(done_, {});
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> l(m_);
+    for (;;) {
+      cv_.wait(l, [&] { return stop_ || !queued_.empty(); });
+      if (queued_.empty()) return;  // stopping, nothing left
+      tree_job j = std::move(queued_.front());
+      queued_.pop_front();
+      l.unlock();
+      try {
+        j.session->run(j.calls.data(), uint32_t(j.calls.size()));
+      } catch (const std::exception& e) {
+        j.failure = e.what();
+      }
+      l.lock();
+      const bool first = done_.empty();
+      done_.push_back(std::move(j));
+      if (first) (void)!write(wake_, "t", 1);  // the loop drains every finished job on one wake-up
+    }
+  }
+  int wake_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<tree_job> queued_;
+  std::vector<tree_job> done_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace
@@ -211,6 +274,9 @@ struct client_state {
   // until it has read that reply (looked at on a timer, see run()).
   bool stalled = false;
   bool operator_view = false;  // may see every client and dataset (stats, dump)
+  // A tree batch of its is with the workers: not read from until its reply
+  // is sent (one request in flight per connection, as for every request).
+  bool busy = false;
   uint64_t requests = 0, refused = 0;
   std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
 };
@@ -232,13 +298,12 @@ struct server::impl {
   std::vector<std::pair<uint32_t, std::shared_ptr<target>>> tree_pool;
   uint32_t tree_namespaces = 0;  // made so far (in sessions or the pool)
   std::map<uint32_t, int> tree_owners;  // a session's nsid -> its owner's socket
-  // This turn's tree batches, and the threads that run several at once:
-  // the server's system calls for several clients (or one client's
-  // service threads on their connections) overlap as they do in a
-  // program's own file API, while each connection still has one request
-  // in flight.
-  std::vector<pending_batch> pending;
-  detail::fork_join batch_pool{detail::fork_join::default_helpers()};
+  // Tree batches with the workers, by session (nsid); and sessions ended
+  // while some were: their namespaces are reset and pooled once the last
+  // is done (a batch still running may attach a file to a window).
+  std::map<uint32_t, uint32_t> tree_batches;
+  std::map<uint32_t, std::shared_ptr<target>> trees_ending;
+  std::unique_ptr<tree_workers> workers;  // made with the wake pipe
   std::unique_ptr<controller> ctl;
   std::shared_ptr<host_tier> tier;  // the shared host-memory tier (host_cache), if any
   int listen_fd = -1;
@@ -282,7 +347,8 @@ struct server::impl {
   wire::message open_section(client_state& c, const wire::message& m);
   wire::message open_tree(client_state& c, const wire::message& m);
   std::optional<wire::message> queue_tree_ops(client_state& c, const wire::message& m);
-  void run_tree_batches();
+  void reply_to_tree_batches();
+  void pool_tree_namespace(uint32_t nsid, std::shared_ptr<target> windows);
   wire::message join_tree(client_state& c, const wire::message& m);
   std::shared_ptr<tree_session> session_of(const client_state& c, uint32_t nsid) const;
   void end_tree(client_state& c, uint32_t nsid);
@@ -589,7 +655,7 @@ void server::impl::serve(client_state& c) {
     ++c.requests;
   }
   if (c.said_hello && wire::op(m.h.op) == wire::op::tree_ops) {
-    // Answered after this turn, with the other clients' batches.
+    // Answered when a worker has run it (reply_to_tree_batches).
     if (std::optional<wire::message> refused = queue_tree_ops(c, m)) reply(c, m.h, std::move(*refused));
     return;
   }
@@ -773,48 +839,50 @@ std::shared_ptr<tree_session> server::impl::session_of(const client_state& c, ui
 }
 
 std::optional<wire::message> server::impl::queue_tree_ops(client_state& c, const wire::message& m) {
-  if (!session_of(c, m.h.a)) return refuse(wire::status::not_found, "no tree session " + std::to_string(m.h.a) + " of this client");
-  pending_batch b{c.fd, m.h, std::vector<tree_call>(tree_batch_max)};
+  std::shared_ptr<tree_session> session = session_of(c, m.h.a);
+  if (!session) return refuse(wire::status::not_found, "no tree session " + std::to_string(m.h.a) + " of this client");
+  tree_job j{c.id, c.fd, m.h, std::move(session), std::vector<tree_call>(tree_batch_max), {}};
   std::string why;
-  if (!wire::unpack_tree_request(m.text, m.h.b, b.calls.data(), why)) return refuse(wire::status::bad_request, "tree_ops: " + why);
-  b.calls.resize(m.h.b);
-  pending.push_back(std::move(b));
+  if (!wire::unpack_tree_request(m.text, m.h.b, j.calls.data(), why)) return refuse(wire::status::bad_request, "tree_ops: " + why);
+  j.calls.resize(m.h.b);
+  ++tree_batches[m.h.a];
+  c.busy = true;
+  workers->submit(std::move(j));
   return std::nullopt;
 }
 
-// The turn's batches, several at once. Each batch's client and session
-// are looked up again: a request handled after it in the same turn may
-// have ended the session (its owner closed it or left), and then its
-// namespace may already serve another session.
-void server::impl::run_tree_batches() {
-  if (pending.empty()) return;
-  const uint32_t n = uint32_t(pending.size());
-  std::vector<std::shared_ptr<tree_session>> sessions(n);
-  std::vector<std::string> failures(n);
-  for (uint32_t i = 0; i < n; ++i)
-    if (const auto it = clients.find(pending[i].fd); it != clients.end()) sessions[i] = session_of(*it->second, pending[i].h.a);
-  batch_pool.run(n, [&](uint32_t i) {
-    if (!sessions[i]) return;
-    try {
-      sessions[i]->run(pending[i].calls.data(), uint32_t(pending[i].calls.size()));
-    } catch (const std::exception& e) {
-      failures[i] = e.what();
+// Batches the workers have run: each answered if its client is still
+// there (the same client: its socket may be another's now), and a session
+// ended meanwhile gets its namespace back in the pool with its last.
+void server::impl::reply_to_tree_batches() {
+  for (tree_job& j : workers->finished()) {
+    const uint32_t nsid = j.h.a;
+    if (auto b = tree_batches.find(nsid); b != tree_batches.end() && --b->second == 0) {
+      tree_batches.erase(b);
+      if (auto e = trees_ending.find(nsid); e != trees_ending.end()) {
+        std::shared_ptr<target> windows = std::move(e->second);
+        trees_ending.erase(e);
+        pool_tree_namespace(nsid, std::move(windows));
+      }
     }
-  });
-  for (uint32_t i = 0; i < n; ++i) {
-    const pending_batch& b = pending[i];
-    const auto it = clients.find(b.fd);
-    if (it == clients.end()) continue;  // it left
+    const auto it = clients.find(j.fd);
+    if (it == clients.end() || it->second->id != j.client) continue;  // it left
+    client_state& c = *it->second;
+    c.busy = false;
     wire::message r;
-    if (!sessions[i])
-      r = refuse(wire::status::not_found, "tree session " + std::to_string(b.h.a) + " ended");
-    else if (!failures[i].empty())
-      r = refuse(wire::status::failed, "tree_ops: " + failures[i]);
+    if (!session_of(c, nsid))
+      r = refuse(wire::status::not_found, "tree session " + std::to_string(nsid) + " ended");
+    else if (!j.failure.empty())
+      r = refuse(wire::status::failed, "tree_ops: " + j.failure);
     else
-      r.text = wire::pack_tree_reply(b.calls.data(), uint32_t(b.calls.size()));
-    reply(*it->second, b.h, std::move(r));
+      r.text = wire::pack_tree_reply(j.calls.data(), uint32_t(j.calls.size()));
+    reply(c, j.h, std::move(r));
   }
-  pending.clear();
+}
+
+void server::impl::pool_tree_namespace(uint32_t nsid, std::shared_ptr<target> windows) {
+  detail::reset_tree_windows(*windows, "");
+  tree_pool.emplace_back(nsid, std::move(windows));
 }
 
 // Another connection of the session's uid, with its key: its batches run
@@ -868,8 +936,10 @@ void server::impl::end_tree(client_state& c, uint32_t nsid) {
   for (int fd : t.lanes)
     if (const auto l = clients.find(fd); l != clients.end()) l->second->joined.erase(nsid);
   t.session.reset();
-  detail::reset_tree_windows(*t.windows, "");
-  tree_pool.emplace_back(nsid, std::move(t.windows));
+  if (tree_batches.count(nsid))
+    trees_ending[nsid] = std::move(t.windows);
+  else
+    pool_tree_namespace(nsid, std::move(t.windows));
   std::lock_guard<std::mutex> lock(mutex);
   auto u = usage.find(c.uid);
   if (u != usage.end() && u->second.trees) {
@@ -1464,6 +1534,7 @@ server::server(server_config cfg) : impl_(std::make_unique<impl>()) {
     throw config_error(all);
   }
   if (pipe2(s.wake, O_CLOEXEC | O_NONBLOCK) != 0) throw error(errno_message("pipe", errno));
+  s.workers = std::make_unique<tree_workers>(detail::fork_join::default_helpers() + 1, s.wake[1]);
   // Each client holds a socket and, while it reads a reply, a queue pair's
   // or dataset's descriptor: take the descriptors the hard limit allows.
   rlimit rl{};
@@ -1487,6 +1558,7 @@ server::~server() {
   std::vector<int> fds;
   for (auto& [fd, c] : s.clients) fds.push_back(fd);
   for (int fd : fds) s.drop(fd, "closed by the server");
+  s.workers.reset();
   if (s.ctl) s.ctl->stop();
   if (s.listen_fd >= 0) {
     close(s.listen_fd);
@@ -1536,7 +1608,7 @@ void server::run() {
       if (!unread) c->stalled = false;
       const bool defer = unread && c->stalled;
       any_deferred |= defer;
-      fds.push_back({fd, short(defer ? 0 : POLLIN), 0});
+      fds.push_back({fd, short(defer || c->busy ? 0 : POLLIN), 0});
     }
     // A deferred client is looked at again within 5 ms (nothing signals
     // that the peer read its queue).
@@ -1574,7 +1646,7 @@ void server::run() {
         s.drop(fds[i].fd, "hung up");
       }
     }
-    s.run_tree_batches();
+    s.reply_to_tree_batches();
     if (fds[0].revents) s.accept_clients();
   }
   log_line("stopping: outstanding commands complete with an abort status");
@@ -1582,6 +1654,7 @@ void server::run() {
   std::vector<int> clients;
   for (auto& [fd, c] : s.clients) clients.push_back(fd);
   for (int fd : clients) s.drop(fd, "closed by the server (stopping)");
+  s.workers.reset();  // the batches they have run (no one to answer now)
   close(s.listen_fd);
   s.listen_fd = -1;
   unlink(s.cfg.socket_path.c_str());

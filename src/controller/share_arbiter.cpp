@@ -106,6 +106,13 @@ void share_arbiter::begin(client_account& a) {
     uint64_t peak = window_peak_clients_.load(std::memory_order_relaxed);
     while (n > peak && !window_peak_clients_.compare_exchange_weak(peak, n, std::memory_order_relaxed)) {
     }
+    // A second client: a lone client's room above the budget ends now,
+    // not at the window's end.
+    if (n >= 2) {
+      uint64_t e = effective_.load(std::memory_order_relaxed);
+      while (e > budget_ && !effective_.compare_exchange_weak(e, budget_, std::memory_order_relaxed)) {
+      }
+    }
   }
 }
 
@@ -158,7 +165,7 @@ void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns
 void share_arbiter::end_window(uint64_t now_ns) {
   // Each namespace's window: the worst mean latency against its floor.
   const uint32_t top = top_nsid_.load(std::memory_order_relaxed);
-  uint64_t count = 0;
+  uint64_t count = 0, total = 0;  // commands done in the window, and their latencies' sum
   double worst = 0;         // mean / (factor * floor), over namespaces with a floor
   bool unfloored = false;   // a namespace was used that has no floor yet
   for (uint32_t i = 1; i <= top; ++i) {
@@ -178,6 +185,7 @@ void share_arbiter::end_window(uint64_t now_ns) {
     }
     if (c == 0) continue;
     count += c;
+    total += sum;
     const uint64_t floor = n.floor.load(std::memory_order_relaxed);
     if (floor == 0)
       unfloored = true;
@@ -217,10 +225,31 @@ void share_arbiter::end_window(uint64_t now_ns) {
     effective_.store(std::max<uint64_t>(resume_budget_.load(std::memory_order_relaxed), 1), std::memory_order_relaxed);
     return;
   }
+  const uint64_t refused = refused_.exchange(0, std::memory_order_relaxed);
   if (clients >= 2) contended_until_.store(now_ns + target_.hold_ns, std::memory_order_relaxed);
   if (count == 0 || (clients < 2 && now_ns >= contended_until_.load(std::memory_order_relaxed))) {
-    // One client (or none) for a while: nobody to protect; back to the whole budget.
-    effective_.store(std::min(budget_, eff + 8 * step), std::memory_order_relaxed);
+    // One client (or none) for a while: back to the whole budget, and
+    // above it while that pays (latency_target's lone_*).
+    if (eff < budget_) {
+      effective_.store(std::min(budget_, eff + 8 * step), std::memory_order_relaxed);
+      return;
+    }
+    if (count < target_.lone_samples) return;
+    const uint64_t mean = total / count;
+    const bool may_grow = refused && now_ns >= lone_retry_at_.load(std::memory_order_relaxed);
+    if (eff == budget_) {
+      lone_base_ns_.store(mean, std::memory_order_relaxed);
+      if (may_grow) effective_.store(budget_ * target_.lone_growth, std::memory_order_relaxed);
+      return;
+    }
+    if (double(mean) > target_.factor * double(lone_base_ns_.load(std::memory_order_relaxed))) {
+      // It queued rather than ran in parallel: a step back, and no growth
+      // for a while (each try costs a window of backlog).
+      effective_.store(std::max(budget_, eff / target_.lone_growth), std::memory_order_relaxed);
+      lone_retry_at_.store(now_ns + target_.probe_every_ns, std::memory_order_relaxed);
+    } else if (may_grow) {
+      effective_.store(std::min(budget_ * target_.lone_max, eff * target_.lone_growth), std::memory_order_relaxed);
+    }
     return;
   }
   const uint64_t since_probe = now_ns - probed_at_.load(std::memory_order_relaxed);
@@ -228,7 +257,7 @@ void share_arbiter::end_window(uint64_t now_ns) {
   // every probe_ns (its commands may not finish within a probe).
   if ((unfloored && since_probe >= target_.probe_ns) || since_probe >= target_.probe_every_ns) {
     probed_at_.store(now_ns, std::memory_order_relaxed);
-    resume_budget_.store(eff, std::memory_order_relaxed);
+    resume_budget_.store(std::min(eff, budget_), std::memory_order_relaxed);
     for (uint32_t i = 1; i <= top; ++i) {
       for (auto& x : ns_[i].probe) x.store(0, std::memory_order_relaxed);
       ns_[i].probe_count.store(0, std::memory_order_relaxed);
@@ -270,7 +299,10 @@ uint64_t share_arbiter::reserve(client_account& a, uint64_t cost, uint64_t want)
     if (mine == 0) {
       got = std::max(cost, std::min(want, allowed));
     } else {
-      if (mine + cost > allowed) return 0;
+      if (mine + cost > allowed) {
+        refused_.fetch_add(1, std::memory_order_relaxed);
+        return 0;
+      }
       got = std::min(want, allowed - mine);
     }
     // A compare-exchange, not an add: two pollers reserving for one client

@@ -560,3 +560,84 @@ TEST(FairShare, EveryQueueOfAClientWithAShareUnderTwoCommandsKeepsMoving) {
   EXPECT_GE(least, total / queues / 8) << "a queue starved: " << least << " of " << total << " reads; by queue:" << counts;
   EXPECT_EQ(ctl.client_stats(1).in_flight_bytes, 0u) << "all settled";
 }
+
+namespace {
+
+// A lone client flooding reads through one queue pair for `settle`, then
+// for `measure`: its reads a second, and the budget seen at `samples`
+// instants of the measured time (io_budget_now).
+struct lone_flood {
+  double per_s = 0;
+  std::vector<uint64_t> budgets;
+};
+
+lone_flood flood_alone(controller& ctl, uint32_t ns, unsigned threads, std::chrono::milliseconds settle,
+                       std::chrono::milliseconds measure, int samples) {
+  host_queue_client c(client_handle(ctl.create_queue_pair({256, 256, 4096}, {nullptr, 1})));
+  std::atomic<bool> stop{false};
+  flooder f;
+  f.start(c, ns, threads, stop);
+  std::this_thread::sleep_for(settle);
+  lone_flood r;
+  const uint64_t before = f.done.load();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < samples; ++i) {
+    std::this_thread::sleep_for(measure / samples);
+    r.budgets.push_back(ctl.io_budget_now());
+  }
+  r.per_s = double(f.done.load() - before) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop = true;
+  f.join();
+  EXPECT_EQ(f.failed.load(), 0u);
+  return r;
+}
+
+}  // namespace
+
+// A lone client held back by the budget on storage that serves reads in
+// parallel (each 2 ms, any number at once) gets more in flight, window by
+// window, while its latency holds; a second client ends that at once.
+TEST(FairShare, ALoneClientGoesAboveTheBudgetWhileTheStorageServesItInParallel) {
+  controller_config cc;
+  cc.pollers = 1;
+  cc.io_budget_bytes = 8 * 4096;  // 8 reads in flight: 4,000 a second at 2 ms
+  cc.latency_target = 2;
+  controller ctl(cc);
+  auto slow = make_fault_target(test::pattern_memory(1 << 20, false, 4));
+  slow->add_rule({fault_rule::delay, 0, UINT64_MAX, 0, 2'000'000, 0});
+  const uint32_t ns = ctl.add_namespace({slow, 4096, true});
+  const lone_flood r = flood_alone(ctl, ns, 96, std::chrono::milliseconds(300), std::chrono::milliseconds(500), 10);
+  EXPECT_GT(r.budgets.back(), cc.io_budget_bytes);
+  EXPECT_LE(r.budgets.back(), 64 * cc.io_budget_bytes);
+  EXPECT_GT(r.per_s, 3 * 4000.0) << "the budget alone allows about 4,000 reads a second";
+  // The flood is over; a second client's first command finds the budget
+  // back where it was configured (its share: half of it with two clients).
+  host_queue_client flood(client_handle(ctl.create_queue_pair({16, 16, 4096}, {nullptr, 1})));
+  host_queue_client other(client_handle(ctl.create_queue_pair({16, 16, 4096}, {nullptr, 2})));
+  std::atomic<bool> stop{false};
+  flooder f;
+  f.start(flood, ns, 16, stop);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<uint8_t> buf(4096);
+  EXPECT_TRUE(other.read(ns, 3, 1, 4096, buf.data()).ok());
+  EXPECT_LE(ctl.io_budget_now(), cc.io_budget_bytes);
+  stop = true;
+  f.join();
+}
+
+// On storage that serves one read at a time more in flight only queues:
+// the lone client stays at the budget (a try that queued steps back and
+// waits two seconds before the next).
+TEST(FairShare, ALoneClientStaysAtTheBudgetWhereMoreInFlightOnlyQueues) {
+  controller_config cc;
+  cc.pollers = 1;
+  cc.io_budget_bytes = 8 * 4096;
+  cc.latency_target = 2;
+  controller ctl(cc);
+  const uint32_t ns =
+      ctl.add_namespace({std::make_shared<fifo_device>(test::pattern_memory(1 << 20, false, 8), 200'000), 4096, true});
+  const lone_flood r = flood_alone(ctl, ns, 64, std::chrono::milliseconds(300), std::chrono::milliseconds(600), 20);
+  int above = 0;
+  for (uint64_t b : r.budgets) above += b > cc.io_budget_bytes;
+  EXPECT_LE(above, 2) << "the budget went above the configured one on a one-at-a-time device";
+}

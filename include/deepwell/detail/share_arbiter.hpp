@@ -84,7 +84,15 @@ struct client_account {
 // more clients use the storage, the budget they share shrinks until the
 // storage's latency is within `factor` of its floor, and grows back when it
 // is (additive increase, multiplicative decrease, one step per window);
-// with one client it returns to the whole budget. Each namespace has its
+// with one client it returns to the whole budget, and goes above it while
+// that pays: a lone client held back by the budget gets lone_growth times
+// as much a window (up to lone_max times the budget) while the mean
+// latency of its commands stays within `factor` of what it was at the
+// budget, so the storage serves the extra in parallel rather than queueing
+// it, and a client that comes finds at most that much more latency ahead
+// of it (the budget drops back the moment a second client is active). A
+// try that queued steps back and waits probe_every_ns before the next.
+// Each namespace has its
 // own floor (a dataset in the page cache answers in microseconds, one on a
 // disk in hundreds): the median latency of the commands admitted during a
 // probe (every probe_every_ns under contention the budget drops to one
@@ -107,6 +115,9 @@ struct latency_target {
   // a light client's misses come and go, and each return should not find
   // a full backlog in front of it.
   uint64_t hold_ns = 500'000'000;
+  uint32_t lone_growth = 4;
+  uint32_t lone_max = 64;
+  uint32_t lone_samples = 16;  // commands a window needs for a lone client's verdict
 };
 
 class share_arbiter {
@@ -203,6 +214,11 @@ class share_arbiter {
   std::atomic<uint64_t> window_start_{0};
   std::atomic<uint64_t> active_clients_{0}, window_peak_clients_{0};
   std::atomic<uint64_t> probed_at_{0}, resume_budget_{0}, contended_until_{0};
+  // Reservations refused since the last window's end (a client held back
+  // by its share), and a lone client's mean latency at the budget (ns; 0:
+  // not measured yet).
+  std::atomic<uint64_t> refused_{0}, lone_base_ns_{0};
+  std::atomic<uint64_t> lone_retry_at_{0};  // no growth before (a try that queued)
   std::atomic<bool> probing_{false};
   void end_window(uint64_t now_ns);
   mutable std::mutex mutex_;  // the map only

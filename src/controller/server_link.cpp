@@ -406,8 +406,7 @@ class remote_tree final : public tree_session {
         idle_.pop_back();
         return l;
       }
-      static const uint32_t cap = std::getenv("DW_AB_TREE_LANES") ? uint32_t(std::atoi(std::getenv("DW_AB_TREE_LANES"))) : lanes_max;
-      if (lanes_ >= cap || refused_) return nullptr;
+      if (lanes_ >= lanes_max || refused_) return nullptr;
       ++lanes_;
     }
     try {

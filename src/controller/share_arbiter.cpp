@@ -163,11 +163,23 @@ void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns
 }
 
 void share_arbiter::end_window(uint64_t now_ns) {
-  // Each namespace's window: the worst mean latency against its floor.
+  // Clients that had commands waiting or in flight at once, at the most,
+  // during the window (a light client's one miss counts).
+  const uint64_t clients = window_peak_clients_.exchange(active_clients_.load(std::memory_order_relaxed),
+                                                         std::memory_order_relaxed);
+  const uint64_t eff = effective_.load(std::memory_order_relaxed);
+  const bool probing = probing_.load(std::memory_order_relaxed);
+  if (clients >= 2) contended_until_.store(now_ns + target_.hold_ns, std::memory_order_relaxed);
+  // One client (or none) for a while.
+  const bool lone = !probing && clients < 2 && now_ns >= contended_until_.load(std::memory_order_relaxed);
+  // Each namespace's window: the worst mean latency against its floor
+  // (contended), or against its latency at the budget (a lone client above it).
   const uint32_t top = top_nsid_.load(std::memory_order_relaxed);
-  uint64_t count = 0, total = 0;  // commands done in the window, and their latencies' sum
+  uint64_t count = 0;       // commands done in the window
   double worst = 0;         // mean / (factor * floor), over namespaces with a floor
   bool unfloored = false;   // a namespace was used that has no floor yet
+  double lone_worst = 0;    // mean / (factor * lone_base), over namespaces with one
+  bool lone_unknown = false;  // a namespace busy above the budget with no latency at it yet
   for (uint32_t i = 1; i <= top; ++i) {
     ns_latency& n = ns_[i];
     uint64_t c = 0, sum = 0;
@@ -185,20 +197,27 @@ void share_arbiter::end_window(uint64_t now_ns) {
     }
     if (c == 0) continue;
     count += c;
-    total += sum;
+    if (lone && c >= target_.lone_samples) {
+      const uint64_t mean = sum / c;
+      if (eff == budget_) {
+        n.lone_base.store(mean, std::memory_order_relaxed);
+      } else if (eff > budget_) {
+        const uint64_t base = n.lone_base.load(std::memory_order_relaxed);
+        if (base == 0)
+          lone_unknown = true;
+        else
+          lone_worst = std::max(lone_worst, double(mean) / (target_.factor * double(base)));
+      }
+    }
     const uint64_t floor = n.floor.load(std::memory_order_relaxed);
     if (floor == 0)
       unfloored = true;
     else
       worst = std::max(worst, double(sum) / double(c) / (target_.factor * double(floor)));
   }
-  // Clients that had commands waiting or in flight at once, at the most,
-  // during the window (a light client's one miss counts).
-  const uint64_t clients = window_peak_clients_.exchange(active_clients_.load(std::memory_order_relaxed),
-                                                         std::memory_order_relaxed);
-  const uint64_t eff = effective_.load(std::memory_order_relaxed);
   const uint64_t step = std::max<uint64_t>(budget_ / 32, 4096);
-  if (probing_.load(std::memory_order_relaxed)) {
+  const uint64_t refused = refused_.exchange(0, std::memory_order_relaxed);
+  if (probing) {
     // The probe runs with one command per client until every namespace
     // that has commands done in it has probe_samples of them (or probe_ns
     // passed and one has some): their median is the storage's own latency.
@@ -225,9 +244,7 @@ void share_arbiter::end_window(uint64_t now_ns) {
     effective_.store(std::max<uint64_t>(resume_budget_.load(std::memory_order_relaxed), 1), std::memory_order_relaxed);
     return;
   }
-  const uint64_t refused = refused_.exchange(0, std::memory_order_relaxed);
-  if (clients >= 2) contended_until_.store(now_ns + target_.hold_ns, std::memory_order_relaxed);
-  if (count == 0 || (clients < 2 && now_ns >= contended_until_.load(std::memory_order_relaxed))) {
+  if (count == 0 || lone) {
     // One client (or none) for a while: back to the whole budget, and
     // above it while that pays (latency_target's lone_*).
     if (eff < budget_) {
@@ -235,14 +252,18 @@ void share_arbiter::end_window(uint64_t now_ns) {
       return;
     }
     if (count < target_.lone_samples) return;
-    const uint64_t mean = total / count;
     const bool may_grow = refused && now_ns >= lone_retry_at_.load(std::memory_order_relaxed);
     if (eff == budget_) {
-      lone_base_ns_.store(mean, std::memory_order_relaxed);
       if (may_grow) effective_.store(budget_ * target_.lone_growth, std::memory_order_relaxed);
       return;
     }
-    if (double(mean) > target_.factor * double(lone_base_ns_.load(std::memory_order_relaxed))) {
+    if (lone_unknown) {
+      // Storage it has not run at the budget (another dataset, another
+      // client's): its latency there first.
+      effective_.store(budget_, std::memory_order_relaxed);
+      return;
+    }
+    if (lone_worst > 1) {
       // It queued rather than ran in parallel: a step back, and no growth
       // for a while (each try costs a window of backlog).
       effective_.store(std::max(budget_, eff / target_.lone_growth), std::memory_order_relaxed);

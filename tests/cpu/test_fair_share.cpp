@@ -641,3 +641,27 @@ TEST(FairShare, ALoneClientStaysAtTheBudgetWhereMoreInFlightOnlyQueues) {
   for (uint64_t b : r.budgets) above += b > cc.io_budget_bytes;
   EXPECT_LE(above, 2) << "the budget went above the configured one on a one-at-a-time device";
 }
+
+// What a lone client learned on one dataset does not carry to another:
+// each namespace's latency at the budget is its own. After growing on
+// parallel storage (2 ms a read), the client moves to a one-at-a-time
+// device of 100 us, where 32 reads queued still answer within twice the
+// first device's latency, but not within twice this one's.
+TEST(FairShare, ALoneClientsRoomAboveTheBudgetIsJudgedPerNamespace) {
+  controller_config cc;
+  cc.pollers = 1;
+  cc.io_budget_bytes = 8 * 4096;
+  cc.latency_target = 2;
+  controller ctl(cc);
+  auto parallel = make_fault_target(test::pattern_memory(1 << 20, false, 4));
+  parallel->add_rule({fault_rule::delay, 0, UINT64_MAX, 0, 2'000'000, 0});
+  const uint32_t fast = ctl.add_namespace({parallel, 4096, true});
+  const uint32_t serial =
+      ctl.add_namespace({std::make_shared<fifo_device>(test::pattern_memory(1 << 20, false, 8), 100'000), 4096, true});
+  const lone_flood grown = flood_alone(ctl, fast, 96, std::chrono::milliseconds(300), std::chrono::milliseconds(100), 2);
+  ASSERT_GT(grown.budgets.back(), cc.io_budget_bytes);
+  const lone_flood r = flood_alone(ctl, serial, 32, std::chrono::milliseconds(200), std::chrono::milliseconds(600), 20);
+  int above = 0;
+  for (uint64_t b : r.budgets) above += b > cc.io_budget_bytes;
+  EXPECT_LE(above, 2) << "the budget stayed above the configured one on the one-at-a-time device";
+}

@@ -88,8 +88,9 @@ struct client_account {
 // that pays: a lone client held back by the budget gets lone_growth times
 // as much a window (up to lone_max times the budget) while the mean
 // latency of its commands stays within `factor` of what it was at the
-// budget, so the storage serves the extra in parallel rather than queueing
-// it, and a client that comes finds at most that much more latency ahead
+// budget (each namespace against its own), so the storage serves the extra
+// in parallel rather than queueing it, and a client that comes finds at
+// most that much more latency ahead
 // of it (the budget drops back the moment a second client is active). A
 // try that queued steps back and waits probe_every_ns before the next.
 // Each namespace has its
@@ -199,6 +200,7 @@ class share_arbiter {
   // Per namespace: its floor and the probe's samples.
   struct ns_latency {
     std::atomic<uint64_t> floor{0}, probe_count{0};
+    std::atomic<uint64_t> lone_base{0};  // a lone client's mean latency at the budget (0: none yet)
     std::atomic<uint64_t> probe[latency_target::max_probe_samples] = {};
   };
   const uint32_t max_nsid_;
@@ -215,9 +217,8 @@ class share_arbiter {
   std::atomic<uint64_t> active_clients_{0}, window_peak_clients_{0};
   std::atomic<uint64_t> probed_at_{0}, resume_budget_{0}, contended_until_{0};
   // Reservations refused since the last window's end (a client held back
-  // by its share), and a lone client's mean latency at the budget (ns; 0:
-  // not measured yet).
-  std::atomic<uint64_t> refused_{0}, lone_base_ns_{0};
+  // by its share).
+  std::atomic<uint64_t> refused_{0};
   std::atomic<uint64_t> lone_retry_at_{0};  // no growth before (a try that queued)
   std::atomic<bool> probing_{false};
   void end_window(uint64_t now_ns);

@@ -50,7 +50,8 @@ void client_counter_shard::record_latency(uint64_t ns) {
 }
 
 share_arbiter::share_arbiter(uint64_t budget_bytes, latency_target lt, uint32_t max_nsid, unsigned shards)
-    : budget_(budget_bytes), target_(lt), effective_(budget_bytes), max_nsid_(max_nsid), shards_(shards ? shards : 1),
+    : budget_(budget_bytes), target_(lt), effective_(budget_bytes), lone_backoff_ns_(10 * lt.window_ns), max_nsid_(max_nsid),
+      shards_(shards ? shards : 1),
       ns_(std::make_unique<ns_latency[]>(size_t(max_nsid) + 1)) {
   // Rows of whole cache lines plus one spare line: whatever the array's
   // alignment, no two pollers' entries share a line.
@@ -265,11 +266,16 @@ void share_arbiter::end_window(uint64_t now_ns) {
     }
     if (lone_worst > 1) {
       // It queued rather than ran in parallel: a step back, and no growth
-      // for a while (each try costs a window of backlog).
+      // for a while, twice as long after each such try (each costs a
+      // window of backlog), up to probe_every_ns.
       effective_.store(std::max(budget_, eff / target_.lone_growth), std::memory_order_relaxed);
-      lone_retry_at_.store(now_ns + target_.probe_every_ns, std::memory_order_relaxed);
-    } else if (may_grow) {
-      effective_.store(std::min(budget_ * target_.lone_max, eff * target_.lone_growth), std::memory_order_relaxed);
+      const uint64_t wait = lone_backoff_ns_.load(std::memory_order_relaxed);
+      lone_retry_at_.store(now_ns + wait, std::memory_order_relaxed);
+      lone_backoff_ns_.store(std::min(2 * wait, target_.probe_every_ns), std::memory_order_relaxed);
+    } else {
+      lone_backoff_ns_.store(10 * target_.window_ns, std::memory_order_relaxed);  // it paid
+      if (may_grow)
+        effective_.store(std::min(budget_ * target_.lone_max, eff * target_.lone_growth), std::memory_order_relaxed);
     }
     return;
   }

@@ -92,7 +92,8 @@ struct client_account {
 // in parallel rather than queueing it, and a client that comes finds at
 // most that much more latency ahead
 // of it (the budget drops back the moment a second client is active). A
-// try that queued steps back and waits probe_every_ns before the next.
+// try that queued steps back and waits ten windows before the next, twice
+// as long after each further one, up to probe_every_ns.
 // Each namespace has its
 // own floor (a dataset in the page cache answers in microseconds, one on a
 // disk in hundreds): the median latency of the commands admitted during a
@@ -186,6 +187,7 @@ class share_arbiter {
   const uint64_t budget_;
   const latency_target target_;
   std::atomic<uint64_t> effective_;
+  std::atomic<uint64_t> lone_backoff_ns_;  // the next wait after a try that queued
   std::atomic<uint64_t> active_weight_{0};
   // The latency sum and count for one namespace, as one poller keeps them:
   // running totals with one writer; a window's end takes the difference

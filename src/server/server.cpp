@@ -3,7 +3,9 @@
 // set-up (hello, lookup, queue pairs): the data path is the queue pairs,
 // which the controller's pollers serve; so one thread is plenty, and it
 // never blocks on a client (non-blocking sockets; a client that does not
-// read its replies is dropped).
+// read its replies is dropped). The exception is the file API's tree ops
+// (system calls that may wait on a disk): worker threads run them, and the
+// loop thread sends their replies.
 #include "deepwell/server/server.hpp"
 
 #include <fcntl.h>

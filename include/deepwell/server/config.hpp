@@ -8,7 +8,8 @@
 //   metrics_remote = false                   #   unless this is true)
 //   metrics_detail = false                   # per-client and per-dataset series (default: totals only)
 //   pollers = 8                               # default: the library's (half the cores, 2 to 8; DEEPWELL_POLLERS)
-//   io_budget = "4MiB"                        # storage bytes in flight, shared by weight
+//   io_budget = "4MiB"                        # storage bytes in flight, shared by weight (a lone
+//                                             # client goes above it while that pays: latency_target)
 //   max_queue_pairs = 128                     # per client
 //   max_staging = "2GiB"                      # per client: queue pair memory
 //   max_clients_per_uid = 64                  # connections one uid may hold at once

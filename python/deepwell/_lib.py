@@ -13,7 +13,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 OK, EINVAL, EIO, ERANGE, ENOCUDA, ERUNTIME = 0, -1, -2, -3, -4, -5
 
@@ -59,6 +59,7 @@ class CacheOptions(ctypes.Structure):
 
 class ArrayOptions(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
         ("path", ctypes.c_char_p),
         ("host_bytes", ctypes.c_uint64),
         ("offset", ctypes.c_uint64),

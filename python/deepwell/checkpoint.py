@@ -47,6 +47,7 @@ class _Tensor(ctypes.Structure):
 
 class _Options(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
         ("path", ctypes.c_char_p),
         ("mode", ctypes.c_int32),
         ("writable", ctypes.c_int32),

@@ -44,6 +44,7 @@ _OPEN, _CREATE = 0, 1
 
 class _Options(ctypes.Structure):
     _fields_ = [
+        ("size", ctypes.c_uint32),
         ("path", ctypes.c_char_p),
         ("mode", ctypes.c_int32),
         ("value_bytes", ctypes.c_uint32),

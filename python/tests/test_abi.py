@@ -88,7 +88,8 @@ def test_every_structure_of_the_header_is_mirrored_field_by_field():
 def test_the_parser_sees_what_the_header_has():
     # The check above cannot pass by reading nothing.
     structs = header_structs()
-    assert len(structs["dw_array_options"]) >= 10 and structs["dw_array_options"][0] == ("path", "const char*", None)
+    assert len(structs["dw_array_options"]) >= 10 and structs["dw_array_options"][:2] == [
+        ("size", "uint32_t", None), ("path", "const char*", None)]
     assert ("backend", "char", 16) in structs["dw_array_info"]
     assert [f for f, _, _ in structs["dw_kv_result"]][:4] == ["ops", "inserted", "updated", "erased"]
     # One set of cache fields, inside each options structure that makes a cache.
@@ -105,6 +106,8 @@ def test_every_entry_point_fills_the_cache_fields_alike():
     checkpoint.lib.dw_checkpoint_options_init(ctypes.byref(c))
     kv.lib.dw_kv_options_init(ctypes.byref(k))
     for o in (a, c, k):
+        # The size the library's init writes is C's sizeof: the ctypes layout is the header's.
+        assert o.size == ctypes.sizeof(o), (type(o).__name__, o.size, ctypes.sizeof(o))
         assert o.cache.device == -1 and o.cache.cache_bytes > 0 and o.cache.timeout_s > 0 and o.cache.pollers > 0
     assert a.cache.page_size == 4096 or os.environ.get("DEEPWELL_PAGE_SIZE")
     assert c.cache.page_size == 65536 and c.cache.queue_entries == 128

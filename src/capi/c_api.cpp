@@ -26,6 +26,7 @@
 #include "deepwell/server_link.hpp"
 #include "deepwell/size_text.hpp"
 #include "cache_options_c.hpp"
+#include "sized_options.hpp"
 #include "cuda_shim.hpp"
 #include "guarded.hpp"
 #include "server_links.hpp"
@@ -244,6 +245,7 @@ int dw_cuda_device_count(int32_t* count) {
 void dw_array_options_init(dw_array_options* o) {
   if (!o) return;
   std::memset(o, 0, sizeof(*o));
+  o->size = sizeof(*o);
   capi::init_c(o->cache, [] { return cache_config{}; });
   o->cache_reads = 1;
 }
@@ -252,7 +254,7 @@ int dw_array_open(const dw_array_options* op, dw_array** out) {
   return guarded([&] {
     need(op != nullptr && out != nullptr, "null options or output pointer");
     *out = nullptr;
-    const dw_array_options& o = *op;
+    const dw_array_options o = capi::read_sized(op, dw_array_options_init, "dw_array_options");
     need(o.row_bytes > 0, "row_bytes must be positive");
     need(!o.create || o.writable, "create needs writable");
     const cache_options co = capi::from_c(o.cache);

@@ -28,6 +28,7 @@
 #include "deepwell/page_cache.hpp"
 #include "cuda_shim.hpp"
 #include "cache_options_c.hpp"
+#include "sized_options.hpp"
 #include "guarded.hpp"
 #include "server_links.hpp"
 #include "last_error.hpp"
@@ -130,6 +131,7 @@ extern "C" {
 void dw_checkpoint_options_init(dw_checkpoint_options* o) {
   if (!o) return;
   std::memset(o, 0, sizeof(*o));
+  o->size = sizeof(*o);
   o->mode = DW_CHECKPOINT_OPEN;
   o->writable = 1;
   // Shown for a host cache; a GPU's queue pairs are 0 here (its default).
@@ -149,7 +151,7 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
   return guarded([&] {
     need(op != nullptr && out != nullptr, "null options or output pointer");
     *out = nullptr;
-    const dw_checkpoint_options& o = *op;
+    const dw_checkpoint_options o = capi::read_sized(op, dw_checkpoint_options_init, "dw_checkpoint_options");
     need(o.path != nullptr && *o.path, "no path");
     need(o.mode == DW_CHECKPOINT_OPEN || o.mode == DW_CHECKPOINT_CREATE,
          "mode must be DW_CHECKPOINT_OPEN (0) or DW_CHECKPOINT_CREATE (1), not " + std::to_string(o.mode));

@@ -26,6 +26,7 @@
 #include "deepwell/page_cache.hpp"
 #include "cuda_shim.hpp"
 #include "cache_options_c.hpp"
+#include "sized_options.hpp"
 #include "guarded.hpp"
 #include "server_links.hpp"
 #include "last_error.hpp"
@@ -126,6 +127,7 @@ extern "C" {
 void dw_kv_options_init(dw_kv_options* o) {
   if (!o) return;
   std::memset(o, 0, sizeof(*o));
+  o->size = sizeof(*o);
   o->mode = DW_KV_OPEN;
   // The page follows the store's buckets, known at open: 0 here.
   capi::init_c(o->cache, [] { return kv_cache_base(); });
@@ -149,7 +151,7 @@ int dw_kv_open(const dw_kv_options* op, dw_kv** out) {
   return guarded([&] {
     need(op != nullptr && out != nullptr, "null options or output pointer");
     *out = nullptr;
-    const dw_kv_options& o = *op;
+    const dw_kv_options o = capi::read_sized(op, dw_kv_options_init, "dw_kv_options");
     need(o.path != nullptr && *o.path, "no path");
     need(o.mode == DW_KV_OPEN || o.mode == DW_KV_CREATE,
          "mode must be DW_KV_OPEN (0) or DW_KV_CREATE (1), not " + std::to_string(o.mode));

@@ -10,6 +10,12 @@
  * stream) and is asynchronous: dw_array_check() waits for the stream and reports
  * what went wrong since the last check. Handles may be used from several
  * threads at once; dw_array_close() must not race with other calls on the handle.
+ *
+ * Options structures say their own size in their first field, `size`, which
+ * their dw_*_options_init sets: a library reads only the bytes the caller
+ * has, and refuses (DW_EINVAL) a size it cannot take or fields it does not
+ * know that are set (a deepwell.h newer than the library). Always start
+ * from dw_*_options_init. One reference page per function: docs/c/.
  */
 #ifndef DEEPWELL_C_DEEPWELL_H
 #define DEEPWELL_C_DEEPWELL_H
@@ -26,7 +32,7 @@ extern "C" {
 #define DW_API
 #endif
 
-#define DW_ABI_VERSION 6
+#define DW_ABI_VERSION 7
 
 enum dw_errc {
   DW_OK = 0,
@@ -60,6 +66,7 @@ typedef struct dw_cache_options {
 } dw_cache_options;
 
 typedef struct dw_array_options {
+  uint32_t size;         /* sizeof(dw_array_options) as the caller was built: dw_array_options_init sets it */
   const char* path;      /* a file or block device; NULL: zeroed host memory of host_bytes */
   uint64_t host_bytes;   /* with path == NULL */
   uint64_t offset;       /* the dataset starts here inside the file */
@@ -111,7 +118,8 @@ DW_API const char* dw_last_error(void);
 DW_API int dw_cuda_device_count(int32_t* count);
 
 /* Fills o with the library's defaults (DEEPWELL_* in the environment, else
- * the built-in ones: docs/settings.md; device 0, read-only). */
+ * the built-in ones: docs/settings.md; a host cache (device -1), read-only)
+ * and its size. */
 DW_API void dw_array_options_init(dw_array_options* o);
 /* Opens a dataset as rows. Handles opened on the same file (offset, length)
  * with the same device and cache options share one controller, namespace
@@ -193,6 +201,7 @@ enum dw_checkpoint_mode {
 };
 
 typedef struct dw_checkpoint_options {
+  uint32_t size;         /* sizeof(dw_checkpoint_options): dw_checkpoint_options_init sets it */
   const char* path;
   int32_t mode;          /* dw_checkpoint_mode */
   int32_t writable;      /* 0: load only (the file may be read-only); default 1 */
@@ -268,6 +277,7 @@ enum dw_kv_status {
 };
 
 typedef struct dw_kv_options {
+  uint32_t size;          /* sizeof(dw_kv_options): dw_kv_options_init sets it */
   const char* path;       /* a file; in server mode (dw_set_server, DEEPWELL_SERVER) a dataset the server
                              grants this process for writing, by name or path (create formats it as it is) */
   int32_t mode;           /* dw_kv_mode */
@@ -303,7 +313,8 @@ typedef struct dw_kv_info {
   int32_t header_copy_damaged; /* open found a log header copy that failed its checksum (and replaced it) */
 } dw_kv_info;
 
-/* Defaults: device -1, DW_KV_OPEN, everything else 0 (the library's choice). */
+/* Defaults: its size, DW_KV_OPEN, a host cache (device -1) with the cache
+ * defaults, the store's shape 0 (the library's choice). */
 DW_API void dw_kv_options_init(dw_kv_options* o);
 /* Bytes a store of this shape takes (0 arguments: the defaults). */
 DW_API int dw_kv_bytes_needed(uint32_t value_bytes, uint64_t capacity, uint32_t bucket_bytes, uint32_t log_rows,

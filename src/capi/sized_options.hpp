@@ -1,0 +1,43 @@
+// Options structures that say their own size (their first field, `size`,
+// set by their dw_*_options_init): a caller built against another
+// deepwell.h passes its own layout, and the library reads only what the
+// caller has. The size must be at least the first layout that carried it
+// (ABI 7: every later field is appended, so an older caller's missing
+// fields keep the init's defaults) and, above this library's, the extra
+// bytes must be 0: a field a newer caller set that this library would
+// silently ignore is an error, as openat2(2)'s struct open_how treats it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "guarded.hpp"
+
+namespace deepwell::capi {
+
+// The largest size taken from a caller (a page: an absurd one is junk).
+constexpr uint32_t sized_options_max = 4096;
+
+// `in` read as a T of its own size into a T that `init` filled first.
+template <class T>
+T read_sized(const T* in, void (*init)(T*), const char* name, size_t first_size = sizeof(T)) {
+  const uint32_t size = in->size;
+  const std::string n = name;
+  need(size != 0, n + ".size is 0: fill the options with " + n + "_init first");
+  need(size >= first_size && size <= sized_options_max,
+       n + ".size is " + std::to_string(size) + ", not a size of " + n + " (this library's is " + std::to_string(sizeof(T)) +
+           "): fill the options with " + n + "_init");
+  T out;
+  init(&out);
+  const size_t take = size < sizeof(T) ? size : sizeof(T);
+  std::memcpy(static_cast<void*>(&out), in, take);
+  const unsigned char* extra = reinterpret_cast<const unsigned char*>(in) + sizeof(T);
+  for (size_t i = sizeof(T); i < size; ++i, ++extra)
+    need(*extra == 0, n + " has fields this library does not know set (a size of " + std::to_string(size) + " against its " +
+                          std::to_string(sizeof(T)) + "): deepwell.h is newer than libdeepwell_c.so");
+  out.size = uint32_t(sizeof(T));
+  return out;
+}
+
+}  // namespace deepwell::capi

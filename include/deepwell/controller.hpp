@@ -68,7 +68,7 @@ struct controller_config {
   uint64_t io_budget_bytes = 0;
   // Server mode: while several clients use the storage, hold the budget
   // back until the storage's latency is within this factor of its floor
-  // (detail/share_arbiter.hpp), so that a light client's misses do not wait
+  // (src/controller/share_arbiter.hpp), so that a light client's misses do not wait
   // behind a neighbour's backlog. 0: off (the budget is fixed).
   double latency_target = 0;
 };

@@ -1,5 +1,5 @@
 // The link to a controller in another process: `deepwell serve`, over its
-// Unix socket (wire.hpp). Queue pairs come as memfds the client maps; the
+// Unix socket (src/controller/wire.hpp). Queue pairs come as memfds the client maps; the
 // server checks every command against this client's grants. Caches,
 // arrays and the C ABI use it as they use in_process_link.
 //

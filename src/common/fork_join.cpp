@@ -1,6 +1,6 @@
-// detail/fork_join.hpp. A batch's state lives on its caller's stack, which
+// fork_join.hpp. A batch's state lives on its caller's stack, which
 // returns only once no helper holds it.
-#include "deepwell/detail/fork_join.hpp"
+#include "common/fork_join.hpp"
 
 #include <algorithm>
 #include <atomic>

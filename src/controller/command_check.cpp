@@ -1,4 +1,4 @@
-#include "deepwell/detail/command_check.hpp"
+#include "controller/command_check.hpp"
 
 namespace deepwell::detail {
 

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "deepwell/detail/command_check.hpp"
-#include "deepwell/detail/share_arbiter.hpp"
+#include "controller/command_check.hpp"
+#include "controller/share_arbiter.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/shared_atomic.hpp"
 #include "deepwell/thread_times.hpp"
@@ -96,7 +96,7 @@ struct queue_pair::impl {
   // to the account only when they change its state (give_back), not once a
   // command: several pollers serve one client, and per-command updates of
   // its shared account cost a sixth to a third of a page-cache read
-  // (detail/share_arbiter.hpp).
+  // (share_arbiter.hpp).
   uint64_t credit = 0;   // bytes of the share reserved and not charged to a command: the next ones use them
   uint32_t taken = 0;    // commands taken from the SQ and not finished (held or in flight)
   bool told_busy = false;  // the account counts this queue as active (a begin() not yet finished)

@@ -11,8 +11,8 @@
 
 #include "deepwell/controller.hpp"
 #include "deepwell/controller_link.hpp"
-#include "deepwell/detail/local_tree.hpp"
-#include "deepwell/detail/section_target.hpp"
+#include "targets/local_tree.hpp"
+#include "targets/section_target.hpp"
 #include "deepwell/embedded.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/target.hpp"

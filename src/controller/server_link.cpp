@@ -23,7 +23,7 @@
 #include "deepwell/error.hpp"
 #include "deepwell/shared_atomic.hpp"
 #include "deepwell/tenancy.hpp"
-#include "deepwell/wire.hpp"
+#include "controller/wire.hpp"
 
 namespace deepwell {
 

@@ -1,4 +1,4 @@
-#include "deepwell/detail/share_arbiter.hpp"
+#include "controller/share_arbiter.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -1,6 +1,6 @@
 // Framing of server messages: one SOCK_SEQPACKET record each, header then
 // text, with at most one descriptor in SCM_RIGHTS.
-#include "deepwell/wire.hpp"
+#include "controller/wire.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>

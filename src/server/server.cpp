@@ -42,13 +42,13 @@
 
 #include "deepwell/checksummed_target.hpp"
 #include "deepwell/controller.hpp"
-#include "deepwell/detail/fork_join.hpp"
-#include "deepwell/detail/local_tree.hpp"
-#include "deepwell/detail/section_target.hpp"
+#include "common/fork_join.hpp"
+#include "targets/local_tree.hpp"
+#include "targets/section_target.hpp"
 #include "deepwell/error.hpp"
-#include "deepwell/host_tier.hpp"
+#include "targets/host_tier.hpp"
 #include "deepwell/shared_region.hpp"
-#include "deepwell/wire.hpp"
+#include "controller/wire.hpp"
 #include "metrics_http.hpp"
 #include "server_log.hpp"
 

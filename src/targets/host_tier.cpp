@@ -1,6 +1,6 @@
 // host_tier.hpp: the server's shared page cache in host memory, one arena
 // (tier_layout.hpp) per dataset.
-#include "deepwell/host_tier.hpp"
+#include "targets/host_tier.hpp"
 
 #include <algorithm>
 #include <cstdlib>

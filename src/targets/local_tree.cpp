@@ -1,5 +1,5 @@
-// A tree's files, opened in this process (detail/local_tree.hpp).
-#include "deepwell/detail/local_tree.hpp"
+// A tree's files, opened in this process (local_tree.hpp).
+#include "targets/local_tree.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "deepwell/detail/fork_join.hpp"
+#include "common/fork_join.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/files/gfs_layout.hpp"
 #include "window_target.hpp"

@@ -1,4 +1,4 @@
-#include "deepwell/detail/section_target.hpp"
+#include "targets/section_target.hpp"
 
 #include <cstdlib>
 #include <cstring>

@@ -13,7 +13,7 @@
 
 #include "deepwell/server/config.hpp"
 #include "deepwell/server/server.hpp"
-#include "deepwell/wire.hpp"
+#include "controller/wire.hpp"
 
 namespace deepwell::test {
 

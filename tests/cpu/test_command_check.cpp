@@ -1,7 +1,7 @@
 // check_command on its own: each field, each status, boundary values.
 #include <gtest/gtest.h>
 
-#include "deepwell/detail/command_check.hpp"
+#include "controller/command_check.hpp"
 
 using namespace deepwell;
 using namespace deepwell::detail;

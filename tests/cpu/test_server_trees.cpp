@@ -25,7 +25,7 @@
 #include "deepwell/server/config.hpp"
 #include "deepwell/server/server.hpp"
 #include "deepwell/server_link.hpp"
-#include "deepwell/wire.hpp"
+#include "controller/wire.hpp"
 #include "cache_test_support.hpp"
 #include "files_test_support.hpp"
 #include "server_test_support.hpp"

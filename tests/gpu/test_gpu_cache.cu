@@ -21,7 +21,7 @@
 #include "deepwell/gpu_launch.hpp"
 #include "deepwell/array.hpp"
 #include "deepwell/host_client.hpp"
-#include "deepwell/host_tier.hpp"
+#include "targets/host_tier.hpp"
 #include "deepwell/page_cache.hpp"
 
 using namespace deepwell;

@@ -20,16 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/detail/hash.hpp"
+
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
+// The keys and values gpu_kv_bench.cu makes.
+uint64_t mix(uint64_t x) { return deepwell::detail::fmix64(x); }
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

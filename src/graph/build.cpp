@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "deepwell/detail/hash.hpp"
 #include "deepwell/error.hpp"
 #include "deepwell/graph/parallel.hpp"
 
@@ -18,17 +19,8 @@ namespace deepwell::graph {
 
 namespace {
 
-// The generators' hash (splitmix64's finalizer). Kept here rather than
-// shared with the cache's: a seed must give the same graph in every version,
-// whatever the cache's hashing becomes.
-constexpr uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
+// The generators' hash: a seed gives the same graph in every version.
+constexpr uint64_t mix64(uint64_t x) { return ::deepwell::detail::splitmix64_mix(x); }
 
 // A bijection of [0, 2^bits): multiply by an odd number and xor-shift, each
 // invertible modulo 2^bits. Kronecker generators permute ids so that node

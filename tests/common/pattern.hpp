@@ -9,17 +9,12 @@
 #include <vector>
 
 #include "deepwell/config.hpp"
+#include "deepwell/detail/hash.hpp"
 
 namespace deepwell::test {
 
 DW_HD inline uint64_t pattern_word(uint64_t byte_offset, uint64_t seed = 0) {
-  uint64_t x = byte_offset ^ (seed * 0x9E3779B97F4A7C15ull);
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
+  return ::deepwell::detail::fmix64(byte_offset ^ (seed * 0x9E3779B97F4A7C15ull));
 }
 
 // The pattern's byte at `byte_offset`.

@@ -291,15 +291,24 @@ std::vector<tree_call> run_ops(int s, uint32_t nsid, std::vector<tree_call> call
   return calls;
 }
 
+// A raw connection that said hello as `name` (-1 if either failed).
+int hello(const std::string& sock, const char* name) {
+  const int s = test::raw_connect(sock);
+  if (s >= 0 && call(s, wire::op::hello, 0, 0, 0, 0, name).h.status != 0) {
+    close(s);
+    return -1;
+  }
+  return s;
+}
+
+wire::status status(const wire::message& r) { return wire::status(r.h.status); }
+
 }  // namespace
 
 TEST_F(Trees, TreeOpsOnTheWireAreCheckedFieldByField) {
-  const int a = test::raw_connect(sock), b = test::raw_connect(sock);
+  const int a = hello(sock, "a"), b = hello(sock, "b");
   ASSERT_GE(a, 0);
   ASSERT_GE(b, 0);
-  ASSERT_EQ(call(a, wire::op::hello, 0, 0, 0, 0, "a").h.status, 0);
-  ASSERT_EQ(call(b, wire::op::hello, 0, 0, 0, 0, "b").h.status, 0);
-  auto status = [](const wire::message& r) { return wire::status(r.h.status); };
   // Opening: the grant, the sizes, the limits.
   EXPECT_EQ(status(call(a, wire::op::open_tree, 0, 1, 8, 2, "src")), wire::status::denied);
   EXPECT_EQ(status(call(a, wire::op::open_tree, 0, 2, 8, 2, "src")), wire::status::bad_request);
@@ -406,12 +415,9 @@ TEST_F(Trees, TreeOpsOnTheWireAreCheckedFieldByField) {
 // connection's close_tree only leaves; the owner's ends the session for
 // every connection that joined it.
 TEST_F(Trees, ConnectionsJoinASessionWithItsKeyOnly) {
-  const int a = test::raw_connect(sock), b = test::raw_connect(sock);
+  const int a = hello(sock, "owner"), b = hello(sock, "lane");
   ASSERT_GE(a, 0);
   ASSERT_GE(b, 0);
-  ASSERT_EQ(call(a, wire::op::hello, 0, 0, 0, 0, "owner").h.status, 0);
-  ASSERT_EQ(call(b, wire::op::hello, 0, 0, 0, 0, "lane").h.status, 0);
-  auto status = [](const wire::message& r) { return wire::status(r.h.status); };
   const wire::message t = call(a, wire::op::open_tree, 0, 0, 8, 2, "src");
   ASSERT_EQ(t.h.status, 0) << t.text;
   const uint32_t ns = t.h.a;
@@ -442,12 +448,8 @@ TEST_F(Trees, ConnectionsJoinASessionWithItsKeyOnly) {
     if (child == 0) {
       int code = 0;
       if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
-      const int c = test::raw_connect(sock);
-      if (c >= 0) {  // (the socket's mode may refuse it outright: also a refusal)
-        const wire::message h = call(c, wire::op::hello, 0, 0, 0, 0, "other uid");
-        const wire::message r = join(c, ns, t.h.x, t.h.y);
-        code = h.h.status == 0 && r.h.status == 0 ? 1 : 0;
-      }
+      const int c = hello(sock, "other uid");
+      if (c >= 0) code = join(c, ns, t.h.x, t.h.y).h.status == 0 ? 1 : 0;  // (the socket's mode may refuse it: also a refusal)
       _exit(code);
     }
     int st = 0;
@@ -482,10 +484,8 @@ TEST_F(Trees, ConnectionsJoinASessionWithItsKeyOnly) {
   // At most 16 connections join one session.
   std::vector<int> more;
   for (int i = 0; i < 16; ++i) {
-    const int s = test::raw_connect(sock);
-    ASSERT_GE(s, 0);
-    ASSERT_EQ(call(s, wire::op::hello, 0, 0, 0, 0, "more").h.status, 0);
-    more.push_back(s);
+    more.push_back(hello(sock, "more"));
+    ASSERT_GE(more.back(), 0);
   }
   int joined = 0, limited = 0;
   for (int s : more) {

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "deepwell/array.hpp"
+#include "deepwell/detail/hash.hpp"
 #include "deepwell/page_cache.hpp"
 
 namespace deepwell::durable {
@@ -88,14 +89,8 @@ DW_HD constexpr uint64_t record_word(uint32_t partitions, uint32_t rows, uint32_
   return partitions_offset(partitions) / 4 + (uint64_t(p) * rows + row) * row_words + uint64_t(j) * lanes + lane;
 }
 
-DW_HD inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
+// Stored in the log's rows (tags, checksums): detail/hash.hpp's frozen mixer.
+DW_HD constexpr uint64_t mix64(uint64_t x) { return ::deepwell::detail::fmix64(x); }
 
 // What a record's checksum is seeded with: the log, the epoch, the position.
 DW_HD inline uint64_t record_seed(uint64_t nonce, uint64_t epoch, uint32_t partition, uint32_t row, uint32_t lane) {

@@ -9,6 +9,7 @@
 
 #include "deepwell/cache_layout.hpp"
 #include "deepwell/detail/cache/wide_load.hpp"
+#include "deepwell/detail/hash.hpp"
 #include "deepwell/queue.hpp"
 
 namespace deepwell::detail {
@@ -26,15 +27,7 @@ struct cache_directory {
   uint32_t* locks = nullptr;  // [bucket]
   uint32_t nbuckets = 0;      // a power of two
 
-  DW_HD static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return x;
-  }
-  DW_HD uint32_t bucket_of(uint64_t key) const { return uint32_t(mix64(key)) & (nbuckets - 1); }
+  DW_HD uint32_t bucket_of(uint64_t key) const { return uint32_t(fmix64(key)) & (nbuckets - 1); }
 
   // The entry of `key` in bucket b, or -1. Inserts fill a bucket from its
   // first way, so the scan stops at the group holding the first match: a

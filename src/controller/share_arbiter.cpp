@@ -168,7 +168,7 @@ void share_arbiter::end_window(uint64_t now_ns) {
   // during the window (a light client's one miss counts).
   const uint64_t clients = window_peak_clients_.exchange(active_clients_.load(std::memory_order_relaxed),
                                                          std::memory_order_relaxed);
-  const uint64_t eff = effective_.load(std::memory_order_relaxed);
+  uint64_t eff = effective_.load(std::memory_order_relaxed);
   const bool probing = probing_.load(std::memory_order_relaxed);
   if (clients >= 2) contended_until_.store(now_ns + target_.hold_ns, std::memory_order_relaxed);
   // One client (or none) for a while.
@@ -278,6 +278,12 @@ void share_arbiter::end_window(uint64_t now_ns) {
         effective_.store(std::min(budget_ * target_.lone_max, eff * target_.lone_growth), std::memory_order_relaxed);
     }
     return;
+  }
+  // Contended: never above the budget (a lone window's end may have raced
+  // a second client's arrival, which put it back).
+  if (eff > budget_) {
+    eff = budget_;
+    effective_.store(eff, std::memory_order_relaxed);
   }
   const uint64_t since_probe = now_ns - probed_at_.load(std::memory_order_relaxed);
   // A namespace without a floor asks for a probe, but not more often than

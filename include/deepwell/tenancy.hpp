@@ -57,6 +57,7 @@ struct client_counters {
   // powers-of-two buckets of microseconds: bucket i counts [2^(i-1), 2^i) us.
   static constexpr int latency_buckets = 32;
   uint64_t latency_us[latency_buckets] = {};
+  uint64_t latency_ns_sum = 0;  // the sum of those latencies (a Prometheus histogram's _sum)
   // The p-th percentile (0 < p < 1) of that latency, in microseconds (the
   // bucket's upper bound); 0 when nothing completed.
   double latency_percentile_us(double p) const;

@@ -36,6 +36,7 @@ client_counters client_account::snapshot() const {
     c.errors += k.errors.get();
     c.throttled += k.throttled.get();
     for (int i = 0; i < client_counters::latency_buckets; ++i) c.latency_us[i] += k.latency_us[i].get();
+    c.latency_ns_sum += k.latency_ns_sum.get();
   }
   c.in_flight_bytes = in_flight.load(std::memory_order_relaxed);
   return c;
@@ -47,6 +48,7 @@ void client_counter_shard::record_latency(uint64_t ns) {
   int b = us == 0 ? 0 : int(std::bit_width(us));
   b = std::min(b, client_counters::latency_buckets - 1);
   latency_us[b].add(1);
+  latency_ns_sum.add(ns);
 }
 
 share_arbiter::share_arbiter(uint64_t budget_bytes, latency_target lt, uint32_t max_nsid, unsigned shards)

@@ -29,6 +29,7 @@ struct single_writer_counter {
 struct alignas(64) client_counter_shard {
   single_writer_counter commands, reads, writes, flushes, bytes_read, bytes_written, errors, throttled;
   single_writer_counter latency_us[client_counters::latency_buckets];
+  single_writer_counter latency_ns_sum;
   void record_latency(uint64_t ns);
   // The poller's scratch: commands of this client it took in its pass
   // number `pass` (a pass's quota per client, controller.cpp's fetch).

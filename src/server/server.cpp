@@ -50,6 +50,7 @@
 #include "deepwell/shared_region.hpp"
 #include "controller/wire.hpp"
 #include "metrics_http.hpp"
+#include "prometheus_text.hpp"
 #include "server_log.hpp"
 
 namespace deepwell::server {
@@ -1289,20 +1290,6 @@ nlohmann::json counters_json(const client_counters& k) {
           {"latency_us_p999", k.latency_percentile_us(0.999)}};
 }
 
-// Prometheus label values: backslash, quote and newline escaped.
-std::string label(const std::string& v) {
-  std::string o;
-  for (char ch : v) {
-    if (ch == '\\' || ch == '"') o += '\\';
-    if (ch == '\n') {
-      o += "\\n";
-      continue;
-    }
-    o += ch;
-  }
-  return o;
-}
-
 }  // namespace
 
 // One connected client's entry (its counters, who it is, what it holds),
@@ -1441,86 +1428,73 @@ std::string server::impl::stats_json(const client_state* viewer) const {
 }
 
 std::string server::impl::prometheus() const {
-  std::string o;
+  prometheus_text o;
   const queue_counters t = ctl->total_counters();
-  auto metric = [&](const char* name, const char* type, const char* help) {
-    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  };
-  metric("deepwell_commands_total", "counter", "Commands served, all clients.");
-  o += "deepwell_commands_total " + std::to_string(t.commands) + "\n";
-  metric("deepwell_bytes_read_total", "counter", "Bytes read, all clients.");
-  o += "deepwell_bytes_read_total " + std::to_string(t.bytes_read) + "\n";
-  metric("deepwell_bytes_written_total", "counter", "Bytes written, all clients.");
-  o += "deepwell_bytes_written_total " + std::to_string(t.bytes_written) + "\n";
-  metric("deepwell_errors_total", "counter", "Commands completed with an error status, all clients.");
-  o += "deepwell_errors_total " + std::to_string(t.errors) + "\n";
-  metric("deepwell_queue_pairs", "gauge", "Queue pairs being served.");
-  o += "deepwell_queue_pairs " + std::to_string(ctl->queue_pair_count()) + "\n";
+  o.family("deepwell_commands_total", "counter", "Commands served, all clients.");
+  o.sample("deepwell_commands_total", {}, t.commands);
+  o.family("deepwell_bytes_read_total", "counter", "Bytes read, all clients.");
+  o.sample("deepwell_bytes_read_total", {}, t.bytes_read);
+  o.family("deepwell_bytes_written_total", "counter", "Bytes written, all clients.");
+  o.sample("deepwell_bytes_written_total", {}, t.bytes_written);
+  o.family("deepwell_errors_total", "counter", "Commands completed with an error status, all clients.");
+  o.sample("deepwell_errors_total", {}, t.errors);
+  o.family("deepwell_queue_pairs", "gauge", "Queue pairs being served.");
+  o.sample("deepwell_queue_pairs", {}, uint64_t(ctl->queue_pair_count()));
   if (tier) {
     const host_tier_stats h = tier->stats();
-    metric("deepwell_host_tier_hits_total", "counter", "Requests served from the shared host-memory tier.");
-    o += "deepwell_host_tier_hits_total " + std::to_string(h.hits) + "\n";
-    metric("deepwell_host_tier_misses_total", "counter", "Requests the host-memory tier sent to storage.");
-    o += "deepwell_host_tier_misses_total " + std::to_string(h.misses) + "\n";
-    metric("deepwell_host_tier_resident_pages", "gauge", "Pages in the host-memory tier.");
-    o += "deepwell_host_tier_resident_pages " + std::to_string(h.resident_pages) + "\n";
+    o.family("deepwell_host_tier_hits_total", "counter", "Requests served from the shared host-memory tier.");
+    o.sample("deepwell_host_tier_hits_total", {}, h.hits);
+    o.family("deepwell_host_tier_misses_total", "counter", "Requests the host-memory tier sent to storage.");
+    o.sample("deepwell_host_tier_misses_total", {}, h.misses);
+    o.family("deepwell_host_tier_resident_pages", "gauge", "Pages in the host-memory tier.");
+    o.sample("deepwell_host_tier_resident_pages", {}, uint64_t(h.resident_pages));
   }
   if (cfg.metrics_detail) {
-    metric("deepwell_dataset_bytes", "gauge", "Size of each dataset.");
-    for (const dataset_state& d : datasets)
-      o += "deepwell_dataset_bytes{dataset=\"" + label(d.cfg->name) + "\"} " + std::to_string(d.bytes) + "\n";
+    o.family("deepwell_dataset_bytes", "gauge", "Size of each dataset.");
+    for (const dataset_state& d : datasets) o.sample("deepwell_dataset_bytes", {{"dataset", d.cfg->name}}, d.bytes);
   }
   std::lock_guard<std::mutex> lock(mutex);
-  metric("deepwell_io_budget_bytes", "gauge", "Storage bytes in flight that clients share now (the latency target may hold it below io_budget).");
-  o += "deepwell_io_budget_bytes " + std::to_string(ctl->io_budget_now()) + "\n";
-  metric("deepwell_clients", "gauge", "Connected clients.");
-  o += "deepwell_clients " + std::to_string(clients.size()) + "\n";
+  o.family("deepwell_io_budget_bytes", "gauge",
+           "Storage bytes in flight that clients share now (the latency target may hold it below io_budget, or a "
+           "lone client's above).");
+  o.sample("deepwell_io_budget_bytes", {}, ctl->io_budget_now());
+  o.family("deepwell_clients", "gauge", "Connected clients.");
+  o.sample("deepwell_clients", {}, uint64_t(clients.size()));
   // Who the clients are and what each does: only where the operator asked
   // (metrics_detail); anyone who can reach the port reads it.
-  if (!cfg.metrics_detail) return o;
+  if (!cfg.metrics_detail) return o.text();
   struct row {
-    std::string labels;
+    metric_labels labels;
     client_counters k;
     size_t queues;
   };
   std::vector<row> rows;
   for (const auto& [fd, c] : clients)
-    rows.push_back({"client=\"" + std::to_string(c->id) + "\",name=\"" + label(c->name) + "\",uid=\"" +
-                        std::to_string(c->uid) + "\"",
+    rows.push_back({{{"client", std::to_string(c->id)}, {"name", c->name}, {"uid", std::to_string(c->uid)}},
                     ctl->client_stats(c->id), c->queues.size()});
   auto per_client = [&](const char* name, const char* type, const char* help, auto value) {
-    metric(name, type, help);
-    for (const row& r : rows) o += std::string(name) + "{" + r.labels + "} " + value(r) + "\n";
+    o.family(name, type, help);
+    for (const row& r : rows) o.sample(name, r.labels, uint64_t(value(r)));
   };
-  per_client("deepwell_client_commands_total", "counter", "Commands of a client.",
-             [](const row& r) { return std::to_string(r.k.commands); });
-  per_client("deepwell_client_bytes_read_total", "counter", "Bytes a client read.",
-             [](const row& r) { return std::to_string(r.k.bytes_read); });
+  per_client("deepwell_client_commands_total", "counter", "Commands of a client.", [](const row& r) { return r.k.commands; });
+  per_client("deepwell_client_bytes_read_total", "counter", "Bytes a client read.", [](const row& r) { return r.k.bytes_read; });
   per_client("deepwell_client_bytes_written_total", "counter", "Bytes a client wrote.",
-             [](const row& r) { return std::to_string(r.k.bytes_written); });
-  per_client("deepwell_client_errors_total", "counter", "A client's commands that failed.",
-             [](const row& r) { return std::to_string(r.k.errors); });
+             [](const row& r) { return r.k.bytes_written; });
+  per_client("deepwell_client_errors_total", "counter", "A client's commands that failed.", [](const row& r) { return r.k.errors; });
   per_client("deepwell_client_throttled_total", "counter", "Times a client's command waited for its share.",
-             [](const row& r) { return std::to_string(r.k.throttled); });
+             [](const row& r) { return r.k.throttled; });
   per_client("deepwell_client_in_flight_bytes", "gauge", "A client's bytes in flight to storage.",
-             [](const row& r) { return std::to_string(r.k.in_flight_bytes); });
-  per_client("deepwell_client_queue_pairs", "gauge", "A client's queue pairs.",
-             [](const row& r) { return std::to_string(r.queues); });
-  // Latency as a Prometheus histogram (cumulative buckets, seconds).
-  metric("deepwell_client_latency_seconds", "histogram", "Read and write latency in the server, fetch to completion.");
-  for (const row& r : rows) {
-    uint64_t cum = 0;
-    for (int i = 0; i < client_counters::latency_buckets; ++i) {
-      cum += r.k.latency_us[i];
-      if (r.k.latency_us[i] == 0 && i + 1 < client_counters::latency_buckets) continue;
-      char le[32];
-      std::snprintf(le, sizeof le, "%g", double(uint64_t(1) << i) * 1e-6);
-      o += "deepwell_client_latency_seconds_bucket{" + r.labels + ",le=\"" + le + "\"} " + std::to_string(cum) + "\n";
-    }
-    o += "deepwell_client_latency_seconds_bucket{" + r.labels + ",le=\"+Inf\"} " + std::to_string(cum) + "\n";
-    o += "deepwell_client_latency_seconds_count{" + r.labels + "} " + std::to_string(cum) + "\n";
-  }
-  return o;
+             [](const row& r) { return r.k.in_flight_bytes; });
+  per_client("deepwell_client_queue_pairs", "gauge", "A client's queue pairs.", [](const row& r) { return r.queues; });
+  // Latency as a histogram: bucket i of client_counters holds latencies
+  // below 2^i us (the last one, everything above too).
+  o.family("deepwell_client_latency_seconds", "histogram", "Read and write latency in the server, fetch to completion.");
+  std::vector<double> bounds(client_counters::latency_buckets);
+  for (int i = 0; i < client_counters::latency_buckets; ++i) bounds[i] = double(uint64_t(1) << i) * 1e-6;
+  for (const row& r : rows)
+    o.histogram("deepwell_client_latency_seconds", r.labels, bounds,
+                std::vector<uint64_t>(std::begin(r.k.latency_us), std::end(r.k.latency_us)), double(r.k.latency_ns_sum) * 1e-9);
+  return o.text();
 }
 
 // ---------------------------------------------------------------------------

@@ -35,6 +35,7 @@
 #include "controller/wire.hpp"
 #include "cache_test_support.hpp"
 #include "server_test_support.hpp"
+#include "prometheus_format.hpp"
 #include "test_util.hpp"
 
 using namespace deepwell;
@@ -408,6 +409,7 @@ TEST_F(ServerTest, StatsAndPrometheusMetricsDescribeClientsAndDatasets) {
   EXPECT_NE(text.find("deepwell_client_commands_total{client=\"1\",name=\"metrics-client\""), std::string::npos) << text;
   EXPECT_NE(text.find("deepwell_client_latency_seconds_bucket"), std::string::npos);
   EXPECT_NE(text.find("deepwell_dataset_bytes{dataset=\"data\"} " + std::to_string(data_bytes)), std::string::npos);
+  EXPECT_EQ(test::exposition_problem(text), "") << text;
   const auto j = nlohmann::json::parse(srv->stats_json());
   const auto& c = j["clients"][0];
   EXPECT_EQ(c["reads"].get<uint64_t>(), 11u) << "read commands, the refused one too";

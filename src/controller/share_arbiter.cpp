@@ -219,7 +219,7 @@ void share_arbiter::end_window(uint64_t now_ns) {
       worst = std::max(worst, double(sum) / double(c) / (target_.factor * double(floor)));
   }
   const uint64_t step = std::max<uint64_t>(budget_ / 32, 4096);
-  const uint64_t refused = refused_.exchange(0, std::memory_order_relaxed);
+  const bool refused = refused_.exchange(false, std::memory_order_relaxed);
   if (probing) {
     // The probe runs with one command per client until every namespace
     // that has commands done in it has probe_samples of them (or probe_ns
@@ -335,7 +335,10 @@ uint64_t share_arbiter::reserve(client_account& a, uint64_t cost, uint64_t want)
       got = std::max(cost, std::min(want, allowed));
     } else {
       if (mine + cost > allowed) {
-        refused_.fetch_add(1, std::memory_order_relaxed);
+        // A flag, read before it is written: a flooding client's pollers
+        // refuse on every pass, and a shared counter's line would bounce
+        // between them (the cost the shards avoid).
+        if (!refused_.load(std::memory_order_relaxed)) refused_.store(true, std::memory_order_relaxed);
         return 0;
       }
       got = std::min(want, allowed - mine);

@@ -219,9 +219,9 @@ class share_arbiter {
   std::atomic<uint64_t> window_start_{0};
   std::atomic<uint64_t> active_clients_{0}, window_peak_clients_{0};
   std::atomic<uint64_t> probed_at_{0}, resume_budget_{0}, contended_until_{0};
-  // Reservations refused since the last window's end (a client held back
-  // by its share).
-  std::atomic<uint64_t> refused_{0};
+  // A reservation was refused since the last window's end (a client held
+  // back by its share).
+  std::atomic<bool> refused_{false};
   std::atomic<uint64_t> lone_retry_at_{0};  // no growth before (a try that queued)
   std::atomic<bool> probing_{false};
   void end_window(uint64_t now_ns);

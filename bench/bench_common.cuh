@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/detail/staging_copy.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/gpu_client.hpp"
+#include "deepwell/common/detail/staging_copy.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/link/gpu_client.hpp"
 
 namespace deepwell::bench {
 

@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/controller.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/host_client.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/link/host_client.hpp"
 #include "uring_loop.hpp"
 
 using namespace deepwell;

@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "deepwell/embedded.hpp"
-#include "deepwell/controller.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/checkpoint.hpp"
-#include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
 using json = nlohmann::json;

@@ -41,11 +41,11 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "deepwell/embedded.hpp"
-#include "deepwell/controller.hpp"
+#include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/files/file_system.hpp"
-#include "deepwell/gpu_launch.hpp"
-#include "deepwell/memcpy_ceiling.hpp"
+#include "deepwell/link/memcpy_ceiling.hpp"
 
 using namespace deepwell;
 using json = nlohmann::json;

@@ -14,7 +14,7 @@
 // host-to-device (pinned, 1 GiB). Prints a line per measurement and appends
 // one JSON line per measurement.
 #if DEEPWELL_SEPARATE_MISS_PATH
-#include "deepwell/miss_path.hpp"  // first: the miss path comes from deepwell_miss_path (gpu_array_bench_split)
+#include "deepwell/cache/miss_path.hpp"  // first: the miss path comes from deepwell_miss_path (gpu_array_bench_split)
 #endif
 #include <cuda_runtime.h>
 #include <fcntl.h>
@@ -30,12 +30,12 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "deepwell/embedded.hpp"
-#include "deepwell/gpu_launch.hpp"
-#include "deepwell/memcpy_ceiling.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/detail/cache/access.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/detail/access.hpp"
+#include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/link/memcpy_ceiling.hpp"
+#include "deepwell/views/array.hpp"
 
 #if DW_CACHE_PHASE_TIMING
 // The cache's fill-phase hook (detail/cache/phase_timing.hpp): totals per phase.

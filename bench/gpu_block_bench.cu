@@ -16,10 +16,10 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "deepwell/controller.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/gpu_client.hpp"
-#include "deepwell/memcpy_ceiling.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/link/gpu_client.hpp"
+#include "deepwell/link/memcpy_ceiling.hpp"
 #include "bench_common.cuh"
 #include "uring_loop.hpp"
 

@@ -34,10 +34,10 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "deepwell/embedded.hpp"
-#include "deepwell/memcpy_ceiling.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/link/memcpy_ceiling.hpp"
+#include "deepwell/views/array.hpp"
 #include "tiling_gatherer.hpp"
 
 using namespace deepwell;

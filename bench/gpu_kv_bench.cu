@@ -28,11 +28,11 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/controller.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/kv_store.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
 using namespace deepwell::durable;

@@ -21,11 +21,11 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.cuh"
-#include "deepwell/embedded.hpp"
-#include "deepwell/array.hpp"
+#include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/log.hpp"
-#include "deepwell/gpu_launch.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/views/array.hpp"
 
 using namespace deepwell;
 using namespace deepwell::durable;

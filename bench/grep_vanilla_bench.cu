@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/error.hpp"
-#include "deepwell/files/grep_run.hpp"
-#include "deepwell/gpu_client.hpp"
+#include "deepwell/common/error.hpp"
+#include "grep/grep_run.hpp"
+#include "deepwell/link/gpu_client.hpp"
 
 using namespace deepwell;
 

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/detail/staging_copy.hpp"
+#include "deepwell/common/detail/staging_copy.hpp"
 
 using json = nlohmann::json;
 namespace {

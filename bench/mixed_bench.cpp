@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/views/array.hpp"
 
 using namespace deepwell;
 using json = nlohmann::json;

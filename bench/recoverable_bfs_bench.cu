@@ -1,4 +1,4 @@
-// The recoverable BFS (include/deepwell/graph/recoverable_bfs.hpp) against
+// The recoverable BFS (apps/recoverable_bfs/recoverable_bfs.hpp) against
 // the plain GPU BFS over the same graph, cache and executor, in one process:
 //
 //   recoverable_bfs_bench [--scale 25] [--kind kron] [--dir /var/tmp] [--repeat 3]
@@ -27,15 +27,15 @@
 #include <string>
 #include <thread>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/gpu_client.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
 #include "deepwell/graph/gpu_exec.cuh"
 #include "deepwell/graph/graph_arrays.hpp"
-#include "deepwell/graph/recoverable_bfs.hpp"
+#include "deepwell/link/gpu_client.hpp"
+#include "recoverable_bfs/recoverable_bfs.hpp"
+#include "deepwell/cache/page_cache.hpp"
 #include "deepwell/graph/reference.hpp"
-#include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
 using namespace deepwell::graph;

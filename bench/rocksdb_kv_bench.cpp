@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/detail/hash.hpp"
+#include "deepwell/common/detail/hash.hpp"
 
 namespace {
 

@@ -29,11 +29,11 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "deepwell/embedded.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/controller.hpp"
-#include "deepwell/page_cache.hpp"
-#include "deepwell/server_link.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/link/server_link.hpp"
+#include "deepwell/views/array.hpp"
 
 using namespace deepwell;
 using json = nlohmann::json;

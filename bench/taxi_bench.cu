@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "deepwell/table/taxi_run.hpp"
+#include "taxi/taxi_run.hpp"
 
 using namespace deepwell;
 using namespace deepwell::table;

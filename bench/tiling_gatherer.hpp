@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 
 namespace deepwell::bench {
 

@@ -9,12 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/gpu_launch.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/page_cache.hpp"
-#include "deepwell/controller.hpp"
-#include "deepwell/server_link.hpp"
+#include "deepwell/cache/gpu_launch.hpp"  // launch checks: CUDA code only
+#include "deepwell/deepwell.hpp"
 
 __global__ void gather(deepwell::array_ref<float> feats, const uint64_t* idx, float* out, uint64_t n) {
   const uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -14,9 +14,9 @@
 #include <cstring>
 #include <memory>
 
-#include "deepwell/controller.hpp"
-#include "deepwell/host_client.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/link/host_client.hpp"
+#include "deepwell/targets/target.hpp"
 
 using namespace deepwell;
 

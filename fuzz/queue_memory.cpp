@@ -39,10 +39,10 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/controller.hpp"
-#include "deepwell/host_client.hpp"
-#include "deepwell/shared_atomic.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/link/host_client.hpp"
+#include "deepwell/protocol/shared_atomic.hpp"
+#include "deepwell/targets/target.hpp"
 
 using namespace deepwell;
 

@@ -1,5 +1,5 @@
 /*
- * A spin model of deepwell's queue protocol (include/deepwell/queue.hpp and
+ * A spin model of deepwell's queue protocol (include/deepwell/link/queue.hpp and
  * the controller's loop in src/controller/controller.cpp), small enough to
  * check exhaustively: one queue pair of N entries, CLIENTS client threads
  * sharing it, each sending K commands, and a controller that completes

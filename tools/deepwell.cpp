@@ -15,8 +15,8 @@
 
 #include "cli_checks.hpp"
 #include "deepwell_cli_version.hpp"  // generated at build time (cmake/cli_version.cmake)
-#include "deepwell/defaults.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/defaults.hpp"
+#include "deepwell/common/error.hpp"
 #include "gpu_probe.hpp"
 #include "graph_command.hpp"
 #include "grep_command.hpp"

@@ -1,6 +1,6 @@
 // require_gpu and the remembered command line (gpu_probe.hpp): the one
 // message every GPU-default command gives on a machine without a usable GPU.
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "gpu_probe.hpp"
 
 namespace deepwell::tools {

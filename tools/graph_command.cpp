@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cli_checks.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/graph/csr_file.hpp"
 #include "gpu_probe.hpp"
 #include "graph_dispatch.hpp"

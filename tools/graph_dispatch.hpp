@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/file_sums.hpp"
+#include "deepwell/cache/page_cache.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/checked_runs.hpp"
 #include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/graph/reference.hpp"
-#include "deepwell/page_cache.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/targets/file_sums.hpp"
+#include "deepwell/targets/target.hpp"
 #include "graph_options.hpp"
 
 namespace deepwell::tools {

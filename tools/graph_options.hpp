@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/server_link.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/link/server_link.hpp"
 
 namespace deepwell::tools {
 

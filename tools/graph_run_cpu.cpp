@@ -2,10 +2,10 @@
 // the clients, through a host page cache (or straight from the mapped file
 // with --mode memory). For machines without a GPU, and for trying options.
 // --baselines runs both modes (zerocopy and the H2D ceiling are GPU-only).
-#include "deepwell/embedded.hpp"
-#include "deepwell/detail/parallel.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/detail/parallel.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/graph/graph_arrays.hpp"
-#include "deepwell/page_cache.hpp"
 #include "graph_dispatch.hpp"
 #include "ticker.hpp"
 #include "watched_exec.hpp"

@@ -11,12 +11,12 @@
 #include <memory>
 #include <thread>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/gpu_client.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/graph/gpu_exec.cuh"
 #include "deepwell/graph/graph_arrays.hpp"
-#include "deepwell/memcpy_ceiling.hpp"  // the H2D ceiling (--baselines)
-#include "deepwell/page_cache.hpp"
+#include "deepwell/link/gpu_client.hpp"
+#include "deepwell/link/memcpy_ceiling.hpp"  // the H2D ceiling (--baselines)
+#include "deepwell/cache/page_cache.hpp"
 #include "graph_dispatch.hpp"
 
 namespace deepwell::tools {

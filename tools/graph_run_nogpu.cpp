@@ -1,5 +1,5 @@
 // Built without CUDA: the GPU runner says so.
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "graph_options.hpp"
 
 namespace deepwell::tools {

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "deepwell/error.hpp"
-#include "deepwell/files/grep_run.hpp"
+#include "deepwell/common/error.hpp"
+#include "grep/grep_run.hpp"
 #include "gpu_probe.hpp"
 
 namespace deepwell::tools {

@@ -1,6 +1,6 @@
 // Built without CUDA: the GPU grep says so.
-#include "deepwell/error.hpp"
-#include "deepwell/files/grep_run.hpp"
+#include "deepwell/common/error.hpp"
+#include "grep/grep_run.hpp"
 
 namespace deepwell {
 grep_report run_grep_gpu(const grep_options&, const grep_dictionary&, const std::vector<std::string>&) {

@@ -15,11 +15,11 @@
 #include <optional>
 
 #include "cli_checks.hpp"
-#include "deepwell/embedded.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/kv_store.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/page_cache.hpp"
-#include "deepwell/server_link.hpp"
+#include "deepwell/link/server_link.hpp"
 #include "gpu_probe.hpp"
 #include "kv_gpu.hpp"
 #include "kv_values.hpp"

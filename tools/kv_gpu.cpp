@@ -1,5 +1,5 @@
 // `deepwell kv --gpu` where CUDA is built in (kv_gpu.hpp).
-#include "deepwell/embedded.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "kv_gpu.hpp"
 
 namespace deepwell::tools {

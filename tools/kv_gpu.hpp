@@ -5,9 +5,9 @@
 #pragma once
 #include <memory>
 
-#include "deepwell/embedded.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/kv_store.hpp"
-#include "deepwell/page_cache.hpp"
 
 namespace deepwell::tools {
 

@@ -1,7 +1,7 @@
 // `deepwell kv --gpu` in a build without CUDA (kv_gpu.hpp): require_gpu
 // refuses first; these say the same if reached.
-#include "deepwell/embedded.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "kv_gpu.hpp"
 
 namespace deepwell::tools {

@@ -4,8 +4,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "deepwell/common/error.hpp"
 #include "deepwell/durable/kv_store.hpp"
-#include "deepwell/error.hpp"
 
 namespace deepwell::tools {
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "deepwell/error.hpp"
-#include "deepwell/server_link.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/link/server_link.hpp"
 #if DEEPWELL_HAVE_SERVER
 #include <nlohmann/json.hpp>
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <vector>
 
-#include "deepwell/defaults.hpp"
+#include "deepwell/common/defaults.hpp"
 
 namespace deepwell::tools {
 void report_unknown_variables(const std::vector<defaults::knob>& knobs);

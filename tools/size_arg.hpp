@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
-#include "deepwell/error.hpp"
-#include "deepwell/size_text.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/common/size_text.hpp"
 
 namespace deepwell::tools {
 

@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "cli_checks.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/table/taxi.hpp"
-#include "deepwell/table/taxi_run.hpp"
+#include "deepwell/common/error.hpp"
+#include "taxi/taxi.hpp"
+#include "taxi/taxi_run.hpp"
 #include "gpu_probe.hpp"
 #include "size_arg.hpp"
 #include "ticker.hpp"

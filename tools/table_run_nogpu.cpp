@@ -1,6 +1,6 @@
 // Built without CUDA: the GPU taxi queries say so.
-#include "deepwell/error.hpp"
-#include "deepwell/table/taxi_run.hpp"
+#include "deepwell/common/error.hpp"
+#include "taxi/taxi_run.hpp"
 
 namespace deepwell::table {
 taxi_query_report run_taxi_query_gpu(const column_file&, const taxi_query_options&) {

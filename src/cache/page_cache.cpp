@@ -1,7 +1,7 @@
 // The page cache's host side: configuration checks, the metadata image,
 // datasets, and the CPU backend (slots in host memory, CPU threads as
-// clients). The GPU backend is src/cuda/gpu_page_cache.cu.
-#include "deepwell/page_cache.hpp"
+// clients). The GPU backend is src/cache/gpu_page_cache.cu.
+#include "deepwell/cache/page_cache.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "deepwell/detail/log.hpp"
+#include "deepwell/common/detail/log.hpp"
 
 namespace deepwell {
 

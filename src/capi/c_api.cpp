@@ -17,14 +17,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "deepwell/array.hpp"
-#include "deepwell/embedded.hpp"
-#include "deepwell/defaults.hpp"
-#include "deepwell/detail/parallel.hpp"
-#include "deepwell/page_cache.hpp"
-#include "deepwell/rows.hpp"
-#include "deepwell/server_link.hpp"
-#include "deepwell/size_text.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/defaults.hpp"
+#include "deepwell/common/detail/parallel.hpp"
+#include "deepwell/common/size_text.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/link/server_link.hpp"
+#include "deepwell/views/array.hpp"
+#include "deepwell/views/rows.hpp"
 #include "cache_options_c.hpp"
 #include "sized_options.hpp"
 #include "cuda_shim.hpp"

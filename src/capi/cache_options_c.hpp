@@ -6,9 +6,9 @@
 #include <string>
 
 #include "deepwell/c/deepwell.h"
-#include "deepwell/cache_options.hpp"
-#include "deepwell/embedded.hpp"
-#include "deepwell/defaults.hpp"
+#include "deepwell/cache/cache_options.hpp"
+#include "deepwell/common/defaults.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "guarded.hpp"
 
 namespace deepwell::capi {

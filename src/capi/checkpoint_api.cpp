@@ -7,7 +7,7 @@
 // (dw_last_error), as c_api.cpp does.
 //
 // GPU checkpoints need the GPU support of deepwell_cuda
-// (gpu_checkpoint_support, src/cuda/checkpoint_kernels.cu); a build defines
+// (gpu_checkpoint_support, src/durable/checkpoint_kernels.cu); a build defines
 // DEEPWELL_C_CUDA where libdeepwell_c.so links it. Without it, device >= 0
 // answers DW_ENOCUDA.
 #include "deepwell/c/deepwell.h"
@@ -22,10 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/defaults.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/defaults.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/checkpoint.hpp"
-#include "deepwell/page_cache.hpp"
 #include "cuda_shim.hpp"
 #include "cache_options_c.hpp"
 #include "sized_options.hpp"

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <string>
 
-#include "deepwell/gpu_client.hpp"
-#include "deepwell/gpu_launch.hpp"
-#include "deepwell/gpu_rows.hpp"
+#include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/link/gpu_client.hpp"
+#include "deepwell/views/gpu_rows.hpp"
 #include "cuda_shim.hpp"
 
 namespace deepwell::capi {

@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "deepwell/page_cache.hpp"
-#include "deepwell/rows.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/views/rows.hpp"
 
 namespace deepwell::capi {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "deepwell/c/deepwell.h"
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "cuda_shim.hpp"
 #include "last_error.hpp"
 

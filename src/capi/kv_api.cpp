@@ -7,7 +7,7 @@
 // as c_api.cpp does.
 //
 // GPU stores need the GPU support of deepwell_cuda (gpu_kv_support,
-// src/cuda/kv_kernels.cu); a build defines DEEPWELL_C_CUDA where
+// src/durable/kv_kernels.cu); a build defines DEEPWELL_C_CUDA where
 // libdeepwell_c.so links it. Without it, device >= 0 answers DW_ENOCUDA.
 #include "deepwell/c/deepwell.h"
 
@@ -20,10 +20,10 @@
 #include <new>
 #include <string>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/defaults.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/defaults.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/kv_store.hpp"
-#include "deepwell/page_cache.hpp"
 #include "cuda_shim.hpp"
 #include "cache_options_c.hpp"
 #include "sized_options.hpp"

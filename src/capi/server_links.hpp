@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "deepwell/server_link.hpp"
+#include "deepwell/link/server_link.hpp"
 
 namespace deepwell::capi {
 

@@ -1,9 +1,9 @@
 // The C ABI's checksums of read-only files (include/deepwell/c/deepwell.h):
 // what Python's column-file writer and reader need, the same code as the
 // C++ writers and readers (file_sums.hpp, column_file.hpp).
-#include "deepwell/crc32c.hpp"
-#include "deepwell/file_sums.hpp"
+#include "deepwell/common/crc32c.hpp"
 #include "deepwell/table/column_file.hpp"
+#include "deepwell/targets/file_sums.hpp"
 #include "guarded.hpp"
 
 using namespace deepwell;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "deepwell/c/deepwell.h"
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "last_error.hpp"
 
 namespace {

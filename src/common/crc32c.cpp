@@ -6,7 +6,7 @@
 // on an H200 machine ran at 0.68 of its speed without the sums with one
 // stream, 0.82 with three. Mark Adler's crc32c.c (zlib's author, on Stack
 // Overflow) describes the method.
-#include "deepwell/crc32c.hpp"
+#include "deepwell/common/crc32c.hpp"
 
 #include <array>
 #include <cstring>

@@ -1,6 +1,6 @@
 // The settings' one rule (defaults.hpp): explicit > environment > built-in,
 // junk in the environment refused with the variable's name.
-#include "deepwell/defaults.hpp"
+#include "deepwell/common/defaults.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "deepwell/error.hpp"
-#include "deepwell/size_text.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/common/size_text.hpp"
 
 namespace deepwell::defaults {
 

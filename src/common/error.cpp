@@ -1,5 +1,5 @@
 // errno values turned into messages for deepwell::error.
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 
 #include <system_error>
 

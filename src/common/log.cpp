@@ -1,8 +1,8 @@
-#include "deepwell/detail/log.hpp"
+#include "deepwell/common/detail/log.hpp"
 
 #include <cstdio>
 
-#include "deepwell/defaults.hpp"
+#include "deepwell/common/defaults.hpp"
 
 namespace deepwell::detail {
 

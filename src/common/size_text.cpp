@@ -1,4 +1,4 @@
-#include "deepwell/size_text.hpp"
+#include "deepwell/common/size_text.hpp"
 
 #include <cctype>
 #include <cerrno>

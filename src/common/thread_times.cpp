@@ -1,5 +1,5 @@
 // thread_clock: /proc/self/task/*/schedstat, grouped by thread name.
-#include "deepwell/thread_times.hpp"
+#include "deepwell/common/thread_times.hpp"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "deepwell/nvme.hpp"
+#include "deepwell/protocol/nvme.hpp"
 
 namespace deepwell::detail {
 

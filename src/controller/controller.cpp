@@ -1,4 +1,4 @@
-#include "deepwell/controller.hpp"
+#include "deepwell/controller/controller.hpp"
 
 #include <pthread.h>
 #include <sys/prctl.h>
@@ -16,9 +16,9 @@
 
 #include "controller/command_check.hpp"
 #include "controller/share_arbiter.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/shared_atomic.hpp"
-#include "deepwell/thread_times.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/common/thread_times.hpp"
+#include "deepwell/protocol/shared_atomic.hpp"
 
 namespace deepwell {
 

@@ -9,13 +9,14 @@
 #include <functional>
 #include <memory>
 
-#include "deepwell/controller.hpp"
-#include "deepwell/controller_link.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/link/controller_link.hpp"
+#include "deepwell/link/host_client.hpp"
 #include "targets/local_tree.hpp"
 #include "targets/section_target.hpp"
-#include "deepwell/embedded.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/targets/target.hpp"
 
 namespace deepwell {
 
@@ -135,6 +136,8 @@ std::unique_ptr<queue_pair_handle> client_handle(std::shared_ptr<queue_pair> qp)
   if (!qp) throw error("client_handle: no queue pair");
   return handle_over(std::move(qp), nullptr);
 }
+
+host_queue_client::host_queue_client(std::shared_ptr<queue_pair> qp) : host_queue_client(client_handle(std::move(qp))) {}
 
 std::shared_ptr<controller_link> in_process_link(std::shared_ptr<controller> ctl) {
   controller& c = *ctl;

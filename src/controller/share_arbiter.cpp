@@ -4,7 +4,7 @@
 #include <bit>
 #include <cmath>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 
 namespace deepwell {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <mutex>
 
-#include "deepwell/tenancy.hpp"
+#include "deepwell/controller/tenancy.hpp"
 
 namespace deepwell::detail {
 

@@ -27,7 +27,7 @@
 #include <random>
 #include <thread>
 
-#include "deepwell/detail/parallel.hpp"
+#include "deepwell/common/detail/parallel.hpp"
 
 namespace deepwell {
 namespace {

@@ -1,7 +1,7 @@
 // The key-value store's host side (include/deepwell/durable/kv_store.hpp):
 // the header, the three namespaces over one storage target, scratch memory,
 // the batch protocol's host steps, CPU threads as the executor of a host
-// cache (a GPU cache runs the same phases as kernels: src/cuda/kv_kernels.cu).
+// cache (a GPU cache runs the same phases as kernels: src/durable/kv_kernels.cu).
 #include "deepwell/durable/kv_store.hpp"
 
 #include <fcntl.h>
@@ -16,9 +16,9 @@
 #include <random>
 #include <thread>
 
-#include "deepwell/checksummed_target.hpp"
-#include "deepwell/detail/parallel.hpp"
-#include "deepwell/host_client.hpp"
+#include "deepwell/common/detail/parallel.hpp"
+#include "deepwell/link/host_client.hpp"
+#include "deepwell/targets/checksummed_target.hpp"
 
 namespace deepwell::durable {
 

@@ -15,8 +15,8 @@
 #include <random>
 #include <unordered_map>
 
-#include "deepwell/error.hpp"
-#include "deepwell/host_client.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/link/host_client.hpp"
 
 namespace deepwell::durable {
 

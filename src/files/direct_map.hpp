@@ -7,8 +7,8 @@
 #include <memory>
 #include <optional>
 
-#include "deepwell/host_mapping.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/host_mapping.hpp"
 
 namespace deepwell::detail {
 

@@ -28,11 +28,11 @@
 #include <utility>
 #include <vector>
 
-#include "deepwell/array.hpp"
-#include "deepwell/detail/log.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/thread_times.hpp"
-#include "deepwell/tree.hpp"
+#include "deepwell/common/detail/log.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/common/thread_times.hpp"
+#include "deepwell/protocol/tree.hpp"
+#include "deepwell/views/array.hpp"
 #include "direct_map.hpp"
 
 namespace deepwell {

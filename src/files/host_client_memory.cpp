@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/files/client_memory.hpp"
 
 namespace deepwell {

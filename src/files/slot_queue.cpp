@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/files/client_memory.hpp"
 
 namespace deepwell {

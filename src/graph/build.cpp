@@ -11,8 +11,8 @@
 #include <atomic>
 #include <cmath>
 
-#include "deepwell/detail/hash.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/detail/hash.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/graph/parallel.hpp"
 
 namespace deepwell::graph {

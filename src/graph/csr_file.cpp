@@ -14,10 +14,10 @@
 #include <cstring>
 #include <mutex>
 
-#include "deepwell/crc32c.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/file_sums.hpp"
+#include "deepwell/common/crc32c.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/graph/parallel.hpp"
+#include "deepwell/targets/file_sums.hpp"
 
 namespace deepwell::graph {
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <memory>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/graph/build.hpp"
 
 namespace deepwell::graph {

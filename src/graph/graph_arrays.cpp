@@ -1,6 +1,6 @@
 #include "deepwell/graph/graph_arrays.hpp"
 
-#include "deepwell/file_sums.hpp"
+#include "deepwell/targets/file_sums.hpp"
 
 namespace deepwell::graph {
 

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <queue>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 
 namespace deepwell::graph {
 

@@ -19,7 +19,7 @@
 
 #include <toml++/toml.h>
 
-#include "deepwell/size_text.hpp"
+#include "deepwell/common/size_text.hpp"
 
 namespace deepwell::server {
 

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "server_log.hpp"
 
 namespace deepwell::server {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 
 namespace deepwell::server {
 

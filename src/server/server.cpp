@@ -40,20 +40,23 @@
 
 #include <nlohmann/json.hpp>
 
-#include "deepwell/checksummed_target.hpp"
-#include "deepwell/controller.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/targets/checksummed_target.hpp"
 #include "common/fork_join.hpp"
 #include "targets/local_tree.hpp"
 #include "targets/section_target.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "targets/host_tier.hpp"
-#include "deepwell/shared_region.hpp"
-#include "controller/wire.hpp"
+#include "deepwell/protocol/shared_region.hpp"
+#include "protocol/wire.hpp"
 #include "metrics_http.hpp"
 #include "prometheus_text.hpp"
 #include "server_log.hpp"
 
 namespace deepwell::server {
+
+static_assert(wire::right_read == access_grants::read && wire::right_write == access_grants::write,
+              "the wire carries access_grants' bits");
 
 namespace {
 

@@ -13,9 +13,9 @@
 #include <mutex>
 #include <set>
 
-#include "deepwell/crc32c.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/file_sums.hpp"
+#include "deepwell/common/crc32c.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/targets/file_sums.hpp"
 
 namespace deepwell::table {
 namespace {

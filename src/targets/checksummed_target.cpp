@@ -1,5 +1,5 @@
-// Block checksums kept in a second target (include/deepwell/checksummed_target.hpp).
-#include "deepwell/checksummed_target.hpp"
+// Block checksums kept in a second target (include/deepwell/targets/checksummed_target.hpp).
+#include "deepwell/targets/checksummed_target.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -7,8 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "deepwell/crc32c.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/crc32c.hpp"
+#include "deepwell/common/error.hpp"
 #include "request_cache.hpp"
 
 namespace deepwell {

@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "deepwell/target.hpp"
+#include "deepwell/targets/target.hpp"
 
 namespace deepwell {
 namespace {

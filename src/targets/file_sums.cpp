@@ -1,5 +1,5 @@
-// Block sums of read-only files' sections (include/deepwell/file_sums.hpp).
-#include "deepwell/file_sums.hpp"
+// Block sums of read-only files' sections (include/deepwell/targets/file_sums.hpp).
+#include "deepwell/targets/file_sums.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "deepwell/detail/parallel.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/detail/parallel.hpp"
+#include "deepwell/common/error.hpp"
 
 namespace deepwell {
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <utility>
 
-#include "deepwell/detail/staging_copy.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/common/detail/staging_copy.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/targets/target.hpp"
 #include "direct_io_alignment.hpp"
 #include "request_cache.hpp"
 

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "deepwell/target.hpp"
+#include "deepwell/targets/target.hpp"
 
 namespace deepwell {
 

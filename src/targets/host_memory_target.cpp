@@ -7,9 +7,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "deepwell/detail/staging_copy.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/common/detail/staging_copy.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/targets/target.hpp"
 
 namespace deepwell {
 namespace {

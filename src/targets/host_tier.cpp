@@ -10,10 +10,10 @@
 #include <shared_mutex>
 #include <vector>
 
-#include "deepwell/detail/cache/copy.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/shared_region.hpp"
-#include "deepwell/tier_layout.hpp"
+#include "deepwell/common/detail/copy.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/protocol/shared_region.hpp"
+#include "deepwell/protocol/tier_layout.hpp"
 
 namespace deepwell {
 

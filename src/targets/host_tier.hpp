@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "deepwell/target.hpp"
+#include "deepwell/targets/target.hpp"
 
 namespace deepwell {
 

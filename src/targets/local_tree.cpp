@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "common/fork_join.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/files/gfs_layout.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/protocol/gfs_layout.hpp"
 #include "window_target.hpp"
 
 namespace deepwell::detail {

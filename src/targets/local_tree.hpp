@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "deepwell/target.hpp"
-#include "deepwell/tree.hpp"
+#include "deepwell/protocol/tree.hpp"
+#include "deepwell/targets/target.hpp"
 
 namespace deepwell::detail {
 

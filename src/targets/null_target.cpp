@@ -3,7 +3,7 @@
 // "null" location).
 #include <memory>
 
-#include "deepwell/target.hpp"
+#include "deepwell/targets/target.hpp"
 
 namespace deepwell {
 

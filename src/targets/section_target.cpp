@@ -4,10 +4,10 @@
 #include <cstring>
 #include <vector>
 
-#include "deepwell/checksummed_target.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/file_sums.hpp"
-#include "deepwell/io_engine.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/targets/checksummed_target.hpp"
+#include "deepwell/targets/file_sums.hpp"
+#include "deepwell/targets/io_engine.hpp"
 
 namespace deepwell::detail {
 

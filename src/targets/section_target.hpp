@@ -4,8 +4,8 @@
 #pragma once
 #include <memory>
 
-#include "deepwell/section.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/protocol/section.hpp"
+#include "deepwell/targets/target.hpp"
 
 namespace deepwell::detail {
 

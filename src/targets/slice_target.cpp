@@ -2,8 +2,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "deepwell/error.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/targets/target.hpp"
 
 namespace deepwell {
 

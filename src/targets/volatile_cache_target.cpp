@@ -11,8 +11,8 @@
 #include <string>
 #include <utility>
 
-#include "deepwell/crash_target.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/targets/crash_target.hpp"
 
 namespace deepwell {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "deepwell/files/gfs_layout.hpp"
+#include "deepwell/protocol/gfs_layout.hpp"
 
 namespace deepwell::detail {
 

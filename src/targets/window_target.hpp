@@ -15,8 +15,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "deepwell/files/gfs_layout.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/protocol/gfs_layout.hpp"
+#include "deepwell/targets/target.hpp"
 
 namespace deepwell::detail {
 

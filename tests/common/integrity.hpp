@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/array.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/views/array.hpp"
 #include "pattern.hpp"
 #include "scratch_file.hpp"
 

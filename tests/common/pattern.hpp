@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "deepwell/config.hpp"
-#include "deepwell/detail/hash.hpp"
+#include "deepwell/common/config.hpp"
+#include "deepwell/common/detail/hash.hpp"
 
 namespace deepwell::test {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/target.hpp"
+#include "deepwell/targets/target.hpp"
 #include "pattern.hpp"
 
 namespace deepwell::test {

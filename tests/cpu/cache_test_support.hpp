@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
 #include "test_util.hpp"
 
 namespace deepwell::test {

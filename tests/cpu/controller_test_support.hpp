@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "deepwell/controller.hpp"
-#include "deepwell/io_engine.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/targets/io_engine.hpp"
 
 namespace deepwell::test {
 

@@ -21,7 +21,7 @@
 
 #include "../common/pattern.hpp"
 #include "../common/scratch_file.hpp"
-#include "deepwell/io_engine.hpp"
+#include "deepwell/targets/io_engine.hpp"
 
 namespace deepwell {
 // So that test names read "GetParam() = threads", not raw bytes (found by ADL).

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/kv_store.hpp"
 
 namespace deepwell::kv_test {

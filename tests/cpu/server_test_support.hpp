@@ -13,7 +13,7 @@
 
 #include "deepwell/server/config.hpp"
 #include "deepwell/server/server.hpp"
-#include "controller/wire.hpp"
+#include "protocol/wire.hpp"
 
 namespace deepwell::test {
 

@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/detail/cache/access.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/detail/access.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/views/array.hpp"
 #include "cache_test_support.hpp"
 
 using namespace deepwell;

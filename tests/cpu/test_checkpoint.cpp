@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
 #include "deepwell/c/deepwell.h"
-#include "deepwell/controller.hpp"
-#include "deepwell/crash_target.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/checkpoint.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/targets/crash_target.hpp"
 #include "cache_test_support.hpp"
 #include "test_util.hpp"
 

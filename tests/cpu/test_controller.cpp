@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "controller_test_support.hpp"
-#include "deepwell/controller.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/host_client.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/link/host_client.hpp"
 #include "env_guard.hpp"
 #include "test_util.hpp"
 

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "controller_test_support.hpp"
-#include "deepwell/controller.hpp"
-#include "deepwell/crash_target.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/host_client.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/link/host_client.hpp"
+#include "deepwell/targets/crash_target.hpp"
 #include "io_test_support.hpp"
 
 using namespace deepwell;

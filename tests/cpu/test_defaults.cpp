@@ -6,9 +6,9 @@
 #include <string>
 
 #include "deepwell/c/deepwell.h"
-#include "deepwell/controller.hpp"
-#include "deepwell/defaults.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/defaults.hpp"
+#include "deepwell/controller/controller.hpp"
 #include "env_guard.hpp"
 
 using namespace deepwell;

@@ -13,12 +13,12 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/controller.hpp"
+#include "deepwell/controller/controller.hpp"
 #include "controller/share_arbiter.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/host_client.hpp"
-#include "deepwell/shared_atomic.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/link/host_client.hpp"
+#include "deepwell/protocol/shared_atomic.hpp"
+#include "deepwell/targets/target.hpp"
 #include "test_util.hpp"
 
 using namespace deepwell;

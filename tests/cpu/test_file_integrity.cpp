@@ -17,18 +17,18 @@
 #include <functional>
 #include <random>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/controller.hpp"
-#include "deepwell/crc32c.hpp"
-#include "deepwell/file_sums.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/crc32c.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/graph/checked_runs.hpp"
 #include "deepwell/graph/cpu_exec.hpp"
 #include "deepwell/graph/graph_arrays.hpp"
-#include "deepwell/page_cache.hpp"
 #include "deepwell/table/column_file.hpp"
-#include "deepwell/table/taxi.hpp"
-#include "deepwell/table/taxi_run.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/targets/file_sums.hpp"
+#include "taxi/taxi.hpp"
+#include "taxi/taxi_run.hpp"
+#include "deepwell/targets/target.hpp"
 #include "cache_test_support.hpp"
 #include "test_util.hpp"
 

@@ -24,8 +24,8 @@
 
 #include "files_test_support.hpp"
 #include "cache_test_support.hpp"
-#include "deepwell/embedded.hpp"
-#include "deepwell/controller.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/files/file_system.hpp"
 #include "warp_emulator.hpp"
 

@@ -12,11 +12,11 @@
 #include <fstream>
 #include <string>
 
-#include "deepwell/embedded.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
-#include "deepwell/graph/cpu_exec.hpp"
 #include "deepwell/graph/checked_runs.hpp"
+#include "deepwell/graph/cpu_exec.hpp"
 #include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/graph/reference.hpp"
 #include "test_util.hpp"

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/files/file_system.hpp"
-#include "deepwell/files/grep_run.hpp"
+#include "grep/grep_run.hpp"
 #include "cache_test_support.hpp"
 #include "warp_emulator.hpp"
 

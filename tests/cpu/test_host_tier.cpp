@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "cache_test_support.hpp"
-#include "deepwell/embedded.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/controller.hpp"
-#include "deepwell/controller_link.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/host_client.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/link/controller_link.hpp"
+#include "deepwell/link/host_client.hpp"
+#include "deepwell/views/array.hpp"
 #include "targets/host_tier.hpp"
-#include "deepwell/tier_layout.hpp"
+#include "deepwell/protocol/tier_layout.hpp"
 #include "test_util.hpp"
 
 using namespace deepwell;

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "../common/integrity.hpp"
-#include "deepwell/embedded.hpp"
 #include "deepwell/c/deepwell.h"
-#include "deepwell/array.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/views/array.hpp"
 #include "test_util.hpp"
 
 using namespace deepwell;

@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "deepwell/error.hpp"
-#include "deepwell/io_engine.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/targets/io_engine.hpp"
 #include "env_guard.hpp"
 #include "io_test_support.hpp"
 

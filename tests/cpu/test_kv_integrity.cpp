@@ -17,10 +17,10 @@
 #include <fstream>
 #include <random>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/checksummed_target.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/kv_store.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/targets/checksummed_target.hpp"
 #include "cache_test_support.hpp"
 #include "kv_test_support.hpp"
 #include "test_util.hpp"

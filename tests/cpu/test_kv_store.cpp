@@ -25,10 +25,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/crash_target.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/kv_store.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/targets/crash_target.hpp"
 #include "cache_test_support.hpp"
 #include "kv_test_support.hpp"
 #include "test_util.hpp"

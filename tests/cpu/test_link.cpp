@@ -8,12 +8,12 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/controller.hpp"
-#include "deepwell/controller_link.hpp"
-#include "deepwell/host_client.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/link/controller_link.hpp"
+#include "deepwell/link/host_client.hpp"
+#include "deepwell/views/array.hpp"
 #include "cache_test_support.hpp"
 #include "test_util.hpp"
 

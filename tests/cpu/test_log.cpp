@@ -20,11 +20,11 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/crash_target.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/log.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/targets/crash_target.hpp"
+#include "deepwell/views/array.hpp"
 #include "cache_test_support.hpp"
 #include "warp_emulator.hpp"
 

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "../../src/server/metrics_http.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 
 namespace {
 

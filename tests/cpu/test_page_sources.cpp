@@ -10,10 +10,10 @@
 #include <cstring>
 #include <vector>
 
-#include "deepwell/array.hpp"
-#include "deepwell/embedded.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/files/file_system.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/views/array.hpp"
 #include "cache_test_support.hpp"
 #include "test_util.hpp"
 

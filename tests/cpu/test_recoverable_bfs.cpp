@@ -1,4 +1,4 @@
-// The recoverable BFS (include/deepwell/graph/recoverable_bfs.hpp) run by CPU
+// The recoverable BFS (apps/recoverable_bfs/recoverable_bfs.hpp) run by CPU
 // threads: its state on a disk with a volatile write cache (crash_target.hpp)
 // cut at hundreds of random requests in each power-cut mode, then revived
 // and resumed by a new "process" (controller, cache, graph arrays): the
@@ -14,13 +14,13 @@
 #include <random>
 #include <string>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/crash_target.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
 #include "deepwell/graph/cpu_exec.hpp"
 #include "deepwell/graph/graph_arrays.hpp"
-#include "deepwell/graph/recoverable_bfs.hpp"
+#include "deepwell/targets/crash_target.hpp"
+#include "recoverable_bfs/recoverable_bfs.hpp"
 #include "deepwell/graph/reference.hpp"
 #include "cache_test_support.hpp"
 #include "test_util.hpp"

@@ -9,9 +9,9 @@
 #include <random>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/page_cache.hpp"
-#include "deepwell/rows.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/views/rows.hpp"
 #include "test_util.hpp"
 #include "warp_emulator.hpp"
 

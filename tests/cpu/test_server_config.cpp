@@ -8,9 +8,9 @@
 
 #include "../../tools/size_arg.hpp"
 #include "deepwell/c/deepwell.h"
-#include "deepwell/defaults.hpp"
+#include "deepwell/common/defaults.hpp"
+#include "deepwell/common/size_text.hpp"
 #include "deepwell/server/config.hpp"
-#include "deepwell/size_text.hpp"
 #include "env_guard.hpp"
 
 using namespace deepwell::server;

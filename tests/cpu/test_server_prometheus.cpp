@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "prometheus_format.hpp"
 #include "server/prometheus_text.hpp"
 #include "test_util.hpp"

@@ -17,15 +17,15 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/files/file_system.hpp"
-#include "deepwell/files/grep.hpp"
-#include "deepwell/files/grep_run.hpp"
-#include "deepwell/host_client.hpp"
+#include "grep/grep.hpp"
+#include "grep/grep_run.hpp"
+#include "deepwell/link/host_client.hpp"
+#include "deepwell/link/server_link.hpp"
 #include "deepwell/server/config.hpp"
 #include "deepwell/server/server.hpp"
-#include "deepwell/server_link.hpp"
-#include "controller/wire.hpp"
+#include "protocol/wire.hpp"
 #include "cache_test_support.hpp"
 #include "files_test_support.hpp"
 #include "server_test_support.hpp"

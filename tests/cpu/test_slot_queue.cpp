@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/files/client_memory.hpp"
 #include "deepwell/files/slot_queue.hpp"
 

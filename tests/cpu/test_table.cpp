@@ -13,10 +13,10 @@
 #include <fstream>
 #include <iterator>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/table/column_file.hpp"
-#include "deepwell/table/taxi.hpp"
-#include "deepwell/table/taxi_run.hpp"
+#include "taxi/taxi.hpp"
+#include "taxi/taxi_run.hpp"
 #include "test_util.hpp"
 
 using namespace deepwell;

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/error.hpp"
-#include "deepwell/target.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/targets/target.hpp"
 #include "io_test_support.hpp"
 
 namespace deepwell::test {

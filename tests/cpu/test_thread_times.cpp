@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "deepwell/thread_times.hpp"
+#include "deepwell/common/thread_times.hpp"
 
 using namespace deepwell;
 

@@ -11,7 +11,7 @@
 
 #include "../common/pattern.hpp"
 #include "../common/scratch_file.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 
 namespace deepwell::test {
 

@@ -11,9 +11,9 @@
 #include <chrono>
 #include <thread>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/views/array.hpp"
 #include "cache_test_support.hpp"
 
 using namespace deepwell;

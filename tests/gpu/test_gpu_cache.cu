@@ -17,12 +17,12 @@
 
 #include "../common/pattern.hpp"
 #include "../common/scratch_file.hpp"
-#include "deepwell/embedded.hpp"
-#include "deepwell/gpu_launch.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/host_client.hpp"
+#include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/link/host_client.hpp"
+#include "deepwell/views/array.hpp"
 #include "targets/host_tier.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
 
 using namespace deepwell;
 namespace sc = deepwell::nvme::sc;

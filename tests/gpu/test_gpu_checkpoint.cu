@@ -1,5 +1,5 @@
 // Checkpoints of device buffers through a GPU page cache
-// (durable/checkpoint.hpp, src/cuda/checkpoint_kernels.cu): the GPU's unit
+// (durable/checkpoint.hpp, src/durable/checkpoint_kernels.cu): the GPU's unit
 // hashes equal the host's, buffers come back byte for byte, incremental
 // saves write only the changed pages, a host cache serves device buffers
 // too, a corrupt unit is named, and power cuts at random requests on a disk
@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/controller.hpp"
-#include "deepwell/crash_target.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/checkpoint.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/targets/crash_target.hpp"
 
 using namespace deepwell;
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
+#include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/files/file_system.hpp"
-#include "deepwell/gpu_launch.hpp"
 
 using namespace deepwell;
 namespace fs = std::filesystem;

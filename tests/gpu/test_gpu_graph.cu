@@ -9,13 +9,13 @@
 #include <cmath>
 
 #include "../common/scratch_file.hpp"
-#include "deepwell/embedded.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
 #include "deepwell/graph/gpu_exec.cuh"
 #include "deepwell/graph/graph_arrays.hpp"
 #include "deepwell/graph/reference.hpp"
-#include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
 using namespace deepwell::graph;

@@ -1,4 +1,4 @@
-// `deepwell grep` with GPU warps (src/cuda/grep_gpu.cu): per (word, file)
+// `deepwell grep` with GPU warps (apps/grep/grep_gpu.cu): per (word, file)
 // counts written by the kernel equal a plain scan's on the host, through a
 // cache far smaller than the tree (evictions while files are read), with
 // words crossing chunk boundaries, tokens longer than any word, bytes >= 0x80,
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "../common/scratch_file.hpp"
-#include "deepwell/files/grep_run.hpp"
+#include "grep/grep_run.hpp"
 
 using namespace deepwell;
 namespace fs = std::filesystem;

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "../common/integrity.hpp"
-#include "deepwell/embedded.hpp"
-#include "deepwell/gpu_launch.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/views/array.hpp"
 
 using namespace deepwell;
 using namespace std::chrono_literals;

@@ -17,11 +17,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/crash_target.hpp"
+#include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/durable/kv_store.hpp"
-#include "deepwell/gpu_launch.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/targets/crash_target.hpp"
 
 using namespace deepwell;
 using namespace deepwell::durable;

@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "deepwell/embedded.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/crash_target.hpp"
-#include "deepwell/gpu_launch.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/targets/crash_target.hpp"
+#include "deepwell/views/array.hpp"
 
 using namespace deepwell;
 

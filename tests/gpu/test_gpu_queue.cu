@@ -11,8 +11,8 @@
 
 #include "../common/pattern.hpp"
 #include "../common/scratch_file.hpp"
-#include "deepwell/controller.hpp"
-#include "deepwell/gpu_client.hpp"
+#include "deepwell/controller/controller.hpp"
+#include "deepwell/link/gpu_client.hpp"
 
 using namespace deepwell;
 namespace sc = deepwell::nvme::sc;

@@ -1,5 +1,5 @@
 // The recoverable BFS on the GPU (the steps of
-// include/deepwell/graph/recoverable_bfs.hpp run as kernels by gpu_exec):
+// apps/recoverable_bfs/recoverable_bfs.hpp run as kernels by gpu_exec):
 // the state through a GPU page cache on a disk with a volatile write cache
 // (crash_target.hpp), cut at random requests in each power-cut mode,
 // revived and resumed by a new controller and cache; and, with no cut,
@@ -12,15 +12,15 @@
 #include <random>
 
 #include "../common/scratch_file.hpp"
-#include "deepwell/embedded.hpp"
-#include "deepwell/crash_target.hpp"
+#include "deepwell/controller/embedded.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/build.hpp"
 #include "deepwell/graph/gpu_exec.cuh"
 #include "deepwell/graph/graph_arrays.hpp"
-#include "deepwell/graph/recoverable_bfs.hpp"
+#include "deepwell/targets/crash_target.hpp"
+#include "recoverable_bfs/recoverable_bfs.hpp"
+#include "deepwell/cache/page_cache.hpp"
 #include "deepwell/graph/reference.hpp"
-#include "deepwell/page_cache.hpp"
 
 using namespace deepwell;
 using namespace deepwell::graph;

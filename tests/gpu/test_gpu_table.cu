@@ -10,8 +10,8 @@
 
 #include <string>
 
-#include "deepwell/table/taxi.hpp"
-#include "deepwell/table/taxi_run.hpp"
+#include "taxi/taxi.hpp"
+#include "taxi/taxi_run.hpp"
 #include "../common/scratch_file.hpp"
 
 using namespace deepwell;

@@ -1,20 +1,20 @@
-// Kernels built the way deepwell/miss_path.hpp describes (relocatable
+// Kernels built the way deepwell/cache/miss_path.hpp describes (relocatable
 // device code, the miss path linked from deepwell_miss_path under its
 // register cap) read through the cache exactly as the ordinary build does:
 // random reads verified word by word under eviction, through the controller
 // and through the direct tier. Writes: the same executable runs the
 // standing integrity test (tests/gpu/test_gpu_integrity.cu) built this way.
-#include "deepwell/miss_path.hpp"  // first: before anything instantiates the miss path
+#include "deepwell/cache/miss_path.hpp"  // first: before anything instantiates the miss path
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include "../common/pattern.hpp"
 #include "../common/scratch_file.hpp"  // pattern_memory
-#include "deepwell/embedded.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/gpu_launch.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/views/array.hpp"
 
 using namespace deepwell;
 

@@ -47,9 +47,9 @@ typedef struct dw_array dw_array;
 
 /* The page cache and its controller, the same fields wherever a cache is
  * made (arrays, checkpoint stores, KV stores) and the same names as C++'s
- * deepwell::cache_options (deepwell/cache_options.hpp) and Python's keyword
+ * deepwell::cache_options (deepwell/cache/cache_options.hpp) and Python's keyword
  * arguments. Each dw_*_options_init fills them with that entry point's
- * defaults (include/deepwell/defaults.hpp: DEEPWELL_* in the environment,
+ * defaults (include/deepwell/common/defaults.hpp: DEEPWELL_* in the environment,
  * else built in); 0 in a numeric field also means the default. */
 typedef struct dw_cache_options {
   int32_t device;         /* CUDA ordinal: a page cache on that GPU; -1: a host cache and CPU threads */
@@ -110,7 +110,7 @@ DW_API int dw_abi_version(void);
 
 /* The bytes a size written as text says ("4096", "512K", "64MiB", "1.5GiB",
  * "1TiB": powers of 1024, any case), by the one rule of the command line,
- * the environment and the server's TOML (include/deepwell/size_text.hpp).
+ * the environment and the server's TOML (include/deepwell/common/size_text.hpp).
  * DW_EINVAL naming the text when it is not a size. */
 DW_API int dw_parse_size(const char* text, uint64_t* bytes);
 DW_API const char* dw_last_error(void);
@@ -167,7 +167,7 @@ DW_API int dw_uring_read_rows(const char* path, int32_t odirect, uint64_t offset
                               double* seconds);
 
 /* Checksums of read-only files (column files and .dwg graphs, format
- * version 2; include/deepwell/file_sums.hpp). dw_crc32c: *out = the CRC-32C
+ * version 2; include/deepwell/targets/file_sums.hpp). dw_crc32c: *out = the CRC-32C
  * of `bytes` bytes continuing `crc` (0 to start). dw_section_sums: the
  * stored sums of a section of `bytes` bytes, one a 4 KiB block (the last
  * one completed with zeros), (bytes + 4095) / 4096 of them to out. */

@@ -34,10 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/array.hpp"
-#include "deepwell/config.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/config.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/views/array.hpp"
 
 namespace deepwell {
 
@@ -124,7 +124,7 @@ class checkpoint_gpu {
   // current device's kernels can use.
   virtual void check_device_pointer(const void* p, const std::string& what) = 0;
 };
-// Defined in deepwell_cuda (src/cuda/checkpoint_kernels.cu).
+// Defined in deepwell_cuda (src/durable/checkpoint_kernels.cu).
 std::shared_ptr<checkpoint_gpu> gpu_checkpoint_support();
 
 // ---- the store ----

@@ -51,14 +51,14 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/array.hpp"
-#include "deepwell/config.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/config.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/common/warp.hpp"
 #include "deepwell/durable/log.hpp"
-#include "deepwell/error.hpp"
-#include "deepwell/page_cache.hpp"
-#include "deepwell/shared_atomic.hpp"
-#include "deepwell/target.hpp"
-#include "deepwell/warp.hpp"
+#include "deepwell/protocol/shared_atomic.hpp"
+#include "deepwell/targets/target.hpp"
+#include "deepwell/views/array.hpp"
 
 namespace deepwell::durable {
 

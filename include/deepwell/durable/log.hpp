@@ -41,9 +41,9 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/array.hpp"
-#include "deepwell/detail/hash.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/detail/hash.hpp"
+#include "deepwell/views/array.hpp"
 
 namespace deepwell::durable {
 

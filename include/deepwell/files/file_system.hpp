@@ -33,9 +33,9 @@
 #include <memory>
 #include <string>
 
+#include "deepwell/cache/page_cache.hpp"
 #include "deepwell/files/client_memory.hpp"
 #include "deepwell/files/gfs_ref.hpp"
-#include "deepwell/page_cache.hpp"
 
 namespace deepwell {
 
@@ -152,7 +152,7 @@ class file_system {
 
 // CPU clients (a host page cache).
 std::shared_ptr<file_system> make_host_file_system(std::shared_ptr<page_cache> cache, const file_system_options& opts);
-// GPU clients (a GPU page cache; deepwell_cuda, src/cuda/gpu_client_memory.cu).
+// GPU clients (a GPU page cache; deepwell_cuda, src/files/gpu_client_memory.cu).
 std::shared_ptr<file_system> make_gpu_file_system(std::shared_ptr<page_cache> cache, const file_system_options& opts);
 
 }  // namespace deepwell

@@ -24,11 +24,11 @@
 #pragma once
 #include <cstdint>
 
-#include "deepwell/array.hpp"
-#include "deepwell/files/gfs_layout.hpp"
+#include "deepwell/common/warp.hpp"
 #include "deepwell/files/slot_queue.hpp"
-#include "deepwell/shared_atomic.hpp"
-#include "deepwell/warp.hpp"
+#include "deepwell/protocol/gfs_layout.hpp"
+#include "deepwell/protocol/shared_atomic.hpp"
+#include "deepwell/views/array.hpp"
 
 namespace deepwell {
 

@@ -32,9 +32,9 @@
 #pragma once
 #include <cstdint>
 
-#include "deepwell/config.hpp"
-#include "deepwell/files/gfs_layout.hpp"
-#include "deepwell/shared_atomic.hpp"
+#include "deepwell/common/config.hpp"
+#include "deepwell/protocol/gfs_layout.hpp"
+#include "deepwell/protocol/shared_atomic.hpp"
 
 namespace deepwell {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/graph/csr_format.hpp"
 #include "deepwell/graph/steps.hpp"
 

@@ -11,11 +11,11 @@
 #pragma once
 #include <string>
 
-#include "deepwell/error.hpp"
-#include "deepwell/file_sums.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/graph_arrays.hpp"
-#include "deepwell/status.hpp"
+#include "deepwell/protocol/status.hpp"
+#include "deepwell/targets/file_sums.hpp"
 
 namespace deepwell::graph {
 

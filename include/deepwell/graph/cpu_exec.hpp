@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "deepwell/error.hpp"
+#include "deepwell/common/error.hpp"
 #include "deepwell/graph/parallel.hpp"
 #include "deepwell/graph/steps.hpp"
 

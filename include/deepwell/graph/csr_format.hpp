@@ -9,7 +9,7 @@
 //   weights_at      edges x uint32 or float32, weight of the same edge (when weight_type != none)
 //   sums_at         (version 2) the sums section: a CRC-32C a 4 KiB block of
 //                   offsets, neighbours and weights, in that order, in
-//                   block_sum()'s stored form (deepwell/file_sums.hpp)
+//                   block_sum()'s stored form (deepwell/targets/file_sums.hpp)
 //
 // `edges` counts directed entries: an undirected graph stores both directions
 // and carries the `symmetric` flag. Version 2 adds the sums section and two

@@ -18,8 +18,8 @@
 #pragma once
 #include <cstdint>
 
-#include "deepwell/array.hpp"
-#include "deepwell/warp.hpp"
+#include "deepwell/common/warp.hpp"
+#include "deepwell/views/array.hpp"
 
 namespace deepwell::graph {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "deepwell/error.hpp"
-#include "deepwell/gpu_client.hpp"  // check_cuda
+#include "deepwell/common/error.hpp"
+#include "deepwell/link/gpu_client.hpp"  // check_cuda
 #include "deepwell/graph/steps.hpp"
 
 namespace deepwell::graph {

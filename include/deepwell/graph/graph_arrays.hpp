@@ -12,10 +12,10 @@
 #include <memory>
 #include <string>
 
+#include "deepwell/cache/page_cache.hpp"
 #include "deepwell/graph/csr_file.hpp"
 #include "deepwell/graph/edges.hpp"
-#include "deepwell/array.hpp"
-#include "deepwell/page_cache.hpp"
+#include "deepwell/views/array.hpp"
 
 namespace deepwell::graph {
 

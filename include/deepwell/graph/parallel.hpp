@@ -1,6 +1,6 @@
 // The graph code's parallel_for and thread_count: deepwell/detail/parallel.hpp.
 #pragma once
-#include "deepwell/detail/parallel.hpp"
+#include "deepwell/common/detail/parallel.hpp"
 
 namespace deepwell::graph::detail {
 using deepwell::detail::parallel_for;

@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "deepwell/graph/edges.hpp"
-#include "deepwell/shared_atomic.hpp"
+#include "deepwell/protocol/shared_atomic.hpp"
 
 namespace deepwell::graph {
 

@@ -57,8 +57,8 @@
 #include <string_view>
 #include <vector>
 
-#include "deepwell/defaults.hpp"
-#include "deepwell/error.hpp"
+#include "deepwell/common/defaults.hpp"
+#include "deepwell/common/error.hpp"
 
 namespace deepwell::server {
 

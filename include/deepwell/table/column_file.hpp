@@ -11,7 +11,7 @@
 //   statistics      per column that has them: row_groups x (int64 min, int64 max)
 //   sums            (version 2) a CRC-32C a 4 KiB block of each column's
 //                   section, in column order, in block_sum()'s stored form
-//                   (deepwell/file_sums.hpp)
+//                   (deepwell/targets/file_sums.hpp)
 //
 // Version 2 also keeps two CRC-32Cs in the header: header_crc over the
 // header, the descriptors and every column's statistics (a wrong minimum

@@ -9,9 +9,12 @@ through ctypes costs about a microsecond, far below a kernel launch.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import pathlib
+import sys
+import weakref
 
 ABI_VERSION = 7
 
@@ -41,63 +44,57 @@ class CudaUnavailable(Error):
 _ERRORS = {EINVAL: InvalidArgument, EIO: IOFailure, ERANGE: IndexOutOfRange, ENOCUDA: CudaUnavailable}
 
 
+# The C types of the header, by short names: the structures and signatures below (and those of
+# checkpoint.py, kv.py, table.py, _server.py) read as compactly as their C declarations.
+P, c_str, ptr = ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER
+i32, u32, u64, f64 = ctypes.c_int32, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_double
+
+
+def fields(*groups) -> list:
+    """A ctypes ``_fields_`` list from (type, "name name ...") groups, in the header's order
+    (test_abi.py holds every structure to deepwell.h field by field)."""
+    return [(name, t) for t, names in groups for name in names.split()]
+
+
 class CacheOptions(ctypes.Structure):
     """dw_cache_options: the page cache's settings, one set of fields wherever a cache is made."""
-    _fields_ = [
-        ("device", ctypes.c_int32),
-        ("page_size", ctypes.c_uint32),
-        ("cache_bytes", ctypes.c_uint64),
-        ("queue_pairs", ctypes.c_uint32),
-        ("queue_entries", ctypes.c_uint32),
-        ("pollers", ctypes.c_uint32),
-        ("cpu_threads", ctypes.c_uint32),
-        ("odirect", ctypes.c_int32),
-        ("direct_files", ctypes.c_int32),
-        ("timeout_s", ctypes.c_double),
-    ]
+    _fields_ = fields((i32, "device"), (u32, "page_size"), (u64, "cache_bytes"),
+                      (u32, "queue_pairs queue_entries pollers cpu_threads"), (i32, "odirect direct_files"),
+                      (f64, "timeout_s"))
+
+
+def options_fields(*groups) -> list:
+    """The fields of a dw_*_options: ``size`` first (the library reads only that many bytes, so an
+    older caller's shorter structure still works), the path, the entry point's own groups, and the
+    cache's settings last."""
+    return fields((u32, "size"), (c_str, "path"), *groups, (CacheOptions, "cache"))
+
+
+def sized(cls, init):
+    """A dw_*_options structure holding its entry point's defaults (``init``, its dw_*_options_init),
+    with ``size`` this side's sizeof: the bytes the library may read are the ones Python has."""
+    o = cls()
+    init(ctypes.byref(o))
+    o.size = ctypes.sizeof(o)
+    return o
 
 
 class ArrayOptions(ctypes.Structure):
-    _fields_ = [
-        ("size", ctypes.c_uint32),
-        ("path", ctypes.c_char_p),
-        ("host_bytes", ctypes.c_uint64),
-        ("offset", ctypes.c_uint64),
-        ("length", ctypes.c_uint64),
-        ("row_bytes", ctypes.c_uint32),
-        ("writable", ctypes.c_int32),
-        ("create", ctypes.c_int32),
-        ("cache_reads", ctypes.c_int32),
-        ("create_bytes", ctypes.c_uint64),
-        ("cache", CacheOptions),
-    ]
+    _fields_ = options_fields((u64, "host_bytes offset length"), (u32, "row_bytes"),
+                              (i32, "writable create cache_reads"), (u64, "create_bytes"))
 
 
 class Info(ctypes.Structure):
-    _fields_ = [
-        ("rows", ctypes.c_uint64),
-        ("row_bytes", ctypes.c_uint32),
-        ("page_size", ctypes.c_uint32),
-        ("cache_bytes", ctypes.c_uint64),
-        ("cache_pages", ctypes.c_uint32),
-        ("device", ctypes.c_int32),
-        ("writable", ctypes.c_int32),
-        ("direct_tier", ctypes.c_int32),
-        ("in_place", ctypes.c_int32),
-        ("backend", ctypes.c_char * 16),
-        ("route", ctypes.c_char * 256),
-    ]
+    _fields_ = fields((u64, "rows"), (u32, "row_bytes page_size"), (u64, "cache_bytes"), (u32, "cache_pages"),
+                      (i32, "device writable direct_tier in_place"), (ctypes.c_char * 16, "backend"),
+                      (ctypes.c_char * 256, "route"))
 
 
 class Stats(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_uint64)
-        for name in (
-            "accesses", "hits", "misses", "evictions", "writebacks", "bytes_read", "bytes_written",
-            "direct_fills", "controller_reads", "controller_bytes_read", "controller_writes",
-            "controller_bytes_written",
-        )
-    ] + [("controller_cpu_seconds", ctypes.c_double), ("tier_fills", ctypes.c_uint64), ("tier_retries", ctypes.c_uint64)]
+    _fields_ = fields(
+        (u64, "accesses hits misses evictions writebacks bytes_read bytes_written direct_fills controller_reads "
+              "controller_bytes_read controller_writes controller_bytes_written"),
+        (f64, "controller_cpu_seconds"), (u64, "tier_fills tier_retries"))
 
 
 def _library_path() -> str:
@@ -108,10 +105,12 @@ def _library_path() -> str:
 
 
 def bind(lib: ctypes.CDLL, sig: dict, part: str = "") -> None:
-    """Sets each function's argtypes and restype from sig ({name: (args, restype)}).
+    """Sets each function's argtypes and restype from sig: {name: [args]} for the functions that
+    return a status (most: check() reads it), {name: ([args], restype)} for the others.
     part ("the key-value store (src/capi/kv_api.cpp)"): a library without it is reported as
     built without that part."""
-    for name, (args, res) in sig.items():
+    for name, entry in sig.items():
+        args, res = entry if isinstance(entry, tuple) else (entry, ctypes.c_int)
         try:
             fn = getattr(lib, name)
         except AttributeError as e:
@@ -129,27 +128,22 @@ def _load() -> ctypes.CDLL:
             f"deepwell's library {path} is missing: install the package with `pip install .` "
             "(which builds it), or point DEEPWELL_LIBRARY at a built libdeepwell_c.so")
     lib = ctypes.CDLL(path)
-    P, u64, i32, u32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint32
-    sig = {
+    rows = [P, P, i32, i32, u64, P, ctypes.c_size_t]  # handle, indices, index bits, on host, count, rows, stream
+    bind(lib, {
         "dw_abi_version": ([], ctypes.c_int),
-        "dw_parse_size": ([ctypes.c_char_p, ctypes.POINTER(u64)], ctypes.c_int),
-        "dw_last_error": ([], ctypes.c_char_p),
-        "dw_cuda_device_count": ([ctypes.POINTER(i32)], ctypes.c_int),
-        "dw_array_options_init": ([ctypes.POINTER(ArrayOptions)], None),
-        "dw_array_open": ([ctypes.POINTER(ArrayOptions), ctypes.POINTER(P)], ctypes.c_int),
-        "dw_array_close": ([P], ctypes.c_int),
-        "dw_array_info_get": ([P, ctypes.POINTER(Info)], ctypes.c_int),
-        "dw_array_gather": ([P, P, i32, i32, u64, P, ctypes.c_size_t], ctypes.c_int),
-        "dw_array_scatter": ([P, P, i32, i32, u64, P, ctypes.c_size_t], ctypes.c_int),
-        "dw_array_check": ([P, ctypes.c_size_t], ctypes.c_int),
-        "dw_array_flush": ([P], ctypes.c_int),
-        "dw_array_clear": ([P], ctypes.c_int),
-        "dw_array_stats_get": ([P, ctypes.POINTER(Stats)], ctypes.c_int),
-        "dw_array_stats_reset": ([P], ctypes.c_int),
-        "dw_uring_read_rows": ([ctypes.c_char_p, i32, u64, u32, P, u64, u32, u32, P,
-                                ctypes.POINTER(ctypes.c_double)], ctypes.c_int),
-    }
-    bind(lib, sig)
+        "dw_last_error": ([], c_str),
+        "dw_array_options_init": ([ptr(ArrayOptions)], None),
+        "dw_parse_size": [c_str, ptr(u64)],
+        "dw_cuda_device_count": [ptr(i32)],
+        "dw_array_open": [ptr(ArrayOptions), ptr(P)],
+        "dw_array_info_get": [P, ptr(Info)],
+        "dw_array_gather": rows,
+        "dw_array_scatter": rows,
+        "dw_array_check": [P, ctypes.c_size_t],
+        "dw_array_stats_get": [P, ptr(Stats)],
+        "dw_array_close": [P], "dw_array_flush": [P], "dw_array_clear": [P], "dw_array_stats_reset": [P],
+        "dw_uring_read_rows": [c_str, i32, u64, u32, P, u64, u32, u32, P, ptr(f64)],
+    })
     version = lib.dw_abi_version()
     if version != ABI_VERSION:
         raise ImportError(f"{path} speaks C ABI version {version}; this package needs {ABI_VERSION}: rebuild it")
@@ -164,6 +158,24 @@ def check(rc: int) -> None:
     if rc != OK:
         message = lib.dw_last_error().decode(errors="replace")
         raise _ERRORS.get(rc, Error)(message)
+
+
+def closed_at_exit(who: str) -> weakref.WeakSet:
+    """A set for the handles a module opens, each closed when Python exits if still open. That runs
+    before the CUDA runtime's own exit handlers (they come after Python's), so a program that never
+    calls close() still flushes and frees in order instead of touching a CUDA runtime that is gone.
+    ``who`` ("deepwell.kv") names the module in what is printed when a close fails then."""
+    live: weakref.WeakSet = weakref.WeakSet()
+
+    @atexit.register
+    def _close_all() -> None:
+        for h in list(live):
+            try:
+                h.close()
+            except Exception as e:  # nothing left to raise to
+                print(f"{who}: closing {h!r} at exit: {e}", file=sys.stderr)
+
+    return live
 
 
 class Handle:

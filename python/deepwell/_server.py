@@ -16,8 +16,8 @@ from . import _lib
 from ._lib import check, lib
 
 _lib.bind(lib, {
-    "dw_set_server": ([ctypes.c_char_p], ctypes.c_int),
-    "dw_server_stats": ([ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
+    "dw_set_server": [_lib.c_str],
+    "dw_server_stats": [_lib.c_str, _lib.u64, _lib.ptr(_lib.u64)],
 }, "server mode (src/capi/c_api.cpp)")
 
 _explicit: Optional[str] = None

@@ -3,12 +3,10 @@ written by index arrays through a deepwell page cache on a GPU, or on the
 host for CPU clients."""
 from __future__ import annotations
 
-import atexit
 import ctypes
 import math
 import os
 import sys
-import weakref
 from typing import Any, Optional
 
 import numpy as np
@@ -82,20 +80,8 @@ class _DType:
         return self.name
 
 
-# Arrays still open when Python exits are closed before the CUDA runtime's
-# own exit handlers run (they come after Python's), so a program that never
-# calls close() still flushes and frees in order instead of touching a CUDA
-# runtime that is gone.
-_open_arrays: "weakref.WeakSet[Array]" = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all() -> None:
-    for a in list(_open_arrays):
-        try:
-            a.close()
-        except Exception as e:  # nothing left to raise to
-            print(f"deepwell: closing {a!r} at exit: {e}", file=sys.stderr)
+# Arrays still open when Python exits are closed then, before the CUDA runtime's exit handlers.
+_open_arrays = _lib.closed_at_exit("deepwell")
 
 
 def cuda_available() -> bool:
@@ -200,8 +186,7 @@ class Array:
         elif shape[0] < 0:
             raise InvalidArgument("host memory (path=None) needs the number of rows in shape")
 
-        o = _lib.ArrayOptions()
-        lib.dw_array_options_init(ctypes.byref(o))
+        o = _lib.sized(_lib.ArrayOptions, lib.dw_array_options_init)
         o.path = path.encode() if path is not None else None
         o.host_bytes = 0 if path is not None else shape[0] * row_bytes
         o.offset = offset = _count("offset", offset)

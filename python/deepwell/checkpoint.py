@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from . import _lib, _server
-from ._lib import InvalidArgument, IOFailure, check, lib
+from ._lib import InvalidArgument, IOFailure, P, c_str, check, f64, fields, i32, lib, options_fields, ptr, u32, u64
 
 __all__ = ["save", "load", "verify", "generation", "manifest", "flatten", "CheckpointStore"]
 
@@ -36,56 +36,32 @@ _OPEN, _CREATE = 0, 1
 
 
 class _Tensor(ctypes.Structure):
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("dtype", ctypes.c_char_p),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("ndim", ctypes.c_int32),
-        ("bytes", ctypes.c_uint64),
-    ]
+    _fields_ = fields((c_str, "name dtype"), (ptr(ctypes.c_int64), "shape"), (i32, "ndim"), (u64, "bytes"))
 
 
 class _Options(ctypes.Structure):
-    _fields_ = [
-        ("size", ctypes.c_uint32),
-        ("path", ctypes.c_char_p),
-        ("mode", ctypes.c_int32),
-        ("writable", ctypes.c_int32),
-        ("unit", ctypes.c_uint32),
-        ("allow_older", ctypes.c_int32),
-        ("cache", _lib.CacheOptions),
-    ]
+    _fields_ = options_fields((i32, "mode writable"), (u32, "unit"), (i32, "allow_older"))
 
 
 class _SaveInfo(ctypes.Structure):
-    _fields_ = [
-        ("generation", ctypes.c_uint64),
-        ("data_bytes", ctypes.c_uint64),
-        ("bytes_written", ctypes.c_uint64),
-        ("units_written", ctypes.c_uint64),
-        ("units_total", ctypes.c_uint64),
-        ("incremental", ctypes.c_int32),
-        ("slot", ctypes.c_int32),
-        ("seconds", ctypes.c_double),
-    ]
+    _fields_ = fields((u64, "generation data_bytes bytes_written units_written units_total"),
+                      (i32, "incremental slot"), (f64, "seconds"))
 
 
 def _bind() -> None:
-    P, u32, u64, i32 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
-    sig = {
-        "dw_checkpoint_options_init": ([ctypes.POINTER(_Options)], None),
-        "dw_checkpoint_open": ([ctypes.POINTER(_Options), ctypes.POINTER(_Tensor), u32, ctypes.POINTER(P)], ctypes.c_int),
-        "dw_checkpoint_close": ([P], ctypes.c_int),
-        "dw_checkpoint_generation": ([P, ctypes.POINTER(u64)], ctypes.c_int),
-        "dw_checkpoint_count": ([P, ctypes.POINTER(u32)], ctypes.c_int),
-        "dw_checkpoint_tensor_at": ([P, u32, ctypes.POINTER(_Tensor)], ctypes.c_int),
-        "dw_checkpoint_bytes_needed": ([ctypes.POINTER(_Tensor), u32, u32, ctypes.POINTER(u64)], ctypes.c_int),
-        "dw_checkpoint_save": ([P, ctypes.POINTER(P), ctypes.POINTER(i32), u32, ctypes.POINTER(_SaveInfo)],
-                               ctypes.c_int),
-        "dw_checkpoint_load": ([P, ctypes.POINTER(P), ctypes.POINTER(i32), u32, i32], ctypes.c_int),
-        "dw_checkpoint_verify": ([P], ctypes.c_int),
-    }
-    _lib.bind(lib, sig, "checkpoints (src/capi/checkpoint_api.cpp)")
+    T = ptr(_Tensor)
+    _lib.bind(lib, {
+        "dw_checkpoint_options_init": ([ptr(_Options)], None),
+        "dw_checkpoint_open": [ptr(_Options), T, u32, ptr(P)],
+        "dw_checkpoint_close": [P],
+        "dw_checkpoint_generation": [P, ptr(u64)],
+        "dw_checkpoint_count": [P, ptr(u32)],
+        "dw_checkpoint_tensor_at": [P, u32, T],
+        "dw_checkpoint_bytes_needed": [T, u32, u32, ptr(u64)],
+        "dw_checkpoint_save": [P, ptr(P), ptr(i32), u32, ptr(_SaveInfo)],
+        "dw_checkpoint_load": [P, ptr(P), ptr(i32), u32, i32],
+        "dw_checkpoint_verify": [P],
+    }, "checkpoints (src/capi/checkpoint_api.cpp)")
 
 
 _bind()
@@ -255,8 +231,7 @@ class CheckpointStore(_lib.Handle):
             _remove_stale_tmp(self.path, keep_empty=True)
             if not os.path.exists(self.path):
                 raise FileNotFoundError(2, "No such file (deepwell.checkpoint)", self.path)
-        o = _Options()
-        lib.dw_checkpoint_options_init(ctypes.byref(o))
+        o = _lib.sized(_Options, lib.dw_checkpoint_options_init)
         o.path = self.path.encode()
         o.mode = _CREATE if create else _OPEN
         o.writable = 1 if (writable or create) else 0

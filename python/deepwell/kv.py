@@ -22,17 +22,15 @@ last occurrence wins. Keys are 0 to 2**64 - 3.
 """
 from __future__ import annotations
 
-import atexit
 import ctypes
 import os
 import sys
-import weakref
 from typing import Any, Optional
 
 import numpy as np
 
 from . import _lib
-from ._lib import InvalidArgument, check, lib
+from ._lib import InvalidArgument, P, check, fields, i32, lib, options_fields, ptr, u32, u64
 from .array import _count, _device_ordinal, _set_cache, cuda_available, parse_bytes
 
 __all__ = ["KVStore", "create", "open", "bytes_needed", "OK", "NOT_FOUND", "FULL", "BAD_KEY", "MAX_KEY"]
@@ -43,18 +41,8 @@ _OPEN, _CREATE = 0, 1
 
 
 class _Options(ctypes.Structure):
-    _fields_ = [
-        ("size", ctypes.c_uint32),
-        ("path", ctypes.c_char_p),
-        ("mode", ctypes.c_int32),
-        ("value_bytes", ctypes.c_uint32),
-        ("bucket_bytes", ctypes.c_uint32),
-        ("max_probe", ctypes.c_uint32),
-        ("capacity", ctypes.c_uint64),
-        ("log_rows", ctypes.c_uint32),
-        ("max_batch", ctypes.c_uint64),
-        ("cache", _lib.CacheOptions),
-    ]
+    _fields_ = options_fields((i32, "mode"), (u32, "value_bytes bucket_bytes max_probe"), (u64, "capacity"),
+                              (u32, "log_rows"), (u64, "max_batch"))
 
 
 _RESULT_FIELDS = ("ops", "inserted", "updated", "erased", "found", "not_found", "full", "bad_key", "superseded",
@@ -62,59 +50,34 @@ _RESULT_FIELDS = ("ops", "inserted", "updated", "erased", "found", "not_found", 
 
 
 class _Result(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in _RESULT_FIELDS] + [("checkpointed", ctypes.c_int32)]
+    _fields_ = fields((u64, " ".join(_RESULT_FIELDS)), (i32, "checkpointed"))
 
 
 class _Info(ctypes.Structure):
-    _fields_ = [
-        ("key_bytes", ctypes.c_uint32),
-        ("value_bytes", ctypes.c_uint32),
-        ("bucket_bytes", ctypes.c_uint32),
-        ("slots_per_bucket", ctypes.c_uint32),
-        ("max_probe", ctypes.c_uint32),
-        ("log_rows", ctypes.c_uint32),
-        ("buckets", ctypes.c_uint64),
-        ("slots", ctypes.c_uint64),
-        ("file_bytes", ctypes.c_uint64),
-        ("max_batch", ctypes.c_uint64),
-        ("device", ctypes.c_int32),
-        ("recovered_batches", ctypes.c_uint64),
-        ("batches", ctypes.c_uint64),
-        ("checkpoints", ctypes.c_uint64),
-        ("table_checksums", ctypes.c_int32),
-        ("header_copy_damaged", ctypes.c_int32),
-    ]
+    _fields_ = fields((u32, "key_bytes value_bytes bucket_bytes slots_per_bucket max_probe log_rows"),
+                      (u64, "buckets slots file_bytes max_batch"), (i32, "device"),
+                      (u64, "recovered_batches batches checkpoints"), (i32, "table_checksums header_copy_damaged"))
 
 
 def _bind() -> None:
-    P, u8p, u32, u64, i32 = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
-    R = ctypes.POINTER(_Result)
-    sig = {
-        "dw_kv_options_init": ([ctypes.POINTER(_Options)], None),
-        "dw_kv_bytes_needed": ([u32, u64, u32, u32, ctypes.POINTER(u64)], ctypes.c_int),
-        "dw_kv_open": ([ctypes.POINTER(_Options), ctypes.POINTER(P)], ctypes.c_int),
-        "dw_kv_close": ([P], ctypes.c_int),
-        "dw_kv_info_get": ([P, ctypes.POINTER(_Info)], ctypes.c_int),
-        "dw_kv_set": ([P, P, P, u64, i32, u8p, R], ctypes.c_int),
-        "dw_kv_get": ([P, P, P, u64, i32, u8p, R], ctypes.c_int),
-        "dw_kv_delete": ([P, P, u64, i32, u8p, R], ctypes.c_int),
-        "dw_kv_checkpoint": ([P], ctypes.c_int),
-    }
-    _lib.bind(lib, sig, "the key-value store (src/capi/kv_api.cpp)")
+    R = ptr(_Result)
+    _lib.bind(lib, {
+        "dw_kv_options_init": ([ptr(_Options)], None),
+        "dw_kv_bytes_needed": [u32, u64, u32, u32, ptr(u64)],
+        "dw_kv_open": [ptr(_Options), ptr(P)],
+        "dw_kv_close": [P],
+        "dw_kv_info_get": [P, ptr(_Info)],
+        # keys, values, count, on the device, statuses (one byte a key), counts
+        "dw_kv_set": [P, P, P, u64, i32, P, R],
+        "dw_kv_get": [P, P, P, u64, i32, P, R],
+        "dw_kv_delete": [P, P, u64, i32, P, R],
+        "dw_kv_checkpoint": [P],
+    }, "the key-value store (src/capi/kv_api.cpp)")
 
 
 _bind()
 
-_open_stores: "weakref.WeakSet[KVStore]" = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all() -> None:
-    for s in list(_open_stores):
-        try:
-            s.close()
-        except Exception as e:  # nothing left to raise to
-            print(f"deepwell.kv: closing {s!r} at exit: {e}", file=sys.stderr)
+_open_stores = _lib.closed_at_exit("deepwell.kv")
 
 
 def bytes_needed(value_bytes: int, capacity: int = 0, *, bucket_bytes: int = 0, log_rows: int = 0) -> int:
@@ -211,8 +174,7 @@ class KVStore(_lib.Handle):
         self.path = os.fspath(path)
         if create and not value_bytes:
             raise InvalidArgument("creating a store needs value_bytes (8 to 128, a multiple of 8)")
-        o = _Options()
-        lib.dw_kv_options_init(ctypes.byref(o))
+        o = _lib.sized(_Options, lib.dw_kv_options_init)
         self._path_bytes = self.path.encode()
         o.path = self._path_bytes
         o.mode = _CREATE if create else _OPEN

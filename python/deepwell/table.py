@@ -99,11 +99,11 @@ def _c():
     global _bound
     from . import _lib
     if not _bound:
-        P, u32, u64, i32 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+        P, u32, u64, i32, ptr = _lib.P, _lib.u32, _lib.u64, _lib.i32, _lib.ptr
         _lib.bind(_lib.lib, {
-            "dw_crc32c": ([u32, P, u64, ctypes.POINTER(u32)], ctypes.c_int),
-            "dw_section_sums": ([P, u64, P], ctypes.c_int),
-            "dw_column_file_verify": ([ctypes.c_char_p, ctypes.c_char_p, u32, ctypes.POINTER(i32)], ctypes.c_int),
+            "dw_crc32c": [u32, P, u64, ptr(u32)],
+            "dw_section_sums": [P, u64, P],
+            "dw_column_file_verify": [_lib.c_str, _lib.c_str, u32, ptr(i32)],
         }, "column-file checksums (src/capi/table_api.cpp)")
         _bound = True
     return _lib

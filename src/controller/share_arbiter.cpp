@@ -203,7 +203,8 @@ void share_arbiter::end_window(uint64_t now_ns) {
     if (lone && c >= target_.lone_samples) {
       const uint64_t mean = sum / c;
       if (eff == budget_) {
-        n.lone_base.store(mean, std::memory_order_relaxed);
+        const uint64_t was = n.lone_base.load(std::memory_order_relaxed);
+        n.lone_base.store(was ? (3 * was + mean) / 4 : mean, std::memory_order_relaxed);
       } else if (eff > budget_) {
         const uint64_t base = n.lone_base.load(std::memory_order_relaxed);
         if (base == 0)
@@ -257,7 +258,10 @@ void share_arbiter::end_window(uint64_t now_ns) {
     if (count < target_.lone_samples) return;
     const bool may_grow = refused && now_ns >= lone_retry_at_.load(std::memory_order_relaxed);
     if (eff == budget_) {
-      if (may_grow) effective_.store(budget_ * target_.lone_growth, std::memory_order_relaxed);
+      if (may_grow) {
+        lone_strikes_.store(0, std::memory_order_relaxed);  // a try starts clean
+        effective_.store(budget_ * target_.lone_growth, std::memory_order_relaxed);
+      }
       return;
     }
     if (lone_unknown) {
@@ -267,14 +271,18 @@ void share_arbiter::end_window(uint64_t now_ns) {
       return;
     }
     if (lone_worst > 1) {
-      // It queued rather than ran in parallel: a step back, and no growth
-      // for a while, twice as long after each such try (each costs a
-      // window of backlog), up to probe_every_ns.
+      // Over once: hold, and look again. Over twice in a row: it queued
+      // rather than ran in parallel: a step back, and no growth for a
+      // while, twice as long after each such try (each costs windows of
+      // backlog), up to probe_every_ns.
+      if (lone_strikes_.fetch_add(1, std::memory_order_relaxed) + 1 < 2) return;
+      lone_strikes_.store(0, std::memory_order_relaxed);
       effective_.store(std::max(budget_, eff / target_.lone_growth), std::memory_order_relaxed);
       const uint64_t wait = lone_backoff_ns_.load(std::memory_order_relaxed);
       lone_retry_at_.store(now_ns + wait, std::memory_order_relaxed);
       lone_backoff_ns_.store(std::min(2 * wait, target_.probe_every_ns), std::memory_order_relaxed);
     } else {
+      lone_strikes_.store(0, std::memory_order_relaxed);
       lone_backoff_ns_.store(10 * target_.window_ns, std::memory_order_relaxed);  // it paid
       if (may_grow)
         effective_.store(std::min(budget_ * target_.lone_max, eff * target_.lone_growth), std::memory_order_relaxed);

@@ -93,8 +93,11 @@ struct client_account {
 // in parallel rather than queueing it, and a client that comes finds at
 // most that much more latency ahead
 // of it (the budget drops back the moment a second client is active). A
-// try that queued steps back and waits ten windows before the next, twice
-// as long after each further one, up to probe_every_ns.
+// try queued when two windows in a row were over: one window's mean is
+// noisy, and a client whose growth a single slow window undid spent most
+// of its time at the budget (grep under the server: 4-16 MiB after runs
+// where 64 MiB paid). It steps back and waits ten windows before the next
+// try, twice as long after each further one, up to probe_every_ns.
 // Each namespace has its
 // own floor (a dataset in the page cache answers in microseconds, one on a
 // disk in hundreds): the median latency of the commands admitted during a
@@ -203,7 +206,10 @@ class share_arbiter {
   // Per namespace: its floor and the probe's samples.
   struct ns_latency {
     std::atomic<uint64_t> floor{0}, probe_count{0};
-    std::atomic<uint64_t> lone_base{0};  // a lone client's mean latency at the budget (0: none yet)
+    // A lone client's mean latency at the budget (0: none yet), smoothed
+    // over its windows there: one window's mean moves with the mix of
+    // reads in it (a few from the host's cache, a few from the disk).
+    std::atomic<uint64_t> lone_base{0};
     std::atomic<uint64_t> probe[latency_target::max_probe_samples] = {};
   };
   const uint32_t max_nsid_;
@@ -223,6 +229,7 @@ class share_arbiter {
   // back by its share).
   std::atomic<bool> refused_{false};
   std::atomic<uint64_t> lone_retry_at_{0};  // no growth before (a try that queued)
+  std::atomic<uint32_t> lone_strikes_{0};   // windows in a row above the budget that queued
   std::atomic<bool> probing_{false};
   void end_window(uint64_t now_ns);
   mutable std::mutex mutex_;  // the map only

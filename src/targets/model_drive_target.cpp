@@ -1,0 +1,194 @@
+// A modelled drive (drive_array.hpp): host memory whose requests complete
+// when a device model says. The bytes move at once; the completion waits on
+// the calling poller's engine. One timer a poller (for its earliest waiting
+// command) rather than one a command: at millions of commands a second a
+// timer each would cost the controller more than the commands it times.
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <queue>
+#include <vector>
+
+#include "deepwell/common/detail/hash.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/targets/drive_array.hpp"
+
+namespace deepwell {
+namespace {
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
+}
+
+// Commands waiting for their completion time on one poller's engine. Only
+// that poller's thread touches it (requests come from it, timers fire in
+// its reap()).
+struct engine_queue {
+  struct waiting {
+    uint64_t due;
+    int64_t result;
+    io_callback done;
+    bool operator>(const waiting& o) const { return due > o.due; }
+  };
+  io_engine* io = nullptr;
+  std::priority_queue<waiting, std::vector<waiting>, std::greater<>> heap;
+  uint64_t armed_due = 0;  // the earliest timer in flight (0: none)
+};
+
+struct timer_ctx {
+  engine_queue* q;
+  uint64_t due;
+};
+
+class model_drive_target final : public target {
+ public:
+  model_drive_target(uint64_t bytes, const drive_model& m, bool writable)
+      : mem_(make_host_memory_target(bytes, true)), data_(static_cast<uint8_t*>(mem_->host_pointer())),
+        size_(bytes), model_(m), writable_(writable), ring_(m.queue_depth, 0) {
+    if (m.iops == 0 || m.bandwidth_bytes == 0 || m.queue_depth == 0)
+      throw error("model drive: iops, bandwidth and queue depth must be above 0");
+    if (!(m.tail >= 0) || !(m.write_penalty >= 1))
+      throw error("model drive: the latency tail must be >= 0 and the write penalty >= 1");
+  }
+
+  uint64_t size() const override { return size_; }
+  bool writable() const override { return writable_; }
+  uint32_t io_alignment() const override { return 1; }
+  uint32_t memory_alignment() const override { return 1; }
+  std::string describe() const override {
+    return "model drive (" + std::to_string(size_) + " bytes, " + std::to_string(model_.iops / 1000) + " K IOPS, " +
+           std::to_string(model_.bandwidth_bytes / 1'000'000) + " MB/s, " + std::to_string(model_.latency_ns / 1000) +
+           " us)";
+  }
+
+  void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
+    if (offset + len < offset) return done(-EINVAL);
+    const uint64_t valid = offset < size_ ? std::min<uint64_t>(len, size_ - offset) : 0;
+    if (valid) std::memcpy(buf, data_ + offset, valid);
+    if (valid < len) std::memset(static_cast<uint8_t*>(buf) + valid, 0, len - valid);
+    later(io, len, 1.0, len, done);
+  }
+
+  void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool, io_callback done) override {
+    if (!writable_) return done(-EROFS);
+    if (offset > size_ || len > size_ - offset) return done(-EINVAL);
+    if (len) std::memcpy(data_ + offset, buf, len);
+    later(io, len, model_.write_penalty, len, done);
+  }
+
+  void flush(io_engine& io, io_callback done) override { later(io, 0, 1.0, 0, done); }
+
+ private:
+  static constexpr unsigned max_engines = 64;
+
+  // When a command of `bytes` arriving now completes.
+  uint64_t due_of(uint64_t now, uint32_t bytes, double penalty) {
+    const double turn = std::max(1e9 / double(model_.iops), double(bytes) * 1e9 / double(model_.bandwidth_bytes));
+    std::lock_guard lock(mutex_);
+    // Its turn of the drive's throughput, and a place among queue_depth
+    // commands: it starts no earlier than the one queue_depth before it ended.
+    uint64_t start = std::max({now, free_at_, ring_[issued_ % ring_.size()]});
+    free_at_ = start + uint64_t(turn * penalty);
+    const double u = double(detail::splitmix64_mix(model_.seed + issued_) >> 11) * 0x1.0p-53;  // [0, 1)
+    const double tail = -std::log1p(-u) * double(model_.latency_ns) * model_.tail;
+    const uint64_t due = start + uint64_t(double(model_.latency_ns) * penalty + tail);
+    ring_[issued_ % ring_.size()] = due;
+    ++issued_;
+    return due;
+  }
+
+  void later(io_engine& io, uint32_t bytes, double penalty, int64_t result, io_callback done) {
+    const uint64_t now = now_ns();
+    const uint64_t due = due_of(now, bytes, penalty);
+    engine_queue* q = queue_of(io);
+    if (!q) {  // more engines than slots: a timer of its own
+      io_op op;
+      op.kind = io_op::timer;
+      op.delay_ns = due > now ? due - now : 0;
+      op.done = {&own_timer, new own_ctx{done, result}};  // a timer completes with 0: keep the result
+      return io.queue(op);
+    }
+    q->heap.push({due, result, done});
+    // A timer for it when it is the earliest, or when the armed one was
+    // lost (an engine that went before its timer fired leaves it armed).
+    if (q->armed_due == 0 || due < q->armed_due || now > q->armed_due + 10'000'000) arm(*q, due, now);
+  }
+
+  struct own_ctx {
+    io_callback done;
+    int64_t result;
+  };
+  static void own_timer(void* ctx, int64_t r) {
+    own_ctx* c = static_cast<own_ctx*>(ctx);
+    const own_ctx o = *c;
+    delete c;
+    o.done(r < 0 ? r : o.result);
+  }
+
+  static void arm(engine_queue& q, uint64_t due, uint64_t now) {
+    q.armed_due = due;
+    io_op op;
+    op.kind = io_op::timer;
+    op.delay_ns = due > now ? due - now : 0;
+    op.done = {&on_timer, new timer_ctx{&q, due}};
+    q.io->queue(op);
+  }
+
+  static void on_timer(void* ctx, int64_t) {
+    timer_ctx* t = static_cast<timer_ctx*>(ctx);
+    engine_queue& q = *t->q;
+    if (q.armed_due == t->due) q.armed_due = 0;
+    delete t;
+    // Everything due (a microsecond's slack: the next timer would fire at
+    // once anyway), in order of due time.
+    const uint64_t now = now_ns();
+    std::vector<engine_queue::waiting> ready;
+    while (!q.heap.empty() && q.heap.top().due <= now + 1000) {
+      ready.push_back(q.heap.top());
+      q.heap.pop();
+    }
+    if (!q.heap.empty() && (q.armed_due == 0 || q.heap.top().due < q.armed_due)) arm(q, q.heap.top().due, now);
+    for (const auto& w : ready) w.done(w.result);
+  }
+
+  engine_queue* queue_of(io_engine& io) {
+    for (unsigned i = 0; i < max_engines; ++i) {
+      io_engine* e = engines_[i].load(std::memory_order_acquire);
+      if (e == &io) return &queues_[i];
+      if (e == nullptr) {
+        if (engines_[i].compare_exchange_strong(e, &io, std::memory_order_acq_rel)) {
+          queues_[i].io = &io;
+          return &queues_[i];
+        }
+        if (e == &io) return &queues_[i];
+      }
+    }
+    return nullptr;
+  }
+
+  std::shared_ptr<target> mem_;
+  uint8_t* data_;
+  uint64_t size_;
+  drive_model model_;
+  bool writable_;
+  std::mutex mutex_;  // the model's state below
+  uint64_t free_at_ = 0;
+  uint64_t issued_ = 0;
+  std::vector<uint64_t> ring_;  // due times of the last queue_depth commands
+  std::atomic<io_engine*> engines_[max_engines] = {};
+  engine_queue queues_[max_engines];
+};
+
+}  // namespace
+
+std::shared_ptr<target> make_model_drive_target(uint64_t bytes, const drive_model& model, bool writable) {
+  return std::make_shared<model_drive_target>(bytes, model, writable);
+}
+
+}  // namespace deepwell

@@ -87,18 +87,13 @@ int run_create(const kv_command& k) {
   struct stat st{};
   if (!k.force && k.server.empty() && ::stat(k.path.c_str(), &st) == 0)
     throw error(k.path + " exists: kv create makes a new, empty store (--force replaces the file)");
-  kv_config c;
-  c.value_bytes = k.value_bytes;
-  c.capacity = k.capacity;
-  c.bucket_bytes = k.bucket_bytes;
-  c.max_probe = k.max_probe;
-  c.log_rows = k.log_rows;
+  const kv_config& c = k.shape;
   (void)kv_store::bytes_needed(c);  // a bad shape: refused before the file is touched
   open_store s = open_kv(k, &c);
   const kv_info i = s.kv->info();
   std::printf("%s: a new store of %u-byte values for about %llu keys (%llu slots in %llu buckets of %u bytes), "
               "%.1f MiB\n",
-              k.path.c_str(), i.value_bytes, (unsigned long long)k.capacity, (unsigned long long)i.slots,
+              k.path.c_str(), i.value_bytes, (unsigned long long)k.shape.capacity, (unsigned long long)i.slots,
               (unsigned long long)i.buckets, i.bucket_bytes, double(i.total_bytes) / (1 << 20));
   return 0;
 }
@@ -255,15 +250,15 @@ void add_kv_command(CLI::App& app, kv_command& k) {
   };
   k.create = k.app->add_subcommand("create", "make a new, empty store (refuses an existing file unless --force)");
   common(k.create);
-  k.create->add_option("--value-bytes", k.value_bytes, "bytes of each value: 8 to 128, a multiple of 8")
+  k.create->add_option("--value-bytes", k.shape.value_bytes, "bytes of each value: 8 to 128, a multiple of 8")
       ->capture_default_str();
-  k.create->add_option("--capacity", k.capacity, "keys the table is sized for (about 75% of its slots)")
+  k.create->add_option("--capacity", k.shape.capacity, "keys the table is sized for (about 75% of its slots)")
       ->capture_default_str()
       ->check(not_negative);
-  k.create->add_option("--bucket-bytes", k.bucket_bytes, "bucket size: a power of two, 512 to 65536")
+  k.create->add_option("--bucket-bytes", k.shape.bucket_bytes, "bucket size: a power of two, 512 to 65536")
       ->capture_default_str();
-  k.create->add_option("--max-probe", k.max_probe, "buckets a key may be in")->capture_default_str();
-  k.create->add_option("--log-rows", k.log_rows, "rows of the write-ahead log (1 KiB each)")->capture_default_str();
+  k.create->add_option("--max-probe", k.shape.max_probe, "buckets a key may be in")->capture_default_str();
+  k.create->add_option("--log-rows", k.shape.log_rows, "rows of the write-ahead log (1 KiB each)")->capture_default_str();
   k.create->add_flag("--force", k.force, "replace an existing file");
   k.set = k.app->add_subcommand("set", "store KEY VALUE, or every 'KEY VALUE' line of --from FILE ('-': stdin); "
                                        "values as text (zero-padded) or hex with 0x");

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/durable/kv_store.hpp"
+
 namespace deepwell::tools {
 
 struct kv_command {
@@ -16,8 +18,7 @@ struct kv_command {
            *check = nullptr;
   std::string path;
   // create
-  uint32_t value_bytes = 32, bucket_bytes = 4096, max_probe = 16, log_rows = 65536;
-  uint64_t capacity = 1 << 20;
+  durable::kv_config shape;  // --value-bytes, --capacity, --bucket-bytes, --max-probe, --log-rows
   bool force = false;
   // set, get, delete
   std::vector<std::string> args;  // set: KEY VALUE; get, delete: KEY...

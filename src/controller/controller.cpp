@@ -123,37 +123,40 @@ uint32_t controller::add_namespace(const namespace_config& cfg) {
   return n + 1;
 }
 
-namespace_info controller::info(uint32_t nsid) const {
+const controller::ns_entry* controller::find_ns(uint32_t nsid) const {
   const uint32_t n = ns_count_.load(std::memory_order_acquire);
-  if (nsid == 0 || nsid > n)
-    throw error("no namespace " + std::to_string(nsid) + " (this controller has " + std::to_string(n) + ")");
-  return namespaces_[nsid - 1]->info;
+  if (nsid == 0 || nsid > n) return nullptr;
+  return namespaces_[nsid - 1].get();
+}
+
+namespace_info controller::info(uint32_t nsid) const {
+  const ns_entry* e = find_ns(nsid);
+  if (!e)
+    throw error("no namespace " + std::to_string(nsid) + " (this controller has " + std::to_string(namespace_count()) +
+                ")");
+  return e->info;
 }
 
 uint32_t controller::namespace_count() const { return ns_count_.load(std::memory_order_acquire); }
 
 void* controller::host_pointer(uint32_t nsid) const {
-  const uint32_t n = ns_count_.load(std::memory_order_acquire);
-  if (nsid == 0 || nsid > n) return nullptr;
-  return namespaces_[nsid - 1]->data->host_pointer();
+  const ns_entry* e = find_ns(nsid);
+  return e ? e->data->host_pointer() : nullptr;
 }
 
 std::shared_ptr<host_mapping> controller::map_readonly(uint32_t nsid) const {
-  const uint32_t n = ns_count_.load(std::memory_order_acquire);
-  if (nsid == 0 || nsid > n) return nullptr;
-  return namespaces_[nsid - 1]->data->map_readonly();
+  const ns_entry* e = find_ns(nsid);
+  return e ? e->data->map_readonly() : nullptr;
 }
 
 std::shared_ptr<host_mapping> controller::map_tier(uint32_t nsid) const {
-  const uint32_t n = ns_count_.load(std::memory_order_acquire);
-  if (nsid == 0 || nsid > n) return nullptr;
-  return namespaces_[nsid - 1]->data->map_tier();
+  const ns_entry* e = find_ns(nsid);
+  return e ? e->data->map_tier() : nullptr;
 }
 
 std::shared_ptr<target> controller::target_of(uint32_t nsid) const {
-  const uint32_t n = ns_count_.load(std::memory_order_acquire);
-  if (nsid == 0 || nsid > n) return nullptr;
-  return namespaces_[nsid - 1]->data;
+  const ns_entry* e = find_ns(nsid);
+  return e ? e->data : nullptr;
 }
 
 static_assert(controller::max_namespaces <= access_grants::max_nsid, "grants must cover every namespace id");

@@ -23,11 +23,7 @@
 
 namespace deepwell {
 
-const controller::ns_entry* controller::poller::ns(uint32_t nsid) const {
-  const uint32_t n = owner->ns_count_.load(std::memory_order_acquire);
-  if (nsid == 0 || nsid > n) return nullptr;
-  return owner->namespaces_[nsid - 1].get();
-}
+const controller::ns_entry* controller::poller::ns(uint32_t nsid) const { return owner->find_ns(nsid); }
 
 controller::poller::context* controller::poller::alloc_context() {
   if (!free_contexts) {

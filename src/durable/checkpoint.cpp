@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "deepwell/common/detail/parallel.hpp"
+#include "common/disk_header.hpp"
 
 namespace deepwell {
 namespace {
@@ -257,7 +258,7 @@ bool is_blank(const uint8_t* raw) {
 std::string header_problem(const uint8_t* raw, uint32_t position, sb_header& h) {
   std::memcpy(&h, raw, sizeof h);
   if (is_blank(raw)) return "blank";
-  if (std::memcmp(h.magic, sb_magic, 8) != 0) return "bad magic (not a deepwell checkpoint superblock)";
+  if (!detail::magic_matches(h, sb_magic)) return "bad magic (not a deepwell checkpoint superblock)";
   if (h.checksum != header_checksum(h)) return "checksum mismatch (torn or overwritten)";
   if (h.version != format_version)
     return "format version " + std::to_string(h.version) + " (this library reads version " +
@@ -525,9 +526,7 @@ struct checkpoint_store::impl {
 
   sb_header make_header(uint64_t generation, uint32_t slot, uint64_t table_checksum) const {
     sb_header h;
-    std::memset(&h, 0, sizeof h);
-    std::memcpy(h.magic, sb_magic, 8);
-    h.version = format_version;
+    detail::stamp_header(h, sb_magic, format_version);
     h.header_bytes = header_size;
     std::memcpy(h.store_id, store_id, 16);
     h.generation = generation;
@@ -558,9 +557,7 @@ struct checkpoint_store::impl {
   std::vector<uint8_t> make_table(uint64_t generation, uint32_t slot, const std::vector<uint64_t>& h) const {
     std::vector<uint8_t> t(lay.table_bytes, 0);
     table_header th;
-    std::memset(&th, 0, sizeof th);
-    std::memcpy(th.magic, table_magic, 8);
-    th.version = format_version;
+    detail::stamp_header(th, table_magic, format_version);
     th.slot = slot;
     std::memcpy(th.store_id, store_id, 16);
     th.generation = generation;
@@ -587,7 +584,7 @@ struct checkpoint_store::impl {
   std::string table_header_problem(const std::vector<uint8_t>& t, uint64_t generation, uint32_t slot) const {
     table_header th;
     std::memcpy(&th, t.data(), sizeof th);
-    if (std::memcmp(th.magic, table_magic, 8) != 0) return "holds no checkpoint table (bad magic)";
+    if (!detail::magic_matches(th, table_magic)) return "holds no checkpoint table (bad magic)";
     if (std::memcmp(th.store_id, store_id, 16) != 0)
       return "holds another store's table (store " + hex(th.store_id, 16) + ", this store is " + hex(store_id, 16) +
              ")";

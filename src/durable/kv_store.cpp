@@ -9,16 +9,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <thread>
 
 #include "deepwell/common/detail/parallel.hpp"
 #include "deepwell/link/host_client.hpp"
 #include "deepwell/targets/checksummed_target.hpp"
+#include "common/disk_header.hpp"
 
 namespace deepwell::durable {
 
@@ -28,17 +27,7 @@ namespace kf = kv_format;
 
 constexpr uint64_t io_chunk = 64 << 10;
 
-uint32_t header_checksum(const kf::superblock& h) {
-  const auto* b = reinterpret_cast<const uint8_t*>(&h);
-  const size_t n = offsetof(kf::superblock, checksum);
-  uint64_t acc = 0x6A09E667F3BCC908ull;
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = 0;
-    std::memcpy(&v, b + i, std::min<size_t>(8, n - i));
-    acc = log_format::mix64(acc ^ v ^ (uint64_t(i) << 48));
-  }
-  return uint32_t(acc ^ (acc >> 32));
-}
+uint32_t header_checksum(const kf::superblock& h) { return detail::sealed_sum(h, 0x6A09E667F3BCC908ull); }
 
 bool pow2(uint64_t v) { return v && (v & (v - 1)) == 0; }
 uint64_t next_pow2(uint64_t v) {
@@ -91,6 +80,19 @@ kf::superblock layout(const kv_config& c) {
   h.sums_bytes = kf::round_up(checksum_region_bytes(h.table_bytes, h.sum_block), log_format::region_align);
   h.total_bytes = h.sums_offset + h.sums_bytes;
   return h;
+}
+
+// A batch's counts into its result (the counters start at zero each batch,
+// and each phase counts only its own outcomes).
+void take_counts(kv_batch_result& r, const kv_detail::counters& c) {
+  r.inserted = c.inserted;
+  r.updated = c.updated;
+  r.erased = c.erased;
+  r.found = c.found;
+  r.not_found = c.not_found;
+  r.full = c.full;
+  r.bad_key = c.bad_key;
+  r.superseded = c.superseded;
 }
 
 // A CPU thread as a warp of one lane, on a queue of its own.
@@ -176,24 +178,21 @@ struct kv_store::impl {
     else
       std::memset(p, 0, bytes);
   }
-  void in(void* dst, const void* src, uint64_t bytes, kv_memory where) {
+  // Between the caller's memory (`where`) and executor memory: into it
+  // (`in`) or out of it.
+  void copy(void* dst, const void* src, uint64_t bytes, kv_memory where, bool inward) {
     if (!bytes) return;
     if (!gpu)
       std::memcpy(dst, src, bytes);
-    else if (where == kv_memory::host)
+    else if (where == kv_memory::device)
+      gpu->device_copy(dst, src, bytes);
+    else if (inward)
       gpu->to_device(dst, src, bytes);
     else
-      gpu->device_copy(dst, src, bytes);
-  }
-  void out(void* dst, const void* src, uint64_t bytes, kv_memory where) {
-    if (!bytes) return;
-    if (!gpu)
-      std::memcpy(dst, src, bytes);
-    else if (where == kv_memory::host)
       gpu->to_host(dst, src, bytes);
-    else
-      gpu->device_copy(dst, src, bytes);
   }
+  void in(void* dst, const void* src, uint64_t bytes, kv_memory where) { copy(dst, src, bytes, where, true); }
+  void out(void* dst, const void* src, uint64_t bytes, kv_memory where) { copy(dst, src, bytes, where, false); }
   kv_detail::counters read_counters() {
     kv_detail::counters c{};
     if (gpu)
@@ -422,6 +421,30 @@ struct kv_store::impl {
     throw kv_io_error(name + ": " + broken_why + "; it may or may not be durable: open the store again to recover");
   }
 
+  // set, erase and apply (`mixed`: per-op kinds in `ops`): the caller's
+  // arrays checked and brought into executor memory, the batch, its
+  // statuses out. An erase-only batch has no values.
+  kv_batch_result write_call(bool mixed, const uint8_t* ops, uint8_t op, const uint64_t* keys, const void* values,
+                             uint64_t n, kv_memory where, uint8_t* status) {
+    usable();
+    if (n == 0) return {};
+    check_n(n);
+    if (mixed) {
+      if (!ops) fail("the ops are a null pointer");
+      check_memory(ops, where, "the ops");
+    }
+    check_memory(status, where, "the status array");
+    if (mixed && gpu && where == kv_memory::host) {
+      in(ops_in, ops, n, where);
+      ops = ops_in;
+    }
+    const uint64_t* k = keys_here(keys, n, where);
+    const uint64_t* v = mixed || op != kv_op_erase ? values_here(values, n, where) : nullptr;
+    kv_batch_result r = write_batch(ops, op, k, v, n);
+    status_out(status, n, where);
+    return r;
+  }
+
   // A set / erase / mixed batch whose ops, keys and values are already in
   // executor memory (values may be null for erase-only batches).
   kv_batch_result write_batch(const uint8_t* ops, uint8_t op, const uint64_t* keys, const uint64_t* values, uint64_t n) {
@@ -458,13 +481,7 @@ struct kv_store::impl {
       broken = true;
       broken_why = "write-backs of the table failed (" + writeback_failure() + "); every batch so far is durable";
     }
-    res.inserted = c.inserted;
-    res.updated = c.updated;
-    res.erased = c.erased;
-    res.not_found = c.not_found;
-    res.full = c.full;
-    res.bad_key = c.bad_key;
-    res.superseded = c.superseded;
+    take_counts(res, c);
     return res;
   }
 
@@ -519,9 +536,7 @@ kv_store kv_store::create(std::shared_ptr<page_cache> cache, uint32_t dataset, c
     p->fail("the storage has " + std::to_string(p->storage.bytes) + " bytes; a store of " + std::to_string(h.buckets) +
             " buckets and " + std::to_string(h.log_rows) + " log rows needs " + std::to_string(h.total_bytes));
   std::memcpy(h.magic, kf::magic, sizeof(h.magic));
-  std::random_device rd;
-  h.nonce = log_format::mix64((uint64_t(rd()) << 32 | rd()) ^
-                              uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()));
+  h.nonce = detail::fresh_nonce();
   h.checksum = header_checksum(h);
   p->sb = h;
   p->check_geometry();
@@ -566,7 +581,7 @@ kv_store kv_store::open(std::shared_ptr<page_cache> cache, uint32_t dataset, con
   if (!s.ok()) p->fail_io("reading the header: " + describe(s));
   kf::superblock h;
   std::memcpy(&h, img.data(), sizeof(h));
-  if (std::memcmp(h.magic, kf::magic, sizeof(h.magic)) != 0) p->fail_io("not a deepwell kv store (no kv header)");
+  if (!detail::magic_matches(h, kf::magic)) p->fail_io("not a deepwell kv store (no kv header)");
   if (h.version != kf::version && h.version != 1)
     p->fail_io("kv format version " + std::to_string(h.version) + "; this build reads versions 1 and " +
                std::to_string(kf::version));
@@ -660,49 +675,16 @@ kv_store kv_store::open_file(std::shared_ptr<page_cache> cache, const std::strin
 }
 
 kv_batch_result kv_store::set(const uint64_t* keys, const void* values, uint64_t n, kv_memory where, uint8_t* status) {
-  impl& m = *p_;
-  m.usable();
-  if (n == 0) return {};
-  m.check_n(n);
-  m.check_memory(status, where, "the status array");
-  const uint64_t* k = m.keys_here(keys, n, where);
-  const uint64_t* v = m.values_here(values, n, where);
-  kv_batch_result r = m.write_batch(nullptr, kv_op_set, k, v, n);
-  m.status_out(status, n, where);
-  return r;
+  return p_->write_call(false, nullptr, kv_op_set, keys, values, n, where, status);
 }
 
 kv_batch_result kv_store::erase(const uint64_t* keys, uint64_t n, kv_memory where, uint8_t* status) {
-  impl& m = *p_;
-  m.usable();
-  if (n == 0) return {};
-  m.check_n(n);
-  m.check_memory(status, where, "the status array");
-  const uint64_t* k = m.keys_here(keys, n, where);
-  kv_batch_result r = m.write_batch(nullptr, kv_op_erase, k, nullptr, n);
-  m.status_out(status, n, where);
-  return r;
+  return p_->write_call(false, nullptr, kv_op_erase, keys, nullptr, n, where, status);
 }
 
 kv_batch_result kv_store::apply(const uint8_t* ops, const uint64_t* keys, const void* values, uint64_t n,
                                 kv_memory where, uint8_t* status) {
-  impl& m = *p_;
-  m.usable();
-  if (n == 0) return {};
-  m.check_n(n);
-  if (!ops) m.fail("the ops are a null pointer");
-  m.check_memory(ops, where, "the ops");
-  m.check_memory(status, where, "the status array");
-  const uint8_t* o = ops;
-  if (m.gpu && where == kv_memory::host) {
-    m.in(m.ops_in, ops, n, where);
-    o = m.ops_in;
-  }
-  const uint64_t* k = m.keys_here(keys, n, where);
-  const uint64_t* v = m.values_here(values, n, where);
-  kv_batch_result r = m.write_batch(o, kv_op_set, k, v, n);
-  m.status_out(status, n, where);
-  return r;
+  return p_->write_call(true, ops, kv_op_set, keys, values, n, where, status);
 }
 
 kv_batch_result kv_store::get(const uint64_t* keys, void* values, uint64_t n, kv_memory where, uint8_t* status) {
@@ -725,9 +707,7 @@ kv_batch_result kv_store::get(const uint64_t* keys, void* values, uint64_t n, kv
   m.status_out(status, n, where);
   kv_batch_result r;
   r.ops = n;
-  r.found = c.found;
-  r.not_found = c.not_found;
-  r.bad_key = c.bad_key;
+  take_counts(r, c);
   return r;
 }
 

@@ -7,16 +7,15 @@
 #include "deepwell/durable/log.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <random>
 #include <unordered_map>
 
 #include "deepwell/common/error.hpp"
 #include "deepwell/link/host_client.hpp"
+#include "common/disk_header.hpp"
 
 namespace deepwell::durable {
 
@@ -27,31 +26,15 @@ using lf::header;
 
 constexpr uint64_t io_chunk = 64 << 10;  // bytes per command (the queue pair's slot)
 
-uint32_t header_checksum(const header& h) {
-  const auto* b = reinterpret_cast<const uint8_t*>(&h);
-  const size_t n = offsetof(header, checksum);
-  uint64_t acc = 0x243F6A8885A308D3ull;
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t v = 0;
-    std::memcpy(&v, b + i, std::min<size_t>(8, n - i));
-    acc = lf::mix64(acc ^ v ^ (uint64_t(i) << 48));
-  }
-  return uint32_t(acc ^ (acc >> 32));
-}
+uint32_t header_checksum(const header& h) { return detail::sealed_sum(h, 0x243F6A8885A308D3ull); }
 
-bool magic_ok(const header& h) { return std::memcmp(h.magic, lf::magic, sizeof(lf::magic)) == 0; }
+bool magic_ok(const header& h) { return detail::magic_matches(h, lf::magic); }
 bool header_ok(const header& h) {
   return magic_ok(h) && h.version == lf::version && h.checksum == header_checksum(h);
 }
 
 const char* form_name(uint32_t f) {
   return f == uint32_t(log_form::redo) ? "redo" : f == uint32_t(log_form::undo) ? "undo" : "unknown";
-}
-
-uint64_t fresh_nonce() {
-  std::random_device rd;
-  const uint64_t t = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
-  return lf::mix64((uint64_t(rd()) << 32 | rd()) ^ t);
 }
 
 std::string arrays_text(const std::vector<log_array>& a) {
@@ -225,11 +208,10 @@ write_ahead_log write_ahead_log::create(std::shared_ptr<page_cache> cache, uint3
   p->take_arrays(data);
   p->attach_words();
 
-  header h{};
-  std::memcpy(h.magic, lf::magic, sizeof(lf::magic));
-  h.version = lf::version;
+  header h;
+  detail::stamp_header(h, lf::magic, lf::version);
   h.form = uint32_t(cfg.form);
-  h.nonce = fresh_nonce();
+  h.nonce = detail::fresh_nonce();
   h.epoch = 1;
   h.partitions = cfg.partitions;
   h.rows = cfg.rows;

@@ -18,6 +18,7 @@
 #include "deepwell/common/error.hpp"
 #include "deepwell/graph/parallel.hpp"
 #include "deepwell/targets/file_sums.hpp"
+#include "common/disk_header.hpp"
 
 namespace deepwell::graph {
 
@@ -87,7 +88,7 @@ uint32_t header_crc(csr_header h) {
 }  // namespace
 
 void check_header(const csr_header& h, uint64_t file_bytes, const std::string& what) {
-  if (std::memcmp(h.magic, csr_magic, sizeof(csr_magic)) != 0)
+  if (!::deepwell::detail::magic_matches(h, csr_magic))
     throw error(what + ": not a deepwell graph file (wrong magic; convert edge lists with `deepwell graph convert`)");
   if (h.version != csr_version && h.version != csr_version_unchecked)
     throw error(what + ": graph format version " + std::to_string(h.version) + ", this build reads versions " +
@@ -173,9 +174,8 @@ void write_csr(const std::string& path, const csr_graph& g, progress* p) {
   if ((g.id_bytes == 4 ? g.nbr32.size() : g.nbr64.size()) != m) throw error("write_csr: neighbour array size mismatch");
   if (g.weights != weight_type::none && g.wts.size() != m) throw error("write_csr: weight array size mismatch");
   const csr_layout l = layout_for(g.nodes, m, g.id_bytes, g.weights);
-  csr_header h{};
-  std::memcpy(h.magic, csr_magic, sizeof(csr_magic));
-  h.version = csr_version;
+  csr_header h;
+  ::deepwell::detail::stamp_header(h, csr_magic, csr_version);
   h.header_bytes = csr_header_bytes;
   h.nodes = g.nodes;
   h.edges = m;

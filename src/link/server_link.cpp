@@ -89,12 +89,7 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     return h;
   }
 
-  namespace_info info(uint32_t nsid) const override {
-    wire::message m;
-    m.h.op = uint16_t(wire::op::info);
-    m.h.a = nsid;
-    return dataset_reply(call(std::move(m)));
-  }
+  namespace_info info(uint32_t nsid) const override { return dataset_reply(call_on(wire::op::info, nsid)); }
 
   uint32_t lookup(const std::string& name_or_path) override {
     wire::message m;
@@ -111,10 +106,7 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
   }
 
   bool may_write(uint32_t nsid) const override {
-    wire::message m;
-    m.h.op = uint16_t(wire::op::info);
-    m.h.a = nsid;
-    const wire::message r = call(std::move(m));
+    const wire::message r = call_on(wire::op::info, nsid);
     return (r.h.d & wire::right_write) && !r.h.c;
   }
 
@@ -142,20 +134,11 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
   }
 
   section_checks checks(uint32_t nsid) const override {
-    wire::message m;
-    m.h.op = uint16_t(wire::op::section_checks);
-    m.h.a = nsid;
-    const wire::message r = call(std::move(m));
+    const wire::message r = call_on(wire::op::section_checks, nsid);
     return section_checks{r.h.x, r.h.y};
   }
 
-  void set_verify(uint32_t nsid, bool on) override {
-    wire::message m;
-    m.h.op = uint16_t(wire::op::set_verify);
-    m.h.a = nsid;
-    m.h.b = on ? 1 : 0;
-    call(std::move(m));
-  }
+  void set_verify(uint32_t nsid, bool on) override { call_on(wire::op::set_verify, nsid, on ? 1 : 0); }
 
   std::shared_ptr<tree_session> open_tree(const tree_request& q) override;
 
@@ -163,11 +146,7 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
   wire::message request(wire::message m) const { return call(std::move(m)); }
 
   std::shared_ptr<const host_mapping> map_dataset(uint32_t nsid, bool files) const override {
-    wire::message m;
-    m.h.op = uint16_t(wire::op::map_dataset);
-    m.h.a = nsid;
-    m.h.b = files ? 1 : 0;
-    wire::message r = call(std::move(m));
+    wire::message r = call_on(wire::op::map_dataset, nsid, files ? 1 : 0);
     const auto kind = wire::map_kind(r.h.a);
     if (kind == wire::map_kind::none || r.fd < 0) {
       if (r.fd >= 0) close(r.fd);
@@ -187,10 +166,7 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
   }
 
   std::shared_ptr<const host_mapping> map_tier(uint32_t nsid) const override {
-    wire::message m;
-    m.h.op = uint16_t(wire::op::map_tier);
-    m.h.a = nsid;
-    wire::message r = call(std::move(m));
+    wire::message r = call_on(wire::op::map_tier, nsid);
     if (r.fd < 0) return nullptr;
     try {
       auto mp = map_fd(r.fd, wire::map_kind::memory, false, r.h.x);
@@ -242,6 +218,15 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     return r;
   }
 
+  // A request about one dataset or queue pair (h.a), with an argument (h.b).
+  wire::message call_on(wire::op o, uint32_t id, uint32_t arg = 0) const {
+    wire::message m;
+    m.h.op = uint16_t(o);
+    m.h.a = id;
+    m.h.b = arg;
+    return call(std::move(m));
+  }
+
   std::string text_call(wire::op o) const {
     wire::message m;
     m.h.op = uint16_t(o);
@@ -286,11 +271,8 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
       queues_.erase(qid);
     }
     if (!connected_.load()) return;
-    wire::message m;
-    m.h.op = uint16_t(wire::op::close_queue_pair);
-    m.h.a = qid;
     try {
-      call(std::move(m));
+      call_on(wire::op::close_queue_pair, qid);
     } catch (const error&) {
       // The server is gone: it drops the queue pair with our connection.
     }

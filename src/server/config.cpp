@@ -145,13 +145,22 @@ bool valid_name(const std::string& s) {
   return true;
 }
 
-// The [[name]] array of tables (absent: empty).
-const toml::array* tables(const std::string& source, const toml::table& root, const char* name) {
+// Calls f(reader, table, "name[i]") for each [[name]] section in order,
+// after checking its keys against `known`.
+template <class F>
+void for_each_section(const std::string& source, const toml::table& root, const char* name,
+                      const std::vector<std::string>& known, F f) {
   const toml::node* n = root.get(name);
-  if (!n) return nullptr;
+  if (!n) return;
   const toml::array* a = n->as_array();
   if (!a || !a->is_array_of_tables()) fail(source, *n, name, std::string("must be [[") + name + "]] sections");
-  return a;
+  int i = 0;
+  for (const toml::node& e : *a) {
+    const toml::table& t = *e.as_table();
+    const std::string sec = std::string(name) + "[" + std::to_string(++i) + "]";
+    check_keys(source, t, sec, known);
+    f(reader{source, t, sec}, t, sec);
+  }
 }
 
 }  // namespace
@@ -269,119 +278,95 @@ server_config parse_config(std::string_view text, const std::string& source) {
     }
   }
 
-  if (const toml::array* a = tables(source, root, "dataset")) {
-    int i = 0;
-    for (const toml::node& n : *a) {
-      const toml::table& t = *n.as_table();
-      const std::string sec = "dataset[" + std::to_string(++i) + "]";
-      check_keys(source, t, sec,
-                 {"name", "file", "device", "memory", "tree", "writable", "block_size", "direct", "offset", "length"});
-      const reader r{source, t, sec};
-      dataset_config d;
-      d.line = int(t.source().begin.line);
-      const auto name = r.string("name");
-      if (!name) throw config_error(where(source, t.source(), sec) + ": needs a name");
-      if (!valid_name(*name))
-        fail(source, *t.get("name"), sec + ".name", "'" + *name + "': 1 to 64 letters, digits, '-', '_' or '.'");
-      if (cfg.find(*name)) fail(source, *t.get("name"), sec + ".name", "'" + *name + "' is already a dataset's name");
-      d.name = *name;
-      const auto file = r.string("file");
-      const auto device = r.string("device");
-      const auto memory = r.bytes("memory");
-      const auto tree = r.string("tree");
-      const int kinds = int(bool(file)) + int(bool(device)) + int(bool(memory)) + int(bool(tree));
-      if (kinds != 1)
-        throw config_error(where(source, t.source(), sec) + ": needs exactly one of file, device, memory or tree (has " +
-                           std::to_string(kinds) + ")");
-      if (file) {
-        if (file->empty()) fail(source, *t.get("file"), sec + ".file", "is empty");
-        d.kind = dataset_config::kind_t::file;
-        d.path = *file;
-      } else if (tree) {
-        if (tree->empty()) fail(source, *t.get("tree"), sec + ".tree", "is empty");
-        d.kind = dataset_config::kind_t::tree;
-        d.path = *tree;
-        for (const char* k : {"block_size", "direct", "offset", "length"})
-          if (t.get(k)) fail(source, *t.get(k), sec + "." + k, "does not apply to a tree");
-      } else if (device) {
-        if (device->empty()) fail(source, *t.get("device"), sec + ".device", "is empty");
-        d.kind = dataset_config::kind_t::device;
-        d.path = *device;
-      } else {
-        if (*memory == 0) fail(source, *t.get("memory"), sec + ".memory", "must be more than 0 bytes");
-        d.kind = dataset_config::kind_t::memory;
-        d.memory_bytes = *memory;
-        for (const char* k : {"direct", "offset", "length"})
-          if (t.get(k)) fail(source, *t.get(k), sec + "." + k, "does not apply to a memory dataset");
-      }
-      d.writable = r.boolean("writable").value_or(false);
-      if (auto v = r.integer("block_size", 512, 65536)) {
-        if (*v & (*v - 1)) fail(source, *t.get("block_size"), sec + ".block_size", std::to_string(*v) + " is not a power of two");
-        d.block_size = uint32_t(*v);
-      }
-      d.direct = r.boolean("direct").value_or(false);
-      d.offset = r.bytes("offset").value_or(0);
-      d.length = r.bytes("length").value_or(0);
-      cfg.datasets.push_back(std::move(d));
+  for_each_section(source, root, "dataset",
+                   {"name", "file", "device", "memory", "tree", "writable", "block_size", "direct", "offset", "length"},
+                   [&](const reader& r, const toml::table& t, const std::string& sec) {
+    dataset_config d;
+    d.line = int(t.source().begin.line);
+    const auto name = r.string("name");
+    if (!name) throw config_error(where(source, t.source(), sec) + ": needs a name");
+    if (!valid_name(*name))
+      fail(source, *t.get("name"), sec + ".name", "'" + *name + "': 1 to 64 letters, digits, '-', '_' or '.'");
+    if (cfg.find(*name)) fail(source, *t.get("name"), sec + ".name", "'" + *name + "' is already a dataset's name");
+    d.name = *name;
+    const auto file = r.string("file");
+    const auto device = r.string("device");
+    const auto memory = r.bytes("memory");
+    const auto tree = r.string("tree");
+    const int kinds = int(bool(file)) + int(bool(device)) + int(bool(memory)) + int(bool(tree));
+    if (kinds != 1)
+      throw config_error(where(source, t.source(), sec) + ": needs exactly one of file, device, memory or tree (has " +
+                         std::to_string(kinds) + ")");
+    if (file) {
+      if (file->empty()) fail(source, *t.get("file"), sec + ".file", "is empty");
+      d.kind = dataset_config::kind_t::file;
+      d.path = *file;
+    } else if (tree) {
+      if (tree->empty()) fail(source, *t.get("tree"), sec + ".tree", "is empty");
+      d.kind = dataset_config::kind_t::tree;
+      d.path = *tree;
+      for (const char* k : {"block_size", "direct", "offset", "length"})
+        if (t.get(k)) fail(source, *t.get(k), sec + "." + k, "does not apply to a tree");
+    } else if (device) {
+      if (device->empty()) fail(source, *t.get("device"), sec + ".device", "is empty");
+      d.kind = dataset_config::kind_t::device;
+      d.path = *device;
+    } else {
+      if (*memory == 0) fail(source, *t.get("memory"), sec + ".memory", "must be more than 0 bytes");
+      d.kind = dataset_config::kind_t::memory;
+      d.memory_bytes = *memory;
+      for (const char* k : {"direct", "offset", "length"})
+        if (t.get(k)) fail(source, *t.get(k), sec + "." + k, "does not apply to a memory dataset");
     }
-  }
+    d.writable = r.boolean("writable").value_or(false);
+    if (auto v = r.integer("block_size", 512, 65536)) {
+      if (*v & (*v - 1)) fail(source, *t.get("block_size"), sec + ".block_size", std::to_string(*v) + " is not a power of two");
+      d.block_size = uint32_t(*v);
+    }
+    d.direct = r.boolean("direct").value_or(false);
+    d.offset = r.bytes("offset").value_or(0);
+    d.length = r.bytes("length").value_or(0);
+    cfg.datasets.push_back(std::move(d));
+  });
   if (cfg.datasets.empty()) throw config_error(source + ": dataset: no datasets ([[dataset]] sections)");
 
-  if (const toml::array* a = tables(source, root, "grant")) {
-    int i = 0;
-    for (const toml::node& n : *a) {
-      const toml::table& t = *n.as_table();
-      const std::string sec = "grant[" + std::to_string(++i) + "]";
-      check_keys(source, t, sec, {"dataset", "uid", "gid", "user", "group", "everyone", "access", "widen"});
-      const reader r{source, t, sec};
-      grant_config g;
-      g.line = int(t.source().begin.line);
-      const auto ds = r.string("dataset");
-      if (!ds) throw config_error(where(source, t.source(), sec) + ": needs a dataset (a name, or \"*\")");
-      const dataset_config* d = *ds == "*" ? nullptr : cfg.find(*ds);
-      if (*ds != "*" && !d) fail(source, *t.get("dataset"), sec + ".dataset", "no dataset named '" + *ds + "'");
-      g.dataset = *ds;
-      g.who = read_principal(r, t);
-      g.widen = r.boolean("widen").value_or(false);
-      const std::string access = r.string("access").value_or("read");
-      if (access == "read-write")
-        g.write = true;
-      else if (access != "read")
-        fail(source, *t.get("access"), sec + ".access", "'" + access + "' is neither \"read\" nor \"read-write\"");
-      if (g.write && d && !d->writable)
-        fail(source, *t.get("access"), sec + ".access", "read-write on dataset '" + d->name + "', which is not writable");
-      cfg.grants.push_back(std::move(g));
-    }
-  }
+  for_each_section(source, root, "grant", {"dataset", "uid", "gid", "user", "group", "everyone", "access", "widen"},
+                   [&](const reader& r, const toml::table& t, const std::string& sec) {
+    grant_config g;
+    g.line = int(t.source().begin.line);
+    const auto ds = r.string("dataset");
+    if (!ds) throw config_error(where(source, t.source(), sec) + ": needs a dataset (a name, or \"*\")");
+    const dataset_config* d = *ds == "*" ? nullptr : cfg.find(*ds);
+    if (*ds != "*" && !d) fail(source, *t.get("dataset"), sec + ".dataset", "no dataset named '" + *ds + "'");
+    g.dataset = *ds;
+    g.who = read_principal(r, t);
+    g.widen = r.boolean("widen").value_or(false);
+    const std::string access = r.string("access").value_or("read");
+    if (access == "read-write")
+      g.write = true;
+    else if (access != "read")
+      fail(source, *t.get("access"), sec + ".access", "'" + access + "' is neither \"read\" nor \"read-write\"");
+    if (g.write && d && !d->writable)
+      fail(source, *t.get("access"), sec + ".access", "read-write on dataset '" + d->name + "', which is not writable");
+    cfg.grants.push_back(std::move(g));
+  });
 
-  if (const toml::array* a = tables(source, root, "share")) {
-    int i = 0;
-    for (const toml::node& n : *a) {
-      const toml::table& t = *n.as_table();
-      const std::string sec = "share[" + std::to_string(++i) + "]";
-      check_keys(source, t, sec, {"uid", "gid", "user", "group", "everyone", "weight", "rate"});
-      const reader r{source, t, sec};
-      share_config s;
-      s.line = int(t.source().begin.line);
-      s.who = read_principal(r, t);
-      if (auto w = r.number("weight")) {
-        if (!(*w > 0) || *w > 1e6) fail(source, *t.get("weight"), sec + ".weight", "must be above 0 and at most 1e6");
-        s.weight = *w;
-      }
-      s.rate_bytes = r.bytes("rate").value_or(0);
-      cfg.shares.push_back(std::move(s));
+  for_each_section(source, root, "share", {"uid", "gid", "user", "group", "everyone", "weight", "rate"},
+                   [&](const reader& r, const toml::table& t, const std::string& sec) {
+    share_config s;
+    s.line = int(t.source().begin.line);
+    s.who = read_principal(r, t);
+    if (auto w = r.number("weight")) {
+      if (!(*w > 0) || *w > 1e6) fail(source, *t.get("weight"), sec + ".weight", "must be above 0 and at most 1e6");
+      s.weight = *w;
     }
-  }
-  if (const toml::array* a = tables(source, root, "operator")) {
-    int i = 0;
-    for (const toml::node& n : *a) {
-      const toml::table& t = *n.as_table();
-      const std::string sec = "operator[" + std::to_string(++i) + "]";
-      check_keys(source, t, sec, {"uid", "gid", "user", "group", "everyone"});
-      const reader r{source, t, sec};
-      cfg.operators.push_back(read_principal(r, t));
-    }
-  }
+    s.rate_bytes = r.bytes("rate").value_or(0);
+    cfg.shares.push_back(std::move(s));
+  });
+  for_each_section(source, root, "operator", {"uid", "gid", "user", "group", "everyone"},
+                   [&](const reader& r, const toml::table& t, const std::string&) {
+    cfg.operators.push_back(read_principal(r, t));
+  });
   return cfg;
 }
 

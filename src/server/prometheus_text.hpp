@@ -25,6 +25,11 @@ class prometheus_text {
   // checked like metric names (no colon, no leading "__"); values escaped.
   void sample(std::string_view name, const metric_labels& labels, uint64_t value);
   void sample(std::string_view name, const metric_labels& labels, double value);
+  // A family of one sample without labels.
+  void single(std::string_view name, std::string_view type, std::string_view help, uint64_t value) {
+    family(name, type, help);
+    sample(name, {}, value);
+  }
   // A histogram's samples from cumulative-ready buckets: bucket i counts
   // observations up to bounds[i] (not cumulated yet); +Inf, _sum, _count.
   void histogram(std::string_view name, const metric_labels& labels, const std::vector<double>& bounds,

@@ -1319,30 +1319,26 @@ static nlohmann::json client_json(const client_state& c, const client_counters& 
 std::string server::impl::stats_json(const client_state* viewer) const {
   nlohmann::json j;
   const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // What both views show of the server and of a dataset.
+  j["server"] = {{"socket", cfg.socket_path}, {"uptime_s", up}, {"backend", ctl->backend_name()}, {"pollers", cfg.pollers}};
+  const auto dataset_json = [&](const dataset_state& d, bool writable) {
+    return nlohmann::json{{"nsid", d.nsid},           {"name", d.cfg->name},   {"target", d.data->describe()},
+                          {"route", served_by()},     {"bytes", d.bytes},      {"block_size", d.cfg->block_size},
+                          {"writable", writable}};
+  };
+  j["datasets"] = nlohmann::json::array();
   if (viewer) {
     std::lock_guard<std::mutex> lock(mutex);
     const client_counters k = ctl->client_stats(viewer->id);
-    j["server"] = {{"view", "client"},
-                   {"socket", cfg.socket_path},
-                   {"uptime_s", up},
-                   {"backend", ctl->backend_name()},
-                   {"pollers", cfg.pollers},
-                   {"queue_pairs", viewer->queues.size()},
-                   {"commands", k.commands},
-                   {"bytes_read", k.bytes_read},
-                   {"bytes_written", k.bytes_written},
-                   {"errors", k.errors}};
-    j["datasets"] = nlohmann::json::array();
+    j["server"].update({{"view", "client"},
+                        {"queue_pairs", viewer->queues.size()},
+                        {"commands", k.commands},
+                        {"bytes_read", k.bytes_read},
+                        {"bytes_written", k.bytes_written},
+                        {"errors", k.errors}});
     for (const dataset_state& d : datasets) {
       const uint8_t g = viewer->grants->of(d.nsid);
-      if (g == access_grants::none) continue;
-      j["datasets"].push_back({{"nsid", d.nsid},
-                               {"name", d.cfg->name},
-                               {"target", d.data->describe()},
-                               {"route", served_by()},
-                               {"bytes", d.bytes},
-                               {"block_size", d.cfg->block_size},
-                               {"writable", bool(g & access_grants::write)}});
+      if (g != access_grants::none) j["datasets"].push_back(dataset_json(d, g & access_grants::write));
     }
     j["trees"] = nlohmann::json::array();
     for (const dataset_config* t : trees) {
@@ -1359,28 +1355,24 @@ std::string server::impl::stats_json(const client_state* viewer) const {
     std::lock_guard<std::mutex> lock(mutex);  // the loop counts clients as it accepts them
     clients_total = total_clients;
   }
-  j["server"] = {{"view", "operator"},
-                 {"socket", cfg.socket_path},
-                 {"uptime_s", up},
-                 {"backend", ctl->backend_name()},
-                 {"pollers", cfg.pollers},
-                 {"io_budget_bytes", cfg.io_budget_bytes},
-                 {"io_budget_now_bytes", ctl->io_budget_now()},
-                 {"latency_target", cfg.latency_target},
-                 {"poller_spin_us", cfg.poller_spin_us.value_or(0)},
-                 {"poller_cpu_seconds", ctl->poller_cpu_seconds()},
-                 {"latency_floor_us", double(ctl->latency_floor_ns()) / 1e3},
-                 {"queue_pairs", ctl->queue_pair_count()},
-                 {"sections", [&] {
-                    std::lock_guard<std::mutex> lock(mutex);
-                    return sections.size();
-                  }()},
-                 {"clients_total", clients_total},
-                 {"client_accounts", ctl->client_account_count()},
-                 {"commands", t.commands},
-                 {"bytes_read", t.bytes_read},
-                 {"bytes_written", t.bytes_written},
-                 {"errors", t.errors}};
+  j["server"].update({{"view", "operator"},
+                      {"io_budget_bytes", cfg.io_budget_bytes},
+                      {"io_budget_now_bytes", ctl->io_budget_now()},
+                      {"latency_target", cfg.latency_target},
+                      {"poller_spin_us", cfg.poller_spin_us.value_or(0)},
+                      {"poller_cpu_seconds", ctl->poller_cpu_seconds()},
+                      {"latency_floor_us", double(ctl->latency_floor_ns()) / 1e3},
+                      {"queue_pairs", ctl->queue_pair_count()},
+                      {"sections", [&] {
+                         std::lock_guard<std::mutex> lock(mutex);
+                         return sections.size();
+                       }()},
+                      {"clients_total", clients_total},
+                      {"client_accounts", ctl->client_account_count()},
+                      {"commands", t.commands},
+                      {"bytes_read", t.bytes_read},
+                      {"bytes_written", t.bytes_written},
+                      {"errors", t.errors}});
   if (tier) {
     const host_tier_stats h = tier->stats();
     const uint64_t n = h.hits + h.misses;
@@ -1392,16 +1384,11 @@ std::string server::impl::stats_json(const client_state* viewer) const {
                       {"evictions", h.evictions},
                       {"invalidations", h.invalidations}};
   }
-  j["datasets"] = nlohmann::json::array();
-  for (const dataset_state& d : datasets)
-    j["datasets"].push_back({{"nsid", d.nsid},
-                             {"name", d.cfg->name},
-                             {"target", d.data->describe()},
-                             {"route", served_by()},
-                             {"bytes", d.bytes},
-                             {"block_size", d.cfg->block_size},
-                             {"writable", d.writable},
-                             {"latency_floor_us", double(ctl->latency_floor_ns(d.nsid)) / 1e3}});
+  for (const dataset_state& d : datasets) {
+    nlohmann::json e = dataset_json(d, d.writable);
+    e["latency_floor_us"] = double(ctl->latency_floor_ns(d.nsid)) / 1e3;
+    j["datasets"].push_back(std::move(e));
+  }
   j["trees"] = nlohmann::json::array();
   for (const dataset_config* t : trees) j["trees"].push_back({{"name", t->name}, {"root", t->path}, {"writable", t->writable}});
   j["clients"] = nlohmann::json::array();
@@ -1433,24 +1420,16 @@ std::string server::impl::stats_json(const client_state* viewer) const {
 std::string server::impl::prometheus() const {
   prometheus_text o;
   const queue_counters t = ctl->total_counters();
-  o.family("deepwell_commands_total", "counter", "Commands served, all clients.");
-  o.sample("deepwell_commands_total", {}, t.commands);
-  o.family("deepwell_bytes_read_total", "counter", "Bytes read, all clients.");
-  o.sample("deepwell_bytes_read_total", {}, t.bytes_read);
-  o.family("deepwell_bytes_written_total", "counter", "Bytes written, all clients.");
-  o.sample("deepwell_bytes_written_total", {}, t.bytes_written);
-  o.family("deepwell_errors_total", "counter", "Commands completed with an error status, all clients.");
-  o.sample("deepwell_errors_total", {}, t.errors);
-  o.family("deepwell_queue_pairs", "gauge", "Queue pairs being served.");
-  o.sample("deepwell_queue_pairs", {}, uint64_t(ctl->queue_pair_count()));
+  o.single("deepwell_commands_total", "counter", "Commands served, all clients.", t.commands);
+  o.single("deepwell_bytes_read_total", "counter", "Bytes read, all clients.", t.bytes_read);
+  o.single("deepwell_bytes_written_total", "counter", "Bytes written, all clients.", t.bytes_written);
+  o.single("deepwell_errors_total", "counter", "Commands completed with an error status, all clients.", t.errors);
+  o.single("deepwell_queue_pairs", "gauge", "Queue pairs being served.", uint64_t(ctl->queue_pair_count()));
   if (tier) {
     const host_tier_stats h = tier->stats();
-    o.family("deepwell_host_tier_hits_total", "counter", "Requests served from the shared host-memory tier.");
-    o.sample("deepwell_host_tier_hits_total", {}, h.hits);
-    o.family("deepwell_host_tier_misses_total", "counter", "Requests the host-memory tier sent to storage.");
-    o.sample("deepwell_host_tier_misses_total", {}, h.misses);
-    o.family("deepwell_host_tier_resident_pages", "gauge", "Pages in the host-memory tier.");
-    o.sample("deepwell_host_tier_resident_pages", {}, uint64_t(h.resident_pages));
+    o.single("deepwell_host_tier_hits_total", "counter", "Requests served from the shared host-memory tier.", h.hits);
+    o.single("deepwell_host_tier_misses_total", "counter", "Requests the host-memory tier sent to storage.", h.misses);
+    o.single("deepwell_host_tier_resident_pages", "gauge", "Pages in the host-memory tier.", uint64_t(h.resident_pages));
   }
   if (cfg.metrics_detail) {
     o.family("deepwell_dataset_bytes", "gauge", "Size of each dataset.");
@@ -1461,8 +1440,7 @@ std::string server::impl::prometheus() const {
            "Storage bytes in flight that clients share now (the latency target may hold it below io_budget, or a "
            "lone client's above).");
   o.sample("deepwell_io_budget_bytes", {}, ctl->io_budget_now());
-  o.family("deepwell_clients", "gauge", "Connected clients.");
-  o.sample("deepwell_clients", {}, uint64_t(clients.size()));
+  o.single("deepwell_clients", "gauge", "Connected clients.", uint64_t(clients.size()));
   // Who the clients are and what each does: only where the operator asked
   // (metrics_detail); anyone who can reach the port reads it.
   if (!cfg.metrics_detail) return o.text();

@@ -92,24 +92,29 @@ class checksummed_target_impl final : public checksummed_target {
   uint64_t mismatches() const override { return mismatches_.load(std::memory_order_relaxed); }
   uint64_t last_mismatch_block() const override { return last_bad_.load(std::memory_order_relaxed); }
 
-  void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
-    if (offset % block_ || len % block_) return done(-EINVAL);
+  // A request for whole blocks; nullptr (after done(-EINVAL)) for any other.
+  sum_request* request(void* buf, uint32_t len, uint64_t offset, io_callback done) {
+    if (offset % block_ || len % block_) {
+      done(-EINVAL);
+      return nullptr;
+    }
     sum_request* r = request_pool::take();
     r->self = this;
     r->buf = buf;
     r->len = len;
     r->offset = offset;
     r->done = done;
-    data_->read(io, buf, len, offset, {&on_read, r});
+    return r;
+  }
+
+  void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
+    sum_request* r = request(buf, len, offset, done);
+    if (r) data_->read(io, buf, len, offset, {&on_read, r});
   }
 
   void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) override {
-    if (offset % block_ || len % block_) return done(-EINVAL);
-    sum_request* r = request_pool::take();
-    r->self = this;
-    r->len = len;
-    r->offset = offset;
-    r->done = done;
+    sum_request* r = request(nullptr, len, offset, done);
+    if (!r) return;
     r->sums.resize(len / block_);
     for (uint32_t i = 0; i < len / block_; ++i) r->sums[i] = block_sum(static_cast<const uint8_t*>(buf) + i * block_, block_);
     data_->write(io, buf, len, offset, fua, {&on_write, r});

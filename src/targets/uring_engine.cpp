@@ -295,19 +295,16 @@ class uring_engine final : public io_engine {
     const bool fixed = index >= 0 && unsigned(index) < registered_buffers_;
     switch (op.kind) {
       case io_op::read:
-        if (fixed)
-          io_uring_prep_read_fixed(sqe, op.fd, op.buf, op.len, op.offset, index);
-        else
-          io_uring_prep_read(sqe, op.fd, op.buf, op.len, op.offset);
+      case io_op::write: {
+        // What io_uring_prep_{read,write}[_fixed] do: only the opcode differs.
+        const bool write = op.kind == io_op::write;
+        const int opcode = fixed ? (write ? IORING_OP_WRITE_FIXED : IORING_OP_READ_FIXED)
+                                 : (write ? IORING_OP_WRITE : IORING_OP_READ);
+        io_uring_prep_rw(opcode, sqe, op.fd, op.buf, op.len, op.offset);
+        if (fixed) sqe->buf_index = uint16_t(index);
         sqe->rw_flags = op.rw_flags;
         break;
-      case io_op::write:
-        if (fixed)
-          io_uring_prep_write_fixed(sqe, op.fd, op.buf, op.len, op.offset, index);
-        else
-          io_uring_prep_write(sqe, op.fd, op.buf, op.len, op.offset);
-        sqe->rw_flags = op.rw_flags;
-        break;
+      }
       case io_op::fsync:
         io_uring_prep_fsync(sqe, op.fd, IORING_FSYNC_DATASYNC);
         break;

@@ -208,6 +208,8 @@ class controller {
   mutable std::mutex mutex_;  // set-up only: namespaces, queue creation
   std::unique_ptr<std::unique_ptr<ns_entry>[]> namespaces_;
   std::atomic<uint32_t> ns_count_{0};
+  // Namespace nsid, or nullptr when there is none.
+  const ns_entry* find_ns(uint32_t nsid) const;
   std::vector<std::unique_ptr<poller>> pollers_;
   std::unique_ptr<detail::share_arbiter> arbiter_;  // server mode only
   std::atomic<uint32_t> clients_with_queues_{0};    // server mode: clients with a queue pair served now

@@ -20,6 +20,7 @@
 #include "deepwell/controller/controller.hpp"
 #include "deepwell/link/gpu_client.hpp"
 #include "deepwell/link/memcpy_ceiling.hpp"
+#include "deepwell/targets/drive_array.hpp"
 #include "bench_common.cuh"
 #include "uring_loop.hpp"
 
@@ -115,7 +116,14 @@ int main(int argc, char** argv) {
   std::vector<unsigned> thread_counts{1u << 16};
   unsigned per_thread = 16, queues = 32, entries = 1024, pollers = 4;
   CLI::App app{"deepwell block benchmark with GPU clients"};
-  app.add_option("--location", location, "null | hostmem | file")->check(CLI::IsMember({"null", "hostmem", "file"}));
+  app.add_option("--location", location, "null | hostmem | file | model (modelled drives, striped)")
+      ->check(CLI::IsMember({"null", "hostmem", "file", "model"}));
+  unsigned drives = 1;
+  uint64_t chunk = 4096, drive_iops = 1'500'000, drive_latency_ns = 80'000;
+  app.add_option("--drives", drives, "with --location model: modelled drives, striped");
+  app.add_option("--chunk", chunk, "with --location model: the stripe's chunk bytes");
+  app.add_option("--drive-iops", drive_iops, "with --location model: each drive's IOPS");
+  app.add_option("--drive-latency-ns", drive_latency_ns, "with --location model: each drive's latency");
   app.add_option("--path", path, "file for --location file (created if missing)");
   app.add_flag("--direct", direct, "O_DIRECT");
   app.add_option("--size", size, "dataset bytes");
@@ -151,6 +159,17 @@ int main(int argc, char** argv) {
       // Written once, as a loaded dataset would be: otherwise the first read
       // of each page would fault a zero page in on the controller's time.
       std::memset(t->host_pointer(), 0x5A, size);
+    } else if (location == "model") {
+      // Host memory behind a device model a drive, striped: the controller's
+      // scaling over drives where there are none (drive_array.hpp).
+      drive_model dm;
+      dm.iops = drive_iops;
+      dm.latency_ns = drive_latency_ns;
+      std::vector<std::shared_ptr<target>> members;
+      const uint64_t per = (size / drives + chunk - 1) / chunk * chunk;
+      for (unsigned i = 0; i < drives; ++i) members.push_back(make_model_drive_target(per, dm));
+      t = make_striped_target(members, chunk);
+      size = std::min<uint64_t>(size, t->size()) / largest * largest;
     } else {
       if (path.empty()) throw error("--location file needs --path");
       bench::ensure_pattern_file(path, size);
@@ -211,6 +230,9 @@ int main(int argc, char** argv) {
                        {"threads", threads},   {"per_thread", pt}, {"queues", queues}, {"queue_entries", qe},
                        {"pollers", pollers},   {"op", op}, {"pattern", pattern}, {"backend", ctl.backend_name()},
                        {"path_kind", "controller"}, {"gpu_touches", touch}};
+        if (location == "model")
+          j["config"]["model"] = {{"drives", drives}, {"chunk", chunk}, {"drive_iops", drive_iops},
+                                  {"drive_latency_ns", drive_latency_ns}};
         j["metrics"] = {{"requests", c.ok},
                         {"failed", c.failed},
                         {"seconds", secs},
@@ -219,7 +241,8 @@ int main(int argc, char** argv) {
                         {"poller_cpu_seconds", cpu},
                         {"controller_ns_per_request", c.ok ? cpu / c.ok * 1e9 : 0.0},
                         {"controller_cores", cpu / secs},
-                        {"controller_cores_per_10gbps", gbps > 0 ? cpu / secs / (gbps / 10) : 0.0}};
+                        {"controller_cores_per_10gbps", gbps > 0 ? cpu / secs / (gbps / 10) : 0.0},
+                        {"controller_cores_per_miops", c.ok ? cpu / secs / (c.ok / secs / 1e6) : 0.0}};
         j["ceilings"] = {{"h2d_memcpy_gbps", link}};
         j["ratios"] = {{"vs_h2d", gbps / link}};
         if (location == "file") {

@@ -87,6 +87,19 @@ struct reader {
     if (n->is_floating_point()) return n->as_floating_point()->get();
     fail(source, *n, name(key), "must be a number");
   }
+  // A non-empty array of non-empty strings.
+  std::optional<std::vector<std::string>> strings(const char* key) const {
+    const toml::node* n = get(key);
+    if (!n) return std::nullopt;
+    const toml::array* a = n->as_array();
+    if (!a || a->empty()) fail(source, *n, name(key), "must be a non-empty array of strings");
+    std::vector<std::string> out;
+    for (const toml::node& e : *a) {
+      if (!e.is_string() || e.as_string()->get().empty()) fail(source, e, name(key), "must hold non-empty strings");
+      out.push_back(std::string(e.as_string()->get()));
+    }
+    return out;
+  }
   // An integer, or a string with a unit ("4GiB").
   std::optional<uint64_t> bytes(const char* key) const {
     const toml::node* n = get(key);
@@ -279,7 +292,8 @@ server_config parse_config(std::string_view text, const std::string& source) {
   }
 
   for_each_section(source, root, "dataset",
-                   {"name", "file", "device", "memory", "tree", "writable", "block_size", "direct", "offset", "length"},
+                   {"name", "file", "device", "memory", "tree", "stripe", "mirror", "chunk", "writable", "block_size",
+                    "direct", "offset", "length"},
                    [&](const reader& r, const toml::table& t, const std::string& sec) {
     dataset_config d;
     d.line = int(t.source().begin.line);
@@ -293,11 +307,29 @@ server_config parse_config(std::string_view text, const std::string& source) {
     const auto device = r.string("device");
     const auto memory = r.bytes("memory");
     const auto tree = r.string("tree");
-    const int kinds = int(bool(file)) + int(bool(device)) + int(bool(memory)) + int(bool(tree));
+    const auto stripe = r.strings("stripe");
+    const auto mirror = r.strings("mirror");
+    const int kinds = int(bool(file)) + int(bool(device)) + int(bool(memory)) + int(bool(tree)) + int(bool(stripe)) +
+                      int(bool(mirror));
     if (kinds != 1)
-      throw config_error(where(source, t.source(), sec) + ": needs exactly one of file, device, memory or tree (has " +
+      throw config_error(where(source, t.source(), sec) +
+                         ": needs exactly one of file, device, memory, tree, stripe or mirror (has " +
                          std::to_string(kinds) + ")");
-    if (file) {
+    if (t.get("chunk") && !stripe) fail(source, *t.get("chunk"), sec + ".chunk", "applies to a stripe only");
+    if (stripe || mirror) {
+      d.kind = stripe ? dataset_config::kind_t::stripe : dataset_config::kind_t::mirror;
+      d.members = stripe ? *stripe : *mirror;
+      if (d.members.size() > 64)
+        fail(source, *t.get(stripe ? "stripe" : "mirror"), sec + (stripe ? ".stripe" : ".mirror"),
+             "has " + std::to_string(d.members.size()) + " members; at most 64");
+      if (auto v = r.bytes("chunk")) {
+        if (*v < 512 || *v > (64ull << 20) || (*v & (*v - 1)))
+          fail(source, *t.get("chunk"), sec + ".chunk", "must be a power of two from 512 bytes to 64 MiB");
+        d.chunk = *v;
+      }
+      for (const char* k : {"offset", "length"})
+        if (t.get(k)) fail(source, *t.get(k), sec + "." + k, "does not apply to a stripe or mirror");
+    } else if (file) {
       if (file->empty()) fail(source, *t.get("file"), sec + ".file", "is empty");
       d.kind = dataset_config::kind_t::file;
       d.path = *file;
@@ -427,12 +459,16 @@ std::vector<std::string> widening_grants(const server_config& cfg) {
       if (g.dataset != "*" && g.dataset != d.name) continue;
       if (d.kind == dataset_config::kind_t::memory) continue;
       const bool write = g.write && d.writable;
-      if (may_open_as(uid, gids, d.path, write)) continue;
-      out.push_back(cfg.source + ":" + std::to_string(g.line) + ": grant[" + std::to_string(i) + "]: gives " +
-                    g.who.describe() + (write ? " read-write" : " read") + " access to " + d.path + " (dataset " +
-                    d.name + "), which " + g.who.describe() + " could not open " + (write ? "read-write" : "for reading") +
-                    " itself: the server (root) would be its deputy. Change the file's permissions, or set widen = true "
-                    "on the grant if that is meant");
+      const std::vector<std::string> paths = d.members.empty() ? std::vector<std::string>{d.path} : d.members;
+      for (const std::string& path : paths) {
+        if (may_open_as(uid, gids, path, write)) continue;
+        out.push_back(cfg.source + ":" + std::to_string(g.line) + ": grant[" + std::to_string(i) + "]: gives " +
+                      g.who.describe() + (write ? " read-write" : " read") + " access to " + path + " (dataset " +
+                      d.name + "), which " + g.who.describe() + " could not open " +
+                      (write ? "read-write" : "for reading") +
+                      " itself: the server (root) would be its deputy. Change the file's permissions, or set widen = "
+                      "true on the grant if that is meant");
+      }
     }
   }
   return out;

@@ -42,6 +42,7 @@
 
 #include "deepwell/controller/controller.hpp"
 #include "deepwell/targets/checksummed_target.hpp"
+#include "deepwell/targets/drive_array.hpp"
 #include "common/fork_join.hpp"
 #include "targets/local_tree.hpp"
 #include "targets/section_target.hpp"
@@ -406,6 +407,19 @@ void server::impl::open_datasets() {
         // be reopened read-write.
         s.memory = shared_region::create(d.memory_bytes, "deepwell-dataset-" + d.name, !d.writable);
         s.data = wrap_host_memory(s.memory.data(), d.memory_bytes, d.writable);
+      } else if (!d.members.empty()) {
+        // An array of drives (targets/drive_array.hpp): each member a file
+        // or device of its own, opened as a file dataset would be.
+        file_options fo;
+        fo.direct = d.direct;
+        fo.writable = d.writable;
+        std::vector<std::shared_ptr<target>> members;
+        for (const std::string& m : d.members) members.push_back(open_file_target(m, fo));
+        if (d.kind == dataset_config::kind_t::stripe)
+          s.data = make_striped_target(std::move(members), d.chunk);
+        else
+          s.data = make_mirrored_target(std::move(members));
+        tiered_bytes += s.data->size();
       } else {
         file_options fo;
         fo.direct = d.direct;

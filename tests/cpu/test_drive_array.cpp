@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "../common/integrity.hpp"
+#include "deepwell/link/server_link.hpp"
+#include "cache_test_support.hpp"
+#include "server_test_support.hpp"
 #include "deepwell/controller/controller.hpp"
 #include "deepwell/controller/embedded.hpp"
 #include "deepwell/targets/drive_array.hpp"
@@ -289,4 +292,50 @@ TEST(ModelDrive, KeepsItsBytesAndItsPace) {
   // 1024 page reads at 20 K IOPS: at least 51 ms, whatever the clients do.
   EXPECT_GE(secs, 0.051) << "the model's IOPS bound the reads";
   test::expect_error([&] { make_model_drive_target(bytes, drive_model{.iops = 0}); }, "iops");
+}
+
+// Under `deepwell serve`: a stripe and a mirror declared in the TOML config
+// serve their bytes to a client, and a client's writes land on the members.
+TEST(DriveArrayServer, StripedAndMirroredDatasetsServeTheirBytes) {
+  const uint64_t member_bytes = 256 << 10, chunk = 16384;
+  test::scratch_file s0(member_bytes, 31), s1(member_bytes, 32), m0(member_bytes, 33), m1(member_bytes, 33);
+  const std::string sock = "/tmp/deepwell-test-array-" + std::to_string(getpid()) + ".sock";
+  const std::string uid = std::to_string(getuid());
+  test::server_thread srv;
+  srv.start("[server]\nsocket = \"" + sock + "\"\npollers = 2\n" +
+            "[[dataset]]\nname = \"s\"\nstripe = [\"" + s0.path() + "\", \"" + s1.path() + "\"]\nchunk = \"16KiB\"\n" +
+            "writable = true\n" +
+            "[[dataset]]\nname = \"m\"\nmirror = [\"" + m0.path() + "\", \"" + m1.path() + "\"]\n" +
+            "[[grant]]\ndataset = \"*\"\nuid = " + uid + "\naccess = \"read-write\"\n");
+  for (int i = 0; i < 200 && access(sock.c_str(), F_OK) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto link = server_link::connect(sock, "array-client");
+  cache_config cc = test::small_cache(16);
+  cc.direct_tier = false;
+  {
+    const uint32_t ns = link->lookup("s");
+    ASSERT_EQ(link->info(ns).bytes, 2 * member_bytes);
+    array<uint64_t> a(make_host_page_cache(link, cc), ns);
+    const auto r = a.ref();
+    for (uint64_t i = 0; i < a.size(); i += 3) {
+      const uint64_t b = i * 8, k = b / chunk;
+      const uint64_t at = k / 2 * chunk + b % chunk;
+      ASSERT_EQ(r[i], test::pattern_word(at, k % 2 ? 32 : 31)) << "word " << i;
+    }
+    for (uint64_t i = 0; i < a.size(); i += 1001) ASSERT_TRUE(r.write(one_lane{}, i, ~i).ok());
+    ASSERT_TRUE(a.cache().flush().ok());
+    const std::vector<uint64_t> f0 = test::file_words(s0.path(), member_bytes), f1 = test::file_words(s1.path(), member_bytes);
+    for (uint64_t i = 0; i < a.size(); i += 1001) {
+      const uint64_t b = i * 8, k = b / chunk;
+      EXPECT_EQ((k % 2 ? f1 : f0)[(k / 2 * chunk + b % chunk) / 8], ~i) << "word " << i << " on its member";
+    }
+  }
+  {
+    const uint32_t ns = link->lookup("m");
+    ASSERT_EQ(link->info(ns).bytes, member_bytes);
+    EXPECT_FALSE(link->may_write(ns));
+    array<uint64_t> a(make_host_page_cache(link, cc), ns);
+    const auto r = a.ref();
+    for (uint64_t i = 0; i < a.size(); i += 5) ASSERT_EQ(r[i], test::pattern_word(i * 8, 33)) << "word " << i;
+  }
+  srv.stop();
 }

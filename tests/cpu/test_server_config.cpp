@@ -143,7 +143,7 @@ TEST(ServerConfig, MistakesNameTheFileTheLineAndTheKey) {
       {"[server]\npollers = 0\n" + one_dataset, "server.pollers: 0 is out of range"},
       {one_dataset + "block_size = 3000\n", "bad.toml:4: dataset[1].block_size: 3000 is not a power of two"},
       {one_dataset + one_dataset, "bad.toml:5: dataset[2].name: 'd' is already a dataset's name"},
-      {one_dataset + "memory = \"1GiB\"\n", "bad.toml:1: dataset[1]: needs exactly one of file, device, memory or tree"},
+      {one_dataset + "memory = \"1GiB\"\n", "bad.toml:1: dataset[1]: needs exactly one of file, device, memory, tree, stripe or mirror"},
       {"[[dataset]]\nname = \"m\"\nmemory = \"1G\"\ndirect = true\n", "dataset[1].direct: does not apply"},
       {one_dataset + "[[grant]]\ndataset = \"e\"\nuid = 1\n", "bad.toml:5: grant[1].dataset: no dataset named 'e'"},
       {one_dataset + "[[grant]]\ndataset = \"d\"\nuid = 1\ngid = 2\n", "grant[1]: needs exactly one of uid"},
@@ -241,4 +241,34 @@ TEST(ServerConfig, PrincipalsMatchByUidGroupOrEveryone) {
   EXPECT_TRUE(all.matches(12345, {}));
   EXPECT_EQ(u.describe(), "uid 1000");
   EXPECT_EQ(all.describe(), "everyone");
+}
+
+TEST(ServerConfig, ArraysOfDrivesNameTheirMembers) {
+  const server_config c = parse_config(R"(
+[[dataset]]
+name = "s"
+stripe = ["/data/a.bin", "/data/b.bin"]
+chunk = "16KiB"
+[[dataset]]
+name = "m"
+mirror = ["/data/c.bin", "/data/d.bin", "/data/e.bin"]
+writable = true
+)");
+  ASSERT_EQ(c.datasets.size(), 2u);
+  EXPECT_EQ(c.datasets[0].kind, dataset_config::kind_t::stripe);
+  EXPECT_EQ(c.datasets[0].members, (std::vector<std::string>{"/data/a.bin", "/data/b.bin"}));
+  EXPECT_EQ(c.datasets[0].chunk, 16384u);
+  EXPECT_EQ(c.datasets[1].kind, dataset_config::kind_t::mirror);
+  EXPECT_EQ(c.datasets[1].members.size(), 3u);
+  EXPECT_EQ(c.datasets[1].chunk, 65536u) << "the default chunk";
+  const std::string head = "[[dataset]]\nname = \"s\"\n";
+  EXPECT_NE(error_of(head + "stripe = []\n").find("dataset[1].stripe: must be a non-empty array of strings"), std::string::npos);
+  EXPECT_NE(error_of(head + "stripe = [\"/a\", 3]\n").find("must hold non-empty strings"), std::string::npos);
+  EXPECT_NE(error_of(head + "stripe = [\"/a\", \"\"]\n").find("must hold non-empty strings"), std::string::npos);
+  EXPECT_NE(error_of(head + "stripe = [\"/a\"]\nfile = \"/b\"\n").find("exactly one of"), std::string::npos);
+  EXPECT_NE(error_of(head + "mirror = [\"/a\"]\nchunk = 4096\n").find("dataset[1].chunk: applies to a stripe only"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "stripe = [\"/a\"]\nchunk = 3000\n").find("power of two"), std::string::npos);
+  EXPECT_NE(error_of(head + "stripe = [\"/a\"]\noffset = 4096\n").find("does not apply to a stripe or mirror"),
+            std::string::npos);
 }

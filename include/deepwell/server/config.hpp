@@ -74,8 +74,12 @@ struct dataset_config {
   // tree: a directory whose files clients open through the file API
   // (files/file_system.hpp, tree.hpp), beneath it, as their grant allows;
   // not a namespace of its own.
-  enum class kind_t { file, device, memory, tree } kind = kind_t::file;
+  // stripe, mirror: an array of files or devices as one dataset
+  // (targets/drive_array.hpp), the members in `members`.
+  enum class kind_t { file, device, memory, tree, stripe, mirror } kind = kind_t::file;
   std::string path;           // file, device, or the tree's root directory
+  std::vector<std::string> members;  // stripe, mirror: the member files or devices, in order
+  uint64_t chunk = 65536;            // stripe: bytes of the dataset a member takes in turn
   uint64_t memory_bytes = 0;  // memory: its size (zeroed at start)
   bool writable = false;
   uint32_t block_size = 4096;  // power of two, 512 to 65536

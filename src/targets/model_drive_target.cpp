@@ -115,9 +115,10 @@ class model_drive_target final : public target {
       return io.queue(op);
     }
     q->heap.push({due, result, done});
-    // A timer for it when it is the earliest, or when the armed one was
-    // lost (an engine that went before its timer fired leaves it armed).
-    if (q->armed_due == 0 || due < q->armed_due || now > q->armed_due + 10'000'000) arm(*q, due, now);
+    // A timer for its tick when it is the earliest, or when the armed one
+    // was lost (an engine that went before its timer fired leaves it armed).
+    const uint64_t at = tick_of(due);
+    if (q->armed_due == 0 || at < q->armed_due || now > q->armed_due + 10'000'000) arm(*q, at, now);
   }
 
   struct own_ctx {
@@ -130,6 +131,15 @@ class model_drive_target final : public target {
     delete c;
     o.done(r < 0 ? r : o.result);
   }
+
+  // Completions are delivered on ticks: a command completes at the first
+  // tick at or after its due time (at most tick_ns late), and the commands
+  // of one tick on one timer. At millions of commands a second a timer a
+  // command would cost the pollers more than the commands (an H200 run:
+  // 3.4 M 4 KiB reads a second over 4 to 16 drives with a timer for every
+  // earliest command, against 5-6 M the pollers do from plain host memory).
+  static constexpr uint64_t tick_ns = 20'000;
+  static uint64_t tick_of(uint64_t due) { return (due + tick_ns - 1) / tick_ns * tick_ns; }
 
   static void arm(engine_queue& q, uint64_t due, uint64_t now) {
     q.armed_due = due;
@@ -145,15 +155,17 @@ class model_drive_target final : public target {
     engine_queue& q = *t->q;
     if (q.armed_due == t->due) q.armed_due = 0;
     delete t;
-    // Everything due (a microsecond's slack: the next timer would fire at
-    // once anyway), in order of due time.
+    // Everything due by now, in order of due time.
     const uint64_t now = now_ns();
     std::vector<engine_queue::waiting> ready;
-    while (!q.heap.empty() && q.heap.top().due <= now + 1000) {
+    while (!q.heap.empty() && q.heap.top().due <= now) {
       ready.push_back(q.heap.top());
       q.heap.pop();
     }
-    if (!q.heap.empty() && (q.armed_due == 0 || q.heap.top().due < q.armed_due)) arm(q, q.heap.top().due, now);
+    if (!q.heap.empty()) {
+      const uint64_t at = tick_of(q.heap.top().due);
+      if (q.armed_due == 0 || at < q.armed_due) arm(q, at, now);
+    }
     for (const auto& w : ready) w.done(w.result);
   }
 

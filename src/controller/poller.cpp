@@ -298,7 +298,7 @@ void controller::poller::settle(queue_pair::impl& q, uint8_t opcode, uint32_t co
     a.record_latency(t - fetched_ns);
     // The storage's own latency (from admission), for the latency target;
     // not for commands served on the spot (host memory: no storage).
-    if (admitted_ns && ok && cost && t > admitted_ns) owner->arbiter_->completed(nsid, t - admitted_ns, t, index);
+    if (admitted_ns && ok && cost && t > admitted_ns) owner->arbiter_->completed(nsid, t - admitted_ns, t, index, opcode == nvme::op_read);
   }
   --q.taken;
   q.credit += cost;  // give_back decides what the queue keeps

@@ -139,7 +139,7 @@ uint64_t share_arbiter::latency_floor_ns(uint32_t nsid) const {
   return lowest;
 }
 
-void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns, unsigned shard) {
+void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns, unsigned shard, bool read) {
   if (target_.factor <= 0 || nsid == 0 || nsid > max_nsid_) return;
   ns_latency& n = ns_[nsid];
   if (uint32_t top = top_nsid_.load(std::memory_order_relaxed); nsid > top)
@@ -154,6 +154,10 @@ void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns
   window_sum& w = sum_of(shard, nsid);
   w.sum.add(device_ns);
   w.count.add(1);
+  if (read) {
+    w.read_sum.add(device_ns);
+    w.read_count.add(1);
+  }
   uint64_t start = window_start_.load(std::memory_order_relaxed);
   if (start == 0) {
     window_start_.compare_exchange_strong(start, now_ns, std::memory_order_relaxed);
@@ -163,6 +167,19 @@ void share_arbiter::completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns
   if (now_ns - start >= target_.window_ns &&
       window_start_.compare_exchange_strong(start, now_ns, std::memory_order_relaxed))
     end_window(now_ns);
+}
+
+// Adds what a shard's counters gained since the last window to (c, sum).
+void share_arbiter::take_window(const single_writer_counter& count, const single_writer_counter& sum,
+                                std::atomic<uint64_t>& seen_count, std::atomic<uint64_t>& seen_sum, uint64_t& c,
+                                uint64_t& s) {
+  const uint64_t total_count = count.get(), total_sum = sum.get();
+  const uint64_t was_count = seen_count.exchange(total_count, std::memory_order_relaxed);
+  const uint64_t was_sum = seen_sum.exchange(total_sum, std::memory_order_relaxed);
+  if (total_count > was_count && total_sum >= was_sum) {  // else an overlapping end saw later totals
+    c += total_count - was_count;
+    s += total_sum - was_sum;
+  }
 }
 
 void share_arbiter::end_window(uint64_t now_ns) {
@@ -185,28 +202,27 @@ void share_arbiter::end_window(uint64_t now_ns) {
   bool lone_unknown = false;  // a namespace busy above the budget with no latency at it yet
   for (uint32_t i = 1; i <= top; ++i) {
     ns_latency& n = ns_[i];
-    uint64_t c = 0, sum = 0;
+    uint64_t c = 0, sum = 0, rc = 0, rsum = 0;
     for (unsigned k = 0; k < shards_; ++k) {
       window_sum& w = sum_of(k, i);
       // A command added between the two loads counts in one window's count
       // and the next one's sum: a mean off by one command, harmless.
-      const uint64_t total_count = w.count.get(), total_sum = w.sum.get();
-      const uint64_t seen_count = w.seen_count.exchange(total_count, std::memory_order_relaxed);
-      const uint64_t seen_sum = w.seen_sum.exchange(total_sum, std::memory_order_relaxed);
-      if (total_count > seen_count && total_sum >= seen_sum) {  // else an overlapping end saw later totals
-        c += total_count - seen_count;
-        sum += total_sum - seen_sum;
-      }
+      take_window(w.count, w.sum, w.seen_count, w.seen_sum, c, sum);
+      take_window(w.read_count, w.read_sum, w.seen_read_count, w.seen_read_sum, rc, rsum);
     }
     if (c == 0) continue;
     count += c;
-    if (lone && c >= target_.lone_samples) {
-      const uint64_t mean = sum / c;
+    // The lone verdict on reads where the window has enough of them, else
+    // on every command, each against its own base.
+    const bool by_reads = rc >= target_.lone_samples;
+    if (lone && (by_reads || c >= target_.lone_samples)) {
+      const uint64_t mean = by_reads ? rsum / rc : sum / c;
+      std::atomic<uint64_t>& b = by_reads ? n.lone_read_base : n.lone_base;
       if (eff == budget_) {
-        const uint64_t was = n.lone_base.load(std::memory_order_relaxed);
-        n.lone_base.store(was ? (3 * was + mean) / 4 : mean, std::memory_order_relaxed);
+        const uint64_t was = b.load(std::memory_order_relaxed);
+        b.store(was ? (3 * was + mean) / 4 : mean, std::memory_order_relaxed);
       } else if (eff > budget_) {
-        const uint64_t base = n.lone_base.load(std::memory_order_relaxed);
+        const uint64_t base = b.load(std::memory_order_relaxed);
         if (base == 0)
           lone_unknown = true;
         else

@@ -140,7 +140,8 @@ class share_arbiter {
   uint64_t latency_floor_ns(uint32_t nsid = 0) const;
   // A read or write of namespace `nsid` done, `device_ns` after it was
   // admitted; `shard`: the poller that saw it (one thread per shard).
-  void completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns, unsigned shard = 0);
+  // `read`: a read (a lone client's verdict weighs its reads apart).
+  void completed(uint32_t nsid, uint64_t device_ns, uint64_t now_ns, unsigned shard = 0, bool read = true);
   // The account of `client`, made on first use with weight 1 and no rate cap.
   std::shared_ptr<client_account> account(uint32_t client);
   std::shared_ptr<client_account> find(uint32_t client) const;
@@ -202,14 +203,19 @@ class share_arbiter {
   struct window_sum {
     single_writer_counter sum, count;
     std::atomic<uint64_t> seen_sum{0}, seen_count{0};
+    single_writer_counter read_sum, read_count;  // the reads among them
+    std::atomic<uint64_t> seen_read_sum{0}, seen_read_count{0};
   };
   // Per namespace: its floor and the probe's samples.
   struct ns_latency {
     std::atomic<uint64_t> floor{0}, probe_count{0};
     // A lone client's mean latency at the budget (0: none yet), smoothed
     // over its windows there: one window's mean moves with the mix of
-    // reads in it (a few from the host's cache, a few from the disk).
-    std::atomic<uint64_t> lone_base{0};
+    // reads in it (a few from the host's cache, a few from the disk). Of
+    // its reads, and of all its commands for windows with too few reads:
+    // write-backs come in bursts whose latency says little of whether more
+    // reads in flight run in parallel (grep's output files).
+    std::atomic<uint64_t> lone_base{0}, lone_read_base{0};
     std::atomic<uint64_t> probe[latency_target::max_probe_samples] = {};
   };
   const uint32_t max_nsid_;
@@ -218,6 +224,8 @@ class share_arbiter {
   // shards_ rows of max_nsid + 1, each row starting on its own cache lines.
   size_t row_;  // window_sums per row
   std::unique_ptr<window_sum[]> sums_;
+  static void take_window(const single_writer_counter& count, const single_writer_counter& sum,
+                          std::atomic<uint64_t>& seen_count, std::atomic<uint64_t>& seen_sum, uint64_t& c, uint64_t& s);
   window_sum& sum_of(unsigned shard, uint32_t nsid) { return sums_[shard * row_ + nsid]; }  // shard < shards_
   std::atomic<uint32_t> top_nsid_{0};  // the highest namespace timed so far
   // The latency target's window start; the clients active now and the most

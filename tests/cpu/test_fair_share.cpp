@@ -659,6 +659,20 @@ struct arbiter_run {
     arb.completed(ns, latency_ns, now);  // ends the window
     return arb.budget();
   }
+  // A window of `n` reads of `read_ns` and `n` writes of `write_ns` each.
+  uint64_t step_mixed(uint32_t ns, uint64_t read_ns, uint64_t write_ns, uint32_t n = 32) {
+    const uint64_t room = arb.allowed(*a);  // held back by its share
+    a->in_flight.fetch_add(room);
+    EXPECT_EQ(arb.reserve(*a, 4096, 4096), 0u);
+    a->in_flight.fetch_sub(room);
+    for (uint32_t i = 0; i < n; ++i) {
+      arb.completed(ns, read_ns, now + i * (window / n), 0, true);
+      arb.completed(ns, write_ns, now + i * (window / n), 0, false);
+    }
+    now += window + 1;
+    arb.completed(ns, read_ns, now, 0, true);  // ends the window
+    return arb.budget();
+  }
   // Latency that grows with what is in flight (one command at a time).
   uint64_t queued(uint64_t per_command_ns) const { return per_command_ns * (arb.budget() / 4096); }
 };
@@ -693,6 +707,16 @@ TEST(FairShare, TheLoneClientsRuleWindowByWindow) {
       was = now;
     }
     EXPECT_EQ(tries, 2) << "one try after 100 ms, the next 200 ms after it, none in 400 ms more";
+  }
+  {  // Reads weighed apart: write-backs ten times slower than the reads
+     // (a burst of output written back) do not read as queueing while the
+     // reads stay as fast as at the budget; slower reads still do.
+    arbiter_run r;
+    EXPECT_EQ(r.step_mixed(1, 1'000'000, 1'000'000), 4 * r.budget);
+    EXPECT_EQ(r.step_mixed(1, 1'000'000, 10'000'000), 16 * r.budget);
+    EXPECT_EQ(r.step_mixed(1, 1'000'000, 10'000'000), 64 * r.budget);
+    EXPECT_EQ(r.step_mixed(1, 5'000'000, 10'000'000), 64 * r.budget);  // reads over: held
+    EXPECT_EQ(r.step_mixed(1, 5'000'000, 10'000'000), 16 * r.budget);  // twice: a step back
   }
   {  // One slow window among good ones (a burst of disk reads) does not undo
      // the growth; the base at the budget is smoothed over its windows.

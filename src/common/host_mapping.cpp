@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "deepwell/targets/target.hpp"
+#include "deepwell/common/host_mapping.hpp"
 
 namespace deepwell {
 

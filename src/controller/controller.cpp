@@ -1,18 +1,9 @@
 #include "deepwell/controller/controller.hpp"
 
-#include <pthread.h>
-#include <sys/prctl.h>
-#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
-#include <bit>
-#include <cerrno>
-#include <condition_variable>
-#include <cstdlib>
-#include <cstring>
 #include <sstream>
-#include <unordered_map>
 
 #include "controller/poller.hpp"
 #include "deepwell/common/error.hpp"

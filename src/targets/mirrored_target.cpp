@@ -79,12 +79,12 @@ class mirrored_target final : public mirror_target {
     if (!writable()) return done(-EROFS);
     const uint32_t inside = detail::bytes_inside(offset, len, size_);
     if (inside == 0) return done(len);
-    fan_out(done, len, [&](target& m, io_callback cb) { m.write(io, buf, inside, offset, fua, cb); },
-            inside, "write at " + std::to_string(offset));
+    fan_out(done, len, [&](target& m, io_callback cb) { m.write(io, buf, inside, offset, fua, cb); }, inside,
+            offset);
   }
 
   void flush(io_engine& io, io_callback done) override {
-    fan_out(done, 0, [&](target& m, io_callback cb) { m.flush(io, cb); }, 0, "flush");
+    fan_out(done, 0, [&](target& m, io_callback cb) { m.flush(io, cb); }, 0, flush_offset);
   }
 
  private:
@@ -120,9 +120,10 @@ class mirrored_target final : public mirror_target {
     std::atomic<int64_t> error{0};
     int64_t result;
     io_callback done;
-    std::string what;
+    uint64_t offset;  // a write's (flush_offset: a flush), for the message of a member that fails it
     std::unique_ptr<fan_piece[]> pieces;
   };
+  static constexpr uint64_t flush_offset = UINT64_MAX;
 
   bool failed(size_t i) const { return state_[i].failed.load(std::memory_order_acquire); }
   // Errors of the request itself, which every member would give alike: not
@@ -182,14 +183,14 @@ class mirrored_target final : public mirror_target {
   }
 
   template <class Send>
-  void fan_out(io_callback done, int64_t result, Send send, uint32_t expect, std::string what) {
-    std::vector<size_t> live;
+  void fan_out(io_callback done, int64_t result, Send send, uint32_t expect, uint64_t offset) {
+    uint8_t live[64];  // at most 64 members (the constructor's limit)
+    uint32_t n = 0;
     for (size_t i = 0; i < members_.size(); ++i)
-      if (!failed(i)) live.push_back(i);
-    if (live.empty()) return done(-EIO);
-    auto* f = new fan_request{this, {uint32_t(live.size()) + 1}, {0}, {0}, result, done, std::move(what),
-                              std::make_unique<fan_piece[]>(live.size())};
-    for (size_t k = 0; k < live.size(); ++k) {
+      if (!failed(i)) live[n++] = uint8_t(i);
+    if (n == 0) return done(-EIO);
+    auto* f = new fan_request{this, {n + 1}, {0}, {0}, result, done, offset, std::make_unique<fan_piece[]>(n)};
+    for (uint32_t k = 0; k < n; ++k) {
       f->pieces[k] = {f, live[k], expect};
       send(*members_[live[k]], io_callback{&on_fan, &f->pieces[k]});
     }
@@ -204,7 +205,8 @@ class mirrored_target final : public mirror_target {
     if (ok) {
       f->good.fetch_add(1, std::memory_order_relaxed);
     } else {
-      if (!request_error(r)) f->self->fail(p->member, f->what, r);
+      if (!request_error(r))
+        f->self->fail(p->member, f->offset == flush_offset ? "flush" : "write at " + std::to_string(f->offset), r);
       int64_t none = 0;
       f->error.compare_exchange_strong(none, r < 0 ? r : -EIO, std::memory_order_relaxed);
     }

@@ -134,10 +134,11 @@ class model_drive_target final : public target {
 
   // Completions are delivered on ticks: a command completes at the first
   // tick at or after its due time (at most tick_ns late), and the commands
-  // of one tick on one timer. At millions of commands a second a timer a
-  // command would cost the pollers more than the commands (an H200 run:
-  // 3.4 M 4 KiB reads a second over 4 to 16 drives with a timer for every
-  // earliest command, against 5-6 M the pollers do from plain host memory).
+  // of one tick on one timer, so a poller arms at most one timer a tick
+  // however many commands it has waiting. (On an H200 the ticks made no
+  // measurable difference at 1.5 M IOPS a drive: there the controller's own
+  // path is the limit, bench/results/2026-11-29-a3f7257-h200-array-scaling-
+  // model-drives.json.)
   static constexpr uint64_t tick_ns = 20'000;
   static uint64_t tick_of(uint64_t due) { return (due + tick_ns - 1) / tick_ns * tick_ns; }
 

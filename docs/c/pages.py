@@ -40,7 +40,14 @@ PAGES = {
                       "`path` NULL, `host_bytes` of zeroed host memory. Handles opened on the same file, range, "
                       "device and cache options share one controller, namespace and cache, so a scatter through "
                       "one is seen by a gather through another. While a server is named (`dw_set_server`, "
-                      "`DEEPWELL_SERVER`), `path` names a dataset the server grants this process.",
+                      "`DEEPWELL_SERVER`), `path` names a dataset the server grants this process. An array of "
+                      "drives instead of `path`: `members[0 .. member_count)` name files or block devices alike "
+                      "in size, `layout` `DW_LAYOUT_STRIPE` (`chunk_bytes` of the dataset to each member in turn, "
+                      "default 64 KiB) or `DW_LAYOUT_MIRROR` (every member holds it all; a member that fails is "
+                      "skipped and named in `dw_array_info.route`); `create` makes the missing members. No "
+                      "members, members of different sizes, a chunk that is not a power of two from 512 B to "
+                      "64 MiB, `path` as well, or a member that cannot be opened (`DW_EIO`) is refused naming "
+                      "it.",
                       ["DW_EIO", "DW_ENOCUDA", "DW_ERUNTIME"], ["dw_array_options_init", "dw_array_close", "dw_array_gather", "dw_set_server"]),
     "dw_set_server": ("Names the server (its socket) that later `dw_array_open`, `dw_kv_open` and "
                       "`dw_checkpoint_open` calls of this process go through; NULL goes back to "
@@ -55,7 +62,8 @@ PAGES = {
     "dw_array_info_get": ("Fills `*info`: rows, row and page sizes, the cache's bytes and pages, the device, "
                           "whether it is writable, whether reads have a direct tier and gather in place, the "
                           "controller's I/O backend, and `route`: how misses are filled, in words, and why a "
-                          "faster route was not taken.", [], ["dw_array_stats_get"]),
+                          "faster route was not taken; for an array of drives, then its layout and members as "
+                          "they are now (a mirror's failed members marked).", [], ["dw_array_stats_get"]),
     "dw_array_gather": ("Copies rows `idx[0 .. n)` into `out` (`n * row_bytes` bytes). `idx_bits` is 32 or 64 "
                         "(signed). GPU arrays: `out` is device memory of the array's device and `idx` device "
                         "memory, or host memory with `idx_on_host` (copied on the stream); the work is queued on "

@@ -80,8 +80,13 @@ def sized(cls, init):
 
 
 class ArrayOptions(ctypes.Structure):
+    # The members of an array of drives come after the cache: they were appended (the size says so).
     _fields_ = options_fields((u64, "host_bytes offset length"), (u32, "row_bytes"),
-                              (i32, "writable create cache_reads"), (u64, "create_bytes"))
+                              (i32, "writable create cache_reads"), (u64, "create_bytes")) + fields(
+        (P, "members"), (u32, "member_count"), (i32, "layout"), (u64, "chunk_bytes"))
+
+
+LAYOUTS = {"stripe": 1, "mirror": 2}  # DW_LAYOUT_STRIPE, DW_LAYOUT_MIRROR
 
 
 class Info(ctypes.Structure):

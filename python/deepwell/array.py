@@ -84,6 +84,29 @@ class _DType:
 _open_arrays = _lib.closed_at_exit("deepwell")
 
 
+def _layout(path, stripe, mirror, chunk):
+    """("stripe" | "mirror" | None, [member paths]) of Array's arguments; the library checks the
+    rest (members alike in size, the chunk a power of two) and names what is wrong."""
+    if stripe is not None and mirror is not None:
+        raise InvalidArgument("stripe and mirror both given: a dataset is one or the other")
+    layout = "stripe" if stripe is not None else "mirror" if mirror is not None else None
+    if layout is None:
+        if chunk is not None:
+            raise InvalidArgument("chunk applies to a stripe only")
+        return None, []
+    if path is not None:
+        raise InvalidArgument(f"path and {layout} both given: a {layout}'s files are its members")
+    given = stripe if stripe is not None else mirror
+    if isinstance(given, (str, bytes, os.PathLike)):
+        raise InvalidArgument(f"{layout} takes a list of paths, not one path: {given!r}")
+    members = [os.fspath(m) for m in given]
+    if not members:
+        raise InvalidArgument(f"a {layout} with no members")
+    if chunk is not None and layout == "mirror":
+        raise InvalidArgument("chunk applies to a stripe only, not a mirror")
+    return layout, members
+
+
 def cuda_available() -> bool:
     """True when a CUDA driver and at least one device are usable."""
     n = ctypes.c_int32()
@@ -155,13 +178,19 @@ class Array:
     tier, gathers read rows in place without caching them, for rows read
     once; a writable array in host memory then scatters in place too, and a
     writable file reads through the cache, which holds its scattered rows).
+
+    An array of drives instead of ``path``: ``stripe=[paths]`` (``chunk``
+    bytes of the dataset to each file in turn; default 64 KiB) or
+    ``mirror=[paths]`` (every file holds it all: reads spread over them,
+    writes go to each, a failing one is skipped and named in ``route``).
+    The files must be alike in size; ``create`` makes the missing ones.
     """
 
     def __init__(self, path: Optional[str | os.PathLike] = None, *, dtype="float32", shape=None, offset: int = 0,
                  page_size: Optional[int] = None, cache_size=None, device=None, writable: bool = False,
                  create: bool = False, odirect: bool = False, direct: Optional[str] = None,
                  pollers: Optional[int] = None, cpu_threads: int = 0, timeout: Optional[float] = None,
-                 queue_pairs: int = 0, cache_reads: bool = True):
+                 queue_pairs: int = 0, cache_reads: bool = True, stripe=None, mirror=None, chunk=None):
         self._h = None
         self.dtype = _DType(dtype)
         shape = (-1,) if shape is None else ((shape,) if isinstance(shape, int) else tuple(int(s) for s in shape))
@@ -174,6 +203,7 @@ class Array:
             raise InvalidArgument(f"rows of shape {self.row_shape} hold no bytes")
         if direct is not None and direct not in _DIRECT:
             raise InvalidArgument(f"direct must be one of {sorted(_DIRECT)}, not {direct!r}")
+        layout, members = _layout(path, stripe, mirror, chunk)
         served = path is not None and _server.current() is not None  # the server has it (deepwell.connect)
         if path is not None:
             path = os.fspath(path)
@@ -183,18 +213,27 @@ class Array:
                 raise FileNotFoundError(2, "No such file (deepwell.Array)", path)
             if create and shape[0] < 0:
                 raise InvalidArgument("create=True needs the number of rows in shape")
+        elif members:
+            if create and shape[0] < 0:
+                raise InvalidArgument("create=True needs the number of rows in shape")
         elif shape[0] < 0:
             raise InvalidArgument("host memory (path=None) needs the number of rows in shape")
 
         o = _lib.sized(_lib.ArrayOptions, lib.dw_array_options_init)
         o.path = path.encode() if path is not None else None
-        o.host_bytes = 0 if path is not None else shape[0] * row_bytes
+        o.host_bytes = 0 if path is not None or members else shape[0] * row_bytes
+        member_paths = (ctypes.c_char_p * len(members))(*(m.encode() for m in members))  # alive until the open
+        if members:
+            o.members = ctypes.cast(member_paths, ctypes.c_void_p).value
+            o.member_count = len(members)
+            o.layout = _lib.LAYOUTS[layout]
+            o.chunk_bytes = parse_bytes(chunk) if chunk is not None else 0
         o.offset = offset = _count("offset", offset)
         o.length = shape[0] * row_bytes if shape[0] >= 0 and not create else 0
         o.row_bytes = row_bytes
         _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size, cache_size=cache_size, odirect=odirect, direct=direct,
                    pollers=pollers, cpu_threads=cpu_threads, queue_pairs=queue_pairs, timeout=timeout)
-        o.writable = int(bool(writable or create or path is None))
+        o.writable = int(bool(writable or create or (path is None and not members)))
         o.create = int(bool(create))
         o.create_bytes = shape[0] * row_bytes if create else 0
         o.cache_reads = int(bool(cache_reads))
@@ -210,6 +249,8 @@ class Array:
         info = _lib.Info()
         check(lib.dw_array_info_get(h, ctypes.byref(info)))
         self.path = path
+        self.layout = layout  # "stripe" or "mirror" for an array of drives, else None
+        self.members = tuple(members)
         self.rows = info.rows
         self.row_bytes = info.row_bytes
         self.page_size = info.page_size
@@ -256,7 +297,8 @@ class Array:
 
     def __repr__(self) -> str:
         where = "cpu" if self.device < 0 else f"cuda:{self.device}"
-        return (f"deepwell.Array({self.path!r}, shape={self.shape}, dtype={self.dtype}, device={where}, "
+        what = f"{self.layout}={list(self.members)!r}" if self.layout else repr(self.path)
+        return (f"deepwell.Array({what}, shape={self.shape}, dtype={self.dtype}, device={where}, "
                 f"cache={self.cache_bytes >> 20} MiB in {self.page_size} B pages, "
                 f"{('direct tier, read in place' if self.in_place else 'direct tier') if self.direct_tier else self.backend})")
 

@@ -25,6 +25,7 @@
 #include "deepwell/link/server_link.hpp"
 #include "deepwell/views/array.hpp"
 #include "deepwell/views/rows.hpp"
+#include "array_members.hpp"
 #include "cache_options_c.hpp"
 #include "sized_options.hpp"
 #include "cuda_shim.hpp"
@@ -49,6 +50,7 @@ struct shared_dataset {
   std::shared_ptr<controller_link> link;  // owns an embedded controller (embed_target), or a server's
   uint32_t nsid = 0;
   bool writable = false;
+  std::shared_ptr<const target> drives;   // an array of drives (its layout and members, for the route)
   std::unique_ptr<array<uint8_t>> bytes;  // holds the cache
 };
 
@@ -129,6 +131,7 @@ std::map<std::string, std::weak_ptr<capi::shared_dataset>> datasets;
 // dataset; others (another page size, say) get their own, as before.
 // Empty (never shared) for host memory.
 std::string dataset_key(const dw_array_options& o, const target& t) {
+  if (o.layout != DW_LAYOUT_SINGLE) return capi::array_key(o);
   if (!o.path) return {};
   struct stat st{};
   if (::stat(o.path, &st) != 0) return {};
@@ -254,7 +257,9 @@ int dw_array_open(const dw_array_options* op, dw_array** out) {
   return guarded([&] {
     need(op != nullptr && out != nullptr, "null options or output pointer");
     *out = nullptr;
-    const dw_array_options o = capi::read_sized(op, dw_array_options_init, "dw_array_options");
+    const dw_array_options o =
+        capi::read_sized(op, dw_array_options_init, "dw_array_options", capi::array_options_first_size());
+    capi::check_layout(o, o.layout != DW_LAYOUT_SINGLE && !capi::current_server().empty());
     need(o.row_bytes > 0, "row_bytes must be positive");
     need(!o.create || o.writable, "create needs writable");
     const cache_options co = capi::from_c(o.cache);
@@ -290,6 +295,13 @@ int dw_array_open(const dw_array_options* op, dw_array** out) {
       need(o.length <= ni.bytes, where + " has " + std::to_string(ni.bytes) + " bytes, fewer than the " +
                                      std::to_string(o.length) + " asked for");
       bytes = o.length ? o.length : ni.bytes;
+    } else if (o.layout != DW_LAYOUT_SINGLE) {
+      bool created = false;
+      t = capi::open_array_target(o, created);
+      where = t->describe();
+      need(o.length <= t->size(), where + " holds " + std::to_string(t->size()) + " bytes, fewer than the length " +
+                                      std::to_string(o.length) + " asked for");
+      bytes = created ? o.create_bytes : o.length ? o.length : t->size();
     } else {
       const bool created = o.path && o.create && access(o.path, F_OK) != 0;
       t = open_target(o);
@@ -327,6 +339,7 @@ int dw_array_open(const dw_array_options* op, dw_array** out) {
         embedded_namespace e = embed_target(t, block, !a->writable, capi::controller_of(co));
         d->link = std::move(e.link);
         d->nsid = e.nsid;
+        if (o.layout != DW_LAYOUT_SINGLE) d->drives = t;
       }
 
       std::shared_ptr<page_cache> cache;
@@ -407,7 +420,9 @@ int dw_array_info_get(const dw_array* ap, dw_array_info* info) {
     info->in_place = a.rows.in_place != nullptr;
     const auto k = a.counters();
     std::strncpy(info->backend, k ? k->backend.c_str() : "server", sizeof(info->backend) - 1);
-    std::strncpy(info->route, a.cache().route(a.rows.bytes.dataset).c_str(), sizeof(info->route) - 1);
+    std::string route = a.cache().route(a.rows.bytes.dataset);
+    if (a.data->drives) route += ", over a " + a.data->drives->describe();
+    std::strncpy(info->route, route.c_str(), sizeof(info->route) - 1);
   });
 }
 

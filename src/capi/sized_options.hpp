@@ -20,11 +20,10 @@ namespace deepwell::capi {
 constexpr uint32_t sized_options_max = 4096;
 
 // `in` read as a T of its own size into a T that `init` filled first.
+// first_size: the size of T's first layout (ABI 7's), where T has grown
+// since; nothing smaller is one.
 template <class T>
-T read_sized(const T* in, void (*init)(T*), const char* name) {
-  // ABI 7's layout is the first with a size: nothing smaller is one yet
-  // (a later version appending fields takes ABI 7's size up from here).
-  constexpr size_t first_size = sizeof(T);
+T read_sized(const T* in, void (*init)(T*), const char* name, size_t first_size = sizeof(T)) {
   const uint32_t size = in->size;
   const std::string n = name;
   need(size != 0, n + ".size is 0: fill the options with " + n + "_init first");

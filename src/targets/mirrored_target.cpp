@@ -1,5 +1,7 @@
-// Mirroring (drive_array.hpp): reads spread over the members in service and
-// retried on the next when one fails; writes and flushes to every member in
+// Mirroring (drive_array.hpp): reads spread over the members in service
+// (each to the least busy of them on the calling poller, from a turn that
+// moves on, so a slow replica takes fewer) and retried on the next when one
+// fails; each member's requests in a lane of its own (member_lanes.hpp); writes and flushes to every member in
 // service, good while one of them succeeds. A member that fails leaves
 // service for good (a replica that missed a write holds stale bytes: it
 // must not serve reads again) and is reported.
@@ -12,6 +14,7 @@
 #include "deepwell/common/detail/log.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/targets/drive_array.hpp"
+#include "targets/member_lanes.hpp"
 #include "targets/split_request.hpp"
 
 namespace deepwell {
@@ -34,6 +37,7 @@ class mirrored_target final : public mirror_target {
       memory_alignment_ = std::max(memory_alignment_, m->memory_alignment());
     }
     state_ = std::make_unique<member_state[]>(members_.size());
+    lanes_ = std::make_unique<detail::member_lanes>(members_, detail::member_window(members_.size()));
   }
 
   uint64_t size() const override { return size_; }
@@ -79,12 +83,12 @@ class mirrored_target final : public mirror_target {
     if (!writable()) return done(-EROFS);
     const uint32_t inside = detail::bytes_inside(offset, len, size_);
     if (inside == 0) return done(len);
-    fan_out(done, len, [&](target& m, io_callback cb) { m.write(io, buf, inside, offset, fua, cb); }, inside,
+    fan_out(done, len, [&](size_t m, io_callback cb) { lanes_->write(io, m, buf, inside, offset, fua, cb); }, inside,
             offset);
   }
 
   void flush(io_engine& io, io_callback done) override {
-    fan_out(done, 0, [&](target& m, io_callback cb) { m.flush(io, cb); }, 0, flush_offset);
+    fan_out(done, 0, [&](size_t m, io_callback cb) { lanes_->flush(io, m, cb); }, 0, flush_offset);
   }
 
  private:
@@ -148,15 +152,23 @@ class mirrored_target final : public mirror_target {
                                                     std::to_string(members_.size()) + " left");
   }
 
-  // The read on the first member in service from `from` on that it has not
-  // tried; with none left, its last error.
+  // The read on the least busy member in service that it has not tried
+  // (the first of them from `from` on, when they are alike); with none
+  // left, its last error.
   void try_next(read_request* r, size_t from, int64_t last_error = -EIO) {
+    size_t best = members_.size();
+    uint32_t best_load = UINT32_MAX;
     for (size_t k = 0; k < members_.size(); ++k) {
       const size_t i = (from + k) % members_.size();
       if (failed(i) || (r->tried >> i) & 1) continue;
-      r->tried |= uint64_t(1) << i;
-      r->member = i;
-      return members_[i]->read(*r->io, r->buf, r->inside, r->offset, {&on_read, r});
+      const uint32_t load = lanes_->load(*r->io, i);
+      if (load < best_load) best = i, best_load = load;
+      if (load == 0) break;
+    }
+    if (best < members_.size()) {
+      r->tried |= uint64_t(1) << best;
+      r->member = best;
+      return lanes_->read(*r->io, best, r->buf, r->inside, r->offset, {&on_read, r});
     }
     const io_callback done = r->done;
     delete r;
@@ -192,7 +204,7 @@ class mirrored_target final : public mirror_target {
     auto* f = new fan_request{this, {n + 1}, {0}, {0}, result, done, offset, std::make_unique<fan_piece[]>(n)};
     for (uint32_t k = 0; k < n; ++k) {
       f->pieces[k] = {f, live[k], expect};
-      send(*members_[live[k]], io_callback{&on_fan, &f->pieces[k]});
+      send(size_t(live[k]), io_callback{&on_fan, &f->pieces[k]});
     }
     // The issuer's reference (a member may complete before the others are sent).
     if (f->left.fetch_sub(1, std::memory_order_acq_rel) == 1) complete(f);
@@ -222,6 +234,7 @@ class mirrored_target final : public mirror_target {
   }
 
   std::vector<std::shared_ptr<target>> members_;
+  std::unique_ptr<detail::member_lanes> lanes_;
   std::unique_ptr<member_state[]> state_;
   uint64_t size_;
   uint32_t io_alignment_ = 1, memory_alignment_ = 1;

@@ -1,6 +1,8 @@
 // Striping (drive_array.hpp): a request split at chunk boundaries, each
 // piece sent to its member on the calling poller's engine at once, so the
-// members work in parallel; the request completes when its last piece has.
+// members work in parallel, each in its own lane (member_lanes.hpp: a slow
+// member holds back only its own requests); the request completes when its
+// last piece has.
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -10,6 +12,7 @@
 
 #include "deepwell/common/error.hpp"
 #include "deepwell/targets/drive_array.hpp"
+#include "targets/member_lanes.hpp"
 #include "targets/split_request.hpp"
 
 namespace deepwell {
@@ -39,6 +42,7 @@ class striped_target final : public target {
       memory_alignment_ = std::max(memory_alignment_, m->memory_alignment());
     }
     size_ = smallest / chunk_ * chunk_ * members_.size();
+    lanes_ = std::make_unique<detail::member_lanes>(members_, detail::member_window(members_.size()));
   }
 
   uint64_t size() const override { return size_; }
@@ -65,7 +69,7 @@ class striped_target final : public target {
 
   void flush(io_engine& io, io_callback done) override {
     auto* s = detail::split_request::make(uint32_t(members_.size()), 0, done);
-    for (auto& m : members_) m->flush(io, s->piece(0));
+    for (size_t m = 0; m < members_.size(); ++m) lanes_->flush(io, m, s->piece(0));
     s->issued();
   }
 
@@ -82,8 +86,8 @@ class striped_target final : public target {
     if (inside == 0) return done(len);
     auto [m, at] = locate(offset);
     if (inside == len && (offset % chunk_) + len <= chunk_) {  // one piece (a page inside a chunk): as it is
-      if (is_write) return members_[m]->write(io, buf, len, at, fua, done);
-      return members_[m]->read(io, buf, len, at, done);
+      if (is_write) return lanes_->write(io, m, buf, len, at, fua, done);
+      return lanes_->read(io, m, buf, len, at, done);
     }
     const uint64_t first = offset / chunk_, last = (offset + inside - 1) / chunk_;
     auto* s = detail::split_request::make(uint32_t(last - first + 1), len, done);
@@ -94,15 +98,16 @@ class striped_target final : public target {
       std::tie(m, at) = locate(b);
       uint8_t* p = static_cast<uint8_t*>(buf) + (b - offset);
       if (is_write)
-        members_[m]->write(io, p, n, at, fua, s->piece(n));
+        lanes_->write(io, m, p, n, at, fua, s->piece(n));
       else
-        members_[m]->read(io, p, n, at, s->piece(n));
+        lanes_->read(io, m, p, n, at, s->piece(n));
       b += n;
     }
     s->issued();
   }
 
   std::vector<std::shared_ptr<target>> members_;
+  std::unique_ptr<detail::member_lanes> lanes_;
   uint64_t chunk_;
   uint64_t size_ = 0;
   bool writable_ = false;

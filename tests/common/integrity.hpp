@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <numeric>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "deepwell/cache/page_cache.hpp"
+#include "deepwell/targets/drive_array.hpp"
 #include "deepwell/views/array.hpp"
 #include "pattern.hpp"
 #include "scratch_file.hpp"
@@ -104,6 +106,12 @@ struct integrity_case {
   uint32_t page;
   bool two_arrays;
   bool slow_writes;  // some writes held back past the deadline
+  // An array of drives (drive_array.hpp) over `members` files instead of
+  // the one file: a stripe of `chunk`-byte chunks, or a mirror.
+  enum layout_t { single, stripe, mirror } layout = single;
+  uint32_t members = 1;
+  uint32_t chunk = 0;
+  bool member_fails = false;  // a mirror's member 1 fails every read, write and flush after the first round
 };
 inline void PrintTo(const integrity_case& c, std::ostream* os) { *os << c.name; }
 
@@ -111,7 +119,21 @@ inline void PrintTo(const integrity_case& c, std::ostream* os) { *os << c.name; 
 inline const integrity_case integrity_cases[] = {
     {"buffered_4k", false, 4096, false, false}, {"odirect_4k", true, 4096, false, false},
     {"buffered_512", false, 512, false, false}, {"odirect_512", true, 512, false, false},
-    {"two_arrays", false, 4096, true, false},   {"slow_writes", false, 4096, false, true}};
+    {"two_arrays", false, 4096, true, false},   {"slow_writes", false, 4096, false, true},
+    // Chunks smaller than a page: every request splits over the members.
+    {"stripe2_split", false, 4096, false, false, integrity_case::stripe, 2, 512},
+    {"stripe3_split", false, 4096, false, false, integrity_case::stripe, 3, 1024},
+    {"mirror2", false, 4096, false, false, integrity_case::mirror, 2},
+    {"mirror3_member_fails", false, 4096, false, false, integrity_case::mirror, 3, 0, true}};
+
+// The dataset's bytes for the case: `want`, rounded down to whole rounds of
+// a stripe's chunks and whole pages, so that the array holds exactly the
+// words the test tracks.
+inline uint64_t integrity_bytes(const integrity_case& c, uint64_t want) {
+  if (c.layout != integrity_case::stripe) return want;
+  const uint64_t unit = std::lcm(uint64_t(c.members) * c.chunk, uint64_t(c.page));
+  return want / unit * unit;
+}
 
 // The case's target over the file (writable; O_DIRECT; slow writes through a
 // fault target, returned in `faults`) and its block size. Empty `why_not`
@@ -122,8 +144,79 @@ struct integrity_target {
   std::shared_ptr<fault_target> faults;
   uint32_t block = 512;
   std::string why_not;
+  // Arrays: the member files (each holds its chunks of the pattern, or all
+  // of it), the mirror, and the fault target over the member that fails.
+  std::vector<std::unique_ptr<scratch_file>> member_files;
+  std::shared_ptr<mirror_target> mirror;
+  std::shared_ptr<fault_target> failing;
+
+  // member_fails: from now on the member fails everything.
+  void fail_member() const {
+    if (!failing) return;
+    for (auto k : {fault_rule::fail_read, fault_rule::fail_write, fault_rule::fail_flush}) {
+      fault_rule r;
+      r.kind = k;
+      failing->add_rule(r);
+    }
+  }
 };
+
+// Member m's share of the pattern the dataset starts as: its chunks
+// (stripe) or all of it (mirror).
+inline std::vector<uint8_t> member_image(const integrity_case& c, uint64_t bytes, uint32_t m) {
+  if (c.layout == integrity_case::mirror) return pattern_bytes(bytes, 0, original_seed);
+  std::vector<uint8_t> img(bytes / c.members);
+  for (uint64_t local = 0; local < img.size(); local += c.chunk) {
+    const uint64_t chunk_index = local / c.chunk * c.members + m;
+    fill_pattern(img.data() + local, c.chunk, chunk_index * c.chunk, original_seed);
+  }
+  return img;
+}
+
+inline void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC);
+  const bool ok = fd >= 0 && pwrite(fd, bytes.data(), bytes.size(), 0) == ssize_t(bytes.size());
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw std::runtime_error("writing " + path + " failed");
+}
+
+struct integrity_target;
+inline integrity_target open_integrity_target(const integrity_case& c, const std::string& path, uint64_t bytes);
+
+// The array of the case over member files of its own, each opened as the
+// single-file case would open it.
+inline integrity_target open_integrity_array(const integrity_case& c, uint64_t bytes) {
+  integrity_target r;
+  std::vector<std::shared_ptr<target>> members;
+  integrity_case one = c;
+  one.layout = integrity_case::single;
+  for (uint32_t m = 0; m < c.members; ++m) {
+    r.member_files.push_back(std::make_unique<scratch_file>());
+    write_file(r.member_files.back()->path(), member_image(c, bytes, m));
+    integrity_target t = open_integrity_target(one, r.member_files.back()->path(), bytes);
+    if (!t.why_not.empty()) {
+      r.why_not = t.why_not;
+      return r;
+    }
+    r.block = std::max(r.block, t.block);
+    if (c.member_fails && m == 1) {
+      r.failing = make_fault_target(t.t);
+      t.t = r.failing;
+    }
+    members.push_back(t.t);
+  }
+  if (c.layout == integrity_case::stripe) {
+    r.t = make_striped_target(std::move(members), c.chunk);
+  } else {
+    r.mirror = make_mirrored_target(std::move(members));
+    r.t = r.mirror;
+  }
+  if (r.t->size() != bytes) throw std::runtime_error("the array holds " + std::to_string(r.t->size()) + " bytes, not " +
+                                                     std::to_string(bytes));
+  return r;
+}
 inline integrity_target open_integrity_target(const integrity_case& c, const std::string& path, uint64_t bytes) {
+  if (c.layout != integrity_case::single) return open_integrity_array(c, bytes);
   integrity_target r;
   file_options o;
   o.writable = true;
@@ -182,6 +275,52 @@ inline uint64_t wrong_words_on_storage(const std::string& path, uint64_t bytes, 
   for (uint64_t i = 0; i < file.size(); ++i)
     if (file[i] != final_word(written, i) && bad++ == 0) first = i;
   return bad;
+}
+
+// The same for the case's storage: the file, or every member of an array
+// (a stripe's members each hold their chunks; each of a mirror's members in
+// service holds every word; the one that failed holds stale words and is
+// out of service). `first` is a dataset word index.
+inline uint64_t wrong_words_on_storage(const integrity_case& c, const integrity_target& t, const std::string& path,
+                                       uint64_t bytes, const uint32_t* written, uint64_t& first) {
+  if (c.layout == integrity_case::single) return wrong_words_on_storage(path, bytes, written, first);
+  uint64_t bad = 0;
+  for (uint32_t m = 0; m < c.members; ++m) {
+    if (c.member_fails && m == 1) continue;
+    if (c.layout == integrity_case::mirror) {
+      bad += wrong_words_on_storage(t.member_files[m]->path(), bytes, written, first);
+      continue;
+    }
+    const std::vector<uint64_t> words = file_words(t.member_files[m]->path(), bytes / c.members);
+    const uint64_t per_chunk = c.chunk / 8;
+    for (uint64_t local = 0; local < words.size(); ++local) {
+      const uint64_t i = (local / per_chunk * c.members + m) * per_chunk + local % per_chunk;
+      if (words[local] != final_word(written, i) && bad++ == 0) first = i;
+    }
+  }
+  return bad;
+}
+
+// What an array must report after the rounds, "" when it does: a mirror's
+// members each served reads, and only the member made to fail is out of
+// service, with its error.
+inline std::string array_report_problem(const integrity_case& c, const integrity_target& t) {
+  if (!t.mirror) return {};
+  const std::vector<mirror_member_state> ms = t.mirror->members();
+  const uint32_t want_failed = c.member_fails ? 1 : 0;
+  if (t.mirror->failed_members() != want_failed)
+    return std::to_string(t.mirror->failed_members()) + " members failed, not " + std::to_string(want_failed) + ": " +
+           t.mirror->describe();
+  for (size_t m = 0; m < ms.size(); ++m) {
+    const bool should_fail = c.member_fails && m == 1;
+    if (ms[m].failed != should_fail || ms[m].error.empty() == should_fail)
+      return "member " + std::to_string(m) + (should_fail ? " should" : " should not") + " be reported failed: " +
+             t.mirror->describe();
+    if (ms[m].reads == 0) return "member " + std::to_string(m) + " served no reads: " + t.mirror->describe();
+  }
+  if (c.member_fails && t.mirror->describe().find("[failed]") == std::string::npos)
+    return "describe() does not name the failed member: " + t.mirror->describe();
+  return {};
 }
 
 }  // namespace deepwell::test

@@ -5,7 +5,10 @@
 // file with plain pread, and a re-read through the cache after clear():
 // zero wrong words. Buffered and O_DIRECT files, 512 B and 4 KiB pages, two
 // arrays over one namespace, a fault target that delays writes past the
-// deadline, and in-place gathers after scatters (through the C ABI).
+// deadline, stripes whose requests split over 2 and 3 member files, mirrors
+// (every member file re-read; one member made to fail after the first
+// round, reads served on and the member reported), and in-place gathers
+// after scatters (through the C ABI).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -33,7 +36,7 @@ class Integrity : public testing::TestWithParam<test::integrity_case> {};
 
 TEST_P(Integrity, RandomReadsAndWritesLoseNothing) {
   const test::integrity_case& c = GetParam();
-  const uint64_t bytes = (8ull << 20) / (test::scale_div > 1 ? 4 : 1);
+  const uint64_t bytes = test::integrity_bytes(c, (8ull << 20) / (test::scale_div > 1 ? 4 : 1));
   const uint64_t words = bytes / 8;
   test::scratch_file f(bytes, test::original_seed);
   controller_config ctl_cfg;
@@ -76,6 +79,7 @@ TEST_P(Integrity, RandomReadsAndWritesLoseNothing) {
                               disjoint_words ? threads : 1, th);
       });
     for (auto& th : pool) th.join();
+    if (round == 0) t.fail_member();
     if (round == 1) {  // a flush between rounds: later writes dirty flushed pages again
       const request_status r = test::until_no_timeout(flush);
       ASSERT_TRUE(r.ok()) << describe(r);
@@ -90,10 +94,11 @@ TEST_P(Integrity, RandomReadsAndWritesLoseNothing) {
   const request_status r = test::until_no_timeout(flush);
   ASSERT_TRUE(r.ok()) << describe(r);
   if (t.faults) EXPECT_GT(t.faults->fired(), 0u);
+  EXPECT_EQ(test::array_report_problem(c, t), "");
 
   // Storage, word for word, through plain POSIX reads.
   uint64_t first = 0;
-  EXPECT_EQ(test::wrong_words_on_storage(f.path(), bytes, written.data(), first), 0u)
+  EXPECT_EQ(test::wrong_words_on_storage(c, t, f.path(), bytes, written.data(), first), 0u)
       << "first wrong word on storage: " << first;
 
   // And through the cache again, from empty.

@@ -5,7 +5,9 @@
 // coalesce, fetch and write back together) checked as they go, then flush,
 // a plain pread of the whole file, and a re-read through the cache after
 // clear(): zero wrong words. Buffered and O_DIRECT files, 512 B and 4 KiB
-// pages, two arrays over one namespace, writes delayed past the deadline.
+// pages, two arrays over one namespace, writes delayed past the deadline,
+// stripes and mirrors of files (every member re-read; a mirror's member
+// failing after the first round, reported and skipped).
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -56,7 +58,7 @@ class GpuIntegrity : public testing::TestWithParam<test::integrity_case> {};
 
 TEST_P(GpuIntegrity, RandomReadsAndWritesLoseNothing) {
   const test::integrity_case& c = GetParam();
-  const uint64_t bytes = 128ull << 20;
+  const uint64_t bytes = test::integrity_bytes(c, 128ull << 20);
   const uint64_t words = bytes / 8;
   test::scratch_file f(bytes, test::original_seed);
   controller_config ctl_cfg;
@@ -94,6 +96,7 @@ TEST_P(GpuIntegrity, RandomReadsAndWritesLoseNothing) {
     rounds_kernel<<<blocks, block_threads>>>(a.ref(), rb, round, ops, 33, written, counts);
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());
+    if (round == 0) t.fail_member();
     if (round == 1) {
       const request_status r = test::until_no_timeout(flush);
       ASSERT_TRUE(r.ok()) << describe(r);
@@ -109,6 +112,7 @@ TEST_P(GpuIntegrity, RandomReadsAndWritesLoseNothing) {
   const request_status r = test::until_no_timeout(flush);
   ASSERT_TRUE(r.ok()) << describe(r);
   if (t.faults) EXPECT_GT(t.faults->fired(), 0u);
+  EXPECT_EQ(test::array_report_problem(c, t), "");
   const cache_stats st = cache->stats();
   std::printf("integrity %s: %llu reads, %llu writes, %llu failed; %llu misses, %llu write-backs (%llu by the cleaner), "
               "%llu orphans reaped\n",
@@ -116,7 +120,7 @@ TEST_P(GpuIntegrity, RandomReadsAndWritesLoseNothing) {
               (unsigned long long)st.writebacks, (unsigned long long)st.cleans, (unsigned long long)st.reaped);
 
   uint64_t first = 0;
-  EXPECT_EQ(test::wrong_words_on_storage(f.path(), bytes, written, first), 0u) << "first wrong word on storage: " << first;
+  EXPECT_EQ(test::wrong_words_on_storage(c, t, f.path(), bytes, written, first), 0u) << "first wrong word on storage: " << first;
 
   const request_status cl = test::until_no_timeout([&] { return cache->clear(); });
   ASSERT_TRUE(cl.ok()) << describe(cl);

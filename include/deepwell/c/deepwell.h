@@ -80,7 +80,23 @@ typedef struct dw_array_options {
                             then write in place too; writable files read through the cache) */
   uint64_t create_bytes;
   dw_cache_options cache;
+  /* An array of drives as one dataset (path NULL): members[0 .. member_count)
+   * name its files or block devices, alike in size, striped or mirrored as
+   * layout says (include/deepwell/targets/drive_array.hpp). With create,
+   * missing members are made, each as long as the layout needs for
+   * create_bytes. offset does not apply; length limits the dataset. */
+  const char** members;
+  uint32_t member_count;
+  int32_t layout;        /* DW_LAYOUT_SINGLE (path), DW_LAYOUT_STRIPE or DW_LAYOUT_MIRROR (members) */
+  uint64_t chunk_bytes;  /* a stripe's chunk, a power of two from 512 B to 64 MiB; 0: 64 KiB */
 } dw_array_options;
+
+enum {
+  DW_LAYOUT_SINGLE = 0, /* one file, block device or host memory: path */
+  DW_LAYOUT_STRIPE = 1, /* chunk_bytes of the dataset to each member in turn (RAID 0) */
+  DW_LAYOUT_MIRROR = 2, /* every member holds it all: reads spread, writes to all; a failed
+                           member is skipped and named in dw_array_info.route (RAID 1) */
+};
 
 typedef struct dw_array_info {
   uint64_t rows;
@@ -94,7 +110,9 @@ typedef struct dw_array_info {
   int32_t in_place;    /* gathers read the direct tier in place (cache_reads = 0 and a direct tier; see cache_reads) */
   char backend[16];    /* the controller's I/O backend: "io_uring" or "threads" ("server" in server mode) */
   char route[256];     /* how misses are filled, in words (page_cache::route): the direct tier, a server's
-                          host tier, or which controller's queues, and why a faster route was not taken */
+                          host tier, or which controller's queues, and why a faster route was not taken;
+                          for an array of drives, then its layout and members ("stripe of 2 ...",
+                          "mirror of 2 (1 failed): ... [failed]"), as they are at the call */
 } dw_array_info;
 
 typedef struct dw_stats {

@@ -19,6 +19,11 @@
 
 namespace deepwell {
 
+// A stripe's chunk where its user names none, and the largest taken from a
+// user (the server's TOML, the C ABI, Python).
+constexpr uint64_t default_stripe_chunk = 64 << 10;
+constexpr uint64_t max_stripe_chunk = 64 << 20;
+
 // chunk_bytes of the dataset go to each member in turn: byte b is in chunk
 // c = b / chunk_bytes, on member c % members.size(), at (c / members.size())
 // * chunk_bytes + b % chunk_bytes there. The size is the smallest member's

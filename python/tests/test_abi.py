@@ -48,7 +48,7 @@ def header_structs():
             for n in names.split(","):
                 n = n.strip()
                 star = n.startswith("*")
-                a = re.match(r"\**(\w+)(?:\[(\d+)\])?", n)
+                a = re.match(r"\**\s*(\w+)(?:\[(\d+)\])?", n)  # "* members": a pointer to pointer
                 fields.append((a.group(1), ctype + ("*" if star else ""), int(a.group(2)) if a.group(2) else None))
         out[m.group(1)] = fields
     return out

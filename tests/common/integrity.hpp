@@ -318,7 +318,8 @@ inline std::string array_report_problem(const integrity_case& c, const integrity
              t.mirror->describe();
     if (ms[m].reads == 0) return "member " + std::to_string(m) + " served no reads: " + t.mirror->describe();
   }
-  if (c.member_fails && t.mirror->describe().find("[failed]") == std::string::npos)
+  if (c.member_fails && (t.mirror->describe().find("(1 failed)") == std::string::npos ||
+                         t.mirror->describe().find("[failed]") == std::string::npos))
     return "describe() does not name the failed member: " + t.mirror->describe();
   return {};
 }

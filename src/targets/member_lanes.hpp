@@ -16,6 +16,7 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -112,7 +113,9 @@ class member_lanes {
       l->spare.pop_back();
     }
     *r = {kind, fua, len, buf, offset, done, this, l, &io, m};
-    if (l->in_engine < window_ && l->waiting.empty()) return start(r);
+    // What the member throws goes to the caller (the poller's own
+    // handling, as without lanes).
+    if (l->in_engine < window_ && l->waiting.empty()) return (void)start(r, true);
     l->waiting.push_back(r);
   }
 
@@ -123,9 +126,21 @@ class member_lanes {
     t.flush(io, done);
   }
 
-  void start(request* r) {
-    ++r->l->in_engine;
-    issue(*members_[r->member], *r->io, r->kind, r->buf, r->len, r->offset, r->fua, {&on_done, r});
+  // When the member throws (an allocation, an io engine) the lane takes the
+  // request back, so its window is not lost; then the exception goes on
+  // (`rethrow`), or start says false.
+  bool start(request* r, bool rethrow) {
+    lane* l = r->l;
+    ++l->in_engine;
+    try {
+      issue(*members_[r->member], *r->io, r->kind, r->buf, r->len, r->offset, r->fua, {&on_done, r});
+      return true;
+    } catch (...) {
+      --l->in_engine;
+      l->spare.push_back(r);
+      if (rethrow) throw;
+      return false;
+    }
   }
 
   static void on_done(void* ctx, int64_t result) {
@@ -146,7 +161,9 @@ class member_lanes {
     while (l.in_engine < window_ && !l.waiting.empty()) {
       request* r = l.waiting.front();
       l.waiting.pop_front();
-      start(r);
+      const io_callback done = r->done;
+      // A request that waited has no caller left to throw to: it fails.
+      if (!start(r, false)) done(-EIO);
     }
     l.pumping = false;
   }

@@ -208,3 +208,37 @@ TEST(DriveLanes, SeveralEnginesShareOneArray) {
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_EQ(mirror->failed_members(), 0u);
 }
+
+// A member that throws (an allocation, an io engine) gives the exception to
+// the caller, as it would without lanes, and its lane keeps its window:
+// more throws than the window holds, then reads that complete.
+TEST(DriveLanes, AMemberThatThrowsKeepsItsLane) {
+  auto thrower = delayed_memory(1 << 20, 10'000, 0x5A);
+  auto stripe = make_striped_target({thrower, delayed_memory(1 << 20, 10'000, 0x5A)}, 4096);
+  auto io = make_io_engine(io_backend::automatic, defaults::io_depth());
+  fault_rule raise;
+  raise.kind = fault_rule::raise;
+  thrower->add_rule(raise);
+  std::vector<uint8_t> buf(4096);
+  std::vector<completion> never(1);
+  unsigned threw = 0;
+  for (unsigned i = 0; i < 2 * defaults::io_depth(); ++i) {
+    try {
+      stripe->read(*io, buf.data(), 4096, 0, {&completion::done, &never[0]});
+    } catch (const std::bad_alloc&) {
+      ++threw;
+    }
+  }
+  EXPECT_EQ(threw, 2 * defaults::io_depth());
+  EXPECT_EQ(never[0].result, 1) << "a request that threw never completes as well";
+  thrower->clear_rules();
+  std::vector<std::vector<uint8_t>> bufs(8, std::vector<uint8_t>(4096));
+  std::vector<completion> cs(8);
+  for (unsigned i = 0; i < 8; ++i) stripe->read(*io, bufs[i].data(), 4096, 2 * i * 4096, {&completion::done, &cs[i]});
+  io->submit();
+  reap_all(*io, cs, std::chrono::seconds(10));
+  for (unsigned i = 0; i < 8; ++i) {
+    ASSERT_EQ(cs[i].result, 4096) << "read " << i << " after the throws";
+    EXPECT_EQ(bufs[i][100], 0x5A);
+  }
+}

@@ -23,6 +23,7 @@
 
 #include "deepwell/common/error.hpp"
 #include "deepwell/controller/controller.hpp"
+#include "deepwell/targets/drive_array.hpp"
 #include "deepwell/link/host_client.hpp"
 #include "uring_loop.hpp"
 
@@ -32,7 +33,11 @@ using json = nlohmann::json;
 namespace {
 
 struct options {
-  std::string location = "hostmem";  // null | hostmem | file
+  std::string location = "hostmem";  // null | hostmem | file | model
+  unsigned drives = 1;                // model: modelled drives, striped
+  uint64_t chunk = 4096;              // model: the stripe's chunk
+  uint64_t drive_iops = 1'500'000;    // model: each drive's
+  uint64_t drive_latency_ns = 80'000;
   std::string path;
   bool direct = false;
   uint64_t size = 1ull << 30;
@@ -117,7 +122,12 @@ void client_loop(const queue_ref& q, const options& o, uint32_t nsid, uint64_t b
 int main(int argc, char** argv) {
   options o;
   CLI::App app{"deepwell block benchmark (CPU clients through the controller)"};
-  app.add_option("--location", o.location, "null | hostmem | file")->check(CLI::IsMember({"null", "hostmem", "file"}));
+  app.add_option("--location", o.location, "null | hostmem | file | model (modelled drives, striped)")
+      ->check(CLI::IsMember({"null", "hostmem", "file", "model"}));
+  app.add_option("--drives", o.drives, "with --location model: modelled drives, striped");
+  app.add_option("--chunk", o.chunk, "with --location model: the stripe's chunk bytes");
+  app.add_option("--drive-iops", o.drive_iops, "with --location model: each drive's IOPS");
+  app.add_option("--drive-latency-ns", o.drive_latency_ns, "with --location model: each drive's latency");
   app.add_option("--path", o.path, "file for --location file (created and filled if missing or short)");
   app.add_flag("--direct", o.direct, "O_DIRECT");
   app.add_option("--size", o.size, "dataset bytes");
@@ -158,6 +168,17 @@ int main(int argc, char** argv) {
       t = make_null_target(o.size);
     } else if (o.location == "hostmem") {
       t = make_host_memory_target(o.size, true);
+    } else if (o.location == "model") {
+      // Host memory behind a device model a drive, striped (drive_array.hpp):
+      // the controller's scaling over drives, with CPU clients.
+      if (o.drives == 0) throw error("--drives must be > 0");
+      drive_model dm;
+      dm.iops = o.drive_iops;
+      dm.latency_ns = o.drive_latency_ns;
+      std::vector<std::shared_ptr<target>> members;
+      const uint64_t per = (o.size / o.drives + o.chunk - 1) / o.chunk * o.chunk;
+      for (unsigned i = 0; i < o.drives; ++i) members.push_back(make_model_drive_target(per, dm));
+      t = make_striped_target(members, o.chunk);
     } else {
       // Create and fill the file with a deterministic pattern if needed.
       int fd = open(o.path.c_str(), O_RDWR | O_CREAT, 0644);
@@ -218,6 +239,9 @@ int main(int argc, char** argv) {
                    {"pollers", o.pollers},   {"op", o.op},           {"pattern", o.pattern}, {"seconds", o.seconds},
                    {"server_budget", o.server_budget}, {"server_clients", o.clients}, {"latency_target", o.latency_target},
                    {"backend", ctl.backend_name()}};
+    if (o.location == "model")
+      j["config"]["model"] = {{"drives", o.drives}, {"chunk", o.chunk}, {"drive_iops", o.drive_iops},
+                              {"drive_latency_ns", o.drive_latency_ns}};
     j["metrics"] = {{"requests", reqs},
                     {"errors", errs},
                     {"iops", reqs / secs},

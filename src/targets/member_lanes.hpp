@@ -75,7 +75,7 @@ class member_lanes {
     io_engine* io;
     size_t member;
   };
-  struct lane {
+  struct alignas(64) lane {  // a line of its own: only its engine's thread writes it
     uint32_t in_engine = 0;
     bool pumping = false;  // starting waiting requests (one that completes at once must not recurse)
     std::deque<request*> waiting;

@@ -33,7 +33,7 @@ uint64_t now_ns() {
 // Commands waiting for their completion time on one poller's engine. Only
 // that poller's thread touches it (requests come from it, timers fire in
 // its reap()).
-struct engine_queue {
+struct alignas(64) engine_queue {  // a line of its own: each poller writes its own
   struct waiting {
     uint64_t due;
     int64_t result;

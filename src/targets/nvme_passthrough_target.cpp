@@ -96,9 +96,11 @@ class nvme_target final : public target {
     }
     return "nvme passthrough " + ns_.char_path + " (namespace " + std::to_string(ns_.nsid) + ", " +
            std::to_string(ns_.lbas) + " LBAs of " + std::to_string(ns_.lba_bytes) + " bytes, " +
-           (iopoll_ ? "polled completions (IOPOLL)" : "interrupt completions (no poll queues)") +
-           ", fixed file, fixed buffers for " + std::to_string(fixed) + " of " + std::to_string(fixed + plain) +
-           " transfers)";
+           (iopoll_ ? "polled completions (IOPOLL)" : "interrupt completions") +
+           ", fixed file, " +
+           (fixed_refused_.load(std::memory_order_relaxed) ? std::string("fixed buffers refused by the kernel, ")
+                                                           : std::string()) +
+           "fixed buffers for " + std::to_string(fixed) + " of " + std::to_string(fixed + plain) + " transfers)";
   }
 
   void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
@@ -132,6 +134,7 @@ class nvme_target final : public target {
     io_callback done;
     uint32_t bytes = 0;
     per_engine* st = nullptr;
+    nvme_io io;  // as sent, for sending again without a fixed buffer
     command* next = nullptr;  // op_pool's link
   };
 
@@ -183,7 +186,8 @@ class nvme_target final : public target {
   // the engine's registration changed and the ring is idle. While they
   // differ the ring holds none: a registration the engine dropped may be
   // of memory unmapped since.
-  static void follow_registration(per_engine& st) {
+  void follow_registration(per_engine& st) {
+    if (fixed_refused_.load(std::memory_order_relaxed)) return;
     const detail::buffer_registration reg = detail::registered_buffers(*st.io);
     if (reg.generation == st.generation) return;
     if (st.ring->in_flight() != 0) {
@@ -239,17 +243,35 @@ class nvme_target final : public target {
     cmd.slba = offset / ns_.lba_bytes;
     cmd.nlb = len / ns_.lba_bytes;
     cmd.fua = fua;
+    cmd.buf_index = len && !fixed_refused_.load(std::memory_order_relaxed) ? st.ring->registered_index(buf, len) : -1;
     cmd.done = {&on_command, c};
+    c->io = cmd;
     st.ring->send(cmd);
   }
 
   static void on_command(void* ctx, int64_t res) {
     command* c = static_cast<command*>(ctx);
     per_engine& st = *c->st;  // its pool: on_command runs on st's thread
+    if (res == -EINVAL && c->io.buf_index >= 0) {
+      // Linux 6.1's nvme driver refuses registered buffers of ours with
+      // EINVAL (seen in the QEMU guest with Debian's 6.1.0-57: every
+      // command, whatever its size). The command goes again with a plain
+      // buffer, and the target uses none from here on.
+      st.owner->refuse_fixed();
+      c->io.buf_index = -1;
+      return st.ring->send(c->io);
+    }
     const io_callback done = c->done;
     const int64_t result = res == 0 ? int64_t(c->bytes) : res < 0 ? res : errno_of_status(res);
     st.commands.give(c);
     done(result);
+  }
+
+  void refuse_fixed() {
+    if (fixed_refused_.exchange(true, std::memory_order_relaxed)) return;
+    detail::log_line(detail::log_level::warn, ns_.char_path +
+                                                  ": the kernel refused a passthrough command with a fixed "
+                                                  "buffer (EINVAL); plain buffers from here on");
   }
 
   // One timer a ring while it has commands in flight (top of the file).
@@ -275,6 +297,7 @@ class nvme_target final : public target {
   uint64_t size_;
   bool writable_;
   bool iopoll_;
+  std::atomic<bool> fixed_refused_{false};
   std::atomic<io_engine*> engine_ids_[max_engines] = {};
   per_engine engines_[max_engines];
 };

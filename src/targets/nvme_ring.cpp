@@ -109,8 +109,8 @@ bool nvme_ring::try_prepare(record* r) {
     cmd->cdw10 = uint32_t(io.slba);
     cmd->cdw11 = uint32_t(io.slba >> 32);
     cmd->cdw12 = (io.nlb - 1) | (io.fua ? 1u << 30 : 0);
-    const int index = registered_index(io.buf, io.len);
-    if (index >= 0) {
+    const int index = io.buf_index;
+    if (index >= 0 && size_t(index) < buffers_.size()) {
       sqe->uring_cmd_flags = IORING_URING_CMD_FIXED;
       sqe->buf_index = uint16_t(index);
       ++fixed_sent_;

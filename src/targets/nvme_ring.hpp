@@ -39,6 +39,7 @@ struct nvme_io {
   uint64_t slba = 0;
   uint32_t nlb = 0;  // blocks (1-based; the command carries nlb - 1)
   bool fua = false;
+  int buf_index = -1;  // a registered buffer holding buf (registered_index), or -1
   io_callback done;
 };
 
@@ -66,9 +67,12 @@ class nvme_ring {
   // refuses (RLIMIT_MEMLOCK); commands then go with plain buffers.
   bool register_buffers(const iovec* iov, unsigned n);
   void unregister_buffers();
+  // The registered buffer holding [buf, buf + len), or -1.
+  int registered_index(const void* buf, uint32_t len) const;
 
   // Sends one command and waits for it (reaping) up to timeout_ns; the
-  // probe at open. Returns its result, or -ETIMEDOUT.
+  // probe at open. Returns its result, or -ETIMEDOUT (the command is then
+  // still in the kernel: destroy the ring before its buffer goes).
   int64_t run_one(nvme_io io, uint64_t timeout_ns);
 
   uint64_t fixed_sent() const { return fixed_sent_; }
@@ -81,7 +85,6 @@ class nvme_ring {
   };
   bool try_prepare(record* r);
   void submit();
-  int registered_index(const void* buf, uint32_t len) const;
 
   io_uring ring_{};
   bool iopoll_ = false;

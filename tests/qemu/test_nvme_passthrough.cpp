@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <cstring>
@@ -176,7 +177,7 @@ TEST_P(Passthrough, RandomReadsAndWritesFromThreadsMatchByteForByte) {
       std::mt19937_64 rng(th + 1);
       const uint64_t first = th * region / block, blocks = region / block;
       std::vector<uint8_t> buf(slot);
-      for (int op = 0; op < 400; ++op) {
+      for (int op = 0; op < 100; ++op) {
         // Mostly small requests, sometimes one as large as a slot.
         const uint32_t n = rng() % 8 == 0 ? slot / block : uint32_t(1 + rng() % 8);
         const uint64_t lba = first + rng() % (blocks - n + 1);
@@ -191,7 +192,7 @@ TEST_P(Passthrough, RandomReadsAndWritesFromThreadsMatchByteForByte) {
           if (!s.ok() || std::memcmp(buf.data(), at, size_t(n) * block) != 0)
             ++bad, ADD_FAILURE() << "read of " << n << " blocks at " << lba << ": " << describe(s);
         }
-        if (op == 200) EXPECT_TRUE(c.flush(nsid).ok());
+        if (op == 50) EXPECT_TRUE(c.flush(nsid).ok());
       }
       EXPECT_TRUE(c.flush(nsid).ok());
     });
@@ -208,12 +209,17 @@ TEST_P(Passthrough, RandomReadsAndWritesFromThreadsMatchByteForByte) {
   const std::vector<uint8_t> disk = read_block_device(ns.block_path, bytes);
   for (uint64_t i = 0; i < bytes; ++i)
     ASSERT_EQ(disk[i], ref[i]) << "byte " << i << " of " << ns.block_path << " after flush";
-  if (m.backend == io_backend::uring)  // the engine registers staging: the ring uses it
-    EXPECT_EQ(t->describe().find("fixed buffers for 0 of"), std::string::npos) << t->describe();
+  // The engine registers staging: the ring tries it (a kernel may refuse).
+  const std::string d = t->describe();
+  std::printf("%s\n", d.c_str());
+  if (m.backend == io_backend::uring)
+    EXPECT_TRUE(d.find("fixed buffers for 0 of") == std::string::npos || d.find("refused") != std::string::npos) << d;
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Passthrough,
                          testing::Values(mode{"polled_uring", nvme_options::polling::on, io_backend::uring},
+                                         mode{"polled_threads", nvme_options::polling::on, io_backend::threads},
+                                         mode{"interrupts_uring", nvme_options::polling::off, io_backend::uring},
                                          mode{"interrupts_threads", nvme_options::polling::off, io_backend::threads}),
                          [](const auto& i) { return std::string(i.param.name); });
 
@@ -247,7 +253,7 @@ TEST(BadRequests, PastTheEndAndUnalignedAreRefused) {
     cmd.slba = ns.lbas;
     cmd.nlb = 1;
     const int64_t r = ring.run_one(cmd, 10'000'000'000ull);
-    EXPECT_EQ(r & 0x7FF, int64_t(nvme::sc::lba_out_of_range.value)) << "status " << r;
+    EXPECT_EQ(nvme::status(uint16_t(r)), nvme::sc::lba_out_of_range) << "status " << r;
   }
   ::close(fd);
   // Through the controller: LBA Out of Range, and nothing reaches the device.
@@ -286,6 +292,24 @@ TEST(ReadOnly, ServesReadsAndRefusesWrites) {
   EXPECT_EQ(c.write(nsid, 0, 1, 4096, buf.data()).nvme, nvme::sc::write_to_read_only);
   auto io = make_io_engine(io_backend::uring);
   EXPECT_EQ(run(*io, [&](io_callback d) { t->write(*io, buf.data(), 4096, 0, false, d); }), -EROFS);
+  // The target's refusal is what protects a namespace marked read-only by
+  // the kernel alone: a write sent on the generic device bypasses the block
+  // device's read-only flag. (QEMU's readonly=on drive refuses it itself.)
+  const int fd = ::open(ro, O_RDWR);
+  ASSERT_GE(fd, 0);
+  aligned_buffer b(ns.lba_bytes);
+  detail::nvme_ring ring(fd, 4, false);
+  detail::nvme_io cmd;
+  cmd.opcode = nvme::op_write;
+  cmd.nsid = ns.nsid;
+  cmd.buf = b.p;
+  cmd.len = ns.lba_bytes;
+  cmd.nlb = 1;
+  const int64_t r = ring.run_one(cmd, 10'000'000'000ull);
+  EXPECT_NE(r, 0) << "the drive took a write";
+  std::printf("a raw write to the read-only drive: %s\n",
+              r > 0 ? nvme::status_name(nvme::status(uint16_t(r))) : std::strerror(int(-r)));
+  ::close(fd);
 }
 
 TEST(Fallback, NoGenericDeviceFallsBackToTheBlockDeviceAndSaysWhy) {

@@ -41,6 +41,7 @@ using detail::nvme_ring;
 using detail::nvme_ring_error;
 
 constexpr unsigned ring_entries = 256;
+constexpr unsigned command_chunk = 32;  // command contexts a poller allocates at a time
 constexpr uint64_t polled_tick_ns = 5'000;
 constexpr uint64_t interrupt_tick_ns = 10'000;
 // The nvme driver's DMA alignment (4 bytes); a buffer aligned less is
@@ -144,9 +145,10 @@ class nvme_target final : public target {
     io_engine* io = nullptr;
     nvme_target* owner = nullptr;
     std::unique_ptr<nvme_ring> ring;
-    detail::op_pool<command> commands{ring_entries};
+    detail::op_pool<command> commands{command_chunk};
     bool timer_armed = false;
     uint64_t generation = 0;  // of the engine's registration the ring holds (0: none)
+    bool fixed_ok = false;    // the ring's registration is the engine's current one
     std::atomic<uint64_t> fixed{0}, plain{0};
   };
 
@@ -183,19 +185,18 @@ class nvme_target final : public target {
   }
 
   // The engine's registered staging as the ring's fixed buffers, whenever
-  // the engine's registration changed and the ring is idle. While they
-  // differ the ring holds none: a registration the engine dropped may be
-  // of memory unmapped since.
+  // the engine's registration changed and the ring is idle (the poller
+  // changes it only with no I/O in flight, our armed timer included, so
+  // the ring is idle then). While they differ no command uses the ring's:
+  // a registration the engine dropped may be of memory unmapped since.
   void follow_registration(per_engine& st) {
-    if (fixed_refused_.load(std::memory_order_relaxed)) return;
     const detail::buffer_registration reg = detail::registered_buffers(*st.io);
     if (reg.generation == st.generation) return;
-    if (st.ring->in_flight() != 0) {
-      st.ring->unregister_buffers();  // only unregisters with nothing in the kernel
-      return;
-    }
+    st.fixed_ok = false;
+    if (st.ring->in_flight() != 0) return;
     st.generation = reg.generation;
-    if (!st.ring->register_buffers(reg.iov, reg.n)) st.ring->unregister_buffers();
+    st.fixed_ok = reg.n != 0 && st.ring->register_buffers(reg.iov, reg.n);
+    if (!st.fixed_ok) st.ring->unregister_buffers();
   }
 
   void issue(io_engine& io, uint8_t opcode, void* buf, uint32_t len, uint64_t offset, bool fua, int64_t result,
@@ -243,7 +244,8 @@ class nvme_target final : public target {
     cmd.slba = offset / ns_.lba_bytes;
     cmd.nlb = len / ns_.lba_bytes;
     cmd.fua = fua;
-    cmd.buf_index = len && !fixed_refused_.load(std::memory_order_relaxed) ? st.ring->registered_index(buf, len) : -1;
+    cmd.buf_index =
+        len && st.fixed_ok && !fixed_refused_.load(std::memory_order_relaxed) ? st.ring->registered_index(buf, len) : -1;
     cmd.done = {&on_command, c};
     c->io = cmd;
     st.ring->send(cmd);

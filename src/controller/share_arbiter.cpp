@@ -109,6 +109,13 @@ void share_arbiter::begin(client_account& a) {
     uint64_t peak = window_peak_clients_.load(std::memory_order_relaxed);
     while (n > peak && !window_peak_clients_.compare_exchange_weak(peak, n, std::memory_order_relaxed)) {
     }
+    // Alone, and not the client the try state is about: it starts clean
+    // (no strikes, no wait, the shortest backoff).
+    if (n == 1 && lone_client_.exchange(a.id, std::memory_order_relaxed) != a.id) {
+      lone_strikes_.store(0, std::memory_order_relaxed);
+      lone_retry_at_.store(0, std::memory_order_relaxed);
+      lone_backoff_ns_.store(10 * target_.window_ns, std::memory_order_relaxed);
+    }
     // A second client: a lone client's room above the budget ends now,
     // not at the window's end.
     if (n >= 2) {

@@ -238,6 +238,10 @@ class share_arbiter {
   std::atomic<bool> refused_{false};
   std::atomic<uint64_t> lone_retry_at_{0};  // no growth before (a try that queued)
   std::atomic<uint32_t> lone_strikes_{0};   // windows in a row above the budget that queued
+  // The client the try state above belongs to: a try's history says how
+  // one client's commands ran in parallel, not another's (a server runs a
+  // checkpoint that queued, then a grep that would not).
+  std::atomic<uint32_t> lone_client_{0};
   std::atomic<bool> probing_{false};
   void end_window(uint64_t now_ns);
   mutable std::mutex mutex_;  // the map only

@@ -292,7 +292,7 @@ server_config parse_config(std::string_view text, const std::string& source) {
   }
 
   for_each_section(source, root, "dataset",
-                   {"name", "file", "device", "memory", "tree", "stripe", "mirror", "chunk", "writable", "block_size",
+                   {"name", "file", "device", "nvme", "memory", "tree", "stripe", "mirror", "chunk", "writable", "block_size",
                     "direct", "offset", "length"},
                    [&](const reader& r, const toml::table& t, const std::string& sec) {
     dataset_config d;
@@ -305,15 +305,16 @@ server_config parse_config(std::string_view text, const std::string& source) {
     d.name = *name;
     const auto file = r.string("file");
     const auto device = r.string("device");
+    const auto nvme = r.string("nvme");
     const auto memory = r.bytes("memory");
     const auto tree = r.string("tree");
     const auto stripe = r.strings("stripe");
     const auto mirror = r.strings("mirror");
-    const int kinds = int(bool(file)) + int(bool(device)) + int(bool(memory)) + int(bool(tree)) + int(bool(stripe)) +
-                      int(bool(mirror));
+    const int kinds = int(bool(file)) + int(bool(device)) + int(bool(nvme)) + int(bool(memory)) + int(bool(tree)) +
+                      int(bool(stripe)) + int(bool(mirror));
     if (kinds != 1)
       throw config_error(where(source, t.source(), sec) +
-                         ": needs exactly one of file, device, memory, tree, stripe or mirror (has " +
+                         ": needs exactly one of file, device, nvme, memory, tree, stripe or mirror (has " +
                          std::to_string(kinds) + ")");
     if (t.get("chunk") && !stripe) fail(source, *t.get("chunk"), sec + ".chunk", "applies to a stripe only");
     if (stripe || mirror) {
@@ -339,6 +340,15 @@ server_config parse_config(std::string_view text, const std::string& source) {
       d.path = *tree;
       for (const char* k : {"block_size", "direct", "offset", "length"})
         if (t.get(k)) fail(source, *t.get(k), sec + "." + k, "does not apply to a tree");
+    } else if (nvme) {
+      // A namespace served by NVMe passthrough (targets/nvme_passthrough.hpp),
+      // or its block device where passthrough is unavailable; always the
+      // whole namespace, without the page cache.
+      if (nvme->empty()) fail(source, *t.get("nvme"), sec + ".nvme", "is empty");
+      d.kind = dataset_config::kind_t::nvme;
+      d.path = *nvme;
+      for (const char* k : {"direct", "offset", "length"})
+        if (t.get(k)) fail(source, *t.get(k), sec + "." + k, "does not apply to an nvme dataset (the whole namespace)");
     } else if (device) {
       if (device->empty()) fail(source, *t.get("device"), sec + ".device", "is empty");
       d.kind = dataset_config::kind_t::device;

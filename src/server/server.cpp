@@ -43,6 +43,7 @@
 #include "deepwell/controller/controller.hpp"
 #include "deepwell/targets/checksummed_target.hpp"
 #include "deepwell/targets/drive_array.hpp"
+#include "deepwell/targets/nvme_passthrough.hpp"
 #include "common/fork_join.hpp"
 #include "targets/local_tree.hpp"
 #include "targets/section_target.hpp"
@@ -407,6 +408,12 @@ void server::impl::open_datasets() {
         // be reopened read-write.
         s.memory = shared_region::create(d.memory_bytes, "deepwell-dataset-" + d.name, !d.writable);
         s.data = wrap_host_memory(s.memory.data(), d.memory_bytes, d.writable);
+      } else if (d.kind == dataset_config::kind_t::nvme) {
+        nvme_options o;
+        o.writable = d.writable;
+        s.data = make_nvme_target(d.path, o);  // says in the log and in describe() which route it took
+        s.real = real_path(d.path);
+        tiered_bytes += s.data->size();
       } else if (!d.members.empty()) {
         // An array of drives (targets/drive_array.hpp): each member a file
         // or device of its own, opened as a file dataset would be.

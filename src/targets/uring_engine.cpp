@@ -46,6 +46,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -77,6 +78,13 @@ constexpr unsigned direct_write_threads = 4;
 constexpr unsigned file_write_lanes = 8;
 // The ring's longest wait while writes are also in flight on the threads.
 constexpr uint64_t mixed_wait_ns = 20'000;
+
+// Registrations are numbered across the process: an engine made where
+// another was freed must not repeat a number a passthrough ring still holds.
+uint64_t next_generation() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 bool transient_submit_error(int ret) {
   // EAGAIN: out of kernel resources for now; EBUSY: completions are backed
@@ -208,6 +216,7 @@ class uring_engine final : public io_engine {
     if (ret < 0) return false;  // ENOMEM (RLIMIT_MEMLOCK), EPERM, EINVAL, ...
     registered_buffers_ = n;
     registered_iov_.assign(iov, iov + n);
+    generation_ = next_generation();
     return true;
   }
 
@@ -216,7 +225,10 @@ class uring_engine final : public io_engine {
     io_uring_unregister_buffers(&ring_);
     registered_buffers_ = 0;
     registered_iov_.clear();
+    generation_ = 0;
   }
+
+  buffer_registration registered() const { return {registered_iov_.data(), registered_buffers_, generation_}; }
 
  private:
   // False when there is no room: the SQ stays full even after a submit, or
@@ -400,12 +412,18 @@ class uring_engine final : public io_engine {
   unsigned in_flight_ = 0;  // queued and not reaped, wherever they are
   unsigned registered_buffers_ = 0;
   std::vector<iovec> registered_iov_;
+  uint64_t generation_ = 0;  // of registered_iov_ (registered())
   op_pool<uring_op> pool_;
   op_fifo<uring_op> overflow_;          // waiting for room in the SQ / CQ
   op_fifo<uring_op> finished_locally_;  // rejected before reaching the kernel
 };
 
 }  // namespace
+
+buffer_registration registered_buffers(const io_engine& e) {
+  const auto* u = dynamic_cast<const uring_engine*>(&e);
+  return u ? u->registered() : buffer_registration{};
+}
 
 std::unique_ptr<io_engine> make_uring_engine(unsigned queue_depth) {
   return std::make_unique<uring_engine>(queue_depth ? queue_depth : 1);

@@ -708,6 +708,27 @@ TEST(FairShare, TheLoneClientsRuleWindowByWindow) {
     }
     EXPECT_EQ(tries, 2) << "one try after 100 ms, the next 200 ms after it, none in 400 ms more";
   }
+  {  // A try's history is its client's: a client that queued waits before it
+     // tries again; the next client to come alone tries at its first window.
+    arbiter_run r;
+    for (int i = 0; i < 3; ++i) r.step(1, r.queued(100'000));
+    ASSERT_EQ(r.arb.budget(), r.budget);  // stepped back, waiting 100 ms
+    EXPECT_EQ(r.step(1, r.queued(100'000)), r.budget);  // still waiting
+    r.arb.finish(*r.a, 1, 0);
+    auto b = r.arb.account(2);
+    r.arb.begin(*b);
+    r.a = b;  // the windows' reservations are the new client's now
+    EXPECT_EQ(r.step(1, r.queued(100'000)), 4 * r.budget);
+    // The first client back alone after it: its own history is gone too
+    // (another client ran since), so it tries at once as well.
+    for (int i = 0; i < 2; ++i) r.step(1, r.queued(100'000));
+    ASSERT_EQ(r.arb.budget(), r.budget);
+    r.arb.finish(*b, 1, 0);
+    auto a = r.arb.account(1);
+    r.arb.begin(*a);
+    r.a = a;
+    EXPECT_EQ(r.step(1, r.queued(100'000)), 4 * r.budget);
+  }
   {  // Reads weighed apart: write-backs ten times slower than the reads
      // (a burst of output written back) do not read as queueing while the
      // reads stay as fast as at the budget; slower reads still do.

@@ -61,6 +61,11 @@ name = "scratch"
 memory = "1.5GiB"
 writable = true
 
+[[dataset]]
+name = "drive"
+nvme = "/dev/ng0n1"
+writable = true
+
 [[grant]]
 dataset = "features"
 user = "root"
@@ -85,7 +90,7 @@ rate = "500MiB"
   EXPECT_EQ(c.poller_spin_us, 500u);
   EXPECT_EQ(c.max_queue_pairs, 32u);
   EXPECT_EQ(c.max_staging_bytes, 1u << 30);
-  ASSERT_EQ(c.datasets.size(), 3u);
+  ASSERT_EQ(c.datasets.size(), 4u);
   const dataset_config& f = c.datasets[0];
   EXPECT_EQ(f.kind, dataset_config::kind_t::file);
   EXPECT_EQ(f.path, "/data/features.bin");
@@ -100,6 +105,9 @@ rate = "500MiB"
   EXPECT_EQ(c.datasets[2].kind, dataset_config::kind_t::memory);
   EXPECT_EQ(c.datasets[2].memory_bytes, 3ull << 29);
   EXPECT_EQ(c.find("scratch"), &c.datasets[2]);
+  EXPECT_EQ(c.datasets[3].kind, dataset_config::kind_t::nvme);
+  EXPECT_EQ(c.datasets[3].path, "/dev/ng0n1");
+  EXPECT_TRUE(c.datasets[3].writable);
   EXPECT_EQ(c.find("nope"), nullptr);
   ASSERT_EQ(c.grants.size(), 2u);
   EXPECT_EQ(c.grants[0].who.uid, 0u) << "user root";
@@ -143,7 +151,10 @@ TEST(ServerConfig, MistakesNameTheFileTheLineAndTheKey) {
       {"[server]\npollers = 0\n" + one_dataset, "server.pollers: 0 is out of range"},
       {one_dataset + "block_size = 3000\n", "bad.toml:4: dataset[1].block_size: 3000 is not a power of two"},
       {one_dataset + one_dataset, "bad.toml:5: dataset[2].name: 'd' is already a dataset's name"},
-      {one_dataset + "memory = \"1GiB\"\n", "bad.toml:1: dataset[1]: needs exactly one of file, device, memory, tree, stripe or mirror"},
+      {one_dataset + "memory = \"1GiB\"\n", "bad.toml:1: dataset[1]: needs exactly one of file, device, nvme, memory, tree, stripe or mirror"},
+      {"[[dataset]]\nname = \"n\"\nnvme = \"/dev/ng0n1\"\noffset = 4096\n",
+       "bad.toml:4: dataset[1].offset: does not apply to an nvme dataset"},
+      {"[[dataset]]\nname = \"n\"\nnvme = \"\"\n", "bad.toml:3: dataset[1].nvme: is empty"},
       {"[[dataset]]\nname = \"m\"\nmemory = \"1G\"\ndirect = true\n", "dataset[1].direct: does not apply"},
       {one_dataset + "[[grant]]\ndataset = \"e\"\nuid = 1\n", "bad.toml:5: grant[1].dataset: no dataset named 'e'"},
       {one_dataset + "[[grant]]\ndataset = \"d\"\nuid = 1\ngid = 2\n", "grant[1]: needs exactly one of uid"},

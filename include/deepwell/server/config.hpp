@@ -76,8 +76,10 @@ struct dataset_config {
   // not a namespace of its own.
   // stripe, mirror: an array of files or devices as one dataset
   // (targets/drive_array.hpp), the members in `members`.
-  enum class kind_t { file, device, memory, tree, stripe, mirror } kind = kind_t::file;
-  std::string path;           // file, device, or the tree's root directory
+  // nvme: a namespace's /dev/ngXnY through NVMe passthrough, or its block
+  // device where that is unavailable (targets/nvme_passthrough.hpp).
+  enum class kind_t { file, device, nvme, memory, tree, stripe, mirror } kind = kind_t::file;
+  std::string path;           // file, device, nvme, or the tree's root directory
   std::vector<std::string> members;  // stripe, mirror: the member files or devices, in order
   uint64_t chunk = 65536;            // stripe: bytes of the dataset a member takes in turn
   uint64_t memory_bytes = 0;  // memory: its size (zeroed at start)

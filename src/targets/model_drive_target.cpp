@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "deepwell/common/detail/hash.hpp"
+#include "deepwell/common/detail/staging_copy.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/targets/drive_array.hpp"
 
@@ -74,7 +75,10 @@ class model_drive_target final : public target {
   void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
     if (offset + len < offset) return done(-EINVAL);
     const uint64_t valid = offset < size_ ? std::min<uint64_t>(len, size_ - offset) : 0;
-    if (valid) std::memcpy(buf, data_ + offset, valid);
+    // Into staging the GPU reads next: the controller's own streaming copy,
+    // as the host-memory target makes (a drive's DMA leaves no dirty lines
+    // in a core's caches either).
+    if (valid) detail::copy_to_staging(buf, data_ + offset, valid);
     if (valid < len) std::memset(static_cast<uint8_t*>(buf) + valid, 0, len - valid);
     later(io, len, 1.0, len, done);
   }

@@ -32,12 +32,13 @@ nlohmann::json profile_json(const device_profile& p) {
 nlohmann::json route_json(const deepwell::table::taxi_route_report& r) {
   nlohmann::json cols = nlohmann::json::array();
   for (const auto& c : r.columns)
-    cols.push_back({{"column", c.column}, {"route", route_name(c.route)}, {"why", c.why}, {"resident", c.resident},
+    cols.push_back({{"column", c.column}, {"route", route_name(c.route)}, {"why", c.why}, {"cache_route", c.cache_route}, {"resident", c.resident},
                     {"bytes", c.bytes}, {"pages_needed", c.pages_needed}, {"pages_known", c.pages_known},
                     {"model_pages_seconds", c.pages_seconds}, {"model_bulk_seconds", c.bulk_seconds}});
   nlohmann::json j = {{"mode", taxi_route_mode_name(r.mode)}, {"columns", cols}, {"seconds", r.seconds},
                       {"bulk_bytes", r.bulk_bytes}, {"bulk_read_seconds", r.bulk_read_seconds},
-                      {"bulk_threads", r.bulk_threads}, {"profile_seconds", r.profile_seconds}};
+                      {"bulk_threads", r.bulk_threads}, {"profile_seconds", r.profile_seconds},
+                      {"look_seconds", r.look_seconds}};
   j["profile"] = r.profiled ? profile_json(r.profile) : nlohmann::json(nullptr);
   return j;
 }

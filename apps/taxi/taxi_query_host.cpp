@@ -100,7 +100,7 @@ taxi_columns open_taxi_columns(std::shared_ptr<controller_link> link, const colu
 void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi_columns& t,
                         const taxi_query_options& o, const cache_stats* first_run) {
   rep.rows = f.rows();
-  rep.setup_seconds = t.seconds;
+  rep.setup_seconds = t.seconds + rep.route.look_seconds;
   rep.setup_cache_seconds = t.cache_seconds;
   const cache_stats s = first_run ? *first_run : t.cache->stats();
   rep.misses = s.misses;
@@ -108,6 +108,7 @@ void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi
   for (size_t c = 0; c < t.arrays.size(); ++c) {
     const bool direct = t.cache->dataset(t.arrays[c].ref().dataset).source.mapped() != nullptr;
     rep.direct_columns += direct;
+    if (c < rep.route.columns.size()) rep.route.columns[c].cache_route = t.cache->route(t.arrays[c].ref().dataset);
     // Values read alone (read_sparse): the selected rows of each further direct column.
     if (c > 0 && direct && o.sparse_gather) rep.sparse_reads += rep.result.selected;
   }

@@ -11,6 +11,11 @@
 namespace deepwell::table {
 namespace {
 
+// Pages of a column looked at for its residency (32 runs of 16): a cold
+// or half-evicted column shows; the cache's own look when it adds the
+// column (every page) decides its direct tier, and its route says so.
+constexpr uint64_t resident_samples = 512;
+
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -41,11 +46,12 @@ taxi_route_report route_taxi_columns(const column_file& f, int q, const taxi_rou
     taxi_column_route r;
     r.column = ci.name;
     r.bytes = ci.bytes;
-    r.resident = file_resident_share(f.path(), ci.offset, ci.bytes);
+    r.resident = file_resident_share(f.path(), ci.offset, ci.bytes, resident_samples);
     r.pages_needed = (ci.bytes + s.page_bytes - 1) / s.page_bytes;
     r.pages_known = c == 0;
     rep.columns.push_back(r);
   }
+  rep.look_seconds = since(t0);
   auto decide = [&](taxi_column_route& r) {
     if (r.resident >= 1.0) {
       r.route = read_route::resident;
@@ -120,7 +126,7 @@ taxi_route_report route_taxi_columns(const column_file& f, int q, const taxi_rou
     }
   }
   if (!bulk.empty()) read_whole(bulk, {});
-  rep.seconds = since(t0) - rep.profile_seconds;
+  rep.seconds = since(t0) - rep.profile_seconds - rep.look_seconds;
   return rep;
 }
 

@@ -39,7 +39,8 @@ struct taxi_column_route {
   std::string column;
   read_route route = read_route::pages;
   std::string why;
-  double resident = 0;        // share in the page cache before the query
+  double resident = 0;        // share in the page cache before the query (of a sample of its pages)
+  std::string cache_route;    // what the cache then said of the column (page_cache::route)
   uint64_t bytes = 0;         // the column's section
   uint64_t pages_needed = 0;  // the pages the query touches (all, for the scan column), at page_bytes
   bool pages_known = false;   // pages_needed counted (gathered columns after a bulk scan)
@@ -52,7 +53,10 @@ struct taxi_route_report {
   bool profiled = false;                   // the model needed the profile
   device_profile profile;
   double profile_seconds = 0;  // finding the profile (a probe the first time on a device); not part of `seconds`
-  double seconds = 0;          // the routes' work: residency, the bulk reads and the selection's count
+  // The residency look (as the cache's own look when it adds a column, a
+  // part of the setup), not part of `seconds`.
+  double look_seconds = 0;
+  double seconds = 0;          // the routes' work: the bulk reads and the selection's count
   uint64_t bulk_bytes = 0;
   double bulk_read_seconds = 0;
   unsigned bulk_threads = 0;

@@ -53,11 +53,12 @@ struct taxi_query_report {
   taxi_query_result result{};
   // The query: its columns' routes (route.seconds: the bulk reads before
   // the clients start) and the clients' run (run_seconds); the cache and
-  // controller are set up between the two and not counted.
+  // controller are set up between the two and not counted (setup_seconds,
+  // with the routes' residency look, route.look_seconds).
   double seconds = 0;
   double run_seconds = 0;
   taxi_route_report route;
-  double setup_seconds = 0;  // the cache and the columns' datasets (mapping registration included)
+  double setup_seconds = 0;  // the cache and the columns' datasets (mapping registration included), the routes' look
   double setup_cache_seconds = 0;  // of which making the cache (queue pairs, memory, metadata)
   double warm_seconds = 0;   // the best of the warm runs (taxi_query_options::warm_runs), 0 if none
   bool warm_agrees = true;   // every warm run gave the first run's answer

@@ -195,6 +195,20 @@ TEST(BulkRead, EveryByteOfEveryExtentPassesOnceAndLandsInThePageCache) {
   EXPECT_EQ(file_resident_share(f.path(), ex[1].offset, ex[1].bytes), 1.0);
 }
 
+TEST(BulkRead, ASampledResidencyLookSeesHalfAFileInThePageCache) {
+  const uint64_t bytes = 32ull << 20;
+  scratch_file f(bytes, 6);
+  if (!drop_from_page_cache(f.path())) GTEST_SKIP() << "this file system keeps the file in the page cache";
+  EXPECT_EQ(file_resident_share(f.path(), 0, bytes, 512), 0.0);
+  bulk_read(f.path(), {{0, bytes / 2}});
+  const double all = file_resident_share(f.path(), 0, bytes), sampled = file_resident_share(f.path(), 0, bytes, 512);
+  EXPECT_NEAR(all, 0.5, 0.01);
+  EXPECT_NEAR(sampled, all, 0.1);
+  EXPECT_EQ(file_resident_share(f.path(), 0, bytes / 2, 512), 1.0);
+  EXPECT_EQ(file_resident_share(f.path(), bytes / 2, bytes / 2, 512), 0.0);
+  EXPECT_EQ(file_resident_share(f.path() + "-absent", 0, bytes, 512), 0.0);
+}
+
 TEST(BulkRead, BadExtentsFilesAndVisitorsAreReportedByName) {
   scratch_file f(1 << 20, 5);
   expect_error([&] { bulk_read(f.path(), {{4096, 1 << 20}}); }, "past the end of " + f.path());
@@ -272,7 +286,10 @@ TEST(TaxiRoutes, EveryRouteGivesThePlainScansAnswersAndSaysWhy) {
         EXPECT_LT(cr.resident, 0.01) << what;
         EXPECT_EQ(cr.route, c == 0 ? rn.scan : rn.gathered) << what << " " << cr.column << ": " << cr.why;
         EXPECT_EQ(cr.why.rfind(route_name(cr.route), 0), 0u) << cr.why;
+        // The cache's own word on the column: read in bulk, it is in the page cache.
+        EXPECT_FALSE(cr.cache_route.empty()) << what;
         if (cr.route == read_route::bulk) {
+          EXPECT_NE(cr.cache_route.find("the direct tier"), std::string::npos) << cr.cache_route;
           bulk += cr.bytes;
           EXPECT_EQ(file_resident_share(f.path(), cf.column(cr.column).offset, cr.bytes), 1.0) << what;
         }

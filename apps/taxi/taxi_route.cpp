@@ -78,9 +78,11 @@ taxi_route_report route_taxi_columns(const column_file& f, int q, const taxi_rou
       if (!r.pages_known) r.why += "; the selection unknown before the query, so every page counted";
     }
   };
-  auto read_whole = [&](const std::vector<file_extent>& ex, const extent_visitor& v) {
+  // A resident column read again only to count its selection is a read of
+  // memory, not of storage: not in bulk_bytes.
+  auto read_whole = [&](const std::vector<file_extent>& ex, const extent_visitor& v, bool from_storage) {
     const bulk_read_report b = bulk_read(f.path(), ex, {}, v);
-    rep.bulk_bytes += b.bytes;
+    if (from_storage) rep.bulk_bytes += b.bytes;
     rep.bulk_read_seconds += b.seconds;
     rep.bulk_threads = b.threads;
   };
@@ -91,7 +93,9 @@ taxi_route_report route_taxi_columns(const column_file& f, int q, const taxi_rou
   // The selection counted where the scan column passes through host
   // memory anyway (a bulk read), or is there already and a gathered column
   // is not (then a read of memory buys the gathered columns' true counts).
-  const bool count = q > 0 && gathered_cold && s.no_bulk.empty() && scan.route != read_route::pages;
+  const bool count = q > 0 && gathered_cold && s.no_bulk.empty() &&
+                     (scan.route == read_route::bulk ||
+                      (scan.route == read_route::resident && s.mode == taxi_route_mode::automatic));
   if (scan.route == read_route::bulk || count) {
     const column_info& ci = f.column(taxi_query_columns[0]);
     std::atomic<uint64_t> touched{0};
@@ -110,7 +114,8 @@ taxi_route_report route_taxi_columns(const column_file& f, int q, const taxi_rou
         }
         touched += t;
       };
-    read_whole({{ci.offset, ci.bytes}}, v);
+    read_whole({{ci.offset, ci.bytes}}, v, scan.route == read_route::bulk);
+    if (scan.route == read_route::resident) scan.why += "; read from memory to count the selection";
     if (count)
       for (int c = 1; c <= q; ++c) {
         rep.columns[c].pages_needed = touched;
@@ -125,7 +130,7 @@ taxi_route_report route_taxi_columns(const column_file& f, int q, const taxi_rou
       bulk.push_back({ci.offset, ci.bytes});
     }
   }
-  if (!bulk.empty()) read_whole(bulk, {});
+  if (!bulk.empty()) read_whole(bulk, {}, true);
   rep.seconds = since(t0) - rep.profile_seconds - rep.look_seconds;
   return rep;
 }

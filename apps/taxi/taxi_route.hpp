@@ -57,8 +57,8 @@ struct taxi_route_report {
   // part of the setup), not part of `seconds`.
   double look_seconds = 0;
   double seconds = 0;          // the routes' work: the bulk reads and the selection's count
-  uint64_t bulk_bytes = 0;
-  double bulk_read_seconds = 0;
+  uint64_t bulk_bytes = 0;        // read from storage in bulk
+  double bulk_read_seconds = 0;  // the bulk reads' time (a resident scan column's count included)
   unsigned bulk_threads = 0;
 };
 

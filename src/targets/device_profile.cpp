@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "deepwell/common/defaults.hpp"
+#include "deepwell/common/detail/log.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/common/size_text.hpp"
 
@@ -238,7 +239,9 @@ device_profile device_profile_for(const std::string& path, const device_profile_
   try {
     key = device_key(path);
   } catch (const error& e) {
-    return default_device_profile(e.what());
+    device_profile d = default_device_profile(e.what());
+    detail::log_line(detail::log_level::warn, d.note + "; the built-in device profile stands in");
+    return d;
   }
   const std::string dir = profile_dir(o);
   const std::string file = dir.empty() ? "" : dir + "/" + key;
@@ -264,6 +267,9 @@ device_profile device_profile_for(const std::string& path, const device_profile_
   } catch (const error& e) {
     device_profile d = default_device_profile(std::string("not measured: ") + e.what() + cache_note);
     d.key = key;
+    // A route chosen on guessed numbers is never silent.
+    detail::log_line(detail::log_level::warn, "the storage under " + path + " (" + key + ") " + d.note +
+                                                  "; the built-in profile stands in (" + device_profile_text(d) + ")");
     return d;
   }
   p.key = key;

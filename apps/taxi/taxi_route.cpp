@@ -52,12 +52,17 @@ taxi_route_report route_taxi_columns(const column_file& f, int q, const taxi_rou
     rep.columns.push_back(r);
   }
   rep.look_seconds = since(t0);
+  const uint64_t room = s.bulk_room ? s.bulk_room : page_cache_room() / 2;
+  uint64_t planned = 0;  // bytes the bulk reads bring in
   auto decide = [&](taxi_column_route& r) {
     if (r.resident >= 1.0) {
       r.route = read_route::resident;
       r.why = "resident: all of it in the page cache already";
     } else if (!s.no_bulk.empty()) {
       r.why = "pages: " + s.no_bulk;
+    } else if (room && s.mode != taxi_route_mode::pages && planned + r.bytes > room) {
+      r.why = "pages: a bulk read of its " + std::to_string(r.bytes >> 20) + " MiB would not fit in the page cache (" +
+              std::to_string((room - std::min(room, planned)) >> 20) + " MiB of room left for bulk reads)";
     } else if (s.mode == taxi_route_mode::pages) {
       r.why = "pages: asked for (route pages)";
     } else if (s.mode == taxi_route_mode::bulk) {
@@ -77,6 +82,7 @@ taxi_route_report route_taxi_columns(const column_file& f, int q, const taxi_rou
       r.why = ch.why;
       if (!r.pages_known) r.why += "; the selection unknown before the query, so every page counted";
     }
+    if (r.route == read_route::bulk) planned += r.bytes;
   };
   // A resident column read again only to count its selection is a read of
   // memory, not of storage: not in bulk_bytes.

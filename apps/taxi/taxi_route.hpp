@@ -33,6 +33,10 @@ struct taxi_route_settings {
   // Why no column may be read in bulk (O_DIRECT asked, a server's
   // dataset); empty: they may.
   std::string no_bulk;
+  // The most the bulk reads may bring into the page cache (0: half of
+  // page_cache_room() now): columns past it are read page by page, since
+  // a bulk read that does not fit evicts its own first extents.
+  uint64_t bulk_room = 0;
 };
 
 struct taxi_column_route {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -104,6 +105,17 @@ bulk_read_report bulk_read(const std::string& path, const std::vector<file_exten
   rep.bytes = bytes;
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
+}
+
+uint64_t page_cache_room() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  std::fclose(f);
+  return uint64_t(kib) << 10;
 }
 
 double file_resident_share(const std::string& path, uint64_t offset, uint64_t bytes, uint64_t samples) {

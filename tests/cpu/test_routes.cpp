@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -309,7 +310,27 @@ TEST(TaxiRoutes, EveryRouteGivesThePlainScansAnswersAndSaysWhy) {
       if (rn.scan == read_route::bulk && rn.gathered == read_route::bulk) EXPECT_EQ(r.direct_columns, uint32_t(q + 1)) << what;
       if (rn.mode == taxi_route_mode::pages) EXPECT_EQ(r.direct_columns, 0u) << what;
     }
+  // Bulk reads that would not fit in the page cache are not made: past the
+  // room given, columns are read page by page, and the route says why.
+  {
+    if (!drop_from_page_cache(f.path())) GTEST_SKIP() << "this file system keeps the file in the page cache";
+    taxi_route_settings s;
+    s.mode = taxi_route_mode::bulk;
+    s.bulk_room = cf.column("trip_distance").bytes + cf.column("total_amount").bytes;
+    const taxi_route_report r = route_taxi_columns(cf, 3, s);
+    ASSERT_EQ(r.columns.size(), 4u);
+    EXPECT_EQ(r.columns[0].route, read_route::bulk);
+    EXPECT_EQ(r.columns[1].route, read_route::bulk);
+    for (int c = 2; c <= 3; ++c) {
+      EXPECT_EQ(r.columns[c].route, read_route::pages);
+      EXPECT_NE(r.columns[c].why.find("would not fit in the page cache"), std::string::npos) << r.columns[c].why;
+    }
+    EXPECT_EQ(r.bulk_bytes, s.bulk_room);
+  }
   // Warm: every column resident, nothing read, no profile needed.
+  struct stat st {};
+  ASSERT_EQ(::stat(f.path().c_str(), &st), 0);
+  bulk_read(f.path(), {{0, uint64_t(st.st_size)}});
   taxi_query_options o;
   o.query = 5;
   o.profile.given = "iops=100,bandwidth=1GiB";

@@ -39,6 +39,12 @@ struct bulk_read_report {
 bulk_read_report bulk_read(const std::string& path, const std::vector<file_extent>& extents,
                            const bulk_read_options& o = {}, const extent_visitor& visit = {});
 
+// Bytes the OS page cache could take now without pushing out what
+// programs use (MemAvailable in /proc/meminfo); 0 where unknown. A bulk
+// read larger than this would evict its own first extents before the
+// query reads them.
+uint64_t page_cache_room();
+
 // The share of [offset, offset + bytes) of the file in the OS page cache
 // now (mincore over a mapping of it); 0 for a file that cannot be mapped.
 // `samples` > 0: about that many pages, in runs of 16 spread evenly over

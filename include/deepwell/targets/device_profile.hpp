@@ -55,7 +55,7 @@ struct device_profile_options {
 device_profile device_profile_for(const std::string& path, const device_profile_options& o = {});
 
 // The probe itself: O_DIRECT reads of `path` (at least 64 MiB), random
-// 4 KiB reads from 64 threads, then 8 MiB sequential reads from 4. Throws
+// 4 KiB reads from 64 threads, then 8 MiB sequential reads from 8. Throws
 // deepwell::error saying why it cannot measure (no O_DIRECT on this file
 // system, a file too small).
 device_profile measure_device(const std::string& path, double seconds);

@@ -153,6 +153,12 @@ int main(int argc, char** argv) try {
       extra["setup_cache_seconds"] = r.setup_cache_seconds;
       extra["direct_columns"] = r.direct_columns;
       extra["sparse_reads"] = r.sparse_reads;
+      // Each column's route (taxi_route.hpp) and why; warm: resident.
+      json routes = json::array();
+      for (const auto& c : r.route.columns) routes.push_back({{"column", c.column}, {"route", route_name(c.route)}, {"why", c.why}});
+      extra["routes"] = routes;
+      extra["route_seconds"] = r.route.seconds;
+      extra["run_seconds"] = r.run_seconds;
       emit(method, r.seconds, r.result, r.bytes_read, extra);
       return r;
     };

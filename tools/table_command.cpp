@@ -7,7 +7,10 @@
 #include <fstream>
 
 #include "cli_checks.hpp"
+#include <nlohmann/json.hpp>
+
 #include "deepwell/common/error.hpp"
+#include "deepwell/targets/device_profile.hpp"
 #include "taxi/taxi.hpp"
 #include "taxi/taxi_run.hpp"
 #include "gpu_probe.hpp"
@@ -19,6 +22,26 @@ namespace {
 
 // An empty option: 0, the library's default.
 uint64_t parse_size(const std::string& s, const char* what) { return s.empty() ? 0 : parse_size_arg(s, what); }
+
+nlohmann::json profile_json(const device_profile& p) {
+  return {{"iops", p.random_iops}, {"read_bytes", p.read_bytes}, {"depth", p.depth},
+          {"bandwidth", p.seq_bytes_per_s}, {"source", p.source}, {"note", p.note}, {"key", p.key}};
+}
+
+// The routes and why, as `--json` and the taxi probe's record carry them.
+nlohmann::json route_json(const deepwell::table::taxi_route_report& r) {
+  nlohmann::json cols = nlohmann::json::array();
+  for (const auto& c : r.columns)
+    cols.push_back({{"column", c.column}, {"route", route_name(c.route)}, {"why", c.why}, {"cache_route", c.cache_route}, {"resident", c.resident},
+                    {"bytes", c.bytes}, {"pages_needed", c.pages_needed}, {"pages_known", c.pages_known},
+                    {"model_pages_seconds", c.pages_seconds}, {"model_bulk_seconds", c.bulk_seconds}});
+  nlohmann::json j = {{"mode", taxi_route_mode_name(r.mode)}, {"columns", cols}, {"seconds", r.seconds},
+                      {"bulk_bytes", r.bulk_bytes}, {"bulk_read_seconds", r.bulk_read_seconds},
+                      {"bulk_threads", r.bulk_threads}, {"profile_seconds", r.profile_seconds},
+                      {"look_seconds", r.look_seconds}};
+  j["profile"] = r.profiled ? profile_json(r.profile) : nlohmann::json(nullptr);
+  return j;
+}
 
 }  // namespace
 
@@ -51,7 +74,20 @@ void add_table_command(CLI::App& app, table_command& t) {
                       "you); default: a controller in this process");
   t.query->add_flag("--page-gather", t.page_gather,
                     "bring the selected rows' pages into the cache (default: read their values alone from a direct tier)");
+  t.query->add_option("--route", t.route,
+                      "how columns not in the page cache are read: auto (the cheaper by the device's profile), "
+                      "pages (page by page through the controller) or bulk (whole, in large sequential reads)")
+      ->check(CLI::IsMember({"auto", "pages", "bulk"}))
+      ->capture_default_str();
+  t.query->add_option("--device-profile", t.device_profile,
+                      "what the storage can do, e.g. iops=70000,bandwidth=1.5GiB (default: DEEPWELL_DEVICE_PROFILE, "
+                      "else measured once a device and cached under $XDG_CACHE_HOME/deepwell)");
   t.query->add_option("--json", t.json, "append a JSON line per query here");
+  t.profile = t.app->add_subcommand("profile", "the profile of the storage under a file: random reads/s, sequential bandwidth");
+  t.profile->add_option("path", t.path, "a file on that storage (at least 64 MiB to measure it)")->required();
+  t.profile->add_flag("--remeasure", t.remeasure, "probe again (and replace the cached profile)");
+  t.profile->add_option("--device-profile", t.device_profile, "a given profile, checked and shown");
+  t.profile->add_option("--json", t.json, "write the profile as JSON here");
 }
 
 int table_command::run() {
@@ -72,6 +108,24 @@ int table_command::run() {
       const column_file f = column_file::open(path);
       std::printf("%s: %llu trips, %zu columns, %.1f s\n", path.c_str(), (unsigned long long)f.rows(),
                   f.columns().size(), s);
+      return 0;
+    }
+    if (profile->parsed()) {
+      device_profile_options po;
+      po.given = device_profile;
+      po.remeasure = remeasure;
+      const auto t0 = std::chrono::steady_clock::now();
+      const deepwell::device_profile p = device_profile_for(path, po);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("%s: %.0f random reads/s of %u B (%u in flight), %.1f MiB/s in order; %s (%s), %.2f s\n",
+                  p.key.empty() ? path.c_str() : p.key.c_str(), p.random_iops, p.read_bytes, p.depth,
+                  p.seq_bytes_per_s / 1048576.0, p.source.c_str(), p.note.c_str(), s);
+      if (!json.empty()) {
+        nlohmann::json j = profile_json(p);
+        j["path"] = path;
+        j["seconds"] = s;
+        std::ofstream(json) << j.dump() << "\n";
+      }
       return 0;
     }
     const column_file f = column_file::open(path);
@@ -103,6 +157,9 @@ int table_command::run() {
     o.sparse_gather = !page_gather;
     o.cache.cache_bytes = parse_size(cache, "--cache");
     o.cache.page_size = uint32_t(parse_size(page, "--page"));
+    o.route = taxi_route_mode_from(route);
+    o.profile.given = device_profile;
+    if (!device_profile.empty()) parse_device_profile(device_profile);  // a bad one refused before any query
     if (!cpu) require_gpu();
     int rc = 0;
     for (int q : qs) {
@@ -121,6 +178,10 @@ int table_command::run() {
                   r.seconds, r.bytes_read / 1048576.0,
                   r.io_amplification(), r.bytes_tiling / 1048576.0,
                   r.result.failed ? (", " + std::to_string(r.result.failed) + " accesses FAILED").c_str() : "");
+      for (const auto& c : r.route.columns) std::printf("  %s: %s\n", c.column.c_str(), c.why.c_str());
+      if (r.route.bulk_bytes)
+        std::printf("  bulk reads: %.1f MiB in %.3f s (%u threads)\n", r.route.bulk_bytes / 1048576.0,
+                    r.route.bulk_read_seconds, r.route.bulk_threads);
       if (r.result.failed) rc = 1;
       if (!r.error.empty()) std::fprintf(stderr, "deepwell table: %s\n", r.error.c_str());
       std::string checked = "null";
@@ -135,15 +196,17 @@ int table_command::run() {
         if (!same) rc = 1;
       }
       if (!json.empty()) {
-        std::ofstream js(json, std::ios::app);
-        js << "{\"tool\":\"deepwell table query\",\"query\":" << q << ",\"clients\":\"" << (cpu ? "cpu" : "gpu")
-           << "\",\"rows\":" << r.rows << ",\"selected\":" << r.result.selected << ",\"distance\":" << r.result.distance
-           << ",\"net\":" << r.result.net << ",\"seconds\":" << r.seconds << ",\"bytes_read\":" << r.bytes_read
-           << ",\"bytes_needed\":" << r.bytes_needed << ",\"bytes_tiling\":" << r.bytes_tiling
-           << ",\"misses\":" << r.misses << ",\"hits\":" << r.hits << ",\"failed\":" << r.result.failed
-           << ",\"odirect\":" << (odirect ? "true" : "false") << ",\"setup_seconds\":" << r.setup_seconds
-           << ",\"setup_cache_seconds\":" << r.setup_cache_seconds
-           << ",\"direct_columns\":" << r.direct_columns << ",\"sparse_reads\":" << r.sparse_reads << ",\"checked\":" << checked << "}\n";
+        nlohmann::json j = {{"tool", "deepwell table query"}, {"query", q}, {"clients", cpu ? "cpu" : "gpu"},
+                            {"rows", r.rows}, {"selected", r.result.selected}, {"distance", r.result.distance},
+                            {"net", r.result.net}, {"seconds", r.seconds}, {"run_seconds", r.run_seconds},
+                            {"route_seconds", r.route.seconds}, {"bytes_read", r.bytes_read},
+                            {"bytes_needed", r.bytes_needed}, {"bytes_tiling", r.bytes_tiling}, {"misses", r.misses},
+                            {"hits", r.hits}, {"failed", r.result.failed}, {"odirect", odirect},
+                            {"setup_seconds", r.setup_seconds}, {"setup_cache_seconds", r.setup_cache_seconds},
+                            {"direct_columns", r.direct_columns}, {"sparse_reads", r.sparse_reads}};
+        j["checked"] = check ? nlohmann::json(checked == "\"equal\"" ? "equal" : "different") : nlohmann::json(nullptr);
+        j["route"] = route_json(r.route);
+        std::ofstream(json, std::ios::app) << j.dump() << "\n";
       }
     }
     return rc;

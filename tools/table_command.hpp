@@ -1,6 +1,7 @@
 // `deepwell table`: the column store and BaM's taxi queries
 // (docs/analytics.md): gen (a deterministic taxi-trip table), info (a
-// column file's layout; --check: every block against its sum), query (Q0-Q5 on the GPU, or CPU threads with --cpu).
+// column file's layout; --check: every block against its sum), query (Q0-Q5 on the GPU, or CPU threads with --cpu),
+// profile (what the storage under a file can do: device_profile.hpp).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
@@ -8,7 +9,7 @@
 namespace deepwell::tools {
 
 struct table_command {
-  CLI::App *app = nullptr, *gen = nullptr, *info = nullptr, *query = nullptr;
+  CLI::App *app = nullptr, *gen = nullptr, *info = nullptr, *query = nullptr, *profile = nullptr;
   std::string path, json;
   uint64_t rows = 1 << 20, seed = 1, row_group_rows = 1 << 20;
   std::vector<int> queries;
@@ -16,6 +17,8 @@ struct table_command {
   unsigned workers = 0, pollers = 0;
   std::string server;  // --server: a deepwell serve socket
   std::string cache = "", page = "";
+  std::string route = "auto", device_profile;  // --route, --device-profile
+  bool remeasure = false;
   bool parsed() const { return app && app->parsed(); }
   int run();
 };

@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
+#include "deepwell/common/defaults.hpp"
 #include "deepwell/common/detail/parallel.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/controller/embedded.hpp"
@@ -60,6 +62,24 @@ std::shared_ptr<controller_link> taxi_link(const taxi_query_options& o) {
   return embedded_link(c);
 }
 
+taxi_route_report route_taxi_query(const column_file& f, const taxi_query_options& o, bool gpu) {
+  const cache_config cc = o.cache.applied_to(cache_config{});
+  taxi_route_settings s;
+  s.mode = o.route;
+  s.profile = o.profile;
+  s.page_bytes = cc.page_size;
+  // Page reads in flight: a GPU cache's queue entries, or one a CPU
+  // worker; at most what the controller's pollers take at once.
+  const uint64_t clients = gpu ? uint64_t(cc.queue_pairs ? cc.queue_pairs : defaults::gpu_queue_pairs()) *
+                                     (cc.queue_entries - 1)
+                               : deepwell::detail::thread_count(o.workers);
+  const uint64_t controller = uint64_t(o.cache.pollers ? o.cache.pollers : defaults::pollers()) * defaults::io_depth();
+  s.in_flight = uint32_t(std::max<uint64_t>(1, std::min(clients, controller)));
+  if (o.cache.odirect) s.no_bulk = "O_DIRECT asked for (reads past the page cache)";
+  else if (!o.server.empty()) s.no_bulk = "the columns are a server's dataset (its controller reads them)";
+  return route_taxi_columns(f, o.query, s);
+}
+
 taxi_columns open_taxi_columns(std::shared_ptr<controller_link> link, const column_file& f,
                                const taxi_query_options& o, page_cache_maker make) {
   const std::vector<uint32_t> ns = add_taxi_namespaces(*link, f, o.query, o.cache.odirect);
@@ -80,7 +100,7 @@ taxi_columns open_taxi_columns(std::shared_ptr<controller_link> link, const colu
 void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi_columns& t,
                         const taxi_query_options& o, const cache_stats* first_run) {
   rep.rows = f.rows();
-  rep.setup_seconds = t.seconds;
+  rep.setup_seconds = t.seconds + rep.route.look_seconds;
   rep.setup_cache_seconds = t.cache_seconds;
   const cache_stats s = first_run ? *first_run : t.cache->stats();
   rep.misses = s.misses;
@@ -88,6 +108,7 @@ void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi
   for (size_t c = 0; c < t.arrays.size(); ++c) {
     const bool direct = t.cache->dataset(t.arrays[c].ref().dataset).source.mapped() != nullptr;
     rep.direct_columns += direct;
+    if (c < rep.route.columns.size()) rep.route.columns[c].cache_route = t.cache->route(t.arrays[c].ref().dataset);
     // Values read alone (read_sparse): the selected rows of each further direct column.
     if (c > 0 && direct && o.sparse_gather) rep.sparse_reads += rep.result.selected;
   }
@@ -105,20 +126,22 @@ void finish_taxi_report(taxi_query_report& rep, const column_file& f, const taxi
 }  // namespace detail
 
 taxi_query_report run_taxi_query_cpu(const column_file& f, const taxi_query_options& o) {
+  taxi_query_report rep;
+  rep.route = detail::route_taxi_query(f, o, false);
   const detail::taxi_columns t = detail::open_taxi_columns(
       detail::taxi_link(o), f, o,
       [](std::shared_ptr<controller_link> l, const cache_config& cc) { return make_host_page_cache(std::move(l), cc); });
   std::vector<array_ref<int32_t>> cols;
   for (auto& a : t.arrays) cols.push_back(a.ref());
   const unsigned workers = deepwell::detail::thread_count(o.workers);
-  taxi_query_report rep;
   t.cache->reset_stats();
   const auto t0 = std::chrono::steady_clock::now();
   deepwell::detail::parallel_for(workers, workers, [&](unsigned, uint64_t b, uint64_t e) {
     for (uint64_t w = b; w < e; ++w)
       taxi_query_worker(one_lane{}, cols.data(), o.query, w, workers, &rep.result, o.sparse_gather);
   });
-  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rep.run_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rep.seconds = rep.route.seconds + rep.run_seconds;
   detail::finish_taxi_report(rep, f, t, o);
   return rep;
 }

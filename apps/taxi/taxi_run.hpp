@@ -15,6 +15,7 @@
 #include "deepwell/link/controller_link.hpp"
 #include "deepwell/table/column_file.hpp"
 #include "taxi/taxi_queries.hpp"
+#include "taxi/taxi_route.hpp"
 
 namespace deepwell::table {
 
@@ -41,12 +42,23 @@ struct taxi_query_options {
   // (the file, by name or path, granted to this client) and its controller
   // serves the misses. Empty: a controller in this process.
   std::string server;
+  // How columns not wholly in the page cache are read from storage
+  // (taxi_route.hpp): the model's choice by the device's profile, page by
+  // page, or whole; the profile given, cached or measured.
+  taxi_route_mode route = taxi_route_mode::automatic;
+  device_profile_options profile;
 };
 
 struct taxi_query_report {
   taxi_query_result result{};
-  double seconds = 0;        // the query alone (the cache and controller are set up before)
-  double setup_seconds = 0;  // the cache and the columns' datasets (mapping registration included)
+  // The query: its columns' routes (route.seconds: the bulk reads before
+  // the clients start) and the clients' run (run_seconds); the cache and
+  // controller are set up between the two and not counted (setup_seconds,
+  // with the routes' residency look, route.look_seconds).
+  double seconds = 0;
+  double run_seconds = 0;
+  taxi_route_report route;
+  double setup_seconds = 0;  // the cache and the columns' datasets (mapping registration included), the routes' look
   double setup_cache_seconds = 0;  // of which making the cache (queue pairs, memory, metadata)
   double warm_seconds = 0;   // the best of the warm runs (taxi_query_options::warm_runs), 0 if none
   bool warm_agrees = true;   // every warm run gave the first run's answer
@@ -86,6 +98,9 @@ namespace detail {
 // The link the query's misses go through: the server's (o.server), or a
 // controller of its own in this process (o.pollers).
 std::shared_ptr<controller_link> taxi_link(const taxi_query_options& o);
+// The columns' routes for a run with these options (`gpu`: GPU warps as
+// clients, many reads in flight; else a synchronous read a CPU thread).
+taxi_route_report route_taxi_query(const column_file& f, const taxi_query_options& o, bool gpu);
 // The query's columns as arrays on one cache (made by `make` from the
 // options), in query order; `seconds`: making the cache and adding the
 // datasets (mapping registration included); `cache_seconds`: the first part.

@@ -108,6 +108,10 @@ uint32_t cpu_threads() {
 }
 
 std::string log_level() { return env_choice("DEEPWELL_LOG", builtin::log_level, {"quiet", "warn", "info"}); }
+std::string device_profile() {
+  const char* v = env("DEEPWELL_DEVICE_PROFILE");
+  return v ? v : "";
+}
 
 std::vector<knob> knobs() {
   auto n = [](uint64_t v) { return std::to_string(v); };
@@ -145,6 +149,9 @@ std::vector<knob> knobs() {
        "how the controller fills staging: streaming, cached or demote"},
       {"DEEPWELL_CPU_THREADS", "cores, at most " + n(builtin::max_cpu_threads), n(cpu_threads()),
        "a CPU client's gather threads (C ABI and Python)"},
+      {"DEEPWELL_DEVICE_PROFILE", "measured once a device (else " + n(uint64_t(builtin::device_random_iops)) + " reads/s, " +
+           n(uint64_t(builtin::device_seq_bytes_per_s)) + " B/s)", device_profile(),
+       "what storage can do, for choosing page reads or whole-extent reads: iops=N,bandwidth=SIZE"},
   };
 }
 

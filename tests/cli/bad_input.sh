@@ -33,6 +33,11 @@ expect "not a column file" table query "$dir/junk.bin" --cpu
 expect "-5 is negative" table gen "$dir/x.dwcol" --rows -5
 expect "at least 1" table gen "$dir/x.dwcol" --rows 0
 expect "not in range" table query "$dir/t.dwcol" --cpu --query 7
+expect "iops 'lots' is not a positive number" table query "$dir/t.dwcol" --cpu --device-profile iops=lots,bandwidth=1GiB
+expect "needs both iops and bandwidth" table profile "$dir/t.dwcol" --device-profile iops=5
+expect "unknown name 'speed'" table query "$dir/t.dwcol" --cpu --device-profile speed=3
+with_env=DEEPWELL_DEVICE_PROFILE=junk expect "DEEPWELL_DEVICE_PROFILE" table profile "$dir/t.dwcol"
+expect "route: slow not in" table query "$dir/t.dwcol" --cpu --route slow
 expect "not a deepwell graph file" graph bfs "$dir/junk.bin" --cpu
 expect "truncated" graph cc "$dir/empty.bin" --cpu
 expect "-7 is negative" graph bfs "$dir/g.dwg" --cpu --source -7

@@ -31,6 +31,11 @@ constexpr double clean_threshold = 1.0 / 16;  // dirty share of the slots above 
 constexpr const char* staging_stores = "streaming";  // streaming, cached or demote
 constexpr uint32_t max_cpu_threads = 16;      // a CPU client's gather threads: the cores, at most this
 constexpr const char* log_level = "warn";     // quiet, warn (fallbacks) or info (also each dataset's route)
+// Storage whose profile can be neither measured nor read (device_profile.hpp):
+// a SATA SSD's order, so that the route model (read_route.hpp) still weighs
+// a whole extent's sequential read against page reads.
+constexpr double device_random_iops = 50000;        // random 4 KiB reads a second, 64 in flight
+constexpr double device_seq_bytes_per_s = 500e6;    // sequential bytes a second, large requests
 // Checkpoints (dw_checkpoint_open, deepwell.checkpoint): large pages, so
 // fewer queue pairs and entries than a cache's (staging is pairs x entries
 // x page of pinned memory: 64 x 512 x 64 KiB would be 2 GiB) still keep
@@ -65,6 +70,7 @@ double clean_threshold();            // DEEPWELL_CLEAN_THRESHOLD
 std::string staging_stores();        // DEEPWELL_STAGING_STORES
 uint32_t cpu_threads();              // DEEPWELL_CPU_THREADS
 std::string log_level();             // DEEPWELL_LOG
+std::string device_profile();        // DEEPWELL_DEVICE_PROFILE (text, parsed by device_profile.hpp; empty: none given)
 
 // ---- the one parser ----
 // The unsigned number in environment variable `name`, if it is set and not

@@ -324,8 +324,9 @@ server_config parse_config(std::string_view text, const std::string& source) {
         fail(source, *t.get(stripe ? "stripe" : "mirror"), sec + (stripe ? ".stripe" : ".mirror"),
              "has " + std::to_string(d.members.size()) + " members; at most 64");
       if (auto v = r.bytes("chunk")) {
-        if (*v < 512 || *v > (64ull << 20) || (*v & (*v - 1)))
-          fail(source, *t.get("chunk"), sec + ".chunk", "must be a power of two from 512 bytes to 64 MiB");
+        if (*v < 512 || *v > defaults::builtin::max_stripe_chunk || (*v & (*v - 1)))
+          fail(source, *t.get("chunk"), sec + ".chunk",
+               "must be a power of two from 512 bytes to " + std::to_string(defaults::builtin::max_stripe_chunk >> 20) + " MiB");
         d.chunk = *v;
       }
       for (const char* k : {"offset", "length"})

@@ -44,6 +44,11 @@ constexpr uint32_t checkpoint_page_size = 65536;
 constexpr uint32_t checkpoint_gpu_queue_pairs = 16;
 constexpr uint32_t checkpoint_cpu_queue_pairs = 4;
 constexpr uint32_t checkpoint_queue_entries = 128;
+// A striped array's chunk where its user names none (bytes a member takes
+// in turn), and the largest a user may name (the server's TOML, the C ABI,
+// Python).
+constexpr uint64_t stripe_chunk = 64 << 10;
+constexpr uint64_t max_stripe_chunk = 64 << 20;
 // Controller poller threads: half the cores, from 2 to 8. Each poller
 // copies what it serves (pread into staging, for files in the page cache),
 // so a stream needs several: on the H100 machine (16 cores) a warm 4 GiB

@@ -81,7 +81,7 @@ struct dataset_config {
   enum class kind_t { file, device, nvme, memory, tree, stripe, mirror } kind = kind_t::file;
   std::string path;           // file, device, nvme, or the tree's root directory
   std::vector<std::string> members;  // stripe, mirror: the member files or devices, in order
-  uint64_t chunk = 65536;            // stripe: bytes of the dataset a member takes in turn
+  uint64_t chunk = defaults::builtin::stripe_chunk;  // stripe: bytes of the dataset a member takes in turn
   uint64_t memory_bytes = 0;  // memory: its size (zeroed at start)
   bool writable = false;
   uint32_t block_size = 4096;  // power of two, 512 to 65536

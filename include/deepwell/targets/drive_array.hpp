@@ -15,14 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/common/defaults.hpp"
 #include "deepwell/targets/target.hpp"
 
 namespace deepwell {
 
 // A stripe's chunk where its user names none, and the largest taken from a
-// user (the server's TOML, the C ABI, Python).
-constexpr uint64_t default_stripe_chunk = 64 << 10;
-constexpr uint64_t max_stripe_chunk = 64 << 20;
+// user (the server's TOML, the C ABI, Python): stated in defaults.hpp.
+constexpr uint64_t default_stripe_chunk = defaults::builtin::stripe_chunk;
+constexpr uint64_t max_stripe_chunk = defaults::builtin::max_stripe_chunk;
 
 // chunk_bytes of the dataset go to each member in turn: byte b is in chunk
 // c = b / chunk_bytes, on member c % members.size(), at (c / members.size())

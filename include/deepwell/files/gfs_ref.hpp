@@ -288,8 +288,8 @@ class gfs_ref {
     if (!f.writable()) return 0;
     const int err = persist_range(w, f, size);
     if (err) return err;
-    const reply r = call(w, mask, w.lane() == lowest_lane(mask), gfs_op::sync_size, 0,
-                         uint64_t(f.tag) << 32 | uint32_t(f.fd), size, nullptr, 0, nullptr, 0);
+    const reply r =
+        call(w, mask, gfs_op::sync_size, 0, uint64_t(f.tag) << 32 | uint32_t(f.fd), size, nullptr, 0, nullptr, 0);
     return -r.err;
   }
 
@@ -366,8 +366,7 @@ class gfs_ref {
   DW_HD int gclosedir(const Warp& w, const gdir& d) const {
     const unsigned mask = w.active();
     if (!d.ok()) return -9;
-    const reply r =
-        call(w, mask, w.lane() == lowest_lane(mask), gfs_op::closedir, 0, uint32_t(d.id), 0, nullptr, 0, nullptr, 0);
+    const reply r = call(w, mask, gfs_op::closedir, 0, uint32_t(d.id), 0, nullptr, 0, nullptr, 0);
     return -r.err;
   }
 
@@ -510,7 +509,8 @@ class gfs_ref {
     // the sync orders the lanes' observations before the leader's read.
     w.sync(mask);
     uint32_t started = 0;
-    if (w.lane() == lowest_lane(mask)) started = client_atomic<uint32_t>(write_counts[f.window]).fetch_add(0, memory_order_acq_rel);
+    const bool leader = w.lane() == lowest_lane(mask);
+    if (leader) started = client_atomic<uint32_t>(write_counts[f.window]).fetch_add(0, memory_order_acq_rel);
     return call(w, mask, gfs_op::close, 1u | 2u | (wait ? 4u : 0u), uint64_t(f.tag) << 32 | uint32_t(f.fd),
                 size, nullptr, 0, nullptr, 0, started);
   }

@@ -55,6 +55,16 @@ void controller::poller::fail_queue(queue_pair::impl& q, queue_failure why) {
   shared_store_release(&q.header->state, uint32_t(queue_state::failed));
 }
 
+// A doorbell the client writes (its SQ tail, its CQ head), read once: a
+// value past the ring fails the queue (false) rather than being trusted.
+bool controller::poller::read_doorbell(queue_pair::impl& q, const uint32_t* bell, uint32_t entries, queue_failure why,
+                                       uint32_t& value) {
+  value = shared_load_acquire(bell);
+  if (value < entries) return true;
+  fail_queue(q, why);
+  return false;
+}
+
 // An error the poller cannot recover from (an exception out of an io
 // engine or an allocation): every queue it serves fails, so clients' waits
 // end with controller_lost instead of hanging, and the process goes on.
@@ -197,11 +207,8 @@ void controller::poller::give_back(queue_pair::impl& q) {
 
 unsigned controller::poller::post(queue_pair::impl& q) {
   if (q.pending_count == 0 || q.failed) return 0;
-  const uint32_t head = shared_load_acquire(&q.header->cq_head_doorbell);
-  if (head >= q.cq_entries) {
-    fail_queue(q, queue_failure::bad_cq_doorbell);
-    return 0;
-  }
+  uint32_t head = 0;
+  if (!read_doorbell(q, &q.header->cq_head_doorbell, q.cq_entries, queue_failure::bad_cq_doorbell, head)) return 0;
   const uint32_t mask = q.cq_entries - 1;
   unsigned n = 0;
   while (q.pending_count != 0 && ((q.cq_tail + 1) & mask) != head) {
@@ -533,11 +540,8 @@ unsigned controller::poller::fetch(queue_pair::impl& q) {
       return 0;
     }
   }
-  const uint32_t tail = shared_load_acquire(&q.header->sq_tail_doorbell);
-  if (tail >= q.sq_entries) {
-    fail_queue(q, queue_failure::bad_sq_doorbell);
-    return 0;
-  }
+  uint32_t tail = 0;
+  if (!read_doorbell(q, &q.header->sq_tail_doorbell, q.sq_entries, queue_failure::bad_sq_doorbell, tail)) return 0;
   const uint32_t limit = q.cq_entries - 1;
   unsigned n = 0;
   const uint32_t batch = owner->cfg_.fetch_batch ? owner->cfg_.fetch_batch : UINT32_MAX;

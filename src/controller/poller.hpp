@@ -201,6 +201,7 @@ struct controller::poller {
                 uint32_t dw1 = 0);
   unsigned post(queue_pair::impl& q);
   void fail_queue(queue_pair::impl& q, queue_failure why);
+  bool read_doorbell(queue_pair::impl& q, const uint32_t* bell, uint32_t entries, queue_failure why, uint32_t& value);
   void release_held(queue_pair::impl& q);
   void set_waiting(queue_pair::impl& q, bool waiting);
   void publish_waiters();

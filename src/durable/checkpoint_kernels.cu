@@ -126,9 +126,9 @@ class gpu_support final : public checkpoint_gpu {
     on_device g(device_);
     cudaStreamSynchronize(stream_);
     cudaFree(error_);
-    cudaFree(scratch_);
-    cudaFree(staging_);
-    cudaFree(pieces_);
+    cudaFree(scratch_.p);
+    cudaFree(staging_.p);
+    cudaFree(pieces_.p);
     cudaStreamDestroy(stream_);
   }
 
@@ -137,7 +137,7 @@ class gpu_support final : public checkpoint_gpu {
     on_device g(device_);
     const uint64_t units = (bytes + unit - 1) / unit;
     if (!units) return;
-    auto* d = static_cast<uint64_t*>(grow(scratch_, scratch_bytes_, units * 8));
+    auto* d = static_cast<uint64_t*>(grow(scratch_, units * 8));
     const uint64_t blocks = std::min<uint64_t>((units + 7) / 8, 4096);
     hash_units<<<unsigned(blocks), 256, 0, stream_>>>(static_cast<const uint8_t*>(p), bytes, unit, units, d);
     check_cuda(cudaGetLastError(), "checkpoint hash kernel launch");
@@ -150,8 +150,8 @@ class gpu_support final : public checkpoint_gpu {
     on_device g(device_);
     if (units.empty()) return;
     const uint64_t n = units.size();
-    auto* d = static_cast<uint64_t*>(grow(scratch_, scratch_bytes_, n * 8));
-    auto* list = static_cast<checkpoint_run*>(grow(pieces_, pieces_bytes_, n * sizeof(checkpoint_run)));
+    auto* d = static_cast<uint64_t*>(grow(scratch_, n * 8));
+    auto* list = static_cast<checkpoint_run*>(grow(pieces_, n * sizeof(checkpoint_run)));
     check_cuda(cudaMemcpyAsync(list, units.data(), n * sizeof(checkpoint_run), cudaMemcpyHostToDevice, stream_),
                "cudaMemcpy of the units to hash");
     const uint64_t blocks = std::min<uint64_t>((n + 7) / 8, 4096);
@@ -207,25 +207,24 @@ class gpu_support final : public checkpoint_gpu {
   int device_ = 0;
   cudaStream_t stream_{};
   uint32_t* error_ = nullptr;
-  void* scratch_ = nullptr;
-  uint64_t scratch_bytes_ = 0;
-  void* staging_ = nullptr;
-  uint64_t staging_bytes_ = 0;
-  void* pieces_ = nullptr;
-  uint64_t pieces_bytes_ = 0;
+  // Device memory kept between calls, grown (never shrunk) as calls need.
+  struct device_buffer {
+    void* p = nullptr;
+    uint64_t bytes = 0;
+  };
+  device_buffer scratch_, staging_, pieces_;
   std::mutex m_;
 
   static constexpr uint64_t staging_limit = 64ull << 20;
 
-  void* grow(void*& buf, uint64_t& have, uint64_t want) {
-    if (want <= have) return buf;
+  void* grow(device_buffer& buf, uint64_t want) {
+    if (want <= buf.bytes) return buf.p;
     check_cuda(cudaStreamSynchronize(stream_), "checkpoint stream");
-    cudaFree(buf);
-    buf = nullptr;
-    have = 0;
-    check_cuda(cudaMalloc(&buf, want), "cudaMalloc of checkpoint scratch");
-    have = want;
-    return buf;
+    cudaFree(buf.p);
+    buf = {};
+    check_cuda(cudaMalloc(&buf.p, want), "cudaMalloc of checkpoint scratch");
+    buf.bytes = want;
+    return buf.p;
   }
 
   // Runs cut at 32-page boundaries of the namespace, so that one warp's
@@ -245,7 +244,7 @@ class gpu_support final : public checkpoint_gpu {
   request_status launch(page_cache& cache, const array_ref<uint8_t>& a, uint8_t* mem,
                         const std::vector<checkpoint_run>& pieces, bool to_cache) {
     if (pieces.empty()) return {};
-    auto* dp = static_cast<checkpoint_run*>(grow(pieces_, pieces_bytes_, pieces.size() * sizeof(checkpoint_run)));
+    auto* dp = static_cast<checkpoint_run*>(grow(pieces_, pieces.size() * sizeof(checkpoint_run)));
     check_cuda(cudaMemcpyAsync(dp, pieces.data(), pieces.size() * sizeof(checkpoint_run), cudaMemcpyHostToDevice, stream_),
                "cudaMemcpy of checkpoint runs");
     check_cuda(cudaMemsetAsync(error_, 0, sizeof(uint32_t), stream_), "cudaMemsetAsync");
@@ -279,7 +278,7 @@ class gpu_support final : public checkpoint_gpu {
     auto* host = static_cast<uint8_t*>(p);
     uint64_t total = 0;
     for (const checkpoint_run& r : runs) total += r.bytes;
-    auto* stage = static_cast<uint8_t*>(grow(staging_, staging_bytes_, std::min(total, staging_limit)));
+    auto* stage = static_cast<uint8_t*>(grow(staging_, std::min(total, staging_limit)));
     std::vector<checkpoint_run> batch;   // mem: offsets in staging
     std::vector<uint64_t> host_at;       // where each batch run's bytes are in host memory
     uint64_t used = 0;
@@ -305,14 +304,14 @@ class gpu_support final : public checkpoint_gpu {
     };
     for (const checkpoint_run& r : runs)
       for (uint64_t o = 0; o < r.bytes;) {
-        if (used == staging_bytes_) {
+        if (used == staging_.bytes) {
           const request_status s = flush();
           if (!s.ok()) return s;
         }
-        const uint64_t n = std::min(r.bytes - o, staging_bytes_ - used);
+        const uint64_t n = std::min(r.bytes - o, staging_.bytes - used);
         batch.push_back({used, r.disk + o, n});
         host_at.push_back(r.mem + o);
-        used = std::min(staging_bytes_, (used + n + 255) / 256 * 256);  // runs start 256-aligned in staging
+        used = std::min(staging_.bytes, (used + n + 255) / 256 * 256);  // runs start 256-aligned in staging
         o += n;
       }
     return flush();

@@ -23,25 +23,21 @@ __global__ void dedup_kernel(kv_detail::batch b) {
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < b.n; i += threads) kv_detail::dedup_op(b, i);
 }
 
-// Warps stride over groups of 32 ops; control flow is warp-uniform at every
-// collective, so the warp is the full warp.
-__global__ void __launch_bounds__(block_threads) plan_kernel(kv_detail::batch b) {
+// The plan-and-log and get phases (a kernel each): warps stride over
+// groups of 32 ops; control flow is warp-uniform at every collective, so
+// the warp is the full warp.
+template <kv_phase Phase>
+__global__ void __launch_bounds__(block_threads) warp_ops_kernel(kv_detail::batch b) {
+  static_assert(Phase == kv_phase::plan_and_log || Phase == kv_phase::get);
   const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
   const gpu_full_warp w;
   for (uint64_t base = warp * 32; base < b.n; base += warps * 32) {
     const uint64_t i = base + (threadIdx.x & 31);
-    kv_detail::plan_and_log(w, b, i, i < b.n);
-  }
-}
-
-__global__ void __launch_bounds__(block_threads) get_kernel(kv_detail::batch b) {
-  const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
-  const gpu_full_warp w;
-  for (uint64_t base = warp * 32; base < b.n; base += warps * 32) {
-    const uint64_t i = base + (threadIdx.x & 31);
-    kv_detail::get_ops(w, b, i, i < b.n);
+    if constexpr (Phase == kv_phase::plan_and_log)
+      kv_detail::plan_and_log(w, b, i, i < b.n);
+    else
+      kv_detail::get_ops(w, b, i, i < b.n);
   }
 }
 
@@ -96,10 +92,10 @@ class gpu_support final : public kv_executor {
         break;
       }
       case kv_phase::plan_and_log:
-        launch_warps(cache, plan_kernel, b);
+        launch_warps(cache, warp_ops_kernel<kv_phase::plan_and_log>, b);
         break;
       case kv_phase::get:
-        launch_warps(cache, get_kernel, b);
+        launch_warps(cache, warp_ops_kernel<kv_phase::get>, b);
         break;
       case kv_phase::commit:
         cache.check_capacity(1);

@@ -111,4 +111,14 @@ DW_HD DW_FORCEINLINE unsigned lane_rank(const Warp& w, unsigned mask) {
   return popcount32(mask & ((1u << w.lane()) - 1));
 }
 
+// Items [0, count) dealt to the lanes of `mask` a round at a time: in the
+// round at `base` the lane of rank r takes item base + r, and every lane
+// runs every round (so fn may hold the warp's collectives), told by
+// item < count whether it has one. fn(base, item).
+template <class Warp, class Fn>
+DW_HD DW_FORCEINLINE void in_rounds(const Warp& w, unsigned mask, uint64_t count, Fn&& fn) {
+  const unsigned lanes = popcount32(mask), rank = lane_rank(w, mask);
+  for (uint64_t base = 0; base < count; base += lanes) fn(base, base + rank);
+}
+
 }  // namespace deepwell

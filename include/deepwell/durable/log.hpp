@@ -489,30 +489,23 @@ class log_ref {
   template <class Warp>
   DW_HD request_status write_row(const Warp& w, uint32_t p, uint32_t row, bool have, const log_format::record& r,
                                  uint32_t at_lane = ~0u) const {
-    const array_ref<uint32_t> lg = words();
-    const unsigned mask = w.active();
-    const uint32_t lane = (at_lane == ~0u ? w.lane() : at_lane) % log_format::lanes;
-    for (uint32_t j = 0; j < log_format::entry_words;) {
-      page_handle<uint32_t> h = lg.page(w, log_format::record_word(partitions_, rows_, p, row, j, lane));
-      const request_status s = uniform(w, mask, h.status());
-      if (!s.ok()) {
-        h.release();
-        return s;
-      }
-      // Line j of the row (the 32 lanes' word j) lies in one page.
-      for (; j < log_format::entry_words; ++j) {
-        const uint64_t i = log_format::record_word(partitions_, rows_, p, row, j, lane);
-        if (!h.contains(i)) break;
-        if (have) h.write(i, r.w[j]);
-      }
-      h.release();
-    }
-    return {};
+    return for_row_words(w, p, row, at_lane, [&](page_handle<uint32_t>& h, uint64_t i, uint32_t j) {
+      if (have) h.write(i, r.w[j]);
+    });
   }
 
   template <class Warp>
   DW_HD request_status read_row(const Warp& w, uint32_t p, uint32_t row, log_format::record& r,
                                 uint32_t at_lane = ~0u) const {
+    return for_row_words(w, p, row, at_lane, [&](page_handle<uint32_t>& h, uint64_t i, uint32_t j) { r.w[j] = h[i]; });
+  }
+
+  // fn(page, index, j) for each word j of the lane's record in row `row` of
+  // partition p, the row's pages pinned once per warp each (line j of the
+  // row, the 32 lanes' word j, lies in one page). Stops at the first page
+  // the warp could not pin: its status, in every lane.
+  template <class Warp, class Fn>
+  DW_HD request_status for_row_words(const Warp& w, uint32_t p, uint32_t row, uint32_t at_lane, Fn&& fn) const {
     const array_ref<uint32_t> lg = words();
     const unsigned mask = w.active();
     const uint32_t lane = (at_lane == ~0u ? w.lane() : at_lane) % log_format::lanes;
@@ -526,7 +519,7 @@ class log_ref {
       for (; j < log_format::entry_words; ++j) {
         const uint64_t i = log_format::record_word(partitions_, rows_, p, row, j, lane);
         if (!h.contains(i)) break;
-        r.w[j] = h[i];
+        fn(h, i, j);
       }
       h.release();
     }

@@ -86,7 +86,7 @@ class gfs_ref {
       f.err = 36;  // ENAMETOOLONG
       return f;
     }
-    const reply r = call(w, mask, leader, gfs_op::open, flags, 0, 0, path, len, nullptr, 0);
+    const reply r = call(w, mask, gfs_op::open, flags, 0, 0, path, len, nullptr, 0);
     f.err = r.err;
     if (r.err) return f;
     f.fd = int32_t(r.r0);
@@ -133,25 +133,7 @@ class gfs_ref {
   // write count) and the size is set. Returns 0 or -errno.
   template <class Warp>
   DW_HD int gclose(const Warp& w, const gfile& f) const {
-    const unsigned mask = w.active();
-    const bool leader = w.lane() == lowest_lane(mask);
-    uint64_t size = 0;
-    const int bad = check(w, mask, f, size);
-    if (bad) return bad;
-    const bool written = f.writable() && load_written(w, mask, f);
-    if (written && write_counts) {
-      // Closed even if a write-back could not be submitted (the entry is
-      // released either way); that error is the result.
-      const int err = start_write_back_range(w, f, size);
-      const reply r = close_after_write_backs(w, mask, leader, f, size, true);
-      return err ? err : -r.err;
-    }
-    int err = 0;
-    if (written) err = persist_range(w, f, size);
-    const reply r = call(w, mask, leader, gfs_op::close, written ? 1u : 0u, uint64_t(f.tag) << 32 | uint32_t(f.fd),
-                         size, nullptr, 0, nullptr, 0);
-    if (!r.err && r.r0 == 1) kill_handles(w, mask, f);
-    return err ? err : -r.err;
+    return close_file(w, f, true);
   }
 
   // gclose without the wait: the file's dirty pages have their write-backs
@@ -165,15 +147,7 @@ class gfs_ref {
   // A gopen with g_trunc or g_gwronce meanwhile gets EBUSY.
   template <class Warp>
   DW_HD int gclose_async(const Warp& w, const gfile& f) const {
-    const unsigned mask = w.active();
-    const bool leader = w.lane() == lowest_lane(mask);
-    uint64_t size = 0;
-    const int bad = check(w, mask, f, size);
-    if (bad) return bad;
-    const bool written = f.writable() && load_written(w, mask, f) && write_counts;
-    if (!written) return gclose(w, f);
-    if (const int err = start_write_back_range(w, f, size)) return err;
-    return -close_after_write_backs(w, mask, leader, f, size, false).err;
+    return close_file(w, f, false);
   }
 
   // ---- bytes ----
@@ -291,7 +265,7 @@ class gfs_ref {
       if (!s.ok()) return -errno_of(s);
       at = end;
     }
-    const reply r = call(w, mask, leader, gfs_op::truncate, 0, uint64_t(f.tag) << 32 | uint32_t(f.fd), size,
+    const reply r = call(w, mask, gfs_op::truncate, 0, uint64_t(f.tag) << 32 | uint32_t(f.fd), size,
                          nullptr, 0, nullptr, 0);
     if (r.err) return -r.err;
     if (leader) {
@@ -314,8 +288,8 @@ class gfs_ref {
     if (!f.writable()) return 0;
     const int err = persist_range(w, f, size);
     if (err) return err;
-    const reply r = call(w, mask, w.lane() == lowest_lane(mask), gfs_op::sync_size, 0,
-                         uint64_t(f.tag) << 32 | uint32_t(f.fd), size, nullptr, 0, nullptr, 0);
+    const reply r =
+        call(w, mask, gfs_op::sync_size, 0, uint64_t(f.tag) << 32 | uint32_t(f.fd), size, nullptr, 0, nullptr, 0);
     return -r.err;
   }
 
@@ -361,7 +335,6 @@ class gfs_ref {
   template <class Warp>
   DW_HD gdir gopendir(const Warp& w, const char* path) const {
     const unsigned mask = w.active();
-    const bool leader = w.lane() == lowest_lane(mask);
     const uint32_t len = path_length(w, mask, path);
     gdir d;
     if (!path) return d;
@@ -370,7 +343,7 @@ class gfs_ref {
       return d;
     }
     // "" names the root itself.
-    const reply r = call(w, mask, leader, gfs_op::opendir, 0, 0, 0, path, len, nullptr, 0);
+    const reply r = call(w, mask, gfs_op::opendir, 0, 0, 0, path, len, nullptr, 0);
     d.err = r.err;
     d.id = r.err ? -1 : int32_t(r.r0);
     return d;
@@ -382,7 +355,7 @@ class gfs_ref {
     const unsigned mask = w.active();
     if (!d.ok()) return -9;
     const bool leader = w.lane() == lowest_lane(mask);
-    const reply r = call(w, mask, leader, gfs_op::readdir, 0, uint32_t(d.id), 0, nullptr, 0,
+    const reply r = call(w, mask, gfs_op::readdir, 0, uint32_t(d.id), 0, nullptr, 0,
                          out ? out->name : nullptr, gfs_name_max);
     if (r.err) return -r.err;
     if (leader && out && r.r0) out->type = uint8_t(r.r1);
@@ -393,8 +366,7 @@ class gfs_ref {
   DW_HD int gclosedir(const Warp& w, const gdir& d) const {
     const unsigned mask = w.active();
     if (!d.ok()) return -9;
-    const reply r =
-        call(w, mask, w.lane() == lowest_lane(mask), gfs_op::closedir, 0, uint32_t(d.id), 0, nullptr, 0, nullptr, 0);
+    const reply r = call(w, mask, gfs_op::closedir, 0, uint32_t(d.id), 0, nullptr, 0, nullptr, 0);
     return -r.err;
   }
 
@@ -415,6 +387,33 @@ class gfs_ref {
     int32_t err = 0;
     uint64_t r0 = 0, r1 = 0, r2 = 0, r3 = 0;
   };
+
+  // gclose (`wait`) and gclose_async. Without write counts (no window
+  // target to count write-backs) a written file is persisted here and
+  // closed with a plain call, waited for either way.
+  template <class Warp>
+  DW_HD int close_file(const Warp& w, const gfile& f, bool wait) const {
+    const unsigned mask = w.active();
+    uint64_t size = 0;
+    const int bad = check(w, mask, f, size);
+    if (bad) return bad;
+    const bool written = f.writable() && load_written(w, mask, f);
+    if (written && write_counts) {
+      // gclose: closed even if a write-back could not be submitted (the
+      // entry is released either way), and that error is the result.
+      // gclose_async: such an error is returned at once, nothing closed.
+      const int err = start_write_back_range(w, f, size);
+      if (err && !wait) return err;
+      const reply r = close_after_write_backs(w, mask, f, size, wait);
+      return err ? err : -r.err;
+    }
+    int err = 0;
+    if (written) err = persist_range(w, f, size);
+    const reply r = call(w, mask, gfs_op::close, written ? 1u : 0u, uint64_t(f.tag) << 32 | uint32_t(f.fd),
+                         size, nullptr, 0, nullptr, 0);
+    if (!r.err && r.r0 == 1) kill_handles(w, mask, f);
+    return err ? err : -r.err;
+  }
 
   DW_HD static int32_t errno_of(const request_status& s) {
     switch (s.code) {
@@ -505,14 +504,14 @@ class gfs_ref {
   // writes as the window's count says were submitted now. wait: the reply
   // comes then (gclose); else at once (gclose_async).
   template <class Warp>
-  DW_HD reply close_after_write_backs(const Warp& w, unsigned mask, bool leader, const gfile& f, uint64_t size,
-                                      bool wait) const {
+  DW_HD reply close_after_write_backs(const Warp& w, unsigned mask, const gfile& f, uint64_t size, bool wait) const {
     // Every write-back this warp submitted or saw in flight is counted;
     // the sync orders the lanes' observations before the leader's read.
     w.sync(mask);
     uint32_t started = 0;
+    const bool leader = w.lane() == lowest_lane(mask);
     if (leader) started = client_atomic<uint32_t>(write_counts[f.window]).fetch_add(0, memory_order_acq_rel);
-    return call(w, mask, leader, gfs_op::close, 1u | 2u | (wait ? 4u : 0u), uint64_t(f.tag) << 32 | uint32_t(f.fd),
+    return call(w, mask, gfs_op::close, 1u | 2u | (wait ? 4u : 0u), uint64_t(f.tag) << 32 | uint32_t(f.fd),
                 size, nullptr, 0, nullptr, 0, started);
   }
 
@@ -541,10 +540,11 @@ class gfs_ref {
   // then taken for a one-lane call.) `out` (leader-written) receives the
   // reply's text.
   template <class Warp>
-  DW_HD reply call(const Warp& w, unsigned mask, bool leader, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1,
+  DW_HD reply call(const Warp& w, unsigned mask, gfs_op op, uint32_t flags, uint64_t a0, uint64_t a1,
                    const char* text, uint32_t len, char* out, uint32_t out_max, uint64_t a2 = 0) const {
     reply r;
     const unsigned src = lowest_lane(mask);
+    const bool leader = w.lane() == src;
     const uint64_t t_start = now_ns(), dl = t_start + timeout_ns;
     // A slot, first come, first served (files/slot_queue.hpp).
     const unsigned long long ticket = leader ? free_slots.enter() : 0;

@@ -178,6 +178,22 @@ DW_HD uint64_t for_each_selected(const Warp& w, const G& g, uint64_t v0, Select&
   return for_each_selected(w, g, v0, long_list_queue{}, select, body);
 }
 
+// A step's walk of the warp's chunk: the selected nodes' lists through the
+// step's own list() (long ones queued in its `lists`), what the lists
+// changed and the bad ids they met counted in its counters. Returns the
+// edges looked at.
+template <class Step, class Warp, class G, class Select>
+DW_HD uint64_t walk_selected_lists(const Step& s, const Warp& w, const G& g, uint64_t v0, Select&& select) {
+  uint32_t changed = 0, bad = 0;
+  const uint64_t looked =
+      for_each_selected(w, g, v0, s.lists, select, [&](uint32_t x, uint64_t b, uint64_t e, unsigned) {
+        return s.list(w, g, x, b, e, changed, bad);
+      });
+  count(&s.c->changed, changed);
+  count(&s.c->bad_ids, bad);
+  return looked;
+}
+
 // The queued lists' chunks: the executor runs it over chunks x lanes ids
 // (one chunk a warp at a time); each warp finds its chunk's list (a binary
 // search of the queue, which is in chunk order) and walks its part of it
@@ -231,12 +247,9 @@ struct bfs_step {
 
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
+    if (!bottom_up) return walk_selected_lists(*this, w, g, v0, [&](uint64_t v) { return ld(depth[v]) == level; });
     uint32_t found = 0, bad = 0;
-    const uint64_t looked =
-        bottom_up ? bottom_up_chunk(w, g, v0, found, bad)
-                  : for_each_selected(
-                        w, g, v0, lists, [&](uint64_t v) { return ld(depth[v]) == level; },
-                        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) { return list(w, g, x, b, e, found, bad); });
+    const uint64_t looked = bottom_up_chunk(w, g, v0, found, bad);
     count(&c->changed, found);
     count(&c->bad_ids, bad);
     return looked;
@@ -373,12 +386,7 @@ struct cc_step {
 
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    uint32_t found = 0, bad = 0;
-    const uint64_t looked = for_each_selected(
-        w, g, v0, lists, [](uint64_t) { return true; },
-        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) { return list(w, g, x, b, e, found, bad); });
-    count(&c->bad_ids, bad);
-    return looked;
+    return walk_selected_lists(*this, w, g, v0, [](uint64_t) { return true; });
   }
 
   // [b, e) of node x's list, or a chunk of it (`continues`: not its first).
@@ -452,12 +460,7 @@ struct pr_push_step {
   long_list_queue lists{};
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    uint32_t found = 0, bad = 0;
-    const uint64_t looked = for_each_selected(
-        w, g, v0, lists, [&](uint64_t v) { return degree[v] != 0; },
-        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) { return list(w, g, x, b, e, found, bad); });
-    count(&c->bad_ids, bad);
-    return looked;
+    return walk_selected_lists(*this, w, g, v0, [&](uint64_t v) { return degree[v] != 0; });
   }
   template <class Warp, class G>
   DW_HD uint64_t list(const Warp& w, const G& g, uint32_t x, uint64_t b, uint64_t e, uint32_t&,
@@ -495,13 +498,7 @@ struct sssp_step {
   long_list_queue lists{};
   template <class Warp, class G>
   DW_HD uint64_t operator()(const Warp& w, const G& g, uint64_t v0) const {
-    uint32_t lowered = 0, bad = 0;
-    const uint64_t looked = for_each_selected(
-        w, g, v0, lists, [&](uint64_t v) { return ld(active[v]) != 0; },
-        [&](uint32_t x, uint64_t b, uint64_t e, unsigned) { return list(w, g, x, b, e, lowered, bad); });
-    count(&c->changed, lowered);
-    count(&c->bad_ids, bad);
-    return looked;
+    return walk_selected_lists(*this, w, g, v0, [&](uint64_t v) { return ld(active[v]) != 0; });
   }
   // Relaxes [b, e) of node x's list; `lowered` counts the distances it lowered.
   template <class Warp, class G>

@@ -133,26 +133,16 @@ class queue_ref {
 
   // ---- command ids and staging buffers ----
 
+  // The command id pool is a bounded ring of cells (Vyukov's MPMC queue):
+  // the cell at position pos holds an id to take when its seq is pos + 1,
+  // and is free for one returned when its seq is pos.
   DW_HD bool try_acquire_cid(uint16_t& cid) const {
-    const uint32_t mask = pool_capacity - 1;
-    client_atomic<uint32_t> head(counters->pool_head);
-    uint32_t pos = head.load(memory_order_relaxed);
-    for (;;) {
-      pool_cell& cell = pool[pos & mask];
-      const uint32_t seq = client_atomic<uint32_t>(cell.seq).load(memory_order_acquire);
-      const int32_t dif = int32_t(seq - (pos + 1));
-      if (dif == 0) {
-        if (head.compare_exchange_weak(pos, pos + 1, memory_order_relaxed)) {
-          cid = uint16_t(cell.cid);
-          client_atomic<uint32_t>(cell.seq).store(pos + mask + 1, memory_order_release);
-          return true;
-        }
-      } else if (dif < 0) {
-        return false;  // empty
-      } else {
-        pos = head.load(memory_order_relaxed);
-      }
-    }
+    uint32_t pos = 0;
+    pool_cell* cell = claim_pool_cell(counters->pool_head, 1, pos);
+    if (!cell) return false;  // empty
+    cid = uint16_t(cell->cid);
+    client_atomic<uint32_t>(cell->seq).store(pos + pool_capacity, memory_order_release);
+    return true;
   }
 
   // Spins (polling completions meanwhile, so that ids come back) until an id
@@ -170,22 +160,35 @@ class queue_ref {
   }
 
   DW_HD void release_cid(uint16_t cid) const {
+    uint32_t pos = 0;
+    pool_cell* cell = nullptr;
+    // No free cell would mean more ids returned than exist: cannot happen,
+    // so the loop only retries what a race made it read.
+    while (!(cell = claim_pool_cell(counters->pool_tail, 0, pos))) {
+    }
+    cell->cid = cid;
+    client_atomic<uint32_t>(cell->seq).store(pos + 1, memory_order_release);
+  }
+
+  // Advances one end of the pool ring (`end`: its head to take an id, its
+  // tail to return one) past the cell at its position once that cell's seq
+  // is position + `ready`; returns that cell, its position in `pos`, or
+  // nullptr when the cell at the end is not ready (the ring is empty or
+  // full at that end).
+  DW_HD pool_cell* claim_pool_cell(uint32_t& end, uint32_t ready, uint32_t& pos) const {
     const uint32_t mask = pool_capacity - 1;
-    client_atomic<uint32_t> tail(counters->pool_tail);
-    uint32_t pos = tail.load(memory_order_relaxed);
+    client_atomic<uint32_t> at(end);
+    pos = at.load(memory_order_relaxed);
     for (;;) {
       pool_cell& cell = pool[pos & mask];
       const uint32_t seq = client_atomic<uint32_t>(cell.seq).load(memory_order_acquire);
-      const int32_t dif = int32_t(seq - pos);
+      const int32_t dif = int32_t(seq - (pos + ready));
       if (dif == 0) {
-        if (tail.compare_exchange_weak(pos, pos + 1, memory_order_relaxed)) {
-          cell.cid = cid;
-          client_atomic<uint32_t>(cell.seq).store(pos + 1, memory_order_release);
-          return;
-        }
+        if (at.compare_exchange_weak(pos, pos + 1, memory_order_relaxed)) return &cell;
+      } else if (dif < 0) {
+        return nullptr;
       } else {
-        // dif < 0 would mean more ids returned than exist: cannot happen.
-        pos = tail.load(memory_order_relaxed);
+        pos = at.load(memory_order_relaxed);
       }
     }
   }

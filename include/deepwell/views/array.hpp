@@ -311,7 +311,7 @@ class array_ref {
     if (count == 0) return {};
     const unsigned mask = w.active();
     const unsigned lanes = popcount32(mask);
-    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+    const unsigned rank = lane_rank(w, mask);
     const uint64_t b0 = begin * sizeof(T), b1 = (begin + count) * sizeof(T);
     const uint64_t p0 = b0 >> cache.page_shift(), p1 = (b1 - 1) >> cache.page_shift();
     request_status result{};

@@ -100,7 +100,7 @@ class rows_ref {
   template <class Warp>
   DW_HD static void zero(const Warp& w, unsigned mask, uint8_t* dst, uint32_t n) {
     const unsigned lanes = popcount32(mask);
-    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+    const unsigned rank = lane_rank(w, mask);
 #if DW_DEVICE_CODE
     for (uint32_t i = rank; i < n; i += lanes) dst[i] = 0;
 #else
@@ -122,7 +122,7 @@ class rows_ref {
   DW_HD request_status read_in_place(const Warp& w, const Index* idx, uint64_t count, uint8_t* dst) const {
     const unsigned mask = w.active();
     const unsigned lanes = popcount32(mask);
-    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+    const unsigned rank = lane_rank(w, mask);
     for (uint64_t j = rank; j < count; j += lanes)
       if (as_row(idx[j]) >= rows) count_bad(as_row(idx[j]));
 #if DW_DEVICE_CODE
@@ -169,7 +169,7 @@ class rows_ref {
   DW_HD request_status write_in_place(const Warp& w, const Index* idx, uint64_t count, const uint8_t* src) const {
     const unsigned mask = w.active();
     const unsigned lanes = popcount32(mask);
-    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+    const unsigned rank = lane_rank(w, mask);
     for (uint64_t j = rank; j < count; j += lanes)
       if (as_row(idx[j]) >= rows) count_bad(as_row(idx[j]));
     uint8_t* base = const_cast<uint8_t*>(in_place);
@@ -186,11 +186,8 @@ class rows_ref {
   DW_HD request_status move_packed(const Warp& w, const Index* idx, uint64_t count, uint8_t* mem, bool to_cache) const {
     const page_cache_ref& c = bytes.cache;
     const unsigned mask = w.active();
-    const unsigned lanes = popcount32(mask);
-    const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
     request_status result{};
-    for (uint64_t base = 0; base < count; base += lanes) {
-      const uint64_t j = base + rank;
+    in_rounds(w, mask, count, [&](uint64_t base, uint64_t j) {
       const bool mine = j < count;
       const uint64_t r = mine ? as_row(idx[j]) : 0;
       const bool in = mine && r < rows;
@@ -221,7 +218,7 @@ class rows_ref {
         }
       }
       c.release(w, p, to_cache && ok);
-    }
+    });
     return result;
   }
 

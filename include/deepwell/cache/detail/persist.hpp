@@ -134,7 +134,7 @@ DW_HD inline request_status page_cache_ref::write_back_range(const Warp& w, unsi
                                                              uint64_t first_page, uint64_t last_page,
                                                              bool wait) const {
   const unsigned lanes = popcount32(mask);
-  const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+  const unsigned rank = lane_rank(w, mask);
   const uint64_t pages = datasets[ds].pages;
   if (last_page >= pages) last_page = pages - 1;
   request_status r{};
@@ -221,21 +221,20 @@ DW_HD inline bool page_cache_ref::pin_for_persist(uint32_t s, uint64_t dl, reque
 template <class Warp>
 DW_HD inline request_status page_cache_ref::persist_all(const Warp& w) const {
   const unsigned mask = w.active();
-  const unsigned lanes = popcount32(mask);
-  const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
   request_status r{};
-  for (uint32_t base = 0; base < nslots_; base += lanes) {
-    const uint32_t s = base + rank;
+  in_rounds(w, mask, nslots_, [&](uint64_t, uint64_t slot) {
+    const uint32_t s = uint32_t(slot);
     request_status e{};
-    const bool pinned = s < nslots_ && pin_for_persist(s, deadline(), e);
+    const bool pinned = slot < nslots_ && pin_for_persist(s, deadline(), e);
     const request_status wb = write_back_warp(w, mask, s, pinned);
     if (pinned) client_atomic<uint64_t>(state[s]).fetch_sub(1, memory_order_release);
     if (r.ok()) r = e.ok() ? wb : e;
-  }
+  });
   // Every writable dataset, a lane each (group commit per dataset).
   const request_status wrote = warp_first_error(w, mask, r);
   request_status f{};
-  for (uint32_t ds = rank; ds < ndatasets; ds += lanes) {
+  const unsigned lanes = popcount32(mask);
+  for (uint32_t ds = lane_rank(w, mask); ds < ndatasets; ds += lanes) {
     const dataset_desc& d = datasets[ds];
     if (d.nsid == 0 || d.read_only) continue;
     const request_status g = group_flush(ds, w.queue_hint() + ds, deadline());

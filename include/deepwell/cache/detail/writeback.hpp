@@ -72,7 +72,7 @@ DW_HD inline void page_cache_ref::submit_writeback(uint32_t s, uint32_t qi, uint
 template <class Warp>
 DW_HD inline request_status page_cache_ref::flush_warp(const Warp& w, uint32_t first) const {
   const unsigned mask = w.active();
-  const uint32_t s = first + popcount32(mask & ((1u << w.lane()) - 1));
+  const uint32_t s = first + lane_rank(w, mask);
   return write_back_warp(w, mask, s, s < nslots_);
 }
 

@@ -19,7 +19,7 @@ template <class Warp>
 DW_HD void copy_in(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* src, uint32_t bytes,
                    uint32_t page_size) {
   const unsigned n = popcount32(mask);
-  const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+  const unsigned rank = lane_rank(w, mask);
 #if DW_DEVICE_CODE
   // 16-byte loads that skip L1 (the staging buffer is reused).
   // All of a lane's loads of a batch are issued before its stores, so a
@@ -127,7 +127,7 @@ DW_HD inline void copy_out(uint8_t* dst_bytes, const uint8_t* src_bytes, uint32_
 template <class Warp>
 DW_HD void copy_out_warp(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* src, uint32_t bytes) {
   const unsigned n = popcount32(mask);
-  const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+  const unsigned rank = lane_rank(w, mask);
 #if DW_DEVICE_CODE
   const uint4* s = reinterpret_cast<const uint4*>(src);
   uint4* d = reinterpret_cast<uint4*>(dst);
@@ -145,7 +145,7 @@ DW_HD void copy_out_warp(const Warp& w, unsigned mask, uint8_t* dst, const uint8
 template <class Warp>
 DW_HD void copy_bytes(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* src, uint32_t bytes) {
   const unsigned lanes = popcount32(mask);
-  const unsigned rank = popcount32(mask & ((1u << w.lane()) - 1));
+  const unsigned rank = lane_rank(w, mask);
   const uintptr_t a = uintptr_t(dst) | uintptr_t(src) | bytes;
 #if DW_DEVICE_CODE
   if ((a & 15) == 0) {

@@ -10,24 +10,26 @@
 
 namespace deepwell::detail {
 
+// Both are one finalizer, xor-shift, multiply, xor-shift, multiply,
+// xor-shift, with their own shifts and multipliers.
+template <unsigned S1, uint64_t M1, unsigned S2, uint64_t M2, unsigned S3>
+DW_HD constexpr uint64_t xorshift_multiply(uint64_t x) {
+  x ^= x >> S1;
+  x *= M1;
+  x ^= x >> S2;
+  x *= M2;
+  x ^= x >> S3;
+  return x;
+}
+
 // MurmurHash3's 64-bit finalizer.
 DW_HD constexpr uint64_t fmix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
+  return xorshift_multiply<33, 0xff51afd7ed558ccdull, 33, 0xc4ceb9fe1a85ec53ull, 33>(x);
 }
 
 // splitmix64's finalizer: the graph generators' (a seed's graph is fixed).
 DW_HD constexpr uint64_t splitmix64_mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
+  return xorshift_multiply<30, 0xbf58476d1ce4e5b9ull, 27, 0x94d049bb133111ebull, 31>(x);
 }
 
 }  // namespace deepwell::detail

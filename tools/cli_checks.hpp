@@ -1,10 +1,24 @@
 // Command-line checks shared by the deepwell subcommands.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
 namespace deepwell::tools {
+
+// A subcommand's body, its errors reported as "WHO: what went wrong" on
+// stderr with exit status 2 (the CLI's status for a run that failed).
+template <class F>
+int errors_reported(const char* who, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", who, e.what());
+    return 2;
+  }
+}
 
 // Refuses a negative number for an unsigned option: CLI11 reads "-5" into a
 // uint64_t as 2^64 - 5 (strtoull), so `--rows -5` became 18 quintillion rows.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "json_lines.hpp"
 #include "deepwell/cache/page_cache.hpp"
 #include "deepwell/graph/algorithms.hpp"
 #include "deepwell/graph/checked_runs.hpp"
@@ -238,13 +239,6 @@ inline void print_run(const std::string& mode, const outcome& r, const std::stri
   std::printf("%-9s %-8s %9.4f s  %8.1f M edges/s  %s\n", r.algo.c_str(), mode.c_str(), r.stats.seconds,
               r.stats.seconds > 0 ? double(r.stats.edges_looked) / r.stats.seconds / 1e6 : 0.0, extra.c_str());
   std::fflush(stdout);
-}
-
-inline void append_json(const std::string& path, const nlohmann::json& j) {
-  if (path.empty()) return;
-  std::ofstream out(path, std::ios::app);
-  if (!out) throw error("cannot append to " + path);
-  out << j.dump() << "\n";
 }
 
 inline nlohmann::json run_json(const std::string& mode, const outcome& r) {

@@ -1,15 +1,16 @@
 // `deepwell grep` (grep_command.hpp).
+#include "cli_checks.hpp"
 #include "grep_command.hpp"
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "deepwell/common/error.hpp"
 #include "grep/grep_run.hpp"
 #include "gpu_probe.hpp"
+#include "json_lines.hpp"
 
 namespace deepwell::tools {
 
@@ -44,7 +45,7 @@ void add_grep_command(CLI::App& app, grep_command& g) {
 }
 
 int grep_command::run() {
-  try {
+  return errors_reported("deepwell grep", [&]() -> int {
     if (!cpu) require_gpu();  // before the tree is listed: that may take a while
     if (check && !server.empty())
       throw error("grep: --check scans the tree on this host, which --server does not (compare with an in-process "
@@ -129,14 +130,11 @@ int grep_command::run() {
                              {"irq", m.irq},     {"softirq", m.softirq}, {"steal", m.steal}};
       for (const auto& [where, n] : r.thread_samples) js["thread_samples"][where] = n;
       for (int k = 0; k < grep_phases; ++k) js["worker_seconds"][grep_phase_name(k)] = r.counters.phase_ns[k] / 1e9;
-      js["checked"] = check ? nlohmann::json(same ? "equal" : "different") : nlohmann::json(nullptr);
-      std::ofstream(json, std::ios::app) << js.dump() << "\n";
+      js["checked"] = checked_json(check, same);
+      append_json(json, js);
     }
     return rc;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "deepwell grep: %s\n", e.what());
-    return 2;
-  }
+  });
 }
 
 }  // namespace deepwell::tools

@@ -14,6 +14,7 @@
 #include "taxi/taxi.hpp"
 #include "taxi/taxi_run.hpp"
 #include "gpu_probe.hpp"
+#include "json_lines.hpp"
 #include "size_arg.hpp"
 #include "ticker.hpp"
 
@@ -92,7 +93,7 @@ void add_table_command(CLI::App& app, table_command& t) {
 
 int table_command::run() {
   using namespace deepwell::table;
-  try {
+  return errors_reported("deepwell table", [&]() -> int {
     if (gen->parsed()) {
       if (rows == 0) throw error("table gen: --rows must be at least 1");
       const auto t0 = std::chrono::steady_clock::now();
@@ -204,16 +205,13 @@ int table_command::run() {
                             {"hits", r.hits}, {"failed", r.result.failed}, {"odirect", odirect},
                             {"setup_seconds", r.setup_seconds}, {"setup_cache_seconds", r.setup_cache_seconds},
                             {"direct_columns", r.direct_columns}, {"sparse_reads", r.sparse_reads}};
-        j["checked"] = check ? nlohmann::json(checked == "\"equal\"" ? "equal" : "different") : nlohmann::json(nullptr);
+        j["checked"] = checked_json(check, checked == "\"equal\"");
         j["route"] = route_json(r.route);
-        std::ofstream(json, std::ios::app) << j.dump() << "\n";
+        append_json(json, j);
       }
     }
     return rc;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "deepwell table: %s\n", e.what());
-    return 2;
-  }
+  });
 }
 
 }  // namespace deepwell::tools

@@ -1,5 +1,6 @@
 // The column store's layout: reading and checking a file's header, and
 // writing one (column_file.hpp).
+#include "common/unique_fd.hpp"
 #include "deepwell/table/column_file.hpp"
 
 #include <fcntl.h>
@@ -148,15 +149,9 @@ const char* type_name(column_type t) {
 bool type_is_integer(column_type t) { return t != column_type::float32 && t != column_type::float64; }
 
 column_file column_file::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw error(errno_message("open column file " + path, errno));
-  struct fd_closer {
-    int fd;
-    ~fd_closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (fstat(fd, &st) != 0) throw error(errno_message("stat " + path, errno));
-  const uint64_t size = uint64_t(st.st_size);
+  const detail::opened_file file = detail::open_for_reading(path, "column file");
+  const int fd = file.fd.get();
+  const uint64_t size = uint64_t(file.st.st_size);
   if (size < sizeof(column_file_header))
     throw error(path + ": not a column file (" + std::to_string(size) + " bytes, shorter than its header)");
   column_file_header h{};

@@ -1,4 +1,5 @@
 // Whole extents in large buffered reads from several threads (bulk_read.hpp).
+#include "common/unique_fd.hpp"
 #include "deepwell/targets/bulk_read.hpp"
 
 #include <fcntl.h>
@@ -24,14 +25,9 @@ namespace deepwell {
 bulk_read_report bulk_read(const std::string& path, const std::vector<file_extent>& extents, const bulk_read_options& o,
                            const extent_visitor& visit) {
   if (o.request_bytes == 0) throw error("bulk read of " + path + ": a request size of 0 bytes");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw error(errno_message("bulk read: open " + path, errno));
-  struct fd_closer {
-    int fd;
-    ~fd_closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw error(errno_message("bulk read: stat " + path, errno));
+  const detail::opened_file file = detail::open_for_reading(path, "bulk read");
+  const int fd = file.fd.get();
+  const struct stat& st = file.st;
   // Every request, in file order: (extent, offset within it).
   std::vector<std::pair<size_t, uint64_t>> reqs;
   for (size_t e = 0; e < extents.size(); ++e) {

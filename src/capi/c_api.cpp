@@ -247,9 +247,7 @@ int dw_cuda_device_count(int32_t* count) {
 
 void dw_array_options_init(dw_array_options* o) {
   if (!o) return;
-  std::memset(o, 0, sizeof(*o));
-  o->size = sizeof(*o);
-  capi::init_c(o->cache, [] { return cache_config{}; });
+  capi::init_sized(o, [] { return cache_config{}; });
   o->cache_reads = 1;
 }
 

@@ -130,13 +130,11 @@ extern "C" {
 
 void dw_checkpoint_options_init(dw_checkpoint_options* o) {
   if (!o) return;
-  std::memset(o, 0, sizeof(*o));
-  o->size = sizeof(*o);
+  // Shown for a host cache; a GPU's queue pairs are 0 here (its default).
+  capi::init_sized(o, [] { return checkpoint_cache_base(false); });
+  o->cache.queue_pairs = 0;
   o->mode = DW_CHECKPOINT_OPEN;
   o->writable = 1;
-  // Shown for a host cache; a GPU's queue pairs are 0 here (its default).
-  capi::init_c(o->cache, [] { return checkpoint_cache_base(false); });
-  o->cache.queue_pairs = 0;
 }
 
 int dw_checkpoint_bytes_needed(const dw_checkpoint_tensor* manifest, uint32_t n, uint32_t unit, uint64_t* bytes) {

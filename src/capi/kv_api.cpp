@@ -75,18 +75,11 @@ std::unique_ptr<capi::device_guard> on_device(const dw_kv& k) { return capi::on_
 
 void fill(dw_kv_result* out, const kv_batch_result& r) {
   if (!out) return;
-  std::memset(out, 0, sizeof(*out));
-  out->ops = r.ops;
-  out->inserted = r.inserted;
-  out->updated = r.updated;
-  out->erased = r.erased;
-  out->found = r.found;
-  out->not_found = r.not_found;
-  out->full = r.full;
-  out->bad_key = r.bad_key;
-  out->superseded = r.superseded;
-  out->log_rows = r.log_rows;
-  out->checkpointed = r.checkpointed ? 1 : 0;
+  // Every field named in the struct's order (the compiler checks it); the
+  // rest, if deepwell.h grows, zero.
+  *out = dw_kv_result{.ops = r.ops, .inserted = r.inserted, .updated = r.updated, .erased = r.erased,
+                      .found = r.found, .not_found = r.not_found, .full = r.full, .bad_key = r.bad_key,
+                      .superseded = r.superseded, .log_rows = r.log_rows, .checkpointed = r.checkpointed ? 1 : 0};
 }
 
 kv_memory where(int32_t on_device) { return on_device ? kv_memory::device : kv_memory::host; }
@@ -120,17 +113,27 @@ cache_config kv_cache_base() {
   return c;
 }
 
+// A batch call's steps around the store's own: the handle, memory the
+// store can reach, its device current, the counts into the result.
+template <class Op>
+int batch(dw_kv* kp, int32_t on_dev, dw_kv_result* result, Op&& op) {
+  return guarded([&] {
+    dw_kv& k = handle(kp);
+    need(!on_dev || k.device >= 0, "device memory given to a store on the host (device -1)");
+    const auto g = on_device(k);
+    fill(result, op(*k.store, where(on_dev)));
+  });
+}
+
 }  // namespace
 
 extern "C" {
 
 void dw_kv_options_init(dw_kv_options* o) {
   if (!o) return;
-  std::memset(o, 0, sizeof(*o));
-  o->size = sizeof(*o);
+  capi::init_sized(o, [] { return kv_cache_base(); });
   o->mode = DW_KV_OPEN;
   // The page follows the store's buckets, known at open: 0 here.
-  capi::init_c(o->cache, [] { return kv_cache_base(); });
   o->cache.page_size = 0;
 }
 
@@ -243,31 +246,16 @@ int dw_kv_info_get(dw_kv* kp, dw_kv_info* info) {
 
 int dw_kv_set(dw_kv* kp, const uint64_t* keys, const void* values, uint64_t n, int32_t on_dev, uint8_t* status,
               dw_kv_result* result) {
-  return guarded([&] {
-    dw_kv& k = handle(kp);
-    need(!on_dev || k.device >= 0, "device memory given to a store on the host (device -1)");
-    const auto g = on_device(k);
-    fill(result, k.store->set(keys, values, n, where(on_dev), status));
-  });
+  return batch(kp, on_dev, result, [&](kv_store& s, kv_memory w) { return s.set(keys, values, n, w, status); });
 }
 
 int dw_kv_get(dw_kv* kp, const uint64_t* keys, void* values, uint64_t n, int32_t on_dev, uint8_t* status,
               dw_kv_result* result) {
-  return guarded([&] {
-    dw_kv& k = handle(kp);
-    need(!on_dev || k.device >= 0, "device memory given to a store on the host (device -1)");
-    const auto g = on_device(k);
-    fill(result, k.store->get(keys, values, n, where(on_dev), status));
-  });
+  return batch(kp, on_dev, result, [&](kv_store& s, kv_memory w) { return s.get(keys, values, n, w, status); });
 }
 
 int dw_kv_delete(dw_kv* kp, const uint64_t* keys, uint64_t n, int32_t on_dev, uint8_t* status, dw_kv_result* result) {
-  return guarded([&] {
-    dw_kv& k = handle(kp);
-    need(!on_dev || k.device >= 0, "device memory given to a store on the host (device -1)");
-    const auto g = on_device(k);
-    fill(result, k.store->erase(keys, n, where(on_dev), status));
-  });
+  return batch(kp, on_dev, result, [&](kv_store& s, kv_memory w) { return s.erase(keys, n, w, status); });
 }
 
 int dw_kv_checkpoint(dw_kv* kp) {

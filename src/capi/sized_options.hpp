@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "cache_options_c.hpp"
 #include "guarded.hpp"
 
 namespace deepwell::capi {
@@ -40,6 +41,16 @@ T read_sized(const T* in, void (*init)(T*), const char* name, size_t first_size 
                           std::to_string(sizeof(T)) + "): deepwell.h is newer than libdeepwell_c.so");
   out.size = uint32_t(sizeof(T));
   return out;
+}
+
+// What every dw_*_options_init starts with: the whole struct zeroed, its
+// size set, and its cache options filled from `base` (cache_options_c.hpp's
+// init_c); each init then sets its own fields' defaults.
+template <class T, class MakeBase>
+void init_sized(T* o, MakeBase&& base) {
+  std::memset(static_cast<void*>(o), 0, sizeof(*o));
+  o->size = uint32_t(sizeof(*o));
+  init_c(o->cache, static_cast<MakeBase&&>(base));
 }
 
 }  // namespace deepwell::capi

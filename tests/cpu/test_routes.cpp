@@ -193,7 +193,9 @@ TEST(BulkRead, EveryByteOfEveryExtentPassesOnceAndLandsInThePageCache) {
   EXPECT_EQ(r.bytes, total);
   EXPECT_EQ(r.requests, requests);
   EXPECT_EQ(r.threads, 3u);
-  EXPECT_EQ(file_resident_share(f.path(), ex[1].offset, ex[1].bytes), 1.0);
+  // In the page cache (a loaded machine's kernel may reclaim a page or two
+  // before this look).
+  EXPECT_GE(file_resident_share(f.path(), ex[1].offset, ex[1].bytes), 0.99);
 }
 
 TEST(BulkRead, ASampledResidencyLookSeesHalfAFileInThePageCache) {
@@ -210,7 +212,7 @@ TEST(BulkRead, ASampledResidencyLookSeesHalfAFileInThePageCache) {
   const double all = file_resident_share(f.path(), 0, bytes), sampled = file_resident_share(f.path(), 0, bytes, 512);
   EXPECT_NEAR(all, 0.5, 0.01);
   EXPECT_NEAR(sampled, all, 0.1);
-  EXPECT_EQ(file_resident_share(f.path(), 0, bytes / 2, 512), 1.0);
+  EXPECT_GE(file_resident_share(f.path(), 0, bytes / 2, 512), 0.9);  // one sample in 16 may have been reclaimed
   EXPECT_EQ(file_resident_share(f.path(), bytes / 2, bytes / 2, 512), 0.0);
   EXPECT_EQ(file_resident_share(f.path() + "-absent", 0, bytes, 512), 0.0);
 }
@@ -297,7 +299,11 @@ TEST(TaxiRoutes, EveryRouteGivesThePlainScansAnswersAndSaysWhy) {
         if (cr.route == read_route::bulk) {
           EXPECT_NE(cr.cache_route.find("the direct tier"), std::string::npos) << cr.cache_route;
           bulk += cr.bytes;
-          EXPECT_EQ(file_resident_share(f.path(), cf.column(cr.column).offset, cr.bytes), 1.0) << what;
+          // Read in bulk: in the page cache (the file was dropped before the
+          // query, so a bulk read that did not happen leaves it near 0). Not
+          // all of it: on a loaded machine the kernel reclaimed a few pages
+          // (1 in 1,000 seen in CI's suite) between the query and this check.
+          EXPECT_GE(file_resident_share(f.path(), cf.column(cr.column).offset, cr.bytes), 0.99) << what;
         }
         // The gathered columns' pages counted where the scan went through memory.
         if (c > 0 && rn.mode == taxi_route_mode::automatic) {

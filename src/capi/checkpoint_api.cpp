@@ -80,13 +80,7 @@ checkpoint_manifest to_manifest(const dw_checkpoint_tensor* t, uint32_t n) {
 }
 
 std::shared_ptr<checkpoint_gpu> gpu_support(int device) {
-#if defined(DEEPWELL_C_CUDA)
-  capi::device_guard g(device);
-  return gpu_checkpoint_support();
-#else
-  (void)device;
-  throw capi::no_cuda("this libdeepwell_c.so was built without GPU checkpoints (DEEPWELL_C_CUDA): use device -1");
-#endif
+  return capi::gpu_part(device, "checkpoints", [] { return gpu_checkpoint_support(); });
 }
 
 std::unique_ptr<capi::device_guard> on_device(const dw_checkpoint& c) { return capi::on_device(c.device); }

@@ -30,6 +30,20 @@ class device_guard {
  private:
   int previous_ = -1;
 };
+// A service's GPU part (`make`, on `device`), or no_cuda naming `what` in
+// a library built without CUDA (the maker is declared everywhere and
+// defined only in the GPU build: uncalled here, never linked).
+template <class Make>
+auto gpu_part(int device, const char* what, Make&& make) -> decltype(make()) {
+#if defined(DEEPWELL_C_CUDA)
+  device_guard g(device);
+  return make();
+#else
+  (void)device;
+  (void)make;
+  throw no_cuda(std::string("this libdeepwell_c.so was built without GPU ") + what + " (DEEPWELL_C_CUDA): use device -1");
+#endif
+}
 std::shared_ptr<page_cache> gpu_cache(std::shared_ptr<controller_link> link, const cache_config& cfg);
 // A row_report the GPU writes and the host reads (mapped pinned memory).
 row_report* gpu_report_alloc();

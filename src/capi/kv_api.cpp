@@ -62,13 +62,7 @@ using capi::need;
 dw_kv& handle(dw_kv* k) { return capi::handle_of(k, "key-value store"); }
 
 std::shared_ptr<kv_executor> gpu_support(int device) {
-#if defined(DEEPWELL_C_CUDA)
-  capi::device_guard g(device);
-  return gpu_kv_support();
-#else
-  (void)device;
-  throw capi::no_cuda("this libdeepwell_c.so was built without GPU key-value stores (DEEPWELL_C_CUDA): use device -1");
-#endif
+  return capi::gpu_part(device, "key-value stores", [] { return gpu_kv_support(); });
 }
 
 std::unique_ptr<capi::device_guard> on_device(const dw_kv& k) { return capi::on_device(k.device); }

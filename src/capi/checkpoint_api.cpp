@@ -141,12 +141,8 @@ int dw_checkpoint_bytes_needed(const dw_checkpoint_tensor* manifest, uint32_t n,
 int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tensor* manifest, uint32_t n,
                        dw_checkpoint** out) {
   return guarded([&] {
-    need(op != nullptr && out != nullptr, "null options or output pointer");
-    *out = nullptr;
-    const dw_checkpoint_options o = capi::read_sized(op, dw_checkpoint_options_init, "dw_checkpoint_options");
-    need(o.path != nullptr && *o.path, "no path");
-    need(o.mode == DW_CHECKPOINT_OPEN || o.mode == DW_CHECKPOINT_CREATE,
-         "mode must be DW_CHECKPOINT_OPEN (0) or DW_CHECKPOINT_CREATE (1), not " + std::to_string(o.mode));
+    const dw_checkpoint_options o = capi::read_open_options(op, out, dw_checkpoint_options_init, "dw_checkpoint_options",
+                                                            "DW_CHECKPOINT_OPEN", "DW_CHECKPOINT_CREATE");
     const cache_options co = capi::from_c(o.cache);
     capi::check(co);
     const bool create = o.mode == DW_CHECKPOINT_CREATE;

@@ -146,12 +146,8 @@ int dw_kv_bytes_needed(uint32_t value_bytes, uint64_t capacity, uint32_t bucket_
 
 int dw_kv_open(const dw_kv_options* op, dw_kv** out) {
   return guarded([&] {
-    need(op != nullptr && out != nullptr, "null options or output pointer");
-    *out = nullptr;
-    const dw_kv_options o = capi::read_sized(op, dw_kv_options_init, "dw_kv_options");
-    need(o.path != nullptr && *o.path, "no path");
-    need(o.mode == DW_KV_OPEN || o.mode == DW_KV_CREATE,
-         "mode must be DW_KV_OPEN (0) or DW_KV_CREATE (1), not " + std::to_string(o.mode));
+    const dw_kv_options o =
+        capi::read_open_options(op, out, dw_kv_options_init, "dw_kv_options", "DW_KV_OPEN", "DW_KV_CREATE");
     const cache_options co = capi::from_c(o.cache);
     capi::check(co);
     const bool create = o.mode == DW_KV_CREATE;

@@ -43,6 +43,21 @@ T read_sized(const T* in, void (*init)(T*), const char* name, size_t first_size 
   return out;
 }
 
+// What a dw_*_open of a store starts with: the output cleared, the options
+// read at the caller's size, a path, and a mode of OPEN (0) or CREATE (1),
+// named as the caller's header names them.
+template <class T, class Out>
+T read_open_options(const T* op, Out** out, void (*init)(T*), const char* name, const char* open_mode,
+                    const char* create_mode) {
+  need(op != nullptr && out != nullptr, "null options or output pointer");
+  *out = nullptr;
+  const T o = read_sized(op, init, name);
+  need(o.path != nullptr && *o.path, "no path");
+  need(o.mode == 0 || o.mode == 1, std::string("mode must be ") + open_mode + " (0) or " + create_mode + " (1), not " +
+                                       std::to_string(o.mode));
+  return o;
+}
+
 // What every dw_*_options_init starts with: the whole struct zeroed, its
 // size set, and its cache options filled from `base` (cache_options_c.hpp's
 // init_c); each init then sets its own fields' defaults.

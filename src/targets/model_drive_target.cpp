@@ -21,6 +21,7 @@
 #include "deepwell/common/detail/staging_copy.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/targets/drive_array.hpp"
+#include "targets/per_engine_slots.hpp"
 
 namespace deepwell {
 namespace {
@@ -187,18 +188,7 @@ class model_drive_target final : public target {
   }
 
   engine_queue* queue_of(io_engine& io) {
-    for (unsigned i = 0; i < max_engines; ++i) {
-      io_engine* e = engines_[i].load(std::memory_order_acquire);
-      if (e == &io) return &queues_[i];
-      if (e == nullptr) {
-        if (engines_[i].compare_exchange_strong(e, &io, std::memory_order_acq_rel)) {
-          queues_[i].io = &io;
-          return &queues_[i];
-        }
-        if (e == &io) return &queues_[i];
-      }
-    }
-    return nullptr;
+    return queues_.of(io, [&](engine_queue& q) { q.io = &io; });
   }
 
   std::shared_ptr<target> mem_;
@@ -210,8 +200,7 @@ class model_drive_target final : public target {
   alignas(64) std::atomic<uint64_t> free_at_{0};  // when the drive's next turn starts
   alignas(64) std::atomic<uint64_t> issued_{0};
   std::unique_ptr<std::atomic<uint64_t>[]> ring_;  // due times of the last queue_depth commands
-  std::atomic<io_engine*> engines_[max_engines] = {};
-  engine_queue queues_[max_engines];
+  detail::per_engine_slots<engine_queue, max_engines> queues_;
 };
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <memory>
 
+#include "targets/per_engine_slots.hpp"
 #include "deepwell/common/detail/log.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/protocol/nvme.hpp"
@@ -157,17 +158,10 @@ class nvme_target final : public target {
   }
 
   per_engine* state_of(io_engine& io) {
-    for (unsigned i = 0; i < max_engines; ++i) {
-      io_engine* e = engine_ids_[i].load(std::memory_order_acquire);
-      if (e == &io) return &engines_[i];
-      if (e == nullptr && engine_ids_[i].compare_exchange_strong(e, &io, std::memory_order_acq_rel)) {
-        engines_[i].io = &io;
-        engines_[i].owner = this;
-        return &engines_[i];
-      }
-      if (e == &io) return &engines_[i];
-    }
-    return nullptr;
+    return engines_.of(io, [&](per_engine& st) {
+      st.io = &io;
+      st.owner = this;
+    });
   }
 
   // The ring of `st`, made on first use; nullptr (and the errno) when it
@@ -300,8 +294,7 @@ class nvme_target final : public target {
   bool writable_;
   bool iopoll_;
   std::atomic<bool> fixed_refused_{false};
-  std::atomic<io_engine*> engine_ids_[max_engines] = {};
-  per_engine engines_[max_engines];
+  detail::per_engine_slots<per_engine, max_engines> engines_;
 };
 
 // The block device through the file target, its description saying why.

@@ -19,6 +19,7 @@
 #include "deepwell/graph/parallel.hpp"
 #include "deepwell/targets/file_sums.hpp"
 #include "common/disk_header.hpp"
+#include "common/unique_fd.hpp"
 
 namespace deepwell::graph {
 
@@ -124,12 +125,6 @@ void check_header(const csr_header& h, uint64_t file_bytes, const std::string& w
 
 namespace {
 
-struct fd_closer {
-  int fd;
-  ~fd_closer() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 void pwrite_all(int fd, const void* p, uint64_t bytes, uint64_t at, const std::string& path, progress* pr) {
   const auto* b = static_cast<const uint8_t*>(p);
@@ -197,25 +192,23 @@ void write_csr(const std::string& path, const csr_graph& g, progress* p) {
   // Write to a temporary name and rename: an interrupted run never leaves a
   // file that looks complete.
   const std::string tmp = path + ".partial";
-  fd_closer f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644)};
-  if (f.fd < 0) throw error(errno_message("create " + tmp, errno));
-  if (::ftruncate(f.fd, off_t(l.file_bytes)) != 0) throw error(errno_message("size " + tmp, errno));
+  ::deepwell::detail::unique_fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+  if (f.get() < 0) throw error(errno_message("create " + tmp, errno));
+  if (::ftruncate(f.get(), off_t(l.file_bytes)) != 0) throw error(errno_message("size " + tmp, errno));
   if (p) p->phase("write " + std::to_string(l.file_bytes >> 20) + " MiB", l.file_bytes);
   std::vector<uint8_t> head(csr_header_bytes, 0);
   std::memcpy(head.data(), &h, sizeof(h));
-  pwrite_all(f.fd, head.data(), head.size(), 0, tmp, p);
-  pwrite_all(f.fd, g.offsets.data(), (g.nodes + 1) * 8, l.offsets_at, tmp, p);
+  pwrite_all(f.get(), head.data(), head.size(), 0, tmp, p);
+  pwrite_all(f.get(), g.offsets.data(), (g.nodes + 1) * 8, l.offsets_at, tmp, p);
   if (g.id_bytes == 4)
-    pwrite_all(f.fd, g.nbr32.data(), m * 4, l.neighbours_at, tmp, p);
+    pwrite_all(f.get(), g.nbr32.data(), m * 4, l.neighbours_at, tmp, p);
   else
-    pwrite_all(f.fd, g.nbr64.data(), m * 8, l.neighbours_at, tmp, p);
-  if (g.weights != weight_type::none) pwrite_all(f.fd, g.wts.data(), m * 4, l.weights_at, tmp, p);
-  pwrite_all(f.fd, sums.data(), l.sums_bytes, l.sums_at, tmp, p);
-  if (::close(f.fd) != 0) {
-    f.fd = -1;
+    pwrite_all(f.get(), g.nbr64.data(), m * 8, l.neighbours_at, tmp, p);
+  if (g.weights != weight_type::none) pwrite_all(f.get(), g.wts.data(), m * 4, l.weights_at, tmp, p);
+  pwrite_all(f.get(), sums.data(), l.sums_bytes, l.sums_at, tmp, p);
+  if (::close(f.release()) != 0) {
     throw error(errno_message("close " + tmp, errno));
   }
-  f.fd = -1;
   if (::rename(tmp.c_str(), path.c_str()) != 0) throw error(errno_message("rename " + tmp + " to " + path, errno));
   if (p) p->done();
 }
@@ -224,18 +217,18 @@ void write_csr(const std::string& path, const csr_graph& g, progress* p) {
 // csr_file
 
 csr_file::csr_file(const std::string& path) : path_(path) {
-  fd_closer f{::open(path.c_str(), O_RDONLY)};
-  if (f.fd < 0) throw error(errno_message("open " + path, errno));
+  ::deepwell::detail::unique_fd f(::open(path.c_str(), O_RDONLY));
+  if (f.get() < 0) throw error(errno_message("open " + path, errno));
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw error(errno_message("stat " + path, errno));
+  if (::fstat(f.get(), &st) != 0) throw error(errno_message("stat " + path, errno));
   if (!S_ISREG(st.st_mode)) throw error(path + ": not a regular file");
   const uint64_t size = uint64_t(st.st_size);
   if (size < sizeof(csr_header))
     throw error(path + ": truncated: " + std::to_string(size) + " bytes, shorter than a graph header");
-  const ssize_t n = ::pread(f.fd, &h_, sizeof(h_), 0);
+  const ssize_t n = ::pread(f.get(), &h_, sizeof(h_), 0);
   if (n != ssize_t(sizeof(h_))) throw error(errno_message("read " + path, n < 0 ? errno : EIO));
   check_header(h_, size, path);
-  void* m = ::mmap(nullptr, h_.file_bytes, PROT_READ, MAP_SHARED, f.fd, 0);
+  void* m = ::mmap(nullptr, h_.file_bytes, PROT_READ, MAP_SHARED, f.get(), 0);
   if (m == MAP_FAILED) throw error(errno_message("mmap " + path, errno));
   base_ = static_cast<const uint8_t*>(m);
   mapped_ = h_.file_bytes;

@@ -179,7 +179,7 @@ int rows_call(dw_array* ap, bool scatter, const void* idx, int32_t bits, int32_t
         cpu_rows(a, scatter, static_cast<const int64_t*>(idx), n, m);
       return;
     }
-    capi::device_guard g(a.device);
+    const capi::device_guard g = capi::on_device(a.device);
     if (!on_host) capi::gpu_check_pointer(idx, a.device, "the index array");
     capi::gpu_check_pointer(mem, a.device, scatter ? "the source rows" : "the output");
     capi::gpu_rows(a.cache(), a.rows, a.gate, scatter, idx, bits, on_host != 0, n, mem, stream);
@@ -189,9 +189,9 @@ int rows_call(dw_array* ap, bool scatter, const void* idx, int32_t bits, int32_t
 // For calls that must not overlap kernels using the cache (flush, clear,
 // stats, close): waits for the array's device and keeps it current until
 // the returned guard ends. Nothing to do for CPU clients.
-std::unique_ptr<capi::device_guard> on_idle_device(const dw_array& a) {
+capi::device_guard on_idle_device(const dw_array& a) {
   if (a.device < 0) return nullptr;
-  auto g = std::make_unique<capi::device_guard>(a.device);
+  capi::device_guard g = capi::on_device(a.device);
   capi::gpu_sync_device();
   return g;
 }
@@ -340,20 +340,14 @@ int dw_array_open(const dw_array_options* op, dw_array** out) {
         if (o.layout != DW_LAYOUT_SINGLE) d->drives = t;
       }
 
-      std::shared_ptr<page_cache> cache;
-      if (a->device >= 0) {
-        capi::device_guard g(a->device);
-        cache = capi::gpu_cache(d->link, cfg);
-      } else {
-        cache = make_host_page_cache(d->link, cfg);
-      }
+      const std::shared_ptr<page_cache> cache = capi::cache_on(a->device, d->link, cfg);
       d->bytes = std::make_unique<array<uint8_t>>(cache, d->nsid);
       a->data = d;
       if (!key.empty()) datasets[key] = d;
     }
     lock.unlock();
     if (a->device >= 0) {
-      capi::device_guard g(a->device);
+      const capi::device_guard g = capi::on_device(a->device);
       a->gpu_report = capi::gpu_report_alloc();
       a->gate = capi::gpu_gate_alloc();
     }
@@ -395,8 +389,7 @@ int dw_array_close(dw_array* a) {
     }
   });
   const int freed = guarded([&] {
-    std::unique_ptr<capi::device_guard> g;
-    if (a->device >= 0) g = std::make_unique<capi::device_guard>(a->device);
+    const capi::device_guard g = capi::on_device(a->device);
     owned.reset();  // with the array's device current
   });
   return rc != DW_OK ? rc : freed;
@@ -437,7 +430,7 @@ int dw_array_check(dw_array* ap, uintptr_t stream) {
   return guarded([&] {
     dw_array& a = handle(ap);
     if (a.device >= 0) {
-      capi::device_guard g(a.device);
+      const capi::device_guard g = capi::on_device(a.device);
       try {
         capi::gpu_sync_stream(stream);
       } catch (const error& e) {

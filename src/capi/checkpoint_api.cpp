@@ -13,7 +13,6 @@
 #include "deepwell/c/deepwell.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <new>
 #include <string>
@@ -29,31 +28,14 @@
 #include "cuda_shim.hpp"
 #include "cache_options_c.hpp"
 #include "sized_options.hpp"
+#include "store_handle.hpp"
 #include "guarded.hpp"
 #include "server_links.hpp"
 #include "last_error.hpp"
 
 using namespace deepwell;
 
-// Members go in reverse order: the store, then its cache (and queue pairs),
-// then the link (which owns a controller in this process).
-struct dw_checkpoint {
-  std::shared_ptr<controller_link> link;
-  std::shared_ptr<page_cache> cache;
-  std::unique_ptr<checkpoint_store> store;
-  int device = -1;
-
-  ~dw_checkpoint() {
-    store.reset();
-    if (device >= 0 && cache) {
-      try {
-        capi::device_guard g(device);
-        cache.reset();
-      } catch (...) {
-      }
-    }
-  }
-};
+struct dw_checkpoint : capi::store_handle<checkpoint_store> {};
 
 namespace {
 
@@ -61,7 +43,8 @@ using capi::api_error;
 using capi::guarded;
 using capi::need;
 
-dw_checkpoint& handle(dw_checkpoint* c) { return capi::handle_of(c, "checkpoint"); }
+constexpr const char* kind = "checkpoint";
+dw_checkpoint& handle(dw_checkpoint* c) { return capi::handle_of(c, kind); }
 
 checkpoint_manifest to_manifest(const dw_checkpoint_tensor* t, uint32_t n) {
   need(n == 0 || t != nullptr, "the manifest is a null pointer");
@@ -83,7 +66,7 @@ std::shared_ptr<checkpoint_gpu> gpu_support(int device) {
   return capi::gpu_part(device, "checkpoints", [] { return gpu_checkpoint_support(); });
 }
 
-std::unique_ptr<capi::device_guard> on_device(const dw_checkpoint& c) { return capi::on_device(c.device); }
+capi::device_guard on_device(const dw_checkpoint& c) { return capi::on_device(c.device); }
 
 checkpoint_buffers buffers(const dw_checkpoint& c, void* const* data, const int32_t* on_dev, uint32_t n, bool load) {
   const checkpoint_manifest& m = c.store->manifest();
@@ -196,12 +179,8 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
     store_options.unit = unit;
     store_options.allow_older = o.allow_older != 0;
     const auto g = on_device(*c);
-    if (c->device >= 0) {
-      c->cache = capi::gpu_cache(c->link, cfg);
-      store_options.gpu = gpu_support(c->device);
-    } else {
-      c->cache = make_host_page_cache(c->link, cfg);
-    }
+    c->cache = capi::cache_on(c->device, c->link, cfg);
+    if (c->device >= 0) store_options.gpu = gpu_support(c->device);
     if (create)
       c->store = checkpoint_store::create(c->cache, nsid, m, store_options);
     else if (manifest || n)
@@ -251,17 +230,11 @@ int dw_checkpoint_save(dw_checkpoint* cp, void* const* data, const int32_t* on_d
     const checkpoint_buffers b = buffers(c, data, on_dev, n, false);
     const auto g = on_device(c);
     const save_report r = c.store->save(b);
-    if (info) {
-      std::memset(info, 0, sizeof(*info));
-      info->generation = r.generation;
-      info->data_bytes = r.data_bytes;
-      info->bytes_written = r.bytes_written;
-      info->units_written = r.units_written;
-      info->units_total = r.units_total;
-      info->incremental = r.incremental;
-      info->slot = int32_t(r.slot);
-      info->seconds = r.seconds;
-    }
+    if (info)
+      *info = dw_checkpoint_save_info{.generation = r.generation, .data_bytes = r.data_bytes,
+                                      .bytes_written = r.bytes_written, .units_written = r.units_written,
+                                      .units_total = r.units_total, .incremental = r.incremental,
+                                      .slot = int32_t(r.slot), .seconds = r.seconds};
   });
 }
 
@@ -278,11 +251,7 @@ int dw_checkpoint_load(dw_checkpoint* cp, void* const* data, const int32_t* on_d
 }
 
 int dw_checkpoint_verify(dw_checkpoint* cp) {
-  return guarded([&] {
-    dw_checkpoint& c = handle(cp);
-    const auto g = on_device(c);
-    c.store->verify();
-  });
+  return capi::forward_to_store(cp, kind, [](checkpoint_store& s) { s.verify(); });
 }
 
 }  // extern "C"

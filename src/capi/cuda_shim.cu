@@ -22,13 +22,17 @@ int gpu_device_count() {
   return n;
 }
 
-device_guard::device_guard(int device) {
-  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-  if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+device_guard on_device(int device) {
+  if (device < 0) return nullptr;
+  int previous = -1;
+  check_cuda(cudaGetDevice(&previous), "cudaGetDevice");
+  if (previous != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  return device_guard(new previous_device{previous});
 }
-device_guard::~device_guard() {
+void put_back_device::operator()(previous_device* p) const {
   int now = -1;
-  if (cudaGetDevice(&now) == cudaSuccess && now != previous_ && previous_ >= 0) cudaSetDevice(previous_);
+  if (cudaGetDevice(&now) == cudaSuccess && now != p->id && p->id >= 0) cudaSetDevice(p->id);
+  delete p;
 }
 
 std::shared_ptr<page_cache> gpu_cache(std::shared_ptr<controller_link> link, const cache_config& cfg) {

@@ -19,24 +19,25 @@ struct no_cuda : error {
 
 // Device count; throws no_cuda naming the reason when there is none.
 int gpu_device_count();
-// Makes `device` current for the calling thread until the guard ends.
-class device_guard {
- public:
-  explicit device_guard(int device);
-  ~device_guard();
-  device_guard(const device_guard&) = delete;
-  device_guard& operator=(const device_guard&) = delete;
-
- private:
-  int previous_ = -1;
+// The device current before a device_guard, put back when the guard ends.
+struct previous_device {
+  int id;
 };
+struct put_back_device {
+  void operator()(previous_device* p) const;
+};
+// Keeps a device current for the calling thread until it ends.
+using device_guard = std::unique_ptr<previous_device, put_back_device>;
+// Makes `device` current; an empty guard (nothing to do) for a host cache, device -1.
+device_guard on_device(int device);
 // A service's GPU part (`make`, on `device`), or no_cuda naming `what` in
 // a library built without CUDA (the maker is declared everywhere and
 // defined only in the GPU build: uncalled here, never linked).
 template <class Make>
 auto gpu_part(int device, const char* what, Make&& make) -> decltype(make()) {
 #if defined(DEEPWELL_C_CUDA)
-  device_guard g(device);
+  (void)what;
+  const device_guard g = on_device(device);
   return make();
 #else
   (void)device;
@@ -45,6 +46,13 @@ auto gpu_part(int device, const char* what, Make&& make) -> decltype(make()) {
 #endif
 }
 std::shared_ptr<page_cache> gpu_cache(std::shared_ptr<controller_link> link, const cache_config& cfg);
+// A handle's cache: in the GPU memory of `device` (made current while the
+// cache is made), or in host memory for CPU clients (device -1).
+inline std::shared_ptr<page_cache> cache_on(int device, std::shared_ptr<controller_link> link, const cache_config& cfg) {
+  if (device < 0) return make_host_page_cache(std::move(link), cfg);
+  const device_guard g = on_device(device);
+  return gpu_cache(std::move(link), cfg);
+}
 // A row_report the GPU writes and the host reads (mapped pinned memory).
 row_report* gpu_report_alloc();
 void gpu_report_free(row_report* r);

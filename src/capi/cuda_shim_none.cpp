@@ -8,8 +8,11 @@ namespace {
 }  // namespace
 
 int gpu_device_count() { none(); }
-device_guard::device_guard(int) { none(); }
-device_guard::~device_guard() = default;
+device_guard on_device(int device) {
+  if (device >= 0) none();
+  return nullptr;
+}
+void put_back_device::operator()(previous_device* p) const { delete p; }
 std::shared_ptr<page_cache> gpu_cache(std::shared_ptr<controller_link>, const cache_config&) { none(); }
 row_report* gpu_report_alloc() { none(); }
 void gpu_report_free(row_report*) {}

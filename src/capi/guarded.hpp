@@ -62,10 +62,15 @@ T& handle_of(T* p, const char* kind) {
   return *p;
 }
 
-// The handle's device made current for GPU work on it; nothing for a host
-// cache (device -1).
-inline std::unique_ptr<device_guard> on_device(int device) {
-  return device < 0 ? nullptr : std::make_unique<device_guard>(device);
-}
 
+// An entry point that only forwards to a handle's store: runs f(store),
+// guarded, with the handle's device current.
+template <class H, class F>
+int forward_to_store(H* p, const char* kind, F&& f) {
+  return guarded([&] {
+    H& h = handle_of(p, kind);
+    const device_guard g = on_device(h.device);
+    f(*h.store);
+  });
+}
 }  // namespace deepwell::capi

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <new>
 #include <string>
@@ -27,6 +26,7 @@
 #include "cuda_shim.hpp"
 #include "cache_options_c.hpp"
 #include "sized_options.hpp"
+#include "store_handle.hpp"
 #include "guarded.hpp"
 #include "server_links.hpp"
 #include "last_error.hpp"
@@ -34,38 +34,21 @@
 using namespace deepwell;
 using namespace deepwell::durable;
 
-// Members go in reverse order: the store, then its cache (and queue pairs),
-// then the link (which owns a controller in this process).
-struct dw_kv {
-  std::shared_ptr<controller_link> link;
-  std::shared_ptr<page_cache> cache;
-  std::unique_ptr<kv_store> store;
-  int device = -1;
-
-  ~dw_kv() {
-    if (device >= 0) {
-      try {
-        capi::device_guard g(device);
-        store.reset();
-        cache.reset();
-      } catch (...) {
-      }
-    }
-  }
-};
+struct dw_kv : capi::store_handle<kv_store> {};
 
 namespace {
 
 using capi::guarded;
 using capi::need;
 
-dw_kv& handle(dw_kv* k) { return capi::handle_of(k, "key-value store"); }
+constexpr const char* kind = "key-value store";
+dw_kv& handle(dw_kv* k) { return capi::handle_of(k, kind); }
 
 std::shared_ptr<kv_executor> gpu_support(int device) {
   return capi::gpu_part(device, "key-value stores", [] { return gpu_kv_support(); });
 }
 
-std::unique_ptr<capi::device_guard> on_device(const dw_kv& k) { return capi::on_device(k.device); }
+capi::device_guard on_device(const dw_kv& k) { return capi::on_device(k.device); }
 
 void fill(dw_kv_result* out, const kv_batch_result& r) {
   if (!out) return;
@@ -180,12 +163,8 @@ int dw_kv_open(const dw_kv_options* op, dw_kv** out) {
     ko.cpu_threads = co.cpu_threads;
     ko.direct = co.odirect;
     const auto g = on_device(*k);
-    if (k->device >= 0) {
-      k->cache = capi::gpu_cache(k->link, cfgc);
-      ko.executor = gpu_support(k->device);
-    } else {
-      k->cache = make_host_page_cache(k->link, cfgc);
-    }
+    k->cache = capi::cache_on(k->device, k->link, cfgc);
+    if (k->device >= 0) ko.executor = gpu_support(k->device);
     if (create && !server.empty())  // the server's dataset, as it is (a server makes no files for clients)
       k->store = std::make_unique<kv_store>(kv_store::create(k->cache, open_granted(*k->link, o.path), cfg, ko));
     else if (create)
@@ -214,23 +193,14 @@ int dw_kv_info_get(dw_kv* kp, dw_kv_info* info) {
     need(info != nullptr, "info is a null pointer");
     dw_kv& k = handle(kp);
     const kv_info i = k.store->info();
-    std::memset(info, 0, sizeof(*info));
-    info->key_bytes = i.key_bytes;
-    info->value_bytes = i.value_bytes;
-    info->bucket_bytes = i.bucket_bytes;
-    info->slots_per_bucket = i.slots_per_bucket;
-    info->max_probe = i.max_probe;
-    info->log_rows = i.log_rows;
-    info->buckets = i.buckets;
-    info->slots = i.slots;
-    info->file_bytes = i.total_bytes;
-    info->max_batch = i.max_batch;
-    info->device = k.device;
-    info->recovered_batches = k.store->last_recovery().replayed;
-    info->batches = k.store->batches();
-    info->checkpoints = k.store->checkpoints();
-    info->table_checksums = i.table_checksums ? 1 : 0;
-    info->header_copy_damaged = k.store->last_recovery().header_copy_damaged ? 1 : 0;
+    const auto& recovery = k.store->last_recovery();
+    *info = dw_kv_info{.key_bytes = i.key_bytes, .value_bytes = i.value_bytes, .bucket_bytes = i.bucket_bytes,
+                       .slots_per_bucket = i.slots_per_bucket, .max_probe = i.max_probe, .log_rows = i.log_rows,
+                       .buckets = i.buckets, .slots = i.slots, .file_bytes = i.total_bytes,
+                       .max_batch = i.max_batch, .device = k.device, .recovered_batches = recovery.replayed,
+                       .batches = k.store->batches(), .checkpoints = k.store->checkpoints(),
+                       .table_checksums = i.table_checksums ? 1 : 0,
+                       .header_copy_damaged = recovery.header_copy_damaged ? 1 : 0};
   });
 }
 
@@ -249,11 +219,7 @@ int dw_kv_delete(dw_kv* kp, const uint64_t* keys, uint64_t n, int32_t on_dev, ui
 }
 
 int dw_kv_checkpoint(dw_kv* kp) {
-  return guarded([&] {
-    dw_kv& k = handle(kp);
-    const auto g = on_device(k);
-    k.store->checkpoint();
-  });
+  return capi::forward_to_store(kp, kind, [](kv_store& s) { s.checkpoint(); });
 }
 
 }  // extern "C"

@@ -165,19 +165,11 @@ std::shared_ptr<queue_pair> controller::create_queue_pair(const qp_geometry& g, 
   const uint32_t qid = next_qid_++;
   auto region = shared_region::create(l.total_bytes, "deepwell-qp" + std::to_string(qid));
   auto* h = static_cast<qp_header*>(region.data());
-  h->magic = qp_magic;
-  h->version = qp_version;
-  h->qid = qid;
-  h->sq_entries = g.sq_entries;
-  h->cq_entries = g.cq_entries;
-  h->depth = g.depth();
-  h->slot_bytes = g.slot_bytes;
-  h->sq_offset = l.sq_offset;
-  h->cq_offset = l.cq_offset;
-  h->staging_offset = l.staging_offset;
-  h->staging_bytes = l.staging_bytes;
-  h->total_bytes = l.total_bytes;
-  h->state = uint32_t(queue_state::running);
+  *h = qp_header{.magic = qp_magic, .version = qp_version, .qid = qid, .sq_entries = g.sq_entries,
+                 .cq_entries = g.cq_entries, .depth = g.depth(), .slot_bytes = g.slot_bytes, .reserved = 0,
+                 .sq_offset = l.sq_offset, .cq_offset = l.cq_offset, .staging_offset = l.staging_offset,
+                 .staging_bytes = l.staging_bytes, .total_bytes = l.total_bytes, .sq_tail_doorbell = 0,
+                 .cq_head_doorbell = 0, .state = uint32_t(queue_state::running), .failure = 0};
   std::shared_ptr<queue_pair> qp(new queue_pair(qid, g, std::move(region)));
   auto& im = *qp->impl_;
   auto* base = static_cast<uint8_t*>(qp->base());

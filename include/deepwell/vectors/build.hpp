@@ -1,0 +1,45 @@
+// Builds a .dwv index (format.hpp) from vectors in host memory, on CPU
+// threads: a product quantiser (k-means a subspace on an evenly spaced
+// sample), a first graph from each vector's nearest neighbours among those
+// sharing one of its two nearest coarse clusters, pruned to `degree`
+// diverse neighbours (DiskANN's RobustPrune with `alpha`) with reverse edges
+// added, then `passes` Vamana passes: each vector's list rebuilt from a
+// greedy search for it on the previous pass's graph. Every step depends on
+// the data and the options only (never on thread timing): the same input
+// gives the same file. The graph is built for L2 whatever the metric.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "deepwell/vectors/data.hpp"
+
+namespace deepwell::vectors {
+
+struct build_options {
+  uint32_t degree = 32;        // neighbours a node at most (R)
+  uint32_t list = 64;          // the passes' search list (L)
+  float alpha = 1.2f;          // RobustPrune's
+  uint32_t passes = 1;         // Vamana passes after the first graph
+  uint32_t pq_subspaces = 0;   // 0: dim / 4 where it divides, at most 64
+  uint32_t page_bytes = 0;     // 0: the smallest power of two >= 4096 that holds a record
+  uint64_t seed = 1;           // recorded (the build itself is deterministic)
+  unsigned threads = 0;        // 0: every core
+  bool progress = false;       // phases on stderr
+};
+
+struct build_report {
+  uint64_t vectors = 0, edges = 0;
+  uint32_t pq_subspaces = 0;
+  double quantiser_seconds = 0, graph_seconds = 0, write_seconds = 0;
+};
+
+// Builds the index of `data` for metric `m` into `path` (written to
+// path + ".part", synced, then renamed: no half-written index under the
+// name). Throws naming the problem: bad options, a NaN or infinite value,
+// a write that fails (disk full).
+build_report build_index(const vector_set& data, metric m, const std::string& path, const build_options& o = {});
+
+// The subspaces the library picks for `dim` (build_options::pq_subspaces 0).
+uint32_t default_pq_subspaces(uint32_t dim);
+
+}  // namespace deepwell::vectors

@@ -1,0 +1,52 @@
+// An index file opened on a page cache: the records section a dataset of
+// the cache's link (a file a controller in this process opens, or a
+// server's dataset granted to this client), checked against its block sums
+// on every page the cache reads; the codebook and the codes read once,
+// checked, and kept in host memory (gpu_search.hpp copies them to the GPU).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepwell/cache/page_cache.hpp"
+#include "deepwell/vectors/index_file.hpp"
+#include "deepwell/vectors/search.hpp"
+#include "deepwell/views/array.hpp"
+
+namespace deepwell::vectors {
+
+struct index_open_options {
+  bool direct_io = false;      // O_DIRECT (a controller in this process; a server decides its own)
+  uint32_t block_size = 4096;  // namespace block size (<= the cache's page size)
+  bool checked = true;         // every record page checked against its sum as the cache reads it
+};
+
+class vector_index {
+ public:
+  vector_index(std::shared_ptr<page_cache> cache, const std::string& path, const index_open_options& o = {});
+
+  const index_header& header() const { return file_.header(); }
+  const index_file& file() const { return file_; }
+  const std::vector<float>& codebook() const { return codebook_; }
+  const std::vector<uint8_t>& codes() const { return codes_; }
+  page_cache& cache() const { return *cache_; }
+  const std::shared_ptr<page_cache>& shared_cache() const { return cache_; }
+  array_ref<uint8_t> records() const { return records_->ref(); }
+  // The view with the codebook and codes in host memory (CPU clients).
+  index_view host_view() const;
+
+  // Searches with CPU threads (a host page cache): search_cpu on host_view().
+  // A record the cache could not read throws deepwell::data_error naming it.
+  search_counts search(const float* queries, uint64_t nq, const search_options& o, uint32_t* ids, float* distances,
+                       unsigned threads = 0) const;
+
+ private:
+  std::shared_ptr<page_cache> cache_;
+  index_file file_;
+  std::vector<float> codebook_;
+  std::vector<uint8_t> codes_;
+  std::unique_ptr<array<uint8_t>> records_;
+};
+
+}  // namespace deepwell::vectors

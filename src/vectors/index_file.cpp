@@ -1,0 +1,143 @@
+#include "deepwell/vectors/index_file.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "common/unique_fd.hpp"
+#include "deepwell/common/crc32c.hpp"
+#include "deepwell/common/error.hpp"
+#include "deepwell/targets/file_sums.hpp"
+
+namespace deepwell::vectors {
+
+const char* type_name(vector_type t) {
+  switch (t) {
+    case vector_type::f32: return "float32";
+    case vector_type::f16: return "float16";
+    case vector_type::u8: return "uint8";
+  }
+  return "unknown";
+}
+const char* metric_name(metric m) { return m == metric::l2 ? "l2" : m == metric::inner_product ? "ip" : "unknown"; }
+const char* section_name(index_section s) {
+  return s == index_section::records ? "records" : s == index_section::codebook ? "codebook" : "codes";
+}
+
+uint32_t header_crc(const index_header& h) { return crc32c(0, &h, offsetof(index_header, header_crc)); }
+
+void check_header(const index_header& h, uint64_t file_bytes, const std::string& what) {
+  auto bad = [&](const std::string& m) { throw data_error(what + ": " + m); };
+  if (file_bytes < index_header_bytes) bad("too short for a vector index (" + std::to_string(file_bytes) + " bytes)");
+  if (std::memcmp(h.magic, index_magic, 8) != 0) bad("not a deepwell vector index (bad magic)");
+  if (h.version != index_version) bad("index format version " + std::to_string(h.version) + " (this build reads 1)");
+  if (h.header_bytes != sizeof(index_header)) bad("header size " + std::to_string(h.header_bytes));
+  if (header_crc(h) != h.header_crc) bad("the header does not match its checksum");
+  if (h.count == 0 || h.count >= 0xFFFFFFFFull) bad("vector count " + std::to_string(h.count) + " out of range");
+  if (h.dim == 0 || h.dim > max_dim) bad("dimension " + std::to_string(h.dim) + " out of range (1 to 4096)");
+  if (uint32_t(h.type) > 2) bad("unknown vector type " + std::to_string(uint32_t(h.type)));
+  if (uint32_t(h.distance) > 1) bad("unknown metric " + std::to_string(uint32_t(h.distance)));
+  if (h.degree == 0 || h.degree > max_degree) bad("degree " + std::to_string(h.degree) + " out of range (1 to 256)");
+  if (h.record_bytes != record_bytes_for(h.dim, h.type, h.degree)) bad("record size does not match dim and degree");
+  if (h.page_bytes < 4096 || (h.page_bytes & (h.page_bytes - 1)) || h.page_bytes < h.record_bytes)
+    bad("page size " + std::to_string(h.page_bytes) + " (a power of two >= 4096 holding a record)");
+  if (h.records_per_page != h.page_bytes / h.record_bytes) bad("records per page do not match the page");
+  if (h.pq_subspaces == 0 || h.pq_sub_dim == 0 || uint64_t(h.pq_subspaces) * h.pq_sub_dim != h.dim)
+    bad("quantiser subspaces do not divide the dimension");
+  if (h.entry >= h.count) bad("entry node past the vectors");
+  const uint64_t pages = (h.count + h.records_per_page - 1) / h.records_per_page;
+  if (h.records_bytes != pages * h.page_bytes) bad("records section size does not match the count");
+  if (h.codebook_bytes != uint64_t(h.pq_subspaces) * pq_centroids * h.pq_sub_dim * 4) bad("codebook size");
+  if (h.codes_bytes != h.count * h.pq_subspaces) bad("codes section size does not match the count");
+  const uint64_t sums = section_sum_count(h.records_bytes) + section_sum_count(h.codebook_bytes) +
+                        section_sum_count(h.codes_bytes);
+  if (h.sums_bytes != 4 * sums) bad("sums section size");
+  auto within = [&](uint64_t at, uint64_t bytes, const char* name) {
+    if (at < index_header_bytes || at > file_bytes || bytes > file_bytes - at)
+      bad(std::string(name) + " section past the end of the file (truncated?)");
+  };
+  within(h.records_at, h.records_bytes, "records");
+  within(h.codebook_at, h.codebook_bytes, "codebook");
+  within(h.codes_at, h.codes_bytes, "codes");
+  within(h.sums_at, h.sums_bytes, "sums");
+  if (h.records_at % h.page_bytes) bad("records section not aligned to its pages");
+}
+
+index_file::index_file(const std::string& path) : path_(path) {
+  detail::opened_file f = detail::open_for_reading(path, "vector index");
+  const uint64_t size = uint64_t(f.st.st_size);
+  if (size < index_header_bytes)
+    throw data_error(path + ": too short for a vector index (" + std::to_string(size) + " bytes)");
+  if (::pread(f.fd.get(), &h_, sizeof h_, 0) != ssize_t(sizeof h_)) throw error(path + ": cannot read the header");
+  check_header(h_, size, path);
+  sums_.resize(h_.sums_bytes / 4);
+  if (::pread(f.fd.get(), sums_.data(), h_.sums_bytes, off_t(h_.sums_at)) != ssize_t(h_.sums_bytes))
+    throw error(path + ": cannot read the sums section");
+  if (crc32c(0, sums_.data(), h_.sums_bytes) != h_.sums_crc)
+    throw data_error(path + ": the sums section does not match its checksum");
+}
+
+uint64_t index_file::section_at(index_section s) const {
+  return s == index_section::records ? h_.records_at : s == index_section::codebook ? h_.codebook_at : h_.codes_at;
+}
+uint64_t index_file::section_bytes(index_section s) const {
+  return s == index_section::records ? h_.records_bytes
+         : s == index_section::codebook ? h_.codebook_bytes
+                                        : h_.codes_bytes;
+}
+uint64_t index_file::first_sum(index_section s) const {
+  uint64_t first = 0;
+  for (index_section t : {index_section::records, index_section::codebook, index_section::codes}) {
+    if (t == s) break;
+    first += section_sum_count(section_bytes(t));
+  }
+  return first;
+}
+std::vector<uint32_t> index_file::section_sums(index_section s) const {
+  return sums_slice(sums_, first_sum(s), section_sum_count(section_bytes(s)));
+}
+uint64_t index_file::section_sums_at(index_section s) const { return h_.sums_at + 4 * first_sum(s); }
+
+std::vector<uint8_t> index_file::read_section(index_section s) const {
+  detail::opened_file f = detail::open_for_reading(path_, "vector index");
+  std::vector<uint8_t> bytes(section_bytes(s));
+  uint64_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t r = ::pread(f.fd.get(), bytes.data() + done, bytes.size() - done, off_t(section_at(s) + done));
+    if (r <= 0) throw error(path_ + ": cannot read the " + section_name(s) + " section");
+    done += uint64_t(r);
+  }
+  const std::vector<uint32_t> sums = section_sums(s);
+  verify_section(path_, section_name(s), section_at(s), bytes.data(), bytes.size(), sums.data());
+  return bytes;
+}
+
+std::vector<float> index_file::read_codebook() const {
+  const std::vector<uint8_t> b = read_section(index_section::codebook);
+  std::vector<float> out(b.size() / 4);
+  std::memcpy(out.data(), b.data(), b.size());
+  return out;
+}
+std::vector<uint8_t> index_file::read_codes() const { return read_section(index_section::codes); }
+
+void index_file::verify(unsigned threads) const {
+  detail::opened_file f = detail::open_for_reading(path_, "vector index");
+  const uint64_t size = uint64_t(f.st.st_size);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, f.fd.get(), 0);
+  if (map == MAP_FAILED) throw error(path_ + ": cannot map the file");
+  try {
+    for (index_section s : {index_section::records, index_section::codebook, index_section::codes}) {
+      const std::vector<uint32_t> sums = section_sums(s);
+      verify_section(path_, section_name(s), section_at(s), static_cast<const uint8_t*>(map) + section_at(s),
+                     section_bytes(s), sums.data(), threads);
+    }
+  } catch (...) {
+    ::munmap(map, size);
+    throw;
+  }
+  ::munmap(map, size);
+}
+
+}  // namespace deepwell::vectors

@@ -1,0 +1,243 @@
+// Vector search with CPU clients: recall against exact search through a page
+// cache far smaller than the index, the same answers whatever the thread
+// count, a build that gives the same file twice, and bad input and damaged
+// files refused by name.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "../common/vectors_case.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/vectors/index.hpp"
+
+using namespace deepwell;
+using namespace deepwell::vectors;
+using deepwell::test::scratch_file;
+using deepwell::test::vectors_case;
+
+namespace {
+
+cache_config small_cache(uint64_t pages) {
+  cache_config k;
+  k.page_size = 4096;
+  k.capacity_bytes = pages * 4096;
+  k.queue_pairs = 2;
+  k.queue_entries = 64;
+  k.direct_files = cache_config::file_tier::never;  // every record through the controller
+  return k;
+}
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+void flip_byte(const std::string& path, uint64_t at) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t b = 0;
+  ASSERT_EQ(::pread(fd, &b, 1, off_t(at)), 1);
+  b ^= 0x5a;
+  ASSERT_EQ(::pwrite(fd, &b, 1, off_t(at)), 1);
+  ::close(fd);
+}
+
+struct searched {
+  std::vector<uint32_t> ids;
+  std::vector<float> d;
+  search_counts counts;
+};
+
+searched run(const vectors_case& c, const search_options& o, unsigned threads, uint64_t pages = 48) {
+  auto cache = make_host_page_cache(embedded_link(), small_cache(pages));
+  vector_index index(cache, c.index.path());
+  searched s;
+  s.ids.resize(c.nq * o.k);
+  s.d.resize(c.nq * o.k);
+  s.counts = index.search(c.queries.data(), c.nq, o, s.ids.data(), s.d.data(), threads);
+  return s;
+}
+
+}  // namespace
+
+TEST(VectorSearch, RecallAgainstExactSearchThroughASmallCache) {
+  struct shape {
+    vector_type t;
+    metric m;
+    uint32_t dim;
+  };
+  for (const shape sh : {shape{vector_type::f32, metric::l2, 48}, shape{vector_type::u8, metric::l2, 64},
+                         shape{vector_type::f16, metric::inner_product, 32}}) {
+    SCOPED_TRACE(std::string(type_name(sh.t)) + " " + metric_name(sh.m));
+    build_options bo;
+    bo.degree = 24;
+    bo.list = 48;
+    const vectors_case c(4000, sh.dim, sh.t, sh.m, 200, bo);
+    const index_file f(c.index.path());
+    // The records far larger than the cache: the search runs under eviction.
+    ASSERT_GT(f.header().records_bytes, 8ull * 48 * 4096);
+    search_options o;
+    o.k = 10;
+    o.list = 64;
+    const searched s = run(c, o, 4);
+    const double recall = recall_at(10, s.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
+    EXPECT_GE(recall, 0.9) << "recall@10 " << recall;
+    EXPECT_EQ(s.counts.bad_ids, 0u);
+    EXPECT_GT(s.counts.expansions, c.nq * 10);
+    // Nearest first, distances those of the ids.
+    for (uint64_t q = 0; q < c.nq; ++q)
+      for (uint32_t j = 1; j < o.k; ++j) EXPECT_LE(s.d[q * o.k + j - 1], s.d[q * o.k + j]);
+    // A longer list finds at least as much.
+    o.list = 160;
+    const searched wide = run(c, o, 4);
+    EXPECT_GE(recall_at(10, wide.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq), recall);
+  }
+}
+
+TEST(VectorSearch, TheSameAnswersWhateverTheThreadsAndTheCache) {
+  const vectors_case c(3000, 32, vector_type::f32, metric::l2, 100);
+  search_options o;
+  o.k = 8;
+  o.list = 40;
+  o.width = 3;
+  const searched a = run(c, o, 1, 1024);
+  const searched b = run(c, o, 4, 32);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(0, std::memcmp(a.d.data(), b.d.data(), a.d.size() * 4));
+  EXPECT_EQ(a.counts.expansions, b.counts.expansions);
+  EXPECT_EQ(a.counts.distances, b.counts.distances);
+}
+
+TEST(VectorSearch, TheBuildGivesTheSameFileTwice) {
+  const vectors_case c(2000, 16, vector_type::u8, metric::l2, 4);
+  scratch_file again("again.dwv");
+  build_index(c.base, metric::l2, again.path());
+  EXPECT_EQ(file_bytes(c.index.path()), file_bytes(again.path()));
+  EXPECT_EQ(c.report.vectors, 2000u);
+  EXPECT_GT(c.report.edges, 2000u * 4);
+}
+
+TEST(VectorSearch, BadOptionsAreRefusedByName) {
+  const vectors_case c(500, 16, vector_type::f32, metric::l2, 3);
+  auto expect_error = [&](search_options o, const char* words) {
+    try {
+      run(c, o, 1);
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  search_options o;
+  o.k = 501;
+  expect_error(o, "larger than the index's 500 vectors");
+  o = {};
+  o.k = 0;
+  expect_error(o, "k must be at least 1");
+  o = {};
+  o.list = 5;
+  expect_error(o, "must be >= k");
+  o = {};
+  o.width = 0;
+  expect_error(o, "width");
+
+  auto cache = make_host_page_cache(embedded_link(), small_cache(16));
+  vector_index index(cache, c.index.path());
+  std::vector<float> q(c.queries);
+  q[5] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint32_t> ids(3 * 10);
+  std::vector<float> d(3 * 10);
+  EXPECT_THROW(index.search(q.data(), 3, search_options{}, ids.data(), d.data()), error);
+
+  // Building: a NaN, a degree past the limit, subspaces that do not divide.
+  std::vector<float> bad(100 * 8, 1.0f);
+  bad[77] = std::numeric_limits<float>::infinity();
+  scratch_file out("bad.dwv");
+  EXPECT_THROW(build_index(vector_set{reinterpret_cast<const uint8_t*>(bad.data()), 100, 8, vector_type::f32},
+                           metric::l2, out.path()),
+               error);
+  build_options bo;
+  bo.degree = 300;
+  EXPECT_THROW(build_index(c.base, metric::l2, out.path(), bo), error);
+  bo = {};
+  bo.pq_subspaces = 5;
+  EXPECT_THROW(build_index(c.base, metric::l2, out.path(), bo), error);
+}
+
+TEST(VectorSearch, DamagedFilesAreRefusedByName) {
+  const vectors_case c(1500, 32, vector_type::f32, metric::l2, 20);
+  const index_header h = index_file(c.index.path()).header();
+  auto open_error = [&](const std::string& path) -> std::string {
+    try {
+      auto cache = make_host_page_cache(embedded_link(), small_cache(16));
+      vector_index index(cache, path);
+      return "";
+    } catch (const error& e) {
+      return e.what();
+    }
+  };
+  {  // A header byte.
+    scratch_file f("hdr.dwv");
+    std::ofstream(f.path(), std::ios::binary) << std::string(reinterpret_cast<const char*>(file_bytes(c.index.path()).data()),
+                                                              file_bytes(c.index.path()).size());
+    flip_byte(f.path(), 40);
+    EXPECT_NE(open_error(f.path()).find("header does not match its checksum"), std::string::npos) << open_error(f.path());
+  }
+  {  // A code byte: refused at open (the codes are read and checked there).
+    const std::vector<uint8_t> all = file_bytes(c.index.path());
+    scratch_file f("codes.dwv");
+    std::ofstream(f.path(), std::ios::binary).write(reinterpret_cast<const char*>(all.data()), std::streamsize(all.size()));
+    flip_byte(f.path(), h.codes_at + 100);
+    EXPECT_NE(open_error(f.path()).find("codes"), std::string::npos) << open_error(f.path());
+  }
+  {  // Truncated.
+    const std::vector<uint8_t> all = file_bytes(c.index.path());
+    scratch_file f("short.dwv");
+    std::ofstream(f.path(), std::ios::binary).write(reinterpret_cast<const char*>(all.data()), std::streamsize(all.size() / 2));
+    EXPECT_NE(open_error(f.path()).find("past the end of the file"), std::string::npos) << open_error(f.path());
+  }
+  {  // A record byte: the open succeeds, the search that reads it fails by name.
+    const std::vector<uint8_t> all = file_bytes(c.index.path());
+    scratch_file f("rec.dwv");
+    std::ofstream(f.path(), std::ios::binary).write(reinterpret_cast<const char*>(all.data()), std::streamsize(all.size()));
+    flip_byte(f.path(), h.records_at + record_offset(h, h.entry) + 8);  // the entry's record: every query reads it
+    auto cache = make_host_page_cache(embedded_link(), small_cache(16));
+    vector_index index(cache, f.path());
+    std::vector<uint32_t> ids(c.nq * 10);
+    std::vector<float> d(c.nq * 10);
+    try {
+      index.search(c.queries.data(), c.nq, search_options{}, ids.data(), d.data());
+      ADD_FAILURE() << "a damaged record was searched";
+    } catch (const data_error& e) {
+      EXPECT_NE(std::string(e.what()).find("node " + std::to_string(h.entry)), std::string::npos) << e.what();
+    }
+  }
+  {  // A file that is no index.
+    scratch_file f("none.dwv");
+    std::ofstream(f.path(), std::ios::binary) << std::string(8192, 'x');
+    EXPECT_NE(open_error(f.path()).find("not a deepwell vector index"), std::string::npos);
+  }
+}
+
+TEST(VectorData, BinFilesRoundTripAndBadOnesAreRefused) {
+  vectors::mixture_options mo;
+  mo.count = 100;
+  mo.dim = 12;
+  mo.type = vector_type::u8;
+  const std::vector<uint8_t> rows = generate_mixture(mo, 0, 100);
+  // Rows are generated independently: a slice equals the same rows of the whole.
+  const std::vector<uint8_t> tail = generate_mixture(mo, 60, 40);
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), rows.begin() + 60 * 12));
+  scratch_file f("v.u8bin");
+  write_vector_file(f.path(), vector_set{rows.data(), 100, 12, vector_type::u8});
+  EXPECT_EQ(type_from_name(f.path()), vector_type::u8);
+  {
+    vector_file v(f.path(), vector_type::u8);
+    EXPECT_EQ(v.set().count, 100u);
+    EXPECT_EQ(0, std::memcmp(v.set().data, rows.data(), rows.size()));
+  }
+  EXPECT_THROW(vector_file(f.path(), vector_type::f32), error);  // the size says another type
+  EXPECT_THROW(type_from_name("x.npy"), error);
+}

@@ -7,6 +7,7 @@
 //   deepwell table gen|info|query ...   (table_command.hpp)
 //   deepwell kv create|set|get|delete|info|check ...   (kv_command.hpp)
 //   deepwell grep TREE [--cpu]          (grep_command.hpp)
+//   deepwell vectors gen|build|truth|search|info ...   (vectors_command.hpp)
 //   deepwell --version
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include "grep_command.hpp"
 #include "kv_command.hpp"
 #include "table_command.hpp"
+#include "vectors_command.hpp"
 #include "server_commands.hpp"
 #include "settings_report.hpp"
 
@@ -62,6 +64,8 @@ int main(int argc, char** argv) {
   tools::add_table_command(app, table_cmd);
   tools::kv_command kv_cmd;
   tools::add_kv_command(app, kv_cmd);
+  tools::vectors_command vectors_cmd;
+  tools::add_vectors_command(app, vectors_cmd);
 
   if (const std::string problem = tools::subcommand_problem(app, argc, argv); !problem.empty()) {
     std::fprintf(stderr, "%s\n", problem.c_str());
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
   if (grep_cmd.parsed()) return grep_cmd.run();
   if (table_cmd.parsed()) return table_cmd.run();
   if (kv_cmd.parsed()) return kv_cmd.run();
+  if (vectors_cmd.parsed()) return vectors_cmd.run();
   if (graph_cmd.parsed()) return graph_cmd.run();
   try {
     if (settings->parsed()) {

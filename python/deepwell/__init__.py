@@ -10,9 +10,9 @@ See docs/python.md.
 from ._lib import (CudaUnavailable, Error, IndexOutOfRange, InvalidArgument,  # noqa: F401
                    IOFailure)
 from .array import Array, cuda_available, open, parse_bytes  # noqa: F401
-from . import checkpoint, kv  # noqa: F401,E402  (deepwell.checkpoint.save/load, deepwell.kv.create/open)
+from . import checkpoint, kv, vectors  # noqa: F401,E402  (deepwell.checkpoint.save/load, deepwell.kv.create/open, deepwell.vectors)
 from ._server import Server, connect, disconnect  # noqa: F401,E402  (server mode: docs/server.md)
 
 __version__ = "0.1.0"
 __all__ = ["Array", "open", "cuda_available", "parse_bytes", "Error", "InvalidArgument", "IOFailure",
-           "IndexOutOfRange", "CudaUnavailable", "checkpoint", "kv", "connect", "disconnect", "Server"]
+           "IndexOutOfRange", "CudaUnavailable", "checkpoint", "kv", "vectors", "connect", "disconnect", "Server"]

@@ -6,6 +6,7 @@
 
 #include "deepwell/cache/gpu_launch.hpp"
 #include "deepwell/link/gpu_client.hpp"
+#include "deepwell/vectors/gpu_search.hpp"
 #include "deepwell/views/gpu_rows.hpp"
 #include "cuda_shim.hpp"
 
@@ -37,6 +38,15 @@ void put_back_device::operator()(previous_device* p) const {
 
 std::shared_ptr<page_cache> gpu_cache(std::shared_ptr<controller_link> link, const cache_config& cfg) {
   return make_gpu_page_cache(std::move(link), cfg);
+}
+
+std::shared_ptr<vectors::gpu_search> gpu_vector_search(const vectors::vector_index& index) {
+  return std::make_shared<vectors::gpu_search>(index);
+}
+vectors::search_counts gpu_vector_search_run(vectors::gpu_search& s, const float* queries, uint64_t nq,
+                                             const vectors::search_options& o, uint32_t* ids, float* distances,
+                                             bool on_device) {
+  return on_device ? s.search_device(queries, nq, o, ids, distances) : s.search(queries, nq, o, ids, distances);
 }
 
 row_report* gpu_report_alloc() {

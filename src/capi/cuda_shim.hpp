@@ -8,7 +8,12 @@
 #include <string>
 
 #include "deepwell/cache/page_cache.hpp"
+#include "deepwell/vectors/index.hpp"
 #include "deepwell/views/rows.hpp"
+
+namespace deepwell::vectors {
+class gpu_search;
+}
 
 namespace deepwell::capi {
 
@@ -53,6 +58,12 @@ inline std::shared_ptr<page_cache> cache_on(int device, std::shared_ptr<controll
   const device_guard g = on_device(device);
   return gpu_cache(std::move(link), cfg);
 }
+// A vector index's GPU search (on the index's GPU cache, its device current).
+std::shared_ptr<vectors::gpu_search> gpu_vector_search(const vectors::vector_index& index);
+// gpu_search's search (host memory) or search_device (on_device).
+vectors::search_counts gpu_vector_search_run(vectors::gpu_search& s, const float* queries, uint64_t nq,
+                                             const vectors::search_options& o, uint32_t* ids, float* distances,
+                                             bool on_device);
 // A row_report the GPU writes and the host reads (mapped pinned memory).
 row_report* gpu_report_alloc();
 void gpu_report_free(row_report* r);

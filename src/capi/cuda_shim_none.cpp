@@ -14,6 +14,11 @@ device_guard on_device(int device) {
 }
 void put_back_device::operator()(previous_device* p) const { delete p; }
 std::shared_ptr<page_cache> gpu_cache(std::shared_ptr<controller_link>, const cache_config&) { none(); }
+std::shared_ptr<vectors::gpu_search> gpu_vector_search(const vectors::vector_index&) { none(); }
+vectors::search_counts gpu_vector_search_run(vectors::gpu_search&, const float*, uint64_t, const vectors::search_options&,
+                                             uint32_t*, float*, bool) {
+  none();
+}
 row_report* gpu_report_alloc() { none(); }
 void gpu_report_free(row_report*) {}
 void gpu_check_pointer(const void*, int, const char*) { none(); }

@@ -1,0 +1,212 @@
+"""Vector search over vectors on storage (docs/vectors.md): an index file whose
+graph records (each vector and its neighbours) are read through deepwell's page
+cache as a search visits them, with product-quantised codes in memory to steer
+it, searched by GPU warps (or CPU threads).
+
+    import deepwell.vectors as dv
+    dv.build(base, "base.dwv")                   # base: (n, dim) float32 / float16 / uint8 (NumPy or torch)
+    index = dv.open("base.dwv", cache_size="1GiB")   # on the GPU where there is one
+    ids, distances = index.search(queries, k=10)     # queries: (nq, dim); torch tensors on the index's
+                                                     # GPU when the queries are CUDA tensors, else NumPy
+    index.close()
+
+Distances are squared L2, or the negated inner product (``metric="ip"``):
+smaller is nearer. ``ids`` is -1 where fewer than k were found (int64).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Optional
+
+import numpy as np
+
+from . import _lib
+from ._lib import InvalidArgument, P, check, fields, i32, lib, options_fields, ptr, u32, u64, f64
+from .array import _count, _device_ordinal, _set_cache
+
+__all__ = ["VectorIndex", "build", "open", "TYPES", "METRICS"]
+
+TYPES = {"float32": 0, "float16": 1, "uint8": 2}
+METRICS = {"l2": 0, "ip": 1}
+_NONE = 2**32 - 1
+
+
+class _BuildOptions(ctypes.Structure):
+    _fields_ = fields((u32, "size degree list passes pq_subspaces page_bytes threads"), (ctypes.c_float, "alpha"))
+
+
+class _BuildInfo(ctypes.Structure):
+    _fields_ = fields((u64, "vectors edges"), (u32, "pq_subspaces"),
+                      (f64, "quantiser_seconds graph_seconds write_seconds"))
+
+
+class _Options(ctypes.Structure):
+    _fields_ = options_fields()
+
+
+class _Info(ctypes.Structure):
+    _fields_ = fields((u64, "count"), (u32, "dim"), (i32, "type metric"), (u32, "degree page_bytes pq_subspaces"),
+                      (i32, "device"), (u64, "records_bytes cache_bytes"))
+
+
+class _Result(ctypes.Structure):
+    _fields_ = fields((u64, "expansions distances bad_ids"))
+
+
+def _bind() -> None:
+    _lib.bind(lib, {
+        "dw_vectors_build_options_init": ([ptr(_BuildOptions)], None),
+        "dw_vectors_build": [P, u64, u32, i32, i32, ctypes.c_char_p, ptr(_BuildOptions), ptr(_BuildInfo)],
+        "dw_vectors_options_init": ([ptr(_Options)], None),
+        "dw_vectors_open": [ptr(_Options), ptr(P)],
+        "dw_vectors_close": [P],
+        "dw_vectors_info_get": [P, ptr(_Info)],
+        # queries, nq, k, list, width, on the device, ids, distances, counts
+        "dw_vectors_search": [P, P, u64, u32, u32, u32, i32, P, P, ptr(_Result)],
+    }, "vector search (src/capi/vectors_api.cpp)")
+
+
+_bind()
+_open_indexes = _lib.closed_at_exit("deepwell.vectors")
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _host_rows(data, what: str) -> np.ndarray:
+    """A (n, dim) C-contiguous NumPy array of a supported type."""
+    torch = _torch()
+    if torch is not None and isinstance(data, torch.Tensor):
+        data = data.detach().cpu().numpy()
+    a = np.asarray(data)
+    if a.ndim != 2:
+        raise InvalidArgument(f"{what} must be 2-D (n, dim), not of shape {a.shape}")
+    if a.dtype.name not in TYPES:
+        raise InvalidArgument(f"{what} must be float32, float16 or uint8, not {a.dtype}")
+    return np.ascontiguousarray(a)
+
+
+def build(data, path, *, metric: str = "l2", degree: int = 0, list_size: int = 0, alpha: float = 0.0,
+          passes: Optional[int] = None, pq_subspaces: int = 0, page_bytes: int = 0, threads: int = 0) -> dict:
+    """Builds the index of ``data`` ((n, dim) float32, float16 or uint8; NumPy or torch) into ``path``
+    on CPU threads. ``metric``: "l2" or "ip". ``degree`` (neighbours a node, default 32), ``list_size``
+    (the build's search list, default 64), ``alpha`` (default 1.2), ``passes`` (Vamana passes, default 1),
+    ``pq_subspaces`` (default dim / 4 where it divides, at most 64). Returns the build's report."""
+    if metric not in METRICS:
+        raise InvalidArgument(f"metric must be one of {sorted(METRICS)}, not {metric!r}")
+    a = _host_rows(data, "the vectors")
+    o = _lib.sized(_BuildOptions, lib.dw_vectors_build_options_init)
+    o.degree = _count("degree", degree)
+    o.list = _count("list_size", list_size)
+    if passes is not None:
+        o.passes = _count("passes", passes)
+    o.pq_subspaces = _count("pq_subspaces", pq_subspaces)
+    o.page_bytes = _count("page_bytes", page_bytes)
+    o.threads = _count("threads", threads)
+    o.alpha = float(alpha)
+    info = _BuildInfo()
+    check(lib.dw_vectors_build(a.ctypes.data, a.shape[0], a.shape[1], TYPES[a.dtype.name], METRICS[metric],
+                               os.fspath(path).encode(), ctypes.byref(o), ctypes.byref(info)))
+    return {name: getattr(info, name) for name, _ in _BuildInfo._fields_}
+
+
+class VectorIndex(_lib.Handle):
+    """An index file opened for search. ``device``: "cuda", "cuda:N", an ordinal, or "cpu" (a host
+    cache and CPU threads; default: the GPU where there is one); ``cache_size`` (bytes or "1GiB"):
+    the page cache the records are read through; ``page_size``, ``cpu_threads``, ``pollers``,
+    ``odirect``, ``timeout`` as for every deepwell handle."""
+
+    _close_name = "dw_vectors_close"
+
+    def __init__(self, path, *, device=None, cache_size=None, page_size: int = 0, cpu_threads: int = 0,
+                 pollers: int = 0, odirect: bool = False, timeout: Optional[float] = None):
+        self._h = None
+        self.path = os.fspath(path)
+        o = _lib.sized(_Options, lib.dw_vectors_options_init)
+        self._path_bytes = self.path.encode()
+        o.path = self._path_bytes
+        # page_size 0 (the init's): the index's page.
+        _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size or None, cache_size=cache_size,
+                   cpu_threads=cpu_threads, pollers=pollers, odirect=odirect, timeout=timeout)
+        h = ctypes.c_void_p()
+        check(lib.dw_vectors_open(ctypes.byref(o), ctypes.byref(h)))
+        self._h = h
+        i = self.info()
+        self.device, self.dim, self.count = i["device"], i["dim"], i["count"]
+        _open_indexes.add(self)
+
+    def _what(self) -> str:
+        return f"the vector index {self.path}"
+
+    def __repr__(self) -> str:
+        where = "cpu" if self.device < 0 else f"cuda:{self.device}"
+        state = "closed" if self._h is None else f"{self.count} x {self.dim}"
+        return f"deepwell.vectors.VectorIndex({self.path!r}, {state}, {where})"
+
+    def __len__(self) -> int:
+        return self.count
+
+    def info(self) -> dict:
+        """count, dim, type, metric, degree, page_bytes, pq_subspaces, device, records_bytes, cache_bytes."""
+        i = _Info()
+        check(lib.dw_vectors_info_get(self._handle(), ctypes.byref(i)))
+        d = {name: getattr(i, name) for name, _ in _Info._fields_}
+        d["type"] = {v: k for k, v in TYPES.items()}[d["type"]]
+        d["metric"] = {v: k for k, v in METRICS.items()}[d["metric"]]
+        return d
+
+    def search(self, queries, k: int = 10, *, list_size: int = 64, width: int = 4, return_counts: bool = False):
+        """The ``k`` nearest of each query ((nq, dim), any float or uint8 type; NumPy or torch): ``(ids,
+        distances)``, each (nq, k), nearest first; ids int64 (-1 where fewer were found), distances
+        float32. CUDA tensors on the index's GPU give CUDA tensors (searched in place); anything else
+        gives NumPy arrays. ``list_size``: candidates kept (>= k; more: higher recall, slower);
+        ``width``: records read a step. ``return_counts`` adds the search's counts as a third item."""
+        h = self._handle()
+        k, list_size, width = _count("k", k), _count("list_size", list_size), _count("width", width)
+        torch = _torch()
+        on_device = torch is not None and isinstance(queries, torch.Tensor) and queries.is_cuda
+        if on_device:
+            q = queries.detach()
+            if q.dim() != 2 or q.shape[1] != self.dim:
+                raise InvalidArgument(f"queries of shape {tuple(q.shape)} for an index of dimension {self.dim}")
+            if self.device < 0:
+                raise InvalidArgument("CUDA queries given to an index on the CPU; open it with device='cuda'")
+            if q.device.index != self.device:
+                raise InvalidArgument(f"queries on {q.device}, the index on cuda:{self.device}")
+            q = q.to(torch.float32).contiguous()
+            nq = q.shape[0]
+            ids = torch.empty((nq, k), dtype=torch.int32, device=q.device)
+            dist = torch.empty((nq, k), dtype=torch.float32, device=q.device)
+            r = _Result()
+            check(lib.dw_vectors_search(h, q.data_ptr(), nq, k, list_size, width, 1, ids.data_ptr(),
+                                        dist.data_ptr(), ctypes.byref(r)))
+            result = (ids.to(torch.int64), dist)  # UINT32_MAX (none) read as int32 is -1
+        else:
+            if torch is not None and isinstance(queries, torch.Tensor):
+                queries = queries.detach().cpu().numpy()
+            q = np.asarray(queries)
+            if q.ndim != 2 or q.shape[1] != self.dim:
+                raise InvalidArgument(f"queries of shape {q.shape} for an index of dimension {self.dim}")
+            if q.dtype.kind not in "fiu":
+                raise InvalidArgument(f"queries must be numbers, not {q.dtype}")
+            q = np.ascontiguousarray(q, dtype=np.float32)
+            nq = q.shape[0]
+            ids = np.empty((nq, k), np.uint32)
+            dist = np.empty((nq, k), np.float32)
+            r = _Result()
+            check(lib.dw_vectors_search(h, q.ctypes.data, nq, k, list_size, width, 0, ids.ctypes.data,
+                                        dist.ctypes.data, ctypes.byref(r)))
+            out = ids.astype(np.int64)
+            out[ids == _NONE] = -1
+            result = (out, dist)
+        if return_counts:
+            return result + ({name: getattr(r, name) for name, _ in _Result._fields_},)
+        return result
+
+
+def open(path, **kw) -> VectorIndex:  # noqa: A001 (the module's verb, as kv.open)
+    """``VectorIndex(path, **kw)``."""
+    return VectorIndex(path, **kw)

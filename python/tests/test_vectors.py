@@ -1,0 +1,91 @@
+"""deepwell.vectors with CPU clients: recall against brute force, the
+answers' shapes and order, and bad input refused by name."""
+import numpy as np
+import pytest
+
+import deepwell
+import deepwell.vectors as dv
+
+
+def _mixture(n, dim, seed, centres):
+    rng = np.random.default_rng(seed)
+    c = centres[rng.integers(0, len(centres), n)]
+    return (c + 0.5 * rng.standard_normal((n, dim))).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    centres = rng.standard_normal((12, 24))
+    base = _mixture(3000, 24, 4, centres)
+    queries = _mixture(60, 24, 5, centres)
+    path = tmp_path_factory.mktemp("vectors") / "base.dwv"
+    report = dv.build(base, path, degree=20, list_size=40)
+    d = ((queries[:, None, :].astype(np.float64) - base[None, :, :]) ** 2).sum(-1)
+    truth = np.argsort(d, axis=1, kind="stable")[:, :10]
+    return base, queries, path, report, truth
+
+
+def test_search_finds_the_nearest(data):
+    base, queries, path, report, truth = data
+    assert report["vectors"] == 3000 and report["edges"] > 3000
+    with dv.open(path, device="cpu", cache_size="256KiB") as index:
+        assert len(index) == 3000 and index.dim == 24
+        info = index.info()
+        assert info["type"] == "float32" and info["metric"] == "l2"
+        assert info["records_bytes"] > 4 * info["cache_bytes"]  # searched under eviction
+        ids, dist = index.search(queries, k=10, list_size=64)
+        assert ids.shape == (60, 10) and ids.dtype == np.int64 and dist.dtype == np.float32
+        recall = np.mean([len(set(ids[i]) & set(truth[i])) / 10 for i in range(60)])
+        assert recall >= 0.9, recall
+        assert np.all(np.diff(dist, axis=1) >= 0)
+        # distances are those of the ids
+        exact = ((queries[:, None, :] - base[ids]) ** 2).sum(-1)
+        np.testing.assert_allclose(dist, exact, rtol=1e-4, atol=1e-4)
+        # the same again, and with the counts
+        ids2, dist2, counts = index.search(queries, k=10, list_size=64, return_counts=True)
+        np.testing.assert_array_equal(ids, ids2)
+        assert counts["expansions"] >= 60 * 10 and counts["bad_ids"] == 0
+
+
+def test_bad_input_is_refused_by_name(data, tmp_path):
+    base, queries, path, _, _ = data
+    with dv.open(path, device="cpu") as index:
+        with pytest.raises(deepwell.InvalidArgument, match="dimension 24"):
+            index.search(queries[:, :20], k=10)
+        with pytest.raises(deepwell.InvalidArgument, match="larger than the index's 3000"):
+            index.search(queries, k=3001, list_size=4000)
+        with pytest.raises(deepwell.InvalidArgument, match="must be >= k"):
+            index.search(queries, k=10, list_size=5)
+        bad = queries.copy()
+        bad[3, 4] = np.nan
+        with pytest.raises(deepwell.InvalidArgument, match="NaN"):
+            index.search(bad, k=10)
+    with pytest.raises(deepwell.InvalidArgument, match="float32, float16 or uint8"):
+        dv.build(base.astype(np.float64), tmp_path / "x.dwv")
+    with pytest.raises(deepwell.InvalidArgument, match="2-D"):
+        dv.build(base[0], tmp_path / "x.dwv")
+    with pytest.raises(deepwell.InvalidArgument, match="metric"):
+        dv.build(base, tmp_path / "x.dwv", metric="cosine")
+    junk = tmp_path / "junk.dwv"
+    junk.write_bytes(b"x" * 8192)
+    with pytest.raises(deepwell.IOFailure, match="not a deepwell vector index"):
+        dv.open(junk, device="cpu")
+    damaged = tmp_path / "damaged.dwv"
+    raw = bytearray(path.read_bytes())
+    raw[40] ^= 0x44
+    damaged.write_bytes(bytes(raw))
+    with pytest.raises(deepwell.IOFailure, match="checksum"):
+        dv.open(damaged, device="cpu")
+
+
+def test_uint8_and_inner_product(tmp_path):
+    rng = np.random.default_rng(9)
+    base = rng.integers(0, 256, (1500, 32), dtype=np.uint8)
+    dv.build(base, tmp_path / "u8.dwv", metric="ip", degree=16, list_size=32)
+    with dv.open(tmp_path / "u8.dwv", device="cpu") as index:
+        assert index.info()["type"] == "uint8" and index.info()["metric"] == "ip"
+        q = base[:5].astype(np.float32)
+        ids, dist = index.search(q, k=5, list_size=100)
+        exact = -(q[:, None, :] * base[ids].astype(np.float32)).sum(-1)
+        np.testing.assert_allclose(dist, exact, rtol=1e-5)

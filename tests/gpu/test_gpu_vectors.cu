@@ -1,0 +1,116 @@
+// Vector search by GPU warps through a GPU page cache far smaller than the
+// index: the same ids and distances, bit for bit, as CPU clients on the
+// same index, the recall that implies, and a damaged record named.
+#include <cuda_runtime.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "../common/vectors_case.hpp"
+#include "deepwell/controller/embedded.hpp"
+#include "deepwell/vectors/gpu_search.hpp"
+#include "deepwell/vectors/index.hpp"
+
+using namespace deepwell;
+using namespace deepwell::vectors;
+using deepwell::test::scratch_file;
+using deepwell::test::vectors_case;
+
+namespace {
+
+cache_config gpu_cache_of(uint64_t pages) {
+  cache_config k;
+  k.page_size = 4096;
+  k.capacity_bytes = pages * 4096;
+  k.direct_files = cache_config::file_tier::never;  // every record through the controller
+  return k;
+}
+
+struct answers {
+  std::vector<uint32_t> ids;
+  std::vector<float> d;
+  search_counts counts;
+};
+
+answers on_cpu(const vectors_case& c, const search_options& o) {
+  cache_config k = gpu_cache_of(256);
+  k.queue_pairs = 2;
+  k.queue_entries = 64;
+  vector_index index(make_host_page_cache(embedded_link(), k), c.index.path());
+  answers a;
+  a.ids.resize(c.nq * o.k);
+  a.d.resize(c.nq * o.k);
+  a.counts = index.search(c.queries.data(), c.nq, o, a.ids.data(), a.d.data(), 4);
+  return a;
+}
+
+answers on_gpu(const vectors_case& c, const search_options& o, uint64_t pages, const std::string& path = "") {
+  vector_index index(make_gpu_page_cache(embedded_link(), gpu_cache_of(pages)), path.empty() ? c.index.path() : path);
+  gpu_search g(index);
+  answers a;
+  a.ids.resize(c.nq * o.k);
+  a.d.resize(c.nq * o.k);
+  a.counts = g.search(c.queries.data(), c.nq, o, a.ids.data(), a.d.data());
+  // A second run over the same scratch: the same again.
+  std::vector<uint32_t> ids(a.ids.size());
+  std::vector<float> d(a.d.size());
+  g.search(c.queries.data(), c.nq, o, ids.data(), d.data());
+  EXPECT_EQ(ids, a.ids);
+  return a;
+}
+
+}  // namespace
+
+TEST(GpuVectorSearch, TheSameAnswersAsCpuClientsBitForBit) {
+  struct shape {
+    vector_type t;
+    metric m;
+    uint32_t dim;
+    uint32_t width;
+  };
+  for (const shape sh : {shape{vector_type::f32, metric::l2, 96, 4}, shape{vector_type::u8, metric::l2, 128, 8},
+                         shape{vector_type::f16, metric::inner_product, 40, 2}}) {
+    SCOPED_TRACE(std::string(type_name(sh.t)) + " " + metric_name(sh.m));
+    build_options bo;
+    bo.degree = 32;
+    const vectors_case c(20000, sh.dim, sh.t, sh.m, 1000, bo);
+    const index_header h = index_file(c.index.path()).header();
+    const uint64_t pages = 2048;  // 8 MiB, far below the records
+    ASSERT_GT(h.records_bytes, 2 * pages * 4096);
+    for (const uint32_t list : {16u, 64u, 150u}) {
+      search_options o;
+      o.k = 10;
+      o.list = list;
+      o.width = sh.width;
+      const answers cpu = on_cpu(c, o), gpu = on_gpu(c, o, pages);
+      EXPECT_EQ(cpu.ids, gpu.ids) << "list " << list;
+      EXPECT_EQ(0, std::memcmp(cpu.d.data(), gpu.d.data(), cpu.d.size() * 4)) << "list " << list;
+      EXPECT_EQ(cpu.counts.expansions, gpu.counts.expansions);
+      EXPECT_EQ(cpu.counts.distances, gpu.counts.distances);
+      EXPECT_EQ(gpu.counts.bad_ids, 0u);
+      const double recall = recall_at(10, gpu.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
+      std::printf("  %s list %u: recall@10 %.4f, %.1f records a query\n", type_name(sh.t), list, recall,
+                  double(gpu.counts.expansions) / double(c.nq));
+      if (list >= 64) EXPECT_GE(recall, 0.9);
+    }
+  }
+}
+
+TEST(GpuVectorSearch, ADamagedRecordIsNamed) {
+  const vectors_case c(3000, 32, vector_type::f32, metric::l2, 50);
+  const index_header h = index_file(c.index.path()).header();
+  std::ifstream in(c.index.path(), std::ios::binary);
+  std::vector<char> all((std::istreambuf_iterator<char>(in)), {});
+  all[h.records_at + record_offset(h, h.entry) + 4] ^= 0x21;
+  scratch_file bad("bad.dwv");
+  std::ofstream(bad.path(), std::ios::binary).write(all.data(), std::streamsize(all.size()));
+  try {
+    on_gpu(c, search_options{}, 512, bad.path());
+    ADD_FAILURE() << "a damaged record was searched";
+  } catch (const data_error& e) {
+    EXPECT_NE(std::string(e.what()).find("node " + std::to_string(h.entry)), std::string::npos) << e.what();
+  }
+}

@@ -1,0 +1,30 @@
+// `deepwell vectors`: vector search on storage (docs/vectors.md): gen (a
+// deterministic clustered set in DiskANN's .bin layout), build (an index),
+// truth (exact neighbours, DiskANN's truth-set layout), search (a batch of
+// queries on the GPU, or CPU threads with --cpu; recall against a truth
+// set), info (an index's header; --check: every block against its sum).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace deepwell::tools {
+
+struct vectors_command {
+  CLI::App *app = nullptr, *gen = nullptr, *build = nullptr, *truth = nullptr, *search = nullptr, *info = nullptr;
+  std::string out, data, index, queries, truth_path, type, metric = "l2", json, cache, server;
+  uint64_t count = 0, seed = 1;
+  uint32_t dim = 128, clusters = 64, stream = 0;
+  float spread = 0.5f;
+  uint32_t degree = 32, build_list = 64, passes = 1, subspaces = 0, k = 10, width = 4, repeat = 1;
+  float alpha = 1.2f;
+  std::vector<uint32_t> lists;
+  unsigned threads = 0;
+  bool cpu = false, check = false, odirect = false;
+  bool parsed() const { return app && app->parsed(); }
+  int run();
+};
+
+void add_vectors_command(CLI::App& app, vectors_command& v);
+
+}  // namespace deepwell::tools

@@ -80,6 +80,7 @@ int gen(const vectors_command& v) {
   o.clusters = v.clusters;
   o.type = parse_type(v.type, v.out);
   o.spread = v.spread;
+  o.latent = v.latent;
   o.seed = v.seed;
   o.stream = v.stream;
   if (o.count == 0 || o.count >= 0xFFFFFFFFull) throw error("--count: 1 to 2^32 - 2 vectors");
@@ -221,6 +222,8 @@ void add_vectors_command(CLI::App& app, vectors_command& v) {
   v.gen->add_option("--dim", v.dim, "dimensions")->check(CLI::Range(1u, max_dim));
   v.gen->add_option("--clusters", v.clusters, "clusters of the mixture")->check(CLI::Range(1u, 1u << 20));
   v.gen->add_option("--spread", v.spread, "the noise around each centre")->check(CLI::Range(0.0f, 100.0f));
+  v.gen->add_option("--latent", v.latent, "directions of each cluster's noise (its intrinsic dimension; 0: every dimension alike)")
+      ->check(CLI::Range(0u, 64u));
   v.gen->add_option("--seed", v.seed, "seed of the centres and the set")->check(not_negative);
   v.gen->add_option("--stream", v.stream, "0: the base set; another: an independent set around the same centres (queries)");
   v.gen->add_option("--type", v.type, "float32, float16 or uint8 (default: from the name)");

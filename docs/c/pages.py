@@ -151,6 +151,35 @@ PAGES = {
     "dw_kv_delete": ("Deletes `n` keys and returns once the batch is durable; `status` says deleted or "
                      "`DW_KV_NOT_FOUND`.", ["DW_EIO", "DW_ERUNTIME"], ["dw_kv_set"]),
     "dw_kv_checkpoint": ("Writes the table's dirty pages back, flushes and truncates the log.", ["DW_EIO"], ["dw_kv_close"]),
+    "dw_vectors_build_options_init": ("Fills `*o` with the build's defaults: `size` = "
+                                      "`sizeof(dw_vectors_build_options)`, degree 32, list 64, two Vamana passes, "
+                                      "alpha 1.2, 0 (the library's choice) in the quantiser and page fields, every "
+                                      "core.", None, ["dw_vectors_build"]),
+    "dw_vectors_build": ("Builds the vector index of `count` x `dim` vectors of `type` (`DW_VECTORS_F32`, `F16`, "
+                         "`U8`; host memory, row after row) for `metric` (`DW_VECTORS_L2`, `DW_VECTORS_IP`) into "
+                         "`path`, on CPU threads: written beside it, synced, then renamed. The same input and "
+                         "options give the same file. `o` and `info` may be NULL. A NaN or an infinity in the "
+                         "vectors, or an option out of range, is named.", ["DW_EIO"], ["dw_vectors_open"]),
+    "dw_vectors_options_init": ("Fills `*o` with the defaults: `size` = `sizeof(dw_vectors_options)`, the cache "
+                                "fields from the environment or the built-in defaults, a host cache, `page_size` 0 "
+                                "(the index's page).", None, ["dw_vectors_open"]),
+    "dw_vectors_open": ("Opens the vector index at `path` (under a server: a dataset it grants this process) on a "
+                        "page cache of `cache.device` (or a host cache and CPU threads, device -1): checks the "
+                        "header, reads and checks the codebook and the codes, and serves the records through the "
+                        "cache, each page checked against its sum as it is read.",
+                        ["DW_EIO", "DW_ENOCUDA", "DW_ERUNTIME"], ["dw_vectors_options_init", "dw_vectors_search",
+                                                                 "dw_vectors_close"]),
+    "dw_vectors_close": ("Frees the handle and its cache. NULL is ignored.", [], ["dw_vectors_open"]),
+    "dw_vectors_info_get": ("Fills `*info` with the index's shape (count, dim, type, metric, degree, page, "
+                            "quantiser subspaces), the device, the bytes of its records and of the cache.", [],
+                            ["dw_vectors_open"]),
+    "dw_vectors_search": ("Finds the `k` nearest of each of `nq` queries (`nq` x `dim` float32): `ids` (`nq` x "
+                          "`k`, `UINT32_MAX` where fewer were found) and `distances` (squared L2, or the negated "
+                          "inner product), nearest first. `list` (>= k; 0: 64) candidates are kept, `width` (0: 4) "
+                          "records read a step. With `on_device` the queries, ids and distances are device memory "
+                          "of the index's GPU. GPU and CPU clients give the same answers. A record that cannot be "
+                          "read (a damaged block) fails the call naming the node.", ["DW_EIO", "DW_ERUNTIME"],
+                          ["dw_vectors_open"]),
 }
 
 

@@ -93,7 +93,7 @@ def build(data, path, *, metric: str = "l2", degree: int = 0, list_size: int = 0
           passes: Optional[int] = None, pq_subspaces: int = 0, page_bytes: int = 0, threads: int = 0) -> dict:
     """Builds the index of ``data`` ((n, dim) float32, float16 or uint8; NumPy or torch) into ``path``
     on CPU threads. ``metric``: "l2" or "ip". ``degree`` (neighbours a node, default 32), ``list_size``
-    (the build's search list, default 64), ``alpha`` (default 1.2), ``passes`` (Vamana passes, default 1),
+    (the build's search list, default 64), ``alpha`` (default 1.2), ``passes`` (Vamana passes, default 2),
     ``pq_subspaces`` (default dim / 4 where it divides, at most 64). Returns the build's report."""
     if metric not in METRICS:
         raise InvalidArgument(f"metric must be one of {sorted(METRICS)}, not {metric!r}")

@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from deepwell import _lib, checkpoint, kv
+from deepwell import _lib, checkpoint, kv, vectors
 
 HEADER = pathlib.Path(__file__).resolve().parents[2] / "include" / "deepwell" / "c" / "deepwell.h"
 
 C_TYPES = {
     "uint8_t": ctypes.c_uint8, "int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32,
-    "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "double": ctypes.c_double,
+    "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "double": ctypes.c_double, "float": ctypes.c_float,
     "const char*": ctypes.c_char_p, "char": ctypes.c_char,
 }
 
@@ -30,6 +30,11 @@ MIRRORS = {
     "dw_kv_options": kv._Options,
     "dw_kv_result": kv._Result,
     "dw_kv_info": kv._Info,
+    "dw_vectors_build_options": vectors._BuildOptions,
+    "dw_vectors_build_info": vectors._BuildInfo,
+    "dw_vectors_options": vectors._Options,
+    "dw_vectors_info": vectors._Info,
+    "dw_vectors_search_result": vectors._Result,
 }
 
 

@@ -29,7 +29,7 @@ def data(tmp_path_factory):
 def test_search_finds_the_nearest(data):
     base, queries, path, report, truth = data
     assert report["vectors"] == 3000 and report["edges"] > 3000
-    with dv.open(path, device="cpu", cache_size="256KiB") as index:
+    with dv.open(path, device="cpu", cache_size="128KiB") as index:
         assert len(index) == 3000 and index.dim == 24
         info = index.info()
         assert info["type"] == "float32" and info["metric"] == "l2"

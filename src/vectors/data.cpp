@@ -112,8 +112,13 @@ std::vector<uint8_t> generate_mixture(const mixture_options& o, uint64_t first, 
       const uint64_t i = first + r;
       const uint64_t c = uint64_t(uniform(row_seed, i, ~0ull) * o.clusters) % o.clusters;
       uint8_t* row = out.data() + r * o.dim * eb;
+      double z[64];
+      const uint32_t latent = std::min<uint32_t>(o.latent, 64);
+      for (uint32_t l = 0; l < latent; ++l) z[l] = normal(row_seed ^ 0x1A7E47ull, i, l);
       for (uint32_t d = 0; d < o.dim; ++d) {
-        const double noise = normal(row_seed, i, d);
+        double noise = latent ? 0.1 * normal(row_seed, i, d) : normal(row_seed, i, d);
+        for (uint32_t l = 0; l < latent; ++l)  // the cluster's direction l, dimension d: N(0, 1 / latent)
+          noise += z[l] * normal(centre_seed ^ 0xD1Bull, c * 64 + l, d) / std::sqrt(double(latent));
         if (o.type == vector_type::u8) {
           const double centre = 32.0 + 192.0 * uniform(centre_seed, c, d);
           row[d] = uint8_t(std::clamp(std::lround(centre + 40.0 * o.spread * noise), 0l, 255l));

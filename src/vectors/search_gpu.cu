@@ -313,10 +313,16 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   uint64_t blocks = uint64_t(std::max(per_sm, 1)) * uint64_t(sms);
   blocks = std::min<uint64_t>(blocks, (nq + per_block - 1) / per_block);
   // The cache must hold the pages every resident warp may pin at once:
-  // fewer warps where it is small.
-  const uint64_t fit = index.cache().slots() / pages_per_warp;
+  // fewer warps where it is small. A warp reads one record at a time, and
+  // a record lies in one of the cache's pages when they are at least the
+  // index's: one pin a warp (two, to leave its prefetches room).
+  const uint32_t pins = index.cache().page_size() >= h.page_bytes ? 2 : pages_per_warp;
+  const uint64_t fit = index.cache().slots() / pins;
   blocks = std::max<uint64_t>(1, std::min<uint64_t>(blocks, fit / per_block));
-  check_launch(index.cache(), beam_search, blocks, int(per_block * 32), smem);
+  const uint64_t resident = resident_warps(beam_search, blocks, int(per_block * 32), smem);
+  if (resident * pins > index.cache().slots())
+    throw error("vector search: a page cache of " + std::to_string(index.cache().slots()) + " pages is too small for " +
+                std::to_string(resident) + " warps holding " + std::to_string(pins) + " pages each");
   const uint64_t warps = blocks * per_block;
   const uint32_t stride = (h.record_bytes + 15) & ~15u;
   if (warps > s_->warps || slots != s_->seen_slots || cap > s_->cap) {

@@ -78,11 +78,12 @@ TEST(VectorSearch, RecallAgainstExactSearchThroughASmallCache) {
     const vectors_case c(4000, sh.dim, sh.t, sh.m, 200, bo);
     const index_file f(c.index.path());
     // The records far larger than the cache: the search runs under eviction.
-    ASSERT_GT(f.header().records_bytes, 8ull * 48 * 4096);
+    const uint64_t pages = 24;
+    ASSERT_GT(f.header().records_bytes, 4 * pages * 4096);
     search_options o;
     o.k = 10;
     o.list = 64;
-    const searched s = run(c, o, 4);
+    const searched s = run(c, o, 4, pages);
     const double recall = recall_at(10, s.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
     EXPECT_GE(recall, 0.9) << "recall@10 " << recall;
     EXPECT_EQ(s.counts.bad_ids, 0u);
@@ -92,7 +93,7 @@ TEST(VectorSearch, RecallAgainstExactSearchThroughASmallCache) {
       for (uint32_t j = 1; j < o.k; ++j) EXPECT_LE(s.d[q * o.k + j - 1], s.d[q * o.k + j]);
     // A longer list finds at least as much.
     o.list = 160;
-    const searched wide = run(c, o, 4);
+    const searched wide = run(c, o, 4, pages);
     EXPECT_GE(recall_at(10, wide.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq), recall);
   }
 }

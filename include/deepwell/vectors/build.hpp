@@ -19,7 +19,7 @@ struct build_options {
   uint32_t degree = 32;        // neighbours a node at most (R)
   uint32_t list = 64;          // the passes' search list (L)
   float alpha = 1.2f;          // RobustPrune's
-  uint32_t passes = 1;         // Vamana passes after the first graph
+  uint32_t passes = 2;         // Vamana passes after the first graph
   uint32_t pq_subspaces = 0;   // 0: dim / 4 where it divides, at most 64
   uint32_t page_bytes = 0;     // 0: the smallest power of two >= 4096 that holds a record
   uint64_t seed = 1;           // recorded (the build itself is deterministic)

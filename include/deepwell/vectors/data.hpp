@@ -47,18 +47,24 @@ class vector_file {
 vector_type type_from_name(const std::string& path);
 void write_vector_file(const std::string& path, const vector_set& s);
 
-// Clustered vectors: `clusters` centres, each vector a centre plus Gaussian
-// noise, all from `seed` (the same seed, count and shape give the same
-// bytes on any machine). `stream` picks an independent set around the same
-// centres (0: the base vectors, 1: queries). float32: centres N(0, 1) a
-// dimension, noise `spread`; uint8 (SIFT-like): centres uniform in
-// [32, 224), noise 40 * spread, rounded and clamped to [0, 255].
+// Clustered vectors with the low intrinsic dimension of real embeddings:
+// `clusters` centres, each with `latent` directions of its own; a vector is
+// its centre plus Gaussian noise along its cluster's directions (scale
+// `spread`) and a tenth of that in every dimension. (Isotropic noise alone,
+// latent 0, makes every vector of a cluster nearly as far from a query as
+// any other: neighbours mean little there, for any index.) All from `seed`:
+// the same seed, count and shape give the same bytes on any machine.
+// `stream` picks an independent set around the same centres (0: the base
+// vectors, 1: queries). float32: centres N(0, 1) a dimension; uint8
+// (SIFT-like): centres uniform in [32, 224), noise scaled by 40, rounded and
+// clamped to [0, 255].
 struct mixture_options {
   uint64_t count = 0;
   uint32_t dim = 128;
   uint32_t clusters = 64;
   vector_type type = vector_type::f32;
   float spread = 0.5f;
+  uint32_t latent = 12;
   uint64_t seed = 1;
   uint32_t stream = 0;
 };

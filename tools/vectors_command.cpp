@@ -74,15 +74,8 @@ std::vector<uint32_t> read_truth(const std::string& path, uint64_t nq, uint32_t&
 }
 
 int gen(const vectors_command& v) {
-  mixture_options o;
-  o.count = v.count;
-  o.dim = v.dim;
-  o.clusters = v.clusters;
+  mixture_options o = v.mix;
   o.type = parse_type(v.type, v.out);
-  o.spread = v.spread;
-  o.latent = v.latent;
-  o.seed = v.seed;
-  o.stream = v.stream;
   if (o.count == 0 || o.count >= 0xFFFFFFFFull) throw error("--count: 1 to 2^32 - 2 vectors");
   std::ofstream out(v.out, std::ios::binary | std::ios::trunc);
   if (!out) throw error(v.out + ": cannot create the file");
@@ -101,12 +94,7 @@ int gen(const vectors_command& v) {
 
 int build(const vectors_command& v) {
   vector_file f(v.data, parse_type(v.type, v.data));
-  build_options o;
-  o.degree = v.degree;
-  o.list = v.build_list;
-  o.alpha = v.alpha;
-  o.passes = v.passes;
-  o.pq_subspaces = v.subspaces;
+  build_options o = v.shape;
   o.threads = v.threads;
   o.progress = true;
   const auto t = std::chrono::steady_clock::now();
@@ -216,57 +204,71 @@ int search(const vectors_command& v) {
 void add_vectors_command(CLI::App& app, vectors_command& v) {
   v.app = app.add_subcommand("vectors", "vector search over vectors on storage (docs/vectors.md)");
   v.app->require_subcommand(1);
+  // Options several subcommands share.
+  auto type = [&](CLI::App* a, const char* whose) {
+    a->add_option("--type", v.type, std::string(whose) + " element type: float32, float16 or uint8 (default: from the name)");
+  };
+  auto threads = [&](CLI::App* a, const char* what) { a->add_option("--threads", v.threads, std::string(what) + " (0: every core)"); };
+  auto metric = [&](CLI::App* a) { a->add_option("--metric", v.metric, "l2 or ip"); };
+  auto path = [&](CLI::App* a, const char* name, std::string& into, const char* what) {
+    a->add_option(name, into, what)->required();
+  };
+
   v.gen = v.app->add_subcommand("gen", "write a deterministic clustered vector set (DiskANN's .bin layout)");
-  v.gen->add_option("out", v.out, "the file (.fbin float32, .hbin float16, .u8bin uint8)")->required();
-  v.gen->add_option("--count", v.count, "vectors")->required()->check(not_negative);
-  v.gen->add_option("--dim", v.dim, "dimensions")->check(CLI::Range(1u, max_dim));
-  v.gen->add_option("--clusters", v.clusters, "clusters of the mixture")->check(CLI::Range(1u, 1u << 20));
-  v.gen->add_option("--spread", v.spread, "the noise around each centre")->check(CLI::Range(0.0f, 100.0f));
-  v.gen->add_option("--latent", v.latent, "directions of each cluster's noise (its intrinsic dimension; 0: every dimension alike)")
+  path(v.gen, "out", v.out, "the file (.fbin float32, .hbin float16, .u8bin uint8)");
+  v.gen->add_option("--count", v.mix.count, "vectors")->required()->check(not_negative);
+  v.gen->add_option("--dim", v.mix.dim, "dimensions")->check(CLI::Range(1u, max_dim));
+  v.gen->add_option("--clusters", v.mix.clusters, "clusters of the mixture")->check(CLI::Range(1u, 1u << 20));
+  v.gen->add_option("--spread", v.mix.spread, "the noise around each centre")->check(CLI::Range(0.0f, 100.0f));
+  v.gen->add_option("--latent", v.mix.latent, "directions of each cluster's noise (0: every dimension alike)")
       ->check(CLI::Range(0u, 64u));
-  v.gen->add_option("--seed", v.seed, "seed of the centres and the set")->check(not_negative);
-  v.gen->add_option("--stream", v.stream, "0: the base set; another: an independent set around the same centres (queries)");
-  v.gen->add_option("--type", v.type, "float32, float16 or uint8 (default: from the name)");
+  v.gen->add_option("--seed", v.mix.seed, "seed of the centres and the set")->check(not_negative);
+  v.gen->add_option("--stream", v.mix.stream, "0: the base set; another: an independent set around the same centres");
+  type(v.gen, "the file's");
+
   v.build = v.app->add_subcommand("build", "build an index of a vector set");
-  v.build->add_option("data", v.data, "the vectors (.fbin, .hbin, .u8bin)")->required();
-  v.build->add_option("index", v.index, "the index to write (.dwv)")->required();
-  v.build->add_option("--type", v.type, "the element type (default: from the name)");
-  v.build->add_option("--metric", v.metric, "l2 or ip");
-  v.build->add_option("--degree", v.degree, "neighbours a node at most")->check(CLI::Range(1u, max_degree));
-  v.build->add_option("--list", v.build_list, "the build's search list")->check(CLI::Range(1u, 4096u));
-  v.build->add_option("--alpha", v.alpha, "RobustPrune's alpha")->check(CLI::Range(1.0f, 4.0f));
-  v.build->add_option("--passes", v.passes, "Vamana passes after the first graph")->check(CLI::Range(0u, 8u));
-  v.build->add_option("--subspaces", v.subspaces, "quantiser subspaces (0: dim / 4 where it divides, at most 64)");
-  v.build->add_option("--threads", v.threads, "threads (0: every core)");
+  path(v.build, "data", v.data, "the vectors (.fbin, .hbin, .u8bin)");
+  path(v.build, "index", v.index, "the index to write (.dwv)");
+  v.build->add_option("--degree", v.shape.degree, "neighbours a node at most")->check(CLI::Range(1u, max_degree));
+  v.build->add_option("--list", v.shape.list, "the build's search list")->check(CLI::Range(1u, 4096u));
+  v.build->add_option("--alpha", v.shape.alpha, "RobustPrune's alpha")->check(CLI::Range(1.0f, 4.0f));
+  v.build->add_option("--passes", v.shape.passes, "Vamana passes after the first graph")->check(CLI::Range(0u, 8u));
+  v.build->add_option("--subspaces", v.shape.pq_subspaces, "quantiser subspaces (0: dim / 4 where it divides, at most 64)");
   v.build->add_option("--json", v.json, "append the build's record to this file");
+  type(v.build, "the vectors'");
+  metric(v.build);
+  threads(v.build, "threads");
+
   v.truth = v.app->add_subcommand("truth", "the exact nearest neighbours of queries (DiskANN's truth-set layout)");
-  v.truth->add_option("data", v.data, "the vectors")->required();
-  v.truth->add_option("queries", v.queries, "the queries")->required();
-  v.truth->add_option("out", v.out, "the truth set to write")->required();
+  path(v.truth, "data", v.data, "the vectors");
+  path(v.truth, "queries", v.queries, "the queries");
+  path(v.truth, "out", v.out, "the truth set to write");
   v.truth->add_option("--k", v.k, "neighbours a query")->check(CLI::Range(1u, 10000u));
-  v.truth->add_option("--type", v.type, "the vectors' element type (default: from the name)");
-  v.truth->add_option("--metric", v.metric, "l2 or ip");
-  v.truth->add_option("--threads", v.threads, "threads (0: every core)");
+  type(v.truth, "the vectors'");
+  metric(v.truth);
+  threads(v.truth, "threads");
+
   v.search = v.app->add_subcommand("search", "search a batch of queries on the GPU (or CPU threads with --cpu)");
-  v.search->add_option("index", v.index, "the index (.dwv)")->required();
-  v.search->add_option("queries", v.queries, "the queries (.fbin, .hbin, .u8bin)")->required();
+  path(v.search, "index", v.index, "the index (.dwv)");
+  path(v.search, "queries", v.queries, "the queries (.fbin, .hbin, .u8bin)");
   v.search->add_option("--k", v.k, "neighbours a query")->check(CLI::Range(1u, 1024u));
   v.search->add_option("--list", v.lists, "candidate list sizes (repeatable: a recall/speed curve; default 64)")
       ->check(CLI::Range(1u, 1024u));
   v.search->add_option("--width", v.width, "records read a step (the beam)")->check(CLI::Range(1u, 32u));
   v.search->add_option("--truth", v.truth_path, "a truth set: report recall@k");
-  v.search->add_option("--type", v.type, "the queries' element type (default: from the name)");
   v.search->add_option("--cache", v.cache, "cache size (e.g. 256MiB; default the library's)");
   v.search->add_flag("--cpu", v.cpu, "CPU threads as clients (no GPU needed)");
-  v.search->add_option("--threads", v.threads, "CPU threads with --cpu (0: every core)");
   v.search->add_flag("--odirect", v.odirect, "read the index with O_DIRECT (past the page cache)");
   v.search->add_option("--repeat", v.repeat, "runs of each list (the best is reported)")->check(CLI::Range(1u, 100u));
   v.search->add_option("--server", v.server, "serve the misses from a `deepwell serve` at this socket");
   v.search->add_option("--json", v.json, "append a record a list size to this file");
+  type(v.search, "the queries'");
+  threads(v.search, "CPU threads with --cpu");
+
   v.info = v.app->add_subcommand("info", "print an index's header");
-  v.info->add_option("index", v.index, "the index (.dwv)")->required();
+  path(v.info, "index", v.index, "the index (.dwv)");
   v.info->add_flag("--check", v.check, "check every block against its checksum");
-  v.info->add_option("--threads", v.threads, "threads for --check (0: every core)");
+  threads(v.info, "threads for --check");
 }
 
 int vectors_command::run() {

@@ -8,16 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "deepwell/vectors/build.hpp"
+#include "deepwell/vectors/data.hpp"
+
 namespace deepwell::tools {
 
 struct vectors_command {
   CLI::App *app = nullptr, *gen = nullptr, *build = nullptr, *truth = nullptr, *search = nullptr, *info = nullptr;
   std::string out, data, index, queries, truth_path, type, metric = "l2", json, cache, server;
-  uint64_t count = 0, seed = 1;
-  uint32_t dim = 128, clusters = 64, stream = 0, latent = 12;
-  float spread = 0.5f;
-  uint32_t degree = 32, build_list = 64, passes = 2, subspaces = 0, k = 10, width = 4, repeat = 1;
-  float alpha = 1.2f;
+  vectors::mixture_options mix;  // gen's options, bound as they are
+  vectors::build_options shape;  // build's
+  uint32_t k = 10, width = 4, repeat = 1;
   std::vector<uint32_t> lists;
   unsigned threads = 0;
   bool cpu = false, check = false, odirect = false;

@@ -214,3 +214,17 @@ class Handle:
         if self._h is None:
             raise InvalidArgument(f"{self._what()} is closed")
         return self._h
+
+    # A handle on a file with a device says "NAME('PATH', STATE, cpu|cuda:N)": a subclass names
+    # itself in ``_repr_name`` and says its open state in ``_open_state()``.
+    _repr_name = ""
+
+    def _open_state(self) -> str:
+        return "open"
+
+    def __repr__(self) -> str:
+        if not self._repr_name:
+            return object.__repr__(self)
+        where = "cpu" if getattr(self, "device", -1) < 0 else f"cuda:{self.device}"
+        state = "closed" if self._h is None else self._open_state()
+        return f"{self._repr_name}({getattr(self, 'path', '')!r}, {state}, {where})"

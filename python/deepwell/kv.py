@@ -201,10 +201,10 @@ class KVStore(_lib.Handle):
     def _what(self) -> str:
         return f"the store {self.path}"
 
-    def __repr__(self) -> str:
-        where = "cpu" if self.device < 0 else f"cuda:{self.device}"
-        state = "closed" if self._h is None else f"{self.value_bytes}-byte values"
-        return f"deepwell.kv.KVStore({self.path!r}, {state}, {where})"
+    _repr_name = "deepwell.kv.KVStore"
+
+    def _open_state(self) -> str:
+        return f"{self.value_bytes}-byte values"
 
     @property
     def on_gpu(self) -> bool:

@@ -141,10 +141,10 @@ class VectorIndex(_lib.Handle):
     def _what(self) -> str:
         return f"the vector index {self.path}"
 
-    def __repr__(self) -> str:
-        where = "cpu" if self.device < 0 else f"cuda:{self.device}"
-        state = "closed" if self._h is None else f"{self.count} x {self.dim}"
-        return f"deepwell.vectors.VectorIndex({self.path!r}, {state}, {where})"
+    _repr_name = "deepwell.vectors.VectorIndex"
+
+    def _open_state(self) -> str:
+        return f"{self.count} x {self.dim}"
 
     def __len__(self) -> int:
         return self.count

@@ -191,10 +191,7 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
   });
 }
 
-int dw_checkpoint_close(dw_checkpoint* c) {
-  if (!c) return DW_OK;
-  return guarded([&] { delete c; });
-}
+int dw_checkpoint_close(dw_checkpoint* c) { return capi::close_handle(c); }
 
 int dw_checkpoint_generation(dw_checkpoint* c, uint64_t* generation) {
   return guarded([&] {

@@ -63,6 +63,12 @@ T& handle_of(T* p, const char* kind) {
 }
 
 
+// dw_*_close of a handle its destructor tears down: NULL is ignored.
+template <class H>
+int close_handle(H* h) {
+  if (!h) return DW_OK;
+  return guarded([&] { delete h; });
+}
 // An entry point that only forwards to a handle's store: runs f(store),
 // guarded, with the handle's device current.
 template <class H, class F>

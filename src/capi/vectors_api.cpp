@@ -115,10 +115,7 @@ int dw_vectors_open(const dw_vectors_options* op, dw_vectors** out) {
   });
 }
 
-int dw_vectors_close(dw_vectors* v) {
-  if (!v) return DW_OK;
-  return guarded([&] { delete v; });
-}
+int dw_vectors_close(dw_vectors* v) { return capi::close_handle(v); }
 
 int dw_vectors_info_get(dw_vectors* vp, dw_vectors_info* info) {
   return guarded([&] {

@@ -13,18 +13,17 @@
 
 namespace deepwell::vectors {
 
-const char* type_name(vector_type t) {
-  switch (t) {
-    case vector_type::f32: return "float32";
-    case vector_type::f16: return "float16";
-    case vector_type::u8: return "uint8";
-  }
-  return "unknown";
+namespace {
+// names[e], or "unknown" for a value past them (a damaged header's).
+template <class E, size_t N>
+const char* name_of(E e, const char* const (&names)[N]) {
+  return uint32_t(e) < N ? names[uint32_t(e)] : "unknown";
 }
-const char* metric_name(metric m) { return m == metric::l2 ? "l2" : m == metric::inner_product ? "ip" : "unknown"; }
-const char* section_name(index_section s) {
-  return s == index_section::records ? "records" : s == index_section::codebook ? "codebook" : "codes";
-}
+}  // namespace
+
+const char* type_name(vector_type t) { return name_of(t, {"float32", "float16", "uint8"}); }
+const char* metric_name(metric m) { return name_of(m, {"l2", "ip"}); }
+const char* section_name(index_section s) { return name_of(s, {"records", "codebook", "codes"}); }
 
 uint32_t header_crc(const index_header& h) { return crc32c(0, &h, offsetof(index_header, header_crc)); }
 

@@ -104,5 +104,22 @@ expect "is not a key" kv get "$dir/s.kv" -3
 expect "the store's values are 8" kv set "$dir/s.kv" 1 123456789
 expect "not found" kv get "$dir/s.kv" 5
 expect "not a" kv info "$dir/junk.bin"
+# Vector search: bad files, shapes and options (CPU clients; the GPU's are checked alike before a launch).
+"$cli" vectors gen "$dir/v.fbin" --count 300 --dim 16 >/dev/null 2>&1 &&
+  "$cli" vectors gen "$dir/q.fbin" --count 5 --dim 16 --stream 1 >/dev/null 2>&1 &&
+  "$cli" vectors gen "$dir/q8.fbin" --count 5 --dim 8 --stream 1 >/dev/null 2>&1 &&
+  "$cli" vectors build "$dir/v.fbin" "$dir/v.dwv" --degree 8 --list 16 >/dev/null 2>&1 ||
+  { echo "FAIL: could not make a small vector index"; failed=1; }
+expect "not a deepwell vector index" vectors search "$dir/junk.bin" "$dir/q.fbin" --cpu
+expect "too short for a vector index" vectors info "$dir/empty.bin"
+expect "queries of dimension 8 for an index of dimension 16" vectors search "$dir/v.dwv" "$dir/q8.fbin" --cpu
+expect "larger than the index's 300 vectors" vectors search "$dir/v.dwv" "$dir/q.fbin" --cpu --k 500 --list 600
+expect "cannot tell the element type" vectors build "$dir/junk.bin" "$dir/x.dwv"
+expect "(truncated, or another element type?)" vectors build "$dir/v.fbin" "$dir/x.dwv" --type uint8
+expect "--metric 'cosine'" vectors build "$dir/v.fbin" "$dir/x.dwv" --metric cosine
+expect "--degree" vectors build "$dir/v.fbin" "$dir/x.dwv" --degree 999
+cp "$dir/v.dwv" "$dir/bad.dwv"
+printf '\x55' | dd of="$dir/bad.dwv" bs=1 seek=40 conv=notrunc status=none
+expect "header does not match its checksum" vectors search "$dir/bad.dwv" "$dir/q.fbin" --cpu
 [ $failed -eq 0 ] && echo "all refused clearly"
 exit $failed

@@ -24,6 +24,7 @@
 
 #include "deepwell/common/defaults.hpp"
 #include "deepwell/targets/target.hpp"
+#include "targets/per_engine_slots.hpp"
 
 namespace deepwell::detail {
 
@@ -82,23 +83,14 @@ class member_lanes {
     std::vector<request*> spare;  // finished requests, for reuse
   };
   struct engine_lanes {
-    std::atomic<io_engine*> io{nullptr};
-    std::atomic<bool> ready{false};  // lanes made (by the engine's own thread)
-    std::unique_ptr<lane[]> lanes;
+    std::unique_ptr<lane[]> lanes;  // a lane a member, made by the engine's own thread
   };
-  static constexpr unsigned max_engines = 64;
 
+  // Null for an engine past the table's (its requests go straight to the member).
   lane* lane_of(io_engine& io, size_t m) {
-    for (auto& e : engines_) {
-      io_engine* seen = e.io.load(std::memory_order_acquire);
-      if (seen == nullptr && e.io.compare_exchange_strong(seen, &io, std::memory_order_acq_rel)) {
-        e.lanes = std::make_unique<lane[]>(members_.size());
-        e.ready.store(true, std::memory_order_release);
-        return &e.lanes[m];
-      }
-      if (seen == &io) return e.ready.load(std::memory_order_acquire) ? &e.lanes[m] : nullptr;
-    }
-    return nullptr;
+    engine_lanes* e =
+        engines_.of(io, [&](engine_lanes& s) { s.lanes = std::make_unique<lane[]>(members_.size()); });
+    return e ? &e->lanes[m] : nullptr;
   }
 
   void send(io_engine& io, size_t m, request::kind_t kind, void* buf, uint32_t len, uint64_t offset, bool fua,
@@ -170,7 +162,7 @@ class member_lanes {
 
   std::vector<std::shared_ptr<target>> members_;
   uint32_t window_;
-  engine_lanes engines_[max_engines];
+  per_engine_slots<engine_lanes> engines_;
 };
 
 // The window of each of `members` members: together, one engine's depth

@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 
@@ -65,17 +67,31 @@ void check_header(const index_header& h, uint64_t file_bytes, const std::string&
 }
 
 index_file::index_file(const std::string& path) : path_(path) {
-  detail::opened_file f = detail::open_for_reading(path, "vector index");
-  const uint64_t size = uint64_t(f.st.st_size);
+  const uint64_t size = uint64_t(detail::open_for_reading(path, "vector index").st.st_size);
+  read_ = [path](void* to, uint64_t offset, uint64_t bytes) {
+    detail::opened_file f = detail::open_for_reading(path, "vector index");
+    for (uint64_t done = 0; done < bytes;) {
+      const ssize_t r = ::pread(f.fd.get(), static_cast<uint8_t*>(to) + done, bytes - done, off_t(offset + done));
+      if (r <= 0) throw error(errno_message(path + ": read at byte " + std::to_string(offset + done), r < 0 ? errno : EIO));
+      done += uint64_t(r);
+    }
+  };
+  open(size);
+}
+
+index_file::index_file(const std::string& path, uint64_t file_bytes, reader read) : path_(path), read_(std::move(read)) {
+  open(file_bytes);
+}
+
+void index_file::open(uint64_t size) {
   if (size < index_header_bytes)
-    throw data_error(path + ": too short for a vector index (" + std::to_string(size) + " bytes)");
-  if (::pread(f.fd.get(), &h_, sizeof h_, 0) != ssize_t(sizeof h_)) throw error(path + ": cannot read the header");
-  check_header(h_, size, path);
+    throw data_error(path_ + ": too short for a vector index (" + std::to_string(size) + " bytes)");
+  read_(&h_, 0, sizeof h_);
+  check_header(h_, size, path_);
   sums_.resize(h_.sums_bytes / 4);
-  if (::pread(f.fd.get(), sums_.data(), h_.sums_bytes, off_t(h_.sums_at)) != ssize_t(h_.sums_bytes))
-    throw error(path + ": cannot read the sums section");
+  read_(sums_.data(), h_.sums_at, h_.sums_bytes);
   if (crc32c(0, sums_.data(), h_.sums_bytes) != h_.sums_crc)
-    throw data_error(path + ": the sums section does not match its checksum");
+    throw data_error(path_ + ": the sums section does not match its checksum");
 }
 
 uint64_t index_file::section_at(index_section s) const {
@@ -100,14 +116,8 @@ std::vector<uint32_t> index_file::section_sums(index_section s) const {
 uint64_t index_file::section_sums_at(index_section s) const { return h_.sums_at + 4 * first_sum(s); }
 
 std::vector<uint8_t> index_file::read_section(index_section s) const {
-  detail::opened_file f = detail::open_for_reading(path_, "vector index");
   std::vector<uint8_t> bytes(section_bytes(s));
-  uint64_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t r = ::pread(f.fd.get(), bytes.data() + done, bytes.size() - done, off_t(section_at(s) + done));
-    if (r <= 0) throw error(path_ + ": cannot read the " + section_name(s) + " section");
-    done += uint64_t(r);
-  }
+  read_(bytes.data(), section_at(s), bytes.size());
   const std::vector<uint32_t> sums = section_sums(s);
   verify_section(path_, section_name(s), section_at(s), bytes.data(), bytes.size(), sums.data());
   return bytes;
@@ -122,21 +132,18 @@ std::vector<float> index_file::read_codebook() const {
 std::vector<uint8_t> index_file::read_codes() const { return read_section(index_section::codes); }
 
 void index_file::verify(unsigned threads) const {
-  detail::opened_file f = detail::open_for_reading(path_, "vector index");
-  const uint64_t size = uint64_t(f.st.st_size);
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, f.fd.get(), 0);
-  if (map == MAP_FAILED) throw error(path_ + ": cannot map the file");
-  try {
-    for (index_section s : {index_section::records, index_section::codebook, index_section::codes}) {
-      const std::vector<uint32_t> sums = section_sums(s);
-      verify_section(path_, section_name(s), section_at(s), static_cast<const uint8_t*>(map) + section_at(s),
-                     section_bytes(s), sums.data(), threads);
+  constexpr uint64_t chunk = 64ull << 20;  // a multiple of the sums' block
+  std::vector<uint8_t> buf;
+  for (index_section s : {index_section::records, index_section::codebook, index_section::codes}) {
+    const std::vector<uint32_t> sums = section_sums(s);
+    for (uint64_t at = 0; at < section_bytes(s); at += chunk) {
+      const uint64_t n = std::min(chunk, section_bytes(s) - at);
+      buf.resize(n);
+      read_(buf.data(), section_at(s) + at, n);
+      verify_section(path_, section_name(s), section_at(s) + at, buf.data(), n, sums.data() + at / file_sum_block,
+                     threads);
     }
-  } catch (...) {
-    ::munmap(map, size);
-    throw;
   }
-  ::munmap(map, size);
 }
 
 }  // namespace deepwell::vectors

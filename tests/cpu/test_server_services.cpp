@@ -5,6 +5,7 @@
 // built from, refused with a reason wherever a client asks for more than
 // its grant, the dataset or its limits allow.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,6 +27,8 @@
 #include "deepwell/server/config.hpp"
 #include "deepwell/server/server.hpp"
 #include "deepwell/targets/file_sums.hpp"
+#include "deepwell/vectors/build.hpp"
+#include "deepwell/vectors/index.hpp"
 #include "deepwell/views/array.hpp"
 #include "taxi/taxi.hpp"
 #include "taxi/taxi_run.hpp"
@@ -62,6 +65,8 @@ class Services : public ::testing::Test {
   test::scratch_file graph_file{"g.dwg"};
   test::scratch_file columns{"t.dwcol"};
   test::scratch_file secret{1 << 20, 5};
+  test::scratch_file vectors_file{"v.dwv"};
+  std::vector<uint8_t> base_rows;
   graph::csr_graph g = test_graph();
   std::string sock = socket_path();
   test::server_thread server_;
@@ -73,6 +78,13 @@ class Services : public ::testing::Test {
     t.seed = 3;
     t.row_group_rows = 4096;
     table::generate_taxi(columns.path(), t);
+    vectors::mixture_options m;
+    m.count = 3000;
+    m.dim = 32;
+    m.clusters = 8;
+    base_rows = vectors::generate_mixture(m, 0, m.count);
+    vectors::build_index({base_rows.data(), m.count, m.dim, vectors::vector_type::f32}, vectors::metric::l2,
+                         vectors_file.path());
     start("");
   }
   void TearDown() override { stop(); }
@@ -84,6 +96,8 @@ class Services : public ::testing::Test {
                              "[[dataset]]\nname = \"graph\"\nfile = \"" + graph_file.path() + "\"\n" +
                              "[[dataset]]\nname = \"taxi\"\nfile = \"" + columns.path() + "\"\n" +
                              "[[dataset]]\nname = \"secret\"\nfile = \"" + secret.path() + "\"\n" +
+                             "[[dataset]]\nname = \"vectors\"\nfile = \"" + vectors_file.path() + "\"\n" +
+                             "[[grant]]\ndataset = \"vectors\"\neveryone = true\n" +
                              "[[grant]]\ndataset = \"kv\"\nuid = " + uid + "\naccess = \"read-write\"\n" +
                              "[[grant]]\ndataset = \"graph\"\neveryone = true\n" +
                              "[[grant]]\ndataset = \"taxi\"\neveryone = true\n" +
@@ -194,6 +208,38 @@ TEST_F(Services, AGraphRunUnderTheServerGivesTheInProcessAnswer) {
   graph::graph_arrays mapped(cache3, file);
   EXPECT_TRUE(mapped.edges_direct());
   EXPECT_EQ(graph::bfs(x, mapped, o).depth, graph::bfs_reference(v, source));
+}
+
+// A vector index read only over the link: the client opens it by the
+// dataset's name (no file of that name here), the records through a cache
+// far smaller than them, and gets the in-process answers.
+TEST_F(Services, AVectorIndexUnderTheServerGivesTheInProcessAnswer) {
+  vectors::mixture_options qm;
+  qm.count = 40;
+  qm.dim = 32;
+  qm.clusters = 8;
+  qm.stream = 1;
+  const std::vector<uint8_t> qb = vectors::generate_mixture(qm, 0, qm.count);
+  std::vector<float> q(qb.size() / 4);
+  std::memcpy(q.data(), qb.data(), qb.size());
+  vectors::search_options o;
+  o.k = 10;
+  auto answers = [&](std::shared_ptr<page_cache> cache, const std::string& name) {
+    vectors::vector_index index(std::move(cache), name);
+    std::vector<uint32_t> ids(qm.count * o.k);
+    std::vector<float> d(ids.size());
+    index.search(q.data(), qm.count, o, ids.data(), d.data(), 2);
+    return ids;
+  };
+  cache_config cc = cache_cfg(8);
+  cc.direct_tier = false;
+  const std::vector<uint32_t> here = answers(make_host_page_cache(embedded_link(), cc), vectors_file.path());
+  ASSERT_NE(::access("vectors", F_OK), 0);  // the client cannot read the file by that name
+  auto link = server_link::connect(sock, "vectors");
+  auto cache = make_host_page_cache(link, cc);
+  EXPECT_EQ(answers(cache, "vectors"), here);
+  EXPECT_GT(cache->stats().misses, 0u);
+  test::expect_error([&] { vectors::vector_index(cache, "secret"); }, "no dataset 'secret'");
 }
 
 TEST_F(Services, ACorruptGraphBlockIsAnErrorUnderTheServerToo) {
@@ -322,14 +368,18 @@ TEST_F(Services, RandomSectionRequestsAreAnsweredAndNeverEscapeTheDataset) {
   ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "random").h.status, 0);
   const uint32_t kvn = test::raw_call(s, wire::op::lookup, 0, 0, 0, "kv").h.a;
   const uint32_t gn = test::raw_call(s, wire::op::lookup, 0, 0, 0, "graph").h.a;
+  const uint32_t vn = test::raw_call(s, wire::op::lookup, 0, 0, 0, "vectors").h.a;  // granted to everyone too
   const uint64_t gbytes = graph::csr_file(graph_file.path()).header().file_bytes;
+  struct stat vst {};
+  ASSERT_EQ(::stat(vectors_file.path().c_str(), &vst), 0);
+  const uint64_t vbytes = uint64_t(vst.st_size);
   std::mt19937_64 rng(45);
   auto pick = [&](std::initializer_list<uint64_t> v) { return *(v.begin() + rng() % v.size()); };
   int made = 0;
   for (int i = 0; i < (test::scale_div > 1 ? 200 : 1000); ++i) {
     section_call c;
     c.dataset = uint32_t(pick({kvn, gn, 0, 4, 5, 999, uint32_t(rng())}));
-    const uint64_t size = c.dataset == kvn ? kv_bytes : gbytes;
+    const uint64_t size = c.dataset == kvn ? kv_bytes : c.dataset == vn ? vbytes : gbytes;
     c.block = uint32_t(pick({512, 4096, 65536, 3000, 0, uint32_t(rng())}));
     c.flags = uint32_t(pick({0, 1, 1u << 8, 2u << 8, 1 | 2u << 8, 3u << 8, uint32_t(rng())}));
     c.sum_block = uint32_t(pick({4096, 512, 0, 1u << 20, uint32_t(rng())}));
@@ -344,7 +394,7 @@ TEST_F(Services, RandomSectionRequestsAreAnsweredAndNeverEscapeTheDataset) {
       continue;
     }
     ++made;
-    ASSERT_TRUE(c.dataset == kvn || c.dataset == gn) << "a section of namespace " << c.dataset;
+    ASSERT_TRUE(c.dataset == kvn || c.dataset == gn || c.dataset == vn) << "a section of namespace " << c.dataset;
     ASSERT_LE(c.offset, size);
     ASSERT_LE(c.bytes, size - c.offset) << "a section past the end of its dataset";
     ASSERT_EQ(r.h.x, c.bytes);

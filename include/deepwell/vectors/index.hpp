@@ -1,8 +1,10 @@
-// An index file opened on a page cache: the records section a dataset of
-// the cache's link (a file a controller in this process opens, or a
-// server's dataset granted to this client), checked against its block sums
-// on every page the cache reads; the codebook and the codes read once,
-// checked, and kept in host memory (gpu_search.hpp copies them to the GPU).
+// An index file opened on a page cache: the file a dataset of the cache's
+// link (a file a controller in this process opens, or a server's dataset
+// granted to this client, which it need not be able to open itself), read
+// only over that link; the records a section of it, checked against its
+// block sums on every page the cache reads; the header checked, and the
+// codebook and the codes read once, checked, and kept in host memory
+// (gpu_search.hpp copies them to the GPU).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -43,6 +45,7 @@ class vector_index {
 
  private:
   std::shared_ptr<page_cache> cache_;
+  uint32_t dataset_;  // the file, a dataset of the cache's link
   index_file file_;
   std::vector<float> codebook_;
   std::vector<uint8_t> codes_;

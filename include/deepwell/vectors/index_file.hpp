@@ -3,6 +3,7 @@
 // damaged bytes) naming the file and the problem.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,9 +22,16 @@ uint32_t header_crc(const index_header& h);
 
 class index_file {
  public:
+  // Reads `bytes` at `offset` of the file into `to`, or throws naming why.
+  using reader = std::function<void(void* to, uint64_t offset, uint64_t bytes)>;
+
   // Reads the header and the sums section and checks both (magic, version,
   // sizes against the file, CRCs); the sections are read by the caller.
   explicit index_file(const std::string& path);
+  // The same through `read`, for a file of `file_bytes` this process may
+  // not open itself (a server's dataset, read over the link); `path` names
+  // it in messages.
+  index_file(const std::string& path, uint64_t file_bytes, reader read);
 
   const std::string& path() const { return path_; }
   const index_header& header() const { return h_; }
@@ -41,8 +49,10 @@ class index_file {
 
  private:
   std::string path_;
+  reader read_;
   index_header h_{};
   std::vector<uint32_t> sums_;
+  void open(uint64_t file_bytes);
   uint64_t first_sum(index_section s) const;
   std::vector<uint8_t> read_section(index_section s) const;
 };

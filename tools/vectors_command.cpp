@@ -100,14 +100,15 @@ int build(const vectors_command& v) {
   const auto t = std::chrono::steady_clock::now();
   const build_report r = build_index(f.set(), parse_metric(v.metric), v.index, o);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  std::printf("%s: %llu vectors, %llu edges, %u subspaces; %.2f s (quantiser %.2f, graph %.2f, write %.2f)\n",
+  std::printf("%s: %llu vectors, %llu edges, %u subspaces; %.2f s (quantiser %.2f, graph %.2f, write %.2f)%s\n",
               v.index.c_str(), (unsigned long long)r.vectors, (unsigned long long)r.edges, r.pq_subspaces, s,
-              r.quantiser_seconds, r.graph_seconds, r.write_seconds);
+              r.quantiser_seconds, r.graph_seconds, r.write_seconds,
+              r.resumed_phases ? ("; resumed after " + std::to_string(r.resumed_phases) + " phases kept").c_str() : "");
   append_json(v.json, {{"command", "build"}, {"data", v.data}, {"index", v.index}, {"vectors", r.vectors},
                        {"edges", r.edges}, {"degree", o.degree}, {"list", o.list}, {"alpha", o.alpha},
                        {"passes", o.passes}, {"pq_subspaces", r.pq_subspaces}, {"seconds", s},
                        {"quantiser_seconds", r.quantiser_seconds}, {"graph_seconds", r.graph_seconds},
-                       {"write_seconds", r.write_seconds}});
+                       {"write_seconds", r.write_seconds}, {"resumed_phases", r.resumed_phases}});
   return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "deepwell/targets/file_sums.hpp"
 #include "deepwell/vectors/index_file.hpp"
 #include "deepwell/vectors/search.hpp"
+#include "vectors/build_state.hpp"
 
 namespace deepwell::vectors {
 
@@ -372,6 +373,18 @@ class builder {
     }
   }
 
+  // A kept state's results in place of computing them.
+  void restore(uint32_t subspaces, build_state& s) {
+    subspaces_ = subspaces;
+    sub_dim_ = dim_ / subspaces;
+    codebook_ = std::move(s.codebook);
+    codes_ = std::move(s.codes);
+    if (s.phases >= 2) adj_ = std::move(s.adj);
+  }
+  void save(const std::string& file, uint64_t fingerprint, uint32_t phases) const {
+    save_build_state(file, fingerprint, n_, phases, codebook_, codes_, adj_, o_.degree);
+  }
+
   uint64_t edges() const {
     uint64_t e = 0;
     for (const auto& a : adj_) e += a.size();
@@ -430,18 +443,37 @@ build_report build_index(const vector_set& data, metric m, const std::string& pa
   auto say = [&](const char* s) {
     if (o.progress) std::fprintf(stderr, "vectors build: %s\n", s);
   };
+  const std::string state_file = path + ".build";
+  const uint64_t fingerprint = build_fingerprint(data, m, o, sub);
+  build_state kept;
+  if (o.resume) kept = load_build_state(state_file, fingerprint, data.count, o.degree);
+  if (kept.phases > 2 + o.passes) kept = build_state{};  // more passes than this build wants: start over
+  r.resumed_phases = kept.phases;
   auto t = clock_type::now();
   builder b(data, o);
-  say("quantiser");
-  b.quantiser(sub);
+  if (kept.phases) b.restore(sub, kept);
+  auto done = [&](uint32_t phases, const char* name) {
+    if (o.resume) b.save(state_file, fingerprint, phases);
+    if (o.keep_going && !o.keep_going())
+      throw error(what + ": stopped after " + name + " (kept in " + state_file + "; build again to resume)");
+  };
+  if (kept.phases < 1) {
+    say("quantiser");
+    b.quantiser(sub);
+    done(1, "the quantiser");
+  }
   r.quantiser_seconds = since(t);
   t = clock_type::now();
-  say("first graph");
-  b.first_graph();
+  if (kept.phases < 2) {
+    say("first graph");
+    b.first_graph();
+    done(2, "the first graph");
+  }
   const uint64_t entry = b.medoid();
-  for (uint32_t p = 0; p < o.passes; ++p) {
+  for (uint32_t p = kept.phases > 2 ? kept.phases - 2 : 0; p < o.passes; ++p) {
     say("pass");
     b.pass(entry);
+    done(3 + p, "a Vamana pass");
   }
   r.graph_seconds = since(t);
   r.edges = b.edges();
@@ -449,6 +481,7 @@ build_report build_index(const vector_set& data, metric m, const std::string& pa
   say("write");
   b.write(path, m, entry, page);
   r.write_seconds = since(t);
+  if (o.resume) ::unlink(state_file.c_str());
   return r;
 }
 

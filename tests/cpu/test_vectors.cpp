@@ -121,6 +121,49 @@ TEST(VectorSearch, TheBuildGivesTheSameFileTwice) {
   EXPECT_GT(c.report.edges, 2000u * 4);
 }
 
+// A build stopped after each of its phases resumes from the state it kept
+// and writes the same file as a build that never stopped; a damaged state,
+// or one of other vectors, is not used.
+TEST(VectorSearch, AnInterruptedBuildResumesToTheSameFile) {
+  const vectors_case c(2500, 24, vector_type::f32, metric::l2, 4);
+  const std::vector<uint8_t> whole = file_bytes(c.index.path());
+  for (uint32_t stop_at = 1; stop_at <= 4; ++stop_at) {
+    SCOPED_TRACE("stopped after phase " + std::to_string(stop_at));
+    scratch_file f("resumed.dwv");
+    const std::string state = f.path() + ".build";
+    uint32_t calls = 0;
+    build_options stop;
+    stop.keep_going = [&] { return ++calls < stop_at; };
+    try {
+      build_index(c.base, metric::l2, f.path(), stop);
+      ADD_FAILURE() << "the build did not stop";
+    } catch (const error& e) {
+      EXPECT_NE(std::string(e.what()).find("build again to resume"), std::string::npos) << e.what();
+    }
+    ASSERT_EQ(::access(state.c_str(), F_OK), 0) << "no state kept";
+    const build_report r = build_index(c.base, metric::l2, f.path());
+    EXPECT_EQ(r.resumed_phases, stop_at);
+    EXPECT_EQ(file_bytes(f.path()), whole);
+    EXPECT_NE(::access(state.c_str(), F_OK), 0) << "the state outlived the index";
+  }
+  // A damaged state starts the build over (and still gives the same file).
+  scratch_file f("damaged.dwv");
+  const std::string state = f.path() + ".build";
+  build_options stop;
+  stop.keep_going = [] { return false; };
+  EXPECT_THROW(build_index(c.base, metric::l2, f.path(), stop), error);
+  flip_byte(state, 200);
+  EXPECT_EQ(build_index(c.base, metric::l2, f.path()).resumed_phases, 0u);
+  EXPECT_EQ(file_bytes(f.path()), whole);
+  // Another set's state is not used.
+  EXPECT_THROW(build_index(c.base, metric::l2, f.path(), stop), error);
+  std::vector<uint8_t> other(c.base_bytes);
+  other[7] ^= 1;
+  EXPECT_EQ(build_index(vector_set{other.data(), c.base.count, c.base.dim, c.base.type}, metric::l2, f.path())
+                .resumed_phases,
+            0u);
+}
+
 TEST(VectorSearch, BadOptionsAreRefusedByName) {
   const vectors_case c(500, 16, vector_type::f32, metric::l2, 3);
   auto expect_error = [&](search_options o, const char* words) {

@@ -9,6 +9,7 @@
 // gives the same file. The graph is built for L2 whatever the metric.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "deepwell/vectors/data.hpp"
@@ -25,18 +26,27 @@ struct build_options {
   uint64_t seed = 1;           // recorded (the build itself is deterministic)
   unsigned threads = 0;        // 0: every core
   bool progress = false;       // phases on stderr
+  // Each phase's result kept beside the index (INDEX.build, removed once
+  // the index is written), and a build that finds one of the same input and
+  // options resumes after its last finished phase.
+  bool resume = true;
+  // Asked after each phase (its result kept); false stops the build there
+  // with an error saying so: building again resumes it.
+  std::function<bool()> keep_going;
 };
 
 struct build_report {
   uint64_t vectors = 0, edges = 0;
   uint32_t pq_subspaces = 0;
+  uint32_t resumed_phases = 0;  // phases a kept state had done (1: the quantiser, 2: the first graph, 2 + i: pass i)
   double quantiser_seconds = 0, graph_seconds = 0, write_seconds = 0;
 };
 
 // Builds the index of `data` for metric `m` into `path` (written to
 // path + ".part", synced, then renamed: no half-written index under the
-// name). Throws naming the problem: bad options, a NaN or infinite value,
-// a write that fails (disk full).
+// name; build_options::resume says where an interrupted build resumes).
+// Throws naming the problem: bad options, a NaN or infinite value, a write
+// that fails (disk full), a stop asked by keep_going.
 build_report build_index(const vector_set& data, metric m, const std::string& path, const build_options& o = {});
 
 // The subspaces the library picks for `dim` (build_options::pq_subspaces 0).

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "../common/vectors_case.hpp"
+#include "test_util.hpp"
 #include "deepwell/controller/embedded.hpp"
 #include "deepwell/vectors/index.hpp"
 
@@ -75,7 +76,8 @@ TEST(VectorSearch, RecallAgainstExactSearchThroughASmallCache) {
     build_options bo;
     bo.degree = 24;
     bo.list = 48;
-    const vectors_case c(4000, sh.dim, sh.t, sh.m, 200, bo);
+    // Smaller under ThreadSanitizer (still eight times the cache's pages).
+    const vectors_case c(test::scale_div > 1 ? 2500 : 4000, sh.dim, sh.t, sh.m, test::scale_div > 1 ? 60 : 200, bo);
     const index_file f(c.index.path());
     // The records far larger than the cache: the search runs under eviction.
     const uint64_t pages = 24;
@@ -125,9 +127,9 @@ TEST(VectorSearch, TheBuildGivesTheSameFileTwice) {
 // and writes the same file as a build that never stopped; a damaged state,
 // or one of other vectors, is not used.
 TEST(VectorSearch, AnInterruptedBuildResumesToTheSameFile) {
-  const vectors_case c(2500, 24, vector_type::f32, metric::l2, 4);
+  const vectors_case c(test::scale_div > 1 ? 800 : 2500, 24, vector_type::f32, metric::l2, 4);
   const std::vector<uint8_t> whole = file_bytes(c.index.path());
-  for (uint32_t stop_at = 1; stop_at <= 4; ++stop_at) {
+  for (uint32_t stop_at = 1; stop_at <= 4; stop_at += test::scale_div > 1 ? 2 : 1) {
     SCOPED_TRACE("stopped after phase " + std::to_string(stop_at));
     scratch_file f("resumed.dwv");
     const std::string state = f.path() + ".build";

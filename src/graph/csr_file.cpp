@@ -19,7 +19,7 @@
 #include "deepwell/graph/parallel.hpp"
 #include "deepwell/targets/file_sums.hpp"
 #include "common/disk_header.hpp"
-#include "common/unique_fd.hpp"
+#include "common/file_io.hpp"
 
 namespace deepwell::graph {
 
@@ -126,20 +126,11 @@ void check_header(const csr_header& h, uint64_t file_bytes, const std::string& w
 namespace {
 
 
+// Whole writes at an offset, each piece told to the progress output.
 void pwrite_all(int fd, const void* p, uint64_t bytes, uint64_t at, const std::string& path, progress* pr) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  while (bytes) {
-    const size_t chunk = size_t(std::min<uint64_t>(bytes, 64u << 20));
-    const ssize_t n = ::pwrite(fd, b, chunk, off_t(at));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw error(errno_message("write " + path, errno));
-    }
-    b += n;
-    at += uint64_t(n);
-    bytes -= uint64_t(n);
-    if (pr) pr->advance(uint64_t(n));
-  }
+  ::deepwell::detail::pwrite_all(fd, p, bytes, at, path, [pr](uint64_t n) {
+    if (pr) pr->advance(n);
+  });
 }
 
 // The sums section of a graph in memory: the sums of its offsets,

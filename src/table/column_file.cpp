@@ -1,6 +1,6 @@
 // The column store's layout: reading and checking a file's header, and
 // writing one (column_file.hpp).
-#include "common/unique_fd.hpp"
+#include "common/file_io.hpp"
 #include "deepwell/table/column_file.hpp"
 
 #include <fcntl.h>
@@ -25,30 +25,8 @@ uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 // Row groups of `group` rows in `rows` (rounded up without overflowing).
 uint64_t row_groups(uint64_t rows, uint64_t group) { return rows / group + (rows % group != 0); }
 
-void pread_all(int fd, void* dst, uint64_t n, uint64_t off, const std::string& path) {
-  auto* p = static_cast<char*>(dst);
-  while (n) {
-    const ssize_t r = ::pread(fd, p, n, off_t(off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw error(errno_message("read " + path, errno));
-    if (r == 0) throw error(path + ": unexpected end of file at byte " + std::to_string(off));
-    p += r;
-    n -= uint64_t(r);
-    off += uint64_t(r);
-  }
-}
-
-void pwrite_all(int fd, const void* src, uint64_t n, uint64_t off, const std::string& path) {
-  auto* p = static_cast<const char*>(src);
-  while (n) {
-    const ssize_t r = ::pwrite(fd, p, n, off_t(off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) throw error(errno_message("write " + path, errno));
-    p += r;
-    n -= uint64_t(r);
-    off += uint64_t(r);
-  }
-}
+using ::deepwell::detail::pread_all;
+using ::deepwell::detail::pwrite_all;
 
 // header_crc of version 2: the header (header_crc 0), the descriptors,
 // then each column's statistics in column order.

@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "common/unique_fd.hpp"
+#include "common/file_io.hpp"
 #include "deepwell/common/crc32c.hpp"
 #include "deepwell/common/detail/parallel.hpp"
 #include "deepwell/common/error.hpp"
@@ -57,6 +57,17 @@ float l2(const float* a, const float* b, uint32_t dim) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
 }
 
+// The centre (of k, `dim` floats each) nearest to x; the first among equals.
+uint32_t nearest(const float* x, const float* centres, uint32_t k, uint32_t dim) {
+  float best = std::numeric_limits<float>::infinity();
+  uint32_t at = 0;
+  for (uint32_t j = 0; j < k; ++j) {
+    const float d = l2(x, centres + uint64_t(j) * dim, dim);
+    if (d < best) best = d, at = j;
+  }
+  return at;
+}
+
 struct candidate {
   float d;
   uint32_t id;
@@ -73,15 +84,7 @@ std::vector<float> kmeans(const float* pts, uint64_t n, uint32_t dim, uint64_t s
   std::vector<uint32_t> owner(n);
   for (unsigned it = 0; it < iters; ++it) {
     detail::parallel_for(n, threads, [&](unsigned, uint64_t b, uint64_t e) {
-      for (uint64_t i = b; i < e; ++i) {
-        float best = std::numeric_limits<float>::infinity();
-        uint32_t bj = 0;
-        for (uint32_t j = 0; j < k; ++j) {
-          const float d = l2(pts + i * stride, &c[uint64_t(j) * dim], dim);
-          if (d < best) best = d, bj = j;
-        }
-        owner[i] = bj;
-      }
+      for (uint64_t i = b; i < e; ++i) owner[i] = nearest(pts + i * stride, c.data(), k, dim);
     });
     std::vector<double> sum(uint64_t(k) * dim, 0.0);
     std::vector<uint64_t> cnt(k, 0);
@@ -106,13 +109,18 @@ class builder {
   }
   const float* vec(uint64_t i) const { return &x_[i * dim_]; }
   float dist(uint64_t a, uint64_t b) const { return l2(vec(a), vec(b), dim_); }
+  // `count` vectors spread evenly over the set, copied: what k-means trains on.
+  std::vector<float> evenly_spaced(uint64_t count) const {
+    std::vector<float> pts(count * dim_);
+    for (uint64_t s = 0; s < count; ++s) std::memcpy(&pts[s * dim_], vec(s * n_ / count), 4ull * dim_);
+    return pts;
+  }
 
   void quantiser(uint32_t m) {
     subspaces_ = m;
     sub_dim_ = dim_ / m;
     const uint64_t sample = std::min<uint64_t>(n_, 32768);  // 128 a centroid
-    std::vector<float> pts(sample * dim_);
-    for (uint64_t s = 0; s < sample; ++s) std::memcpy(&pts[s * dim_], vec(s * n_ / sample), 4ull * dim_);
+    const std::vector<float> pts = evenly_spaced(sample);
     codebook_.assign(uint64_t(m) * pq_centroids * sub_dim_, 0.f);
     for_each_item(m, o_.threads, [&](uint64_t sub) {
       const std::vector<float> c = kmeans(&pts[sub * sub_dim_], sample, sub_dim_, dim_, pq_centroids, 12, 1);
@@ -121,21 +129,15 @@ class builder {
     codes_.resize(n_ * m);
     detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
       for (uint64_t i = b; i < e; ++i)
-        for (uint32_t sub = 0; sub < m; ++sub) {
-          float best = std::numeric_limits<float>::infinity();
-          uint32_t bc = 0;
-          for (uint32_t c = 0; c < pq_centroids; ++c) {
-            const float d = l2(vec(i) + sub * sub_dim_, &codebook_[(uint64_t(sub) * pq_centroids + c) * sub_dim_], sub_dim_);
-            if (d < best) best = d, bc = c;
-          }
-          codes_[i * m + sub] = uint8_t(bc);
-        }
+        for (uint32_t sub = 0; sub < m; ++sub)
+          codes_[i * m + sub] = uint8_t(
+              nearest(vec(i) + sub * sub_dim_, &codebook_[uint64_t(sub) * pq_centroids * sub_dim_], pq_centroids, sub_dim_));
     });
   }
 
   // RobustPrune: from candidates sorted nearest first (unique, without p),
   // keep a candidate unless a kept one is nearer to it, by alpha, than p is.
-  std::vector<uint32_t> prune(uint64_t p, const std::vector<candidate>& c) const {
+  std::vector<uint32_t> prune(const std::vector<candidate>& c) const {
     std::vector<uint32_t> out;
     std::vector<char> gone(c.size(), 0);
     for (size_t i = 0; i < c.size() && out.size() < o_.degree; ++i) {
@@ -144,7 +146,6 @@ class builder {
       for (size_t j = i + 1; j < c.size(); ++j)
         if (!gone[j] && o_.alpha * dist(c[i].id, c[j].id) <= c[j].d) gone[j] = 1;
     }
-    (void)p;
     return out;
   }
   std::vector<candidate> sorted_unique(uint64_t p, std::vector<candidate> c) const {
@@ -159,9 +160,8 @@ class builder {
   // nearest coarse clusters, pruned.
   void first_graph() {
     const uint32_t k = uint32_t(std::clamp<double>(std::round(std::sqrt(double(n_))), 1, 4096));
-    const uint64_t sample = std::min<uint64_t>(n_, uint64_t(k) * 64);
-    std::vector<float> pts(sample * dim_);
-    for (uint64_t s = 0; s < sample; ++s) std::memcpy(&pts[s * dim_], vec(s * n_ / sample), 4ull * dim_);
+    const std::vector<float> pts = evenly_spaced(std::min<uint64_t>(n_, uint64_t(k) * 64));
+    const uint64_t sample = pts.size() / dim_;
     const std::vector<float> centres = kmeans(pts.data(), sample, dim_, dim_, k, 8, o_.threads);
     const uint32_t ways = k > 1 ? 2 : 1;
     std::vector<uint32_t> near(n_ * ways);
@@ -195,7 +195,7 @@ class builder {
     detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
       for (uint64_t i = b; i < e; ++i) {
         std::vector<candidate> c(cand.begin() + i * ways * per, cand.begin() + (i + 1) * ways * per);
-        adj_[i] = prune(i, sorted_unique(i, std::move(c)));
+        adj_[i] = prune(sorted_unique(i, std::move(c)));
       }
     });
     add_reverse_edges();
@@ -220,7 +220,7 @@ class builder {
         if (c.size() <= o_.degree) {
           for (const candidate& x : c) next[v].push_back(x.id);
         } else {
-          next[v] = prune(v, c);
+          next[v] = prune(c);
         }
       }
     });
@@ -247,37 +247,36 @@ class builder {
   void pass(uint64_t entry) {
     std::vector<std::vector<uint32_t>> next(n_);
     for_each_item((n_ + 255) / 256, o_.threads, [&](uint64_t chunk) {
-      std::vector<candidate> list, seen_list;
+      struct listed {
+        candidate c;
+        bool expanded;
+      };
+      std::vector<listed> list;
+      std::vector<candidate> seen_list;
       std::unordered_set<uint32_t> seen;
       for (uint64_t p = chunk * 256; p < std::min(n_, chunk * 256 + 256); ++p) {
-        list.assign(1, {dist(p, entry), uint32_t(entry)});
-        std::vector<char> done(1, 0);
+        list.assign(1, {{dist(p, entry), uint32_t(entry)}, false});
         seen.clear();
         seen.insert(uint32_t(entry));
         seen_list.clear();
         for (;;) {
-          size_t at = 0;
-          while (at < list.size() && done[at]) ++at;
-          if (at == list.size()) break;
-          done[at] = 1;
-          const uint32_t x = list[at].id;
-          seen_list.push_back(list[at]);
+          const auto open = std::find_if(list.begin(), list.end(), [](const listed& l) { return !l.expanded; });
+          if (open == list.end()) break;
+          open->expanded = true;
+          seen_list.push_back(open->c);
+          const uint32_t x = open->c.id;  // the list's inserts below move its entries
           for (uint32_t y : adj_[x]) {
             if (!seen.insert(y).second) continue;
             const candidate c{dist(p, y), y};
-            const auto pos = std::lower_bound(list.begin(), list.end(), c);
-            const size_t i = size_t(pos - list.begin());
-            if (i >= o_.list) continue;
-            list.insert(pos, c);
-            done.insert(done.begin() + int64_t(i), 0);
-            if (list.size() > o_.list) {
-              list.pop_back();
-              done.pop_back();
-            }
+            const auto pos = std::lower_bound(list.begin(), list.end(), c,
+                                              [](const listed& l, const candidate& x) { return l.c < x; });
+            if (size_t(pos - list.begin()) >= o_.list) continue;
+            list.insert(pos, {c, false});
+            if (list.size() > o_.list) list.pop_back();
           }
         }
         for (uint32_t y : adj_[p]) seen_list.push_back({dist(p, y), y});
-        next[p] = prune(p, sorted_unique(p, std::move(seen_list)));
+        next[p] = prune(sorted_unique(p, std::move(seen_list)));
       }
     });
     adj_ = std::move(next);
@@ -317,21 +316,7 @@ class builder {
     h.build_alpha = o_.alpha;
     std::vector<uint32_t> sums(record_sums + book_sums + code_sums);
 
-    const std::string part = path + ".part";
-    detail::unique_fd fd(::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) throw error(errno_message("vector index: create " + part, errno));
-    auto put = [&](const void* p, uint64_t bytes, uint64_t at) {
-      const uint8_t* b = static_cast<const uint8_t*>(p);
-      for (uint64_t done = 0; done < bytes;) {
-        const ssize_t w = ::pwrite(fd.get(), b + done, bytes - done, off_t(at + done));
-        if (w <= 0) {
-          const int e = w < 0 ? errno : ENOSPC;
-          ::unlink(part.c_str());
-          throw error(errno_message("vector index: write " + part, e));
-        }
-        done += uint64_t(w);
-      }
-    };
+    detail::replacing_file out(path);
     const uint64_t row = s_.row_bytes(), deg_at = record_degree_at(dim_, s_.type);
     std::vector<uint8_t> page(page_bytes);
     for (uint64_t pg = 0; pg < pages; ++pg) {
@@ -348,29 +333,19 @@ class builder {
         std::memcpy(rec + deg_at + 4, slots.data(), 4ull * o_.degree);
       }
       section_sums(page.data(), page_bytes, &sums[pg * (page_bytes / file_sum_block)], 1);
-      put(page.data(), page_bytes, h.records_at + pg * page_bytes);
+      out.write(page.data(), page_bytes, h.records_at + pg * page_bytes);
     }
     section_sums(codebook_.data(), h.codebook_bytes, &sums[record_sums], o_.threads);
-    put(codebook_.data(), h.codebook_bytes, h.codebook_at);
+    out.write(codebook_.data(), h.codebook_bytes, h.codebook_at);
     section_sums(codes_.data(), h.codes_bytes, &sums[record_sums + book_sums], o_.threads);
-    put(codes_.data(), h.codes_bytes, h.codes_at);
-    put(sums.data(), h.sums_bytes, h.sums_at);
+    out.write(codes_.data(), h.codes_bytes, h.codes_at);
+    out.write(sums.data(), h.sums_bytes, h.sums_at);
     h.sums_crc = crc32c(0, sums.data(), h.sums_bytes);
     h.header_crc = header_crc(h);
     std::vector<uint8_t> head(index_header_bytes, 0);
     std::memcpy(head.data(), &h, sizeof h);
-    put(head.data(), head.size(), 0);
-    if (::fdatasync(fd.get()) != 0) {
-      const int e = errno;
-      ::unlink(part.c_str());
-      throw error(errno_message("vector index: sync " + part, e));
-    }
-    fd.reset();
-    if (::rename(part.c_str(), path.c_str()) != 0) {
-      const int e = errno;
-      ::unlink(part.c_str());
-      throw error(errno_message("vector index: rename " + part + " to " + path, e));
-    }
+    out.write(head.data(), head.size(), 0);
+    out.commit();
   }
 
   // A kept state's results in place of computing them.

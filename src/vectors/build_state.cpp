@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/unique_fd.hpp"
+#include "common/file_io.hpp"
 #include "deepwell/common/crc32c.hpp"
 #include "deepwell/common/detail/hash.hpp"
 #include "deepwell/common/error.hpp"
@@ -108,25 +108,10 @@ void save_build_state(const std::string& file, uint64_t fingerprint, uint64_t co
   h.body_bytes = body.size();
   h.body_crc = crc32c(0, body.data(), body.size());
   h.header_crc = crc32c(0, &h, offsetof(state_header, header_crc));
-  const std::string tmp = file + ".tmp";
-  detail::unique_fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  auto fail = [&](const char* what, int e) {
-    ::unlink(tmp.c_str());
-    throw error(errno_message("vector index build state: " + std::string(what) + " " + tmp, e));
-  };
-  if (fd.get() < 0) fail("create", errno);
-  auto put = [&](const void* p, uint64_t n, uint64_t off) {
-    for (uint64_t done = 0; done < n;) {
-      const ssize_t w = ::pwrite(fd.get(), static_cast<const uint8_t*>(p) + done, n - done, off_t(off + done));
-      if (w <= 0) fail("write", w < 0 ? errno : ENOSPC);
-      done += uint64_t(w);
-    }
-  };
-  put(&h, sizeof h, 0);
-  put(body.data(), body.size(), sizeof h);
-  if (::fdatasync(fd.get()) != 0) fail("sync", errno);
-  fd.reset();
-  if (::rename(tmp.c_str(), file.c_str()) != 0) fail("rename", errno);
+  detail::replacing_file out(file, ".tmp");
+  out.write(&h, sizeof h, 0);
+  out.write(body.data(), body.size(), sizeof h);
+  out.commit();
 }
 
 }  // namespace deepwell::vectors

@@ -9,10 +9,9 @@ namespace {
 // The index file as the cache's link serves it (a file a controller in this
 // process opens, or a server's dataset this client may read but perhaps not
 // open itself): the header, sums, codebook and codes are read by the host
-// through a small host cache of their own on the same link.
-// A host cache of its own for each read, gone when the read is: a cache
-// kept open beside the search's would hold a queue pair of the controller's
-// for nothing, and share its turns.
+// through a small host cache on the same link, made for each read and gone
+// with it (kept open beside the search's cache, it would hold one of the
+// controller's queue pairs for nothing and share its turns).
 index_file over_the_link(const std::shared_ptr<page_cache>& cache, const std::string& path, uint32_t dataset) {
   if (!cache) throw error("vector index: no cache");
   // The link, kept alive by the cache that owns it (shared_ptr's aliasing form).
@@ -24,8 +23,7 @@ index_file over_the_link(const std::shared_ptr<page_cache>& cache, const std::st
     c.queue_pairs = 1;
     return std::make_unique<array<uint8_t>>(make_host_page_cache(link, c), ds);
   };
-  const uint64_t bytes = reader(dataset)->ref().size();
-  return index_file(path, bytes, [reader, dataset, path](void* to, uint64_t offset, uint64_t n) {
+  return index_file(path, link->info(dataset).bytes, [reader, dataset, path](void* to, uint64_t offset, uint64_t n) {
     const request_status s = reader(dataset)->ref().read_range(static_cast<uint8_t*>(to), offset, n);
     if (!s.ok())
       throw data_error(path + ": bytes [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
@@ -42,9 +40,8 @@ vector_index::vector_index(std::shared_ptr<page_cache> cache, const std::string&
   codebook_ = file_.read_codebook();
   codes_ = file_.read_codes();
   controller_link& link = cache_->link();
-  const uint32_t dataset = dataset_;
   section_request q;
-  q.dataset = dataset;
+  q.dataset = dataset_;
   q.offset = file_.section_at(index_section::records);
   q.bytes = file_.section_bytes(index_section::records);
   q.block_size = o.block_size;

@@ -1,6 +1,5 @@
 #include "deepwell/vectors/index_file.hpp"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,7 +7,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "common/unique_fd.hpp"
+#include "common/file_io.hpp"
 #include "deepwell/common/crc32c.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/targets/file_sums.hpp"
@@ -69,12 +68,7 @@ void check_header(const index_header& h, uint64_t file_bytes, const std::string&
 index_file::index_file(const std::string& path) : path_(path) {
   const uint64_t size = uint64_t(detail::open_for_reading(path, "vector index").st.st_size);
   read_ = [path](void* to, uint64_t offset, uint64_t bytes) {
-    detail::opened_file f = detail::open_for_reading(path, "vector index");
-    for (uint64_t done = 0; done < bytes;) {
-      const ssize_t r = ::pread(f.fd.get(), static_cast<uint8_t*>(to) + done, bytes - done, off_t(offset + done));
-      if (r <= 0) throw error(errno_message(path + ": read at byte " + std::to_string(offset + done), r < 0 ? errno : EIO));
-      done += uint64_t(r);
-    }
+    detail::pread_all(detail::open_for_reading(path, "vector index").fd.get(), to, bytes, offset, path);
   };
   open(size);
 }

@@ -16,7 +16,7 @@
 
 namespace deepwell::vectors {
 
-void check_search_options(const index_header& h, const search_options& o, uint64_t queries) {
+void check_search_options(const index_header& h, const search_options& o) {
   if (o.k == 0) throw error("vector search: k must be at least 1");
   if (o.k > h.count)
     throw error("vector search: k = " + std::to_string(o.k) + " is larger than the index's " + std::to_string(h.count) +
@@ -28,7 +28,6 @@ void check_search_options(const index_header& h, const search_options& o, uint64
   if (o.max_expansions && o.max_expansions < o.k)
     throw error("vector search: max_expansions must be 0 (2 x list) or >= k");
   if (o.max_expansions > 8192) throw error("vector search: max_expansions at most 8192");
-  (void)queries;
 }
 
 namespace {
@@ -44,7 +43,7 @@ struct entry {
 search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq, const search_options& o, uint32_t* ids,
                          float* distances, unsigned threads) {
   const index_header& h = v.h;
-  check_search_options(h, o, nq);
+  check_search_options(h, o);
   if (nq && !queries) throw error("vector search: the queries are a null pointer");
   for (uint64_t i = 0; i < nq * h.dim; ++i)
     if (!std::isfinite(queries[i]))

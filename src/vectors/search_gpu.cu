@@ -262,7 +262,7 @@ uint64_t gpu_search::warps() const { return s_->warps; }
 search_counts gpu_search::search(const float* queries, uint64_t nq, const search_options& o, uint32_t* ids,
                                  float* distances) {
   const index_header& h = s_->index->header();
-  check_search_options(h, o, nq);
+  check_search_options(h, o);
   if (nq == 0) return {};
   if (!queries || !ids || !distances) throw error("vector search: a null pointer among the queries and results");
   for (uint64_t i = 0; i < nq * h.dim; ++i)
@@ -284,7 +284,7 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
                                         float* distances) {
   const vector_index& index = *s_->index;
   const index_header& h = index.header();
-  check_search_options(h, o, nq);
+  check_search_options(h, o);
   if (nq == 0) return {};
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "../common/vectors_case.hpp"
-#include "test_util.hpp"
+#include "cache_test_support.hpp"
 #include "deepwell/controller/embedded.hpp"
 #include "deepwell/vectors/index.hpp"
 
@@ -22,11 +22,7 @@ using deepwell::test::vectors_case;
 namespace {
 
 cache_config small_cache(uint64_t pages) {
-  cache_config k;
-  k.page_size = 4096;
-  k.capacity_bytes = pages * 4096;
-  k.queue_pairs = 2;
-  k.queue_entries = 64;
+  cache_config k = test::small_cache(pages);
   k.direct_files = cache_config::file_tier::never;  // every record through the controller
   return k;
 }

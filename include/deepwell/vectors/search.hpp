@@ -45,7 +45,7 @@ struct index_view {
 };
 
 // The checks every search makes of its options, naming the problem.
-void check_search_options(const index_header& h, const search_options& o, uint64_t queries);
+void check_search_options(const index_header& h, const search_options& o);
 
 // Searches `nq` queries (nq x dim float32, host memory) with CPU threads
 // reading through the view's cache (a host page cache): ids and distances

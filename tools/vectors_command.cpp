@@ -97,15 +97,19 @@ int build(const vectors_command& v) {
   build_options o = v.shape;
   o.threads = v.threads;
   o.progress = true;
+  // On the GPU where there is one: the same file as on CPU threads, sooner.
+  const bool gpu = !v.cpu && no_gpu_reason().empty();
   const auto t = std::chrono::steady_clock::now();
-  const build_report r = build_index(f.set(), parse_metric(v.metric), v.index, o);
+  const build_report r = gpu ? build_vectors_on_gpu(f.set(), parse_metric(v.metric), v.index, o)
+                             : build_index(f.set(), parse_metric(v.metric), v.index, o);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  std::printf("%s: %llu vectors, %llu edges, %u subspaces; %.2f s (quantiser %.2f, graph %.2f, write %.2f)%s\n",
-              v.index.c_str(), (unsigned long long)r.vectors, (unsigned long long)r.edges, r.pq_subspaces, s,
+  std::printf("%s: %llu vectors, %llu edges, %u subspaces; on the %s, %.2f s (quantiser %.2f, graph %.2f, write %.2f)%s\n",
+              v.index.c_str(), (unsigned long long)r.vectors, (unsigned long long)r.edges, r.pq_subspaces,
+              gpu ? "GPU" : "CPU", s,
               r.quantiser_seconds, r.graph_seconds, r.write_seconds,
               r.resumed_phases ? ("; resumed after " + std::to_string(r.resumed_phases) + " phases kept").c_str() : "");
   append_json(v.json, {{"command", "build"}, {"data", v.data}, {"index", v.index}, {"vectors", r.vectors},
-                       {"edges", r.edges}, {"degree", o.degree}, {"list", o.list}, {"alpha", o.alpha},
+                       {"edges", r.edges}, {"on", gpu ? "gpu" : "cpu"}, {"degree", o.degree}, {"list", o.list}, {"alpha", o.alpha},
                        {"passes", o.passes}, {"pq_subspaces", r.pq_subspaces}, {"seconds", s},
                        {"quantiser_seconds", r.quantiser_seconds}, {"graph_seconds", r.graph_seconds},
                        {"write_seconds", r.write_seconds}, {"resumed_phases", r.resumed_phases}});
@@ -176,11 +180,14 @@ int search(const vectors_command& v) {
     d.assign(nq * o.k, 0);
     std::vector<double> seconds;
     search_counts c;
+    cache_stats cs;
     for (uint32_t r = 0; r < std::max(1u, v.repeat); ++r) {
+      cache->reset_stats();
       const auto t = std::chrono::steady_clock::now();
       c = gpu ? gpu->search(q.data(), nq, o, ids.data(), d.data())
               : index.search(q.data(), nq, o, ids.data(), d.data(), v.threads);
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+      if (r == 0) cs = cache->stats();  // the first run's: the cold one where the page cache was dropped
     }
     const double first = seconds.front(), best = *std::min_element(seconds.begin(), seconds.end());
     const double recall = truth.empty() ? -1 : recall_at(o.k, ids.data(), o.k, truth.data(), truth_k, nq);
@@ -195,6 +202,8 @@ int search(const vectors_command& v) {
                          {"recall", truth.empty() ? nlohmann::json(nullptr) : nlohmann::json(recall)},
                          {"expansions_per_query", double(c.expansions) / double(nq)},
                          {"distances_per_query", double(c.distances) / double(nq)}, {"bad_ids", c.bad_ids},
+                         {"first_run_cache", {{"hits", cs.hits}, {"misses", cs.misses}, {"bytes_read", cs.bytes_read},
+                                              {"misses_per_query", double(cs.misses) / double(nq)}}},
                          {"server", !v.server.empty()}});
   }
   return 0;
@@ -237,6 +246,7 @@ void add_vectors_command(CLI::App& app, vectors_command& v) {
   v.build->add_option("--subspaces", v.shape.pq_subspaces, "quantiser subspaces (0: dim / 4 where it divides, at most 64)");
   v.build->add_option("--json", v.json, "append the build's record to this file");
   type(v.build, "the vectors'");
+  v.build->add_flag("--cpu", v.cpu, "build on CPU threads even where there is a GPU (the same file either way)");
   metric(v.build);
   threads(v.build, "threads");
 

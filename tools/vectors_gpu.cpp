@@ -1,9 +1,15 @@
 #include "vectors_gpu.hpp"
 
 #include "deepwell/controller/embedded.hpp"
+#include "deepwell/vectors/gpu_build.hpp"
 #include "deepwell/vectors/gpu_search.hpp"
 
 namespace deepwell::tools {
+
+vectors::build_report build_vectors_on_gpu(const vectors::vector_set& data, vectors::metric m, const std::string& path,
+                                           const vectors::build_options& o) {
+  return vectors::build_index_on_gpu(data, m, path, o);
+}
 
 std::shared_ptr<page_cache> make_vectors_gpu_cache(std::shared_ptr<controller_link> link, const cache_config& cfg) {
   return make_gpu_page_cache(std::move(link), cfg);

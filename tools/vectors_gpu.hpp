@@ -1,13 +1,17 @@
-// What `deepwell vectors search` needs from CUDA: a GPU page cache and the
-// GPU search. vectors_gpu.cpp where CUDA is built in, vectors_gpu_nogpu.cpp
+// What `deepwell vectors build` and `search` need from CUDA: the GPU build,
+// a GPU page cache and the GPU search. vectors_gpu.cpp where CUDA is built in, vectors_gpu_nogpu.cpp
 // (each throwing) where it is not.
 #pragma once
 #include <memory>
 
 #include "deepwell/cache/page_cache.hpp"
+#include "deepwell/vectors/build.hpp"
 #include "deepwell/vectors/index.hpp"
 
 namespace deepwell::tools {
+
+vectors::build_report build_vectors_on_gpu(const vectors::vector_set& data, vectors::metric m, const std::string& path,
+                                           const vectors::build_options& o);
 
 std::shared_ptr<page_cache> make_vectors_gpu_cache(std::shared_ptr<controller_link> link, const cache_config& cfg);
 

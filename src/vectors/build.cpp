@@ -4,13 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <unordered_set>
 #include <vector>
 
 #include "common/file_io.hpp"
@@ -19,8 +17,10 @@
 #include "deepwell/common/error.hpp"
 #include "deepwell/targets/file_sums.hpp"
 #include "deepwell/vectors/index_file.hpp"
+#include "deepwell/vectors/distance.hpp"
 #include "deepwell/vectors/search.hpp"
 #include "vectors/build_state.hpp"
+#include "vectors/graph_engine.hpp"
 
 namespace deepwell::vectors {
 
@@ -29,63 +29,16 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
 
-// Work items handed out one at a time (the clusters differ in size).
-template <class Fn>
-void for_each_item(uint64_t n, unsigned threads, Fn&& fn) {
-  std::atomic<uint64_t> next{0};
-  const unsigned t = unsigned(std::min<uint64_t>(detail::thread_count(threads), std::max<uint64_t>(n, 1)));
-  detail::parallel_for(t, t, [&](unsigned, uint64_t, uint64_t) {
-    for (uint64_t i; (i = next.fetch_add(1)) < n;) fn(i);
-  });
-}
-
-// Eight partial sums, so that the compiler keeps them in one vector
-// register (a single running sum is a chain it may not reorder).
-float l2(const float* a, const float* b, uint32_t dim) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  uint32_t d = 0;
-  for (; d + 8 <= dim; d += 8)
-    for (uint32_t j = 0; j < 8; ++j) {
-      const float x = a[d + j] - b[d + j];
-      acc[j] += x * x;
-    }
-  float tail = 0;
-  for (; d < dim; ++d) {
-    const float x = a[d] - b[d];
-    tail += x * x;
-  }
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
-}
-
-// The centre (of k, `dim` floats each) nearest to x; the first among equals.
-uint32_t nearest(const float* x, const float* centres, uint32_t k, uint32_t dim) {
-  float best = std::numeric_limits<float>::infinity();
-  uint32_t at = 0;
-  for (uint32_t j = 0; j < k; ++j) {
-    const float d = l2(x, centres + uint64_t(j) * dim, dim);
-    if (d < best) best = d, at = j;
-  }
-  return at;
-}
-
-struct candidate {
-  float d;
-  uint32_t id;
-  bool operator<(const candidate& o) const { return d < o.d || (d == o.d && id < o.id); }
-  bool operator==(const candidate& o) const { return id == o.id; }
-};
-
 // Lloyd's k-means of `n` points of `dim` floats (rows `stride` apart) into
-// k centres, started from evenly spaced points; empty clusters keep their centre.
-std::vector<float> kmeans(const float* pts, uint64_t n, uint32_t dim, uint64_t stride, uint32_t k, unsigned iters,
-                          unsigned threads) {
+// k centres, started from evenly spaced points; empty clusters keep their
+// centre. The assignments on the engine; the means here, in point order.
+std::vector<float> kmeans(graph_engine& e, const float* pts, uint64_t n, uint32_t dim, uint64_t stride, uint32_t k,
+                          unsigned iters) {
   std::vector<float> c(uint64_t(k) * dim);
   for (uint32_t j = 0; j < k; ++j) std::memcpy(&c[uint64_t(j) * dim], pts + (uint64_t(j) * n / k) * stride, 4ull * dim);
   std::vector<uint32_t> owner(n);
   for (unsigned it = 0; it < iters; ++it) {
-    detail::parallel_for(n, threads, [&](unsigned, uint64_t b, uint64_t e) {
-      for (uint64_t i = b; i < e; ++i) owner[i] = nearest(pts + i * stride, c.data(), k, dim);
-    });
+    e.nearest(pts, n, dim, stride, c.data(), k, 1, owner.data());
     std::vector<double> sum(uint64_t(k) * dim, 0.0);
     std::vector<uint64_t> cnt(k, 0);
     for (uint64_t i = 0; i < n; ++i) {
@@ -101,18 +54,40 @@ std::vector<float> kmeans(const float* pts, uint64_t n, uint32_t dim, uint64_t s
 
 class builder {
  public:
-  builder(const vector_set& data, const build_options& o) : s_(data), o_(o), dim_(data.dim), n_(data.count) {
-    x_.resize(n_ * dim_);
+  // The graph is built for L2. For the inner product each row gains a
+  // coordinate sqrt(max|x|^2 - |x|^2): L2 between a query (with 0 there)
+  // and rows then orders them as the negated inner product does, so the
+  // graph's neighbours are the ones an inner-product search walks.
+  builder(const vector_set& data, metric m, const build_options& o, const engine_factory& make)
+      : s_(data), o_(o), dim_(data.dim), row_(data.dim + (m == metric::inner_product ? 1 : 0)), n_(data.count) {
+    x_.resize(n_ * row_);
     detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
-      for (uint64_t i = b; i < e; ++i) row_as_float(s_, i, &x_[i * dim_]);
+      for (uint64_t i = b; i < e; ++i) row_as_float(s_, i, &x_[i * row_]);
     });
+    if (row_ > dim_) {
+      std::vector<double> norm(n_);
+      detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
+        for (uint64_t i = b; i < e; ++i) {
+          double t = 0;
+          for (uint32_t d = 0; d < dim_; ++d) t += double(x_[i * row_ + d]) * double(x_[i * row_ + d]);
+          norm[i] = t;
+        }
+      });
+      const double most = *std::max_element(norm.begin(), norm.end());
+      for (uint64_t i = 0; i < n_; ++i) x_[i * row_ + dim_] = float(std::sqrt(std::max(0.0, most - norm[i])));
+    }
+    graph_shape g;
+    g.degree = o_.degree;
+    g.list = o_.list;
+    g.alpha = o_.alpha;
+    g.threads = o_.threads;
+    engine_ = make(float_rows{x_.data(), n_, row_}, g);
   }
-  const float* vec(uint64_t i) const { return &x_[i * dim_]; }
-  float dist(uint64_t a, uint64_t b) const { return l2(vec(a), vec(b), dim_); }
-  // `count` vectors spread evenly over the set, copied: what k-means trains on.
+  const float* vec(uint64_t i) const { return &x_[i * row_]; }
+  // `count` rows spread evenly over the set, copied: what k-means trains on.
   std::vector<float> evenly_spaced(uint64_t count) const {
-    std::vector<float> pts(count * dim_);
-    for (uint64_t s = 0; s < count; ++s) std::memcpy(&pts[s * dim_], vec(s * n_ / count), 4ull * dim_);
+    std::vector<float> pts(count * row_);
+    for (uint64_t s = 0; s < count; ++s) std::memcpy(&pts[s * row_], vec(s * n_ / count), 4ull * row_);
     return pts;
   }
 
@@ -122,121 +97,46 @@ class builder {
     const uint64_t sample = std::min<uint64_t>(n_, 32768);  // 128 a centroid
     const std::vector<float> pts = evenly_spaced(sample);
     codebook_.assign(uint64_t(m) * pq_centroids * sub_dim_, 0.f);
-    for_each_item(m, o_.threads, [&](uint64_t sub) {
-      const std::vector<float> c = kmeans(&pts[sub * sub_dim_], sample, sub_dim_, dim_, pq_centroids, 12, 1);
-      std::memcpy(&codebook_[sub * pq_centroids * sub_dim_], c.data(), c.size() * 4);
-    });
-    codes_.resize(n_ * m);
-    detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
-      for (uint64_t i = b; i < e; ++i)
-        for (uint32_t sub = 0; sub < m; ++sub)
-          codes_[i * m + sub] = uint8_t(
-              nearest(vec(i) + sub * sub_dim_, &codebook_[uint64_t(sub) * pq_centroids * sub_dim_], pq_centroids, sub_dim_));
-    });
-  }
-
-  // RobustPrune: from candidates sorted nearest first (unique, without p),
-  // keep a candidate unless a kept one is nearer to it, by alpha, than p is.
-  std::vector<uint32_t> prune(const std::vector<candidate>& c) const {
-    std::vector<uint32_t> out;
-    std::vector<char> gone(c.size(), 0);
-    for (size_t i = 0; i < c.size() && out.size() < o_.degree; ++i) {
-      if (gone[i]) continue;
-      out.push_back(c[i].id);
-      for (size_t j = i + 1; j < c.size(); ++j)
-        if (!gone[j] && o_.alpha * dist(c[i].id, c[j].id) <= c[j].d) gone[j] = 1;
+    for (uint32_t sub = 0; sub < m; ++sub) {
+      const std::vector<float> c = kmeans(*engine_, &pts[sub * sub_dim_], sample, sub_dim_, row_, pq_centroids, 12);
+      std::memcpy(&codebook_[uint64_t(sub) * pq_centroids * sub_dim_], c.data(), c.size() * 4);
     }
-    return out;
-  }
-  std::vector<candidate> sorted_unique(uint64_t p, std::vector<candidate> c) const {
-    c.erase(std::remove_if(c.begin(), c.end(), [&](const candidate& x) { return x.id == p || x.id == no_neighbour; }),
-            c.end());
-    std::sort(c.begin(), c.end());
-    c.erase(std::unique(c.begin(), c.end()), c.end());  // equal ids have equal distances: adjacent
-    return c;
+    codes_.resize(n_ * m);
+    std::vector<uint32_t> code(n_);
+    for (uint32_t sub = 0; sub < m; ++sub) {
+      engine_->nearest(vec(0) + sub * sub_dim_, n_, sub_dim_, row_, &codebook_[uint64_t(sub) * pq_centroids * sub_dim_],
+                       pq_centroids, 1, code.data());
+      for (uint64_t i = 0; i < n_; ++i) codes_[i * m + sub] = uint8_t(code[i]);
+    }
   }
 
   // The first graph: each vector's nearest among the members of its two
-  // nearest coarse clusters, pruned.
+  // nearest coarse clusters, pruned, with reverse edges.
   void first_graph() {
     const uint32_t k = uint32_t(std::clamp<double>(std::round(std::sqrt(double(n_))), 1, 4096));
     const std::vector<float> pts = evenly_spaced(std::min<uint64_t>(n_, uint64_t(k) * 64));
-    const uint64_t sample = pts.size() / dim_;
-    const std::vector<float> centres = kmeans(pts.data(), sample, dim_, dim_, k, 8, o_.threads);
+    const uint64_t sample = pts.size() / row_;
+    const std::vector<float> centres = kmeans(*engine_, pts.data(), sample, row_, row_, k, 8);
     const uint32_t ways = k > 1 ? 2 : 1;
     std::vector<uint32_t> near(n_ * ways);
-    detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
-      std::vector<candidate> c(k);
-      for (uint64_t i = b; i < e; ++i) {
-        for (uint32_t j = 0; j < k; ++j) c[j] = {l2(vec(i), &centres[uint64_t(j) * dim_], dim_), j};
-        std::partial_sort(c.begin(), c.begin() + ways, c.end());
-        for (uint32_t w = 0; w < ways; ++w) near[i * ways + w] = c[w].id;
-      }
-    });
+    engine_->nearest(vec(0), n_, row_, row_, centres.data(), k, ways, near.data());
     std::vector<std::vector<uint32_t>> members(k);
     for (uint64_t i = 0; i < n_; ++i)
       for (uint32_t w = 0; w < ways; ++w) members[near[i * ways + w]].push_back(uint32_t(i));
     const uint32_t per = std::min<uint32_t>(2 * o_.degree, uint32_t(std::min<uint64_t>(n_ - 1, 1u << 20)));
-    std::vector<candidate> cand(n_ * ways * per, candidate{std::numeric_limits<float>::infinity(), no_neighbour});
-    for_each_item(k, o_.threads, [&](uint64_t j) {
-      const std::vector<uint32_t>& m = members[j];
-      std::vector<candidate> c;
-      for (uint32_t a : m) {
-        c.clear();
-        for (uint32_t b : m)
-          if (b != a) c.push_back({dist(a, b), b});
-        const size_t keep = std::min<size_t>(per, c.size());
-        std::partial_sort(c.begin(), c.begin() + keep, c.end());
-        const uint32_t way = near[uint64_t(a) * ways] == j ? 0 : 1;
-        std::copy(c.begin(), c.begin() + keep, cand.begin() + (uint64_t(a) * ways + way) * per);
-      }
-    });
-    adj_.assign(n_, {});
-    detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
-      for (uint64_t i = b; i < e; ++i) {
-        std::vector<candidate> c(cand.begin() + i * ways * per, cand.begin() + (i + 1) * ways * per);
-        adj_[i] = prune(sorted_unique(i, std::move(c)));
-      }
-    });
-    add_reverse_edges();
-  }
-
-  // Each vector's list grows by the vectors that point at it, pruned again where it overflows.
-  void add_reverse_edges() {
-    std::vector<std::pair<uint32_t, uint32_t>> rev;  // (to, from)
-    for (uint64_t u = 0; u < n_; ++u)
-      for (uint32_t v : adj_[u]) rev.push_back({v, uint32_t(u)});
-    std::sort(rev.begin(), rev.end());
-    std::vector<uint64_t> start(n_ + 1, 0);
-    for (const auto& e : rev) ++start[e.first + 1];
-    for (uint64_t i = 0; i < n_; ++i) start[i + 1] += start[i];
-    std::vector<std::vector<uint32_t>> next(n_);
-    detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
-      for (uint64_t v = b; v < e; ++v) {
-        std::vector<candidate> c;
-        for (uint32_t u : adj_[v]) c.push_back({dist(v, u), u});
-        for (uint64_t r = start[v]; r < start[v + 1]; ++r) c.push_back({dist(v, rev[r].second), rev[r].second});
-        c = sorted_unique(v, std::move(c));
-        if (c.size() <= o_.degree) {
-          for (const candidate& x : c) next[v].push_back(x.id);
-        } else {
-          next[v] = prune(c);
-        }
-      }
-    });
-    adj_ = std::move(next);
+    adj_ = engine_->reverse(engine_->group_graph(near, ways, members, per));
   }
 
   uint64_t medoid() const {
-    std::vector<double> mean(dim_, 0.0);
+    std::vector<double> mean(row_, 0.0);
     for (uint64_t i = 0; i < n_; ++i)
-      for (uint32_t d = 0; d < dim_; ++d) mean[d] += x_[i * dim_ + d];
-    std::vector<float> m(dim_);
-    for (uint32_t d = 0; d < dim_; ++d) m[d] = float(mean[d] / double(n_));
+      for (uint32_t d = 0; d < row_; ++d) mean[d] += x_[i * row_ + d];
+    std::vector<float> m(row_);
+    for (uint32_t d = 0; d < row_; ++d) m[d] = float(mean[d] / double(n_));
     uint64_t best = 0;
     float bd = std::numeric_limits<float>::infinity();
     for (uint64_t i = 0; i < n_; ++i) {
-      const float d = l2(vec(i), m.data(), dim_);
+      const float d = row_l2(vec(i), m.data(), row_);
       if (d < bd) bd = d, best = i;
     }
     return best;
@@ -244,44 +144,7 @@ class builder {
 
   // A Vamana pass: each vector's list from a greedy search for it on the
   // graph as it was before the pass (so that the order of work does not matter).
-  void pass(uint64_t entry) {
-    std::vector<std::vector<uint32_t>> next(n_);
-    for_each_item((n_ + 255) / 256, o_.threads, [&](uint64_t chunk) {
-      struct listed {
-        candidate c;
-        bool expanded;
-      };
-      std::vector<listed> list;
-      std::vector<candidate> seen_list;
-      std::unordered_set<uint32_t> seen;
-      for (uint64_t p = chunk * 256; p < std::min(n_, chunk * 256 + 256); ++p) {
-        list.assign(1, {{dist(p, entry), uint32_t(entry)}, false});
-        seen.clear();
-        seen.insert(uint32_t(entry));
-        seen_list.clear();
-        for (;;) {
-          const auto open = std::find_if(list.begin(), list.end(), [](const listed& l) { return !l.expanded; });
-          if (open == list.end()) break;
-          open->expanded = true;
-          seen_list.push_back(open->c);
-          const uint32_t x = open->c.id;  // the list's inserts below move its entries
-          for (uint32_t y : adj_[x]) {
-            if (!seen.insert(y).second) continue;
-            const candidate c{dist(p, y), y};
-            const auto pos = std::lower_bound(list.begin(), list.end(), c,
-                                              [](const listed& l, const candidate& x) { return l.c < x; });
-            if (size_t(pos - list.begin()) >= o_.list) continue;
-            list.insert(pos, {c, false});
-            if (list.size() > o_.list) list.pop_back();
-          }
-        }
-        for (uint32_t y : adj_[p]) seen_list.push_back({dist(p, y), y});
-        next[p] = prune(sorted_unique(p, std::move(seen_list)));
-      }
-    });
-    adj_ = std::move(next);
-    add_reverse_edges();
-  }
+  void pass(uint64_t entry) { adj_ = engine_->reverse(engine_->pass(adj_, entry)); }
 
   void write(const std::string& path, metric m, uint64_t entry, uint32_t page_bytes) {
     index_header h{};
@@ -369,9 +232,10 @@ class builder {
  private:
   const vector_set& s_;
   build_options o_;
-  uint32_t dim_;
+  uint32_t dim_, row_;  // the vectors' dimension; the graph's rows' (one more for the inner product)
   uint64_t n_;
   std::vector<float> x_;
+  std::unique_ptr<graph_engine> engine_;
   uint32_t subspaces_ = 0, sub_dim_ = 0;
   std::vector<float> codebook_;
   std::vector<uint8_t> codes_;
@@ -388,6 +252,11 @@ uint32_t default_pq_subspaces(uint32_t dim) {
 }
 
 build_report build_index(const vector_set& data, metric m, const std::string& path, const build_options& o) {
+  return build_index_with(data, m, path, o, make_cpu_graph_engine);
+}
+
+build_report build_index_with(const vector_set& data, metric m, const std::string& path, const build_options& o,
+                              const engine_factory& make) {
   const std::string what = "vector index " + path;
   if (!data.data || data.count == 0) throw error(what + ": no vectors to index");
   if (data.count >= no_neighbour) throw error(what + ": at most 2^32 - 2 vectors");
@@ -425,7 +294,7 @@ build_report build_index(const vector_set& data, metric m, const std::string& pa
   if (kept.phases > 2 + o.passes) kept = build_state{};  // more passes than this build wants: start over
   r.resumed_phases = kept.phases;
   auto t = clock_type::now();
-  builder b(data, o);
+  builder b(data, m, o, make);
   if (kept.phases) b.restore(sub, kept);
   auto done = [&](uint32_t phases, const char* name) {
     if (o.resume) b.save(state_file, fingerprint, phases);

@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 
 #include "../common/vectors_case.hpp"
 #include "deepwell/controller/embedded.hpp"
+#include "deepwell/vectors/gpu_build.hpp"
 #include "deepwell/vectors/gpu_search.hpp"
 #include "deepwell/vectors/index.hpp"
 
@@ -97,6 +99,47 @@ TEST(GpuVectorSearch, TheSameAnswersAsCpuClientsBitForBit) {
                   double(gpu.counts.expansions) / double(c.nq));
       if (list >= 64) EXPECT_GE(recall, 0.9);
     }
+  }
+}
+
+std::vector<char> bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), {});
+}
+
+// The GPU build writes the CPU build's file, byte for byte: the same
+// quantiser, first graph, passes and reverse edges, every distance in one
+// order. Shapes with a tail past 32 dimensions, a 16-dimension row (one
+// partial a lane) and the inner product's extra coordinate.
+TEST(GpuVectorBuild, WritesTheCpuBuildsFileByteForByte) {
+  struct shape {
+    vector_type t;
+    metric m;
+    uint32_t dim, degree, list;
+    uint64_t count;
+  };
+  for (const shape sh : {shape{vector_type::f32, metric::l2, 96, 32, 64, 20000},
+                         shape{vector_type::u8, metric::l2, 128, 24, 48, 30000},
+                         shape{vector_type::f16, metric::inner_product, 40, 32, 64, 12000},
+                         shape{vector_type::f32, metric::l2, 16, 16, 40, 5000}}) {
+    SCOPED_TRACE(std::string(type_name(sh.t)) + " " + metric_name(sh.m) + " dim " + std::to_string(sh.dim));
+    build_options bo;
+    bo.degree = sh.degree;
+    bo.list = sh.list;
+    bo.resume = false;
+    const vectors_case c(sh.count, sh.dim, sh.t, sh.m, 200, bo);
+    scratch_file on_gpu("gpu.dwv");
+    const auto t = std::chrono::steady_clock::now();
+    const build_report r = build_index_on_gpu(c.base, sh.m, on_gpu.path(), bo);
+    std::printf("  %s dim %u: %llu vectors, CPU build %.2f s, GPU build %.2f s\n", type_name(sh.t), sh.dim,
+                (unsigned long long)sh.count, c.report.quantiser_seconds + c.report.graph_seconds,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+    EXPECT_EQ(r.edges, c.report.edges);
+    const std::vector<char> a = bytes_of(c.index.path()), b = bytes_of(on_gpu.path());
+    ASSERT_EQ(a.size(), b.size());
+    size_t first = 0;
+    while (first < a.size() && a[first] == b[first]) ++first;
+    EXPECT_EQ(first, a.size()) << "the files differ first at byte " << first;
   }
 }
 

@@ -102,6 +102,81 @@ DW_DEVICE inline float warp_exact_distance(const float* q, const uint8_t* v, uin
 }
 #endif
 
+// The squared L2 distance between two float rows, in the warp's order as
+// above: what the index build compares (CPU threads and the GPU alike).
+DW_HD DW_FORCEINLINE float row_partial(const float* a, const float* b, uint32_t dim, unsigned lane) {
+  float acc = 0.f;
+  for (uint32_t d = lane; d < dim; d += 32) {
+    const float x = a[d] - b[d];
+    acc = add_rn(acc, mul_rn(x, x));
+  }
+  return acc;
+}
+
+// By one thread; written lane-major so that the compiler keeps the 32
+// partial sums in vector registers. Lane 0's value after the butterfly
+// needs only the lanes below each step's offset, and a lane past the
+// dimension holds +0, which leaves a sum unchanged (no partial is ever -0:
+// each starts at +0 and adds squares): those additions are skipped.
+DW_HD inline float row_l2(const float* a, const float* b, uint32_t dim) {
+  float p[32];
+  uint32_t d = 0;
+#if DW_DEVICE_CODE
+  // Constant indices (predicated) keep p in registers.
+  for (unsigned l = 0; l < 32; ++l) p[l] = 0.f;
+  for (; d + 32 <= dim; d += 32)
+    for (unsigned l = 0; l < 32; ++l) {
+      const float x = a[d + l] - b[d + l];
+      p[l] = add_rn(p[l], mul_rn(x, x));
+    }
+  for (unsigned l = 0; l < 32; ++l)
+    if (d + l < dim) {
+      const float x = a[d + l] - b[d + l];
+      p[l] = add_rn(p[l], mul_rn(x, x));
+    }
+  unsigned live = dim < 32 ? dim : 32;
+  for (unsigned off = 16; off; off >>= 1) {
+    for (unsigned l = 0; l < off; ++l)
+      if (l + off < live) p[l] = add_rn(p[l], p[l + off]);
+    if (live > off) live = off;
+  }
+#else
+  // Short loops for short rows (the quantiser's subspaces: +0 + x is x).
+  if (dim < 32) {
+    for (unsigned l = 0; l < dim; ++l) {
+      const float x = a[l] - b[l];
+      p[l] = mul_rn(x, x);
+    }
+    d = dim;
+  } else {
+    for (unsigned l = 0; l < 32; ++l) p[l] = 0.f;
+  }
+  for (; d + 32 <= dim; d += 32)
+    for (unsigned l = 0; l < 32; ++l) {
+      const float x = a[d + l] - b[d + l];
+      p[l] = add_rn(p[l], mul_rn(x, x));
+    }
+  for (unsigned l = 0; d + l < dim; ++l) {
+    const float x = a[d + l] - b[d + l];
+    p[l] = add_rn(p[l], mul_rn(x, x));
+  }
+  unsigned live = dim < 32 ? dim : 32;
+  for (unsigned off = 16; off; off >>= 1) {
+    for (unsigned l = 0; l < off && l + off < live; ++l) p[l] = add_rn(p[l], p[l + off]);
+    if (live > off) live = off;
+  }
+#endif
+  return p[0];
+}
+
+#if defined(__CUDACC__)
+DW_DEVICE DW_FORCEINLINE float warp_row_l2(const float* a, const float* b, uint32_t dim, unsigned lane) {
+  float acc = row_partial(a, b, dim, lane);
+  for (unsigned off = 16; off; off >>= 1) acc = add_rn(acc, __shfl_xor_sync(0xffffffffu, acc, off));
+  return acc;
+}
+#endif
+
 // Entry (sub, c) of a query's lookup table: the distance between the
 // query's sub-vector and centroid c of subspace `sub`.
 DW_HD inline float table_entry(const float* q, const float* codebook, uint32_t sub_dim, uint32_t sub, uint32_t c,

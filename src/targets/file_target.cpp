@@ -65,11 +65,14 @@ class file_target final : public target {
   uint32_t io_alignment() const override { return layout_.io_alignment; }
   uint32_t memory_alignment() const override { return layout_.memory_alignment; }
 
+  // None for a file opened with O_DIRECT: a mapping reads through the page
+  // cache its opener asked to bypass, so its misses go to the controller.
   std::shared_ptr<host_mapping> map_readonly() const override {
+    if (direct_) return nullptr;
     return map_file_readonly(fd_, layout_.data_offset, layout_.size);
   }
   std::shared_ptr<host_mapping> map_range(uint64_t offset, uint64_t bytes) const override {
-    if (offset > layout_.size || bytes > layout_.size - offset) return nullptr;
+    if (direct_ || offset > layout_.size || bytes > layout_.size - offset) return nullptr;
     return map_file_readonly(fd_, layout_.data_offset + offset, bytes);
   }
 

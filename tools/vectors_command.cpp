@@ -97,6 +97,7 @@ int build(const vectors_command& v) {
   build_options o = v.shape;
   o.threads = v.threads;
   o.progress = true;
+  o.layout = v.layout == "rows" ? record_layout::by_row : record_layout::neighbourhoods;
   // On the GPU where there is one: the same file as on CPU threads, sooner.
   const bool gpu = !v.cpu && no_gpu_reason().empty();
   const auto t = std::chrono::steady_clock::now();
@@ -109,7 +110,7 @@ int build(const vectors_command& v) {
               r.quantiser_seconds, r.graph_seconds, r.write_seconds,
               r.resumed_phases ? ("; resumed after " + std::to_string(r.resumed_phases) + " phases kept").c_str() : "");
   append_json(v.json, {{"command", "build"}, {"data", v.data}, {"index", v.index}, {"vectors", r.vectors},
-                       {"edges", r.edges}, {"on", gpu ? "gpu" : "cpu"}, {"degree", o.degree}, {"list", o.list}, {"alpha", o.alpha},
+                       {"edges", r.edges}, {"on", gpu ? "gpu" : "cpu"}, {"layout", v.layout}, {"degree", o.degree}, {"list", o.list}, {"alpha", o.alpha},
                        {"passes", o.passes}, {"pq_subspaces", r.pq_subspaces}, {"seconds", s},
                        {"quantiser_seconds", r.quantiser_seconds}, {"graph_seconds", r.graph_seconds},
                        {"write_seconds", r.write_seconds}, {"resumed_phases", r.resumed_phases}});
@@ -246,6 +247,8 @@ void add_vectors_command(CLI::App& app, vectors_command& v) {
   v.build->add_option("--subspaces", v.shape.pq_subspaces, "quantiser subspaces (0: dim / 4 where it divides, at most 64)");
   v.build->add_option("--json", v.json, "append the build's record to this file");
   type(v.build, "the vectors'");
+  v.build->add_option("--layout", v.layout, "records in pages: neighbourhoods (a node and its neighbours a page) or rows")
+      ->check(CLI::IsMember({"neighbourhoods", "rows"}));
   v.build->add_flag("--cpu", v.cpu, "build on CPU threads even where there is a GPU (the same file either way)");
   metric(v.build);
   threads(v.build, "threads");

@@ -15,7 +15,7 @@ namespace deepwell::tools {
 
 struct vectors_command {
   CLI::App *app = nullptr, *gen = nullptr, *build = nullptr, *truth = nullptr, *search = nullptr, *info = nullptr;
-  std::string out, data, index, queries, truth_path, type, metric = "l2", json, cache, server;
+  std::string out, data, index, queries, truth_path, type, metric = "l2", json, cache, server, layout = "neighbourhoods";
   vectors::mixture_options mix;  // gen's options, bound as they are
   vectors::build_options shape;  // build's
   uint32_t k = 10, width = 4, repeat = 1;

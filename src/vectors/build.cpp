@@ -146,6 +146,44 @@ class builder {
   // graph as it was before the pass (so that the order of work does not matter).
   void pass(uint64_t entry) { adj_ = engine_->reverse(engine_->pass(adj_, entry)); }
 
+  // The order records are laid out in: rows[i] is the row stored as node i.
+  // by_row keeps the rows' order; neighbourhoods starts each page with the
+  // first row not yet placed, in breadth-first order from the entry, and
+  // fills it with that row's neighbours, then theirs, nearest first (a
+  // page a node and its neighbourhood: a search that reads it for one step
+  // finds the records of its next steps already in the cache).
+  std::vector<uint32_t> layout(uint64_t entry, uint32_t per_page) const {
+    std::vector<uint32_t> rows;
+    rows.reserve(n_);
+    if (o_.layout == record_layout::by_row) {
+      for (uint64_t i = 0; i < n_; ++i) rows.push_back(uint32_t(i));
+      return rows;
+    }
+    std::vector<uint32_t> bfs;
+    bfs.reserve(n_);
+    std::vector<char> seen(n_, 0), placed(n_, 0);
+    for (uint64_t root = entry, next_root = 0; bfs.size() < n_;) {
+      seen[root] = 1;
+      for (size_t head = bfs.size(), q = (bfs.push_back(uint32_t(root)), head); q < bfs.size(); ++q)
+        for (const uint32_t v : adj_[bfs[q]])
+          if (!seen[v]) seen[v] = 1, bfs.push_back(v);
+      while (next_root < n_ && seen[next_root]) ++next_root;  // a part the entry does not reach
+      root = next_root;
+    }
+    for (const uint32_t u : bfs) {
+      if (placed[u]) continue;
+      const size_t start = rows.size();
+      placed[u] = 1;
+      rows.push_back(u);
+      for (size_t q = start; q < rows.size() && rows.size() - start < per_page; ++q)
+        for (const uint32_t v : adj_[rows[q]]) {
+          if (rows.size() - start >= per_page) break;
+          if (!placed[v]) placed[v] = 1, rows.push_back(v);
+        }
+    }
+    return rows;
+  }
+
   void write(const std::string& path, metric m, uint64_t entry, uint32_t page_bytes) {
     index_header h{};
     std::memcpy(h.magic, index_magic, 8);
@@ -161,7 +199,10 @@ class builder {
     h.records_per_page = page_bytes / h.record_bytes;
     h.pq_subspaces = subspaces_;
     h.pq_sub_dim = sub_dim_;
-    h.entry = entry;
+    const std::vector<uint32_t> rows = layout(entry, h.records_per_page);
+    std::vector<uint32_t> node_of(n_);
+    for (uint64_t i = 0; i < n_; ++i) node_of[rows[i]] = uint32_t(i);
+    h.entry = node_of[entry];
     auto up = [](uint64_t x, uint64_t a) { return (x + a - 1) / a * a; };
     const uint64_t pages = (n_ + h.records_per_page - 1) / h.records_per_page;
     h.records_at = std::max<uint64_t>(index_header_bytes, page_bytes);
@@ -170,14 +211,16 @@ class builder {
     h.codebook_bytes = codebook_.size() * 4;
     h.codes_at = up(h.codebook_at + h.codebook_bytes, 4096);
     h.codes_bytes = codes_.size();
-    h.sums_at = up(h.codes_at + h.codes_bytes, 4096);
+    h.labels_at = up(h.codes_at + h.codes_bytes, 4096);
+    h.labels_bytes = 4 * n_;
+    h.sums_at = up(h.labels_at + h.labels_bytes, 4096);
     const uint64_t record_sums = section_sum_count(h.records_bytes), book_sums = section_sum_count(h.codebook_bytes),
-                   code_sums = section_sum_count(h.codes_bytes);
-    h.sums_bytes = 4 * (record_sums + book_sums + code_sums);
+                   code_sums = section_sum_count(h.codes_bytes), label_sums = section_sum_count(h.labels_bytes);
+    h.sums_bytes = 4 * (record_sums + book_sums + code_sums + label_sums);
     h.build_seed = o_.seed;
     h.build_list = o_.list;
     h.build_alpha = o_.alpha;
-    std::vector<uint32_t> sums(record_sums + book_sums + code_sums);
+    std::vector<uint32_t> sums(record_sums + book_sums + code_sums + label_sums);
 
     detail::replacing_file out(path);
     const uint64_t row = s_.row_bytes(), deg_at = record_degree_at(dim_, s_.type);
@@ -187,21 +230,27 @@ class builder {
       for (uint32_t r = 0; r < h.records_per_page; ++r) {
         const uint64_t node = pg * h.records_per_page + r;
         if (node >= n_) break;
+        const uint32_t at = rows[node];
         uint8_t* rec = page.data() + uint64_t(r) * h.record_bytes;
-        std::memcpy(rec, s_.row(node), row);
-        const uint32_t used = uint32_t(adj_[node].size());
+        std::memcpy(rec, s_.row(at), row);
+        const uint32_t used = uint32_t(adj_[at].size());
         std::memcpy(rec + deg_at, &used, 4);
         std::vector<uint32_t> slots(o_.degree, no_neighbour);
-        std::copy(adj_[node].begin(), adj_[node].end(), slots.begin());
+        for (uint32_t j = 0; j < used; ++j) slots[j] = node_of[adj_[at][j]];
         std::memcpy(rec + deg_at + 4, slots.data(), 4ull * o_.degree);
       }
       section_sums(page.data(), page_bytes, &sums[pg * (page_bytes / file_sum_block)], 1);
       out.write(page.data(), page_bytes, h.records_at + pg * page_bytes);
     }
+    std::vector<uint8_t> codes(codes_.size());
+    for (uint64_t i = 0; i < n_; ++i)
+      std::memcpy(&codes[i * subspaces_], &codes_[uint64_t(rows[i]) * subspaces_], subspaces_);
     section_sums(codebook_.data(), h.codebook_bytes, &sums[record_sums], o_.threads);
     out.write(codebook_.data(), h.codebook_bytes, h.codebook_at);
-    section_sums(codes_.data(), h.codes_bytes, &sums[record_sums + book_sums], o_.threads);
-    out.write(codes_.data(), h.codes_bytes, h.codes_at);
+    section_sums(codes.data(), h.codes_bytes, &sums[record_sums + book_sums], o_.threads);
+    out.write(codes.data(), h.codes_bytes, h.codes_at);
+    section_sums(rows.data(), h.labels_bytes, &sums[record_sums + book_sums + code_sums], o_.threads);
+    out.write(rows.data(), h.labels_bytes, h.labels_at);
     out.write(sums.data(), h.sums_bytes, h.sums_at);
     h.sums_crc = crc32c(0, sums.data(), h.sums_bytes);
     h.header_crc = header_crc(h);

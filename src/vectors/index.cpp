@@ -39,6 +39,7 @@ vector_index::vector_index(std::shared_ptr<page_cache> cache, const std::string&
       file_(over_the_link(cache_, path, dataset_)) {
   codebook_ = file_.read_codebook();
   codes_ = file_.read_codes();
+  labels_ = file_.read_labels();
   controller_link& link = cache_->link();
   section_request q;
   q.dataset = dataset_;
@@ -60,6 +61,7 @@ index_view vector_index::host_view() const {
   v.records = records();
   v.codebook = codebook_.data();
   v.codes = codes_.data();
+  v.labels = labels_.data();
   return v;
 }
 

@@ -24,7 +24,12 @@ const char* name_of(E e, const char* const (&names)[N]) {
 
 const char* type_name(vector_type t) { return name_of(t, {"float32", "float16", "uint8"}); }
 const char* metric_name(metric m) { return name_of(m, {"l2", "ip"}); }
-const char* section_name(index_section s) { return name_of(s, {"records", "codebook", "codes"}); }
+const char* section_name(index_section s) { return name_of(s, {"records", "codebook", "codes", "labels"}); }
+
+namespace {
+constexpr index_section all_sections[] = {index_section::records, index_section::codebook, index_section::codes,
+                                          index_section::labels};
+}  // namespace
 
 uint32_t header_crc(const index_header& h) { return crc32c(0, &h, offsetof(index_header, header_crc)); }
 
@@ -32,7 +37,9 @@ void check_header(const index_header& h, uint64_t file_bytes, const std::string&
   auto bad = [&](const std::string& m) { throw data_error(what + ": " + m); };
   if (file_bytes < index_header_bytes) bad("too short for a vector index (" + std::to_string(file_bytes) + " bytes)");
   if (std::memcmp(h.magic, index_magic, 8) != 0) bad("not a deepwell vector index (bad magic)");
-  if (h.version != index_version) bad("index format version " + std::to_string(h.version) + " (this build reads 1)");
+  if (h.version != index_version)
+    bad("index format version " + std::to_string(h.version) + " (this build reads " + std::to_string(index_version) +
+        "; build the index again)");
   if (h.header_bytes != sizeof(index_header)) bad("header size " + std::to_string(h.header_bytes));
   if (header_crc(h) != h.header_crc) bad("the header does not match its checksum");
   if (h.count == 0 || h.count >= 0xFFFFFFFFull) bad("vector count " + std::to_string(h.count) + " out of range");
@@ -51,8 +58,9 @@ void check_header(const index_header& h, uint64_t file_bytes, const std::string&
   if (h.records_bytes != pages * h.page_bytes) bad("records section size does not match the count");
   if (h.codebook_bytes != uint64_t(h.pq_subspaces) * pq_centroids * h.pq_sub_dim * 4) bad("codebook size");
   if (h.codes_bytes != h.count * h.pq_subspaces) bad("codes section size does not match the count");
+  if (h.labels_bytes != h.count * 4) bad("labels section size does not match the count");
   const uint64_t sums = section_sum_count(h.records_bytes) + section_sum_count(h.codebook_bytes) +
-                        section_sum_count(h.codes_bytes);
+                        section_sum_count(h.codes_bytes) + section_sum_count(h.labels_bytes);
   if (h.sums_bytes != 4 * sums) bad("sums section size");
   auto within = [&](uint64_t at, uint64_t bytes, const char* name) {
     if (at < index_header_bytes || at > file_bytes || bytes > file_bytes - at)
@@ -61,6 +69,7 @@ void check_header(const index_header& h, uint64_t file_bytes, const std::string&
   within(h.records_at, h.records_bytes, "records");
   within(h.codebook_at, h.codebook_bytes, "codebook");
   within(h.codes_at, h.codes_bytes, "codes");
+  within(h.labels_at, h.labels_bytes, "labels");
   within(h.sums_at, h.sums_bytes, "sums");
   if (h.records_at % h.page_bytes) bad("records section not aligned to its pages");
 }
@@ -89,16 +98,26 @@ void index_file::open(uint64_t size) {
 }
 
 uint64_t index_file::section_at(index_section s) const {
-  return s == index_section::records ? h_.records_at : s == index_section::codebook ? h_.codebook_at : h_.codes_at;
+  switch (s) {
+    case index_section::records: return h_.records_at;
+    case index_section::codebook: return h_.codebook_at;
+    case index_section::codes: return h_.codes_at;
+    case index_section::labels: return h_.labels_at;
+  }
+  return 0;
 }
 uint64_t index_file::section_bytes(index_section s) const {
-  return s == index_section::records ? h_.records_bytes
-         : s == index_section::codebook ? h_.codebook_bytes
-                                        : h_.codes_bytes;
+  switch (s) {
+    case index_section::records: return h_.records_bytes;
+    case index_section::codebook: return h_.codebook_bytes;
+    case index_section::codes: return h_.codes_bytes;
+    case index_section::labels: return h_.labels_bytes;
+  }
+  return 0;
 }
 uint64_t index_file::first_sum(index_section s) const {
   uint64_t first = 0;
-  for (index_section t : {index_section::records, index_section::codebook, index_section::codes}) {
+  for (index_section t : all_sections) {
     if (t == s) break;
     first += section_sum_count(section_bytes(t));
   }
@@ -124,11 +143,19 @@ std::vector<float> index_file::read_codebook() const {
   return out;
 }
 std::vector<uint8_t> index_file::read_codes() const { return read_section(index_section::codes); }
+std::vector<uint32_t> index_file::read_labels() const {
+  const std::vector<uint8_t> b = read_section(index_section::labels);
+  std::vector<uint32_t> out(b.size() / 4);
+  std::memcpy(out.data(), b.data(), b.size());
+  for (const uint32_t l : out)
+    if (l >= h_.count) throw data_error(path_ + ": a label past the vectors (" + std::to_string(l) + ")");
+  return out;
+}
 
 void index_file::verify(unsigned threads) const {
   constexpr uint64_t chunk = 64ull << 20;  // a multiple of the sums' block
   std::vector<uint8_t> buf;
-  for (index_section s : {index_section::records, index_section::codebook, index_section::codes}) {
+  for (index_section s : all_sections) {
     const std::vector<uint32_t> sums = section_sums(s);
     for (uint64_t at = 0; at < section_bytes(s); at += chunk) {
       const uint64_t n = std::min(chunk, section_bytes(s) - at);

@@ -85,7 +85,7 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
           ++expansions;
           const request_status s = v.records.read_range(rec.data(), record_offset(h, x.id), h.record_bytes);
           if (!s.ok())
-            throw data_error("vector search: the record of node " + std::to_string(x.id) +
+            throw data_error("vector search: the record of node " + std::to_string(v.labels[x.id]) +
                              " could not be read: " + describe(s));
           done.push_back({exact_distance(qv, rec.data(), h.dim, h.type, h.distance), x.id});
           uint32_t used;
@@ -119,7 +119,7 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
         return before(a.first, a.second, c.first, c.second);
       });
       for (uint32_t j = 0; j < o.k; ++j) {
-        ids[q * o.k + j] = j < k ? done[j].second : no_neighbour;
+        ids[q * o.k + j] = j < k ? v.labels[done[j].second] : no_neighbour;
         distances[q * o.k + j] = j < k ? done[j].first : std::numeric_limits<float>::infinity();
       }
     }

@@ -149,7 +149,7 @@ __global__ void beam_search(kernel_params p) {
         if (before(od, oi, bd, bi)) bd = od, bi = oi, at = oa;
       }
       if (lane == 0) {
-        p.ids[qi * p.k + j] = bi;
+        p.ids[qi * p.k + j] = bi == no_neighbour ? bi : p.v.labels[bi];
         p.distances[qi * p.k + j] = bi == no_neighbour ? std::numeric_limits<float>::infinity() : bd;
         if (at != ~0u) did[at] = no_neighbour;
       }
@@ -173,6 +173,7 @@ struct gpu_search::state {
   const vector_index* index = nullptr;
   device_buffer<float> codebook;
   device_buffer<uint8_t> codes;
+  device_buffer<uint32_t> labels;
   device_buffer<uint64_t> seen;
   device_buffer<uint32_t> epochs;
   device_buffer<uint8_t> records;
@@ -192,6 +193,9 @@ gpu_search::gpu_search(const vector_index& index) : s_(std::make_unique<state>()
   s_->codes.reset(index.codes().size());
   check_cuda(cudaMemcpy(s_->codes.p, index.codes().data(), index.codes().size(), cudaMemcpyHostToDevice),
              "cudaMemcpy (codes)");
+  s_->labels.reset(index.labels().size());
+  check_cuda(cudaMemcpy(s_->labels.p, index.labels().data(), index.labels().size() * 4, cudaMemcpyHostToDevice),
+             "cudaMemcpy (labels)");
   s_->counts.reset(3);
   s_->failed.reset(1);
 }
@@ -286,6 +290,7 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   p.v = index.host_view();
   p.v.codebook = s_->codebook.p;
   p.v.codes = s_->codes.p;
+  p.v.labels = s_->labels.p;
   p.queries = queries;
   p.nq = nq;
   p.k = o.k;
@@ -312,7 +317,7 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   check_cuda(cudaMemcpy(counts, s_->counts.p, sizeof counts, cudaMemcpyDeviceToHost), "cudaMemcpy");
   check_cuda(cudaMemcpy(&failed, s_->failed.p, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
   if (failed != no_neighbour)
-    throw data_error("vector search: the record of node " + std::to_string(failed) +
+    throw data_error("vector search: the record of node " + std::to_string(index.labels()[failed]) +
                      " could not be read: " + describe(index.cache().last_error()));
   return search_counts{counts[0], counts[1], counts[2]};
 }

@@ -253,14 +253,62 @@ TEST(VectorSearch, DamagedFilesAreRefusedByName) {
       index.search(c.queries.data(), c.nq, search_options{}, ids.data(), d.data());
       ADD_FAILURE() << "a damaged record was searched";
     } catch (const data_error& e) {
-      EXPECT_NE(std::string(e.what()).find("node " + std::to_string(h.entry)), std::string::npos) << e.what();
+      // Named by its row in the vectors (the label), as results are.
+      const uint32_t row = index_file(c.index.path()).read_labels()[h.entry];
+      EXPECT_NE(std::string(e.what()).find("node " + std::to_string(row)), std::string::npos) << e.what();
     }
+  }
+  {  // A label byte: refused at open.
+    const std::vector<uint8_t> all = file_bytes(c.index.path());
+    scratch_file f("labels.dwv");
+    std::ofstream(f.path(), std::ios::binary).write(reinterpret_cast<const char*>(all.data()), std::streamsize(all.size()));
+    flip_byte(f.path(), h.labels_at + 6);
+    EXPECT_NE(open_error(f.path()).find("labels"), std::string::npos) << open_error(f.path());
   }
   {  // A file that is no index.
     scratch_file f("none.dwv");
     std::ofstream(f.path(), std::ios::binary) << std::string(8192, 'x');
     EXPECT_NE(open_error(f.path()).find("not a deepwell vector index"), std::string::npos);
   }
+}
+
+// Records laid out a page a neighbourhood: a search through a small cache
+// reads fewer pages than with the rows' order, and answers with the same
+// rows (labels), at the same recall.
+TEST(VectorSearch, NeighbourhoodPagesCutTheReadsASearchMakes) {
+  build_options bo;
+  bo.degree = 16;
+  bo.list = 32;
+  bo.resume = false;
+  const vectors_case c(test::scale_div > 1 ? 3000 : 6000, 16, vector_type::f32, metric::l2, 100, bo);
+  scratch_file by_row("by_row.dwv");
+  bo.layout = record_layout::by_row;
+  build_index(c.base, metric::l2, by_row.path(), bo);
+  const std::vector<uint32_t> identity = index_file(by_row.path()).read_labels();
+  for (uint32_t i = 0; i < identity.size(); ++i) ASSERT_EQ(identity[i], i);
+  std::vector<uint32_t> sorted = index_file(c.index.path()).read_labels();
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, identity);  // a permutation of the rows
+  search_options o;
+  o.k = 10;
+  o.list = 48;
+  auto reads = [&](const std::string& path, double& recall) {
+    auto cache = make_host_page_cache(embedded_link(), small_cache(32));
+    vector_index index(cache, path);
+    std::vector<uint32_t> ids(c.nq * o.k);
+    std::vector<float> d(c.nq * o.k);
+    cache->reset_stats();
+    index.search(c.queries.data(), c.nq, o, ids.data(), d.data(), 1);
+    recall = recall_at(10, ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
+    return cache->stats().misses;
+  };
+  double near_recall = 0, row_recall = 0;
+  const uint64_t near = reads(c.index.path(), near_recall), rows = reads(by_row.path(), row_recall);
+  std::printf("  page reads: %llu by neighbourhood, %llu by row; recall %.3f and %.3f\n", (unsigned long long)near,
+              (unsigned long long)rows, near_recall, row_recall);
+  EXPECT_LT(double(near), 0.8 * double(rows));
+  EXPECT_GE(near_recall, 0.9);
+  EXPECT_NEAR(near_recall, row_recall, 0.02);
 }
 
 TEST(VectorData, BinFilesRoundTripAndBadOnesAreRefused) {

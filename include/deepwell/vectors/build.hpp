@@ -6,7 +6,8 @@
 // added, then `passes` Vamana passes: each vector's list rebuilt from a
 // greedy search for it on the previous pass's graph. Every step depends on
 // the data and the options only (never on thread timing): the same input
-// gives the same file. The graph is built for L2 whatever the metric.
+// gives the same file. The records are laid out by `layout`; a search
+// answers with the rows' numbers (the index's labels) either way.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -16,6 +17,12 @@
 
 namespace deepwell::vectors {
 
+// How records are laid out in the file (format.hpp).
+enum class record_layout : uint32_t {
+  neighbourhoods = 0,  // a page a node and its graph neighbours (fewer page reads a search)
+  by_row = 1,          // the rows' order
+};
+
 struct build_options {
   uint32_t degree = 32;        // neighbours a node at most (R)
   uint32_t list = 64;          // the passes' search list (L)
@@ -23,6 +30,7 @@ struct build_options {
   uint32_t passes = 2;         // Vamana passes after the first graph
   uint32_t pq_subspaces = 0;   // 0: dim / 4 where it divides, at most 64
   uint32_t page_bytes = 0;     // 0: the smallest power of two >= 4096 that holds a record
+  record_layout layout = record_layout::neighbourhoods;
   uint64_t seed = 1;           // recorded (the build itself is deterministic)
   unsigned threads = 0;        // 0: every core
   bool progress = false;       // phases on stderr

@@ -3,8 +3,12 @@
 // product-quantisation codebook and every vector's code in sections of
 // their own that a search keeps in memory (HBM for GPU clients).
 //
-//   [header: 4 KiB][records][codebook][codes][sums]
+//   [header: 4 KiB][records][codebook][codes][labels][sums]
 //
+// Nodes are numbered in the order their records are laid out, which the
+// build chooses so that a page holds a node and its graph neighbours (a
+// page read then serves several steps of a search); labels[i] is node i's
+// row in the vectors the index was built from: what a search returns.
 // Records: node i at records_at + (i / records_per_page) * page_bytes +
 // (i % records_per_page) * record_bytes, so a record never straddles two
 // pages: a search reads one page a visited node. A record is the vector
@@ -12,9 +16,10 @@
 // uint32 neighbour ids (degree_used of them valid), zero padding to
 // record_bytes (a multiple of 16).
 // Codebook: pq_subspaces x 256 centroids x pq_sub_dim float32.
-// Codes: count x pq_subspaces bytes.
-// Sums: a CRC-32C per 4 KiB block of the records, the codebook and the codes
-// in that order (file_sums.hpp), so that the controller checks each record
+// Codes: count x pq_subspaces bytes, by node.
+// Labels: count x uint32.
+// Sums: a CRC-32C per 4 KiB block of the records, the codebook, the codes
+// and the labels in that order (file_sums.hpp), so that the controller checks each record
 // page it reads and the open checks the sections it loads.
 // Everything little-endian.
 #pragma once
@@ -25,7 +30,7 @@
 namespace deepwell::vectors {
 
 inline constexpr char index_magic[8] = {'D', 'W', 'V', 'E', 'C', 'I', 'X', '1'};
-inline constexpr uint32_t index_version = 1;
+inline constexpr uint32_t index_version = 2;
 inline constexpr uint32_t index_header_bytes = 4096;
 inline constexpr uint32_t pq_centroids = 256;  // one byte a code
 inline constexpr uint32_t max_dim = 4096;
@@ -59,6 +64,7 @@ struct index_header {
   uint64_t records_at, records_bytes;
   uint64_t codebook_at, codebook_bytes;
   uint64_t codes_at, codes_bytes;
+  uint64_t labels_at, labels_bytes;
   uint64_t sums_at, sums_bytes;
   // How it was built (for the record; a search needs none of it).
   uint64_t build_seed;

@@ -32,6 +32,7 @@ class vector_index {
   const index_file& file() const { return file_; }
   const std::vector<float>& codebook() const { return codebook_; }
   const std::vector<uint8_t>& codes() const { return codes_; }
+  const std::vector<uint32_t>& labels() const { return labels_; }
   page_cache& cache() const { return *cache_; }
   const std::shared_ptr<page_cache>& shared_cache() const { return cache_; }
   array_ref<uint8_t> records() const { return records_->ref(); }
@@ -49,6 +50,7 @@ class vector_index {
   index_file file_;
   std::vector<float> codebook_;
   std::vector<uint8_t> codes_;
+  std::vector<uint32_t> labels_;
   std::unique_ptr<array<uint8_t>> records_;
 };
 

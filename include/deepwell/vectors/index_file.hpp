@@ -11,7 +11,7 @@
 
 namespace deepwell::vectors {
 
-enum class index_section { records, codebook, codes };
+enum class index_section { records, codebook, codes, labels };
 const char* section_name(index_section s);
 
 // The header's checks against a file of `file_bytes` bytes; throws naming
@@ -44,6 +44,8 @@ class index_file {
   // The codebook and the codes, read and checked against their sums.
   std::vector<float> read_codebook() const;
   std::vector<uint8_t> read_codes() const;
+  // Each node's row in the vectors the index was built from.
+  std::vector<uint32_t> read_labels() const;
   // Every block of every section against its sum (the records too).
   void verify(unsigned threads = 0) const;
 

@@ -42,6 +42,7 @@ struct index_view {
   array_ref<uint8_t> records{};   // the records section through the cache
   const float* codebook = nullptr;  // pq_subspaces x 256 x pq_sub_dim
   const uint8_t* codes = nullptr;   // count x pq_subspaces
+  const uint32_t* labels = nullptr; // count: what a search answers for a node
 };
 
 // The checks every search makes of its options, naming the problem.

@@ -147,8 +147,19 @@ int info(const vectors_command& v) {
 
 int search(const vectors_command& v) {
   if (!v.cpu) require_gpu("", "--cpu");
-  const index_file f(v.index);
-  const index_header& h = f.header();
+  // The index is read over the link only (under --server, a dataset this
+  // user may be granted without access to the file): its header first, for
+  // the cache's page.
+  std::shared_ptr<controller_link> link =
+      v.server.empty() ? embedded_link() : std::shared_ptr<controller_link>(server_link::connect(v.server, "deepwell vectors"));
+  index_open_options oo;
+  oo.direct_io = v.odirect;
+  cache_config cc;
+  cc.page_size = read_index_header(link, v.index, oo).page_bytes;
+  if (!v.cache.empty()) cc.capacity_bytes = parse_size_arg(v.cache, "--cache");
+  const auto cache = v.cpu ? make_host_page_cache(link, cc) : make_vectors_gpu_cache(link, cc);
+  const vector_index index(cache, v.index, oo);
+  const index_header& h = index.header();
   uint64_t nq = 0;
   const std::vector<float> q = read_queries(v.queries, v.type, h.dim, nq);
   uint32_t truth_k = 0;
@@ -158,15 +169,6 @@ int search(const vectors_command& v) {
     if (truth_k < v.k) throw error(v.truth_path + ": holds " + std::to_string(truth_k) + " neighbours a query; --k is " +
                                    std::to_string(v.k));
   }
-  std::shared_ptr<controller_link> link =
-      v.server.empty() ? embedded_link() : std::shared_ptr<controller_link>(server_link::connect(v.server, "deepwell vectors"));
-  cache_config cc;
-  cc.page_size = h.page_bytes;
-  if (!v.cache.empty()) cc.capacity_bytes = parse_size_arg(v.cache, "--cache");
-  const auto cache = v.cpu ? make_host_page_cache(link, cc) : make_vectors_gpu_cache(link, cc);
-  index_open_options oo;
-  oo.direct_io = v.odirect;
-  const vector_index index(cache, v.index, oo);
   std::unique_ptr<vectors_gpu_search> gpu;
   if (!v.cpu) gpu = std::make_unique<vectors_gpu_search>(index);
   const std::vector<uint32_t> lists = v.lists.empty() ? std::vector<uint32_t>{64} : v.lists;

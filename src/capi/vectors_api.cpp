@@ -93,21 +93,22 @@ int dw_vectors_open(const dw_vectors_options* op, dw_vectors** out) {
     need(o.path != nullptr && *o.path, "no path");
     const cache_options co = capi::from_c(o.cache);
     capi::check(co);
-    const vectors::index_file file(o.path);  // the header first: the cache's page follows the index's
     auto v = std::make_unique<dw_vectors>();
     v->device = co.device;
     const std::string server = capi::current_server();
     v->link = server.empty() ? embedded_link(capi::controller_of(co)) : capi::server_link_to(server);
-    cache_config base = vectors_cache_base();
-    base.page_size = file.header().page_bytes;
-    cache_config cfg = co.applied_to(base);
-    need(cfg.page_size >= file.header().page_bytes,
-         "page_size " + std::to_string(cfg.page_size) + " is smaller than the index's pages (" +
-             std::to_string(file.header().page_bytes) + ")");
-    const capi::device_guard g = capi::on_device(v->device);
-    v->cache = capi::cache_on(v->device, v->link, cfg);
     vectors::index_open_options io;
     io.direct_io = co.odirect;
+    // The header over the link first (the file may be a server's dataset
+    // this process cannot open): the cache's page follows the index's.
+    const uint32_t page = vectors::read_index_header(v->link, o.path, io).page_bytes;
+    cache_config base = vectors_cache_base();
+    base.page_size = page;
+    cache_config cfg = co.applied_to(base);
+    need(cfg.page_size >= page, "page_size " + std::to_string(cfg.page_size) + " is smaller than the index's pages (" +
+                                    std::to_string(page) + ")");
+    const capi::device_guard g = capi::on_device(v->device);
+    v->cache = capi::cache_on(v->device, v->link, cfg);
     v->store = std::make_unique<vectors::vector_index>(v->cache, o.path, io);
     v->cpu_threads = co.cpu_threads;
     if (v->device >= 0) v->gpu = capi::gpu_vector_search(*v->store);

@@ -12,10 +12,7 @@ namespace {
 // through a small host cache on the same link, made for each read and gone
 // with it (kept open beside the search's cache, it would hold one of the
 // controller's queue pairs for nothing and share its turns).
-index_file over_the_link(const std::shared_ptr<page_cache>& cache, const std::string& path, uint32_t dataset) {
-  if (!cache) throw error("vector index: no cache");
-  // The link, kept alive by the cache that owns it (shared_ptr's aliasing form).
-  const std::shared_ptr<controller_link> link(cache, &cache->link());
+index_file over_the_link(const std::shared_ptr<controller_link>& link, const std::string& path, uint32_t dataset) {
   auto reader = [link](uint32_t ds) {
     cache_config c;
     c.page_size = 64 << 10;
@@ -31,12 +28,28 @@ index_file over_the_link(const std::shared_ptr<page_cache>& cache, const std::st
   });
 }
 
+// The link, kept alive by the cache that owns it (shared_ptr's aliasing form).
+std::shared_ptr<controller_link> link_of(const std::shared_ptr<page_cache>& cache) {
+  if (!cache) throw error("vector index: no cache");
+  return std::shared_ptr<controller_link>(cache, &cache->link());
+}
+
+dataset_request request_for(const std::string& path, const index_open_options& o) {
+  return {path, false, o.direct_io, o.block_size};
+}
+
 }  // namespace
+
+index_header read_index_header(const std::shared_ptr<controller_link>& link, const std::string& path,
+                               const index_open_options& o) {
+  if (!link) throw error("vector index: no link");
+  return over_the_link(link, path, link->open_dataset(request_for(path, o))).header();
+}
 
 vector_index::vector_index(std::shared_ptr<page_cache> cache, const std::string& path, const index_open_options& o)
     : cache_(std::move(cache)),
-      dataset_(cache_ ? cache_->link().open_dataset({path, false, o.direct_io, o.block_size}) : 0),
-      file_(over_the_link(cache_, path, dataset_)) {
+      dataset_(link_of(cache_)->open_dataset(request_for(path, o))),
+      file_(over_the_link(link_of(cache_), path, dataset_)) {
   codebook_ = file_.read_codebook();
   codes_ = file_.read_codes();
   labels_ = file_.read_labels();

@@ -8,6 +8,7 @@
 #   tests/cli/services_under_server.sh path/to/deepwell [--gpu]
 set -uo pipefail
 bin=${1:?usage: services_under_server.sh DEEPWELL [--gpu]}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")  # some steps run from the scratch directory
 gpu=${2:-}
 dir=$(mktemp -d /tmp/deepwell-svc.XXXXXX)
 sock="$dir/dw.sock"
@@ -52,6 +53,11 @@ for i in range(n):
         out.append(w); total += len(w) + 1
     open(f"{sub}/f{i}.txt", "w").write(" ".join(out) + "\n")
 PY
+# A vector index (the server's dataset "vecs"), its queries and their truth.
+"$bin" vectors gen "$dir/v.fbin" --count 6000 --dim 32 >/dev/null &&
+  "$bin" vectors gen "$dir/vq.fbin" --count 200 --dim 32 --stream 1 >/dev/null &&
+  "$bin" vectors truth "$dir/v.fbin" "$dir/vq.fbin" "$dir/vt.bin" --k 10 >/dev/null &&
+  "$bin" vectors build "$dir/v.fbin" "$dir/v.dwv" --cpu --degree 16 --list 32 >/dev/null 2>&1 || exit 1
 cat >"$dir/ds.toml" <<TOML
 [server]
 socket = "$sock"
@@ -70,6 +76,9 @@ writable = true
 name = "ckpt"
 file = "$ckptfile"
 writable = true
+[[dataset]]
+name = "vecs"
+file = "$dir/v.dwv"
 [[dataset]]
 name = "src"
 tree = "$dir/src"
@@ -287,6 +296,25 @@ else
   else
     echo "ok   kv: $(wc -l <"$dir/pairs.txt") pairs set under the server, read back through it and from the file"
   fi
+fi
+
+# Vector search: in process (the file) and under the server (the dataset's
+# name, no file of that name here: header, codes and records all come over
+# the link): the same search, so the same recall and steps.
+vs() { "$bin" vectors search "$1" "$dir/vq.fbin" --truth "$dir/vt.bin" --list 40 --cache 1MiB "${clients[@]}" "${@:2}" 2>&1; }
+if ! local_vs=$(vs "$dir/v.dwv" --json "$dir/vs.local.json") || ! served_vs=$(cd "$dir" && vs vecs --server "$sock" --json "$dir/vs.server.json"); then
+  fail "vectors search: $(tail -2 <<<"$local_vs") $(tail -2 <<<"$served_vs")"
+elif ! python3 - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+a, b = (json.loads(open(f"{d}/vs.{w}.json").readline()) for w in ("local", "server"))
+keys = ("recall", "expansions_per_query", "distances_per_query")
+if any(a[k] != b[k] for k in keys) or not b["server"] or a["recall"] < 0.9:
+    raise SystemExit(f"in process {[a[k] for k in keys]}, under the server {[b[k] for k in keys]}")
+print(f"ok   vectors: recall@10 {a['recall']:.3f}, the same search in process and under the server")
+PY
+then
+  fail "vectors search under the server differs from in process"
 fi
 
 # What a client may not do, from the command line: a file the server does not offer.

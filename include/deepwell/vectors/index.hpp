@@ -24,6 +24,13 @@ struct index_open_options {
   bool checked = true;         // every record page checked against its sum as the cache reads it
 };
 
+// The header of the index `path` read over `link` as vector_index reads the
+// file (under a server: a dataset this client may read but need not be able
+// to open): what to shape the cache by (its page: header().page_bytes)
+// before there is one.
+index_header read_index_header(const std::shared_ptr<controller_link>& link, const std::string& path,
+                               const index_open_options& o = {});
+
 class vector_index {
  public:
   vector_index(std::shared_ptr<page_cache> cache, const std::string& path, const index_open_options& o = {});

@@ -179,7 +179,6 @@ int search(const vectors_command& v) {
     o.k = v.k;
     o.list = std::max(list, v.k);
     o.width = v.width;
-    o.warp_pages = v.warp_pages;
     ids.assign(nq * o.k, 0);
     d.assign(nq * o.k, 0);
     std::vector<double> seconds;
@@ -201,8 +200,6 @@ int search(const vectors_command& v) {
                 double(c.expansions) / double(nq));
     append_json(v.json, {{"command", "search"}, {"index", v.index}, {"queries", nq}, {"client", v.cpu ? "cpu" : "gpu"},
                          {"k", o.k}, {"list", o.list}, {"width", o.width}, {"cache_bytes", cache->slots() * uint64_t(cache->page_size())},
-                         {"warp_pages", o.warp_pages},
-                         {"warp_pages_bytes", gpu ? gpu->warps() * o.warp_pages * h.page_bytes : 0},
                          {"records_bytes", h.records_bytes}, {"seconds", seconds}, {"qps", double(nq) / best},
                          {"qps_first", double(nq) / first},
                          {"recall", truth.empty() ? nlohmann::json(nullptr) : nlohmann::json(recall)},
@@ -277,8 +274,6 @@ void add_vectors_command(CLI::App& app, vectors_command& v) {
   v.search->add_option("--truth", v.truth_path, "a truth set: report recall@k");
   v.search->add_option("--cache", v.cache, "cache size (e.g. 256MiB; default the library's)");
   v.search->add_flag("--cpu", v.cpu, "CPU threads as clients (no GPU needed)");
-  v.search->add_option("--warp-pages", v.warp_pages, "GPU: pages a warp keeps of its own, the last it read (0 to 8)")
-      ->check(CLI::Range(0u, 8u));
   v.search->add_flag("--odirect", v.odirect, "read the index with O_DIRECT (past the page cache)");
   v.search->add_option("--repeat", v.repeat, "runs of each list (the best is reported)")->check(CLI::Range(1u, 100u));
   v.search->add_option("--server", v.server, "serve the misses from a `deepwell serve` at this socket");

@@ -18,7 +18,7 @@ struct vectors_command {
   std::string out, data, index, queries, truth_path, type, metric = "l2", json, cache, server, layout = "neighbourhoods";
   vectors::mixture_options mix;  // gen's options, bound as they are
   vectors::build_options shape;  // build's
-  uint32_t k = 10, width = 4, repeat = 1, warp_pages = 0;
+  uint32_t k = 10, width = 4, repeat = 1;
   std::vector<uint32_t> lists;
   unsigned threads = 0;
   bool cpu = false, check = false, odirect = false;

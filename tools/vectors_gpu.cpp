@@ -25,6 +25,5 @@ vectors::search_counts vectors_gpu_search::search(const float* queries, uint64_t
                                                   uint32_t* ids, float* distances) {
   return s_->s.search(queries, nq, o, ids, distances);
 }
-uint64_t vectors_gpu_search::warps() const { return s_->s.warps(); }
 
 }  // namespace deepwell::tools

@@ -22,7 +22,6 @@ class vectors_gpu_search {
   ~vectors_gpu_search();
   vectors::search_counts search(const float* queries, uint64_t nq, const vectors::search_options& o, uint32_t* ids,
                                 float* distances);
-  uint64_t warps() const;  // the last search's
 
  private:
   struct state;

@@ -19,6 +19,5 @@ vectors::search_counts vectors_gpu_search::search(const float*, uint64_t, const 
                                                   float*) {
   none();
 }
-uint64_t vectors_gpu_search::warps() const { none(); }
 
 }  // namespace deepwell::tools

@@ -28,7 +28,6 @@ void check_search_options(const index_header& h, const search_options& o) {
   if (o.max_expansions && o.max_expansions < o.k)
     throw error("vector search: max_expansions must be 0 (2 x list) or >= k");
   if (o.max_expansions > 8192) throw error("vector search: max_expansions at most 8192");
-  if (o.warp_pages > 8) throw error("vector search: warp_pages at most 8");
 }
 
 namespace {

@@ -27,9 +27,8 @@ struct kernel_params {
   uint64_t* seen;              // seen_slots a warp
   uint32_t seen_slots;         // a power of two > 2 x the most ids a query can see
   uint32_t* epochs;            // a warp's queries so far (tags its seen entries)
-  uint8_t* records;            // a record a warp, then its own pages
-  uint32_t record_stride;      // bytes a warp
-  uint32_t warp_pages;         // pages a warp keeps (search_options::warp_pages)
+  uint8_t* records;            // a record a warp
+  uint32_t record_stride;
   float* done_d;               // cap a warp: the expanded nodes' exact distances
   uint32_t* done_id;
   uint32_t* failed_node;       // the first node whose record could not be read
@@ -49,11 +48,7 @@ __global__ void beam_search(kernel_params p) {
   uint32_t* picks = lid + p.list;
   uint8_t* lx = reinterpret_cast<uint8_t*>(picks + 32);
   uint64_t* seen = p.seen + warp * p.seen_slots;
-  uint8_t* const own = p.records + warp * p.record_stride;
-  uint8_t* const kept = own + ((h.record_bytes + 15) & ~15u);  // warp_pages whole pages
-  // Lane j < warp_pages: the page slot j holds (no_neighbour: none); kept
-  // from query to query (the file does not change under a search).
-  uint32_t slot_page = no_neighbour, victim = 0;
+  uint8_t* rec = p.records + warp * p.record_stride;
   float* dd = p.done_d + warp * p.cap;
   uint32_t* did = p.done_id + warp * p.cap;
   const uint32_t deg_at = record_degree_at(h.dim, h.type);
@@ -97,35 +92,11 @@ __global__ void beam_search(kernel_params p) {
       }
       __syncwarp();
       if (picked == 0) break;
-      // Prefetch the picks' pages, but not those the warp keeps.
-      {
-        const uint32_t mine = lane < picked ? picks[lane] / h.records_per_page : no_neighbour;
-        bool have = false;
-        for (uint32_t j = 0; j < p.warp_pages; ++j) have |= __shfl_sync(0xffffffffu, slot_page, j) == mine;
-        if (lane < picked && !have) p.v.records.prefetch(record_offset(h, picks[lane]));
-      }
+      if (lane < picked) p.v.records.prefetch(record_offset(h, picks[lane]));
       for (uint32_t j = 0; j < picked; ++j) {
         const uint32_t node = picks[j];
-        const uint32_t page = node / h.records_per_page;
-        const uint8_t* rec = own;
-        request_status s{};
-        const unsigned held = __ballot_sync(0xffffffffu, lane < p.warp_pages && slot_page == page);
-        if (held) {
-          rec = kept + uint64_t(__ffs(held) - 1) * h.page_bytes + (node % h.records_per_page) * h.record_bytes;
-        } else if (p.warp_pages) {
-          uint8_t* slot = kept + uint64_t(victim) * h.page_bytes;
-          s = p.v.records.read_range(w, slot, uint64_t(page) * h.page_bytes, h.page_bytes);
-          if (s.ok()) {
-            if (lane == victim) slot_page = page;
-            victim = victim + 1 == p.warp_pages ? 0 : victim + 1;
-            rec = slot + (node % h.records_per_page) * h.record_bytes;
-          } else if (lane == victim) {
-            slot_page = no_neighbour;
-          }
-        } else {
-          s = p.v.records.read_range(w, own, record_offset(h, node), h.record_bytes);
-        }
-        if (!held && !s.ok()) {
+        const request_status s = p.v.records.read_range(w, rec, record_offset(h, node), h.record_bytes);
+        if (!s.ok()) {
           if (lane == 0) atomicCAS(p.failed_node, no_neighbour, node);
           failed = true;
           break;
@@ -211,7 +182,7 @@ struct gpu_search::state {
   device_buffer<unsigned long long> counts;
   device_buffer<uint32_t> failed;
   uint64_t warps = 0;
-  uint32_t seen_slots = 0, cap = 0, stride = 0;
+  uint32_t seen_slots = 0, cap = 0;
 };
 
 gpu_search::gpu_search(const vector_index& index) : s_(std::make_unique<state>()) {
@@ -298,9 +269,8 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
     throw error("vector search: a page cache of " + std::to_string(index.cache().slots()) + " pages is too small for " +
                 std::to_string(resident) + " warps holding " + std::to_string(pins) + " pages each");
   const uint64_t warps = blocks * per_block;
-  if (o.warp_pages > 8) throw error("vector search: warp_pages at most 8");
-  const uint32_t stride = ((h.record_bytes + 15) & ~15u) + o.warp_pages * h.page_bytes;
-  if (warps > s_->warps || slots != s_->seen_slots || cap > s_->cap || stride != s_->stride) {
+  const uint32_t stride = (h.record_bytes + 15) & ~15u;
+  if (warps > s_->warps || slots != s_->seen_slots || cap > s_->cap) {
     s_->seen.reset(warps * slots);
     s_->seen.zero();
     s_->epochs.reset(warps);
@@ -311,7 +281,6 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
     s_->warps = warps;
     s_->seen_slots = slots;
     s_->cap = cap;
-    s_->stride = stride;
   }
   const uint32_t none = no_neighbour;
   check_cuda(cudaMemcpy(s_->failed.p, &none, 4, cudaMemcpyHostToDevice), "cudaMemcpy");
@@ -336,7 +305,6 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   p.epochs = s_->epochs.p;
   p.records = s_->records.p;
   p.record_stride = stride;
-  p.warp_pages = o.warp_pages;
   p.done_d = s_->done_d.p;
   p.done_id = s_->done_id.p;
   p.failed_node = s_->failed.p;

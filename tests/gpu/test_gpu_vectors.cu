@@ -88,17 +88,12 @@ TEST(GpuVectorSearch, TheSameAnswersAsCpuClientsBitForBit) {
       o.k = 10;
       o.list = list;
       o.width = sh.width;
-      const answers cpu = on_cpu(c, o);
-      answers gpu;
-      for (const uint32_t kept : {0u, 3u}) {  // records through the shared cache only, and pages a warp keeps
-        o.warp_pages = kept;
-        gpu = on_gpu(c, o, pages);
-        EXPECT_EQ(cpu.ids, gpu.ids) << "list " << list << ", warp pages " << kept;
-        EXPECT_EQ(0, std::memcmp(cpu.d.data(), gpu.d.data(), cpu.d.size() * 4)) << "list " << list << ", warp pages " << kept;
-        EXPECT_EQ(cpu.counts.expansions, gpu.counts.expansions);
-        EXPECT_EQ(cpu.counts.distances, gpu.counts.distances);
-        EXPECT_EQ(gpu.counts.bad_ids, 0u);
-      }
+      const answers cpu = on_cpu(c, o), gpu = on_gpu(c, o, pages);
+      EXPECT_EQ(cpu.ids, gpu.ids) << "list " << list;
+      EXPECT_EQ(0, std::memcmp(cpu.d.data(), gpu.d.data(), cpu.d.size() * 4)) << "list " << list;
+      EXPECT_EQ(cpu.counts.expansions, gpu.counts.expansions);
+      EXPECT_EQ(cpu.counts.distances, gpu.counts.distances);
+      EXPECT_EQ(gpu.counts.bad_ids, 0u);
       const double recall = recall_at(10, gpu.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
       std::printf("  %s list %u: recall@10 %.4f, %.1f records a query\n", type_name(sh.t), list, recall,
                   double(gpu.counts.expansions) / double(c.nq));
@@ -159,15 +154,11 @@ TEST(GpuVectorSearch, ADamagedRecordIsNamed) {
   all[h.records_at + record_offset(h, h.entry) + 4] ^= 0x21;
   scratch_file bad("bad.dwv");
   std::ofstream(bad.path(), std::ios::binary).write(all.data(), std::streamsize(all.size()));
-  for (const uint32_t kept : {0u, 2u}) {  // a record read alone, or its whole page
-    search_options o;
-    o.warp_pages = kept;
-    try {
-      on_gpu(c, o, 512, bad.path());
-      ADD_FAILURE() << "a damaged record was searched (warp pages " << kept << ")";
-    } catch (const data_error& e) {
-      const uint32_t row = index_file(c.index.path()).read_labels()[h.entry];
-      EXPECT_NE(std::string(e.what()).find("node " + std::to_string(row)), std::string::npos) << e.what();
-    }
+  try {
+    on_gpu(c, search_options{}, 512, bad.path());
+    ADD_FAILURE() << "a damaged record was searched";
+  } catch (const data_error& e) {
+    const uint32_t row = index_file(c.index.path()).read_labels()[h.entry];
+    EXPECT_NE(std::string(e.what()).find("node " + std::to_string(row)), std::string::npos) << e.what();
   }
 }

@@ -25,12 +25,6 @@ struct search_options {
   uint32_t list = 64;   // candidates kept (>= k)
   uint32_t width = 4;   // records read a step (the beam)
   uint32_t max_expansions = 0;  // 0: 2 * list
-  // GPU clients: whole pages a warp keeps of its own, the last it read (0 to
-  // 8). With records laid out a page a neighbourhood, a search's next steps
-  // are often in the page it just read: kept, they cost no access to the
-  // shared cache and no read of the storage. Device memory: warps x
-  // warp_pages x page bytes. CPU clients ignore it; answers are the same.
-  uint32_t warp_pages = 0;
 };
 
 inline constexpr uint32_t no_neighbour = std::numeric_limits<uint32_t>::max();

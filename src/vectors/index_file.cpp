@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <utility>
 
 #include "common/file_io.hpp"
 #include "deepwell/common/crc32c.hpp"
@@ -97,24 +98,21 @@ void index_file::open(uint64_t size) {
     throw data_error(path_ + ": the sums section does not match its checksum");
 }
 
-uint64_t index_file::section_at(index_section s) const {
+namespace {
+// Where section s lies in the file: {offset, bytes}.
+std::pair<uint64_t, uint64_t> place_of(const index_header& h, index_section s) {
   switch (s) {
-    case index_section::records: return h_.records_at;
-    case index_section::codebook: return h_.codebook_at;
-    case index_section::codes: return h_.codes_at;
-    case index_section::labels: return h_.labels_at;
+    case index_section::records: return {h.records_at, h.records_bytes};
+    case index_section::codebook: return {h.codebook_at, h.codebook_bytes};
+    case index_section::codes: return {h.codes_at, h.codes_bytes};
+    case index_section::labels: return {h.labels_at, h.labels_bytes};
   }
-  return 0;
+  return {0, 0};
 }
-uint64_t index_file::section_bytes(index_section s) const {
-  switch (s) {
-    case index_section::records: return h_.records_bytes;
-    case index_section::codebook: return h_.codebook_bytes;
-    case index_section::codes: return h_.codes_bytes;
-    case index_section::labels: return h_.labels_bytes;
-  }
-  return 0;
-}
+}  // namespace
+
+uint64_t index_file::section_at(index_section s) const { return place_of(h_, s).first; }
+uint64_t index_file::section_bytes(index_section s) const { return place_of(h_, s).second; }
 uint64_t index_file::first_sum(index_section s) const {
   uint64_t first = 0;
   for (index_section t : all_sections) {

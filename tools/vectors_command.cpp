@@ -246,7 +246,7 @@ void add_vectors_command(CLI::App& app, vectors_command& v) {
   v.build->add_option("--list", v.shape.list, "the build's search list")->check(CLI::Range(1u, 4096u));
   v.build->add_option("--alpha", v.shape.alpha, "RobustPrune's alpha")->check(CLI::Range(1.0f, 4.0f));
   v.build->add_option("--passes", v.shape.passes, "Vamana passes after the first graph")->check(CLI::Range(0u, 8u));
-  v.build->add_option("--subspaces", v.shape.pq_subspaces, "quantiser subspaces (0: dim / 4 where it divides, at most 64)");
+  v.build->add_option("--subspaces", v.shape.pq_subspaces, "quantiser subspaces (0: dim / 4, dim / 2 for ip, where it divides; at most 64)");
   v.build->add_option("--json", v.json, "append the build's record to this file");
   type(v.build, "the vectors'");
   v.build->add_option("--layout", v.layout, "records in pages: neighbourhoods (a node and its neighbours a page) or rows")

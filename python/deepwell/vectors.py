@@ -94,7 +94,7 @@ def build(data, path, *, metric: str = "l2", degree: int = 0, list_size: int = 0
     """Builds the index of ``data`` ((n, dim) float32, float16 or uint8; NumPy or torch) into ``path``
     on CPU threads. ``metric``: "l2" or "ip". ``degree`` (neighbours a node, default 32), ``list_size``
     (the build's search list, default 64), ``alpha`` (default 1.2), ``passes`` (Vamana passes, default 2),
-    ``pq_subspaces`` (default dim / 4 where it divides, at most 64). Returns the build's report."""
+    ``pq_subspaces`` (default dim / 4, dim / 2 for "ip", where it divides; at most 64). Returns the build's report."""
     if metric not in METRICS:
         raise InvalidArgument(f"metric must be one of {sorted(METRICS)}, not {metric!r}")
     a = _host_rows(data, "the vectors")

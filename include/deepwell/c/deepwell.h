@@ -377,7 +377,7 @@ typedef struct dw_vectors_build_options {
   uint32_t degree;       /* neighbours a node at most, 1 to 256; 0: 32 */
   uint32_t list;         /* the build's search list, >= degree; 0: 64 */
   uint32_t passes;       /* Vamana passes after the first graph; default 2 */
-  uint32_t pq_subspaces; /* quantiser subspaces dividing dim; 0: dim / 4 where it divides, at most 64 */
+  uint32_t pq_subspaces; /* quantiser subspaces dividing dim; 0: dim / 4 (dim / 2 for the inner product) where it divides, at most 64 */
   uint32_t page_bytes;   /* 0: the smallest power of two >= 4096 holding a record */
   uint32_t threads;      /* 0: every core */
   float alpha;           /* RobustPrune's, 1 to 4; 0: 1.2 */

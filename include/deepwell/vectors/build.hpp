@@ -28,7 +28,7 @@ struct build_options {
   uint32_t list = 64;          // the passes' search list (L)
   float alpha = 1.2f;          // RobustPrune's
   uint32_t passes = 2;         // Vamana passes after the first graph
-  uint32_t pq_subspaces = 0;   // 0: dim / 4 where it divides, at most 64
+  uint32_t pq_subspaces = 0;   // 0: dim / 4 (dim / 2 for the inner product) where it divides, at most 64
   uint32_t page_bytes = 0;     // 0: the smallest power of two >= 4096 that holds a record
   record_layout layout = record_layout::neighbourhoods;
   uint64_t seed = 1;           // recorded (the build itself is deterministic)
@@ -57,7 +57,7 @@ struct build_report {
 // that fails (disk full), a stop asked by keep_going.
 build_report build_index(const vector_set& data, metric m, const std::string& path, const build_options& o = {});
 
-// The subspaces the library picks for `dim` (build_options::pq_subspaces 0).
-uint32_t default_pq_subspaces(uint32_t dim);
+// The subspaces the library picks for `dim` and `m` (build_options::pq_subspaces 0).
+uint32_t default_pq_subspaces(uint32_t dim, metric m = metric::l2);
 
 }  // namespace deepwell::vectors

@@ -441,7 +441,7 @@ class gpu_engine final : public graph_engine {
     upload_graph(adj, ids, deg);
     next_ids.reset(r_.n * s_.degree);
     next_deg.reset(r_.n);
-    const uint32_t room = std::max<uint32_t>(4 * s_.list, 64);
+    const uint32_t room = s_.gpu_search_room ? s_.gpu_search_room : std::max<uint32_t>(4 * s_.list, 64);
     uint32_t slots = 1024;
     while (slots < 2ull * (1ull + uint64_t(room) * s_.degree)) slots *= 2;
     const uint32_t warp_smem = (9 * s_.list + 15) & ~15u;
@@ -599,10 +599,12 @@ class gpu_engine final : public graph_engine {
 
 }  // namespace
 
+std::unique_ptr<graph_engine> make_gpu_graph_engine(float_rows rows, const graph_shape& shape) {
+  return std::make_unique<gpu_engine>(rows, shape);
+}
+
 build_report build_index_on_gpu(const vector_set& data, metric m, const std::string& path, const build_options& o) {
-  return build_index_with(data, m, path, o, [](float_rows rows, const graph_shape& shape) -> std::unique_ptr<graph_engine> {
-    return std::make_unique<gpu_engine>(rows, shape);
-  });
+  return build_index_with(data, m, path, o, make_gpu_graph_engine);
 }
 
 }  // namespace deepwell::vectors

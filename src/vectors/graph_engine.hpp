@@ -39,6 +39,10 @@ struct graph_shape {
   uint32_t list = 64;
   float alpha = 1.2f;
   unsigned threads = 0;
+  // The GPU pass: expanded nodes a node's search may hold before the node is
+  // redone on the CPU (0: 4 x list, at least 64). Small in tests, so that
+  // the redo runs.
+  uint32_t gpu_search_room = 0;
 };
 
 class graph_engine {
@@ -67,6 +71,10 @@ class graph_engine {
 using engine_factory = std::function<std::unique_ptr<graph_engine>(float_rows, const graph_shape&)>;
 
 std::unique_ptr<graph_engine> make_cpu_graph_engine(float_rows rows, const graph_shape& shape);
+
+// The GPU engine (build_gpu.cu; builds with CUDA): the vectors and the
+// graph in the current device's memory.
+std::unique_ptr<graph_engine> make_gpu_graph_engine(float_rows rows, const graph_shape& shape);
 
 // Node p's list in a pass (graph_engine::pass) on this thread: where a GPU
 // pass's search outgrows its room.

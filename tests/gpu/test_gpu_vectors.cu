@@ -16,6 +16,7 @@
 #include "deepwell/vectors/gpu_build.hpp"
 #include "deepwell/vectors/gpu_search.hpp"
 #include "deepwell/vectors/index.hpp"
+#include "vectors/graph_engine.hpp"
 
 using namespace deepwell;
 using namespace deepwell::vectors;
@@ -141,6 +142,23 @@ TEST(GpuVectorBuild, WritesTheCpuBuildsFileByteForByte) {
     while (first < a.size() && a[first] == b[first]) ++first;
     EXPECT_EQ(first, a.size()) << "the files differ first at byte " << first;
   }
+}
+
+// A node whose search outgrows the GPU pass's room is redone on the CPU:
+// with room for 8 expanded nodes nearly every node is, and the file is
+// still the CPU build's.
+TEST(GpuVectorBuild, NodesRedoneOnTheCpuGiveTheSameFile) {
+  build_options bo;
+  bo.degree = 16;
+  bo.list = 32;
+  bo.resume = false;
+  const vectors_case c(4000, 24, vector_type::f32, metric::l2, 10, bo);
+  scratch_file on_gpu("gpu-redo.dwv");
+  build_index_with(c.base, metric::l2, on_gpu.path(), bo, [](float_rows rows, graph_shape shape) {
+    shape.gpu_search_room = 8;
+    return make_gpu_graph_engine(rows, shape);
+  });
+  EXPECT_EQ(bytes_of(c.index.path()), bytes_of(on_gpu.path()));
 }
 
 TEST(GpuVectorSearch, ADamagedRecordIsNamed) {

@@ -99,10 +99,20 @@ int build(const vectors_command& v) {
   o.progress = true;
   o.layout = v.layout == "rows" ? record_layout::by_row : record_layout::neighbourhoods;
   // On the GPU where there is one: the same file as on CPU threads, sooner.
-  const bool gpu = !v.cpu && no_gpu_reason().empty();
+  bool gpu = !v.cpu && no_gpu_reason().empty();
   const auto t = std::chrono::steady_clock::now();
-  const build_report r = gpu ? build_vectors_on_gpu(f.set(), parse_metric(v.metric), v.index, o)
-                             : build_index(f.set(), parse_metric(v.metric), v.index, o);
+  build_report r;
+  try {
+    r = gpu ? build_vectors_on_gpu(f.set(), parse_metric(v.metric), v.index, o)
+            : build_index(f.set(), parse_metric(v.metric), v.index, o);
+  } catch (const error& e) {
+    // Too large for the GPU's memory: the CPU threads write the same file
+    // (resuming after the phases the GPU finished).
+    if (!gpu || std::string(e.what()).find("cudaErrorMemoryAllocation") == std::string::npos) throw;
+    std::fprintf(stderr, "vectors build: the GPU ran out of memory (%s); building on CPU threads\n", e.what());
+    gpu = false;
+    r = build_index(f.set(), parse_metric(v.metric), v.index, o);
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   std::printf("%s: %llu vectors, %llu edges, %u subspaces; on the %s, %.2f s (quantiser %.2f, graph %.2f, write %.2f)%s\n",
               v.index.c_str(), (unsigned long long)r.vectors, (unsigned long long)r.edges, r.pq_subspaces,

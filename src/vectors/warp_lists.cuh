@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "deepwell/cache/gpu_launch.hpp"
 #include "deepwell/common/detail/hash.hpp"
@@ -19,7 +20,9 @@ struct device_buffer {
     if (p) cudaFree(p);
     p = nullptr;
     n = count;
-    if (count) check_cuda(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc (vectors)");
+    if (count)
+      check_cuda(cudaMalloc(&p, count * sizeof(T)),
+                 ("cudaMalloc of " + std::to_string(count * sizeof(T)) + " bytes (vectors)").c_str());
   }
   void zero() {
     if (n) check_cuda(cudaMemset(p, 0, n * sizeof(T)), "cudaMemset");

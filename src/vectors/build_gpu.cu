@@ -406,6 +406,7 @@ class gpu_engine final : public graph_engine {
 
   adjacency group_graph(const std::vector<uint32_t>& near, uint32_t ways,
                         const std::vector<std::vector<uint32_t>>& members, uint32_t per) override {
+    if (per == 0) return adjacency(r_.n);  // one vector: no neighbours to find
     const uint64_t smem = uint64_t(group_tile) * per * 8;
     if (smem > uint64_t(max_smem_))
       throw error("GPU vector build: " + std::to_string(per) + " candidates a member do not fit shared memory");

@@ -102,7 +102,9 @@ TEST(VectorSearch, TheInnerProductsDefaultCodesKeepItsRecall) {
   build_options bo;
   bo.degree = 24;
   bo.list = 48;
-  const vectors_case c(8000, 40, vector_type::f16, metric::inner_product, test::scale_div > 1 ? 60 : 200, bo);
+  // Half under ThreadSanitizer (there the old codes passed too; the subspace count still tells).
+  const vectors_case c(test::scale_div > 1 ? 4000 : 8000, 40, vector_type::f16, metric::inner_product,
+                       test::scale_div > 1 ? 60 : 200, bo);
   EXPECT_EQ(c.report.pq_subspaces, 20u);
   search_options o;
   o.k = 10;

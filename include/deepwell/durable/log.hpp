@@ -116,7 +116,12 @@ struct record {
     for (uint32_t j = 0; j + 1 < entry_words; ++j) h = mix64(h ^ (uint64_t(w[j]) << 8 | j));
     return uint32_t(h ^ (h >> 32));
   }
-  DW_HD bool valid(uint64_t seed) const { return checksum(w, seed) == w[entry_words - 1]; }
+  // A record of a known kind whose checksum matches. A slot never written
+  // is zeros, of kind 0: without the kind's test its checksum would match
+  // by chance once in 2^32 slots, and a log has millions of them.
+  DW_HD bool valid(uint64_t seed) const {
+    return (is_entry() || is_end()) && checksum(w, seed) == w[entry_words - 1];
+  }
   DW_HD void seal(uint64_t seed) { w[entry_words - 1] = checksum(w, seed); }
 
   DW_HD static record entry(uint32_t kind, uint32_t array, uint64_t txid, uint64_t index, uint64_t value,

@@ -1,5 +1,11 @@
 """deepwell.vectors with CPU clients: recall against brute force, the
-answers' shapes and order, and bad input refused by name."""
+answers' shapes and order, the same answers under `deepwell serve` by the
+dataset's name, and bad input refused by name."""
+import os
+import signal
+import subprocess
+import time
+
 import numpy as np
 import pytest
 
@@ -46,6 +52,44 @@ def test_search_finds_the_nearest(data):
         ids2, dist2, counts = index.search(queries, k=10, list_size=64, return_counts=True)
         np.testing.assert_array_equal(ids, ids2)
         assert counts["expansions"] >= 60 * 10 and counts["bad_ids"] == 0
+
+
+def test_under_a_server_the_same_answers_by_the_datasets_name(data, tmp_path, deepwell_cli):
+    """The index a server's dataset: opened by its name (no file of that name
+    here), its header, codes and records all read over the link."""
+    _, queries, path, _, _ = data
+    sock = tmp_path / "dw.sock"
+    (tmp_path / "ds.toml").write_text(f"""
+[server]
+socket = "{sock}"
+[[dataset]]
+name = "vecs"
+file = "{path}"
+[[grant]]
+dataset = "vecs"
+uid = {os.getuid()}
+""")
+    with dv.open(path, device="cpu", cache_size="128KiB") as local:
+        want = local.search(queries, k=10, list_size=64, return_counts=True)
+    proc = subprocess.Popen([deepwell_cli, "serve", "--config", str(tmp_path / "ds.toml")], stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if sock.exists():
+                break
+            time.sleep(0.02)
+        assert sock.exists(), "the server did not start"
+        deepwell.connect(str(sock))
+        try:
+            with dv.open("vecs", device="cpu", cache_size="128KiB") as served:
+                got = served.search(queries, k=10, list_size=64, return_counts=True)
+        finally:
+            deepwell.disconnect()
+        np.testing.assert_array_equal(want[0], got[0])
+        np.testing.assert_array_equal(want[1], got[1])
+        assert want[2] == got[2]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()
 
 
 def test_bad_input_is_refused_by_name(data, tmp_path):

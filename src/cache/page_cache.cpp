@@ -2,6 +2,7 @@
 // datasets, and the CPU backend (slots in host memory, CPU threads as
 // clients). The GPU backend is src/cache/gpu_page_cache.cu.
 #include "deepwell/cache/page_cache.hpp"
+#include "deepwell/common/defaults.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -216,7 +217,7 @@ const uint8_t* page_cache::host_mapping_of(uint32_t nsid, const namespace_info& 
   const bool files = info.read_only && cfg_.direct_files != cache_config::file_tier::never;
   std::shared_ptr<const host_mapping> m = link_->map_dataset(nsid, files);
   if (!m) return nullptr;
-  if (m->file && cfg_.direct_files == cache_config::file_tier::resident && m->resident < 1.0) {
+  if (m->file && cfg_.direct_files == cache_config::file_tier::resident && m->resident < defaults::builtin::direct_resident_share) {
     char share[32];
     std::snprintf(share, sizeof share, "%.1f%%", 100 * m->resident);
     why_not = std::string("only ") + share + " of the file was in the page cache when it was added";

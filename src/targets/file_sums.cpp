@@ -1,5 +1,6 @@
 // Block sums of read-only files' sections (include/deepwell/targets/file_sums.hpp).
 #include "deepwell/targets/file_sums.hpp"
+#include "deepwell/common/defaults.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -121,7 +122,7 @@ class checked_section_target final : public checksummed_target {
 
   std::shared_ptr<host_mapping> map_readonly() const override {
     std::shared_ptr<host_mapping> m = data_->map_readonly();
-    if (!m || m->resident < 1.0) return nullptr;
+    if (!m || m->resident < defaults::builtin::direct_resident_share) return nullptr;
     if (first_bad_block(m->data, m->bytes, sums_.data()) != UINT64_MAX) return nullptr;
     return m;
   }

@@ -27,6 +27,11 @@ constexpr uint32_t cpu_queue_pairs = 4;       // a CPU cache's queue pairs
 constexpr uint32_t queue_entries = 512;       // entries per queue pair
 constexpr uint64_t timeout_ms = 30000;        // deadline of every wait inside an access
 constexpr const char* direct_files = "resident";  // never, resident or always
+// "resident": the share of a file that must be in the page cache for the
+// direct tier to map it. Not all of it: a file read whole a moment ago can
+// lose a few pages to reclaim on a loaded machine, and a mapping faults
+// them back in.
+constexpr double direct_resident_share = 0.99;
 constexpr double clean_threshold = 1.0 / 16;  // dirty share of the slots above which the cleaner runs
 constexpr const char* staging_stores = "streaming";  // streaming, cached or demote
 constexpr uint32_t max_cpu_threads = 16;      // a CPU client's gather threads: the cores, at most this

@@ -162,14 +162,18 @@ class builder {
     std::vector<uint32_t> bfs;
     bfs.reserve(n_);
     std::vector<char> seen(n_, 0), placed(n_, 0);
-    for (uint64_t root = entry, next_root = 0; bfs.size() < n_;) {
+    // Breadth-first from the entry, then from each row it does not reach.
+    auto visit = [&](uint64_t root) {
+      if (seen[root]) return;
       seen[root] = 1;
-      for (size_t head = bfs.size(), q = (bfs.push_back(uint32_t(root)), head); q < bfs.size(); ++q)
+      size_t q = bfs.size();
+      bfs.push_back(uint32_t(root));
+      for (; q < bfs.size(); ++q)
         for (const uint32_t v : adj_[bfs[q]])
           if (!seen[v]) seen[v] = 1, bfs.push_back(v);
-      while (next_root < n_ && seen[next_root]) ++next_root;  // a part the entry does not reach
-      root = next_root;
-    }
+    };
+    visit(entry);
+    for (uint64_t root = 0; root < n_; ++root) visit(root);
     for (const uint32_t u : bfs) {
       if (placed[u]) continue;
       const size_t start = rows.size();

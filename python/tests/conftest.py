@@ -1,6 +1,10 @@
+import contextlib
 import os
 import pathlib
 import shutil
+import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -37,3 +41,21 @@ def deepwell_cli() -> str:
         if p and os.path.exists(p):
             return str(p)
     pytest.skip("no `deepwell` command built (scripts/setup builds build/bin/deepwell; or set DEEPWELL_CLI)")
+
+
+@contextlib.contextmanager
+def serving(cli: str, config: pathlib.Path, sock: pathlib.Path):
+    """`deepwell serve --config CONFIG` until the block ends; yields once its
+    socket is there, and checks that it stops cleanly (exit 0, socket gone)."""
+    proc = subprocess.Popen([cli, "serve", "--config", str(config)], stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if sock.exists():
+                break
+            time.sleep(0.02)
+        assert sock.exists(), "the server did not start"
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()
+    assert not sock.exists(), "the server removes its socket when it stops"

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import deepwell
+from conftest import serving
 
 
 @pytest.fixture
@@ -60,17 +61,9 @@ uid = {uid + 4242}
 # to read for it what it could not read itself, unless the grant says so.
 widen = true
 """)
-    proc = subprocess.Popen([deepwell_cli, "serve", "--config", str(tmp_path / "ds.toml")], stderr=subprocess.PIPE)
-    for _ in range(200):
-        if sock.exists():
-            break
-        time.sleep(0.02)
-    assert sock.exists(), "the server did not start"
-    yield str(sock), data, tmp_path
-    deepwell.disconnect()
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()
-    assert not sock.exists(), "the server removes its socket when it stops"
+    with serving(deepwell_cli, tmp_path / "ds.toml", sock):
+        yield str(sock), data, tmp_path
+        deepwell.disconnect()
 
 
 def test_rows_come_from_the_server_byte_for_byte(server):

@@ -2,15 +2,13 @@
 answers' shapes and order, the same answers under `deepwell serve` by the
 dataset's name, and bad input refused by name."""
 import os
-import signal
-import subprocess
-import time
 
 import numpy as np
 import pytest
 
 import deepwell
 import deepwell.vectors as dv
+from conftest import serving
 
 
 def _mixture(n, dim, seed, centres):
@@ -71,25 +69,16 @@ uid = {os.getuid()}
 """)
     with dv.open(path, device="cpu", cache_size="128KiB") as local:
         want = local.search(queries, k=10, list_size=64, return_counts=True)
-    proc = subprocess.Popen([deepwell_cli, "serve", "--config", str(tmp_path / "ds.toml")], stderr=subprocess.PIPE)
-    try:
-        for _ in range(200):
-            if sock.exists():
-                break
-            time.sleep(0.02)
-        assert sock.exists(), "the server did not start"
+    with serving(deepwell_cli, tmp_path / "ds.toml", sock):
         deepwell.connect(str(sock))
         try:
             with dv.open("vecs", device="cpu", cache_size="128KiB") as served:
                 got = served.search(queries, k=10, list_size=64, return_counts=True)
         finally:
             deepwell.disconnect()
-        np.testing.assert_array_equal(want[0], got[0])
-        np.testing.assert_array_equal(want[1], got[1])
-        assert want[2] == got[2]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()
+    np.testing.assert_array_equal(want[0], got[0])
+    np.testing.assert_array_equal(want[1], got[1])
+    assert want[2] == got[2]
 
 
 def test_bad_input_is_refused_by_name(data, tmp_path):

@@ -5,7 +5,10 @@
 // through the controller. Writers store what the word holds (word i holds
 // i), so every read is checked. Each run's time (the accesses plus the
 // flush() that makes the writes durable) is compared with the read-only
-// run's: ratios.vs_read_only = read-only time / this time.
+// run's: ratios.vs_read_only = read-only time / this time. On the buffered
+// file, write-backs a second are also compared with the best of 1, 4 and 16
+// plain threads doing random 4 KiB pwrite()s to the same file
+// (--pwrite-seconds; ratios.writeback_vs_pwrite).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -21,6 +24,7 @@
 #include "deepwell/cache/page_cache.hpp"
 #include "deepwell/controller/embedded.hpp"
 #include "deepwell/views/array.hpp"
+#include "pwrite_loop.hpp"
 
 using namespace deepwell;
 using json = nlohmann::json;
@@ -59,6 +63,7 @@ int main(int argc, char** argv) {
   uint64_t data = 256ull << 20;
   unsigned threads = 8, pollers = 1;
   uint32_t ops = 20000;
+  double pwrite_seconds = 1.0;
   CLI::App app{"deepwell mixed read/write benchmark (CPU clients, CPU page cache at 5% of the data)"};
   app.add_option("--locations", locations, "pagecache | hostmem | odirect");
   app.add_option("--writers", writer_pcts, "percent of threads that write (0 is the baseline; always run)");
@@ -66,6 +71,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "client threads");
   app.add_option("--ops", ops, "accesses per thread");
   app.add_option("--pollers", pollers, "controller poller threads");
+  app.add_option("--pwrite-seconds", pwrite_seconds, "each plain pwrite loop's time on the buffered file (0: none)");
   app.add_option("--file", file_path, "data file (rewritten with the pattern)");
   app.add_option("--json", json_path, "append one JSON line per run");
   app.add_option("--commit", commit, "commit hash to record");
@@ -88,6 +94,13 @@ int main(int argc, char** argv) {
         fo.writable = true;
         fo.direct = loc == "odirect";
         t = open_file_target(file_path, fo);
+      }
+      nlohmann::json pwrite_baseline;
+      if (loc == "pagecache" && pwrite_seconds > 0) {
+        pwrite_baseline = bench::best_pwrite_loop(file_path, data, 4096, {1, 4, 16}, pwrite_seconds);
+        std::printf("plain pwrite loop, best of 1/4/16 threads: %.0f writes/s (%d threads); 1 beside 4 readers: %.0f\n",
+                    pwrite_baseline["best"].value("writes_per_s", 0.0), pwrite_baseline["best"].value("threads", 0),
+                    pwrite_baseline["beside_readers"].value("writes_per_s", 0.0));
       }
       const uint32_t ns = ctl.add_namespace({t, std::max<uint32_t>(512, t->io_alignment()), false});
       cache_config cc;
@@ -133,6 +146,7 @@ int main(int argc, char** argv) {
         const cache_stats st = cache->stats();
         if (pct == 0) read_only_secs = secs;
         const double ratio = read_only_secs / secs;
+        const double writebacks_per_s = double(st.writebacks) / secs;
         std::printf("cpu mixed %s writers=%u%%: %.3f s (accesses %.3f, flush %.3f), %llu misses, %llu write-backs "
                     "(%llu by the cleaner), read-only/this = %.2f, wrong %llu, failed %llu\n",
                     loc.c_str(), pct, secs, access_secs, secs - access_secs, (unsigned long long)st.misses,
@@ -150,8 +164,16 @@ int main(int argc, char** argv) {
                         {"writes", writes.load()},   {"misses", st.misses},           {"writebacks", st.writebacks},
                         {"cleans", st.cleans},       {"reaped", st.reaped},           {"wrong", wrong.load()},
                         {"failed", failed.load()}};
+        j["metrics"]["writebacks_per_s"] = writebacks_per_s;
         j["baselines"] = {{"read_only_seconds", read_only_secs}};
         j["ratios"] = {{"vs_read_only", ratio}};
+        if (!pwrite_baseline.is_null() && pct > 0) {
+          j["baselines"]["pwrite_loop"] = pwrite_baseline;
+          const double best = pwrite_baseline["best"].value("writes_per_s", 0.0);
+          if (best > 0) j["ratios"]["writeback_vs_pwrite"] = writebacks_per_s / best;
+          std::printf("  %.0f write-backs/s = %.3f of the plain pwrite loop\n", writebacks_per_s,
+                      best > 0 ? writebacks_per_s / best : 0.0);
+        }
         if (!json_path.empty()) std::ofstream(json_path, std::ios::app) << j.dump() << "\n";
         if (wrong || failed) status = 1;
       }

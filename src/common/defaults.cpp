@@ -75,6 +75,9 @@ std::string io_backend() {
   const std::string s = env_choice("DEEPWELL_IO", builtin::io_backend, {"uring", "io_uring", "threads", "auto"});
   return s == "io_uring" ? "uring" : s;
 }
+std::string buffered_writes() {
+  return env_choice("DEEPWELL_BUFFERED_WRITES", builtin::buffered_writes, {"lane", "inline", "merged"});
+}
 uint32_t poller_spin_us() {
   return uint32_t(env_number("DEEPWELL_POLLER_SPIN_US", builtin::poller_spin_us, 0, 1000000));
 }
@@ -124,6 +127,9 @@ std::vector<knob> knobs() {
       {"DEEPWELL_POLLERS", n(builtin::pollers()), n(pollers()), "controller poller threads (half the cores, 2 to 8)"},
       {"DEEPWELL_IO_DEPTH", n(builtin::io_depth), n(io_depth()), "I/O in flight per poller"},
       {"DEEPWELL_IO", builtin::io_backend, io_backend(), "I/O backend: uring, threads or auto"},
+      {"DEEPWELL_BUFFERED_WRITES", builtin::buffered_writes, buffered_writes(),
+       "io_uring backend, writes to page-cache files: lane (a thread), inline (the poller) or merged (the poller, "
+       "adjacent pages in one vectored write)"},
       {"DEEPWELL_LOG", builtin::log_level, log_level(),
        "what the library says on stderr: quiet, warn (a fallback to a slower path) or info (also each dataset's route)"},
       {"DEEPWELL_POLLER_SPIN_US", n(builtin::poller_spin_us), n(poller_spin_us()),

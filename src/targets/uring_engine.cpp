@@ -19,10 +19,18 @@
 //   shared for overwrites, and file_target allocates the files it creates
 //   for direct I/O so that their writes are overwrites too; one thread per
 //   file wrote random 4 KiB blocks about a quarter slower);
-// - buffered writes: a lane per file, one thread writing that file's writes
-//   one after another as io-wq would (lane fd % file_write_lanes): buffered
-//   writes to an ext4 file all take its inode lock, and four threads at once
-//   made a mixed read/write kernel about a tenth slower than one.
+// - buffered writes (DEEPWELL_BUFFERED_WRITES): by default on the poller
+//   itself at submit(), a pass's writes sorted and adjacent pages merged
+//   into one vectored write (buffered_writes.hpp). A buffered write is a
+//   copy into the page cache; handing it to a thread cost a wake-up each,
+//   and its completion waited for the poller's next look. A file whose
+//   write call blocks longer than inline_write_limit_ns (the kernel
+//   throttling dirty pages) goes to its lane for a while, so the poller
+//   does not stall. `lane`: always a lane per file, one thread writing that
+//   file's writes one after another as io-wq would (lane fd %
+//   file_write_lanes); buffered writes to an ext4 file all take its inode
+//   lock, and four threads at once made a mixed read/write kernel about a
+//   tenth slower than one.
 // Reads (never chained) and fsync stay on the ring. (Tried and dropped: a
 // watchdog queuing a no-op to io-wq, which let about one write through
 // each; O_DIRECT writes on the ring with RWF_NOWAIT and the refused ones
@@ -51,8 +59,10 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "deepwell/common/defaults.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/protocol/shared_atomic.hpp"
+#include "targets/buffered_writes.hpp"
 #include "targets/io_engines.hpp"
 #include "targets/op_fifo.hpp"
 #include "targets/op_pool.hpp"
@@ -78,6 +88,16 @@ constexpr unsigned direct_write_threads = 4;
 constexpr unsigned file_write_lanes = 8;
 // The ring's longest wait while writes are also in flight on the threads.
 constexpr uint64_t mixed_wait_ns = 20'000;
+// A buffered write call on the poller longer than this sends the file's
+// writes to its lane for lane_hold_ns (then, once the lane is empty, back).
+constexpr uint64_t inline_write_limit_ns = 2'000'000;
+constexpr uint64_t lane_hold_ns = 100'000'000;
+
+enum class buffered_mode : uint8_t { lane, inline_one, inline_merged };
+buffered_mode buffered_mode_from_defaults() {
+  const std::string m = defaults::buffered_writes();
+  return m == "lane" ? buffered_mode::lane : m == "inline" ? buffered_mode::inline_one : buffered_mode::inline_merged;
+}
 
 // Registrations are numbered across the process: an engine made where
 // another was freed must not repeat a number a passthrough ring still holds.
@@ -94,7 +114,7 @@ bool transient_submit_error(int ret) {
 
 class uring_engine final : public io_engine {
  public:
-  explicit uring_engine(unsigned depth) : depth_(depth), pool_(depth) {
+  explicit uring_engine(unsigned depth) : depth_(depth), buffered_(buffered_mode_from_defaults()), pool_(depth) {
     io_uring_params p{};
     p.flags = IORING_SETUP_CLAMP;
     int ret = io_uring_queue_init_params(depth, &ring_, &p);
@@ -105,6 +125,7 @@ class uring_engine final : public io_engine {
   // The write threads finish what they were given (their engine's
   // destructor) before the ring goes.
   ~uring_engine() override {
+    run_inline_writes();
     direct_writes_.reset();
     for (auto& lane : lanes_) lane.reset();
     drain_kernel();
@@ -115,6 +136,13 @@ class uring_engine final : public io_engine {
 
   void queue(const io_op& op) override {
     if (op.kind == io_op::write) {
+      if (op.offset <= max_io_offset && inline_write(op.fd)) {
+        uring_op* r = pool_.take();
+        r->op = op;
+        ++in_flight_;
+        inline_writes_.push_back(r);
+        return;
+      }
       if (io_engine* e = write_engine(op.fd)) {
         e->queue(op);
         return;
@@ -133,6 +161,7 @@ class uring_engine final : public io_engine {
   }
 
   void submit() override {
+    run_inline_writes();
     for (io_engine* e : write_engines_) e->submit();
     for (;;) {
       unsigned moved = move_overflow_to_sq();
@@ -177,7 +206,8 @@ class uring_engine final : public io_engine {
   }
 
   void wait(uint64_t timeout_ns) override {
-    if (!overflow_.empty() || io_uring_sq_ready(&ring_) > 0 || !write_engines_.empty()) submit();
+    if (!overflow_.empty() || io_uring_sq_ready(&ring_) > 0 || !write_engines_.empty() || !inline_writes_.empty())
+      submit();
     if (!finished_locally_.empty()) return;
     io_engine* writing = nullptr;  // a write engine with writes in flight
     unsigned busy = 0;
@@ -264,6 +294,76 @@ class uring_engine final : public io_engine {
         k = fl & O_DIRECT ? file_kind::direct : file_kind::buffered;
     }
     return k;
+  }
+
+  // Whether a write to fd runs on this thread at submit(): a buffered file,
+  // not in lane mode, and not held on its lane after a slow write (nor
+  // while the lane still has writes of it in flight: they keep their order).
+  bool inline_write(int fd) {
+    if (buffered_ == buffered_mode::lane || kind_of(fd) != file_kind::buffered) return false;
+    if (held_.empty()) return true;
+    for (size_t i = 0; i < held_.size(); ++i) {
+      if (held_[i].fd != fd) continue;
+      if (now_ns() < held_[i].until || write_engine(fd)->in_flight() != 0) return false;
+      held_[i] = held_.back();
+      held_.pop_back();
+      return true;
+    }
+    return true;
+  }
+
+  // The writes queued for this thread, run now; their completions are
+  // delivered by the next reap().
+  void run_inline_writes() {
+    if (inline_writes_.empty()) return;
+    recheck_direct();
+    if (inline_writes_.empty()) return;
+    ops_.clear();
+    for (uring_op* r : inline_writes_) ops_.push_back(&r->op);
+    results_.resize(inline_writes_.size());
+    const buffered_writes::slowest w =
+        writer_.run(ops_.data(), results_.data(), ops_.size(), buffered_ == buffered_mode::inline_merged);
+    for (size_t i = 0; i < inline_writes_.size(); ++i) {
+      inline_writes_[i]->result = results_[i];
+      finished_locally_.push_back(inline_writes_[i]);
+    }
+    inline_writes_.clear();
+    if (w.ns > inline_write_limit_ns) {
+      const uint64_t until = now_ns() + lane_hold_ns;
+      auto h = std::find_if(held_.begin(), held_.end(), [&](const held& x) { return x.fd == w.fd; });
+      if (h != held_.end())
+        h->until = until;
+      else
+        held_.push_back({w.fd, until});
+    }
+  }
+
+  // A descriptor number can be closed and reused for an O_DIRECT file,
+  // whose writes would then block this thread for a disk's latency each:
+  // once a batch, each file's mode is looked at again and such writes go
+  // to the direct-write threads.
+  void recheck_direct() {
+    int checked = -1;
+    bool direct = false;
+    size_t kept = 0;
+    for (uring_op* r : inline_writes_) {
+      const int fd = r->op.fd;
+      if (fd != checked) {
+        const int fl = fcntl(fd, F_GETFL);
+        direct = fl >= 0 && (fl & O_DIRECT);
+        checked = fd;
+        if (direct) fd_kind_[size_t(fd)] = file_kind::direct;
+      }
+      if (!direct) {
+        inline_writes_[kept++] = r;
+        continue;
+      }
+      const io_op op = r->op;
+      pool_.give(r);
+      --in_flight_;
+      write_engine(fd)->queue(op);
+    }
+    inline_writes_.resize(kept);
   }
 
   // The threads that take writes to fd (made on first use), or nullptr for
@@ -408,6 +508,16 @@ class uring_engine final : public io_engine {
   std::array<std::unique_ptr<io_engine>, file_write_lanes> lanes_;  // writes to buffered files, a lane per few files
   std::vector<io_engine*> write_engines_;                           // those of the above made so far
   std::vector<file_kind> fd_kind_;          // by descriptor
+  buffered_mode buffered_;
+  struct held {
+    int fd;
+    uint64_t until;
+  };
+  std::vector<held> held_;                  // buffered files whose writes go to their lane for now
+  std::vector<uring_op*> inline_writes_;    // buffered writes queued, run at the next submit()
+  std::vector<io_op*> ops_;                 // run_inline_writes' scratch
+  std::vector<int64_t> results_;
+  buffered_writes writer_;
   unsigned in_kernel_ = 0;  // SQEs prepared whose CQE has not been reaped yet
   unsigned in_flight_ = 0;  // queued and not reaped, wherever they are
   unsigned registered_buffers_ = 0;
@@ -415,7 +525,7 @@ class uring_engine final : public io_engine {
   uint64_t generation_ = 0;  // of registered_iov_ (registered())
   op_pool<uring_op> pool_;
   op_fifo<uring_op> overflow_;          // waiting for room in the SQ / CQ
-  op_fifo<uring_op> finished_locally_;  // rejected before reaching the kernel
+  op_fifo<uring_op> finished_locally_;  // rejected before reaching the kernel, or written inline
 };
 
 }  // namespace

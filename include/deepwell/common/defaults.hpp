@@ -16,6 +16,7 @@ namespace deepwell::defaults {
 namespace builtin {
 constexpr uint32_t io_depth = 512;            // I/O in flight per poller
 constexpr const char* io_backend = "auto";    // uring, threads or auto
+constexpr const char* buffered_writes = "merged";  // lane, inline or merged (io_engine.hpp)
 constexpr uint32_t poller_spin_us = 100;      // busy-poll this long after the last work, then sleep
 constexpr uint32_t poller_max_sleep_us = 200; // longest idle sleep between doorbell checks
 constexpr uint32_t poller_batch = 16;         // commands taken from a queue before the next (0: all)
@@ -65,6 +66,7 @@ uint32_t pollers();
 uint32_t pollers();                  // DEEPWELL_POLLERS
 uint32_t io_depth();                 // DEEPWELL_IO_DEPTH
 std::string io_backend();            // DEEPWELL_IO
+std::string buffered_writes();       // DEEPWELL_BUFFERED_WRITES
 uint32_t poller_spin_us();           // DEEPWELL_POLLER_SPIN_US
 uint32_t poller_max_sleep_us();      // DEEPWELL_POLLER_MAX_SLEEP_US
 uint32_t poller_batch();             // DEEPWELL_POLLER_BATCH

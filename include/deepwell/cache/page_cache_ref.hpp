@@ -103,11 +103,15 @@ class page_cache_ref {
   // `cover`: the bytes the lane will write from the start of the page
   // before it releases it. When they cover the page (its bytes in the
   // dataset) and every lane asking for the page says so, a missing page is
-  // not read: its slot is zeroed instead (a whole-page overwrite, as bulk
-  // writes do, reads nothing). A reader racing such an overwrite may see
-  // zeros, as it may see any mix of a racing writer's bytes.
+  // not read (a whole-page overwrite, as bulk writes do, reads nothing):
+  // its slot is filled from `cover_src`, the bytes the lane is about to
+  // write, before any other thread can see it, so a reader racing the
+  // overwrite sees the page's old bytes or the new ones, never others.
+  // Without cover_src the slot is zeroed instead: only for output nobody
+  // reads while it is written (array_ref::write_range_unread).
   template <class Warp>
-  DW_HD warp_pin acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses = 1, uint32_t cover = 0) const;
+  DW_HD warp_pin acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses = 1, uint32_t cover = 0,
+                         const void* cover_src = nullptr) const;
 
   // A read of one T at byte `offset` of `key`'s page by the calling thread
   // alone, with no pin and no warp collective, where the page is valid.
@@ -325,6 +329,7 @@ class page_cache_ref {
   // evictions. Leaders with `hit` already hold a pin of `slot`.
   template <class Warp>
   DW_HD DW_NOINLINE warp_pin acquire_rest(const Warp& w, bool want, uint64_t key, uint32_t accesses, uint32_t cover,
+                                          const void* cover_src,
                                           warp_pin out, bool hit, uint32_t slot) const;
   template <class Warp>
   DW_HD warp_pin finish_acquire(const Warp& w, warp_pin out, bool want, uint32_t accesses, bool hit, uint32_t slot,

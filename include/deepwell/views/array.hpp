@@ -323,7 +323,10 @@ class array_ref {
       const uint32_t cover = to_cache && mine <= p1 && (unread || b0 <= start)
                                  ? (unread ? cache.page_size() : uint32_t((b1 < end ? b1 : end) - start))
                                  : 0;
-      const warp_pin p = cache.acquire(w, mine <= p1, make_key(dataset, mine), 0, cover);
+      // The page's new bytes, so that a page overwritten whole is filled
+      // from them before anyone else can see it (unread: zeros).
+      const void* cover_src = cover && !unread ? reinterpret_cast<const uint8_t*>(mem) + (start - b0) : nullptr;
+      const warp_pin p = cache.acquire(w, mine <= p1, make_key(dataset, mine), 0, cover, cover_src);
       const unsigned have = w.ballot(mask, mine <= p1 && p.status.ok());
       const unsigned bad = w.ballot(mask, mine <= p1 && !p.status.ok());
       if (bad && result.ok())

@@ -23,6 +23,8 @@ struct page_cache_ref::fill_job {
   uint32_t tier_frame = 0;
   uint64_t tier_version = 0;
   uint32_t cover = 0;  // bytes the caller overwrites from the page's start (acquire's `cover`)
+  const uint8_t* cover_src = nullptr;  // those bytes (acquire's `cover_src`)
+  bool from_caller = false;  // src is cover_src: the caller's memory, any alignment, any space
   const uint8_t* src = nullptr;
   uint32_t bytes = 0;
   request_status status{};
@@ -175,7 +177,7 @@ DW_HD DW_FORCEINLINE request_status page_cache_ref::read_element(const Warp& w, 
 
 template <class Warp>
 DW_HD DW_FORCEINLINE warp_pin page_cache_ref::acquire(const Warp& w, bool want, uint64_t key, uint32_t accesses,
-                                                      uint32_t cover) const {
+                                                      uint32_t cover, const void* cover_src) const {
   warp_pin out;
   out.mask = w.active();
   const unsigned lane = w.lane();
@@ -188,7 +190,7 @@ DW_HD DW_FORCEINLINE warp_pin page_cache_ref::acquire(const Warp& w, bool want, 
   // capped in registers spills there and not here).
   uint32_t slot = ~0u;
   const bool hit = lead && try_hit(key, slot);
-  if (w.ballot(out.mask, lead && !hit)) return acquire_rest(w, want, key, accesses, cover, out, hit, slot);
+  if (w.ballot(out.mask, lead && !hit)) return acquire_rest(w, want, key, accesses, cover, cover_src, out, hit, slot);
   return finish_acquire(w, out, want, accesses, lead, slot, request_status{}, lead);
 }
 
@@ -220,7 +222,8 @@ DW_HD DW_FORCEINLINE warp_pin page_cache_ref::finish_acquire(const Warp& w, warp
 
 template <class Warp>
 DW_HD DW_NOINLINE warp_pin page_cache_ref::acquire_rest(const Warp& w, bool want, uint64_t key, uint32_t accesses,
-                                                        uint32_t cover, warp_pin out, bool hit, uint32_t slot) const {
+                                                        uint32_t cover, const void* cover_src, warp_pin out, bool hit,
+                                                        uint32_t slot) const {
   const unsigned lane = w.lane();
   const unsigned peers = out.peers;
   const bool lead = want && lane == out.leader;
@@ -237,6 +240,7 @@ DW_HD DW_NOINLINE warp_pin page_cache_ref::acquire_rest(const Warp& w, bool want
   // An overwrite only if every lane asking for the page overwrites it.
   const unsigned partial = w.ballot(out.mask, want && cover == 0);
   job.cover = (partial & peers) ? 0 : cover;
+  job.cover_src = static_cast<const uint8_t*>(cover_src);
   for (uint32_t round = 0;; ++round) {
     bool progress = false;
     if (job.step == step_probe) progress |= probe(job, sh);
@@ -254,7 +258,10 @@ DW_HD DW_NOINLINE warp_pin page_cache_ref::acquire_rest(const Warp& w, bool want
         const uint32_t s = w.shfl(out.mask, job.slot, f);
         const uint8_t* src = reinterpret_cast<const uint8_t*>(shfl64(w, out.mask, uint64_t(job.src), f));
         const uint32_t bytes = w.shfl(out.mask, job.bytes, f);
-        detail::copy_in(w, out.mask, page_data(s), src, bytes, page_size_);
+        if (w.shfl(out.mask, uint32_t(job.from_caller), f))
+          detail::copy_in_any(w, out.mask, page_data(s), src, bytes, page_size_);
+        else
+          detail::copy_in(w, out.mask, page_data(s), src, bytes, page_size_);
         w.sync(out.mask);
         if (lane == f) finish_fill(job);
       }
@@ -393,10 +400,12 @@ DW_HD inline bool page_cache_ref::probe(fill_job& j, cache_stats_shard& sh) cons
     client_atomic<unsigned long long>(sh.misses).fetch_add(1, memory_order_relaxed);
     if (j.cover && j.cover >= page_bytes(j.key)) {
       // Overwritten whole: no read (nor a copy from host memory on the
-      // direct tier). The warp's fill copies nothing and zeroes the slot
-      // (copy_in with 0 bytes), then publishes it.
-      j.src = page_data(s);
-      j.bytes = 0;
+      // direct tier). The warp's fill copies the bytes the caller is about
+      // to write (or, with none given, zeroes the slot: copy_in with 0
+      // bytes), then publishes the page; until then nobody else sees it.
+      j.from_caller = j.cover_src != nullptr;
+      j.src = j.from_caller ? j.cover_src : page_data(s);
+      j.bytes = j.from_caller ? page_bytes(j.key) : 0;
       j.has_io = false;
       j.step = step_fill;
       return true;

@@ -62,6 +62,13 @@ DW_HD void copy_in(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* sr
 #endif
 }
 
+// copy_in from the caller's own memory (a whole-page overwrite's bytes):
+// any alignment, and on the GPU any address space (shared memory too), so
+// plain loads rather than copy_in's staging loads.
+template <class Warp>
+DW_HD void copy_in_any(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* src, uint32_t bytes,
+                       uint32_t page_size);
+
 // A write-back's copy of a page races, by design, with threads that hold a
 // pin and write other bytes of it (writers re-mark the page dirty after
 // their store, so a byte the copy missed is written again:
@@ -163,6 +170,14 @@ DW_HD void copy_bytes(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t*
   const uint32_t from = rank * chunk;
   if (from < bytes) std::memcpy(dst + from, src + from, bytes - from < chunk ? bytes - from : chunk);
 #endif
+}
+
+template <class Warp>
+DW_HD void copy_in_any(const Warp& w, unsigned mask, uint8_t* dst, const uint8_t* src, uint32_t bytes,
+                       uint32_t page_size) {
+  copy_bytes(w, mask, dst, src, bytes);
+  const unsigned n = popcount32(mask);
+  for (uint32_t i = bytes + lane_rank(w, mask); i < page_size; i += n) dst[i] = 0;
 }
 
 }  // namespace deepwell::detail

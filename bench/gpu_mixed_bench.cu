@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> writer_pcts{0, 10, 33, 100};
   std::vector<std::string> modes{"elem", "page"};
   uint64_t data = 2ull << 30, odirect_data = 256ull << 20;
-  uint32_t elem_ops = 64, page_ops = 32, odirect_ops = 4;
+  uint32_t elem_ops = 64, page_ops = 256, odirect_ops = 4;
   unsigned pollers = 4;
   double pwrite_seconds = 2.0;
   CLI::App app{"deepwell mixed read/write benchmark (GPU page cache, cache at 5% of the data)"};
@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
   app.add_option("--data", data, "dataset bytes (page cache and host memory)");
   app.add_option("--odirect-data", odirect_data, "dataset bytes of the O_DIRECT file (a slow disk needs less)");
   app.add_option("--elem-ops", elem_ops, "element accesses per thread");
+  // 256: enough that readers often meet a page a writer is overwriting whole
+  // (at 32 a defect there went unseen: a racing reader could read zeros).
   app.add_option("--page-ops", page_ops, "pages per warp");
   app.add_option("--odirect-ops", odirect_ops, "accesses per thread (pages per warp) on O_DIRECT");
   app.add_option("--pollers", pollers, "controller poller threads");

@@ -21,7 +21,8 @@
 //   file wrote random 4 KiB blocks about a quarter slower);
 // - buffered writes (DEEPWELL_BUFFERED_WRITES): by default on the poller
 //   itself at submit(), a pass's writes sorted and adjacent pages merged
-//   into one vectored write (buffered_writes.hpp). A buffered write is a
+//   into one vectored write (buffered_writes.hpp); FUA writes (RWF_DSYNC)
+//   wait for the disk, so they go to the file's lane. A buffered write is a
 //   copy into the page cache; handing it to a thread cost a wake-up each,
 //   and its completion waited for the poller's next look. A file whose
 //   write call blocks longer than inline_write_limit_ns (the kernel
@@ -136,7 +137,9 @@ class uring_engine final : public io_engine {
 
   void queue(const io_op& op) override {
     if (op.kind == io_op::write) {
-      if (op.offset <= max_io_offset && inline_write(op.fd)) {
+      // A Force Unit Access write (RWF_DSYNC) waits for the disk: never on
+      // the poller.
+      if (op.offset <= max_io_offset && op.rw_flags == 0 && inline_write(op.fd)) {
         uring_op* r = pool_.take();
         r->op = op;
         ++in_flight_;
@@ -299,6 +302,9 @@ class uring_engine final : public io_engine {
   // Whether a write to fd runs on this thread at submit(): a buffered file,
   // not in lane mode, and not held on its lane after a slow write (nor
   // while the lane still has writes of it in flight: they keep their order).
+  // (A file's FUA writes always go to its lane; a plain write of it that
+  // runs here meanwhile may land before one of them, as two writes in
+  // flight at once may on any NVMe device.)
   bool inline_write(int fd) {
     if (buffered_ == buffered_mode::lane || kind_of(fd) != file_kind::buffered) return false;
     if (held_.empty()) return true;

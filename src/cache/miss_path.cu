@@ -7,7 +7,7 @@
 
 #ifdef __CUDA_ARCH__
 namespace deepwell {
-template warp_pin page_cache_ref::acquire_rest<gpu_warp>(const gpu_warp&, bool, uint64_t, uint32_t, uint32_t, warp_pin,
-                                                         bool, uint32_t) const;
+template warp_pin page_cache_ref::acquire_rest<gpu_warp>(const gpu_warp&, bool, uint64_t, uint32_t, uint32_t,
+                                                         const void*, warp_pin, bool, uint32_t) const;
 }  // namespace deepwell
 #endif

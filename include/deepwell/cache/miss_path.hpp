@@ -20,6 +20,6 @@ namespace deepwell {
 // The one instance the library's device code uses (acquire on gpu_warp);
 // src/cache/miss_path.cu defines it.
 extern template warp_pin page_cache_ref::acquire_rest<gpu_warp>(const gpu_warp&, bool, uint64_t, uint32_t, uint32_t,
-                                                                  warp_pin, bool, uint32_t) const;
+                                                                  const void*, warp_pin, bool, uint32_t) const;
 }  // namespace deepwell
 #endif

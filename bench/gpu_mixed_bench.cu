@@ -228,13 +228,7 @@ int main(int argc, char** argv) {
           j["metrics"]["writebacks_per_s"] = writebacks_per_s;
           j["baselines"] = {{"read_only_seconds", read_only_secs}};
           j["ratios"] = {{"vs_read_only", ratio}};
-          if (!pwrite_baseline.is_null() && pct > 0) {
-            j["baselines"]["pwrite_loop"] = pwrite_baseline;
-            const double best = pwrite_baseline["best"].value("durable_writes_per_s", 0.0);
-            if (best > 0) j["ratios"]["writeback_vs_pwrite"] = writebacks_per_s / best;
-            std::printf("  %.0f write-backs/s = %.3f of the plain pwrite loop\n", writebacks_per_s,
-                        best > 0 ? writebacks_per_s / best : 0.0);
-          }
+          if (pct > 0) bench::note_writeback_vs_pwrite(j, pwrite_baseline, writebacks_per_s);
           if (!json_path.empty()) std::ofstream(json_path, std::ios::app) << j.dump() << "\n";
           if (c.wrong || c.failed || bad_after) status = 1;
         }

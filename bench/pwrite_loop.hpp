@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -105,6 +106,18 @@ inline nlohmann::json best_pwrite_loop(const std::string& path, uint64_t size, u
     runs.push_back(std::move(r));
   }
   return {{"best", best}, {"runs", runs}, {"beside_readers", pwrite_loop(path, size, page, 1, seconds, 4)}};
+}
+
+// A mixed run's write-backs a second against the baseline (best_pwrite_loop,
+// or null: none measured): into the run's JSON (baselines.pwrite_loop,
+// ratios.writeback_vs_pwrite) and one line on stdout.
+inline void note_writeback_vs_pwrite(nlohmann::json& run, const nlohmann::json& baseline, double writebacks_per_s) {
+  if (baseline.is_null()) return;
+  run["baselines"]["pwrite_loop"] = baseline;
+  const double best = baseline["best"].value("durable_writes_per_s", 0.0);
+  if (best > 0) run["ratios"]["writeback_vs_pwrite"] = writebacks_per_s / best;
+  std::printf("  %.0f write-backs/s = %.3f of the plain pwrite loop\n", writebacks_per_s,
+              best > 0 ? writebacks_per_s / best : 0.0);
 }
 
 }  // namespace deepwell::bench

@@ -2,9 +2,6 @@
 deepwell.open() of its datasets by name; rows read back equal the file's, writes land after
 a flush, grants hold, and a missing server is one clear error."""
 import os
-import signal
-import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -119,30 +116,23 @@ file = "{tmp_path / 'd.bin'}"
 dataset = "d"
 uid = {os.getuid()}
 """)
-    proc = subprocess.Popen([deepwell_cli, "serve", "--config", str(tmp_path / "tier.toml")], stderr=subprocess.PIPE)
-    try:
-        for _ in range(200):
-            if sock.exists():
-                break
-            time.sleep(0.02)
-        assert sock.exists(), "the server did not start"
+    with serving(deepwell_cli, tmp_path / "tier.toml", sock):
         deepwell.connect(str(sock))
-        rows = np.arange(256)
-        # direct="never": not the file's own mapping, so the tier is what serves the second array.
-        first = deepwell.open("d", dtype="uint8", shape=(-1, 4096), device="cpu", cache_size="256KiB", direct="never")
-        assert np.array_equal(np.asarray(first[rows]), data)
-        assert first.stats()["tier_fills"] == 0
-        first.close()
-        second = deepwell.open("d", dtype="uint8", shape=(-1, 4096), device="cpu", cache_size="256KiB", direct="never")
-        assert np.array_equal(np.asarray(second[rows]), data)
-        st = second.stats()
-        assert st["misses"] > 0
-        assert st["tier_fills"] == st["misses"], st
-        second.close()
-    finally:
-        deepwell.disconnect()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()
+        try:
+            rows = np.arange(256)
+            # direct="never": not the file's own mapping, so the tier is what serves the second array.
+            first = deepwell.open("d", dtype="uint8", shape=(-1, 4096), device="cpu", cache_size="256KiB", direct="never")
+            assert np.array_equal(np.asarray(first[rows]), data)
+            assert first.stats()["tier_fills"] == 0
+            first.close()
+            second = deepwell.open("d", dtype="uint8", shape=(-1, 4096), device="cpu", cache_size="256KiB", direct="never")
+            assert np.array_equal(np.asarray(second[rows]), data)
+            st = second.stats()
+            assert st["misses"] > 0
+            assert st["tier_fills"] == st["misses"], st
+            second.close()
+        finally:
+            deepwell.disconnect()
 
 
 def test_a_kv_store_lives_in_a_granted_dataset_of_the_server(server):

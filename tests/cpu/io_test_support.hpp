@@ -71,6 +71,17 @@ struct aligned_buffer {
 };
 
 // One awaited completion.
+// A read or a write of `len` bytes at `offset` (its callback unset).
+inline io_op io_transfer(io_op::kind_t kind, int fd, const void* buf, uint32_t len, uint64_t offset) {
+  io_op op;
+  op.kind = kind;
+  op.fd = fd;
+  op.buf = const_cast<void*>(buf);
+  op.len = len;
+  op.offset = offset;
+  return op;
+}
+
 struct completion {
   static constexpr int64_t not_yet = INT64_MIN;
   int64_t result = not_yet;

@@ -41,14 +41,8 @@ struct file_fd {
   }
 };
 
-io_op write_of(int fd, void* buf, uint32_t len, uint64_t offset) {
-  io_op op;
-  op.kind = io_op::write;
-  op.fd = fd;
-  op.buf = buf;
-  op.len = len;
-  op.offset = offset;
-  return op;
+io_op write_of(int fd, const void* buf, uint32_t len, uint64_t offset) {
+  return io_transfer(io_op::write, fd, buf, len, offset);
 }
 
 // Runs `ops` through buffered_writes; returns each one's result.

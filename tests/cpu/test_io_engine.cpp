@@ -30,19 +30,14 @@ struct open_fd {
 };
 
 io_op read_op(int fd, void* buf, uint32_t len, uint64_t offset, completion& c) {
-  io_op op;
-  op.kind = io_op::read;
-  op.fd = fd;
-  op.buf = buf;
-  op.len = len;
-  op.offset = offset;
+  io_op op = io_transfer(io_op::read, fd, buf, len, offset);
   op.done = c.callback();
   return op;
 }
 
 io_op write_op(int fd, const void* buf, uint32_t len, uint64_t offset, completion& c) {
-  io_op op = read_op(fd, const_cast<void*>(buf), len, offset, c);
-  op.kind = io_op::write;
+  io_op op = io_transfer(io_op::write, fd, buf, len, offset);
+  op.done = c.callback();
   return op;
 }
 

@@ -4,6 +4,7 @@
 // CUDA_VISIBLE_DEVICES), and it creates no context.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <string>
 
 #include "gpu_probe.hpp"
@@ -19,6 +20,22 @@ std::string no_gpu_reason() {
   }
   if (count == 0) return "cudaGetDeviceCount: no CUDA device";
   return "";
+}
+
+gpu_warmup::gpu_warmup(bool spin) {
+  thread_ = std::thread([this, spin] {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string why = no_gpu_reason();
+    probe_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    probe_.set_value(why);
+    if (why.empty()) {
+      // Flags first: they are the context's only until it exists.
+      if (cudaSetDeviceFlags(spin ? cudaDeviceScheduleSpin : cudaDeviceScheduleBlockingSync) != cudaSuccess)
+        (void)cudaGetLastError();
+      if (cudaFree(nullptr) != cudaSuccess) (void)cudaGetLastError();  // the context; a failure shows again later
+    }
+    made_.set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  });
 }
 
 }  // namespace deepwell::tools

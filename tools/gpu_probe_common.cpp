@@ -20,11 +20,32 @@ void remember_command_line(int argc, char** argv) {
 
 const std::string& command_line() { return typed; }
 
-void require_gpu(const std::string& command, const std::string& cpu_flag) {
-  const std::string why = no_gpu_reason();
-  if (why.empty()) return;
+namespace {
+[[noreturn]] void throw_no_gpu(const std::string& why, const std::string& command, const std::string& cpu_flag) {
   throw error("no usable CUDA GPU was found (" + why + "): `" + (command.empty() ? typed : command) +
               (cpu_flag.empty() ? "" : " " + cpu_flag) + "` runs the same on CPU threads");
+}
+}  // namespace
+
+void require_gpu(const std::string& command, const std::string& cpu_flag) {
+  const std::string why = no_gpu_reason();
+  if (!why.empty()) throw_no_gpu(why, command, cpu_flag);
+}
+
+void gpu_warmup::require(const std::string& command, const std::string& cpu_flag) {
+  const std::string why = probe_result_.get();
+  if (!why.empty()) throw_no_gpu(why, command, cpu_flag);
+}
+
+double gpu_warmup::context_seconds() { return made_result_.get(); }
+
+double gpu_warmup::probe_seconds() {
+  probe_result_.wait();
+  return probe_seconds_;
+}
+
+gpu_warmup::~gpu_warmup() {
+  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace deepwell::tools

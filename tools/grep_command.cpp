@@ -2,8 +2,10 @@
 #include "cli_checks.hpp"
 #include "grep_command.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -46,12 +48,19 @@ void add_grep_command(CLI::App& app, grep_command& g) {
 
 int grep_command::run() {
   return errors_reported("deepwell grep", [&]() -> int {
-    if (!cpu) require_gpu();  // before the tree is listed: that may take a while
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
     if (check && !server.empty())
       throw error("grep: --check scans the tree on this host, which --server does not (compare with an in-process "
                   "run's output instead)");
+    // The GPU starts while the dictionary and the file list load.
+    std::optional<gpu_warmup> gpu;
+    if (!cpu) gpu.emplace(spin_wait);
     uint64_t too_long = 0;
     const grep_dictionary d = load_grep_dictionary(dict);
+    const double dict_s = since(start);
+    if (gpu) gpu->require();  // before the tree is listed: that may take a while
     grep_options o;
     o.server = server;
     o.root = root;
@@ -67,8 +76,15 @@ int grep_command::run() {
     o.sample_threads = sample_threads;
     o.profile_service = profile_service;
     o.reply_poll_ns = reply_poll_ns;
+    auto step = clock::now();
     const std::vector<std::string> files = list_grep_files(o, &too_long);
+    const double list_s = since(step);
+    step = clock::now();
+    const double context_s = gpu ? gpu->context_seconds() : 0;  // from `start`
+    const double context_wait_s = since(step);
+    step = clock::now();
     const grep_report r = cpu ? run_grep_cpu(o, d, files) : run_grep_gpu(o, d, files);
+    const double call_s = since(step), command_s = since(start);
     std::printf("%s: %llu files, %llu bytes, %llu matches of %zu words (%llu dictionary lines dropped), %llu lines "
                 "in %s/%s, %.3f s (%.2f GB/s; search %.3f s, the output's close %.3f s)%s\n",
                 cpu ? "cpu" : "gpu", (unsigned long long)r.counters.files, (unsigned long long)r.counters.bytes,
@@ -131,6 +147,21 @@ int grep_command::run() {
       for (const auto& [where, n] : r.thread_samples) js["thread_samples"][where] = n;
       for (int k = 0; k < grep_phases; ++k) js["worker_seconds"][grep_phase_name(k)] = r.counters.phase_ns[k] / 1e9;
       js["checked"] = checked_json(check, same);
+      // Where the command's own time went, in order (the process's start
+      // and its exit come on top): the dictionary, the GPU's probe and
+      // context (on a thread of their own from the start), the file list,
+      // waiting for the context, the run's setup, its timed `seconds`, and
+      // the run's teardown (its memory freed, its file systems and cache
+      // ended); --check's scan comes after and is not counted here.
+      js["steps_seconds"] = {{"dictionary", dict_s},
+                             {"gpu_probe_from_start", gpu ? gpu->probe_seconds() : 0.0},
+                             {"gpu_context_from_start", context_s},
+                             {"list", list_s},
+                             {"context_wait", context_wait_s},
+                             {"setup", r.setup_seconds},
+                             {"run", r.seconds + r.report_seconds},
+                             {"teardown", call_s - r.setup_seconds - r.seconds - r.report_seconds},
+                             {"command", command_s}};
       append_json(json, js);
     }
     return rc;

@@ -53,6 +53,7 @@ T* to_device(const void* src, size_t bytes, std::vector<void*>& owned) {
 }  // namespace
 
 grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files) {
+  const auto entry = std::chrono::steady_clock::now();
   grep_report rep;
   rep.files = files.size();
   // Before the context exists (the controller makes it). Where it already
@@ -130,6 +131,7 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   if (!close_result && o.fsync && o.server.empty()) make_grep_output_durable(o);
   const auto t3 = std::chrono::steady_clock::now();
   using secs = std::chrono::duration<double>;
+  rep.setup_seconds = secs(t0 - entry).count();
   rep.report_seconds = secs(t2r - t2).count();
   rep.seconds = secs(t3 - t0).count() - rep.report_seconds;
   rep.open_seconds = secs(t1 - t0).count();

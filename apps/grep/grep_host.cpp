@@ -233,6 +233,7 @@ void grep_host_watch::report(grep_report& rep) {
 }
 
 grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const std::vector<std::string>& files) {
+  const auto entry = std::chrono::steady_clock::now();
   grep_report rep;
   rep.files = files.size();
   const cache_config cc = grep_cache_config(o);
@@ -245,6 +246,7 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   host_grep_run run(d, files, in->ref(), out->ref(), workers);
   grep_job& j = run.job;
   const auto t0 = std::chrono::steady_clock::now();
+  rep.setup_seconds = std::chrono::duration<double>(t0 - entry).count();
   j.out_file = j.out.gopen(o.out_name.c_str(), g_wronly | g_gwronce);  // lines at disjoint offsets, never read
   if (!j.out_file.ok())
     throw error("grep: cannot open " + o.out_dir + "/" + o.out_name + " for writing: " + std::strerror(j.out_file.err));

@@ -100,6 +100,7 @@ struct grep_report {
   double report_seconds = 0; // the host's thread and machine times read after the search: diagnostics, left out of seconds
   double search_seconds = 0; // the search kernel (or threads): every file opened, read and closed
   double close_seconds = 0;  // the output's gclose: the rest of its pages written back, its size set
+  double setup_seconds = 0;  // before `seconds`: the cache, the file systems, the job's memory
   uint64_t files = 0;        // listed
   uint64_t output_bytes = 0;
   file_system_stats input;    // the searched tree's file system, after the run

@@ -51,7 +51,11 @@ struct grep_dict_ref {
 
 constexpr uint32_t grep_chunk = 4096;        // bytes of a file scanned per step
 constexpr uint32_t grep_readahead = 64 << 10;  // bytes of a file fetched ahead of its scan (gprefetch)
-constexpr uint32_t grep_table = 8192;        // a warp's (word, count) entries; flushed past half
+// A warp's (word, count) entries, written out once past half full, after
+// a chunk: a chunk holds at most grep_chunk / 2 + 1 words, so half a table
+// plus a chunk's new words must fit, or grep_count would find no free entry.
+constexpr uint32_t grep_table = 8192;
+static_assert(grep_table / 2 >= grep_chunk / 2 + 1, "a chunk's new words must fit in half a word table");
 constexpr uint32_t grep_text = 64 * 1024;    // a warp's output buffer
 // A warp writes its buffer out after a file once it holds this much, or
 // two of the output's pages if more: the output's pages then go to the
@@ -79,9 +83,18 @@ inline const char* grep_call_name(int c) {
 }
 
 // Where a worker's time goes (grep_counters::phase_ns).
-enum grep_phase : int { grep_in_open = 0, grep_in_read, grep_in_scan, grep_in_close, grep_in_write, grep_phases };
+enum grep_phase : int {
+  grep_in_open = 0,
+  grep_in_read,
+  grep_in_scan,
+  grep_in_close,
+  grep_in_write,
+  grep_in_prefetch,
+  grep_in_emit,
+  grep_phases
+};
 inline const char* grep_phase_name(int p) {
-  constexpr const char* names[] = {"open", "read", "scan", "close", "write"};
+  constexpr const char* names[] = {"open", "read", "scan", "close", "write", "prefetch", "emit"};
   return p >= 0 && p < grep_phases ? names[p] : "?";
 }
 
@@ -90,8 +103,8 @@ struct grep_counters {
   int last_err;   // the errno of the last failure
   int last_call;  // and its call (grep_call)
   // Where the workers' time went, summed over workers (nanoseconds), by
-  // grep_phase: gopen, gread, counting words and emitting lines, gclose,
-  // and writing lines out.
+  // grep_phase: gopen, gread, counting words, gclose, writing lines out,
+  // gprefetch, and making a file's lines.
   unsigned long long phase_ns[grep_phases];
 };
 
@@ -288,9 +301,15 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
     // chunk's that much further on, so that a chunk's read rarely waits
     // for a whole round trip to the host (a file's chunks were otherwise
     // fetched one after the other, each after the last was scanned).
+    lap(grep_in_scan);
     j.in.gprefetch(w, f, 0, grep_readahead);
+    lap(grep_in_prefetch);
     for (uint64_t off = 0; off < size; off += grep_chunk) {
-      if (off + grep_readahead < size) j.in.gprefetch(w, f, off + grep_readahead, grep_chunk);
+      if (off + grep_readahead < size) {
+        lap(grep_in_scan);
+        j.in.gprefetch(w, f, off + grep_readahead, grep_chunk);
+        lap(grep_in_prefetch);
+      }
       // The byte before the chunk (is the first byte a word's start?), the
       // chunk, and enough after it to finish a word that starts inside.
       const uint64_t from = off ? off - 1 : 0;
@@ -310,10 +329,15 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
       w.sync(mask);
       uint32_t used = leader ? client_atomic<uint32_t>(s.used).load(memory_order_relaxed) : 0;
       used = w.shfl(mask, used, lowest_lane(mask));
-      if (used > grep_table / 2) detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
+      if (used > grep_table / 2) {
+        lap(grep_in_scan);
+        detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
+        lap(grep_in_emit);
+      }
     }
-    detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
     lap(grep_in_scan);
+    detail::grep_emit(w, mask, j.dict, j.counters, s, path, path_len, sink);
+    lap(grep_in_emit);
     const uint32_t page = j.out.bytes.cache.page_size();
     if (s.text_used >= (2 * page > grep_write_after ? 2 * page : grep_write_after)) detail::grep_write_text(w, mask, j, s);
     lap(grep_in_write);

@@ -76,8 +76,11 @@ std::vector<std::string> list_grep_files(const std::string& root, uint64_t* too_
   for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
-    if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
-    std::string rel = fs::relative(it->path(), root, ec).string();
+    // The entry's type as the directory gave it (no stat), and the path
+    // made relative by its text: fs::relative resolves both paths on disk,
+    // several system calls a file (0.23 s of 21,000 files on an H200 host).
+    if (it->is_symlink(ec) || !it->is_regular_file(ec)) continue;
+    std::string rel = it->path().lexically_relative(root).string();
     if (rel.size() >= grep_path_stride) {
       ++skipped;
       continue;
@@ -188,6 +191,7 @@ host_grep_run::host_grep_run(const grep_dictionary& d, const std::vector<std::st
 cache_config grep_cache_config(const grep_options& o) {
   cache_config base;
   if (!std::getenv("DEEPWELL_PAGE_SIZE")) base.page_size = grep_default_page_size;
+  if (!std::getenv("DEEPWELL_QUEUE_ENTRIES")) base.queue_entries = grep_default_queue_entries;
   return o.cache.applied_to(base);
 }
 

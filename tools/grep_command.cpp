@@ -123,7 +123,9 @@ int grep_command::run() {
             {"passes", fs.passes}, {"pass_s", fs.pass_ns / 1e9},
             {"locked_s", fs.locked_ns / 1e9},
             {"after_lock_s", fs.after_lock_ns / 1e9}}},
-          {"workers", r.workers}, {"resident_workers", r.resident_workers}};
+          {"workers", r.workers}, {"resident_workers", r.resident_workers},
+          // The longest one worker took over a file or a piece (open to close), and its bytes.
+          {"slowest_item", {{"us", r.counters.slowest >> 24}, {"kib", r.counters.slowest & 0xffffff}}}};
       if (profile_service)
         js["file_system"].update({{"open_calls_cpu_s", fs.open_calls_cpu_ns / 1e9},
                                   {"open_calls_sleeps", fs.open_calls_sleeps},

@@ -7,8 +7,10 @@
 // --no-unicode, which is how the results are checked against ripgrep.
 //
 // A (word, path) pair appears on one line, except in files with more
-// distinct dictionary words than half a warp's table holds, whose counts
-// may come in several lines: readers sum them (tools/grep_command.cpp does).
+// distinct dictionary words than half a warp's table holds and in files
+// counted in pieces by several workers (larger than grep_piece_bytes),
+// whose counts may come in several lines: readers sum them
+// (tools/grep_command.cpp does).
 #pragma once
 #include <cstdint>
 
@@ -64,6 +66,15 @@ constexpr uint32_t grep_text = 64 * 1024;    // a warp's output buffer
 // only if it is longer than one: 16 KiB writes covered no 16 KiB page.
 constexpr uint32_t grep_write_after = 16 * 1024;
 constexpr uint32_t grep_path_stride = 512;   // bytes per path in the job's list (NUL included)
+// A file longer than this is counted in pieces of this size by several
+// workers (grep_piece): one warp scans a few MiB at tens of MB/s, so a
+// large file read by its opener alone decided when the search ended.
+// A multiple of grep_chunk, so pieces start on a chunk.
+constexpr uint64_t grep_piece_bytes = 256 << 10;
+static_assert(grep_piece_bytes % grep_chunk == 0, "pieces start on a chunk");
+// Pieces waiting at once (grep_job::pieces); a file whose pieces find no
+// room is scanned whole by its opener.
+constexpr uint32_t grep_max_pieces = 1 << 16;
 
 // Per warp scratch, in client memory.
 struct grep_scratch {
@@ -106,6 +117,17 @@ struct grep_counters {
   // grep_phase: gopen, gread, counting words, gclose, writing lines out,
   // gprefetch, and making a file's lines.
   unsigned long long phase_ns[grep_phases];
+  // The longest a worker took over one file or piece, open to close:
+  // microseconds << 24 | the bytes it scanned in KiB (at most 2^24 - 1).
+  unsigned long long slowest;
+};
+
+// A piece of a large file for any worker to count: its path and its first
+// byte. Written once by the file's opener, then `ready` set (release).
+struct grep_piece {
+  uint32_t path;
+  uint32_t ready;
+  uint64_t first;
 };
 
 struct grep_job {
@@ -118,6 +140,11 @@ struct grep_job {
   unsigned long long* out_cursor = nullptr;  // client memory: bytes of output reserved
   grep_scratch* scratch = nullptr;           // one per worker
   grep_counters* counters = nullptr;         // client memory
+  // Pieces of large files (client memory, grep_max_pieces, zeroed):
+  // [*pieces_taken, *pieces_made) are waiting.
+  grep_piece* pieces = nullptr;
+  unsigned long long* pieces_made = nullptr;
+  unsigned long long* pieces_taken = nullptr;
 };
 
 namespace detail {
@@ -277,10 +304,31 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
     mark = t;
   };
   for (;;) {
-    unsigned long long p = 0;
-    if (leader) p = client_atomic<unsigned long long>(*j.next_path).fetch_add(1, memory_order_relaxed);
+    // A waiting piece of a large file first, else the next file.
+    unsigned long long p = 0, first = 0;
+    uint32_t kind = 0;  // 0: nothing left, 1: a whole file, 2: a piece
+    if (leader) {
+      client_atomic<unsigned long long> taken(*j.pieces_taken), made(*j.pieces_made);
+      unsigned long long t = taken.load(memory_order_relaxed);
+      bool got = false;
+      while (!got && t < made.load(memory_order_relaxed))
+        got = taken.compare_exchange_weak(t, t + 1, memory_order_relaxed);
+      if (got) {
+        grep_piece& pc = j.pieces[t];
+        while (client_atomic<uint32_t>(pc.ready).load(memory_order_acquire) == 0) {
+        }
+        p = pc.path;
+        first = pc.first;
+        kind = 2;
+      } else if ((p = client_atomic<unsigned long long>(*j.next_path).fetch_add(1, memory_order_relaxed)) < j.npaths) {
+        kind = 1;
+      }
+    }
+    kind = w.shfl(mask, kind, lowest_lane(mask));
+    if (kind == 0) break;
     p = shfl64(w, mask, p, lowest_lane(mask));
-    if (p >= j.npaths) break;
+    first = shfl64(w, mask, first, lowest_lane(mask));
+    const uint64_t began = leader ? now_ns() : 0;
     const char* path = j.paths + p * grep_path_stride;
     uint32_t path_len = 0;
     while (path_len < grep_path_stride && path[path_len]) ++path_len;
@@ -297,21 +345,49 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
       j.in.gfstat(w, f, &st);
       size = shfl64(w, mask, st.size, lowest_lane(mask));
     }
-    // Readahead: the file's first grep_readahead bytes now, then each
-    // chunk's that much further on, so that a chunk's read rarely waits
-    // for a whole round trip to the host (a file's chunks were otherwise
-    // fetched one after the other, each after the last was scanned).
+    // The bytes this worker counts: a piece's, or, for the file's opener,
+    // the first piece once the others wait for any worker (where there is
+    // room for them), else the whole file.
+    uint64_t last = size;
+    if (kind == 2) {
+      last = first + grep_piece_bytes < size ? first + grep_piece_bytes : size;
+      if (last < first) last = first;  // the file shrank since its opener looked
+    } else if (size > grep_piece_bytes) {
+      const unsigned long long more = (size - 1) / grep_piece_bytes;  // pieces after the first
+      unsigned long long at = 0;
+      bool room = false;
+      if (leader) {
+        client_atomic<unsigned long long> made(*j.pieces_made);
+        at = made.load(memory_order_relaxed);
+        while (at + more <= grep_max_pieces && !made.compare_exchange_weak(at, at + more, memory_order_relaxed)) {
+        }
+        room = at + more <= grep_max_pieces;
+        if (room)
+          for (unsigned long long k = 0; k < more; ++k) {
+            grep_piece& pc = j.pieces[at + k];
+            pc.path = uint32_t(p);
+            pc.first = (k + 1) * grep_piece_bytes;
+            client_atomic<uint32_t>(pc.ready).store(1, memory_order_release);
+          }
+      }
+      if (w.shfl(mask, uint32_t(room), lowest_lane(mask))) last = grep_piece_bytes;
+    }
+    // Readahead: the first grep_readahead bytes now, then each chunk's
+    // that much further on, so that a chunk's read rarely waits for a
+    // whole round trip to the host (a file's chunks were otherwise fetched
+    // one after the other, each after the last was scanned).
     lap(grep_in_scan);
-    j.in.gprefetch(w, f, 0, grep_readahead);
+    if (last > first) j.in.gprefetch(w, f, first, grep_readahead < last - first ? grep_readahead : last - first);
     lap(grep_in_prefetch);
-    for (uint64_t off = 0; off < size; off += grep_chunk) {
-      if (off + grep_readahead < size) {
+    for (uint64_t off = first; off < last; off += grep_chunk) {
+      if (off + grep_readahead < last) {
         lap(grep_in_scan);
         j.in.gprefetch(w, f, off + grep_readahead, grep_chunk);
         lap(grep_in_prefetch);
       }
       // The byte before the chunk (is the first byte a word's start?), the
-      // chunk, and enough after it to finish a word that starts inside.
+      // chunk, and enough after it to finish a word that starts inside
+      // (past the piece's end too: a word belongs where it starts).
       const uint64_t from = off ? off - 1 : 0;
       lap(grep_in_scan);
       const int64_t n = j.in.gread(w, f, from, s.chunk, (off - from) + grep_chunk + tail);
@@ -345,8 +421,14 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
     lap(grep_in_close);
     if (c) detail::grep_fail(w, mask, j, -c, grep_call::close);
     if (leader) {
-      client_atomic<unsigned long long>(j.counters->files).fetch_add(1, memory_order_relaxed);
-      client_atomic<unsigned long long>(j.counters->bytes).fetch_add(size, memory_order_relaxed);
+      if (kind == 1) {  // a file is counted once, by its opener
+        client_atomic<unsigned long long>(j.counters->files).fetch_add(1, memory_order_relaxed);
+        client_atomic<unsigned long long>(j.counters->bytes).fetch_add(size, memory_order_relaxed);
+      }
+      const unsigned long long us = (now_ns() - began) / 1000, kib = (last > first ? last - first : 0) >> 10;
+      client_atomic<unsigned long long>(j.counters->slowest)
+          .fetch_max((us < (1ull << 40) ? us : (1ull << 40) - 1) << 24 | (kib < (1u << 24) ? kib : (1u << 24) - 1),
+                     memory_order_relaxed);
     }
   }
   lap(grep_in_scan);

@@ -77,7 +77,7 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
   const uint64_t need = rep.resident_workers * pages_per_warp * cc.page_size * 5 / 4;
   cc.capacity_bytes = std::max<uint64_t>(cc.capacity_bytes, need);
   auto cache = make_gpu_page_cache(grep_link(o), cc);
-  const file_system_options in_opts = grep_input_options(o, 256);
+  const file_system_options in_opts = grep_input_options(o, 256, warps);
   auto in = make_gpu_file_system(cache, in_opts);
   auto out = make_gpu_file_system(cache, grep_output_options(o));
   check_launch(*cache, kernel, blocks, threads);
@@ -91,10 +91,13 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
             to_device<uint32_t>(d.table.data(), d.table.size() * 4, owned), uint32_t(d.table.size() - 1), d.max_len};
   j.paths = to_device<char>(paths.data(), paths.size(), owned);
   j.npaths = uint32_t(files.size());
-  const unsigned long long zero2[2] = {0, 0};
-  auto* cursors = to_device<unsigned long long>(zero2, sizeof zero2, owned);
+  const unsigned long long zero4[4] = {};
+  auto* cursors = to_device<unsigned long long>(zero4, sizeof zero4, owned);
   j.next_path = cursors;
   j.out_cursor = cursors + 1;
+  j.pieces_made = cursors + 2;
+  j.pieces_taken = cursors + 3;
+  j.pieces = to_device<grep_piece>(nullptr, sizeof(grep_piece) * grep_max_pieces, owned);
   check_cuda(cudaMalloc(&j.scratch, warps * sizeof(grep_scratch)), "cudaMalloc of grep scratch");
   owned.push_back(j.scratch);
   check_cuda(cudaMemset(j.scratch, 0, warps * sizeof(grep_scratch)), "cudaMemset");

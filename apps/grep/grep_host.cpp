@@ -3,6 +3,7 @@
 // the reference scan.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -176,7 +177,7 @@ std::vector<char> grep_path_table(const std::vector<std::string>& files) {
 
 host_grep_run::host_grep_run(const grep_dictionary& d, const std::vector<std::string>& files, const gfs_ref& in,
                              const gfs_ref& out, unsigned workers)
-    : paths(grep_path_table(files)), scratch(workers) {  // value-initialised: empty tables
+    : paths(grep_path_table(files)), scratch(workers), pieces(grep_max_pieces) {  // value-initialised: empty
   job.in = in;
   job.out = out;
   job.dict = d.ref();
@@ -186,6 +187,9 @@ host_grep_run::host_grep_run(const grep_dictionary& d, const std::vector<std::st
   job.out_cursor = &cursor;
   job.scratch = scratch.data();
   job.counters = &counters;
+  job.pieces = pieces.data();
+  job.pieces_made = &pieces_made;
+  job.pieces_taken = &pieces_taken;
 }
 
 cache_config grep_cache_config(const grep_options& o) {
@@ -208,8 +212,17 @@ void make_grep_output_durable(const grep_options& o) {
   if (r != 0) throw error("grep: fdatasync of " + path + " failed: " + std::strerror(e));
 }
 
-file_system_options grep_input_options(const grep_options& o, uint32_t default_slots) {
+file_system_options grep_input_options(const grep_options& o, uint32_t default_slots, uint64_t workers) {
   file_system_options f;
+  f.max_open = uint32_t(std::min<uint64_t>(std::max<uint64_t>(f.max_open, workers + 64), 1u << 20));
+  // The descriptors of the open files, the output's and the process's
+  // own; a soft limit below that gave some of 4,224 warps EMFILE.
+  rlimit lim{};
+  const rlim_t need = rlim_t(f.max_open) + 256;
+  if (o.server.empty() && ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < need) {
+    lim.rlim_cur = lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= need ? need : lim.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &lim);  // where it stays lower, opens past it get EMFILE, reported
+  }
   f.root = o.root;
   f.read_only = true;
   f.slots = o.service_slots ? o.service_slots : default_slots;
@@ -242,10 +255,10 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   rep.files = files.size();
   const cache_config cc = grep_cache_config(o);
   auto cache = make_host_page_cache(grep_link(o), cc);
-  const file_system_options in_opts = grep_input_options(o, file_system_options{}.slots);
+  const unsigned workers = o.workers ? o.workers : std::max(1u, std::thread::hardware_concurrency());
+  const file_system_options in_opts = grep_input_options(o, file_system_options{}.slots, workers);
   auto in = make_host_file_system(cache, in_opts);
   auto out = make_host_file_system(cache, grep_output_options(o));
-  const unsigned workers = o.workers ? o.workers : std::max(1u, std::thread::hardware_concurrency());
 
   host_grep_run run(d, files, in->ref(), out->ref(), workers);
   grep_job& j = run.job;

@@ -44,6 +44,8 @@ struct host_grep_run {
   std::vector<grep_scratch> scratch;
   unsigned long long next = 0, cursor = 0;
   grep_counters counters{};
+  std::vector<grep_piece> pieces;
+  unsigned long long pieces_made = 0, pieces_taken = 0;
   grep_job job;
   host_grep_run(const grep_dictionary& d, const std::vector<std::string>& files, const gfs_ref& in,
                 const gfs_ref& out, unsigned workers);
@@ -113,8 +115,10 @@ struct grep_report {
 
 // The searched tree's and the output's file systems as `o` asks, for the
 // CPU and the GPU run alike (default_slots: the tree's slots where `o`
-// gives none).
-file_system_options grep_input_options(const grep_options& o, uint32_t default_slots);
+// gives none). Every worker may hold a file open: the tree's open files
+// are at least `workers` and some, and the process's soft limit of
+// descriptors is raised (up to its hard limit) to hold them.
+file_system_options grep_input_options(const grep_options& o, uint32_t default_slots, uint64_t workers);
 constexpr uint32_t grep_default_page_size = 16384;
 // A queue pair's staging is entries x page of pinned host memory: 64 pairs
 // of the default 512 entries of 16 KiB pages pinned 512 MiB, which took

@@ -117,6 +117,41 @@ TEST(Grep, CountsEqualAPlainScan) {
   EXPECT_EQ(r.counters.matches, matches);
 }
 
+// A file longer than grep_piece_bytes is counted in pieces by several
+// workers: a word belongs to the piece where it starts, whether it runs
+// over the piece's end or starts on its first byte, and a piece's first
+// byte inside a longer token starts no word. With one worker the opener
+// counts its own pieces.
+TEST(Grep, PiecesOfALargeFileCountEveryWordOnce) {
+  for (unsigned workers : {1u, 4u}) {
+    tree t;
+    const size_t P = grep_piece_bytes;
+    std::string s(3 * P + 100, ' ');
+    auto put = [&](size_t at, const std::string& w) { s.replace(at, w.size(), w); };
+    put(P - 2, "alpha");       // runs over the first piece's end
+    put(2 * P, "beta");        // starts on the third piece's first byte
+    put(2 * P - 1, "Q");       // ... no: "Qbeta" is one token, no word
+    put(P + 7, "beta");        // inside the second piece
+    put(3 * P - 1, "qgamma");  // "gamma" starts the fourth piece inside a token: no word
+    put(3 * P + 10, "gamma");  // the last piece's own
+    put(0, "delta");           // the first byte
+    put(s.size() - 5, "alpha");  // the last bytes
+    for (size_t at = 100; at + 6 < P; at += 997) put(at, "w17");  // many of one word in the first piece
+    std::ofstream(t.root / "big.txt", std::ios::binary).write(s.data(), std::streamsize(s.size()));
+    const grep_dictionary d = make_grep_dictionary(dictionary_lines());
+    const auto files = list_grep_files(t.root.string());
+    const grep_report r = run_grep_cpu(options_for(t, workers), d, files);
+    EXPECT_EQ(r.counters.failed, 0u) << r.counters.last_err;
+    EXPECT_EQ(r.counters.files, 1u);
+    EXPECT_EQ(r.counters.bytes, s.size());
+    const grep_counts got = parse_grep_output((t.out / "grep.out").string());
+    EXPECT_EQ(got, reference_grep(t.root.string(), d, files)) << workers << " workers";
+    const grep_counts want = {{{"alpha", "big.txt"}, 2}, {{"beta", "big.txt"}, 1}, {{"gamma", "big.txt"}, 1},
+                              {{"delta", "big.txt"}, 1}, {{"w17", "big.txt"}, (P - 107) / 997 + 1}};
+    EXPECT_EQ(got, want) << workers << " workers";
+  }
+}
+
 TEST(Grep, CountsEqualRipgrepWhereItIsInstalled) {
   if (std::system("rg --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "ripgrep (rg) is not installed";
   tree t;

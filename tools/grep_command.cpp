@@ -33,6 +33,9 @@ void add_grep_command(CLI::App& app, grep_command& g) {
   g.app->add_option("--service-threads", g.service_threads, "host threads answering the kernels' opens and closes (0: the default)");
   g.app->add_option("--service-slots", g.service_slots, "request slots of the tree's file service (0: 256 on the GPU)");
   g.app->add_option("--blocks-per-sm", g.blocks_per_sm, "GPU: 128-thread blocks of workers an SM, 4 or 8 (0: 4)");
+  g.app->add_option("--piece-bytes", g.piece_bytes,
+                    "files longer than this are counted in pieces of this size by several workers (a multiple of "
+                    "4096 from 16 KiB to 1 GiB; 0: 256 KiB)");
   g.app->add_flag("--spin-wait", g.spin_wait, "GPU: the host thread spins while the kernel runs (default: it sleeps)");
   g.app->add_option("--sample-threads", g.sample_threads,
                     "diagnostics: sample where the host threads of a group are (dw-fs0: the tree's file service; "
@@ -72,6 +75,8 @@ int grep_command::run() {
     o.service_threads = service_threads;
     o.service_slots = service_slots;
     o.blocks_per_sm = blocks_per_sm;
+    o.piece_bytes = piece_bytes;
+    (void)grep_piece_size(o);  // a bad size is named before anything starts
     o.spin_wait = spin_wait;
     o.sample_threads = sample_threads;
     o.profile_service = profile_service;
@@ -123,7 +128,7 @@ int grep_command::run() {
             {"passes", fs.passes}, {"pass_s", fs.pass_ns / 1e9},
             {"locked_s", fs.locked_ns / 1e9},
             {"after_lock_s", fs.after_lock_ns / 1e9}}},
-          {"workers", r.workers}, {"resident_workers", r.resident_workers},
+          {"workers", r.workers}, {"resident_workers", r.resident_workers}, {"piece_bytes", grep_piece_size(o)},
           // The longest one worker took over a file or a piece (open to close), and its bytes.
           {"slowest_item", {{"us", r.counters.slowest >> 24}, {"kib", r.counters.slowest & 0xffffff}}}};
       if (profile_service)

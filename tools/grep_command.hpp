@@ -11,6 +11,7 @@ struct grep_command {
   std::string root, dict = "/usr/share/dict/words", out_dir = ".", out_name = "grep.out", json, server;
   bool cpu = false, check = false, fsync = false;
   unsigned workers = 0;
+  uint64_t piece_bytes = 0;
   uint32_t service_threads = 0, service_slots = 0, blocks_per_sm = 0, page_size = 0;
   bool spin_wait = false;
   std::string sample_threads;

@@ -66,10 +66,10 @@ constexpr uint32_t grep_text = 64 * 1024;    // a warp's output buffer
 // only if it is longer than one: 16 KiB writes covered no 16 KiB page.
 constexpr uint32_t grep_write_after = 16 * 1024;
 constexpr uint32_t grep_path_stride = 512;   // bytes per path in the job's list (NUL included)
-// A file longer than this is counted in pieces of this size by several
-// workers (grep_piece): one warp scans a few MiB at tens of MB/s, so a
-// large file read by its opener alone decided when the search ended.
-// A multiple of grep_chunk, so pieces start on a chunk.
+// A file longer than a piece (grep_job::piece_bytes, this by default) is
+// counted in pieces by several workers (grep_piece): one warp scans a few
+// MiB at tens of MB/s, so a large file read by its opener alone decided
+// when the search ended. A multiple of grep_chunk, so pieces start on a chunk.
 constexpr uint64_t grep_piece_bytes = 256 << 10;
 static_assert(grep_piece_bytes % grep_chunk == 0, "pieces start on a chunk");
 // Pieces waiting at once (grep_job::pieces); a file whose pieces find no
@@ -145,6 +145,7 @@ struct grep_job {
   grep_piece* pieces = nullptr;
   unsigned long long* pieces_made = nullptr;
   unsigned long long* pieces_taken = nullptr;
+  uint64_t piece_bytes = grep_piece_bytes;  // a multiple of grep_chunk
 };
 
 namespace detail {
@@ -350,10 +351,10 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
     // room for them), else the whole file.
     uint64_t last = size;
     if (kind == 2) {
-      last = first + grep_piece_bytes < size ? first + grep_piece_bytes : size;
+      last = first + j.piece_bytes < size ? first + j.piece_bytes : size;
       if (last < first) last = first;  // the file shrank since its opener looked
-    } else if (size > grep_piece_bytes) {
-      const unsigned long long more = (size - 1) / grep_piece_bytes;  // pieces after the first
+    } else if (size > j.piece_bytes) {
+      const unsigned long long more = (size - 1) / j.piece_bytes;  // pieces after the first
       unsigned long long at = 0;
       bool room = false;
       if (leader) {
@@ -366,11 +367,11 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
           for (unsigned long long k = 0; k < more; ++k) {
             grep_piece& pc = j.pieces[at + k];
             pc.path = uint32_t(p);
-            pc.first = (k + 1) * grep_piece_bytes;
+            pc.first = (k + 1) * j.piece_bytes;
             client_atomic<uint32_t>(pc.ready).store(1, memory_order_release);
           }
       }
-      if (w.shfl(mask, uint32_t(room), lowest_lane(mask))) last = grep_piece_bytes;
+      if (w.shfl(mask, uint32_t(room), lowest_lane(mask))) last = j.piece_bytes;
     }
     // Readahead: the first grep_readahead bytes now, then each chunk's
     // that much further on, so that a chunk's read rarely waits for a

@@ -91,6 +91,7 @@ grep_report run_grep_gpu(const grep_options& o, const grep_dictionary& d, const 
             to_device<uint32_t>(d.table.data(), d.table.size() * 4, owned), uint32_t(d.table.size() - 1), d.max_len};
   j.paths = to_device<char>(paths.data(), paths.size(), owned);
   j.npaths = uint32_t(files.size());
+  j.piece_bytes = grep_piece_size(o);
   const unsigned long long zero4[4] = {};
   auto* cursors = to_device<unsigned long long>(zero4, sizeof zero4, owned);
   j.next_path = cursors;

@@ -192,6 +192,13 @@ host_grep_run::host_grep_run(const grep_dictionary& d, const std::vector<std::st
   job.pieces_taken = &pieces_taken;
 }
 
+uint64_t grep_piece_size(const grep_options& o) {
+  const uint64_t b = o.piece_bytes ? o.piece_bytes : grep_piece_bytes;
+  if (b % grep_chunk || b < 16384 || b > (1ull << 30))
+    throw error("grep: a piece must be a multiple of 4096 bytes from 16 KiB to 1 GiB, not " + std::to_string(b));
+  return b;
+}
+
 cache_config grep_cache_config(const grep_options& o) {
   cache_config base;
   if (!std::getenv("DEEPWELL_PAGE_SIZE")) base.page_size = grep_default_page_size;
@@ -262,6 +269,7 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
 
   host_grep_run run(d, files, in->ref(), out->ref(), workers);
   grep_job& j = run.job;
+  j.piece_bytes = grep_piece_size(o);
   const auto t0 = std::chrono::steady_clock::now();
   rep.setup_seconds = std::chrono::duration<double>(t0 - entry).count();
   j.out_file = j.out.gopen(o.out_name.c_str(), g_wronly | g_gwronce);  // lines at disjoint offsets, never read

@@ -69,6 +69,9 @@ struct grep_options {
   uint32_t service_threads = 0;  // the searched tree's file system (0: its default)
   uint32_t service_slots = 0;    // its request slots (0: 256)
   uint32_t blocks_per_sm = 0;    // GPU: 128-thread blocks an SM, 4 or 8 (0: 4)
+  // Files longer than this are counted in pieces of this size by several
+  // workers: a multiple of 4 KiB from 16 KiB to 1 GiB (0: grep_piece_bytes).
+  uint64_t piece_bytes = 0;
   // GPU: the host thread spins while it waits for the kernel (CUDA's
   // default with a core a context). By default it sleeps instead, leaving
   // its core to the file service and the pollers that the kernel needs.
@@ -87,6 +90,10 @@ struct grep_options {
   // process.
   std::string server;
 };
+
+// grep_options::piece_bytes as the job takes it; throws deepwell::error
+// naming a size that is not a multiple of 4 KiB from 16 KiB to 1 GiB.
+uint64_t grep_piece_size(const grep_options& o);
 
 // The link grep's cache is made on: the server's (o.server), or a
 // controller in this process.

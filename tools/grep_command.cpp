@@ -35,7 +35,7 @@ void add_grep_command(CLI::App& app, grep_command& g) {
   g.app->add_option("--blocks-per-sm", g.blocks_per_sm, "GPU: 128-thread blocks of workers an SM, 4 or 8 (0: 4)");
   g.app->add_option("--piece-bytes", g.piece_bytes,
                     "files longer than this are counted in pieces of this size by several workers (a multiple of "
-                    "4096 from 16 KiB to 1 GiB; 0: 256 KiB)");
+                    "4096 from 16 KiB to 1 GiB; 0: 64 KiB)");
   g.app->add_flag("--spin-wait", g.spin_wait, "GPU: the host thread spins while the kernel runs (default: it sleeps)");
   g.app->add_option("--sample-threads", g.sample_threads,
                     "diagnostics: sample where the host threads of a group are (dw-fs0: the tree's file service; "

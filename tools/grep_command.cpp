@@ -57,13 +57,6 @@ int grep_command::run() {
     if (check && !server.empty())
       throw error("grep: --check scans the tree on this host, which --server does not (compare with an in-process "
                   "run's output instead)");
-    // The GPU starts while the dictionary and the file list load.
-    std::optional<gpu_warmup> gpu;
-    if (!cpu) gpu.emplace(spin_wait);
-    uint64_t too_long = 0;
-    const grep_dictionary d = load_grep_dictionary(dict);
-    const double dict_s = since(start);
-    if (gpu) gpu->require();  // before the tree is listed: that may take a while
     grep_options o;
     o.server = server;
     o.root = root;
@@ -76,11 +69,18 @@ int grep_command::run() {
     o.service_slots = service_slots;
     o.blocks_per_sm = blocks_per_sm;
     o.piece_bytes = piece_bytes;
-    (void)grep_piece_size(o);  // a bad size is named before anything starts
     o.spin_wait = spin_wait;
     o.sample_threads = sample_threads;
     o.profile_service = profile_service;
     o.reply_poll_ns = reply_poll_ns;
+    (void)grep_piece_size(o);  // a bad size is named before anything starts
+    // The GPU starts while the dictionary and the file list load.
+    std::optional<gpu_warmup> gpu;
+    if (!cpu) gpu.emplace(spin_wait);
+    uint64_t too_long = 0;
+    const grep_dictionary d = load_grep_dictionary(dict);
+    const double dict_s = since(start);
+    if (gpu) gpu->require();  // before the tree is listed: that may take a while
     auto step = clock::now();
     const std::vector<std::string> files = list_grep_files(o, &too_long);
     const double list_s = since(step);

@@ -82,6 +82,8 @@ fi
 printf 'alpha\nbeta\n' >"$dir/words"  # (the GPU machine has no /usr/share/dict/words)
 expect "is not a directory" grep "$dir/absent" --cpu --dict "$dir/words"
 expect "cannot read the dictionary" grep "$dir" --cpu --dict "$dir/absent-words"
+expect "a piece must be a multiple of 4096 bytes" grep "$dir" --cpu --dict "$dir/absent-words" --piece-bytes 5000
+expect "from 16 KiB to 1 GiB, not 4096" grep "$dir" --cpu --dict "$dir/absent-words" --piece-bytes 4096
 # A misspelt setting is named (settings is a report: it still exits 0).
 out=$(DEEPWELL_CACHE_SIZE=1G timeout -k 5 60 "$cli" settings 2>&1)
 if [[ "$out" == *"DEEPWELL_CACHE_SIZE is not a deepwell setting"*"did you mean DEEPWELL_CACHE_BYTES?"* ]]; then

@@ -104,7 +104,6 @@ struct dictionary {
     std::ifstream in(path);
     if (!in) die("cannot read the dictionary " + path);
     dictionary d;
-    std::vector<std::string_view> words;
     std::string all, line;
     std::vector<std::pair<size_t, size_t>> spans;
     while (std::getline(in, line)) {

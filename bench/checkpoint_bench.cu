@@ -84,6 +84,8 @@ int main(int argc, char** argv) {
   std::string dir = "/var/tmp", commit = "unknown", json_path;
   uint64_t bytes = 256ull << 20;
   uint32_t tensors = 16, page = 65536, iters = 3, pollers = 4;
+  uint32_t queue_pairs = defaults::builtin::checkpoint_gpu_queue_pairs;
+  uint32_t queue_entries = defaults::builtin::checkpoint_queue_entries;
   bool odirect = true;
   CLI::App app{"deepwell checkpoint save bandwidth against the disk's write bandwidth"};
   app.add_option("--dir", dir, "directory of the files (on the disk under test)");
@@ -92,6 +94,8 @@ int main(int argc, char** argv) {
   app.add_option("--page", page, "cache page size (the unit of the page hashes)");
   app.add_option("--iters", iters, "timed saves (and baseline runs)");
   app.add_option("--pollers", pollers, "controller poller threads");
+  app.add_option("--queue-pairs", queue_pairs, "the cache's queue pairs (default: a checkpoint store's)");
+  app.add_option("--queue-entries", queue_entries, "entries per queue pair (default: a checkpoint store's)");
   app.add_option("--odirect", odirect, "the checkpoint file with O_DIRECT (1) or buffered (0)");
   app.add_option("--json", json_path, "also append the JSON line to this file");
   app.add_option("--commit", commit, "commit hash to record");
@@ -167,8 +171,8 @@ int main(int argc, char** argv) {
     cache_config c;
     c.page_size = page;
     c.capacity_bytes = need + (64ull << 20);  // both slots stay cached: saves write, never fetch
-    c.queue_pairs = 16;
-    c.queue_entries = 128;
+    c.queue_pairs = queue_pairs;
+    c.queue_entries = queue_entries;
     auto cache = make_gpu_page_cache(ctl, c);
     checkpoint_options o;
     o.gpu = gpu_checkpoint_support();
@@ -203,6 +207,9 @@ int main(int argc, char** argv) {
     j["bytes"] = bytes;
     j["tensors"] = tensors;
     j["page"] = page;
+    j["queue_pairs"] = queue_pairs;
+    j["queue_entries"] = queue_entries;
+    j["pollers"] = pollers;
     j["odirect"] = odirect;
     j["disk_write_GBps"] = disk_bw;
     j["disk_write_with_d2h_GBps"] = gb / median(disk_copy_s);

@@ -100,8 +100,8 @@ PAGES = {
                               "on `threads` threads (0: every core). `*checked` (may be NULL) is 0 for a "
                               "version-1 file, which has no sums.", ["DW_EIO"], ["dw_crc32c"]),
     "dw_checkpoint_options_init": ("Fills `*o`: `size`, `DW_CHECKPOINT_OPEN`, writable, and a checkpoint "
-                                   "store's cache defaults (64 KiB pages, 128 entries a queue pair; queue pairs 0: "
-                                   "16 on a GPU, 4 on a host).", None, ["dw_checkpoint_open"]),
+                                   "store's cache defaults (64 KiB pages, 32 entries a queue pair; queue pairs 0: "
+                                   "4, on a GPU as on a host).", None, ["dw_checkpoint_open"]),
     "dw_checkpoint_open": ("Opens, or with `DW_CHECKPOINT_CREATE` formats, a checkpoint store at `path` (under "
                            "a server: a dataset it grants this process for writing). A store opened with a "
                            "manifest (`n` > 0 or `manifest` not NULL) must hold exactly it: names, order, bytes, "

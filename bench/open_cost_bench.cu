@@ -138,15 +138,17 @@ json population_primitives(uint64_t bytes, unsigned threads) {
 int main(int argc, char** argv) {
   std::string dir = "/var/tmp", commit = "unknown", json_path;
   uint64_t bytes = 512ull << 20, cache_bytes = 0;
-  uint32_t page = 65536, queue_pairs = 16, queue_entries = 128, reps = 5;
+  uint32_t page = defaults::builtin::checkpoint_page_size, reps = 5;
+  uint32_t queue_pairs = defaults::builtin::checkpoint_gpu_queue_pairs;
+  uint32_t queue_entries = defaults::builtin::checkpoint_queue_entries;
   bool odirect = true, save = true, population = false;
   CLI::App app{"deepwell: what opening and closing a checkpoint store costs, step by step"};
   app.add_option("--dir", dir, "directory of the store's file");
   app.add_option("--bytes", bytes, "bytes of the store's one buffer");
   app.add_option("--cache", cache_bytes, "GPU cache bytes (0: twice --bytes and 256 MiB, as the Python benchmark)");
   app.add_option("--page", page, "cache page size");
-  app.add_option("--queue-pairs", queue_pairs, "the cache's queue pairs");
-  app.add_option("--queue-entries", queue_entries, "entries per queue pair");
+  app.add_option("--queue-pairs", queue_pairs, "the cache's queue pairs (default: a checkpoint store's)");
+  app.add_option("--queue-entries", queue_entries, "entries per queue pair (default: a checkpoint store's)");
   app.add_option("--reps", reps, "repetitions");
   app.add_option("--odirect", odirect, "the store's file with O_DIRECT");
   app.add_option("--save", save, "save the buffer between open and close");

@@ -44,7 +44,10 @@ class host_memory_target final : public target {
   void write(io_engine&, const void* buf, uint32_t len, uint64_t offset, bool, io_callback done) override {
     if (!writable_) return done(-EROFS);
     if (offset > size_ || len > size_ - offset) return done(-EINVAL);
-    if (len) std::memcpy(data_ + offset, buf, len);
+    // Streamed: a write-back replaces whole blocks, so reading the old
+    // lines in first (a plain store's read for ownership) is wasted work
+    // on the poller, the controller's bottleneck for write-backs.
+    if (len) detail::copy_streaming(data_ + offset, buf, len);
     done(len);
   }
 

@@ -56,9 +56,13 @@ inline void demote_lines(const void* p, size_t len) {
 #endif
 }
 
-inline void copy_to_staging(void* dst, const void* src, size_t len, staging_stores kind) {
+// Copies with non-temporal stores where dst is 16-byte aligned and the copy
+// at least a line (else memcpy), then sfence. For destinations nobody
+// reads soon: the stores need no read for ownership of the lines and leave
+// the copying core's caches to its own work.
+inline void copy_streaming(void* dst, const void* src, size_t len) {
 #if defined(__SSE2__)
-  if (kind == staging_stores::streaming && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 && len >= 64) {
+  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0 && len >= 64) {
     auto* d = static_cast<__m128i*>(dst);
     auto* s = static_cast<const __m128i*>(src);
     const size_t n = len / 64;
@@ -75,6 +79,11 @@ inline void copy_to_staging(void* dst, const void* src, size_t len, staging_stor
     return;
   }
 #endif
+  std::memcpy(dst, src, len);
+}
+
+inline void copy_to_staging(void* dst, const void* src, size_t len, staging_stores kind) {
+  if (kind == staging_stores::streaming) return copy_streaming(dst, src, len);
   std::memcpy(dst, src, len);
   if (kind == staging_stores::demote) demote_lines(dst, len);
 }

@@ -115,7 +115,7 @@ def test_every_entry_point_fills_the_cache_fields_alike():
         assert o.size == ctypes.sizeof(o), (type(o).__name__, o.size, ctypes.sizeof(o))
         assert o.cache.device == -1 and o.cache.cache_bytes > 0 and o.cache.timeout_s > 0 and o.cache.pollers > 0
     assert a.cache.page_size == 4096 or os.environ.get("DEEPWELL_PAGE_SIZE")
-    assert c.cache.page_size == 65536 and c.cache.queue_entries == 128
+    assert c.cache.page_size == 65536 and c.cache.queue_entries == 32
     assert k.cache.page_size == 0, "a KV store's page follows its buckets, known at open"
     assert a.cache.direct_files == 1 or os.environ.get("DEEPWELL_DIRECT_FILES")
     assert c.cache.direct_files == 0 and k.cache.direct_files == 0, "stores written in place map no file"

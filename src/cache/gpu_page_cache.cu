@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/sorted_flush.hpp"
 #include "deepwell/cache/page_cache.hpp"
 #include "deepwell/link/gpu_client.hpp"
 
@@ -121,6 +122,11 @@ class gpu_page_cache final : public page_cache {
   }
 
   request_status flush() override {
+    // First in key order (adjacent pages of a file reach a poller together),
+    // then every slot in slot order, as a flush always looked: that pass
+    // writes what the first left dirty (a failed write is tried again there,
+    // and reported if it fails again) or could not take.
+    (void)detail::flush_in_key_order(ref_, stream_);
     check_cuda(cudaMemsetAsync(flush_error_, 0, sizeof(uint32_t), stream_), "cudaMemsetAsync");
     const unsigned blocks = (geo_.slots + 255) / 256;
     flush_slots<<<blocks < 4096 ? blocks : 4096, 256, 0, stream_>>>(ref_, flush_error_);

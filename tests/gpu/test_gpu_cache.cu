@@ -448,6 +448,65 @@ __global__ void cursor_write_kernel(array_ref<uint64_t> a, uint64_t run, counts*
 
 }  // namespace
 
+namespace {
+
+// Word w of page p (of `pages`) written by the thread that takes page
+// (p * 7919) % pages: the pages reach the cache, and so its slots, in an
+// order that is not the files'. Pages whose number is a multiple of 5 are
+// written twice (the second value wins).
+__global__ void scattered_write_kernel(array_ref<uint64_t> a, uint64_t pages, uint64_t s, counts* c) {
+  const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
+  for (uint64_t k = warp; k < pages; k += warps) {
+    const uint64_t p = (k * 7919) % pages;
+    for (int pass = 0; pass < (p % 5 == 0 ? 2 : 1); ++pass)
+      for (uint64_t w = lane; w < 512; w += 32) {
+        const uint64_t i = p * 512 + w;
+        tally(c, a.write(i, expected(i, pass ? s + 1 : s)), true);
+      }
+  }
+}
+
+}  // namespace
+
+// flush() takes the dirty pages in key order (sorted on the GPU, a run of a
+// file a warp, through one queue) and then in slot order: every page of
+// two files, written in an order unrelated to theirs, reaches each file
+// exactly, and a second flush finds nothing left to write.
+TEST(GpuCache, FlushInKeyOrderWritesEveryPageOfEveryFile) {
+  const uint64_t bytes = 32ull << 20, pages = bytes / 4096;
+  scratch_file f1(bytes, seed), f2(bytes, seed + 1);
+  controller ctl(pollers(4));
+  file_options o;
+  o.writable = true;
+  const uint32_t ns1 = ctl.add_namespace({open_file_target(f1.path(), o), 4096, false});
+  const uint32_t ns2 = ctl.add_namespace({open_file_target(f2.path(), o), 4096, false});
+  cache_config cc = gpu_cache(3 * bytes);  // both files stay cached,
+  cc.clean_threshold = 0;                  // and no cleaner writes ahead: the flush writes every page
+  auto cache = make_gpu_page_cache(ctl, cc);
+  array<uint64_t> a1(cache, ns1), a2(cache, ns2);
+  device_counts c;
+  check_launch(*cache, scattered_write_kernel, 64, 128);
+  scattered_write_kernel<<<64, 128>>>(a1.ref(), pages, 40, c.d);
+  scattered_write_kernel<<<64, 128>>>(a2.ref(), pages, 50, c.d);
+  CUDA_OK(cudaDeviceSynchronize());
+  const counts r = c.get();
+  EXPECT_EQ(r.failed, 0u) << describe(request_status::unpack(r.last_status));
+  const uint64_t before = cache->stats().writebacks;
+  const request_status fl = cache->flush();
+  EXPECT_TRUE(fl.ok()) << describe(fl);
+  EXPECT_EQ(cache->stats().writebacks - before, 2 * pages) << "each dirty page written back once";
+  for (auto [path, s] : {std::pair{f1.path(), uint64_t(40)}, {f2.path(), uint64_t(50)}}) {
+    const std::vector<uint64_t> file = test::file_words(path, bytes);
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < file.size(); ++i) bad += file[i] != expected(i, (i / 512) % 5 == 0 ? s + 1 : s);
+    EXPECT_EQ(bad, 0u) << path;
+  }
+  const uint64_t after = cache->stats().writebacks;
+  EXPECT_TRUE(cache->flush().ok());
+  EXPECT_EQ(cache->stats().writebacks, after) << "a second flush has nothing to write";
+}
+
 TEST(GpuCache, CursorsWalkRunsWithALookupAPageAndWriteBackExactly) {
   const uint64_t bytes = 64ull << 20;
   scratch_file f(bytes, seed);

@@ -244,6 +244,17 @@ class page_cache_ref {
   template <class Warp>
   DW_HD request_status flush_warp(const Warp& w, uint32_t first) const;
 
+  // flush() in the files' order: as flush_warp, each lane its own slot `s`
+  // (where `pending`), and every write of the warp through one queue
+  // (`qhint`), so that one poller takes the warp's pages together and
+  // writes adjacent ones with one call. A warp given slots sorted by key
+  // (dirty_key) writes a run of a file.
+  template <class Warp>
+  DW_HD request_status flush_slots_warp(const Warp& w, uint32_t s, bool pending, uint32_t qhint) const;
+  // Whether slot s holds a valid dirty page, and its key. A hint for
+  // ordering a flush (the slot may change after the look).
+  DW_HD bool dirty_key(uint32_t s, uint64_t& key) const;
+
   // Finishes slot s's orphan I/O if it has one (it holds a command id):
   // a prefetch is copied in; a write-back is waited for until the deadline.
   DW_HD void finish_orphan(uint32_t s) const;
@@ -366,7 +377,9 @@ class page_cache_ref {
   DW_HD void submit_writeback(uint32_t s, uint32_t qi, uint16_t cid, bool evict_claim) const;
   DW_HD bool finish_writeback(uint32_t s, uint64_t dl, request_status* out) const;
   template <class Warp>
-  DW_HD request_status write_back_warp(const Warp& w, unsigned mask, uint32_t s, bool pending, bool wait = true) const;
+  // qhint: the queue of every lane's write (~0u: each lane's slot picks its own).
+  DW_HD request_status write_back_warp(const Warp& w, unsigned mask, uint32_t s, bool pending, bool wait = true,
+                                       uint32_t qhint = ~0u) const;
 
   // ---- persist (detail/cache/persist.hpp) ----
   DW_HD uint32_t pin_cached(uint64_t key, uint64_t dl, request_status& r) const;

@@ -76,6 +76,20 @@ DW_HD inline request_status page_cache_ref::flush_warp(const Warp& w, uint32_t f
   return write_back_warp(w, mask, s, s < nslots_);
 }
 
+template <class Warp>
+DW_HD inline request_status page_cache_ref::flush_slots_warp(const Warp& w, uint32_t s, bool pending,
+                                                             uint32_t qhint) const {
+  return write_back_warp(w, w.active(), s, pending && s < nslots_, true, qhint == ~0u ? 0 : qhint);
+}
+
+DW_HD inline bool page_cache_ref::dirty_key(uint32_t s, uint64_t& key) const {
+  if (s >= nslots_) return false;
+  const slot_word v = client_atomic<uint64_t>(state[s]).load(memory_order_relaxed);
+  if (!(v & slot_state::valid) || !(v & slot_state::dirty)) return false;
+  key = client_atomic<uint64_t>(slot_key[s]).load(memory_order_relaxed);
+  return true;
+}
+
 // Each lane of `mask` with `pending` writes back slot s if it is dirty (after any
 // write-back of it already in flight), the warp copying the pages; the
 // lanes return once their writes have completed (with !wait: once they are
@@ -87,7 +101,7 @@ DW_HD inline request_status page_cache_ref::flush_warp(const Warp& w, uint32_t f
 // copy) or follows it (the page stays dirty).
 template <class Warp>
 DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsigned mask, uint32_t s,
-                                                            bool pending, bool wait) const {
+                                                            bool pending, bool wait, uint32_t qhint) const {
   const uint64_t dl = deadline();
   request_status r{};
   // In rounds: lanes take a command id only if one is free now (never
@@ -132,7 +146,7 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
           break;
         } else if (!(v & slot_state::evict)) {
           if (!st.compare_exchange_strong(v, v | slot_state::writeback, memory_order_acquire)) continue;
-          const request_status a = begin_writeback(s, s, 0, false, qi, cid);
+          const request_status a = begin_writeback(s, qhint == ~0u ? s : qhint, 0, false, qi, cid);
           if (a.ok()) {
             claimed = true;
             pending = false;

@@ -170,13 +170,21 @@ class gpu_support final : public checkpoint_gpu {
     return move(cache, a, p, on_dev, runs, false);
   }
 
+  // Both on this object's stream, waited for. A plain cudaMemcpy from
+  // pageable memory to the device may return before the bytes have landed
+  // (CUDA stages them and returns), and the hash kernel that checks a load
+  // runs on this non-blocking stream, which is not ordered after the legacy
+  // stream's copy: it read the old bytes now and then and called a good
+  // checkpoint corrupt (GpuCheckpoint.AHostCacheServesDeviceBuffers).
   void to_host(void* dst, const void* src, uint64_t bytes) override {
     on_device g(device_);
-    check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy to the host");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaMemcpy to the host");
   }
   void to_device(void* dst, const void* src, uint64_t bytes) override {
     on_device g(device_);
-    check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpy to the device");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaMemcpy to the device");
   }
   void* alloc(uint64_t bytes) override {
     on_device g(device_);

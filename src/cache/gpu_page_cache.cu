@@ -126,7 +126,7 @@ class gpu_page_cache final : public page_cache {
     // then every slot in slot order, as a flush always looked: that pass
     // writes what the first left dirty (a failed write is tried again there,
     // and reported if it fails again) or could not take.
-    (void)detail::flush_in_key_order(ref_, stream_);
+    detail::flush_in_key_order(ref_, stream_);
     check_cuda(cudaMemsetAsync(flush_error_, 0, sizeof(uint32_t), stream_), "cudaMemsetAsync");
     const unsigned blocks = (geo_.slots + 255) / 256;
     flush_slots<<<blocks < 4096 ? blocks : 4096, 256, 0, stream_>>>(ref_, flush_error_);

@@ -24,14 +24,14 @@ __global__ void collect_dirty(page_cache_ref c, uint64_t* keys, uint32_t* slots,
 }
 
 // Warp k writes back sorted entries [32k, 32k + 32) through queue hint k.
-__global__ void write_back_sorted(page_cache_ref c, const uint32_t* slots, uint32_t n, uint32_t* first_error) {
+// Failures are left to the slot-order pass (the pages stay dirty).
+__global__ void write_back_sorted(page_cache_ref c, const uint32_t* slots, uint32_t n) {
   const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const uint32_t warps = gridDim.x * blockDim.x / 32;
   const uint32_t lane = threadIdx.x % 32;
   for (uint32_t base = warp * 32; base < n; base += warps * 32) {
     const uint32_t i = base + lane;
-    const request_status r = c.flush_slots_warp(gpu_warp{}, i < n ? slots[i] : 0, i < n, base / 32);
-    if (!r.ok()) atomicCAS(first_error, 0u, r.pack());
+    (void)c.flush_slots_warp(gpu_warp{}, i < n ? slots[i] : 0, i < n, base / 32);
   }
 }
 
@@ -42,11 +42,11 @@ unsigned grid_for(uint64_t threads) {
 
 }  // namespace
 
-request_status flush_in_key_order(const page_cache_ref& c, cudaStream_t stream) {
+void flush_in_key_order(const page_cache_ref& c, cudaStream_t stream) {
   const uint32_t n_slots = c.slots();
-  if (n_slots == 0) return {};
-  // One allocation: the count and the first error, keys and slots twice
-  // (the sort's input and output), then cub's scratch.
+  if (n_slots == 0) return;
+  // One allocation: the count, keys and slots twice (the sort's input and
+  // output), then cub's scratch.
   size_t sort_bytes = 0;
   cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const uint64_t*>(nullptr),
                                   static_cast<uint64_t*>(nullptr), static_cast<const uint32_t*>(nullptr),
@@ -57,40 +57,33 @@ request_status flush_in_key_order(const page_cache_ref& c, cudaStream_t stream) 
   uint8_t* mem = nullptr;
   if (cudaMallocAsync(reinterpret_cast<void**>(&mem), total, stream) != cudaSuccess) {
     (void)cudaGetLastError();  // no room for the scratch: the slot-order pass writes everything
-    return {};
+    return;
   }
   auto* count = reinterpret_cast<uint32_t*>(mem);
-  uint32_t* first_error = count + 1;
   auto* keys_in = reinterpret_cast<uint64_t*>(mem + 256);
   auto* keys_out = reinterpret_cast<uint64_t*>(mem + 256 + keys_bytes);
   auto* slots_in = reinterpret_cast<uint32_t*>(mem + 256 + 2 * keys_bytes);
   auto* slots_out = reinterpret_cast<uint32_t*>(mem + 256 + 2 * keys_bytes + slots_bytes);
   void* sort_tmp = mem + 256 + 2 * keys_bytes + 2 * slots_bytes;
-  request_status result{};
-  uint32_t host[2] = {0, 0};
-  cudaError_t e = cudaMemsetAsync(mem, 0, 8, stream);
+  uint32_t n = 0;
+  cudaError_t e = cudaMemsetAsync(count, 0, sizeof(*count), stream);
   if (e == cudaSuccess) {
     collect_dirty<<<grid_for(n_slots), block_threads, 0, stream>>>(c, keys_in, slots_in, count);
     e = cudaGetLastError();
   }
-  if (e == cudaSuccess) e = cudaMemcpyAsync(host, count, 4, cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(&n, count, sizeof(n), cudaMemcpyDeviceToHost, stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  const uint32_t n = host[0];
   if (e == cudaSuccess && n > 0) {
     e = cub::DeviceRadixSort::SortPairs(sort_tmp, sort_bytes, keys_in, keys_out, slots_in, slots_out, int(n), 0, 64,
                                         stream);
     if (e == cudaSuccess) {
-      write_back_sorted<<<grid_for(uint64_t(n)), block_threads, 0, stream>>>(c, slots_out, n, first_error);
+      write_back_sorted<<<grid_for(uint64_t(n)), block_threads, 0, stream>>>(c, slots_out, n);
       e = cudaGetLastError();
     }
-    if (e == cudaSuccess) e = cudaMemcpyAsync(host, count, 8, cudaMemcpyDeviceToHost, stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-    if (e == cudaSuccess) result = request_status::unpack(host[1]);
   }
   cudaFreeAsync(mem, stream);
   cudaStreamSynchronize(stream);
   if (e != cudaSuccess) throw error(std::string("flush in key order: ") + cudaGetErrorString(e));
-  return result;
 }
 
 }  // namespace deepwell::detail

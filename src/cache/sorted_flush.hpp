@@ -9,14 +9,13 @@
 #include <cuda_runtime.h>
 
 #include "deepwell/cache/page_cache_ref.hpp"
-#include "deepwell/protocol/status.hpp"
 
 namespace deepwell::detail {
 
 // Writes back every slot found dirty, in key order, on `stream`, and waits.
-// The first failure is returned (the page stays dirty); where the scratch
-// memory cannot be had, nothing is written and ok is returned, leaving the
-// pages to the slot-order pass that follows.
-request_status flush_in_key_order(const page_cache_ref& c, cudaStream_t stream);
+// Best effort, ahead of flush()'s slot-order pass: a page whose write fails
+// stays dirty and that pass writes it again and reports it; where the
+// scratch memory cannot be had, nothing is written here.
+void flush_in_key_order(const page_cache_ref& c, cudaStream_t stream);
 
 }  // namespace deepwell::detail

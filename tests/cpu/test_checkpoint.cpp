@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -42,9 +43,10 @@ struct rig {
   std::shared_ptr<page_cache> cache;
   uint64_t pages;
   uint32_t page_size;
+  std::optional<cache_config> config;  // in place of small_cache(pages, page_size)
   explicit rig(std::shared_ptr<volatile_cache_target> d = make_volatile_cache_target(disk_bytes), uint64_t pages_ = 64,
-               uint32_t page = 4096)
-      : disk(std::move(d)), pages(pages_), page_size(page) {
+               uint32_t page = 4096, std::optional<cache_config> cfg = {})
+      : disk(std::move(d)), pages(pages_), page_size(page), config(std::move(cfg)) {
     up();
   }
   ~rig() { down(); }
@@ -54,7 +56,7 @@ struct rig {
     ctl = std::make_unique<controller>(cc);
     faults = make_fault_target(disk);
     ns = ctl->add_namespace({faults, 512, false});
-    auto c = test::small_cache(pages, page_size);
+    auto c = config ? *config : test::small_cache(pages, page_size);
     // Generous: a loaded CI machine (two cores, ThreadSanitizer beside
     // other suites) must not turn a slow wait into a failed save; a real
     // hang still ends at ctest's limit.
@@ -257,20 +259,11 @@ TEST(Checkpoint, AStoreLargerThanItsCacheRoundTripsEveryGeneration) {
                                  {"bias", 4000, "float32", {1000}},
                                  {"step", 8, "int64", {}},
                                  {"odd", 3 * 4096 + 77, "uint8", {3 * 4096 + 77}}};
-  rig r(make_volatile_cache_target(checkpoint_store::bytes_needed(m, 4096) + R), 512);
-  {  // as the GPU suite's rig: one poller, 8 queue pairs of the default depth
-    r.down();
-    controller_config cc;
-    cc.pollers = 1;
-    r.ctl = std::make_unique<controller>(cc);
-    r.ns = r.ctl->add_namespace({r.disk, 512, false});
-    cache_config c;
-    c.page_size = 4096;
-    c.capacity_bytes = 512ull * 4096;
-    c.queue_pairs = 8;
-    c.timeout_ns = 60ull * 1000000000ull;
-    r.cache = make_host_page_cache(*r.ctl, c);
-  }
+  cache_config c;  // as the GPU suite's rig: 512 pages, 8 queue pairs of the default depth
+  c.page_size = 4096;
+  c.capacity_bytes = 512ull * 4096;
+  c.queue_pairs = 8;
+  rig r(make_volatile_cache_target(checkpoint_store::bytes_needed(m, 4096) + R), 512, 4096, c);
   std::mt19937_64 rng(3);
   checkpoint_options o = small_opts();
   o.threads = 4;

@@ -267,6 +267,7 @@ TEST(TaxiRoutes, EveryRouteGivesThePlainScansAnswersAndSaysWhy) {
       // the gathered columns' touched pages alone.
       {taxi_route_mode::automatic, "iops=1e9,bandwidth=1GiB", read_route::bulk, read_route::pages},
   };
+  uint32_t bulk_columns = 0, reclaimed_columns = 0;
   for (const run& rn : runs)
     for (int q = 0; q < taxi_queries; ++q) {
       if (!drop_from_page_cache(f.path())) GTEST_SKIP() << "this file system keeps the file in the page cache";
@@ -288,6 +289,7 @@ TEST(TaxiRoutes, EveryRouteGivesThePlainScansAnswersAndSaysWhy) {
       EXPECT_EQ(r.route.profiled, rn.mode == taxi_route_mode::automatic) << what;
       EXPECT_GE(r.seconds, r.route.seconds) << what;
       uint64_t bulk = 0;
+      const uint32_t reclaimed_before = reclaimed_columns;
       for (int c = 0; c <= q; ++c) {
         const taxi_column_route& cr = r.route.columns[c];
         EXPECT_EQ(cr.column, taxi_query_columns[c]);
@@ -297,7 +299,16 @@ TEST(TaxiRoutes, EveryRouteGivesThePlainScansAnswersAndSaysWhy) {
         // The cache's own word on the column: read in bulk, it is in the page cache.
         EXPECT_FALSE(cr.cache_route.empty()) << what;
         if (cr.route == read_route::bulk) {
-          EXPECT_NE(cr.cache_route.find("the direct tier"), std::string::npos) << cr.cache_route;
+          // Read whole, the column is served by the direct tier, unless the
+          // kernel reclaimed some of it before the cache looked (a loaded
+          // machine): then its misses are queued to the controller, and
+          // that must stay rare. (A checked column's mapping is refused
+          // below 99% residency before the cache sees its share.)
+          ++bulk_columns;
+          if (cr.cache_route.find("the direct tier:") == std::string::npos) {
+            ++reclaimed_columns;
+            EXPECT_NE(cr.cache_route.find("queued to"), std::string::npos) << what << ": " << cr.cache_route;
+          }
           bulk += cr.bytes;
           // Read in bulk: in the page cache (the file was dropped before the
           // query, so a bulk read that did not happen leaves it near 0). Not
@@ -312,10 +323,17 @@ TEST(TaxiRoutes, EveryRouteGivesThePlainScansAnswersAndSaysWhy) {
         }
       }
       EXPECT_EQ(r.route.bulk_bytes, bulk) << what;
-      // Columns read whole are in the page cache: the direct tier serves them.
-      if (rn.scan == read_route::bulk && rn.gathered == read_route::bulk) EXPECT_EQ(r.direct_columns, uint32_t(q + 1)) << what;
+      const uint32_t reclaimed_here = reclaimed_columns - reclaimed_before;
+      // Columns read whole are in the page cache: the direct tier serves them
+      // (those reclaimed in between said why above).
+      if (rn.scan == read_route::bulk && rn.gathered == read_route::bulk)
+        EXPECT_EQ(r.direct_columns + reclaimed_here, uint32_t(q + 1)) << what;
       if (rn.mode == taxi_route_mode::pages) EXPECT_EQ(r.direct_columns, 0u) << what;
     }
+  // Reclaim between a bulk read and the cache's look is rare (1 column of
+  // 48 seen on a loaded CI machine): more means the direct tier is broken.
+  EXPECT_LE(reclaimed_columns * 10, bulk_columns) << reclaimed_columns << " of " << bulk_columns
+                                                  << " columns read whole were not served by the direct tier";
   // Bulk reads that would not fit in the page cache are not made: past the
   // room given, columns are read page by page, and the route says why.
   {

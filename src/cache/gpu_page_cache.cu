@@ -61,7 +61,8 @@ __global__ void flush_slots(page_cache_ref c, uint32_t* first_error) {
 }
 
 // Pages [first, last] of dataset ds made durable: each warp writes back a
-// chunk of 32 pages and joins the group flush (page_cache_ref::persist).
+// chunk of 32 pages through one queue and joins the group flush
+// (page_cache_ref::persist_run).
 __global__ void persist_pages(page_cache_ref c, uint32_t ds, uint64_t first, uint64_t last, uint32_t* first_error) {
   const uint64_t warp = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const uint64_t warps = uint64_t(gridDim.x) * blockDim.x / 32;
@@ -69,7 +70,7 @@ __global__ void persist_pages(page_cache_ref c, uint32_t ds, uint64_t first, uin
   for (uint64_t k = warp; k < chunks; k += warps) {
     const uint64_t lo = first + k * 32;
     const uint64_t hi = last - lo < 31 ? last : lo + 31;
-    const request_status r = c.persist(gpu_warp{}, ds, lo, hi);
+    const request_status r = c.persist_run(gpu_warp{}, ds, lo, hi);
     if (!r.ok() && (threadIdx.x & 31) == 0) atomicCAS(first_error, 0u, r.pack());
   }
 }

@@ -23,7 +23,7 @@ __global__ void collect_dirty(page_cache_ref c, uint64_t* keys, uint32_t* slots,
   }
 }
 
-// Warp k writes back sorted entries [32k, 32k + 32) through queue hint k.
+// Warp k writes back sorted entries [32k, 32k + 32) as run k (one queue).
 // Failures are left to the slot-order pass (the pages stay dirty).
 __global__ void write_back_sorted(page_cache_ref c, const uint32_t* slots, uint32_t n) {
   const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;

@@ -1,8 +1,10 @@
 // Writes to page-cache files on the poller (targets/buffered_writes.hpp):
 // merged writes put every page where it belongs, overlapping writes land in
 // the order they were queued, a merged write that falls short gives each
-// write its own answer; and through the io_uring engine each
-// DEEPWELL_BUFFERED_WRITES mode writes the same bytes.
+// write its own answer; a thread engine's worker that writes a run of
+// writes queued together with one call keeps the queued order of those that
+// overlap; and through the io_uring engine each DEEPWELL_BUFFERED_WRITES
+// mode writes the same bytes.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -18,6 +20,7 @@
 #include "env_guard.hpp"
 #include "io_test_support.hpp"
 #include "targets/buffered_writes.hpp"
+#include "targets/io_engines.hpp"
 
 namespace deepwell::test {
 namespace {
@@ -99,6 +102,51 @@ TEST(BufferedWrites, OverlappingWritesLandInTheOrderTheyWereQueued) {
     EXPECT_EQ(got[2 * page], 0) << "merge " << merge;
     EXPECT_EQ(got[3 * page], 'd') << "merge " << merge;
   }
+}
+
+// One worker thread (a file's lane) taking writes queued together: those
+// that continue one range go in one call, the others keep the queue's
+// order, and writes that overlap land in the order they were queued.
+TEST(ThreadEngineWrites, OneThreadKeepsTheQueuedOrderOfOverlappingWrites) {
+  file_fd f;
+  ASSERT_GE(f.fd, 0);
+  std::vector<uint8_t> a(2 * page, 'a'), b(page, 'b'), c(page, 'c'), d(page, 'd'), e(page, 'e'), g(page, 'g'),
+      x(page, 'x');
+  auto io = detail::make_thread_engine(64, 1);
+  struct landed {
+    int64_t result = -1;
+    static void on(void* p, int64_t r) { static_cast<landed*>(p)->result = r; }
+  } res[7];
+  // Pages 0-1 (a), 4 (e), 2 (b), 1 again (c: overlaps a), 3 (d), 0 again
+  // (g), 6 (x, after a gap). Taken with a, the others overlap it: a goes
+  // alone. Taken with e, pages 0-4 make one range (g, c, b, d, e) and x
+  // goes back, then alone.
+  const std::pair<const uint8_t*, std::pair<uint32_t, uint64_t>> w[7] = {
+      {a.data(), {2 * page, 0}}, {e.data(), {page, 4 * page}}, {b.data(), {page, 2 * page}},
+      {c.data(), {page, page}},  {d.data(), {page, 3 * page}}, {g.data(), {page, 0}},
+      {x.data(), {page, 6 * page}}};
+  for (int i = 0; i < 7; ++i) {
+    io_op op = write_of(f.fd, w[i].first, w[i].second.first, w[i].second.second);
+    op.done = {&landed::on, &res[i]};
+    io->queue(op);
+  }
+  io->submit();
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (io->in_flight() && std::chrono::steady_clock::now() < until) {
+    io->wait(1000000);
+    io->reap();
+  }
+  ASSERT_EQ(io->in_flight(), 0u);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(res[i].result, int64_t(w[i].second.first)) << "write " << i;
+  const std::vector<uint8_t> got = f.contents(7 * page);
+  ASSERT_EQ(got.size(), 7u * page);
+  EXPECT_EQ(got[0], 'g');
+  EXPECT_EQ(got[page], 'c');
+  EXPECT_EQ(got[2 * page], 'b');
+  EXPECT_EQ(got[3 * page], 'd');
+  EXPECT_EQ(got[4 * page], 'e');
+  EXPECT_EQ(got[5 * page], 0);
+  EXPECT_EQ(got[6 * page], 'x');
 }
 
 TEST(BufferedWrites, AMergedWriteThatFallsShortAnswersEachWriteOnItsOwn) {

@@ -313,3 +313,45 @@ TEST(GpuPersist, WarpsOfLanesWithTheirOwnRangesOrOneShared) {
     }
   EXPECT_EQ(bad, 0u);
 }
+
+// The host's persist of a range has each warp write back 32 adjacent pages
+// through one queue (persist_run; a poller merges them into one write
+// call): with fewer command ids in a queue than lanes in a warp, a run's
+// lanes take ids over several turns. A kernel writes 2,048 pages (a page a
+// thread, then half of them again); the host persists them all through 2
+// queues of 8 entries.
+__global__ void write_pages(array_ref<uint64_t> a, uint64_t salt, tallies* t) {
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (salt && tid % 2) return;
+  for (uint64_t k = 0; k < 512; ++k) note(t, a.write(tid * 512 + k, tid * 512 + k + 1 + salt));
+}
+
+TEST(GpuPersist, HostRunsThroughOneQueueWithFewerIdsThanLanes) {
+  const unsigned blocks = 16, threads = 128;
+  const uint64_t pages = uint64_t(blocks) * threads;
+  controller ctl;
+  auto disk = make_volatile_cache_target(pages * 4096);
+  const uint32_t ns = ctl.add_namespace({disk, 512, false});
+  cache_config c;
+  c.page_size = 4096;
+  c.capacity_bytes = 2 * pages * 4096;
+  c.queue_pairs = 2;
+  c.queue_entries = 8;
+  c.timeout_ns = 20000000000ull;
+  auto cache = make_gpu_page_cache(ctl, c);
+  array<uint64_t> a(cache, ns);
+  device_tallies t;
+  write_pages<<<blocks, threads>>>(a.ref(), 0, t.d);
+  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_TRUE(a.persist(0, pages * 512).ok());
+  write_pages<<<blocks, threads>>>(a.ref(), 1000, t.d);  // the even pages again
+  CUDA_OK(cudaDeviceSynchronize());
+  const request_status p = a.persist(0, pages * 512);
+  EXPECT_TRUE(p.ok()) << describe(p);
+  EXPECT_EQ(t.get().failed, 0u) << describe(request_status::unpack(t.get().last)) << "\n" << cache->dump();
+  disk->cut({});
+  const std::vector<uint8_t> img = disk->durable_image();
+  uint64_t lost = 0;
+  for (uint64_t i = 0; i < pages * 512; ++i) lost += word(img, i) != i + 1 + ((i / 512) % 2 ? 0 : 1000);
+  EXPECT_EQ(lost, 0u);
+}

@@ -213,6 +213,14 @@ class page_cache_ref {
   // persist may or may not be in it (the page stays dirty if not).
   template <class Warp>
   DW_HD request_status persist(const Warp& w, uint32_t ds, uint64_t first_page, uint64_t last_page) const;
+  // persist of one range that every lane names, for a warp among many
+  // persisting the distinct pieces of one large range (the host's persist):
+  // each round's adjacent pages go through one queue (run_queue), so that
+  // one poller writes them with one call. Not for kernels whose warps may
+  // name the same pages (a log's, a program's own persists): there each
+  // page goes through its slot's queue, and many warps never crowd one.
+  template <class Warp>
+  DW_HD request_status persist_run(const Warp& w, uint32_t ds, uint64_t first_page, uint64_t last_page) const;
   // persist for a page the lane has pinned (a page handle; `written`: the
   // lane wrote to it since its last mark); ~0u: none.
   template <class Warp>
@@ -246,11 +254,11 @@ class page_cache_ref {
 
   // flush() in the files' order: as flush_warp, each lane its own slot `s`
   // (where `pending`), and every write of the warp through one queue
-  // (`qhint`), so that one poller takes the warp's pages together and
-  // writes adjacent ones with one call. A warp given slots sorted by key
-  // (dirty_key) writes a run of a file.
+  // (run_queue(run)), so that one poller takes the warp's pages together
+  // and writes adjacent ones with one call. A warp given slots sorted by
+  // key (dirty_key) writes a run of a file.
   template <class Warp>
-  DW_HD request_status flush_slots_warp(const Warp& w, uint32_t s, bool pending, uint32_t qhint) const;
+  DW_HD request_status flush_slots_warp(const Warp& w, uint32_t s, bool pending, uint64_t run) const;
   // Whether slot s holds a valid dirty page, and its key. A hint for
   // ordering a flush (the slot may change after the look).
   DW_HD bool dirty_key(uint32_t s, uint64_t& key) const;
@@ -376,10 +384,15 @@ class page_cache_ref {
   DW_HD uint32_t writeback_bytes(uint32_t s) const;
   DW_HD void submit_writeback(uint32_t s, uint32_t qi, uint16_t cid, bool evict_claim) const;
   DW_HD bool finish_writeback(uint32_t s, uint64_t dl, request_status* out) const;
+  // qhint: the queue of every lane's write (each_slot_queue: each lane's
+  // slot picks its own).
+  static constexpr uint32_t each_slot_queue = ~0u;
+  // The queue hint of a run of a warp's writes of adjacent pages: never
+  // each_slot_queue, and runs next to each other on different queues.
+  DW_HD static uint32_t run_queue(uint64_t run) { return uint32_t(run % each_slot_queue); }
   template <class Warp>
-  // qhint: the queue of every lane's write (~0u: each lane's slot picks its own).
   DW_HD request_status write_back_warp(const Warp& w, unsigned mask, uint32_t s, bool pending, bool wait = true,
-                                       uint32_t qhint = ~0u) const;
+                                       uint32_t qhint = each_slot_queue) const;
 
   // ---- persist (detail/cache/persist.hpp) ----
   DW_HD uint32_t pin_cached(uint64_t key, uint64_t dl, request_status& r) const;
@@ -388,7 +401,7 @@ class page_cache_ref {
   DW_HD request_status group_flush(uint32_t ds, uint32_t qhint, uint64_t dl) const;
   template <class Warp>
   DW_HD request_status write_back_range(const Warp& w, unsigned mask, uint32_t ds, uint64_t first_page,
-                                        uint64_t last_page, bool wait = true) const;
+                                        uint64_t last_page, bool wait = true, bool runs = false) const;
   template <class Warp>
   DW_HD request_status end_persist(const Warp& w, unsigned mask, request_status r, uint32_t ds) const;
 

@@ -128,11 +128,15 @@ DW_HD inline request_status page_cache_ref::end_persist(const Warp& w, unsigned 
 }
 
 // Writes back the cached dirty pages [first_page, last_page] of dataset ds
-// (the whole warp, a page per lane), waiting for their writes.
+// (the whole warp, a page per lane), waiting for their writes. `runs`: a
+// round's pages, adjacent, go through one queue, so that one poller takes
+// them together and writes them with one call (a queue a page: each
+// poller writes one page at a time); the next round's go to the next
+// queue. Else each page goes through its slot's queue.
 template <class Warp>
 DW_HD inline request_status page_cache_ref::write_back_range(const Warp& w, unsigned mask, uint32_t ds,
                                                              uint64_t first_page, uint64_t last_page,
-                                                             bool wait) const {
+                                                             bool wait, bool runs) const {
   const unsigned lanes = popcount32(mask);
   const unsigned rank = lane_rank(w, mask);
   const uint64_t pages = datasets[ds].pages;
@@ -142,7 +146,8 @@ DW_HD inline request_status page_cache_ref::write_back_range(const Warp& w, unsi
     const uint64_t pg = base + rank;
     request_status e{};
     const uint32_t s = pg <= last_page ? pin_cached(make_key(ds, pg), deadline(), e) : ~0u;
-    const request_status wb = write_back_warp(w, mask, s, s != ~0u, wait);
+    const request_status wb =
+        write_back_warp(w, mask, s, s != ~0u, wait, runs ? run_queue(base / lanes) : each_slot_queue);
     if (s != ~0u) client_atomic<uint64_t>(state[s]).fetch_sub(1, memory_order_release);
     if (r.ok()) r = e.ok() ? wb : e;
     if (last_page - base < lanes) break;  // also keeps base from wrapping
@@ -171,6 +176,15 @@ DW_HD inline request_status page_cache_ref::persist(const Warp& w, uint32_t ds, 
     const request_status e = lds < ndatasets ? write_back_range(w, mask, lds, f, la) : request_status{};
     if (r.ok()) r = e;
   }
+  return end_persist(w, mask, r, ds);
+}
+
+template <class Warp>
+DW_HD inline request_status page_cache_ref::persist_run(const Warp& w, uint32_t ds, uint64_t first_page,
+                                                        uint64_t last_page) const {
+  const unsigned mask = w.active();
+  const request_status r =
+      ds < ndatasets ? write_back_range(w, mask, ds, first_page, last_page, true, true) : request_status{};
   return end_persist(w, mask, r, ds);
 }
 

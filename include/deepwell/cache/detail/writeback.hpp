@@ -78,8 +78,8 @@ DW_HD inline request_status page_cache_ref::flush_warp(const Warp& w, uint32_t f
 
 template <class Warp>
 DW_HD inline request_status page_cache_ref::flush_slots_warp(const Warp& w, uint32_t s, bool pending,
-                                                             uint32_t qhint) const {
-  return write_back_warp(w, w.active(), s, pending && s < nslots_, true, qhint == ~0u ? 0 : qhint);
+                                                             uint64_t run) const {
+  return write_back_warp(w, w.active(), s, pending && s < nslots_, true, run_queue(run));
 }
 
 DW_HD inline bool page_cache_ref::dirty_key(uint32_t s, uint64_t& key) const {
@@ -146,7 +146,7 @@ DW_HD inline request_status page_cache_ref::write_back_warp(const Warp& w, unsig
           break;
         } else if (!(v & slot_state::evict)) {
           if (!st.compare_exchange_strong(v, v | slot_state::writeback, memory_order_acquire)) continue;
-          const request_status a = begin_writeback(s, qhint == ~0u ? s : qhint, 0, false, qi, cid);
+          const request_status a = begin_writeback(s, qhint == each_slot_queue ? s : qhint, 0, false, qi, cid);
           if (a.ok()) {
             claimed = true;
             pending = false;

@@ -174,16 +174,21 @@ class thread_engine final : public io_engine {
   }
 
   // With the lock held; run = {a write just taken}. Takes the writes queued
-  // right behind it to the same file with the same flags (at most
-  // max_merged_writes) and keeps those that, with it, make one range with
-  // no gap: the others go back to the front of the queue in their order.
-  // None is kept if any two overlap (their order must stay as queued).
-  // True if some went back (other workers may take them).
+  // right behind it to the same file with the same flags and near it (at
+  // most max_merged_writes, none further than that many of its lengths:
+  // random writes stop the look at once) and keeps those that, with it,
+  // make one range with no gap: the others go back to the front of the
+  // queue in their order. None is kept if any two overlap (their order
+  // must stay as queued). True if some went back (other workers may take
+  // them).
   bool take_adjacent_writes(std::vector<thread_op*>& run) {
     const io_op& first = run[0]->op;
+    const uint64_t reach = uint64_t(max_merged_writes) * (first.len ? first.len : 1);
     while (run.size() < max_merged_writes) {
       const thread_op* n = pending_.front();
       if (!n || n->op.kind != io_op::write || n->op.fd != first.fd || n->op.rw_flags != first.rw_flags) break;
+      const uint64_t apart = n->op.offset > first.offset ? n->op.offset - first.offset : first.offset - n->op.offset;
+      if (apart > reach) break;
       run.push_back(pending_.pop_front());
     }
     if (run.size() == 1) return false;

@@ -9,8 +9,9 @@
 // to the same file with the same flags when, together, they cover one
 // range with no gap and no overlap (a warp's run of adjacent pages, which
 // the cache sends through one queue), and writes them with one vectored
-// call (buffered_writes): a disk takes one 1 MiB write faster than 32 of
-// 32 KiB, and a buffered file's lock is taken once. Writes that do not
+// call (buffered_writes): the GPU machine's disk took O_DIRECT writes of
+// 1 MiB at 2.0-2.5 GB/s against 1.8-2.1 for 64 KiB, and a buffered file's
+// lock is taken once. Writes that do not
 // join such a range go back to the front of the queue, in their order,
 // for any worker; nothing moves past a read, a flush or a write to
 // another file, and writes that overlap are never reordered.

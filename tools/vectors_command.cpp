@@ -123,7 +123,10 @@ int build(const vectors_command& v) {
                        {"edges", r.edges}, {"on", gpu ? "gpu" : "cpu"}, {"layout", v.layout}, {"degree", o.degree}, {"list", o.list}, {"alpha", o.alpha},
                        {"passes", o.passes}, {"pq_subspaces", r.pq_subspaces}, {"seconds", s},
                        {"quantiser_seconds", r.quantiser_seconds}, {"graph_seconds", r.graph_seconds},
-                       {"write_seconds", r.write_seconds}, {"resumed_phases", r.resumed_phases}});
+                       {"write_seconds", r.write_seconds}, {"first_graph_seconds", r.first_graph_seconds},
+                       {"passes_seconds", r.passes_seconds}, {"layout_seconds", r.layout_seconds},
+                       {"state_seconds", r.state_seconds}, {"redone_nodes", r.redone_nodes},
+                       {"resumed_phases", r.resumed_phases}});
   return 0;
 }
 

@@ -106,7 +106,9 @@ class builder {
     for (uint32_t sub = 0; sub < m; ++sub) {
       engine_->nearest(vec(0) + sub * sub_dim_, n_, sub_dim_, row_, &codebook_[uint64_t(sub) * pq_centroids * sub_dim_],
                        pq_centroids, 1, code.data());
-      for (uint64_t i = 0; i < n_; ++i) codes_[i * m + sub] = uint8_t(code[i]);
+      detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
+        for (uint64_t i = b; i < e; ++i) codes_[i * m + sub] = uint8_t(code[i]);
+      });
     }
   }
 
@@ -127,18 +129,37 @@ class builder {
     adj_ = engine_->reverse(engine_->group_graph(near, ways, members, per));
   }
 
+  // The row nearest the mean (the lowest among equals). Summed in fixed
+  // blocks of rows, the blocks' sums added in order: the same bits whatever
+  // the thread count.
   uint64_t medoid() const {
+    constexpr uint64_t block = 1024;
+    const uint64_t blocks = (n_ + block - 1) / block;
+    std::vector<double> part(blocks * row_, 0.0);
+    std::vector<std::pair<float, uint64_t>> near(blocks);
+    detail::parallel_for(blocks, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
+      for (uint64_t k = b; k < e; ++k)
+        for (uint64_t i = k * block; i < std::min(n_, (k + 1) * block); ++i)
+          for (uint32_t d = 0; d < row_; ++d) part[k * row_ + d] += x_[i * row_ + d];
+    });
     std::vector<double> mean(row_, 0.0);
-    for (uint64_t i = 0; i < n_; ++i)
-      for (uint32_t d = 0; d < row_; ++d) mean[d] += x_[i * row_ + d];
+    for (uint64_t k = 0; k < blocks; ++k)
+      for (uint32_t d = 0; d < row_; ++d) mean[d] += part[k * row_ + d];
     std::vector<float> m(row_);
     for (uint32_t d = 0; d < row_; ++d) m[d] = float(mean[d] / double(n_));
+    detail::parallel_for(blocks, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
+      for (uint64_t k = b; k < e; ++k) {
+        near[k] = {std::numeric_limits<float>::infinity(), k * block};
+        for (uint64_t i = k * block; i < std::min(n_, (k + 1) * block); ++i) {
+          const float d = row_l2(vec(i), m.data(), row_);
+          if (d < near[k].first) near[k] = {d, i};
+        }
+      }
+    });
     uint64_t best = 0;
     float bd = std::numeric_limits<float>::infinity();
-    for (uint64_t i = 0; i < n_; ++i) {
-      const float d = row_l2(vec(i), m.data(), row_);
+    for (const auto& [d, i] : near)
       if (d < bd) bd = d, best = i;
-    }
     return best;
   }
 
@@ -203,7 +224,9 @@ class builder {
     h.records_per_page = page_bytes / h.record_bytes;
     h.pq_subspaces = subspaces_;
     h.pq_sub_dim = sub_dim_;
+    const auto t = clock_type::now();
     const std::vector<uint32_t> rows = layout(entry, h.records_per_page);
+    layout_seconds_ = since(t);
     std::vector<uint32_t> node_of(n_);
     for (uint64_t i = 0; i < n_; ++i) node_of[rows[i]] = uint32_t(i);
     h.entry = node_of[entry];
@@ -228,27 +251,40 @@ class builder {
 
     detail::replacing_file out(path);
     const uint64_t row = s_.row_bytes(), deg_at = record_degree_at(dim_, s_.type);
-    std::vector<uint8_t> page(page_bytes);
-    for (uint64_t pg = 0; pg < pages; ++pg) {
-      std::fill(page.begin(), page.end(), 0);
-      for (uint32_t r = 0; r < h.records_per_page; ++r) {
-        const uint64_t node = pg * h.records_per_page + r;
-        if (node >= n_) break;
-        const uint32_t at = rows[node];
-        uint8_t* rec = page.data() + uint64_t(r) * h.record_bytes;
-        std::memcpy(rec, s_.row(at), row);
-        const uint32_t used = uint32_t(adj_[at].size());
-        std::memcpy(rec + deg_at, &used, 4);
-        std::vector<uint32_t> slots(o_.degree, no_neighbour);
-        for (uint32_t j = 0; j < used; ++j) slots[j] = node_of[adj_[at][j]];
-        std::memcpy(rec + deg_at + 4, slots.data(), 4ull * o_.degree);
-      }
-      section_sums(page.data(), page_bytes, &sums[pg * (page_bytes / file_sum_block)], 1);
-      out.write(page.data(), page_bytes, h.records_at + pg * page_bytes);
+    // The records a batch of pages at a time (16 MiB): pages filled and
+    // summed on the build's threads, each batch one write.
+    const uint64_t batch = std::max<uint64_t>(1, (16ull << 20) / page_bytes);
+    std::vector<uint8_t> buf(std::min(batch, pages) * page_bytes);
+    for (uint64_t first = 0; first < pages; first += batch) {
+      const uint64_t count = std::min(batch, pages - first);
+      detail::parallel_for(count, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
+        for (uint64_t k = b; k < e; ++k) {
+          const uint64_t pg = first + k;
+          uint8_t* page = buf.data() + k * page_bytes;
+          std::memset(page, 0, page_bytes);
+          for (uint32_t r = 0; r < h.records_per_page; ++r) {
+            const uint64_t node = pg * h.records_per_page + r;
+            if (node >= n_) break;
+            const uint32_t at = rows[node];
+            uint8_t* rec = page + uint64_t(r) * h.record_bytes;
+            std::memcpy(rec, s_.row(at), row);
+            const uint32_t used = uint32_t(adj_[at].size());
+            std::memcpy(rec + deg_at, &used, 4);
+            for (uint32_t j = 0; j < o_.degree; ++j) {
+              const uint32_t slot = j < used ? node_of[adj_[at][j]] : no_neighbour;
+              std::memcpy(rec + deg_at + 4 + 4ull * j, &slot, 4);
+            }
+          }
+          section_sums(page, page_bytes, &sums[pg * (page_bytes / file_sum_block)], 1);
+        }
+      });
+      out.write(buf.data(), count * page_bytes, h.records_at + first * page_bytes);
     }
     std::vector<uint8_t> codes(codes_.size());
-    for (uint64_t i = 0; i < n_; ++i)
-      std::memcpy(&codes[i * subspaces_], &codes_[uint64_t(rows[i]) * subspaces_], subspaces_);
+    detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
+      for (uint64_t i = b; i < e; ++i)
+        std::memcpy(&codes[i * subspaces_], &codes_[uint64_t(rows[i]) * subspaces_], subspaces_);
+    });
     section_sums(codebook_.data(), h.codebook_bytes, &sums[record_sums], o_.threads);
     out.write(codebook_.data(), h.codebook_bytes, h.codebook_at);
     section_sums(codes.data(), h.codes_bytes, &sums[record_sums + book_sums], o_.threads);
@@ -276,6 +312,9 @@ class builder {
     save_build_state(file, fingerprint, n_, phases, codebook_, codes_, adj_, o_.degree);
   }
 
+  double layout_seconds() const { return layout_seconds_; }
+  uint64_t redone_nodes() const { return engine_->redone_nodes(); }
+
   uint64_t edges() const {
     uint64_t e = 0;
     for (const auto& a : adj_) e += a.size();
@@ -293,6 +332,7 @@ class builder {
   std::vector<float> codebook_;
   std::vector<uint8_t> codes_;
   std::vector<std::vector<uint32_t>> adj_;
+  double layout_seconds_ = 0;
 };
 
 }  // namespace
@@ -353,7 +393,9 @@ build_report build_index_with(const vector_set& data, metric m, const std::strin
   builder b(data, m, o, make);
   if (kept.phases) b.restore(sub, kept);
   auto done = [&](uint32_t phases, const char* name) {
+    const auto saving = clock_type::now();
     if (o.resume) b.save(state_file, fingerprint, phases);
+    r.state_seconds += since(saving);
     if (o.keep_going && !o.keep_going())
       throw error(what + ": stopped after " + name + " (kept in " + state_file + "; build again to resume)");
   };
@@ -366,21 +408,27 @@ build_report build_index_with(const vector_set& data, metric m, const std::strin
   t = clock_type::now();
   if (kept.phases < 2) {
     say("first graph");
+    const auto step = clock_type::now();
     b.first_graph();
+    r.first_graph_seconds = since(step);
     done(2, "the first graph");
   }
   const uint64_t entry = b.medoid();
   for (uint32_t p = kept.phases > 2 ? kept.phases - 2 : 0; p < o.passes; ++p) {
     say("pass");
+    const auto step = clock_type::now();
     b.pass(entry);
+    r.passes_seconds += since(step);
     done(3 + p, "a Vamana pass");
   }
   r.graph_seconds = since(t);
   r.edges = b.edges();
+  r.redone_nodes = b.redone_nodes();
   t = clock_type::now();
   say("write");
   b.write(path, m, entry, page);
   r.write_seconds = since(t);
+  r.layout_seconds = b.layout_seconds();
   if (o.resume) ::unlink(state_file.c_str());
   return r;
 }

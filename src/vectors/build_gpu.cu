@@ -22,6 +22,7 @@
 #include <string>
 
 #include "deepwell/cache/gpu_launch.hpp"
+#include "deepwell/common/detail/parallel.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/vectors/distance.hpp"
 #include "deepwell/vectors/gpu_build.hpp"
@@ -483,9 +484,14 @@ class gpu_engine final : public graph_engine {
       }
     }
     adjacency next = download(next_ids, next_deg);
-    for (const uint32_t node : redo) next[node] = pass_node(r_, s_, adj, entry, node);
+    // Each redone node's list depends on the graph before the pass alone.
+    detail::parallel_items(redo.size(), s_.threads,
+                           [&](uint64_t i) { next[redo[i]] = pass_node(r_, s_, adj, entry, redo[i]); });
+    redone_ += redo.size();
     return next;
   }
+
+  uint64_t redone_nodes() const override { return redone_; }
 
   adjacency reverse(const adjacency& adj) override {
     device_buffer<uint32_t> ids, deg;
@@ -543,12 +549,17 @@ class gpu_engine final : public graph_engine {
     d.reset(std::max<uint64_t>(h.size(), 1));
     if (!h.empty()) check_cuda(cudaMemcpy(d.p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
   }
+  // The graph between its host form (a list a node) and the device's (a
+  // row of `degree` slots a node), on the build's threads: at tens of
+  // millions of nodes one thread's copy is seconds a step.
   void upload_graph(const adjacency& adj, device_buffer<uint32_t>& ids, device_buffer<uint32_t>& deg) const {
     std::vector<uint32_t> flat(r_.n * s_.degree, no_neighbour), d(r_.n);
-    for (uint64_t i = 0; i < r_.n; ++i) {
-      d[i] = uint32_t(adj[i].size());
-      std::copy(adj[i].begin(), adj[i].end(), flat.begin() + i * s_.degree);
-    }
+    detail::parallel_for(r_.n, s_.threads, [&](unsigned, uint64_t b, uint64_t e) {
+      for (uint64_t i = b; i < e; ++i) {
+        d[i] = uint32_t(adj[i].size());
+        std::copy(adj[i].begin(), adj[i].end(), flat.begin() + i * s_.degree);
+      }
+    });
     upload(ids, flat);
     upload(deg, d);
   }
@@ -557,7 +568,10 @@ class gpu_engine final : public graph_engine {
     check_cuda(cudaMemcpy(flat.data(), ids.p, flat.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy (graph)");
     check_cuda(cudaMemcpy(d.data(), deg.p, d.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy (graph)");
     adjacency adj(r_.n);
-    for (uint64_t i = 0; i < r_.n; ++i) adj[i].assign(flat.begin() + i * s_.degree, flat.begin() + i * s_.degree + d[i]);
+    detail::parallel_for(r_.n, s_.threads, [&](unsigned, uint64_t b, uint64_t e) {
+      for (uint64_t i = b; i < e; ++i)
+        adj[i].assign(flat.begin() + i * s_.degree, flat.begin() + i * s_.degree + d[i]);
+    });
     return adj;
   }
 
@@ -596,6 +610,7 @@ class gpu_engine final : public graph_engine {
   graph_shape s_;
   device_buffer<float> x_;
   int device_ = 0, sms_ = 0, max_smem_ = 0;
+  uint64_t redone_ = 0;
 };
 
 }  // namespace

@@ -38,12 +38,11 @@ std::vector<uint8_t> body_of(uint32_t phases, const std::vector<float>& codebook
   std::memcpy(at, codes.data(), codes.size());
   at += codes.size();
   if (phases >= 2)
-    for (const auto& a : adj) {
-      std::vector<uint32_t> row(1 + degree, 0);
-      row[0] = uint32_t(a.size());
-      std::copy(a.begin(), a.end(), row.begin() + 1);
-      std::memcpy(at, row.data(), row.size() * 4);
-      at += row.size() * 4;
+    for (const auto& a : adj) {  // unused slots stay zero
+      const uint32_t used = uint32_t(a.size());
+      std::memcpy(at, &used, 4);
+      std::memcpy(at + 4, a.data(), 4ull * used);
+      at += 4ull * (1 + degree);
     }
   return b;
 }

@@ -13,16 +13,6 @@ namespace deepwell::vectors {
 
 namespace {
 
-// Work items handed out one at a time (the groups differ in size).
-template <class Fn>
-void for_each_item(uint64_t n, unsigned threads, Fn&& fn) {
-  std::atomic<uint64_t> next{0};
-  const unsigned t = unsigned(std::min<uint64_t>(detail::thread_count(threads), std::max<uint64_t>(n, 1)));
-  detail::parallel_for(t, t, [&](unsigned, uint64_t, uint64_t) {
-    for (uint64_t i; (i = next.fetch_add(1)) < n;) fn(i);
-  });
-}
-
 class cpu_engine final : public graph_engine {
  public:
   cpu_engine(float_rows r, const graph_shape& s) : r_(r), s_(s) {}
@@ -52,7 +42,7 @@ class cpu_engine final : public graph_engine {
   adjacency group_graph(const std::vector<uint32_t>& near, uint32_t ways,
                         const std::vector<std::vector<uint32_t>>& members, uint32_t per) override {
     std::vector<candidate> cand(r_.n * ways * per, candidate{std::numeric_limits<float>::infinity(), no_neighbour});
-    for_each_item(members.size(), s_.threads, [&](uint64_t j) {
+    detail::parallel_items(members.size(), s_.threads, [&](uint64_t j) {
       const std::vector<uint32_t>& m = members[j];
       std::vector<candidate> c;
       for (uint32_t a : m) {
@@ -78,7 +68,7 @@ class cpu_engine final : public graph_engine {
 
   adjacency pass(const adjacency& adj, uint64_t entry) override {
     adjacency next(r_.n);
-    for_each_item((r_.n + 255) / 256, s_.threads, [&](uint64_t chunk) {
+    detail::parallel_items((r_.n + 255) / 256, s_.threads, [&](uint64_t chunk) {
       pass_worker w(*this, adj, entry);
       for (uint64_t p = chunk * 256; p < std::min(r_.n, chunk * 256 + 256); ++p) next[p] = w.run(p);
     });

@@ -66,6 +66,9 @@ class graph_engine {
   // Each node's list grown by the nodes that point at it, pruned again
   // where it then holds more than the degree.
   virtual adjacency reverse(const adjacency& adj) = 0;
+  // Nodes whose pass ran on CPU threads instead (the GPU's, where a
+  // search outgrew its room), over all passes so far.
+  virtual uint64_t redone_nodes() const { return 0; }
 };
 
 using engine_factory = std::function<std::unique_ptr<graph_engine>(float_rows, const graph_shape&)>;

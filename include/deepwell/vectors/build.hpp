@@ -48,6 +48,11 @@ struct build_report {
   uint32_t pq_subspaces = 0;
   uint32_t resumed_phases = 0;  // phases a kept state had done (1: the quantiser, 2: the first graph, 2 + i: pass i)
   double quantiser_seconds = 0, graph_seconds = 0, write_seconds = 0;
+  // Parts of those: the first graph's and the passes' steps (graph), the
+  // records' order (write), and saving the states a resume starts from
+  // (after each phase, inside the phase's time).
+  double first_graph_seconds = 0, passes_seconds = 0, layout_seconds = 0, state_seconds = 0;
+  uint64_t redone_nodes = 0;  // GPU passes: nodes whose search outgrew its room, redone on CPU threads
 };
 
 // Builds the index of `data` for metric `m` into `path` (written to

@@ -3,6 +3,7 @@
 // combined in index order (deterministic output whatever the thread count).
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -42,6 +43,18 @@ void parallel_for(uint64_t n, unsigned threads, Fn&& fn) {
   }
   for (auto& th : pool) th.join();
   if (first) std::rethrow_exception(first);
+}
+
+// fn(i) for every i in [0, n), items handed out one at a time: for work
+// whose items differ in cost (a group's size, a search's length). Each item's
+// result must depend on i alone for the output to be deterministic.
+template <class Fn>
+void parallel_items(uint64_t n, unsigned threads, Fn&& fn) {
+  std::atomic<uint64_t> next{0};
+  const unsigned t = unsigned(std::min<uint64_t>(thread_count(threads), std::max<uint64_t>(n, 1)));
+  parallel_for(t, t, [&](unsigned, uint64_t, uint64_t) {
+    for (uint64_t i; (i = next.fetch_add(1)) < n;) fn(i);
+  });
 }
 
 }  // namespace deepwell::detail

@@ -116,17 +116,30 @@ class builder {
   // nearest coarse clusters, pruned, with reverse edges.
   void first_graph() {
     const uint32_t k = uint32_t(std::clamp<double>(std::round(std::sqrt(double(n_))), 1, 4096));
+    auto t = clock_type::now();
     const std::vector<float> pts = evenly_spaced(std::min<uint64_t>(n_, uint64_t(k) * 64));
     const uint64_t sample = pts.size() / row_;
     const std::vector<float> centres = kmeans(*engine_, pts.data(), sample, row_, row_, k, 8);
+    const double centring = since(t);
+    t = clock_type::now();
     const uint32_t ways = k > 1 ? 2 : 1;
     std::vector<uint32_t> near(n_ * ways);
     engine_->nearest(vec(0), n_, row_, row_, centres.data(), k, ways, near.data());
     std::vector<std::vector<uint32_t>> members(k);
     for (uint64_t i = 0; i < n_; ++i)
       for (uint32_t w = 0; w < ways; ++w) members[near[i * ways + w]].push_back(uint32_t(i));
+    const double assigning = since(t);
+    t = clock_type::now();
     const uint32_t per = std::min<uint32_t>(2 * o_.degree, uint32_t(std::min<uint64_t>(n_ - 1, 1u << 20)));
-    adj_ = engine_->reverse(engine_->group_graph(near, ways, members, per));
+    adjacency groups = engine_->group_graph(near, ways, members, per);
+    const double grouping = since(t);
+    t = clock_type::now();
+    adj_ = engine_->reverse(groups);
+    if (o_.progress)
+      std::fprintf(stderr,
+                   "vectors build: first graph: %u centres %.2f s, assigned %.2f s, groups' lists %.2f s, reverse edges "
+                   "%.2f s\n",
+                   k, centring, assigning, grouping, since(t));
   }
 
   // The row nearest the mean (the lowest among equals). Summed in fixed
@@ -165,7 +178,15 @@ class builder {
 
   // A Vamana pass: each vector's list from a greedy search for it on the
   // graph as it was before the pass (so that the order of work does not matter).
-  void pass(uint64_t entry) { adj_ = engine_->reverse(engine_->pass(adj_, entry)); }
+  void pass(uint64_t entry) {
+    auto t = clock_type::now();
+    adjacency searched = engine_->pass(adj_, entry);
+    const double searching = since(t);
+    t = clock_type::now();
+    adj_ = engine_->reverse(searched);
+    if (o_.progress)
+      std::fprintf(stderr, "vectors build: pass: searches %.2f s, reverse edges %.2f s\n", searching, since(t));
+  }
 
   // The order records are laid out in: rows[i] is the row stored as node i.
   // by_row keeps the rows' order; neighbourhoods starts each page with the

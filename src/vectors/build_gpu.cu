@@ -2,8 +2,9 @@
 // the lists graph_cpu.cpp gives, to the bit:
 //   - nearest centres: a warp a point, the centres in turn;
 //   - the first graph: a block a tile of 32 members of a group against the
-//     whole group, a thread a pair (row_l2), each member's nearest kept in
-//     shared memory; then sorted and pruned;
+//     whole group, 32 at a time (their rows staged in shared memory), a
+//     thread a pair (row_l2), each member's nearest kept in shared memory;
+//     then sorted and pruned;
 //   - a pass: a warp a node, the greedy search of graph_cpu's pass_worker
 //     (a sorted list in shared memory, a seen set in device memory); the
 //     expanded nodes and current neighbours sorted and pruned; a node whose
@@ -117,9 +118,26 @@ struct group_params {
 
 constexpr unsigned group_tile = 32, group_warps = 4;
 
-__global__ void __launch_bounds__(group_tile * group_warps) group_kernel(group_params p) {
+// A row's place in a shared-memory tile: an odd stride puts the 32 lanes'
+// rows in 32 different banks, so a lane each reading its own row's d-th
+// float never conflicts.
+__host__ __device__ inline uint32_t tile_stride(uint32_t dim) { return dim | 1u; }
+
+// The shared memory a group block takes: its members' lists and, where it
+// fits (tiles true), a step's 32 rows, which each of the block's members is
+// compared with. Without the tile each lane reads its own row from device
+// memory, 32 rows a load instruction, once for each of its warp's members:
+// the same distances, many times the memory traffic. (A member's row is
+// the same address for all 32 lanes: one transaction, left in device memory.)
+__host__ __device__ inline uint64_t group_smem(uint32_t per, uint32_t dim, bool tiles) {
+  return uint64_t(group_tile) * per * 8 + (tiles ? uint64_t(group_tile) * tile_stride(dim) * 4 : 0);
+}
+
+__global__ void __launch_bounds__(group_tile * group_warps) group_kernel(group_params p, bool tiles) {
   extern __shared__ __align__(16) uint8_t smem[];
   uint64_t* lists = reinterpret_cast<uint64_t*>(smem);  // group_tile x per
+  const uint32_t stride = tile_stride(p.dim);
+  float* step = reinterpret_cast<float*>(lists + uint64_t(group_tile) * p.per);  // a step's rows, `stride` apart
   const unsigned lane = threadIdx.x & 31u, wib = threadIdx.x >> 5;
   const uint32_t g = p.tile_group[blockIdx.x];
   const uint64_t begin = p.group_at[g], end = p.group_at[g + 1];
@@ -130,12 +148,22 @@ __global__ void __launch_bounds__(group_tile * group_warps) group_kernel(group_p
   for (uint64_t bt = begin; bt < end; bt += 32) {
     const uint64_t bi = bt + lane;
     const uint32_t b = bi < end ? p.members[bi] : no_neighbour;
+    const uint32_t rows = end - bt < 32 ? uint32_t(end - bt) : 32u;
+    if (tiles) {
+      __syncthreads();  // the last step's rows are read by every warp
+      for (uint32_t i = threadIdx.x; i < rows * p.dim; i += blockDim.x) {
+        const uint32_t r = i / p.dim, c = i % p.dim;
+        step[r * stride + c] = p.x[uint64_t(p.members[bt + r]) * p.dim + c];
+      }
+      __syncthreads();
+    }
+    const float* brow = tiles ? step + lane * stride : p.x + uint64_t(b != no_neighbour ? b : 0) * p.dim;
     for (unsigned s = 0; s < group_tile / group_warps; ++s) {
       const unsigned t = wib * (group_tile / group_warps) + s;
       if (t >= mine) break;
       const uint32_t a = p.members[first + t];
       uint64_t key = none_key;
-      if (b != no_neighbour && b != a) key = key_of(row_l2(p.x + uint64_t(a) * p.dim, p.x + uint64_t(b) * p.dim, p.dim), b);
+      if (b != no_neighbour && b != a) key = key_of(row_l2(p.x + uint64_t(a) * p.dim, brow, p.dim), b);
       uint64_t* list = lists + uint64_t(t) * p.per;
       const uint64_t last = size[s] < p.per ? none_key : list[p.per - 1];
       for (unsigned m = __ballot_sync(0xffffffffu, key < last); m; m &= m - 1) {
@@ -408,7 +436,8 @@ class gpu_engine final : public graph_engine {
   adjacency group_graph(const std::vector<uint32_t>& near, uint32_t ways,
                         const std::vector<std::vector<uint32_t>>& members, uint32_t per) override {
     if (per == 0) return adjacency(r_.n);  // one vector: no neighbours to find
-    const uint64_t smem = uint64_t(group_tile) * per * 8;
+    const bool tiles = group_smem(per, r_.dim, true) <= uint64_t(max_smem_);
+    const uint64_t smem = group_smem(per, r_.dim, tiles);
     if (smem > uint64_t(max_smem_))
       throw error("GPU vector build: " + std::to_string(per) + " candidates a member do not fit shared memory");
     std::vector<uint64_t> at(members.size() + 1, 0);
@@ -429,7 +458,7 @@ class gpu_engine final : public graph_engine {
     group_params p{x_.p, r_.dim, d_at.p, d_flat.p, d_tg.p, d_tf.p, d_near.p, ways, per, cand.p};
     check_cuda(cudaFuncSetAttribute(group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "cudaFuncSetAttribute");
-    if (!tile_group.empty()) group_kernel<<<unsigned(tile_group.size()), group_tile * group_warps, smem>>>(p);
+    if (!tile_group.empty()) group_kernel<<<unsigned(tile_group.size()), group_tile * group_warps, smem>>>(p, tiles);
     sync("GPU vector build (the first graph)");
     device_buffer<uint32_t> ids, deg;
     ids.reset(r_.n * s_.degree);

@@ -192,6 +192,7 @@ int search(const vectors_command& v) {
     o.k = v.k;
     o.list = std::max(list, v.k);
     o.width = v.width;
+    o.whole_pages = !v.picked_only;
     ids.assign(nq * o.k, 0);
     d.assign(nq * o.k, 0);
     std::vector<double> seconds;
@@ -207,16 +208,18 @@ int search(const vectors_command& v) {
     }
     const double first = seconds.front(), best = *std::min_element(seconds.begin(), seconds.end());
     const double recall = truth.empty() ? -1 : recall_at(o.k, ids.data(), o.k, truth.data(), truth_k, nq);
-    std::printf("list %4u: %10.0f queries/s (first run %.0f)%s, %.1f records a query\n", o.list, double(nq) / best,
-                double(nq) / first,
+    std::printf("list %4u: %10.0f queries/s (first run %.0f)%s, %.1f fetches a query (%.1f nodes expanded)\n", o.list,
+                double(nq) / best, double(nq) / first,
                 truth.empty() ? "" : (", recall@" + std::to_string(o.k) + " " + std::to_string(recall)).c_str(),
-                double(c.expansions) / double(nq));
+                double(c.fetches) / double(nq), double(c.expansions) / double(nq));
     append_json(v.json, {{"command", "search"}, {"index", v.index}, {"queries", nq}, {"client", v.cpu ? "cpu" : "gpu"},
-                         {"k", o.k}, {"list", o.list}, {"width", o.width}, {"cache_bytes", cache->slots() * uint64_t(cache->page_size())},
+                         {"k", o.k}, {"list", o.list}, {"width", o.width}, {"whole_pages", o.whole_pages}, {"cache_bytes", cache->slots() * uint64_t(cache->page_size())},
                          {"records_bytes", h.records_bytes}, {"seconds", seconds}, {"qps", double(nq) / best},
                          {"qps_first", double(nq) / first},
                          {"recall", truth.empty() ? nlohmann::json(nullptr) : nlohmann::json(recall)},
                          {"expansions_per_query", double(c.expansions) / double(nq)},
+                         {"fetches_per_query", double(c.fetches) / double(nq)},
+                         {"page_mates_per_query", double(c.page_mates) / double(nq)},
                          {"distances_per_query", double(c.distances) / double(nq)}, {"bad_ids", c.bad_ids},
                          {"first_run_cache", {{"hits", cs.hits}, {"misses", cs.misses}, {"bytes_read", cs.bytes_read},
                                               {"misses_per_query", double(cs.misses) / double(nq)}}},
@@ -284,6 +287,8 @@ void add_vectors_command(CLI::App& app, vectors_command& v) {
   v.search->add_option("--list", v.lists, "candidate list sizes (repeatable: a recall/speed curve; default 64)")
       ->check(CLI::Range(1u, 1024u));
   v.search->add_option("--width", v.width, "records read a step (the beam)")->check(CLI::Range(1u, 32u));
+  v.search->add_flag("--picked-only", v.picked_only,
+                     "use only the picked record of each page fetched (default: every record in the page)");
   v.search->add_option("--truth", v.truth_path, "a truth set: report recall@k");
   v.search->add_option("--cache", v.cache, "cache size (e.g. 256MiB; default the library's)");
   v.search->add_flag("--cpu", v.cpu, "CPU threads as clients (no GPU needed)");

@@ -26,7 +26,7 @@ void check_search_options(const index_header& h, const search_options& o) {
                 ") and at most 1024");
   if (o.width == 0 || o.width > 32) throw error("vector search: the width must be 1 to 32");
   if (o.max_expansions && o.max_expansions < o.k)
-    throw error("vector search: max_expansions must be 0 (2 x list) or >= k");
+    throw error("vector search: max_expansions must be 0 (the default) or >= k");
   if (o.max_expansions > 8192) throw error("vector search: max_expansions at most 8192");
 }
 
@@ -48,17 +48,20 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
   for (uint64_t i = 0; i < nq * h.dim; ++i)
     if (!std::isfinite(queries[i]))
       throw error("vector search: query " + std::to_string(i / h.dim) + " holds a NaN or an infinity");
-  const uint32_t cap = o.max_expansions ? o.max_expansions : 2 * o.list;
+  const uint32_t cap = search_cap(o);
   const uint32_t deg_at = record_degree_at(h.dim, h.type);
+  const uint64_t fetch_bytes = o.whole_pages ? h.page_bytes : h.record_bytes;
   search_counts total;
   std::mutex m;
   detail::parallel_for(nq, threads, [&](unsigned, uint64_t b, uint64_t e) {
     search_counts mine;
     std::vector<float> table(uint64_t(h.pq_subspaces) * pq_centroids);
-    std::vector<uint8_t> rec(h.record_bytes);
+    std::vector<uint8_t> hand(uint64_t(o.width) * fetch_bytes);
+    std::vector<uint32_t> picks, fetched;  // fetched: the step's pages (or records), in fetch order
     std::vector<entry> list, fresh, merged;
     std::vector<std::pair<float, uint32_t>> done;
     std::unordered_set<uint32_t> seen;
+    const auto by_order = [](const entry& a, const entry& c) { return before(a.d, a.id, c.d, c.id); };
     for (uint64_t q = b; q < e; ++q) {
       const float* qv = queries + q * h.dim;
       for (uint32_t s = 0; s < h.pq_subspaces; ++s)
@@ -68,6 +71,40 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
         ++mine.distances;
         return code_distance(table.data(), v.codes + uint64_t(id) * h.pq_subspaces, h.pq_subspaces);
       };
+      // The list: the `list` first of the old list and the fresh candidates, in the search's order.
+      auto merge_fresh = [&] {
+        std::sort(fresh.begin(), fresh.end(), by_order);
+        merged.clear();
+        std::merge(list.begin(), list.end(), fresh.begin(), fresh.end(), std::back_inserter(merged), by_order);
+        if (merged.size() > o.list) merged.resize(o.list);
+        list.swap(merged);
+        fresh.clear();
+      };
+      // A record in hand: where node `id`'s bytes are this step, or null.
+      auto in_hand = [&](uint32_t id) -> const uint8_t* {
+        const uint32_t key = o.whole_pages ? id / h.records_per_page : id;
+        for (size_t f = 0; f < fetched.size(); ++f)
+          if (fetched[f] == key)
+            return hand.data() + f * fetch_bytes + (o.whole_pages ? uint64_t(id % h.records_per_page) * h.record_bytes : 0);
+        return nullptr;
+      };
+      auto expand = [&](const uint8_t* rec) {
+        uint32_t used;
+        std::memcpy(&used, rec + deg_at, 4);
+        if (used > h.degree) {
+          ++mine.bad_ids;
+          used = h.degree;
+        }
+        for (uint32_t j = 0; j < used; ++j) {
+          uint32_t y;
+          std::memcpy(&y, rec + deg_at + 4 + 4 * j, 4);
+          if (y >= h.count) {
+            ++mine.bad_ids;
+            continue;
+          }
+          if (seen.insert(y).second) fresh.push_back(entry{quantised(y), y, false});
+        }
+      };
       const uint32_t start = uint32_t(h.entry);
       list.assign(1, entry{quantised(start), start, false});
       seen.clear();
@@ -75,45 +112,58 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
       done.clear();
       uint32_t expansions = 0;
       while (expansions < cap) {
-        fresh.clear();
-        uint32_t picked = 0;
+        // The first `width` candidates not yet expanded, in list order.
+        picks.clear();
         for (entry& x : list) {
-          if (picked == o.width || expansions == cap) break;
+          if (picks.size() == o.width || expansions == cap) break;
           if (x.expanded) continue;
           x.expanded = true;
-          ++picked;
+          picks.push_back(x.id);
           ++expansions;
-          const request_status s = v.records.read_range(rec.data(), record_offset(h, x.id), h.record_bytes);
+        }
+        if (picks.empty()) break;
+        // Fetch them: each page once.
+        fetched.clear();
+        for (const uint32_t p : picks) {
+          const uint32_t key = o.whole_pages ? p / h.records_per_page : p;
+          if (std::find(fetched.begin(), fetched.end(), key) != fetched.end()) continue;
+          const uint64_t at = o.whole_pages ? uint64_t(key) * h.page_bytes : record_offset(h, p);
+          const uint64_t bytes = o.whole_pages ? std::min<uint64_t>(h.records_per_page, h.count - uint64_t(key) * h.records_per_page) *
+                                                     h.record_bytes
+                                               : h.record_bytes;
+          const request_status s = v.records.read_range(hand.data() + fetched.size() * fetch_bytes, at, bytes);
           if (!s.ok())
-            throw data_error("vector search: the record of node " + std::to_string(v.labels[x.id]) +
+            throw data_error("vector search: the record of node " + std::to_string(v.labels[p]) +
                              " could not be read: " + describe(s));
-          done.push_back({exact_distance(qv, rec.data(), h.dim, h.type, h.distance), x.id});
-          uint32_t used;
-          std::memcpy(&used, rec.data() + deg_at, 4);
-          if (used > h.degree) {
-            ++mine.bad_ids;
-            used = h.degree;
-          }
-          for (uint32_t j = 0; j < used; ++j) {
-            uint32_t y;
-            std::memcpy(&y, rec.data() + deg_at + 4 + 4 * j, 4);
-            if (y >= h.count) {
-              ++mine.bad_ids;
-              continue;
-            }
-            if (seen.insert(y).second) fresh.push_back(entry{quantised(y), y, false});
+          fetched.push_back(key);
+        }
+        mine.fetches += fetched.size();
+        // Every record in hand (never in hand before): its exact distance, and the list if it belongs there.
+        for (const uint32_t key : fetched) {
+          const uint64_t first = o.whole_pages ? uint64_t(key) * h.records_per_page : key;
+          const uint64_t last = o.whole_pages ? std::min<uint64_t>(first + h.records_per_page, h.count) : first + 1;
+          for (uint64_t id = first; id < last; ++id) {
+            done.push_back({exact_distance(qv, in_hand(uint32_t(id)), h.dim, h.type, h.distance), uint32_t(id)});
+            if (seen.insert(uint32_t(id)).second) fresh.push_back(entry{quantised(uint32_t(id)), uint32_t(id), false});
           }
         }
-        mine.expansions += picked;
-        if (picked == 0) break;
-        // The list: the `list` first of the old list and the fresh candidates, in the search's order.
-        std::sort(fresh.begin(), fresh.end(), [](const entry& a, const entry& c) { return before(a.d, a.id, c.d, c.id); });
-        merged.clear();
-        std::merge(list.begin(), list.end(), fresh.begin(), fresh.end(), std::back_inserter(merged),
-                   [](const entry& a, const entry& c) { return before(a.d, a.id, c.d, c.id); });
-        if (merged.size() > o.list) merged.resize(o.list);
-        list.swap(merged);
+        merge_fresh();
+        // Expand the picks, then the records in hand the list holds unexpanded, in list order, to the cap.
+        for (const uint32_t p : picks) expand(in_hand(p));
+        if (o.whole_pages)
+          for (entry& x : list) {
+            if (expansions == cap) break;
+            if (x.expanded) continue;
+            if (const uint8_t* rec = in_hand(x.id)) {
+              x.expanded = true;
+              ++expansions;
+              ++mine.page_mates;
+              expand(rec);
+            }
+          }
+        merge_fresh();
       }
+      mine.expansions += expansions;
       const size_t k = std::min<size_t>(o.k, done.size());
       std::partial_sort(done.begin(), done.begin() + k, done.end(), [](const auto& a, const auto& c) {
         return before(a.first, a.second, c.first, c.second);
@@ -127,6 +177,8 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
     total.expansions += mine.expansions;
     total.distances += mine.distances;
     total.bad_ids += mine.bad_ids;
+    total.fetches += mine.fetches;
+    total.page_mates += mine.page_mates;
   });
   return total;
 }

@@ -21,16 +21,21 @@ struct kernel_params {
   const float* queries;
   uint64_t nq;
   uint32_t k, list, width, cap;
+  bool whole_pages;
   uint32_t* ids;
   float* distances;
-  unsigned long long* counts;  // expansions, distances, bad ids
+  unsigned long long* counts;  // search_counts' fields, in order
   uint64_t* seen;              // seen_slots a warp
-  uint32_t seen_slots;         // a power of two > 2 x the most ids a query can see
+  uint32_t seen_slots;         // search_seen_slots
   uint32_t* epochs;            // a warp's queries so far (tags its seen entries)
-  uint8_t* records;            // a record a warp
-  uint32_t record_stride;
-  float* done_d;               // cap a warp: the expanded nodes' exact distances
+  uint8_t* hand;               // hand_per_warp bytes a warp: width fetches, pages or records
+  uint64_t hand_per_warp;
+  uint32_t fetch_stride;       // bytes a fetch in hand
+  uint32_t* mates;             // mates_per_warp a warp (>= width x records a fetch): page mates to expand
+  uint64_t mates_per_warp;
+  float* done_d;               // done_slots a warp: the exact distances
   uint32_t* done_id;
+  uint32_t done_slots;
   uint32_t* failed_node;       // the first node whose record could not be read
   uint32_t warp_smem;          // shared bytes a warp
 };
@@ -46,11 +51,14 @@ __global__ void beam_search(kernel_params p) {
   float* ld = q + h.dim;
   uint32_t* lid = reinterpret_cast<uint32_t*>(ld + p.list);
   uint32_t* picks = lid + p.list;
-  uint8_t* lx = reinterpret_cast<uint8_t*>(picks + 32);
+  uint32_t* fetched = picks + 32;  // the step's fetches: page numbers (or node ids), in fetch order
+  uint32_t* fetched_for = fetched + 32;  // the pick each was fetched for
+  uint8_t* lx = reinterpret_cast<uint8_t*>(fetched_for + 32);
   uint64_t* seen = p.seen + warp * p.seen_slots;
-  uint8_t* rec = p.records + warp * p.record_stride;
-  float* dd = p.done_d + warp * p.cap;
-  uint32_t* did = p.done_id + warp * p.cap;
+  uint8_t* hand = p.hand + warp * p.hand_per_warp;
+  uint32_t* mates = p.mates + warp * p.mates_per_warp;
+  float* dd = p.done_d + warp * p.done_slots;
+  uint32_t* did = p.done_id + warp * p.done_slots;
   const uint32_t deg_at = record_degree_at(h.dim, h.type);
   gpu_full_warp w;
   for (uint64_t qi = warp; qi < p.nq; qi += warps) {
@@ -63,7 +71,7 @@ __global__ void beam_search(kernel_params p) {
     if (lane == 0) epoch = ++p.epochs[warp];
     epoch = __shfl_sync(0xffffffffu, epoch, 0);
     const uint64_t tag = uint64_t(epoch) << 32;
-    unsigned long long quantised = 0, bad = 0;
+    unsigned long long quantised = 0, bad = 0, fetches = 0, page_mates = 0;
     const uint32_t start = uint32_t(h.entry);
     if (lane == 0) {
       ld[0] = code_distance(table, p.v.codes + uint64_t(start) * M, M);
@@ -73,8 +81,44 @@ __global__ void beam_search(kernel_params p) {
       quantised = 1;
     }
     __syncwarp();
-    uint32_t size = 1, expansions = 0, ndone = 0;
+    uint32_t size = 1, expansions = 0, ndone = 0, nfetched = 0;
     bool failed = false;
+    // Where node `id`'s record is in hand this step (null: not in hand).
+    auto in_hand = [&](uint32_t id) -> const uint8_t* {
+      const uint32_t key = p.whole_pages ? id / h.records_per_page : id;
+      for (uint32_t f = 0; f < nfetched; ++f)
+        if (fetched[f] == key)
+          return hand + uint64_t(f) * p.fetch_stride + (p.whole_pages ? (id % h.records_per_page) * h.record_bytes : 0);
+      return nullptr;
+    };
+    // Puts a record's neighbours not yet seen in the list. Whole warp.
+    auto expand = [&](const uint8_t* rec) {
+      uint32_t used = *reinterpret_cast<const uint32_t*>(rec + deg_at);
+      if (used > h.degree) {
+        if (lane == 0) ++bad;
+        used = h.degree;
+      }
+      const uint32_t* nbr = reinterpret_cast<const uint32_t*>(rec + deg_at + 4);
+      for (uint32_t jb = 0; jb < used; jb += 32) {
+        const uint32_t jj = jb + lane;
+        uint32_t y = jj < used ? nbr[jj] : 0;
+        bool have = jj < used;
+        if (have && y >= h.count) {
+          ++bad;
+          have = false;
+        }
+        const bool fresh = have && see(seen, p.seen_slots, tag, y);
+        float d = 0;
+        if (fresh) {
+          d = code_distance(table, p.v.codes + uint64_t(y) * M, M);
+          ++quantised;
+        }
+        for (unsigned fm = __ballot_sync(0xffffffffu, fresh); fm; fm &= fm - 1) {
+          const unsigned src = __ffs(fm) - 1;
+          list_insert(ld, lid, lx, size, p.list, __shfl_sync(0xffffffffu, d, src), __shfl_sync(0xffffffffu, y, src), lane);
+        }
+      }
+    };
     while (expansions < p.cap && !failed) {
       // The first `width` candidates not yet expanded, in list order.
       uint32_t picked = 0;
@@ -92,50 +136,90 @@ __global__ void beam_search(kernel_params p) {
       }
       __syncwarp();
       if (picked == 0) break;
-      if (lane < picked) p.v.records.prefetch(record_offset(h, picks[lane]));
-      for (uint32_t j = 0; j < picked; ++j) {
-        const uint32_t node = picks[j];
-        const request_status s = p.v.records.read_range(w, rec, record_offset(h, node), h.record_bytes);
+      expansions += picked;
+      // Fetch them: each page once.
+      if (lane == 0) {
+        uint32_t n = 0;
+        for (uint32_t j = 0; j < picked; ++j) {
+          const uint32_t key = p.whole_pages ? picks[j] / h.records_per_page : picks[j];
+          bool have = false;
+          for (uint32_t f = 0; f < n; ++f) have = have || fetched[f] == key;
+          if (!have) fetched[n] = key, fetched_for[n++] = picks[j];
+        }
+        nfetched = n;
+      }
+      nfetched = __shfl_sync(0xffffffffu, nfetched, 0);
+      __syncwarp();
+      const auto fetch_at = [&](uint32_t f) {
+        return p.whole_pages ? uint64_t(fetched[f]) * h.page_bytes : record_offset(h, fetched[f]);
+      };
+      const auto fetch_records = [&](uint32_t f) {
+        if (!p.whole_pages) return 1u;
+        const uint64_t left = h.count - uint64_t(fetched[f]) * h.records_per_page;
+        return left < h.records_per_page ? uint32_t(left) : h.records_per_page;
+      };
+      if (lane < nfetched) p.v.records.prefetch(fetch_at(lane));
+      for (uint32_t f = 0; f < nfetched; ++f) {
+        const request_status s = p.v.records.read_range(w, hand + uint64_t(f) * p.fetch_stride, fetch_at(f),
+                                                        uint64_t(fetch_records(f)) * h.record_bytes);
         if (!s.ok()) {
-          if (lane == 0) atomicCAS(p.failed_node, no_neighbour, node);
+          if (lane == 0) atomicCAS(p.failed_node, no_neighbour, fetched_for[f]);
           failed = true;
           break;
         }
-        __syncwarp();
-        const float exact = warp_exact_distance(q, rec, h.dim, h.type, h.distance, lane);
-        if (lane == 0) dd[ndone] = exact, did[ndone] = node;
-        ++ndone;
-        uint32_t used = *reinterpret_cast<const uint32_t*>(rec + deg_at);
-        if (used > h.degree) {
-          if (lane == 0) ++bad;
-          used = h.degree;
-        }
-        const uint32_t* nbr = reinterpret_cast<const uint32_t*>(rec + deg_at + 4);
-        for (uint32_t jb = 0; jb < used; jb += 32) {
-          const uint32_t jj = jb + lane;
-          uint32_t y = jj < used ? nbr[jj] : 0;
-          bool have = jj < used;
-          if (have && y >= h.count) {
-            ++bad;
-            have = false;
-          }
-          const bool fresh = have && see(seen, p.seen_slots, tag, y);
-          float d = 0;
-          if (fresh) {
-            d = code_distance(table, p.v.codes + uint64_t(y) * M, M);
+      }
+      if (failed) break;
+      __syncwarp();
+      fetches += nfetched;
+      // Every record in hand (never in hand before): its exact distance, and the list if it belongs there.
+      for (uint32_t f = 0; f < nfetched; ++f) {
+        const uint32_t n = fetch_records(f);
+        const uint32_t first = p.whole_pages ? fetched[f] * h.records_per_page : fetched[f];
+        for (uint32_t sb = 0; sb < n; sb += 32) {
+          const uint32_t slot = sb + lane, id = first + slot;
+          const bool has = slot < n;
+          const bool new_seen = has && see(seen, p.seen_slots, tag, id);
+          float qd = 0;
+          if (new_seen) {
+            qd = code_distance(table, p.v.codes + uint64_t(id) * M, M);
             ++quantised;
           }
-          for (unsigned fm = __ballot_sync(0xffffffffu, fresh); fm; fm &= fm - 1) {
+          for (uint32_t r = sb; r < min(n, sb + 32); ++r) {
+            const uint8_t* rec = hand + uint64_t(f) * p.fetch_stride + uint64_t(r) * h.record_bytes;
+            const float exact = warp_exact_distance(q, rec, h.dim, h.type, h.distance, lane);
+            if (lane == 0) dd[ndone] = exact, did[ndone] = first + r;
+            ++ndone;
+          }
+          for (unsigned fm = __ballot_sync(0xffffffffu, new_seen); fm; fm &= fm - 1) {
             const unsigned src = __ffs(fm) - 1;
-            list_insert(ld, lid, lx, size, p.list, __shfl_sync(0xffffffffu, d, src),
-                        __shfl_sync(0xffffffffu, y, src), lane);
+            list_insert(ld, lid, lx, size, p.list, __shfl_sync(0xffffffffu, qd, src), __shfl_sync(0xffffffffu, id, src),
+                        lane);
           }
         }
-        __syncwarp();  // every lane is done with the record before the next read overwrites it
       }
-      expansions += picked;
+      // The records in hand the list holds unexpanded, in list order to the cap: expanded with the picks.
+      uint32_t nmates = 0;
+      if (p.whole_pages) {
+        for (uint32_t base = 0; base < size && expansions + nmates < p.cap; base += 32) {
+          const uint32_t i = base + lane;
+          const bool open = i < size && !lx[i] && in_hand(lid[i]) != nullptr;
+          const unsigned b = __ballot_sync(0xffffffffu, open);
+          const uint32_t room = p.cap - expansions - nmates, rank = __popc(b & ((1u << lane) - 1));
+          if (open && rank < room) {
+            lx[i] = 1;
+            mates[nmates + rank] = lid[i];
+          }
+          nmates += min(uint32_t(__popc(b)), room);
+        }
+        __syncwarp();
+        page_mates += nmates;
+        expansions += nmates;
+      }
+      for (uint32_t j = 0; j < picked; ++j) expand(in_hand(picks[j]));
+      for (uint32_t j = 0; j < nmates; ++j) expand(in_hand(mates[j]));
+      __syncwarp();  // every lane is done with the records in hand before the next fetch overwrites them
     }
-    // The k expanded nodes nearest by exact distance.
+    // The k nodes with exact distances nearest the query.
     __syncwarp();
     for (uint32_t j = 0; j < p.k; ++j) {
       float bd = std::numeric_limits<float>::infinity();
@@ -163,6 +247,8 @@ __global__ void beam_search(kernel_params p) {
       atomicAdd(&p.counts[0], (unsigned long long)expansions);
       atomicAdd(&p.counts[1], quantised);
       atomicAdd(&p.counts[2], bad);
+      atomicAdd(&p.counts[3], fetches);
+      atomicAdd(&p.counts[4], page_mates);
     }
   }
 }
@@ -176,13 +262,14 @@ struct gpu_search::state {
   device_buffer<uint32_t> labels;
   device_buffer<uint64_t> seen;
   device_buffer<uint32_t> epochs;
-  device_buffer<uint8_t> records;
+  device_buffer<uint8_t> hand;
+  device_buffer<uint32_t> mates;
   device_buffer<float> done_d;
   device_buffer<uint32_t> done_id;
   device_buffer<unsigned long long> counts;
   device_buffer<uint32_t> failed;
-  uint64_t warps = 0;
-  uint32_t seen_slots = 0, cap = 0;
+  uint64_t warps = 0, hand_bytes = 0, mates_count = 0;
+  uint32_t seen_slots = 0, done_slots = 0;
 };
 
 gpu_search::gpu_search(const vector_index& index) : s_(std::make_unique<state>()) {
@@ -196,7 +283,7 @@ gpu_search::gpu_search(const vector_index& index) : s_(std::make_unique<state>()
   s_->labels.reset(index.labels().size());
   check_cuda(cudaMemcpy(s_->labels.p, index.labels().data(), index.labels().size() * 4, cudaMemcpyHostToDevice),
              "cudaMemcpy (labels)");
-  s_->counts.reset(3);
+  s_->counts.reset(5);
   s_->failed.reset(1);
 }
 
@@ -236,12 +323,13 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   check_device_pointer(queries, device, "the queries", "the vector index");
   check_device_pointer(ids, device, "the ids", "the vector index");
   check_device_pointer(distances, device, "the distances", "the vector index");
-  const uint32_t cap = o.max_expansions ? o.max_expansions : 2 * o.list;
-  uint32_t slots = 1024;
-  while (slots < 2ull * (1ull + uint64_t(cap) * h.degree)) slots *= 2;
+  const uint32_t cap = search_cap(o), per_fetch = records_a_fetch(h, o);
+  const uint32_t slots = search_seen_slots(h, o);
+  const uint32_t done_slots = cap * per_fetch;
+  const uint32_t fetch_stride = o.whole_pages ? (h.page_bytes + 15) & ~15u : (h.record_bytes + 15) & ~15u;
 
   const uint32_t warp_smem =
-      (4 * (h.pq_subspaces * pq_centroids + h.dim + o.list) + 4 * o.list + 4 * 32 + o.list + 15) & ~15u;
+      (4 * (h.pq_subspaces * pq_centroids + h.dim + o.list) + 4 * o.list + 3 * 4 * 32 + o.list + 15) & ~15u;
   int max_smem = 0;
   check_cuda(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
   if (warp_smem > uint32_t(max_smem))
@@ -269,18 +357,23 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
     throw error("vector search: a page cache of " + std::to_string(index.cache().slots()) + " pages is too small for " +
                 std::to_string(resident) + " warps holding " + std::to_string(pins) + " pages each");
   const uint64_t warps = blocks * per_block;
-  const uint32_t stride = (h.record_bytes + 15) & ~15u;
-  if (warps > s_->warps || slots != s_->seen_slots || cap > s_->cap) {
-    s_->seen.reset(warps * slots);
+  const uint64_t hand_bytes = uint64_t(o.width) * fetch_stride, mates_count = uint64_t(o.width) * per_fetch;
+  if (warps > s_->warps || slots != s_->seen_slots || done_slots > s_->done_slots || hand_bytes > s_->hand_bytes ||
+      mates_count > s_->mates_count) {
+    const uint64_t n = std::max(warps, s_->warps);
+    s_->seen.reset(n * slots);
     s_->seen.zero();
-    s_->epochs.reset(warps);
+    s_->epochs.reset(n);
     s_->epochs.zero();
-    s_->records.reset(warps * stride);
-    s_->done_d.reset(warps * cap);
-    s_->done_id.reset(warps * cap);
-    s_->warps = warps;
+    s_->warps = n;
     s_->seen_slots = slots;
-    s_->cap = cap;
+    s_->done_slots = std::max(done_slots, s_->done_slots);
+    s_->hand_bytes = std::max(hand_bytes, s_->hand_bytes);
+    s_->mates_count = std::max(mates_count, s_->mates_count);
+    s_->hand.reset(n * s_->hand_bytes);
+    s_->mates.reset(n * s_->mates_count);
+    s_->done_d.reset(n * s_->done_slots);
+    s_->done_id.reset(n * s_->done_slots);
   }
   const uint32_t none = no_neighbour;
   check_cuda(cudaMemcpy(s_->failed.p, &none, 4, cudaMemcpyHostToDevice), "cudaMemcpy");
@@ -297,29 +390,34 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   p.list = o.list;
   p.width = o.width;
   p.cap = cap;
+  p.whole_pages = o.whole_pages;
   p.ids = ids;
   p.distances = distances;
   p.counts = s_->counts.p;
   p.seen = s_->seen.p;
   p.seen_slots = slots;
   p.epochs = s_->epochs.p;
-  p.records = s_->records.p;
-  p.record_stride = stride;
+  p.hand = s_->hand.p;
+  p.hand_per_warp = s_->hand_bytes;
+  p.fetch_stride = fetch_stride;
+  p.mates = s_->mates.p;
+  p.mates_per_warp = s_->mates_count;
   p.done_d = s_->done_d.p;
   p.done_id = s_->done_id.p;
+  p.done_slots = s_->done_slots;
   p.failed_node = s_->failed.p;
   p.warp_smem = warp_smem;
   beam_search<<<unsigned(blocks), per_block * 32, smem>>>(p);
   check_cuda(cudaGetLastError(), "vector search launch");
   check_cuda(cudaDeviceSynchronize(), "vector search");
-  unsigned long long counts[3];
+  unsigned long long counts[5];
   uint32_t failed = 0;
   check_cuda(cudaMemcpy(counts, s_->counts.p, sizeof counts, cudaMemcpyDeviceToHost), "cudaMemcpy");
   check_cuda(cudaMemcpy(&failed, s_->failed.p, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
   if (failed != no_neighbour)
     throw data_error("vector search: the record of node " + std::to_string(index.labels()[failed]) +
                      " could not be read: " + describe(index.cache().last_error()));
-  return search_counts{counts[0], counts[1], counts[2]};
+  return search_counts{counts[0], counts[1], counts[2], counts[3], counts[4]};
 }
 
 }  // namespace deepwell::vectors

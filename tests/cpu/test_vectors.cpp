@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -13,6 +14,7 @@
 #include "cache_test_support.hpp"
 #include "deepwell/controller/embedded.hpp"
 #include "deepwell/vectors/index.hpp"
+#include "deepwell/vectors/index_file.hpp"
 
 using namespace deepwell;
 using namespace deepwell::vectors;
@@ -116,16 +118,59 @@ TEST(VectorSearch, TheInnerProductsDefaultCodesKeepItsRecall) {
 
 TEST(VectorSearch, TheSameAnswersWhateverTheThreadsAndTheCache) {
   const vectors_case c(3000, 32, vector_type::f32, metric::l2, 100);
-  search_options o;
-  o.k = 8;
-  o.list = 40;
-  o.width = 3;
-  const searched a = run(c, o, 1, 1024);
-  const searched b = run(c, o, 4, 32);
-  EXPECT_EQ(a.ids, b.ids);
-  EXPECT_EQ(0, std::memcmp(a.d.data(), b.d.data(), a.d.size() * 4));
-  EXPECT_EQ(a.counts.expansions, b.counts.expansions);
-  EXPECT_EQ(a.counts.distances, b.counts.distances);
+  for (const bool whole : {true, false}) {
+    SCOPED_TRACE(whole ? "whole pages" : "picked records");
+    search_options o;
+    o.k = 8;
+    o.list = 40;
+    o.width = 3;
+    o.whole_pages = whole;
+    const searched a = run(c, o, 1, 1024);
+    const searched b = run(c, o, 4, 32);
+    EXPECT_EQ(a.ids, b.ids);
+    EXPECT_EQ(0, std::memcmp(a.d.data(), b.d.data(), a.d.size() * 4));
+    EXPECT_EQ(a.counts.expansions, b.counts.expansions);
+    EXPECT_EQ(a.counts.distances, b.counts.distances);
+    EXPECT_EQ(a.counts.fetches, b.counts.fetches);
+    EXPECT_EQ(a.counts.page_mates, b.counts.page_mates);
+  }
+}
+
+// Whole pages (Starling's block search): every record of a fetched page gets
+// its exact distance and, where the list holds it, is expanded without a
+// fetch of its own. The pages hold graph neighbourhoods, so a search at the
+// same list fetches fewer pages and finds at least as much.
+TEST(VectorSearch, WholePagesFetchFewerPagesForTheSameList) {
+  build_options bo;
+  bo.degree = 24;
+  bo.list = 48;
+  const vectors_case c(test::scale_div > 1 ? 3000 : 8000, 32, vector_type::u8, metric::l2, test::scale_div > 1 ? 60 : 200, bo);
+  ASSERT_GT(index_file(c.index.path()).header().records_per_page, 8u);
+  for (const uint32_t list : {32u, 96u}) {
+    SCOPED_TRACE("list " + std::to_string(list));
+    search_options o;
+    o.k = 10;
+    o.list = list;
+    o.whole_pages = false;
+    const searched one = run(c, o, 4, 24);
+    o.whole_pages = true;
+    const searched page = run(c, o, 4, 24);
+    EXPECT_EQ(one.counts.page_mates, 0u);
+    EXPECT_EQ(one.counts.fetches, one.counts.expansions);  // a fetch a node expanded
+    EXPECT_GT(page.counts.page_mates, 0u);
+    EXPECT_LE(page.counts.fetches, page.counts.expansions - page.counts.page_mates);  // at most a fetch a pick
+    EXPECT_LT(page.counts.fetches, one.counts.fetches);
+    const double r_one = recall_at(10, one.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
+    const double r_page = recall_at(10, page.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
+    std::printf("  list %u: %.1f fetches a query, recall %.3f (whole pages); %.1f, %.3f (picked records)\n", list,
+                double(page.counts.fetches) / double(c.nq), r_page, double(one.counts.fetches) / double(c.nq), r_one);
+    EXPECT_GE(r_page, r_one);
+    // The cap counts every node expanded, page mates with the picks.
+    o.max_expansions = 12;
+    const searched capped = run(c, o, 4, 24);
+    EXPECT_LE(capped.counts.expansions, c.nq * 12);
+    EXPECT_GT(capped.counts.page_mates, 0u);
+  }
 }
 
 // Whatever the thread count: the build's parallel steps (the mean's sums,

@@ -1,11 +1,18 @@
 // Beam search over an on-storage index (DiskANN's): each query starts at the
 // index's entry node with a list of the `list` nearest candidates seen so
 // far by quantised distance; each step takes the `width` nearest candidates
-// not yet expanded, reads their records (one page each, through the cache),
-// computes their exact distances, and puts their neighbours not yet seen in
-// the list by quantised distance. It ends when every candidate in the list
-// is expanded (or after max_expansions); the answer is the k expanded nodes
-// nearest by exact distance.
+// not yet expanded and fetches their records through the cache. With
+// whole_pages (the default) a fetch brings the record's whole page, and
+// every record in hand is used, as Starling's block search does: each gets
+// its exact distance, the records not yet seen join the list by quantised
+// distance, and every record in hand that is then in the list unexpanded
+// is expanded with the picked ones, without a read of its own. Expanding a
+// node puts its neighbours not yet seen in the list by quantised distance.
+// A page is never fetched twice for a query: after its step, each of its
+// records is expanded or out of the list for good (a node seen once never
+// joins the list again). It ends when every candidate in the list is
+// expanded (or after max_expansions nodes); the answer is the k nodes with
+// exact distances nearest the query.
 //
 // The search is defined by sets and a total order (distance, then id), not
 // by the order work is done in, and its distances are computed to the same
@@ -24,16 +31,19 @@ struct search_options {
   uint32_t k = 10;
   uint32_t list = 64;   // candidates kept (>= k)
   uint32_t width = 4;   // records read a step (the beam)
-  uint32_t max_expansions = 0;  // 0: 2 * list
+  uint32_t max_expansions = 0;  // nodes expanded at most; 0: 2 * list (4 * list with whole_pages)
+  bool whole_pages = true;      // use every record of a page fetched (false: the picked record only)
 };
 
 inline constexpr uint32_t no_neighbour = std::numeric_limits<uint32_t>::max();
 
 // What a search did, summed over its queries.
 struct search_counts {
-  uint64_t expansions = 0;   // records read
+  uint64_t expansions = 0;   // nodes expanded
   uint64_t distances = 0;    // quantised distances computed
   uint64_t bad_ids = 0;      // neighbour ids past the index (a corrupt record)
+  uint64_t fetches = 0;      // records (pages, with whole_pages) fetched through the cache
+  uint64_t page_mates = 0;   // of the expansions, nodes in a page fetched for another
 };
 
 // What kernels and CPU threads take by value.
@@ -47,6 +57,26 @@ struct index_view {
 
 // The checks every search makes of its options, naming the problem.
 void check_search_options(const index_header& h, const search_options& o);
+
+// Records a fetch puts in hand: a page's, or one.
+inline uint32_t records_a_fetch(const index_header& h, const search_options& o) {
+  return o.whole_pages ? h.records_per_page : 1u;
+}
+
+// The nodes a search expands at most.
+inline uint32_t search_cap(const search_options& o) {
+  return o.max_expansions ? o.max_expansions : (o.whole_pages ? 4 : 2) * o.list;
+}
+
+// A query's seen set: a power of two of slots, at least twice the ids a
+// search can see (the entry, every record fetched, every expanded node's
+// neighbours).
+inline uint32_t search_seen_slots(const index_header& h, const search_options& o) {
+  const uint64_t most = 1 + uint64_t(search_cap(o)) * (h.degree + records_a_fetch(h, o));
+  uint32_t slots = 1024;
+  while (slots < 2 * most) slots *= 2;
+  return slots;
+}
 
 // Searches `nq` queries (nq x dim float32, host memory) with CPU threads
 // reading through the view's cache (a host page cache): ids and distances

@@ -21,7 +21,7 @@ struct vectors_command {
   uint32_t k = 10, width = 4, repeat = 1;
   std::vector<uint32_t> lists;
   unsigned threads = 0;
-  bool cpu = false, check = false, odirect = false, picked_only = false;
+  bool cpu = false, check = false, odirect = false, picked_only = false, all_mates = false;
   bool parsed() const { return app && app->parsed(); }
   int run();
 };

@@ -57,7 +57,7 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
     search_counts mine;
     std::vector<float> table(uint64_t(h.pq_subspaces) * pq_centroids);
     std::vector<uint8_t> hand(uint64_t(o.width) * fetch_bytes);
-    std::vector<uint32_t> picks, fetched;  // fetched: the step's pages (or records), in fetch order
+    std::vector<uint32_t> picks, fetched, fetched_for;  // the step's pages (or records) in fetch order, and the pick of each
     std::vector<entry> list, fresh, merged;
     std::vector<std::pair<float, uint32_t>> done;
     std::unordered_set<uint32_t> seen;
@@ -124,6 +124,7 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
         if (picks.empty()) break;
         // Fetch them: each page once.
         fetched.clear();
+        fetched_for.clear();
         for (const uint32_t p : picks) {
           const uint32_t key = o.whole_pages ? p / h.records_per_page : p;
           if (std::find(fetched.begin(), fetched.end(), key) != fetched.end()) continue;
@@ -136,15 +137,20 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
             throw data_error("vector search: the record of node " + std::to_string(v.labels[p]) +
                              " could not be read: " + describe(s));
           fetched.push_back(key);
+          fetched_for.push_back(p);
         }
         mine.fetches += fetched.size();
         // Every record in hand (never in hand before): its exact distance, and the list if it belongs there.
-        for (const uint32_t key : fetched) {
-          const uint64_t first = o.whole_pages ? uint64_t(key) * h.records_per_page : key;
+        // Those not yet seen join it if nearer the query than the record picked in their page.
+        for (size_t f = 0; f < fetched.size(); ++f) {
+          const uint64_t first = o.whole_pages ? uint64_t(fetched[f]) * h.records_per_page : fetched[f];
           const uint64_t last = o.whole_pages ? std::min<uint64_t>(first + h.records_per_page, h.count) : first + 1;
+          const float picked_d = exact_distance(qv, in_hand(fetched_for[f]), h.dim, h.type, h.distance);
           for (uint64_t id = first; id < last; ++id) {
-            done.push_back({exact_distance(qv, in_hand(uint32_t(id)), h.dim, h.type, h.distance), uint32_t(id)});
-            if (seen.insert(uint32_t(id)).second) fresh.push_back(entry{quantised(uint32_t(id)), uint32_t(id), false});
+            const float d = exact_distance(qv, in_hand(uint32_t(id)), h.dim, h.type, h.distance);
+            done.push_back({d, uint32_t(id)});
+            if (seen.insert(uint32_t(id)).second && (o.all_mates || d <= picked_d))
+              fresh.push_back(entry{quantised(uint32_t(id)), uint32_t(id), false});
           }
         }
         merge_fresh();

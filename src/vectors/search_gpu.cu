@@ -21,7 +21,7 @@ struct kernel_params {
   const float* queries;
   uint64_t nq;
   uint32_t k, list, width, cap;
-  bool whole_pages;
+  bool whole_pages, all_mates;
   uint32_t* ids;
   float* distances;
   unsigned long long* counts;  // search_counts' fields, in order
@@ -171,26 +171,31 @@ __global__ void beam_search(kernel_params p) {
       if (failed) break;
       __syncwarp();
       fetches += nfetched;
-      // Every record in hand (never in hand before): its exact distance, and the list if it belongs there.
+      // Every record in hand (never in hand before): its exact distance, and
+      // the list if it belongs there. Those not yet seen join it if nearer
+      // the query than the record picked in their page.
       for (uint32_t f = 0; f < nfetched; ++f) {
         const uint32_t n = fetch_records(f);
         const uint32_t first = p.whole_pages ? fetched[f] * h.records_per_page : fetched[f];
+        const uint8_t* page = hand + uint64_t(f) * p.fetch_stride;
+        const float picked_d = warp_exact_distance(q, in_hand(fetched_for[f]), h.dim, h.type, h.distance, lane);
         for (uint32_t sb = 0; sb < n; sb += 32) {
+          float mine = 0;
+          for (uint32_t r = sb; r < min(n, sb + 32); ++r) {
+            const float exact = warp_exact_distance(q, page + uint64_t(r) * h.record_bytes, h.dim, h.type, h.distance, lane);
+            if (lane == 0) dd[ndone] = exact, did[ndone] = first + r;
+            if (lane == r - sb) mine = exact;
+            ++ndone;
+          }
           const uint32_t slot = sb + lane, id = first + slot;
-          const bool has = slot < n;
-          const bool new_seen = has && see(seen, p.seen_slots, tag, id);
+          const bool new_seen = slot < n && see(seen, p.seen_slots, tag, id);
+          const bool joins = new_seen && (p.all_mates || mine <= picked_d);
           float qd = 0;
-          if (new_seen) {
+          if (joins) {
             qd = code_distance(table, p.v.codes + uint64_t(id) * M, M);
             ++quantised;
           }
-          for (uint32_t r = sb; r < min(n, sb + 32); ++r) {
-            const uint8_t* rec = hand + uint64_t(f) * p.fetch_stride + uint64_t(r) * h.record_bytes;
-            const float exact = warp_exact_distance(q, rec, h.dim, h.type, h.distance, lane);
-            if (lane == 0) dd[ndone] = exact, did[ndone] = first + r;
-            ++ndone;
-          }
-          for (unsigned fm = __ballot_sync(0xffffffffu, new_seen); fm; fm &= fm - 1) {
+          for (unsigned fm = __ballot_sync(0xffffffffu, joins); fm; fm &= fm - 1) {
             const unsigned src = __ffs(fm) - 1;
             list_insert(ld, lid, lx, size, p.list, __shfl_sync(0xffffffffu, qd, src), __shfl_sync(0xffffffffu, id, src),
                         lane);
@@ -391,6 +396,7 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   p.width = o.width;
   p.cap = cap;
   p.whole_pages = o.whole_pages;
+  p.all_mates = o.all_mates;
   p.ids = ids;
   p.distances = distances;
   p.counts = s_->counts.p;

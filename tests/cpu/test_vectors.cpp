@@ -118,13 +118,14 @@ TEST(VectorSearch, TheInnerProductsDefaultCodesKeepItsRecall) {
 
 TEST(VectorSearch, TheSameAnswersWhateverTheThreadsAndTheCache) {
   const vectors_case c(3000, 32, vector_type::f32, metric::l2, 100);
-  for (const bool whole : {true, false}) {
-    SCOPED_TRACE(whole ? "whole pages" : "picked records");
+  for (const int use : {0, 1, 2}) {  // whole pages (nearer mates), whole pages (all mates), picked records
+    SCOPED_TRACE(use);
     search_options o;
     o.k = 8;
     o.list = 40;
     o.width = 3;
-    o.whole_pages = whole;
+    o.whole_pages = use != 2;
+    o.all_mates = use == 1;
     const searched a = run(c, o, 1, 1024);
     const searched b = run(c, o, 4, 32);
     EXPECT_EQ(a.ids, b.ids);
@@ -137,9 +138,10 @@ TEST(VectorSearch, TheSameAnswersWhateverTheThreadsAndTheCache) {
 }
 
 // Whole pages (Starling's block search): every record of a fetched page gets
-// its exact distance and, where the list holds it, is expanded without a
-// fetch of its own. The pages hold graph neighbourhoods, so a search at the
-// same list fetches fewer pages and finds at least as much.
+// its exact distance, those nearer the query than the picked one join the
+// list, and those the list holds are expanded without a fetch of their own.
+// The pages hold graph neighbourhoods, so a search at the same list fetches
+// fewer pages and finds at least as much.
 TEST(VectorSearch, WholePagesFetchFewerPagesForTheSameList) {
   build_options bo;
   bo.degree = 24;

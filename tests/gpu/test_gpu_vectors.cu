@@ -84,14 +84,16 @@ TEST(GpuVectorSearch, TheSameAnswersAsCpuClientsBitForBit) {
     const index_header h = index_file(c.index.path()).header();
     const uint64_t pages = std::max<uint64_t>(256, h.records_bytes / 4096 / 4);  // a quarter of the records
     ASSERT_GE(h.records_bytes, 4 * pages * 4096);
-    for (const bool whole : {true, false})
+    for (const int use : {0, 1, 2})  // whole pages (nearer mates), whole pages (all mates), picked records
       for (const uint32_t list : {16u, 64u, 150u}) {
-        SCOPED_TRACE(std::string(whole ? "whole pages" : "picked records") + ", list " + std::to_string(list));
+        const char* how = use == 0 ? "nearer mates" : use == 1 ? "all mates" : "picked";
+        SCOPED_TRACE(std::string(how) + ", list " + std::to_string(list));
         search_options o;
         o.k = 10;
         o.list = list;
         o.width = sh.width;
-        o.whole_pages = whole;
+        o.whole_pages = use != 2;
+        o.all_mates = use == 1;
         const answers cpu = on_cpu(c, o), gpu = on_gpu(c, o, pages);
         EXPECT_EQ(cpu.ids, gpu.ids);
         EXPECT_EQ(0, std::memcmp(cpu.d.data(), gpu.d.data(), cpu.d.size() * 4));
@@ -101,8 +103,7 @@ TEST(GpuVectorSearch, TheSameAnswersAsCpuClientsBitForBit) {
         EXPECT_EQ(cpu.counts.page_mates, gpu.counts.page_mates);
         EXPECT_EQ(gpu.counts.bad_ids, 0u);
         const double recall = recall_at(10, gpu.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
-        std::printf("  %s %s list %u: recall@10 %.4f, %.1f fetches a query, %.1f nodes expanded\n", type_name(sh.t),
-                    whole ? "whole pages" : "picked", list, recall, double(gpu.counts.fetches) / double(c.nq),
+        std::printf("  %s %s list %u: recall@10 %.4f, %.1f fetches a query, %.1f nodes expanded\n", type_name(sh.t), how, list, recall, double(gpu.counts.fetches) / double(c.nq),
                     double(gpu.counts.expansions) / double(c.nq));
         if (list >= 64) EXPECT_GE(recall, 0.9);
       }

@@ -4,9 +4,11 @@
 // not yet expanded and fetches their records through the cache. With
 // whole_pages (the default) a fetch brings the record's whole page, and
 // every record in hand is used, as Starling's block search does: each gets
-// its exact distance, the records not yet seen join the list by quantised
-// distance, and every record in hand that is then in the list unexpanded
-// is expanded with the picked ones, without a read of its own. Expanding a
+// its exact distance (a candidate for the answer); those not yet seen that
+// are nearer the query than the record picked in their page join the list
+// by quantised distance (all of them with all_mates), the others count as
+// seen; and every record in hand that is then in the list unexpanded is
+// expanded with the picked ones, without a fetch of its own. Expanding a
 // node puts its neighbours not yet seen in the list by quantised distance.
 // A page is never fetched twice for a query: after its step, each of its
 // records is expanded or out of the list for good (a node seen once never
@@ -33,6 +35,7 @@ struct search_options {
   uint32_t width = 4;   // records read a step (the beam)
   uint32_t max_expansions = 0;  // nodes expanded at most; 0: 2 * list (4 * list with whole_pages)
   bool whole_pages = true;      // use every record of a page fetched (false: the picked record only)
+  bool all_mates = false;       // with whole_pages: every unseen record in hand joins the list, not only the nearer
 };
 
 inline constexpr uint32_t no_neighbour = std::numeric_limits<uint32_t>::max();

@@ -175,6 +175,29 @@ TEST(VectorSearch, WholePagesFetchFewerPagesForTheSameList) {
   }
 }
 
+// A set smaller than its pages' sum: the last page holds fewer records
+// than the others. A list as long as the set reaches every node, so whole
+// pages (the last one read short) find the exact neighbours, as picked
+// records do.
+TEST(VectorSearch, WholePagesReadTheShortLastPage) {
+  build_options bo;
+  bo.degree = 16;
+  bo.list = 32;
+  const vectors_case c(300, 8, vector_type::f32, metric::l2, 40, bo);
+  const index_header h = index_file(c.index.path()).header();
+  ASSERT_NE(h.count % h.records_per_page, 0u) << "the last page must be short";
+  for (const bool whole : {true, false}) {
+    SCOPED_TRACE(whole ? "whole pages" : "picked records");
+    search_options o;
+    o.k = 10;
+    o.list = 300;
+    o.whole_pages = whole;
+    const searched s = run(c, o, 2, 8);
+    EXPECT_EQ(recall_at(10, s.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq), 1.0);
+    if (whole) EXPECT_LE(s.counts.fetches, c.nq * ((h.count + h.records_per_page - 1) / h.records_per_page));
+  }
+}
+
 // Whatever the thread count: the build's parallel steps (the mean's sums,
 // the records' pages, the codes) give the same bits on 1 thread as on 3.
 TEST(VectorSearch, TheBuildGivesTheSameFileWhateverTheThreads) {

@@ -287,7 +287,7 @@ void add_vectors_command(CLI::App& app, vectors_command& v) {
   v.search->add_option("--k", v.k, "neighbours a query")->check(CLI::Range(1u, 1024u));
   v.search->add_option("--list", v.lists, "candidate list sizes (repeatable: a recall/speed curve; default 64)")
       ->check(CLI::Range(1u, 1024u));
-  v.search->add_option("--width", v.width, "records read a step (the beam)")->check(CLI::Range(1u, 32u));
+  v.search->add_option("--width", v.width, "pages fetched a step (the beam)")->check(CLI::Range(1u, 32u));
   v.search->add_flag("--picked-only", v.picked_only,
                      "use only the picked record of each page fetched (default: every record in the page)");
   v.search->add_flag("--all-mates", v.all_mates,

@@ -176,7 +176,8 @@ PAGES = {
     "dw_vectors_search": ("Finds the `k` nearest of each of `nq` queries (`nq` x `dim` float32): `ids` (`nq` x "
                           "`k`, `UINT32_MAX` where fewer were found) and `distances` (squared L2, or the negated "
                           "inner product), nearest first. `list` (>= k; 0: 64) candidates are kept, `width` (0: 4) "
-                          "records read a step. With `on_device` the queries, ids and distances are device memory "
+                          "pages fetched a step (every record of a fetched page is used). With `on_device` the "
+                          "queries, ids and distances are device memory "
                           "of the index's GPU. GPU and CPU clients give the same answers. A record that cannot be "
                           "read (a damaged block) fails the call naming the node.", ["DW_EIO", "DW_ERUNTIME"],
                           ["dw_vectors_open"]),

@@ -163,7 +163,7 @@ class VectorIndex(_lib.Handle):
         distances)``, each (nq, k), nearest first; ids int64 (-1 where fewer were found), distances
         float32. CUDA tensors on the index's GPU give CUDA tensors (searched in place); anything else
         gives NumPy arrays. ``list_size``: candidates kept (>= k; more: higher recall, slower);
-        ``width``: records read a step. ``return_counts`` adds the search's counts as a third item."""
+        ``width``: pages fetched a step (the beam). ``return_counts`` adds the search's counts as a third item."""
         h = self._handle()
         k, list_size, width = _count("k", k), _count("list_size", list_size), _count("width", width)
         torch = _torch()

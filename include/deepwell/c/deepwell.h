@@ -413,7 +413,7 @@ typedef struct dw_vectors_info {
 } dw_vectors_info;
 
 typedef struct dw_vectors_search_result {
-  uint64_t expansions; /* records read */
+  uint64_t expansions; /* nodes expanded: fetched for themselves, or in a page fetched for another */
   uint64_t distances;  /* quantised distances computed */
   uint64_t bad_ids;    /* neighbour ids past the index (a damaged record) */
 } dw_vectors_search_result;
@@ -426,7 +426,7 @@ DW_API int dw_vectors_info_get(dw_vectors* v, dw_vectors_info* info);
 /* The k nearest of each of nq queries (nq x dim float32): ids (nq x k,
  * UINT32_MAX where fewer were found) and distances (nq x k float; squared
  * L2, or the negated inner product), nearest first. list: candidates kept
- * (>= k; 0: 64), width: records read a step (0: 4). With on_device, the
+ * (>= k; 0: 64), width: pages fetched a step (0: 4). With on_device, the
  * queries, ids and distances are device memory of the index's GPU, else
  * host memory. result may be NULL. DW_EIO: a record could not be read (a
  * damaged block: the message names the node). */

@@ -32,7 +32,7 @@ namespace deepwell::vectors {
 struct search_options {
   uint32_t k = 10;
   uint32_t list = 64;   // candidates kept (>= k)
-  uint32_t width = 4;   // records read a step (the beam)
+  uint32_t width = 4;   // candidates fetched a step (the beam)
   uint32_t max_expansions = 0;  // nodes expanded at most; 0: 2 * list (4 * list with whole_pages)
   bool whole_pages = true;      // use every record of a page fetched (false: the picked record only)
   bool all_mates = false;       // with whole_pages: every unseen record in hand joins the list, not only the nearer

@@ -180,11 +180,7 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
       }
     }
     std::lock_guard<std::mutex> l(m);
-    total.expansions += mine.expansions;
-    total.distances += mine.distances;
-    total.bad_ids += mine.bad_ids;
-    total.fetches += mine.fetches;
-    total.page_mates += mine.page_mates;
+    total += mine;
   });
   return total;
 }

@@ -47,6 +47,15 @@ struct search_counts {
   uint64_t bad_ids = 0;      // neighbour ids past the index (a corrupt record)
   uint64_t fetches = 0;      // records (pages, with whole_pages) fetched through the cache
   uint64_t page_mates = 0;   // of the expansions, nodes in a page fetched for another
+
+  search_counts& operator+=(const search_counts& o) {
+    expansions += o.expansions;
+    distances += o.distances;
+    bad_ids += o.bad_ids;
+    fetches += o.fetches;
+    page_mates += o.page_mates;
+    return *this;
+  }
 };
 
 // What kernels and CPU threads take by value.

@@ -180,7 +180,18 @@ PAGES = {
                           "queries, ids and distances are device memory "
                           "of the index's GPU. GPU and CPU clients give the same answers. A record that cannot be "
                           "read (a damaged block) fails the call naming the node.", ["DW_EIO", "DW_ERUNTIME"],
-                          ["dw_vectors_open"]),
+                          ["dw_vectors_open", "dw_vectors_search_with"]),
+    "dw_vectors_search_options_init": ("Fills `*o` with the search's defaults (k 10, list 64, width 4, "
+                                       "`DW_PAGES_NEARER`) and its `size`.", [], ["dw_vectors_search_with"]),
+    "dw_vectors_search_with": ("`dw_vectors_search` with every option (`o` NULL: the defaults). `pages` says how a "
+                               "search uses each page it fetches: `DW_PAGES_NEARER` (every record gets its exact "
+                               "distance, those nearer the query than the picked one join the candidates), "
+                               "`DW_PAGES_ALL` (all of them join) or `DW_PAGES_PICKED` (only the picked record, as "
+                               "DiskANN searches). `max_expansions` bounds the nodes a query expands (0: 4 x list, "
+                               "2 x list with `DW_PAGES_PICKED`). `counts` (may be NULL) gets the nodes expanded, "
+                               "the pages fetched, the page mates expanded without a fetch, the quantised distances "
+                               "and the bad neighbour ids.", ["DW_EIO", "DW_ERUNTIME"],
+                               ["dw_vectors_search_options_init", "dw_vectors_search"]),
 }
 
 

@@ -51,8 +51,16 @@ class _Info(ctypes.Structure):
                       (i32, "device"), (u64, "records_bytes cache_bytes"))
 
 
-class _Result(ctypes.Structure):
-    _fields_ = fields((u64, "expansions distances bad_ids"))
+class _SearchOptions(ctypes.Structure):
+    _fields_ = fields((u32, "size k list width max_expansions"), (i32, "pages"))
+
+
+class _Counts(ctypes.Structure):
+    _fields_ = fields((u64, "expansions distances bad_ids fetches page_mates"))
+
+
+# How a search uses each page it fetches (DW_PAGES_*).
+PAGES = {"nearer": 0, "all": 1, "picked": 2}
 
 
 def _bind() -> None:
@@ -63,8 +71,9 @@ def _bind() -> None:
         "dw_vectors_open": [ptr(_Options), ptr(P)],
         "dw_vectors_close": [P],
         "dw_vectors_info_get": [P, ptr(_Info)],
-        # queries, nq, k, list, width, on the device, ids, distances, counts
-        "dw_vectors_search": [P, P, u64, u32, u32, u32, i32, P, P, ptr(_Result)],
+        "dw_vectors_search_options_init": ([ptr(_SearchOptions)], None),
+        # queries, nq, options, on the device, ids, distances, counts
+        "dw_vectors_search_with": [P, P, u64, ptr(_SearchOptions), i32, P, P, ptr(_Counts)],
     }, "vector search (src/capi/vectors_api.cpp)")
 
 
@@ -158,14 +167,29 @@ class VectorIndex(_lib.Handle):
         d["metric"] = {v: k for k, v in METRICS.items()}[d["metric"]]
         return d
 
-    def search(self, queries, k: int = 10, *, list_size: int = 64, width: int = 4, return_counts: bool = False):
+    def search(self, queries, k: int = 10, *, list_size: int = 64, width: int = 4, pages: str = "nearer",
+               max_expansions: int = 0, return_counts: bool = False):
         """The ``k`` nearest of each query ((nq, dim), any float or uint8 type; NumPy or torch): ``(ids,
         distances)``, each (nq, k), nearest first; ids int64 (-1 where fewer were found), distances
         float32. CUDA tensors on the index's GPU give CUDA tensors (searched in place); anything else
         gives NumPy arrays. ``list_size``: candidates kept (>= k; more: higher recall, slower);
-        ``width``: pages fetched a step (the beam). ``return_counts`` adds the search's counts as a third item."""
+        ``width``: pages fetched a step (the beam). ``pages``: how each fetched page is used, "nearer"
+        (every record gets its exact distance, those nearer the query than the picked one join the
+        candidates), "all" (all of them join) or "picked" (only the picked record, as DiskANN).
+        ``max_expansions``: nodes a query expands at most (0: 4 x list_size, 2 x with "picked").
+        ``return_counts`` adds the search's counts as a third item (nodes expanded, pages fetched, page
+        mates expanded without a fetch, quantised distances, bad neighbour ids)."""
         h = self._handle()
-        k, list_size, width = _count("k", k), _count("list_size", list_size), _count("width", width)
+        if pages not in PAGES:
+            raise InvalidArgument(f"pages must be one of {', '.join(PAGES)}, not {pages!r}")
+        o = _SearchOptions()
+        lib.dw_vectors_search_options_init(ctypes.byref(o))
+        o.k, o.list, o.width = _count("k", k), _count("list_size", list_size), _count("width", width)
+        o.max_expansions, o.pages = _count("max_expansions", max_expansions), PAGES[pages]
+        for name, v in (("k", k), ("list_size", list_size), ("width", width), ("max_expansions", max_expansions)):
+            if int(v) > 0xFFFFFFFF:
+                raise InvalidArgument(f"{name} {v} does not fit 32 bits")
+        k = o.k
         torch = _torch()
         on_device = torch is not None and isinstance(queries, torch.Tensor) and queries.is_cuda
         if on_device:
@@ -180,9 +204,9 @@ class VectorIndex(_lib.Handle):
             nq = q.shape[0]
             ids = torch.empty((nq, k), dtype=torch.int32, device=q.device)
             dist = torch.empty((nq, k), dtype=torch.float32, device=q.device)
-            r = _Result()
-            check(lib.dw_vectors_search(h, q.data_ptr(), nq, k, list_size, width, 1, ids.data_ptr(),
-                                        dist.data_ptr(), ctypes.byref(r)))
+            r = _Counts()
+            check(lib.dw_vectors_search_with(h, q.data_ptr(), nq, ctypes.byref(o), 1, ids.data_ptr(),
+                                             dist.data_ptr(), ctypes.byref(r)))
             result = (ids.to(torch.int64), dist)  # UINT32_MAX (none) read as int32 is -1
         else:
             if torch is not None and isinstance(queries, torch.Tensor):
@@ -196,14 +220,14 @@ class VectorIndex(_lib.Handle):
             nq = q.shape[0]
             ids = np.empty((nq, k), np.uint32)
             dist = np.empty((nq, k), np.float32)
-            r = _Result()
-            check(lib.dw_vectors_search(h, q.ctypes.data, nq, k, list_size, width, 0, ids.ctypes.data,
-                                        dist.ctypes.data, ctypes.byref(r)))
+            r = _Counts()
+            check(lib.dw_vectors_search_with(h, q.ctypes.data, nq, ctypes.byref(o), 0, ids.ctypes.data,
+                                             dist.ctypes.data, ctypes.byref(r)))
             out = ids.astype(np.int64)
             out[ids == _NONE] = -1
             result = (out, dist)
         if return_counts:
-            return result + ({name: getattr(r, name) for name, _ in _Result._fields_},)
+            return result + ({name: getattr(r, name) for name, _ in _Counts._fields_},)
         return result
 
 

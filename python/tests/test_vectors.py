@@ -52,6 +52,35 @@ def test_search_finds_the_nearest(data):
         assert counts["expansions"] >= 60 * 10 and counts["bad_ids"] == 0
 
 
+def test_the_page_rules_and_their_counts(data):
+    """Whole pages (nearer or all page mates) fetch fewer pages than picked
+    records for at least the recall; the counts say so; bad options are named."""
+    _, queries, path, _, truth = data
+    with dv.open(path, device="cpu", cache_size="128KiB") as index:
+        got = {}
+        for rule in ("nearer", "all", "picked"):
+            ids, _, c = index.search(queries, k=10, list_size=64, pages=rule, return_counts=True)
+            got[rule] = (np.mean([len(set(ids[i]) & set(truth[i])) / 10 for i in range(60)]), c)
+        recall, picked = got["picked"]
+        assert picked["fetches"] == picked["expansions"] and picked["page_mates"] == 0
+        for rule in ("nearer", "all"):
+            r, c = got[rule]
+            assert c["page_mates"] > 0 and c["fetches"] <= c["expansions"] - c["page_mates"]
+            assert c["fetches"] < picked["fetches"], (rule, c, picked)
+        assert got["nearer"][0] >= min(recall, 0.95), got
+        # the default is "nearer"
+        _, _, c = index.search(queries, k=10, list_size=64, return_counts=True)
+        assert c == got["nearer"][1]
+        _, _, c = index.search(queries, k=10, list_size=64, max_expansions=20, return_counts=True)
+        assert c["expansions"] <= 60 * 20
+        with pytest.raises(deepwell.InvalidArgument, match="pages must be one of"):
+            index.search(queries, k=10, pages="every")
+        with pytest.raises(deepwell.InvalidArgument, match="max_expansions"):
+            index.search(queries, k=10, max_expansions=5)
+        with pytest.raises(deepwell.InvalidArgument, match="does not fit 32 bits"):
+            index.search(queries, k=10, list_size=2**32 + 64)
+
+
 def test_under_a_server_the_same_answers_by_the_datasets_name(data, tmp_path, deepwell_cli):
     """The index a server's dataset: opened by its name (no file of that name
     here), its header, codes and records all read over the link."""

@@ -130,15 +130,30 @@ int dw_vectors_info_get(dw_vectors* vp, dw_vectors_info* info) {
   });
 }
 
-int dw_vectors_search(dw_vectors* vp, const float* queries, uint64_t nq, uint32_t k, uint32_t list, uint32_t width,
-                      int32_t on_device, uint32_t* ids, float* distances, dw_vectors_search_result* result) {
+void dw_vectors_search_options_init(dw_vectors_search_options* o) {
+  if (!o) return;
+  const vectors::search_options d;
+  *o = dw_vectors_search_options{.size = uint32_t(sizeof(*o)), .k = d.k, .list = d.list, .width = d.width,
+                                 .max_expansions = d.max_expansions, .pages = DW_PAGES_NEARER};
+}
+
+int dw_vectors_search_with(dw_vectors* vp, const float* queries, uint64_t nq, const dw_vectors_search_options* op,
+                           int32_t on_device, uint32_t* ids, float* distances, dw_vectors_search_counts* counts) {
   return guarded([&] {
     dw_vectors& v = handle(vp);
     need(nq == 0 || (queries && ids && distances), "a null pointer among the queries, ids and distances");
+    dw_vectors_search_options co;
+    dw_vectors_search_options_init(&co);
+    if (op) co = capi::read_sized(op, dw_vectors_search_options_init, "dw_vectors_search_options");
+    need(co.pages == DW_PAGES_NEARER || co.pages == DW_PAGES_ALL || co.pages == DW_PAGES_PICKED,
+         "pages must be DW_PAGES_NEARER (0), DW_PAGES_ALL (1) or DW_PAGES_PICKED (2), not " + std::to_string(co.pages));
     vectors::search_options o;
-    o.k = k;
-    if (list) o.list = list;
-    if (width) o.width = width;
+    o.k = co.k;
+    o.list = co.list;
+    o.width = co.width;
+    o.max_expansions = co.max_expansions;
+    o.whole_pages = co.pages != DW_PAGES_PICKED;
+    o.all_mates = co.pages == DW_PAGES_ALL;
     vectors::search_counts c;
     const capi::device_guard g = capi::on_device(v.device);
     need(!on_device || v.gpu != nullptr, "device memory given to an index on the CPU; open it with a CUDA device");
@@ -146,8 +161,23 @@ int dw_vectors_search(dw_vectors* vp, const float* queries, uint64_t nq, uint32_
       c = capi::gpu_vector_search_run(*v.gpu, queries, nq, o, ids, distances, on_device != 0);
     else
       c = v.store->search(queries, nq, o, ids, distances, v.cpu_threads);
-    if (result) *result = dw_vectors_search_result{.expansions = c.expansions, .distances = c.distances, .bad_ids = c.bad_ids};
+    if (counts)
+      *counts = dw_vectors_search_counts{.expansions = c.expansions, .distances = c.distances, .bad_ids = c.bad_ids,
+                                         .fetches = c.fetches, .page_mates = c.page_mates};
   });
+}
+
+int dw_vectors_search(dw_vectors* vp, const float* queries, uint64_t nq, uint32_t k, uint32_t list, uint32_t width,
+                      int32_t on_device, uint32_t* ids, float* distances, dw_vectors_search_result* result) {
+  dw_vectors_search_options o;
+  dw_vectors_search_options_init(&o);
+  o.k = k;
+  if (list) o.list = list;
+  if (width) o.width = width;
+  dw_vectors_search_counts c{};
+  const int rc = dw_vectors_search_with(vp, queries, nq, &o, on_device, ids, distances, &c);
+  if (rc == 0 && result) *result = dw_vectors_search_result{.expansions = c.expansions, .distances = c.distances, .bad_ids = c.bad_ids};
+  return rc;
 }
 
 }  // extern "C"

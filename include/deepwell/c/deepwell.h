@@ -434,6 +434,36 @@ DW_API int dw_vectors_search(dw_vectors* v, const float* queries, uint64_t nq, u
                              uint32_t width, int32_t on_device, uint32_t* ids, float* distances,
                              dw_vectors_search_result* result);
 
+/* How a search uses each page it fetches (dw_vectors_search_options.pages). */
+enum {
+  DW_PAGES_NEARER = 0, /* every record gets its exact distance; those nearer the query than the picked one join the list */
+  DW_PAGES_ALL = 1,    /* every record gets its exact distance and joins the list */
+  DW_PAGES_PICKED = 2  /* only the picked record is used (DiskANN's search) */
+};
+
+typedef struct dw_vectors_search_options {
+  uint32_t size;           /* sizeof(dw_vectors_search_options): dw_vectors_search_options_init sets it */
+  uint32_t k;              /* neighbours a query (10) */
+  uint32_t list;           /* candidates kept, >= k (64) */
+  uint32_t width;          /* pages fetched a step, 1 to 32 (4) */
+  uint32_t max_expansions; /* nodes expanded at most; 0: 4 x list (2 x list with DW_PAGES_PICKED) */
+  int32_t pages;           /* DW_PAGES_NEARER (the default), DW_PAGES_ALL or DW_PAGES_PICKED */
+} dw_vectors_search_options;
+
+typedef struct dw_vectors_search_counts {
+  uint64_t expansions; /* nodes expanded: fetched for themselves, or in a page fetched for another */
+  uint64_t distances;  /* quantised distances computed */
+  uint64_t bad_ids;    /* neighbour ids past the index (a damaged record) */
+  uint64_t fetches;    /* pages (records, with DW_PAGES_PICKED) fetched through the cache */
+  uint64_t page_mates; /* of the expansions, nodes in a page fetched for another */
+} dw_vectors_search_counts;
+
+DW_API void dw_vectors_search_options_init(dw_vectors_search_options* o);
+/* dw_vectors_search with every option: o NULL takes the defaults, counts
+ * may be NULL. DW_EINVAL names a bad option. */
+DW_API int dw_vectors_search_with(dw_vectors* v, const float* queries, uint64_t nq, const dw_vectors_search_options* o,
+                                  int32_t on_device, uint32_t* ids, float* distances, dw_vectors_search_counts* counts);
+
 #ifdef __cplusplus
 }
 #endif

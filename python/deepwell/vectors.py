@@ -59,6 +59,11 @@ class _Counts(ctypes.Structure):
     _fields_ = fields((u64, "expansions distances bad_ids fetches page_mates"))
 
 
+class _Result(ctypes.Structure):
+    """dw_vectors_search's counts, mirrored for the ABI check: the package calls dw_vectors_search_with."""
+    _fields_ = fields((u64, "expansions distances bad_ids"))
+
+
 # How a search uses each page it fetches (DW_PAGES_*).
 PAGES = {"nearer": 0, "all": 1, "picked": 2}
 

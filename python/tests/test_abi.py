@@ -35,6 +35,8 @@ MIRRORS = {
     "dw_vectors_options": vectors._Options,
     "dw_vectors_info": vectors._Info,
     "dw_vectors_search_result": vectors._Result,
+    "dw_vectors_search_options": vectors._SearchOptions,
+    "dw_vectors_search_counts": vectors._Counts,
 }
 
 

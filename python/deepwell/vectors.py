@@ -68,6 +68,14 @@ class _Result(ctypes.Structure):
 PAGES = {"nearer": 0, "all": 1, "picked": 2}
 
 
+def _u32(name: str, v) -> int:
+    """A count for a uint32_t field: refused here, named, rather than wrapped by ctypes."""
+    n = _count(name, v)
+    if n > 0xFFFFFFFF:
+        raise InvalidArgument(f"{name} {v} does not fit 32 bits")
+    return n
+
+
 def _bind() -> None:
     _lib.bind(lib, {
         "dw_vectors_build_options_init": ([ptr(_BuildOptions)], None),
@@ -189,11 +197,8 @@ class VectorIndex(_lib.Handle):
             raise InvalidArgument(f"pages must be one of {', '.join(PAGES)}, not {pages!r}")
         o = _SearchOptions()
         lib.dw_vectors_search_options_init(ctypes.byref(o))
-        o.k, o.list, o.width = _count("k", k), _count("list_size", list_size), _count("width", width)
-        o.max_expansions, o.pages = _count("max_expansions", max_expansions), PAGES[pages]
-        for name, v in (("k", k), ("list_size", list_size), ("width", width), ("max_expansions", max_expansions)):
-            if int(v) > 0xFFFFFFFF:
-                raise InvalidArgument(f"{name} {v} does not fit 32 bits")
+        o.k, o.list, o.width = _u32("k", k), _u32("list_size", list_size), _u32("width", width)
+        o.max_expansions, o.pages = _u32("max_expansions", max_expansions), PAGES[pages]
         k = o.k
         torch = _torch()
         on_device = torch is not None and isinstance(queries, torch.Tensor) and queries.is_cuda

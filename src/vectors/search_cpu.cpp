@@ -147,7 +147,7 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
           const uint64_t last = o.whole_pages ? std::min<uint64_t>(first + h.records_per_page, h.count) : first + 1;
           const float picked_d = exact_distance(qv, in_hand(fetched_for[f]), h.dim, h.type, h.distance);
           for (uint64_t id = first; id < last; ++id) {
-            const float d = exact_distance(qv, in_hand(uint32_t(id)), h.dim, h.type, h.distance);
+            const float d = id == fetched_for[f] ? picked_d : exact_distance(qv, in_hand(uint32_t(id)), h.dim, h.type, h.distance);
             done.push_back({d, uint32_t(id)});
             if (seen.insert(uint32_t(id)).second && (o.all_mates || d <= picked_d))
               fresh.push_back(entry{quantised(uint32_t(id)), uint32_t(id), false});

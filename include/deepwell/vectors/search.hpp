@@ -21,6 +21,8 @@
 // bits on CPU and GPU (distance.hpp): CPU and GPU clients give the same ids
 // and distances for the same index and queries.
 #pragma once
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <limits>
 
@@ -85,9 +87,7 @@ inline uint32_t search_cap(const search_options& o) {
 // neighbours).
 inline uint32_t search_seen_slots(const index_header& h, const search_options& o) {
   const uint64_t most = 1 + uint64_t(search_cap(o)) * (h.degree + records_a_fetch(h, o));
-  uint32_t slots = 1024;
-  while (slots < 2 * most) slots *= 2;
-  return slots;
+  return uint32_t(std::bit_ceil(std::max<uint64_t>(1024, 2 * most)));
 }
 
 // Searches `nq` queries (nq x dim float32, host memory) with CPU threads

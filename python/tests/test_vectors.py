@@ -81,6 +81,34 @@ def test_the_page_rules_and_their_counts(data):
             index.search(queries, k=10, list_size=2**32 + 64)
 
 
+def test_on_the_gpu_the_same_answers_as_cpu_clients(data):
+    """An index opened on the GPU answers CUDA tensors in place and NumPy queries alike, with the
+    ids, distances and counts of CPU clients, bit for bit, under each page rule."""
+    torch = pytest.importorskip("torch")
+    if not (deepwell.cuda_available() and torch.cuda.is_available()):
+        pytest.skip("needs a CUDA GPU")
+    _, queries, path, _, _ = data
+    with dv.open(path, device="cpu", cache_size="128KiB") as cpu, \
+            dv.open(path, device="cuda", cache_size="128KiB") as gpu:
+        assert gpu.info()["device"] == 0
+        qt = torch.from_numpy(queries).cuda()
+        for rule in ("nearer", "all", "picked"):
+            want = cpu.search(queries, k=10, list_size=64, pages=rule, return_counts=True)
+            ids, dist, c = gpu.search(qt, k=10, list_size=64, pages=rule, return_counts=True)
+            assert ids.is_cuda and dist.is_cuda and ids.dtype == torch.int64
+            np.testing.assert_array_equal(ids.cpu().numpy(), want[0], err_msg=rule)
+            np.testing.assert_array_equal(dist.cpu().numpy(), want[1], err_msg=rule)
+            assert c == want[2], (rule, c, want[2])
+            ids2, dist2, c2 = gpu.search(queries, k=10, list_size=64, pages=rule, return_counts=True)
+            assert isinstance(ids2, np.ndarray)
+            np.testing.assert_array_equal(ids2, want[0], err_msg=rule)
+            np.testing.assert_array_equal(dist2, want[1], err_msg=rule)
+        with pytest.raises(deepwell.InvalidArgument, match="dimension"):
+            gpu.search(qt[:, :5], k=10)
+        with pytest.raises(deepwell.InvalidArgument, match="open it with device='cuda'"):
+            cpu.search(qt, k=10)
+
+
 def test_under_a_server_the_same_answers_by_the_datasets_name(data, tmp_path, deepwell_cli):
     """The index a server's dataset: opened by its name (no file of that name
     here), its header, codes and records all read over the link."""

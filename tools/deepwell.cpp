@@ -11,7 +11,9 @@
 //   deepwell --version
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli_checks.hpp"
@@ -54,30 +56,20 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
   CLI::App* settings = app.add_subcommand("settings", "every DEEPWELL_* setting: its built-in default and the value "
                                                       "this environment gives it (docs/settings.md)");
-  tools::graph_command graph_cmd;
-  tools::add_graph_command(app, graph_cmd);
-  tools::server_commands server_cmds;
-  tools::add_server_commands(app, server_cmds);
-  tools::grep_command grep_cmd;
-  tools::add_grep_command(app, grep_cmd);
-  tools::table_command table_cmd;
-  tools::add_table_command(app, table_cmd);
-  tools::kv_command kv_cmd;
-  tools::add_kv_command(app, kv_cmd);
-  tools::vectors_command vectors_cmd;
-  tools::add_vectors_command(app, vectors_cmd);
+  // Every command group: registered in this order (--help lists them so); the one parsed runs.
+  std::tuple<tools::graph_command, tools::server_commands, tools::grep_command, tools::table_command, tools::kv_command,
+             tools::vectors_command>
+      commands;
+  std::apply([&](auto&... c) { (tools::add_command(app, c), ...); }, commands);
 
   if (const std::string problem = tools::subcommand_problem(app, argc, argv); !problem.empty()) {
     std::fprintf(stderr, "%s\n", problem.c_str());
     return 2;
   }
   CLI11_PARSE(app, argc, argv);
-  if (server_cmds.parsed()) return server_cmds.run();
-  if (grep_cmd.parsed()) return grep_cmd.run();
-  if (table_cmd.parsed()) return table_cmd.run();
-  if (kv_cmd.parsed()) return kv_cmd.run();
-  if (vectors_cmd.parsed()) return vectors_cmd.run();
-  if (graph_cmd.parsed()) return graph_cmd.run();
+  std::optional<int> rc;
+  std::apply([&](auto&... c) { ((!rc && c.parsed() ? void(rc = c.run()) : void()), ...); }, commands);
+  if (rc) return *rc;
   try {
     if (settings->parsed()) {
       const std::vector<defaults::knob> knobs = defaults::knobs();  // throws, naming a bad variable

@@ -49,7 +49,7 @@ void print_info(const std::string& path, bool deep, unsigned threads) {
 
 }  // namespace
 
-void add_graph_command(CLI::App& app, graph_command& c) {
+void add_command(CLI::App& app, graph_command& c) {
   CLI::App* g = c.app = app.add_subcommand("graph", "graphs stored as .dwg CSR files: make them and run algorithms on them");
   g->require_subcommand(1);
 

@@ -27,6 +27,6 @@ struct graph_command {
   int run();
 };
 
-void add_graph_command(CLI::App& app, graph_command& g);
+void add_command(CLI::App& app, graph_command& g);
 
 }  // namespace deepwell::tools

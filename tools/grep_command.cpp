@@ -16,7 +16,7 @@
 
 namespace deepwell::tools {
 
-void add_grep_command(CLI::App& app, grep_command& g) {
+void add_command(CLI::App& app, grep_command& g) {
   g.app = app.add_subcommand("grep", "count each dictionary word's whole-word occurrences in every file of a tree "
                                      "(kernels open, read and close the files through the file API)");
   g.app->add_option("root", g.root, "the tree to search (with --server: the server's tree dataset)")->required();

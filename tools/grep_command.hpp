@@ -21,6 +21,6 @@ struct grep_command {
   int run();
 };
 
-void add_grep_command(CLI::App& app, grep_command& g);
+void add_command(CLI::App& app, grep_command& g);
 
 }  // namespace deepwell::tools

@@ -235,7 +235,7 @@ int run_check(const kv_command& k) {
 
 }  // namespace
 
-void add_kv_command(CLI::App& app, kv_command& k) {
+void add_command(CLI::App& app, kv_command& k) {
   k.app = app.add_subcommand("kv", "the persistent key-value store (docs/kv.md): create, set, get, delete, info, "
                                    "check; CPU threads by default (--gpu for the GPU)");
   k.app->require_subcommand(1);

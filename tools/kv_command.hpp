@@ -33,6 +33,6 @@ struct kv_command {
   int run();
 };
 
-void add_kv_command(CLI::App& app, kv_command& k);
+void add_command(CLI::App& app, kv_command& k);
 
 }  // namespace deepwell::tools

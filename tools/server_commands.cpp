@@ -118,7 +118,7 @@ int run_stat(server_commands& s) {
 
 }  // namespace
 
-void add_server_commands(CLI::App& app, server_commands& s) {
+void add_command(CLI::App& app, server_commands& s) {
   s.serve = app.add_subcommand("serve", "run the deepwell server: one controller shared by many programs "
                                         "(docs/server.md)");
   s.serve->add_option("--config", s.config, "the datasets, grants and shares (TOML)")->required();

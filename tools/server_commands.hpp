@@ -17,6 +17,6 @@ struct server_commands {
 };
 
 // Adds the subcommands (they say "not built" where the server is not).
-void add_server_commands(CLI::App& app, server_commands& s);
+void add_command(CLI::App& app, server_commands& s);
 
 }  // namespace deepwell::tools

@@ -46,7 +46,7 @@ nlohmann::json route_json(const deepwell::table::taxi_route_report& r) {
 
 }  // namespace
 
-void add_table_command(CLI::App& app, table_command& t) {
+void add_command(CLI::App& app, table_command& t) {
   t.app = app.add_subcommand("table", "the column store and the taxi queries Q0-Q5 (docs/analytics.md)");
   t.app->require_subcommand(1);
   t.gen = t.app->add_subcommand("gen", "write a deterministic NYC-taxi-trip table as a column file");

@@ -23,6 +23,6 @@ struct table_command {
   int run();
 };
 
-void add_table_command(CLI::App& app, table_command& t);
+void add_command(CLI::App& app, table_command& t);
 
 }  // namespace deepwell::tools

@@ -231,7 +231,7 @@ int search(const vectors_command& v) {
 
 }  // namespace
 
-void add_vectors_command(CLI::App& app, vectors_command& v) {
+void add_command(CLI::App& app, vectors_command& v) {
   v.app = app.add_subcommand("vectors", "vector search over vectors on storage (docs/vectors.md)");
   v.app->require_subcommand(1);
   // Options several subcommands share.

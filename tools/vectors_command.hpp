@@ -26,6 +26,6 @@ struct vectors_command {
   int run();
 };
 
-void add_vectors_command(CLI::App& app, vectors_command& v);
+void add_command(CLI::App& app, vectors_command& v);
 
 }  // namespace deepwell::tools

@@ -43,13 +43,27 @@ def deepwell_cli() -> str:
     pytest.skip("no `deepwell` command built (scripts/setup builds build/bin/deepwell; or set DEEPWELL_CLI)")
 
 
+def server_config(sock, datasets, grants=(), **server) -> str:
+    """A server's TOML: [server] with its socket and any other keys, then each dataset and grant
+    (dicts of keys: strings quoted, booleans and numbers as TOML writes them)."""
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return str(v) if isinstance(v, (int, float)) else f'"{v}"'
+    lines = ["[server]", f'socket = "{sock}"'] + [f"{k} = {value(v)}" for k, v in server.items()]
+    for table, items in (("dataset", datasets), ("grant", grants)):
+        for item in items:
+            lines += [f"[[{table}]]"] + [f"{k} = {value(v)}" for k, v in item.items()]
+    return "\n".join(lines) + "\n"
+
+
 @contextlib.contextmanager
-def serving(cli: str, config: pathlib.Path, sock: pathlib.Path):
-    """`deepwell serve --config CONFIG` until the block ends; yields once its
+def serving(cli: str, config: pathlib.Path, sock: pathlib.Path, **popen):
+    """`deepwell serve --config CONFIG` until the block ends (popen: cwd, env, ...); yields once its
     socket is there, and checks that it stops cleanly (exit 0, socket gone)."""
-    proc = subprocess.Popen([cli, "serve", "--config", str(config)], stderr=subprocess.PIPE)
+    proc = subprocess.Popen([cli, "serve", "--config", str(config)], stderr=subprocess.PIPE, **popen)
     try:
-        for _ in range(200):
+        for _ in range(250):
             if sock.exists():
                 break
             time.sleep(0.02)
@@ -57,5 +71,5 @@ def serving(cli: str, config: pathlib.Path, sock: pathlib.Path):
         yield proc
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode()
+        assert proc.wait(timeout=10) == 0, proc.stderr.read()
     assert not sock.exists(), "the server removes its socket when it stops"

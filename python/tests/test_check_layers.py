@@ -7,6 +7,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "check-layers"
 
 
@@ -41,37 +43,28 @@ def test_a_clean_tree_passes(tmp_path):
     assert r.returncode == 0, r.stdout
 
 
-def test_a_layer_including_one_above_it_fails(tmp_path):
-    r = tree(tmp_path, {**CLEAN, "include/deepwell/cache/page_cache.hpp": '#include "deepwell/views/array.hpp"\n'})
-    assert r.returncode == 1 and "the cache layer includes deepwell/views/array.hpp" in r.stdout
+# (what the tree adds to the clean one, what the refusal names)
+REFUSED = {
+    "a layer including one above it": (
+        {"include/deepwell/cache/page_cache.hpp": '#include "deepwell/views/array.hpp"\n'},
+        "the cache layer includes deepwell/views/array.hpp"),
+    "a source including an upper internal header": (
+        {"src/controller/wire.hpp": "#pragma once\n", "src/common/log.cpp": '#include "controller/wire.hpp"\n'},
+        "the common layer includes controller/wire.hpp"),
+    "a header at the top that is no umbrella": (
+        {"include/deepwell/stray.hpp": "#pragma once\n"}, "include/deepwell/stray.hpp"),
+    "the library including an app": (
+        {"src/cache/page_cache.cpp": '#include "grep/grep.hpp"\n'}, "application header grep/grep.hpp"),
+    "an app including an internal header": (
+        {"apps/grep/grep.cpp": '#include "cache/inner.hpp"\n'}, "applications use only the public headers"),
+    "code above the link naming the controller": (
+        {"src/cache/page_cache.cpp": "void f(deepwell::controller& c);\n"}, "names the controller"),
+    "an unknown folder": ({"src/misc/x.cpp": "int x;\n"}, "folder 'misc'"),
+}
 
 
-def test_a_source_including_an_upper_internal_header_fails(tmp_path):
-    r = tree(tmp_path, {**CLEAN, "src/controller/wire.hpp": "#pragma once\n",
-                        "src/common/log.cpp": '#include "controller/wire.hpp"\n'})
-    assert r.returncode == 1 and "the common layer includes controller/wire.hpp" in r.stdout
-
-
-def test_a_header_at_the_top_that_is_no_umbrella_fails(tmp_path):
-    r = tree(tmp_path, {**CLEAN, "include/deepwell/stray.hpp": "#pragma once\n"})
-    assert r.returncode == 1 and "include/deepwell/stray.hpp" in r.stdout
-
-
-def test_the_library_including_an_app_fails(tmp_path):
-    r = tree(tmp_path, {**CLEAN, "src/cache/page_cache.cpp": '#include "grep/grep.hpp"\n'})
-    assert r.returncode == 1 and "application header grep/grep.hpp" in r.stdout
-
-
-def test_an_app_including_an_internal_header_fails(tmp_path):
-    r = tree(tmp_path, {**CLEAN, "apps/grep/grep.cpp": '#include "cache/inner.hpp"\n'})
-    assert r.returncode == 1 and "applications use only the public headers" in r.stdout
-
-
-def test_code_above_the_link_naming_the_controller_fails(tmp_path):
-    r = tree(tmp_path, {**CLEAN, "src/cache/page_cache.cpp": "void f(deepwell::controller& c);\n"})
-    assert r.returncode == 1 and "names the controller" in r.stdout
-
-
-def test_an_unknown_folder_fails(tmp_path):
-    r = tree(tmp_path, {**CLEAN, "src/misc/x.cpp": "int x;\n"})
-    assert r.returncode == 1 and "folder 'misc'" in r.stdout
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_each_breach_fails_by_name(tmp_path, case):
+    files, message = REFUSED[case]
+    r = tree(tmp_path, {**CLEAN, **files})
+    assert r.returncode == 1 and message in r.stdout, r.stdout

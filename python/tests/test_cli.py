@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from conftest import server_config, serving
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
 
@@ -195,28 +197,11 @@ def server(deepwell_cli, tmp_path):
     data = deep / "features-with-a-long-name.f32"
     data.write_bytes(b"\0" * (1 << 20))
     sock = tmp_path / "dw.sock"
-    (tmp_path / "ds.toml").write_text(f"""
-[server]
-socket = "{sock}"
-pollers = 2
-[[dataset]]
-name = "features"
-file = "{data}"
-[[grant]]
-dataset = "*"
-everyone = true
-access = "read"
-widen = true  # pytest's tmp_path is private to this uid
-""")
-    proc = subprocess.Popen([deepwell_cli, "serve", "--config", tmp_path / "ds.toml"], stderr=subprocess.PIPE)
-    for _ in range(250):
-        if sock.exists():
-            break
-        time.sleep(0.02)
-    assert sock.exists(), "the server did not start"
-    yield proc, sock, data
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=10) == 0
+    # pytest's tmp_path is private to this uid: the grant to everyone widens it.
+    grant = dict(dataset="*", everyone=True, access="read", widen=True)
+    (tmp_path / "ds.toml").write_text(server_config(sock, [dict(name="features", file=data)], [grant], pollers=2))
+    with serving(deepwell_cli, tmp_path / "ds.toml", sock) as proc:
+        yield proc, sock, data
 
 
 def test_stat_prints_whole_targets(deepwell_cli, server):

@@ -15,12 +15,12 @@ import pathlib
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 
 import pytest
+
+from conftest import serving
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
@@ -158,19 +158,10 @@ def test_server_quick_start(deepwell_cli, workdir):
     (workdir / "datasets.toml").write_text(cfg)
     r = run(deepwell_cli, ["serve", "--config", "datasets.toml", "--check-config"], workdir)
     assert r.returncode == 0, r.stderr
-    proc = subprocess.Popen([deepwell_cli, "serve", "--config", "datasets.toml"], cwd=workdir, env=NO_GPU,
-                            stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(250):
-            if sock.exists():
-                break
-            time.sleep(0.02)
-        assert sock.exists(), "the server did not start"
-        r = run(deepwell_cli, ["stat", "--socket", str(sock)], workdir)
-        assert r.returncode == 0, r.stderr
-        assert "features" in r.stdout and str(feats) in r.stdout  # the whole target, not cut
+        with serving(deepwell_cli, pathlib.Path("datasets.toml"), sock, cwd=workdir, env=NO_GPU, text=True):
+            r = run(deepwell_cli, ["stat", "--socket", str(sock)], workdir)
+            assert r.returncode == 0, r.stderr
+            assert "features" in r.stdout and str(feats) in r.stdout  # the whole target, not cut
     finally:
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=10)
         shutil.rmtree(public)
-    assert rc == 0, proc.stderr.read()

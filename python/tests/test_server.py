@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import deepwell
-from conftest import serving
+from conftest import server_config, serving
 
 
 @pytest.fixture
@@ -21,43 +21,16 @@ def server(tmp_path, deepwell_cli):
             f.truncate(8 << 20)
     sock = tmp_path / "dw.sock"
     uid = os.getuid()
-    (tmp_path / "ds.toml").write_text(f"""
-[server]
-socket = "{sock}"
-[[dataset]]
-name = "feats"
-file = "{tmp_path / 'data.bin'}"
-writable = true
-[[dataset]]
-name = "secret"
-file = "{tmp_path / 'secret.bin'}"
-[[dataset]]
-name = "store"
-file = "{tmp_path / 'store.kv'}"
-writable = true
-[[grant]]
-dataset = "feats"
-uid = {uid}
-access = "read-write"
-[[dataset]]
-name = "model"
-file = "{tmp_path / 'model.ckpt'}"
-writable = true
-[[grant]]
-dataset = "store"
-uid = {uid}
-access = "read-write"
-[[grant]]
-dataset = "model"
-uid = {uid}
-access = "read-write"
-[[grant]]
-dataset = "secret"
-uid = {uid + 4242}
-# A uid that cannot reach pytest's private tmp_path: a root server refuses
-# to read for it what it could not read itself, unless the grant says so.
-widen = true
-""")
+    datasets = [dict(name="feats", file=tmp_path / "data.bin", writable=True),
+                dict(name="secret", file=tmp_path / "secret.bin"),
+                dict(name="store", file=tmp_path / "store.kv", writable=True),
+                dict(name="model", file=tmp_path / "model.ckpt", writable=True)]
+    grants = [dict(dataset=name, uid=uid, access="read-write") for name in ("feats", "store", "model")]
+    # A uid that cannot reach pytest's private tmp_path: a root server refuses
+    # to read for it what it could not read itself, unless the grant says so.
+    grants.append(dict(dataset="secret", uid=uid + 4242, widen=True))
+    (tmp_path / "ds.toml").write_text(server_config(sock, datasets, grants))
+
     with serving(deepwell_cli, tmp_path / "ds.toml", sock):
         yield str(sock), data, tmp_path
         deepwell.disconnect()
@@ -105,17 +78,9 @@ def test_a_second_array_copies_pages_from_the_servers_host_tier(tmp_path, deepwe
     data = np.random.default_rng(9).integers(0, 256, size=(256, 4096), dtype=np.uint8)
     data.tofile(tmp_path / "d.bin")
     sock = tmp_path / "tier.sock"
-    (tmp_path / "tier.toml").write_text(f"""
-[server]
-socket = "{sock}"
-host_cache = "2MiB"
-[[dataset]]
-name = "d"
-file = "{tmp_path / 'd.bin'}"
-[[grant]]
-dataset = "d"
-uid = {os.getuid()}
-""")
+    (tmp_path / "tier.toml").write_text(server_config(sock, [dict(name="d", file=tmp_path / "d.bin")],
+                                                      [dict(dataset="d", uid=os.getuid())], host_cache="2MiB"))
+
     with serving(deepwell_cli, tmp_path / "tier.toml", sock):
         deepwell.connect(str(sock))
         try:

@@ -8,7 +8,7 @@ import pytest
 
 import deepwell
 import deepwell.vectors as dv
-from conftest import serving
+from conftest import server_config, serving
 
 
 def _mixture(n, dim, seed, centres):
@@ -114,16 +114,9 @@ def test_under_a_server_the_same_answers_by_the_datasets_name(data, tmp_path, de
     here), its header, codes and records all read over the link."""
     _, queries, path, _, _ = data
     sock = tmp_path / "dw.sock"
-    (tmp_path / "ds.toml").write_text(f"""
-[server]
-socket = "{sock}"
-[[dataset]]
-name = "vecs"
-file = "{path}"
-[[grant]]
-dataset = "vecs"
-uid = {os.getuid()}
-""")
+    (tmp_path / "ds.toml").write_text(server_config(sock, [dict(name="vecs", file=path)],
+                                                    [dict(dataset="vecs", uid=os.getuid())]))
+
     with dv.open(path, device="cpu", cache_size="128KiB") as local:
         want = local.search(queries, k=10, list_size=64, return_counts=True)
     with serving(deepwell_cli, tmp_path / "ds.toml", sock):

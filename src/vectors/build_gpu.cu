@@ -81,27 +81,14 @@ __global__ void nearest_kernel(const float* pts, uint64_t n, uint32_t dim, uint6
   }
 }
 
-// Puts `key` into a sorted list of `size` (at most cap) keys, keeping the
-// first cap. Whole warp.
-__device__ void key_insert(uint64_t* list, uint32_t& size, uint32_t cap, uint64_t key, unsigned lane) {
-  unsigned ahead = 0;
-  for (uint32_t i = lane; i < size; i += 32) ahead += list[i] < key ? 1u : 0u;
-  const uint32_t pos = __reduce_add_sync(0xffffffffu, ahead);
-  if (pos >= cap) return;
-  const uint32_t grown = size < cap ? size + 1 : cap;
-  for (int hi = int(grown) - 2; hi >= int(pos); hi -= 32) {
-    const int i = hi - int(lane);
-    const bool mine = i >= int(pos);
-    uint64_t v = 0;
-    if (mine) v = list[i];
-    __syncwarp();
-    if (mine) list[i + 1] = v;
-    __syncwarp();
-  }
-  if (lane == 0) list[pos] = key;
-  __syncwarp();
-  size = grown;
-}
+// A sorted list of keys (distance bits, then id: build_gpu's candidates).
+struct key_list {
+  using value = uint64_t;
+  uint64_t* keys;
+  __device__ bool ahead(uint32_t i, uint64_t k) const { return keys[i] < k; }
+  __device__ uint64_t load(uint32_t i) const { return keys[i]; }
+  __device__ void store(uint32_t i, uint64_t k) const { keys[i] = k; }
+};
 
 // ---- the first graph: each member's `per` nearest in its group ----
 struct group_params {
@@ -168,7 +155,7 @@ __global__ void __launch_bounds__(group_tile * group_warps) group_kernel(group_p
       const uint64_t last = size[s] < p.per ? none_key : list[p.per - 1];
       for (unsigned m = __ballot_sync(0xffffffffu, key < last); m; m &= m - 1) {
         const uint64_t k = __shfl_sync(0xffffffffu, key, __ffs(m) - 1);
-        key_insert(list, size[s], p.per, k, lane);
+        warp_sorted_insert(key_list{list}, size[s], p.per, k, lane);
       }
     }
   }

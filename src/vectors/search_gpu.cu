@@ -113,28 +113,13 @@ __global__ void beam_search(kernel_params p) {
           d = code_distance(table, p.v.codes + uint64_t(y) * M, M);
           ++quantised;
         }
-        for (unsigned fm = __ballot_sync(0xffffffffu, fresh); fm; fm &= fm - 1) {
-          const unsigned src = __ffs(fm) - 1;
-          list_insert(ld, lid, lx, size, p.list, __shfl_sync(0xffffffffu, d, src), __shfl_sync(0xffffffffu, y, src), lane);
-        }
+        list_insert_each(ld, lid, lx, size, p.list, fresh, d, y, lane);
       }
     };
     while (expansions < p.cap && !failed) {
       // The first `width` candidates not yet expanded, in list order.
-      uint32_t picked = 0;
-      for (uint32_t base = 0; base < size && picked < p.width && expansions + picked < p.cap; base += 32) {
-        const uint32_t i = base + lane;
-        const bool open = i < size && !lx[i];
-        const unsigned b = __ballot_sync(0xffffffffu, open);
-        const uint32_t room = min(p.width - picked, p.cap - expansions - picked);
-        const uint32_t rank = __popc(b & ((1u << lane) - 1));
-        if (open && rank < room) {
-          lx[i] = 1;
-          picks[picked + rank] = lid[i];
-        }
-        picked += min(uint32_t(__popc(b)), room);
-      }
-      __syncwarp();
+      const uint32_t picked =
+          take_unexpanded(lid, lx, size, min(p.width, p.cap - expansions), picks, lane, [](uint32_t) { return true; });
       if (picked == 0) break;
       expansions += picked;
       // Fetch them: each page once.
@@ -178,45 +163,31 @@ __global__ void beam_search(kernel_params p) {
         const uint32_t n = fetch_records(f);
         const uint32_t first = p.whole_pages ? fetched[f] * h.records_per_page : fetched[f];
         const uint8_t* page = hand + uint64_t(f) * p.fetch_stride;
-        const float picked_d = warp_exact_distance(q, in_hand(fetched_for[f]), h.dim, h.type, h.distance, lane);
+        const uint32_t done_at = ndone;
+        for (uint32_t r = 0; r < n; ++r) {
+          const float exact = warp_exact_distance(q, page + uint64_t(r) * h.record_bytes, h.dim, h.type, h.distance, lane);
+          if (lane == 0) dd[ndone] = exact, did[ndone] = first + r;
+          ++ndone;
+        }
+        __syncwarp();
+        const float picked_d = dd[done_at + (fetched_for[f] - first)];
         for (uint32_t sb = 0; sb < n; sb += 32) {
-          float mine = 0;
-          for (uint32_t r = sb; r < min(n, sb + 32); ++r) {
-            const float exact = warp_exact_distance(q, page + uint64_t(r) * h.record_bytes, h.dim, h.type, h.distance, lane);
-            if (lane == 0) dd[ndone] = exact, did[ndone] = first + r;
-            if (lane == r - sb) mine = exact;
-            ++ndone;
-          }
           const uint32_t slot = sb + lane, id = first + slot;
           const bool new_seen = slot < n && see(seen, p.seen_slots, tag, id);
-          const bool joins = new_seen && (p.all_mates || mine <= picked_d);
+          const bool joins = new_seen && (p.all_mates || dd[done_at + slot] <= picked_d);
           float qd = 0;
           if (joins) {
             qd = code_distance(table, p.v.codes + uint64_t(id) * M, M);
             ++quantised;
           }
-          for (unsigned fm = __ballot_sync(0xffffffffu, joins); fm; fm &= fm - 1) {
-            const unsigned src = __ffs(fm) - 1;
-            list_insert(ld, lid, lx, size, p.list, __shfl_sync(0xffffffffu, qd, src), __shfl_sync(0xffffffffu, id, src),
-                        lane);
-          }
+          list_insert_each(ld, lid, lx, size, p.list, joins, qd, id, lane);
         }
       }
       // The records in hand the list holds unexpanded, in list order to the cap: expanded with the picks.
       uint32_t nmates = 0;
       if (p.whole_pages) {
-        for (uint32_t base = 0; base < size && expansions + nmates < p.cap; base += 32) {
-          const uint32_t i = base + lane;
-          const bool open = i < size && !lx[i] && in_hand(lid[i]) != nullptr;
-          const unsigned b = __ballot_sync(0xffffffffu, open);
-          const uint32_t room = p.cap - expansions - nmates, rank = __popc(b & ((1u << lane) - 1));
-          if (open && rank < room) {
-            lx[i] = 1;
-            mates[nmates + rank] = lid[i];
-          }
-          nmates += min(uint32_t(__popc(b)), room);
-        }
-        __syncwarp();
+        nmates = take_unexpanded(lid, lx, size, p.cap - expansions, mates, lane,
+                                 [&](uint32_t id) { return in_hand(id) != nullptr; });
         page_mates += nmates;
         expansions += nmates;
       }
@@ -357,12 +328,21 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   const uint32_t pins = index.cache().page_size() >= h.page_bytes ? 2 : pages_per_warp;
   const uint64_t fit = index.cache().slots() / pins;
   blocks = std::max<uint64_t>(1, std::min<uint64_t>(blocks, fit / per_block));
+  // A warp's scratch in device memory grows with the list and the cap (about
+  // 5 MB a warp at list 1024, mostly its seen set): at most half the free
+  // memory, beside what this search holds already, goes to it; fewer warps
+  // on a small or busy GPU.
+  const uint64_t hand_bytes = uint64_t(o.width) * fetch_stride, mates_count = uint64_t(o.width) * per_fetch;
+  const uint64_t per_warp = uint64_t(slots) * 8 + 4 + hand_bytes + mates_count * 4 + uint64_t(done_slots) * 8;
+  size_t free_bytes = 0, total_bytes = 0;
+  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  const uint64_t held = s_->seen.n * 8 + s_->epochs.n * 4 + s_->hand.n + s_->mates.n * 4 + s_->done_d.n * 8;
+  blocks = std::max<uint64_t>(1, std::min<uint64_t>(blocks, (free_bytes / 2 + held) / per_warp / per_block));
   const uint64_t resident = resident_warps(beam_search, blocks, int(per_block * 32), smem);
   if (resident * pins > index.cache().slots())
     throw error("vector search: a page cache of " + std::to_string(index.cache().slots()) + " pages is too small for " +
                 std::to_string(resident) + " warps holding " + std::to_string(pins) + " pages each");
   const uint64_t warps = blocks * per_block;
-  const uint64_t hand_bytes = uint64_t(o.width) * fetch_stride, mates_count = uint64_t(o.width) * per_fetch;
   if (warps > s_->warps || slots != s_->seen_slots || done_slots > s_->done_slots || hand_bytes > s_->hand_bytes ||
       mates_count > s_->mates_count) {
     const uint64_t n = std::max(warps, s_->warps);

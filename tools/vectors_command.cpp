@@ -194,6 +194,7 @@ int search(const vectors_command& v) {
     o.width = v.width;
     o.whole_pages = !v.picked_only;
     o.all_mates = v.all_mates;
+    o.entry_sample = v.entry_sample;
     ids.assign(nq * o.k, 0);
     d.assign(nq * o.k, 0);
     std::vector<double> seconds;
@@ -214,7 +215,7 @@ int search(const vectors_command& v) {
                 truth.empty() ? "" : (", recall@" + std::to_string(o.k) + " " + std::to_string(recall)).c_str(),
                 double(c.fetches) / double(nq), double(c.expansions) / double(nq));
     append_json(v.json, {{"command", "search"}, {"index", v.index}, {"queries", nq}, {"client", v.cpu ? "cpu" : "gpu"},
-                         {"k", o.k}, {"list", o.list}, {"width", o.width}, {"whole_pages", o.whole_pages}, {"all_mates", o.all_mates}, {"cache_bytes", cache->slots() * uint64_t(cache->page_size())},
+                         {"k", o.k}, {"list", o.list}, {"width", o.width}, {"whole_pages", o.whole_pages}, {"all_mates", o.all_mates}, {"entry_sample", o.entry_sample}, {"cache_bytes", cache->slots() * uint64_t(cache->page_size())},
                          {"records_bytes", h.records_bytes}, {"seconds", seconds}, {"qps", double(nq) / best},
                          {"qps_first", double(nq) / first},
                          {"recall", truth.empty() ? nlohmann::json(nullptr) : nlohmann::json(recall)},
@@ -293,6 +294,10 @@ void add_command(CLI::App& app, vectors_command& v) {
   v.search->add_flag("--all-mates", v.all_mates,
                      "every record of a fetched page joins the list (default: those nearer the query than the picked one)")
       ->excludes("--picked-only");
+  v.search->add_option("--entry-sample", v.entry_sample,
+                       "start each query at the nearest (by code) of the entry node and this many nodes spread over "
+                       "the index (0: the entry node)")
+      ->check(CLI::Range(0u, vectors::max_entry_sample));
   v.search->add_option("--truth", v.truth_path, "a truth set: report recall@k");
   v.search->add_option("--cache", v.cache, "cache size (e.g. 256MiB; default the library's)");
   v.search->add_flag("--cpu", v.cpu, "CPU threads as clients (no GPU needed)");

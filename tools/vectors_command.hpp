@@ -22,6 +22,7 @@ struct vectors_command {
   std::vector<uint32_t> lists;
   unsigned threads = 0;
   bool cpu = false, check = false, odirect = false, picked_only = false, all_mates = false;
+  uint32_t entry_sample = 0;
   bool parsed() const { return app && app->parsed(); }
   int run();
 };

@@ -188,7 +188,9 @@ PAGES = {
                                "distance, those nearer the query than the picked one join the candidates), "
                                "`DW_PAGES_ALL` (all of them join) or `DW_PAGES_PICKED` (only the picked record, as "
                                "DiskANN searches). `max_expansions` bounds the nodes a query expands (0: 4 x list, "
-                               "2 x list with `DW_PAGES_PICKED`). `counts` (may be NULL) gets the nodes expanded, "
+                               "2 x list with `DW_PAGES_PICKED`). `entry_sample` says where each query starts: 0, "
+                               "the index's entry node; N (at most 65536), the nearest by code of it and N nodes "
+                               "spread over the index (a caller built before the field: 0). `counts` (may be NULL) gets the nodes expanded, "
                                "the pages fetched, the page mates expanded without a fetch, the quantised distances "
                                "and the bad neighbour ids.", ["DW_EIO", "DW_ERUNTIME"],
                                ["dw_vectors_search_options_init", "dw_vectors_search"]),

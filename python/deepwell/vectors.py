@@ -52,7 +52,7 @@ class _Info(ctypes.Structure):
 
 
 class _SearchOptions(ctypes.Structure):
-    _fields_ = fields((u32, "size k list width max_expansions"), (i32, "pages"))
+    _fields_ = fields((u32, "size k list width max_expansions"), (i32, "pages"), (u32, "entry_sample"))
 
 
 class _Counts(ctypes.Structure):
@@ -181,7 +181,7 @@ class VectorIndex(_lib.Handle):
         return d
 
     def search(self, queries, k: int = 10, *, list_size: int = 64, width: int = 4, pages: str = "nearer",
-               max_expansions: int = 0, return_counts: bool = False):
+               max_expansions: int = 0, entry_sample: int = 0, return_counts: bool = False):
         """The ``k`` nearest of each query ((nq, dim), any float or uint8 type; NumPy or torch): ``(ids,
         distances)``, each (nq, k), nearest first; ids int64 (-1 where fewer were found), distances
         float32. CUDA tensors on the index's GPU give CUDA tensors (searched in place); anything else
@@ -190,6 +190,8 @@ class VectorIndex(_lib.Handle):
         (every record gets its exact distance, those nearer the query than the picked one join the
         candidates), "all" (all of them join) or "picked" (only the picked record, as DiskANN).
         ``max_expansions``: nodes a query expands at most (0: 4 x list_size, 2 x with "picked").
+        ``entry_sample``: where each query starts: 0, the index's entry node; N, the nearest (by code) of
+        it and N nodes spread over the index (at most 65536).
         ``return_counts`` adds the search's counts as a third item (nodes expanded, pages fetched, page
         mates expanded without a fetch, quantised distances, bad neighbour ids)."""
         h = self._handle()
@@ -199,6 +201,7 @@ class VectorIndex(_lib.Handle):
         lib.dw_vectors_search_options_init(ctypes.byref(o))
         o.k, o.list, o.width = _u32("k", k), _u32("list_size", list_size), _u32("width", width)
         o.max_expansions, o.pages = _u32("max_expansions", max_expansions), PAGES[pages]
+        o.entry_sample = _u32("entry_sample", entry_sample)
         k = o.k
         torch = _torch()
         on_device = torch is not None and isinstance(queries, torch.Tensor) and queries.is_cuda

@@ -81,6 +81,37 @@ def test_the_page_rules_and_their_counts(data):
             index.search(queries, k=10, list_size=2**32 + 64)
 
 
+def test_an_entry_sample_and_an_older_callers_options(data):
+    """entry_sample starts each query at the nearest (by code) of a spread sample: fewer pages fetched
+    at a short list; past its limit it is refused by name. A caller whose options end before the
+    field (the first layout, 24 bytes) is served as entry_sample 0."""
+    import ctypes
+    _, queries, path, _, truth = data
+    with dv.open(path, device="cpu", cache_size="128KiB") as index:
+        ids0, _, c0 = index.search(queries, k=10, list_size=16, return_counts=True)
+        ids1, _, c1 = index.search(queries, k=10, list_size=16, entry_sample=512, return_counts=True)
+        r0, r1 = (np.mean([len(set(i[q]) & set(truth[q])) / 10 for q in range(60)]) for i in (ids0, ids1))
+        assert c1["fetches"] < c0["fetches"] and r1 >= r0 - 0.01, (c0, c1, r0, r1)
+        with pytest.raises(deepwell.InvalidArgument, match="entry_sample at most 65536"):
+            index.search(queries, k=10, entry_sample=65537)
+        # The first layout: size 24, the bytes after it (where entry_sample lies) anything.
+        o = dv._SearchOptions()
+        dv.lib.dw_vectors_search_options_init(ctypes.byref(o))
+        o.list, o.entry_sample, o.size = 16, 512, 24
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        ids = np.empty((60, 10), np.uint32)
+        dist = np.empty((60, 10), np.float32)
+        r = dv._Counts()
+        dv.check(dv.lib.dw_vectors_search_with(index._handle(), q.ctypes.data, 60, ctypes.byref(o), 0, ids.ctypes.data,
+                                               dist.ctypes.data, ctypes.byref(r)))
+        np.testing.assert_array_equal(ids.astype(np.int64), ids0)
+        assert r.fetches == c0["fetches"]
+        o.size = 20
+        with pytest.raises(deepwell.InvalidArgument, match="size is 20"):
+            dv.check(dv.lib.dw_vectors_search_with(index._handle(), q.ctypes.data, 60, ctypes.byref(o), 0,
+                                                   ids.ctypes.data, dist.ctypes.data, None))
+
+
 def test_on_the_gpu_the_same_answers_as_cpu_clients(data):
     """An index opened on the GPU answers CUDA tensors in place and NumPy queries alike, with the
     ids, distances and counts of CPU clients, bit for bit, under each page rule."""
@@ -92,14 +123,14 @@ def test_on_the_gpu_the_same_answers_as_cpu_clients(data):
             dv.open(path, device="cuda", cache_size="128KiB") as gpu:
         assert gpu.info()["device"] == 0
         qt = torch.from_numpy(queries).cuda()
-        for rule in ("nearer", "all", "picked"):
-            want = cpu.search(queries, k=10, list_size=64, pages=rule, return_counts=True)
-            ids, dist, c = gpu.search(qt, k=10, list_size=64, pages=rule, return_counts=True)
+        for rule, sample in (("nearer", 0), ("all", 0), ("picked", 0), ("nearer", 100)):
+            want = cpu.search(queries, k=10, list_size=64, pages=rule, entry_sample=sample, return_counts=True)
+            ids, dist, c = gpu.search(qt, k=10, list_size=64, pages=rule, entry_sample=sample, return_counts=True)
             assert ids.is_cuda and dist.is_cuda and ids.dtype == torch.int64
             np.testing.assert_array_equal(ids.cpu().numpy(), want[0], err_msg=rule)
             np.testing.assert_array_equal(dist.cpu().numpy(), want[1], err_msg=rule)
             assert c == want[2], (rule, c, want[2])
-            ids2, dist2, c2 = gpu.search(queries, k=10, list_size=64, pages=rule, return_counts=True)
+            ids2, dist2, c2 = gpu.search(queries, k=10, list_size=64, pages=rule, entry_sample=sample, return_counts=True)
             assert isinstance(ids2, np.ndarray)
             np.testing.assert_array_equal(ids2, want[0], err_msg=rule)
             np.testing.assert_array_equal(dist2, want[1], err_msg=rule)

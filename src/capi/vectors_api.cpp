@@ -1,6 +1,7 @@
 // The C ABI's vector search (include/deepwell/c/deepwell.h, dw_vectors_*):
 // an index opened on a page cache of the handle's device (or a host cache
 // for CPU clients), searched by GPU warps or CPU threads.
+#include <cstddef>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -134,7 +135,8 @@ void dw_vectors_search_options_init(dw_vectors_search_options* o) {
   if (!o) return;
   const vectors::search_options d;
   *o = dw_vectors_search_options{.size = uint32_t(sizeof(*o)), .k = d.k, .list = d.list, .width = d.width,
-                                 .max_expansions = d.max_expansions, .pages = DW_PAGES_NEARER};
+                                 .max_expansions = d.max_expansions, .pages = DW_PAGES_NEARER,
+                                 .entry_sample = d.entry_sample};
 }
 
 int dw_vectors_search_with(dw_vectors* vp, const float* queries, uint64_t nq, const dw_vectors_search_options* op,
@@ -144,7 +146,10 @@ int dw_vectors_search_with(dw_vectors* vp, const float* queries, uint64_t nq, co
     need(nq == 0 || (queries && ids && distances), "a null pointer among the queries, ids and distances");
     dw_vectors_search_options co;
     dw_vectors_search_options_init(&co);
-    if (op) co = capi::read_sized(op, dw_vectors_search_options_init, "dw_vectors_search_options");
+    // Its first layout ended before entry_sample: such a caller's search starts at the entry node.
+    if (op)
+      co = capi::read_sized(op, dw_vectors_search_options_init, "dw_vectors_search_options",
+                            offsetof(dw_vectors_search_options, entry_sample));
     need(co.pages == DW_PAGES_NEARER || co.pages == DW_PAGES_ALL || co.pages == DW_PAGES_PICKED,
          "pages must be DW_PAGES_NEARER (0), DW_PAGES_ALL (1) or DW_PAGES_PICKED (2), not " + std::to_string(co.pages));
     vectors::search_options o;
@@ -154,6 +159,7 @@ int dw_vectors_search_with(dw_vectors* vp, const float* queries, uint64_t nq, co
     o.max_expansions = co.max_expansions;
     o.whole_pages = co.pages != DW_PAGES_PICKED;
     o.all_mates = co.pages == DW_PAGES_ALL;
+    o.entry_sample = co.entry_sample;
     vectors::search_counts c;
     const capi::device_guard g = capi::on_device(v.device);
     need(!on_device || v.gpu != nullptr, "device memory given to an index on the CPU; open it with a CUDA device");

@@ -28,6 +28,9 @@ void check_search_options(const index_header& h, const search_options& o) {
   if (o.max_expansions && o.max_expansions < o.k)
     throw error("vector search: max_expansions must be 0 (the default) or >= k");
   if (o.max_expansions > 8192) throw error("vector search: max_expansions at most 8192");
+  if (o.entry_sample > max_entry_sample)
+    throw error("vector search: entry_sample at most " + std::to_string(max_entry_sample) + ", not " +
+                std::to_string(o.entry_sample));
 }
 
 namespace {
@@ -105,8 +108,14 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
           if (seen.insert(y).second) fresh.push_back(entry{quantised(y), y, false});
         }
       };
-      const uint32_t start = uint32_t(h.entry);
-      list.assign(1, entry{quantised(start), start, false});
+      entry first{quantised(uint32_t(h.entry)), uint32_t(h.entry), false};
+      for (uint32_t j = 0; j < o.entry_sample; ++j) {
+        const uint32_t id = entry_sample_node(h, o.entry_sample, j);
+        const entry x{quantised(id), id, false};
+        if (by_order(x, first)) first = x;
+      }
+      const uint32_t start = first.id;
+      list.assign(1, first);
       seen.clear();
       seen.insert(start);
       done.clear();

@@ -20,7 +20,7 @@ struct kernel_params {
   index_view v;
   const float* queries;
   uint64_t nq;
-  uint32_t k, list, width, cap;
+  uint32_t k, list, width, cap, entry_sample;
   bool whole_pages, all_mates;
   uint32_t* ids;
   float* distances;
@@ -72,13 +72,25 @@ __global__ void beam_search(kernel_params p) {
     epoch = __shfl_sync(0xffffffffu, epoch, 0);
     const uint64_t tag = uint64_t(epoch) << 32;
     unsigned long long quantised = 0, bad = 0, fetches = 0, page_mates = 0;
-    const uint32_t start = uint32_t(h.entry);
+    // The start: the entry node, or the nearest of it and the entry sample.
+    float sd = std::numeric_limits<float>::infinity();
+    uint32_t start = no_neighbour;
+    for (uint32_t j = lane; j <= p.entry_sample; j += 32) {
+      const uint32_t id = j == 0 ? uint32_t(h.entry) : entry_sample_node(h, p.entry_sample, j - 1);
+      const float d = code_distance(table, p.v.codes + uint64_t(id) * M, M);
+      ++quantised;
+      if (before(d, id, sd, start)) sd = d, start = id;
+    }
+    for (unsigned off = 16; off; off >>= 1) {
+      const float od = __shfl_xor_sync(0xffffffffu, sd, off);
+      const uint32_t oi = __shfl_xor_sync(0xffffffffu, start, off);
+      if (before(od, oi, sd, start)) sd = od, start = oi;
+    }
     if (lane == 0) {
-      ld[0] = code_distance(table, p.v.codes + uint64_t(start) * M, M);
+      ld[0] = sd;
       lid[0] = start;
       lx[0] = 0;
       see(seen, p.seen_slots, tag, start);
-      quantised = 1;
     }
     __syncwarp();
     uint32_t size = 1, expansions = 0, ndone = 0, nfetched = 0;
@@ -377,6 +389,7 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   p.cap = cap;
   p.whole_pages = o.whole_pages;
   p.all_mates = o.all_mates;
+  p.entry_sample = o.entry_sample;
   p.ids = ids;
   p.distances = distances;
   p.counts = s_->counts.p;

@@ -175,6 +175,32 @@ TEST(VectorSearch, WholePagesFetchFewerPagesForTheSameList) {
   }
 }
 
+// An entry sample: each query starts at the nearest (by code) of the entry
+// node and nodes spread over the index, not at the medoid, so a short list
+// reaches the query's cluster with fewer fetches. A sample of every node
+// starts at the nearest by code, whatever the threads.
+TEST(VectorSearch, AnEntrySampleStartsNearTheQuery) {
+  const vectors_case c(3000, 32, vector_type::u8, metric::l2, 100);
+  search_options o;
+  o.k = 10;
+  o.list = 16;
+  const searched medoid = run(c, o, 2);
+  o.entry_sample = 256;
+  const searched sampled = run(c, o, 2);
+  const double r0 = recall_at(10, medoid.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
+  const double r1 = recall_at(10, sampled.ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
+  std::printf("  list 16: medoid %.1f fetches a query, recall %.3f; entry sample 256: %.1f, %.3f\n",
+              double(medoid.counts.fetches) / double(c.nq), r0, double(sampled.counts.fetches) / double(c.nq), r1);
+  EXPECT_LT(sampled.counts.fetches, medoid.counts.fetches);
+  EXPECT_GE(r1, r0 - 0.01);
+  o.entry_sample = 3000;  // every node: ids j
+  const searched every1 = run(c, o, 1, 1024);
+  const searched every4 = run(c, o, 4, 32);
+  EXPECT_EQ(every1.ids, every4.ids);
+  EXPECT_EQ(every1.counts.distances, every4.counts.distances);
+  EXPECT_EQ(every1.counts.fetches, every4.counts.fetches);
+}
+
 // A set smaller than its pages' sum: the last page holds fewer records
 // than the others. A list as long as the set reaches every node, so whole
 // pages (the last one read short) find the exact neighbours, as picked
@@ -286,6 +312,9 @@ TEST(VectorSearch, BadOptionsAreRefusedByName) {
   o = {};
   o.width = 0;
   expect_error(o, "width");
+  o = {};
+  o.entry_sample = max_entry_sample + 1;
+  expect_error(o, "entry_sample at most 65536");
 
   auto cache = make_host_page_cache(embedded_link(), small_cache(16));
   vector_index index(cache, c.index.path());

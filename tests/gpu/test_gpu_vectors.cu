@@ -84,9 +84,12 @@ TEST(GpuVectorSearch, TheSameAnswersAsCpuClientsBitForBit) {
     const index_header h = index_file(c.index.path()).header();
     const uint64_t pages = std::max<uint64_t>(256, h.records_bytes / 4096 / 4);  // a quarter of the records
     ASSERT_GE(h.records_bytes, 4 * pages * 4096);
-    for (const int use : {0, 1, 2})  // whole pages (nearer mates), whole pages (all mates), picked records
+    // whole pages (nearer mates), whole pages (all mates), picked records; nearer mates from entry samples of 37
+    // (fewer than a warp's lanes twice over, not a multiple of 32) and 1,000
+    for (const int use : {0, 1, 2, 3, 4})
       for (const uint32_t list : {16u, 64u, 150u}) {
-        const char* how = use == 0 ? "nearer mates" : use == 1 ? "all mates" : "picked";
+        const char* how = use == 0 ? "nearer mates" : use == 1 ? "all mates" : use == 2 ? "picked"
+                        : use == 3 ? "entry sample 37" : "entry sample 1000";
         SCOPED_TRACE(std::string(how) + ", list " + std::to_string(list));
         search_options o;
         o.k = 10;
@@ -94,6 +97,7 @@ TEST(GpuVectorSearch, TheSameAnswersAsCpuClientsBitForBit) {
         o.width = sh.width;
         o.whole_pages = use != 2;
         o.all_mates = use == 1;
+        o.entry_sample = use == 3 ? 37 : use == 4 ? 1000 : 0;
         const answers cpu = on_cpu(c, o), gpu = on_gpu(c, o, pages);
         EXPECT_EQ(cpu.ids, gpu.ids);
         EXPECT_EQ(0, std::memcmp(cpu.d.data(), gpu.d.data(), cpu.d.size() * 4));

@@ -448,6 +448,8 @@ typedef struct dw_vectors_search_options {
   uint32_t width;          /* pages fetched a step, 1 to 32 (4) */
   uint32_t max_expansions; /* nodes expanded at most; 0: 4 x list (2 x list with DW_PAGES_PICKED) */
   int32_t pages;           /* DW_PAGES_NEARER (the default), DW_PAGES_ALL or DW_PAGES_PICKED */
+  uint32_t entry_sample;   /* 0: start at the entry node; N: at the nearest (by code) of it and N nodes spread over
+                              the index, at most 65536 */
 } dw_vectors_search_options;
 
 typedef struct dw_vectors_search_counts {

@@ -1,5 +1,5 @@
 // Beam search over an on-storage index (DiskANN's): each query starts at the
-// index's entry node with a list of the `list` nearest candidates seen so
+// index's entry node (or the nearest of a sample, entry_sample) with a list of the `list` nearest candidates seen so
 // far by quantised distance; each step takes the `width` nearest candidates
 // not yet expanded and fetches their records through the cache. With
 // whole_pages (the default) a fetch brings the record's whole page, and
@@ -38,7 +38,14 @@ struct search_options {
   uint32_t max_expansions = 0;  // nodes expanded at most; 0: 2 * list (4 * list with whole_pages)
   bool whole_pages = true;      // use every record of a page fetched (false: the picked record only)
   bool all_mates = false;       // with whole_pages: every unseen record in hand joins the list, not only the nearer
+  // Where a query starts: 0, the index's entry node (its medoid); N, the
+  // nearest by quantised distance of that node and N nodes spread evenly
+  // over the index (ids j * count / N: the layout keeps neighbourhoods
+  // together, so they span the graph). At most max_entry_sample.
+  uint32_t entry_sample = 0;
 };
+
+inline constexpr uint32_t max_entry_sample = 65536;
 
 inline constexpr uint32_t no_neighbour = std::numeric_limits<uint32_t>::max();
 
@@ -88,6 +95,11 @@ inline uint32_t search_cap(const search_options& o) {
 inline uint32_t search_seen_slots(const index_header& h, const search_options& o) {
   const uint64_t most = 1 + uint64_t(search_cap(o)) * (h.degree + records_a_fetch(h, o));
   return uint32_t(std::bit_ceil(std::max<uint64_t>(1024, 2 * most)));
+}
+
+// Node j of a query's entry sample of n (j < n): spread evenly over the ids.
+DW_HD inline uint32_t entry_sample_node(const index_header& h, uint32_t n, uint32_t j) {
+  return uint32_t(uint64_t(j) * h.count / n);
 }
 
 // Searches `nq` queries (nq x dim float32, host memory) with CPU threads

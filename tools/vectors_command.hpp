@@ -10,6 +10,7 @@
 
 #include "deepwell/vectors/build.hpp"
 #include "deepwell/vectors/data.hpp"
+#include "deepwell/vectors/search.hpp"
 
 namespace deepwell::tools {
 
@@ -22,7 +23,7 @@ struct vectors_command {
   std::vector<uint32_t> lists;
   unsigned threads = 0;
   bool cpu = false, check = false, odirect = false, picked_only = false, all_mates = false;
-  uint32_t entry_sample = 0;
+  uint32_t entry_sample = vectors::search_options{}.entry_sample;
   bool parsed() const { return app && app->parsed(); }
   int run();
 };

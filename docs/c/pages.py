@@ -182,15 +182,15 @@ PAGES = {
                           "read (a damaged block) fails the call naming the node.", ["DW_EIO", "DW_ERUNTIME"],
                           ["dw_vectors_open", "dw_vectors_search_with"]),
     "dw_vectors_search_options_init": ("Fills `*o` with the search's defaults (k 10, list 64, width 4, "
-                                       "`DW_PAGES_NEARER`) and its `size`.", [], ["dw_vectors_search_with"]),
+                                       "`DW_PAGES_NEARER`, entry sample 1024) and its `size`.", [], ["dw_vectors_search_with"]),
     "dw_vectors_search_with": ("`dw_vectors_search` with every option (`o` NULL: the defaults). `pages` says how a "
                                "search uses each page it fetches: `DW_PAGES_NEARER` (every record gets its exact "
                                "distance, those nearer the query than the picked one join the candidates), "
                                "`DW_PAGES_ALL` (all of them join) or `DW_PAGES_PICKED` (only the picked record, as "
                                "DiskANN searches). `max_expansions` bounds the nodes a query expands (0: 4 x list, "
                                "2 x list with `DW_PAGES_PICKED`). `entry_sample` says where each query starts: 0, "
-                               "the index's entry node; N (at most 65536), the nearest by code of it and N nodes "
-                               "spread over the index (a caller built before the field: 0). `counts` (may be NULL) gets the nodes expanded, "
+                               "the index's entry node; N (at most 65536; 1024 by default), the nearest by code of it and N "
+                               "nodes spread over the index (a caller built before the field gets the default). `counts` (may be NULL) gets the nodes expanded, "
                                "the pages fetched, the page mates expanded without a fetch, the quantised distances "
                                "and the bad neighbour ids.", ["DW_EIO", "DW_ERUNTIME"],
                                ["dw_vectors_search_options_init", "dw_vectors_search"]),

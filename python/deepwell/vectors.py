@@ -181,7 +181,7 @@ class VectorIndex(_lib.Handle):
         return d
 
     def search(self, queries, k: int = 10, *, list_size: int = 64, width: int = 4, pages: str = "nearer",
-               max_expansions: int = 0, entry_sample: int = 0, return_counts: bool = False):
+               max_expansions: int = 0, entry_sample: int = 1024, return_counts: bool = False):
         """The ``k`` nearest of each query ((nq, dim), any float or uint8 type; NumPy or torch): ``(ids,
         distances)``, each (nq, k), nearest first; ids int64 (-1 where fewer were found), distances
         float32. CUDA tensors on the index's GPU give CUDA tensors (searched in place); anything else
@@ -191,7 +191,7 @@ class VectorIndex(_lib.Handle):
         candidates), "all" (all of them join) or "picked" (only the picked record, as DiskANN).
         ``max_expansions``: nodes a query expands at most (0: 4 x list_size, 2 x with "picked").
         ``entry_sample``: where each query starts: 0, the index's entry node; N, the nearest (by code) of
-        it and N nodes spread over the index (at most 65536).
+        it and N nodes spread over the index (at most 65536; every node where N is the index's size or more).
         ``return_counts`` adds the search's counts as a third item (nodes expanded, pages fetched, page
         mates expanded without a fetch, quantised distances, bad neighbour ids)."""
         h = self._handle()

@@ -84,11 +84,12 @@ def test_the_page_rules_and_their_counts(data):
 def test_an_entry_sample_and_an_older_callers_options(data):
     """entry_sample starts each query at the nearest (by code) of a spread sample: fewer pages fetched
     at a short list; past its limit it is refused by name. A caller whose options end before the
-    field (the first layout, 24 bytes) is served as entry_sample 0."""
+    field (the first layout, 24 bytes) gets the default (1024)."""
     import ctypes
     _, queries, path, _, truth = data
     with dv.open(path, device="cpu", cache_size="128KiB") as index:
-        ids0, _, c0 = index.search(queries, k=10, list_size=16, return_counts=True)
+        ids0, _, c0 = index.search(queries, k=10, list_size=16, entry_sample=0, return_counts=True)
+        idsd, _, cd = index.search(queries, k=10, list_size=16, return_counts=True)  # the default: 1024
         ids1, _, c1 = index.search(queries, k=10, list_size=16, entry_sample=512, return_counts=True)
         r0, r1 = (np.mean([len(set(i[q]) & set(truth[q])) / 10 for q in range(60)]) for i in (ids0, ids1))
         assert c1["fetches"] < c0["fetches"] and r1 >= r0 - 0.01, (c0, c1, r0, r1)
@@ -104,8 +105,8 @@ def test_an_entry_sample_and_an_older_callers_options(data):
         r = dv._Counts()
         dv.check(dv.lib.dw_vectors_search_with(index._handle(), q.ctypes.data, 60, ctypes.byref(o), 0, ids.ctypes.data,
                                                dist.ctypes.data, ctypes.byref(r)))
-        np.testing.assert_array_equal(ids.astype(np.int64), ids0)
-        assert r.fetches == c0["fetches"]
+        np.testing.assert_array_equal(ids.astype(np.int64), idsd)
+        assert r.fetches == cd["fetches"]
         o.size = 20
         with pytest.raises(deepwell.InvalidArgument, match="size is 20"):
             dv.check(dv.lib.dw_vectors_search_with(index._handle(), q.ctypes.data, 60, ctypes.byref(o), 0,
@@ -123,7 +124,7 @@ def test_on_the_gpu_the_same_answers_as_cpu_clients(data):
             dv.open(path, device="cuda", cache_size="128KiB") as gpu:
         assert gpu.info()["device"] == 0
         qt = torch.from_numpy(queries).cuda()
-        for rule, sample in (("nearer", 0), ("all", 0), ("picked", 0), ("nearer", 100)):
+        for rule, sample in (("nearer", 1024), ("all", 1024), ("picked", 1024), ("nearer", 0), ("nearer", 100)):
             want = cpu.search(queries, k=10, list_size=64, pages=rule, entry_sample=sample, return_counts=True)
             ids, dist, c = gpu.search(qt, k=10, list_size=64, pages=rule, entry_sample=sample, return_counts=True)
             assert ids.is_cuda and dist.is_cuda and ids.dtype == torch.int64

@@ -146,7 +146,7 @@ int dw_vectors_search_with(dw_vectors* vp, const float* queries, uint64_t nq, co
     need(nq == 0 || (queries && ids && distances), "a null pointer among the queries, ids and distances");
     dw_vectors_search_options co;
     dw_vectors_search_options_init(&co);
-    // Its first layout ended before entry_sample: such a caller's search starts at the entry node.
+    // Its first layout ended before entry_sample: such a caller gets the default.
     if (op)
       co = capi::read_sized(op, dw_vectors_search_options_init, "dw_vectors_search_options",
                             offsetof(dw_vectors_search_options, entry_sample));

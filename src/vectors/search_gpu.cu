@@ -389,7 +389,7 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   p.cap = cap;
   p.whole_pages = o.whole_pages;
   p.all_mates = o.all_mates;
-  p.entry_sample = o.entry_sample;
+  p.entry_sample = entry_sample_size(h, o);
   p.ids = ids;
   p.distances = distances;
   p.counts = s_->counts.p;

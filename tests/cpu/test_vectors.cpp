@@ -184,6 +184,7 @@ TEST(VectorSearch, AnEntrySampleStartsNearTheQuery) {
   search_options o;
   o.k = 10;
   o.list = 16;
+  o.entry_sample = 0;
   const searched medoid = run(c, o, 2);
   o.entry_sample = 256;
   const searched sampled = run(c, o, 2);
@@ -380,8 +381,10 @@ TEST(VectorSearch, DamagedFilesAreRefusedByName) {
     vector_index index(cache, f.path());
     std::vector<uint32_t> ids(c.nq * 10);
     std::vector<float> d(c.nq * 10);
+    search_options from_the_entry;
+    from_the_entry.entry_sample = 0;  // each query's first fetch is the entry's page
     try {
-      index.search(c.queries.data(), c.nq, search_options{}, ids.data(), d.data());
+      index.search(c.queries.data(), c.nq, from_the_entry, ids.data(), d.data());
       ADD_FAILURE() << "a damaged record was searched";
     } catch (const data_error& e) {
       // Named by its row in the vectors (the label), as results are.

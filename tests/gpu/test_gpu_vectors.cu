@@ -180,8 +180,10 @@ TEST(GpuVectorSearch, ADamagedRecordIsNamed) {
   all[h.records_at + record_offset(h, h.entry) + 4] ^= 0x21;
   scratch_file bad("bad.dwv");
   std::ofstream(bad.path(), std::ios::binary).write(all.data(), std::streamsize(all.size()));
+  search_options from_the_entry;
+  from_the_entry.entry_sample = 0;  // each query's first fetch is the entry's page
   try {
-    on_gpu(c, search_options{}, 512, bad.path());
+    on_gpu(c, from_the_entry, 512, bad.path());
     ADD_FAILURE() << "a damaged record was searched";
   } catch (const data_error& e) {
     const uint32_t row = index_file(c.index.path()).read_labels()[h.entry];

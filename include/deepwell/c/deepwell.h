@@ -449,7 +449,7 @@ typedef struct dw_vectors_search_options {
   uint32_t max_expansions; /* nodes expanded at most; 0: 4 x list (2 x list with DW_PAGES_PICKED) */
   int32_t pages;           /* DW_PAGES_NEARER (the default), DW_PAGES_ALL or DW_PAGES_PICKED */
   uint32_t entry_sample;   /* 0: start at the entry node; N: at the nearest (by code) of it and N nodes spread over
-                              the index, at most 65536 */
+                              the index, at most 65536 (1024) */
 } dw_vectors_search_options;
 
 typedef struct dw_vectors_search_counts {

@@ -84,16 +84,7 @@ kf::superblock layout(const kv_config& c) {
 
 // A batch's counts into its result (the counters start at zero each batch,
 // and each phase counts only its own outcomes).
-void take_counts(kv_batch_result& r, const kv_detail::counters& c) {
-  r.inserted = c.inserted;
-  r.updated = c.updated;
-  r.erased = c.erased;
-  r.found = c.found;
-  r.not_found = c.not_found;
-  r.full = c.full;
-  r.bad_key = c.bad_key;
-  r.superseded = c.superseded;
-}
+void take_counts(kv_batch_result& r, const kv_detail::counters& c) { static_cast<kv_op_counts&>(r) = c.ops; }
 
 // A CPU thread as a warp of one lane, on a queue of its own.
 struct cpu_lane : one_lane {

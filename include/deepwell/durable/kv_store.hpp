@@ -307,6 +307,16 @@ struct kv_stage_ref {
   }
 };
 
+// What a batch's ops did, each op counted once: the phases count them
+// (kv_detail::counters) and a batch's result carries them.
+struct kv_op_counts {
+  unsigned long long inserted = 0, updated = 0, erased = 0;  // set, erase
+  unsigned long long found = 0;                              // get
+  unsigned long long not_found = 0;                          // erase, get
+  unsigned long long full = 0, bad_key = 0;
+  unsigned long long superseded = 0;  // ops overridden by a later op on the same key in the batch
+};
+
 // ---- a batch's phases (the store runs them on GPU warps or CPU threads) ----
 namespace kv_detail {
 
@@ -315,7 +325,8 @@ enum plan_kind : uint32_t { none = 0, insert = 1, update = 2, remove = 3 };
 struct counters {
   uint32_t rows;   // log rows the batch's entries took
   uint32_t error;  // the first failure (request_status::pack), 0 if none
-  unsigned long long entries, inserted, updated, erased, found, not_found, full, bad_key, superseded;
+  unsigned long long entries;
+  kv_op_counts ops;
 };
 
 // Everything a phase reads; pointers are in the store's memory (device
@@ -454,13 +465,13 @@ DW_HD void plan_and_log(const Warp& w, const batch& b, uint64_t i, bool have) {
                    bk = popcount32(w.ballot(mask, st == kv_bad_key)),
                    sup = popcount32(w.ballot(mask, have && !bad && !winner));
     if (lane == leader) {
-      add(b.count->inserted, ins);
-      add(b.count->updated, upd);
-      add(b.count->erased, era);
-      add(b.count->not_found, nf);
-      add(b.count->full, full);
-      add(b.count->bad_key, bk);
-      add(b.count->superseded, sup);
+      add(b.count->ops.inserted, ins);
+      add(b.count->ops.updated, upd);
+      add(b.count->ops.erased, era);
+      add(b.count->ops.not_found, nf);
+      add(b.count->ops.full, full);
+      add(b.count->ops.bad_key, bk);
+      add(b.count->ops.superseded, sup);
     }
   }
   if (w.ballot(mask, !io.ok())) return;  // the batch fails: nothing is logged
@@ -579,9 +590,9 @@ DW_HD void get_ops(const Warp& w, const batch& b, uint64_t i, bool have) {
                  nf = popcount32(w.ballot(mask, have && st == kv_not_found)),
                  bk = popcount32(w.ballot(mask, have && st == kv_bad_key));
   if (w.lane() == lowest_lane(mask)) {
-    add(b.count->found, fo);
-    add(b.count->not_found, nf);
-    add(b.count->bad_key, bk);
+    add(b.count->ops.found, fo);
+    add(b.count->ops.not_found, nf);
+    add(b.count->ops.bad_key, bk);
   }
 }
 
@@ -658,13 +669,8 @@ struct kv_options {
 };
 
 // What a batch did (counts over its ops).
-struct kv_batch_result {
+struct kv_batch_result : kv_op_counts {
   uint64_t ops = 0;
-  uint64_t inserted = 0, updated = 0, erased = 0;  // set, erase
-  uint64_t found = 0;                              // get
-  uint64_t not_found = 0;                          // erase, get
-  uint64_t full = 0, bad_key = 0;
-  uint64_t superseded = 0;  // ops overridden by a later op on the same key in the batch
   uint64_t dropped = 0;     // commit_staged: ops that did not fit the stage
   uint64_t log_rows = 0;    // log rows the batch took (entries plus its commit record)
   bool checkpointed = false;  // a checkpoint ran first (the log had no room)

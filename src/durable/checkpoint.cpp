@@ -1,20 +1,10 @@
-// The checkpoint store (include/deepwell/durable/checkpoint.hpp): its
-// format and its save / load protocol, in host code. Data moves through the
+// The checkpoint store (include/deepwell/durable/checkpoint.hpp): its save /
+// load protocol, in host code. Data moves through the
 // page cache: CPU threads for a host cache, the GPU support's kernels
 // (checkpoint_gpu, deepwell_cuda) for a GPU cache or device buffers.
 // docs/checkpoints.md explains the protocol and why it is crash-safe.
 //
-// Layout of the namespace (little-endian; R = 64 KiB, so that no two
-// regions share a cache page whatever the page size):
-//   [0, 512)          superblock copy 0      (region [0, R))
-//   [R, R + 512)      superblock copy 1      (region [R, 2R))
-//   [2R, ...)         manifest (written once, by create)
-//   slot 0, slot 1    each: the buffers (a buffer of at least one unit at a
-//                     unit-aligned offset, smaller ones packed at 512-byte
-//                     offsets), then the slot's table: a 64-byte header
-//                     (store id, generation, slot) and one 64-bit hash per unit
-// Generation g (>= 1) lives in slot g % 2 and is described by copy g % 2;
-// generation 0 (formatted, nothing saved) is copy 0.
+// Its format (superblocks, manifest, slots and their tables): checkpoint_format.hpp.
 #include "deepwell/durable/checkpoint.hpp"
 
 #include <algorithm>
@@ -22,254 +12,20 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
-#include <optional>
 #include <exception>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "deepwell/common/detail/parallel.hpp"
 #include "common/disk_header.hpp"
+#include "durable/checkpoint_format.hpp"
 
 namespace deepwell {
+
+using namespace checkpoint_format;
+
 namespace {
-
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the checkpoint format is little-endian");
-
-constexpr uint64_t region = 64 * 1024;
-constexpr uint32_t header_size = 512;
-constexpr uint32_t table_header_size = 64;
-constexpr uint32_t format_version = 1;
-constexpr uint64_t small_align = 512;
-constexpr uint32_t max_name = 1024, max_dtype = 64, max_dims = 32;
-constexpr uint64_t max_buffers = 1u << 20;
-constexpr uint64_t max_manifest_bytes = 256ull << 20;
-// Hash seeds: one domain each, so that no kind of record can pass for another.
-constexpr uint64_t seed_header = 0x4857434b50545342ull, seed_manifest = 0x4857434b5054464dull,
-                   seed_table = 0x4857434b50544254ull;
-constexpr char sb_magic[8] = {'D', 'W', 'C', 'K', 'P', 'T', 'S', 'B'};
-constexpr char table_magic[8] = {'D', 'W', 'C', 'K', 'P', 'T', 'T', 'B'};
-constexpr char manifest_magic[8] = {'D', 'W', 'C', 'K', 'P', 'T', 'M', 'F'};
-
-struct sb_header {
-  char magic[8];
-  uint32_t version;
-  uint32_t header_bytes;
-  uint8_t store_id[16];
-  uint64_t generation;  // 0: formatted, nothing saved
-  uint32_t copy;        // the copy this is (its position)
-  uint32_t slot;        // where generation's checkpoint lives (generation >= 1)
-  uint32_t unit;
-  uint32_t buffers;
-  uint64_t region_bytes;
-  uint64_t manifest_offset;
-  uint64_t manifest_bytes;
-  uint64_t manifest_checksum;
-  uint64_t slot_offset[2];
-  uint64_t slot_stride;
-  uint64_t data_bytes;
-  uint64_t table_offset;  // inside a slot
-  uint64_t table_bytes;
-  uint64_t units;
-  uint64_t store_bytes;
-  uint64_t table_checksum;  // of this generation's slot table
-  uint64_t saved_unix_ns;
-  uint8_t reserved[header_size - 168 - 8];
-  uint64_t checksum;  // of bytes [0, 504)
-};
-static_assert(sizeof(sb_header) == header_size);
-static_assert(offsetof(sb_header, checksum) == header_size - 8);
-
-struct table_header {
-  char magic[8];
-  uint32_t version;
-  uint32_t slot;
-  uint8_t store_id[16];
-  uint64_t generation;
-  uint64_t units;
-  uint64_t reserved[2];
-};
-static_assert(sizeof(table_header) == table_header_size);
-
-uint64_t hash_of(const void* p, uint64_t n, uint64_t seed) { return checkpoint_hash::of(p, n, seed); }
-uint64_t units_of(uint64_t bytes, uint32_t unit) { return (bytes + unit - 1) / unit; }
-uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
-
-std::string hex(const uint8_t* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    s += d[p[i] >> 4];
-    s += d[p[i] & 15];
-  }
-  return s;
-}
-std::string hex64(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "(";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + (s.size() == 1 ? ",)" : ")");
-}
-
-std::string spec_text(const tensor_spec& t) {
-  return "'" + t.name + "' (" + std::to_string(t.bytes) + " bytes, dtype '" + t.dtype + "', shape " +
-         shape_text(t.shape) + ")";
-}
-
-void check_manifest_shape(const checkpoint_manifest& m) {
-  if (m.size() > max_buffers) throw error("checkpoint manifest: " + std::to_string(m.size()) + " buffers (at most " + std::to_string(max_buffers) + ")");
-  std::map<std::string, size_t> seen;
-  for (size_t i = 0; i < m.size(); ++i) {
-    const tensor_spec& t = m[i];
-    if (t.name.empty()) throw error("checkpoint manifest: buffer " + std::to_string(i) + " has an empty name");
-    if (t.name.size() > max_name)
-      throw error("checkpoint manifest: the name of buffer " + std::to_string(i) + " has " + std::to_string(t.name.size()) +
-                  " bytes (at most " + std::to_string(max_name) + ")");
-    if (t.dtype.size() > max_dtype)
-      throw error("checkpoint manifest: the dtype of '" + t.name + "' has " + std::to_string(t.dtype.size()) +
-                  " bytes (at most " + std::to_string(max_dtype) + ")");
-    if (t.shape.size() > max_dims)
-      throw error("checkpoint manifest: '" + t.name + "' has " + std::to_string(t.shape.size()) +
-                  " dimensions (at most " + std::to_string(max_dims) + ")");
-    if (!seen.emplace(t.name, i).second)
-      throw error("checkpoint manifest: the name '" + t.name + "' appears twice (buffers " +
-                  std::to_string(seen[t.name]) + " and " + std::to_string(i) + ")");
-  }
-}
-
-// Where everything is, from the manifest and the unit.
-struct layout {
-  std::vector<uint64_t> offset;      // per buffer, inside a slot
-  std::vector<uint64_t> first_unit;  // per buffer: its units are [first_unit, first_unit + units_of(bytes))
-  uint64_t units = 0, data_bytes = 0, table_offset = 0, table_bytes = 0, slot_stride = 0;
-  uint64_t manifest_offset = 2 * region, manifest_bytes = 0, slot_offset[2] = {0, 0}, store_bytes = 0;
-};
-
-uint64_t buffer_align(uint64_t bytes, uint32_t unit) { return bytes >= unit ? unit : small_align; }
-
-std::vector<uint8_t> encode_manifest(const checkpoint_manifest& m, const std::vector<uint64_t>& offsets) {
-  std::vector<uint8_t> out;
-  auto put = [&](const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    out.insert(out.end(), b, b + n);
-  };
-  auto put32 = [&](uint32_t v) { put(&v, 4); };
-  auto put64 = [&](uint64_t v) { put(&v, 8); };
-  put(manifest_magic, 8);
-  put32(format_version);
-  put32(uint32_t(m.size()));
-  put64(0);
-  for (size_t i = 0; i < m.size(); ++i) {
-    const tensor_spec& t = m[i];
-    put32(uint32_t(t.name.size()));
-    put32(uint32_t(t.dtype.size()));
-    put32(uint32_t(t.shape.size()));
-    put32(0);
-    put64(t.bytes);
-    put64(offsets[i]);
-    put(t.name.data(), t.name.size());
-    put(t.dtype.data(), t.dtype.size());
-    out.resize(round_up(out.size(), 8), 0);
-    for (int64_t d : t.shape) put64(uint64_t(d));
-  }
-  return out;
-}
-
-layout make_layout(const checkpoint_manifest& m, uint32_t unit) {
-  layout l;
-  uint64_t at = 0;
-  for (const tensor_spec& t : m) {
-    at = round_up(at, buffer_align(t.bytes, unit));
-    l.offset.push_back(at);
-    l.first_unit.push_back(l.units);
-    l.units += units_of(t.bytes, unit);
-    at += t.bytes;
-  }
-  l.data_bytes = at;
-  l.table_offset = round_up(at, unit);
-  l.table_bytes = table_header_size + l.units * 8;
-  l.slot_stride = round_up(l.table_offset + l.table_bytes, region);
-  l.manifest_bytes = encode_manifest(m, l.offset).size();
-  l.slot_offset[0] = l.manifest_offset + round_up(l.manifest_bytes, region);
-  l.slot_offset[1] = l.slot_offset[0] + l.slot_stride;
-  l.store_bytes = l.slot_offset[1] + l.slot_stride;
-  return l;
-}
-
-// Parses a manifest image (bounds-checked: it comes from a disk). Returns
-// the manifest and each buffer's recorded offset, or throws with why.
-checkpoint_manifest decode_manifest(const std::vector<uint8_t>& img, std::vector<uint64_t>& offsets) {
-  size_t at = 0;
-  auto take = [&](void* p, size_t n) {
-    if (img.size() - at < n) throw error("it ends early, at byte " + std::to_string(at));
-    std::memcpy(p, img.data() + at, n);
-    at += n;
-  };
-  auto get32 = [&] {
-    uint32_t v;
-    take(&v, 4);
-    return v;
-  };
-  auto get64 = [&] {
-    uint64_t v;
-    take(&v, 8);
-    return v;
-  };
-  char magic[8];
-  take(magic, 8);
-  if (std::memcmp(magic, manifest_magic, 8) != 0) throw error("bad magic");
-  const uint32_t version = get32();
-  if (version != format_version) throw error("format version " + std::to_string(version));
-  const uint32_t n = get32();
-  if (n > max_buffers) throw error(std::to_string(n) + " buffers");
-  (void)get64();
-  checkpoint_manifest m(n);
-  offsets.assign(n, 0);
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t name_len = get32(), dtype_len = get32(), ndim = get32();
-    (void)get32();
-    if (name_len == 0 || name_len > max_name || dtype_len > max_dtype || ndim > max_dims)
-      throw error("entry " + std::to_string(i) + " has impossible lengths");
-    m[i].bytes = get64();
-    offsets[i] = get64();
-    m[i].name.resize(name_len);
-    take(m[i].name.data(), name_len);
-    m[i].dtype.resize(dtype_len);
-    take(m[i].dtype.data(), dtype_len);
-    at = round_up(at, 8);
-    if (at > img.size()) throw error("it ends early");
-    m[i].shape.resize(ndim);
-    for (uint32_t d = 0; d < ndim; ++d) m[i].shape[d] = int64_t(get64());
-  }
-  return m;
-}
-
-uint64_t header_checksum(const sb_header& h) { return hash_of(&h, offsetof(sb_header, checksum), seed_header); }
-
-bool is_blank(const uint8_t* raw) {
-  return std::all_of(raw, raw + header_size, [](uint8_t b) { return b == 0; });
-}
-
-// Why a raw superblock copy is not valid, or "" if it is.
-std::string header_problem(const uint8_t* raw, uint32_t position, sb_header& h) {
-  std::memcpy(&h, raw, sizeof h);
-  if (is_blank(raw)) return "blank";
-  if (!detail::magic_matches(h, sb_magic)) return "bad magic (not a deepwell checkpoint superblock)";
-  if (h.checksum != header_checksum(h)) return "checksum mismatch (torn or overwritten)";
-  if (h.version != format_version)
-    return "format version " + std::to_string(h.version) + " (this library reads version " +
-           std::to_string(format_version) + ")";
-  if (h.header_bytes != header_size) return "header of " + std::to_string(h.header_bytes) + " bytes";
-  if (h.copy != position) return "says it is copy " + std::to_string(h.copy);
-  if (h.generation == 0 ? position != 0 : (h.generation % 2 != position || h.slot != position))
-    return "generation " + std::to_string(h.generation) + " in the wrong copy or slot";
-  if (h.region_bytes != region) return "region size " + std::to_string(h.region_bytes);
-  return "";
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

@@ -7,7 +7,13 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-HEADER = ROOT / "include" / "deepwell" / "c" / "deepwell.h"
+HEADERS = ROOT / "include" / "deepwell" / "c"  # deepwell.h includes every part
+
+
+def header_text() -> str:
+    """Every part of the C ABI's headers, in the order deepwell.h includes them."""
+    parts = re.findall(r'#include "deepwell/c/(\w+\.h)"', (HEADERS / "deepwell.h").read_text())
+    return "\n".join((HEADERS / name).read_text() for name in parts)
 OUT = ROOT / "docs" / "c"
 
 ERRORS = {
@@ -199,7 +205,7 @@ PAGES = {
 
 def prototypes():
     """{name: the prototype as the header declares it, on one line}."""
-    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    text = re.sub(r"/\*.*?\*/", "", header_text(), flags=re.S)
     out = {}
     for m in re.finditer(r"DW_API\s+([^;]*?\b(dw_\w+)\s*\([^;]*\))\s*;", text, flags=re.S):
         out[m.group(2)] = " ".join(m.group(1).split()) + ";"
@@ -224,7 +230,8 @@ def pages():
 
 def index(names):
     lines = ["# The C ABI, one page a function", "",
-             "`include/deepwell/c/deepwell.h`, built as `libdeepwell_c.so` (every `dw_*` symbol at the version "
+             "`include/deepwell/c/deepwell.h` (its parts: `base.h`, `array.h`, `checksums.h`, `checkpoint.h`, `kv.h`, "
+             "`vectors.h`), built as `libdeepwell_c.so` (every `dw_*` symbol at the version "
              "node `DEEPWELL_C_<DW_ABI_VERSION>`). Conventions, options structures that carry their own size, "
              "and an example: [docs/api.md](../api.md). These pages are written by `docs/c/pages.py` from the "
              "header's prototypes.", ""]

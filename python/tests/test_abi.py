@@ -10,7 +10,13 @@ import pytest
 
 from deepwell import _lib, checkpoint, kv, vectors
 
-HEADER = pathlib.Path(__file__).resolve().parents[2] / "include" / "deepwell" / "c" / "deepwell.h"
+HEADERS = pathlib.Path(__file__).resolve().parents[2] / "include" / "deepwell" / "c"  # deepwell.h and its parts
+HEADER = HEADERS / "deepwell.h"
+
+
+def header_text() -> str:
+    parts = re.findall(r'#include "deepwell/c/(\w+\.h)"', (HEADERS / "deepwell.h").read_text())
+    return "\n".join((HEADERS / name).read_text() for name in parts)
 
 C_TYPES = {
     "uint8_t": ctypes.c_uint8, "int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32,
@@ -42,7 +48,7 @@ MIRRORS = {
 
 def header_structs():
     """{name: [(field, C type, array length or None)]} of every structure the header defines."""
-    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    text = re.sub(r"/\*.*?\*/", "", header_text(), flags=re.S)
     out = {}
     for m in re.finditer(r"typedef struct (dw_\w+) \{(.*?)\} \1;", text, flags=re.S):
         fields = []
@@ -125,7 +131,7 @@ def test_every_entry_point_fills_the_cache_fields_alike():
 
 @pytest.mark.skipif(not HEADER.exists(), reason="run from a checkout (the header is not installed)")
 def test_the_package_speaks_the_headers_abi_version():
-    m = re.search(r"#define DW_ABI_VERSION (\d+)", HEADER.read_text())
+    m = re.search(r"#define DW_ABI_VERSION (\d+)", header_text())
     assert m and int(m.group(1)) == _lib.ABI_VERSION == _lib.lib.dw_abi_version()
 
 

@@ -51,7 +51,9 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
   for (uint64_t i = 0; i < nq * h.dim; ++i)
     if (!std::isfinite(queries[i]))
       throw error("vector search: query " + std::to_string(i / h.dim) + " holds a NaN or an infinity");
-  const uint32_t cap = search_cap(o), sample = entry_sample_size(h, o);
+  const uint32_t cap = search_cap(o);
+  std::vector<uint32_t> sample(entry_sample_size(h, o));  // the same nodes for every query
+  for (uint32_t j = 0; j < sample.size(); ++j) sample[j] = entry_sample_node(h, uint32_t(sample.size()), j);
   const uint32_t deg_at = record_degree_at(h.dim, h.type);
   const uint64_t fetch_bytes = o.whole_pages ? h.page_bytes : h.record_bytes;
   search_counts total;
@@ -109,8 +111,7 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
         }
       };
       entry first{quantised(uint32_t(h.entry)), uint32_t(h.entry), false};
-      for (uint32_t j = 0; j < sample; ++j) {
-        const uint32_t id = entry_sample_node(h, sample, j);
+      for (const uint32_t id : sample) {
         const entry x{quantised(id), id, false};
         if (by_order(x, first)) first = x;
       }

@@ -348,7 +348,8 @@ search_counts gpu_search::search_device(const float* queries, uint64_t nq, const
   const uint64_t per_warp = uint64_t(slots) * 8 + 4 + hand_bytes + mates_count * 4 + uint64_t(done_slots) * 8;
   size_t free_bytes = 0, total_bytes = 0;
   check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  const uint64_t held = s_->seen.n * 8 + s_->epochs.n * 4 + s_->hand.n + s_->mates.n * 4 + s_->done_d.n * 8;
+  const uint64_t held = s_->seen.bytes() + s_->epochs.bytes() + s_->hand.bytes() + s_->mates.bytes() +
+                        s_->done_d.bytes() + s_->done_id.bytes();
   blocks = std::max<uint64_t>(1, std::min<uint64_t>(blocks, (free_bytes / 2 + held) / per_warp / per_block));
   const uint64_t resident = resident_warps(beam_search, blocks, int(per_block * 32), smem);
   if (resident * pins > index.cache().slots())

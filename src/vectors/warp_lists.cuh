@@ -24,6 +24,7 @@ struct device_buffer {
       check_cuda(cudaMalloc(&p, count * sizeof(T)),
                  ("cudaMalloc of " + std::to_string(count * sizeof(T)) + " bytes (vectors)").c_str());
   }
+  uint64_t bytes() const { return n * sizeof(T); }
   void zero() {
     if (n) check_cuda(cudaMemset(p, 0, n * sizeof(T)), "cudaMemset");
   }

@@ -1045,7 +1045,7 @@ void crash_suite(const crash_params& p, unsigned cuts, unsigned after_cuts, uint
     ASSERT_GT(requests, 20u);
   }
   std::mt19937_64 rng(seed);
-  unsigned fired = 0, lost_nothing = 0;
+  unsigned fired = 0;
   uint64_t replayed = 0, rolled_back = 0;
   for (unsigned i = 0; i < cuts; ++i) {
     power_cut how;
@@ -1064,7 +1064,6 @@ void crash_suite(const crash_params& p, unsigned cuts, unsigned after_cuts, uint
     // writes or in those around them (a checkpoint, a write-back of a page
     // evicted by a plan's read), after which no transaction returns.
     fired += r.cut_in_workload;
-    lost_nothing += r.h.returned == p.txs;
     replayed += r.rec.replayed;
     rolled_back += r.rec.rolled_back;
     ASSERT_EQ(r.failure, "") << "cut " << i << " at request " << at << " of " << requests << ", mode " << how.mode

@@ -1,6 +1,6 @@
 // Beam search over an on-storage index (DiskANN's): each query starts at the
-// index's entry node (or the nearest of a sample, entry_sample) with a list of the `list` nearest candidates seen so
-// far by quantised distance; each step takes the `width` nearest candidates
+// index's entry node or the nearest of a sample (entry_sample), with a list
+// of the `list` nearest candidates seen so far by quantised distance; each step takes the `width` nearest candidates
 // not yet expanded and fetches their records through the cache. With
 // whole_pages (the default) a fetch brings the record's whole page, and
 // every record in hand is used, as Starling's block search does: each gets

@@ -114,14 +114,15 @@ int build(const vectors_command& v) {
     r = build_index(f.set(), parse_metric(v.metric), v.index, o);
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  std::printf("%s: %llu vectors, %llu edges, %u subspaces; on the %s, %.2f s (quantiser %.2f, graph %.2f, write %.2f)%s\n",
+  const std::string sharded = r.shards ? " in " + std::to_string(r.shards) + " shards" : "";
+  std::printf("%s: %llu vectors, %llu edges, %u subspaces; on the %s%s, %.2f s (quantiser %.2f, graph %.2f, write %.2f)%s\n",
               v.index.c_str(), (unsigned long long)r.vectors, (unsigned long long)r.edges, r.pq_subspaces,
-              gpu ? "GPU" : "CPU", s,
+              gpu ? "GPU" : "CPU", sharded.c_str(), s,
               r.quantiser_seconds, r.graph_seconds, r.write_seconds,
               r.resumed_phases ? ("; resumed after " + std::to_string(r.resumed_phases) + " phases kept").c_str() : "");
   append_json(v.json, {{"command", "build"}, {"data", v.data}, {"index", v.index}, {"vectors", r.vectors},
                        {"edges", r.edges}, {"on", gpu ? "gpu" : "cpu"}, {"layout", v.layout}, {"degree", o.degree}, {"list", o.list}, {"alpha", o.alpha},
-                       {"passes", o.passes}, {"pq_subspaces", r.pq_subspaces}, {"seconds", s},
+                       {"passes", o.passes}, {"pq_subspaces", r.pq_subspaces}, {"shards", r.shards}, {"seconds", s},
                        {"quantiser_seconds", r.quantiser_seconds}, {"graph_seconds", r.graph_seconds},
                        {"write_seconds", r.write_seconds}, {"first_graph_seconds", r.first_graph_seconds},
                        {"passes_seconds", r.passes_seconds}, {"layout_seconds", r.layout_seconds},
@@ -265,6 +266,10 @@ void add_command(CLI::App& app, vectors_command& v) {
   v.build->add_option("--alpha", v.shape.alpha, "RobustPrune's alpha")->check(CLI::Range(1.0f, 4.0f));
   v.build->add_option("--passes", v.shape.passes, "Vamana passes after the first graph")->check(CLI::Range(0u, 8u));
   v.build->add_option("--subspaces", v.shape.pq_subspaces, "quantiser subspaces (0: dim / 4, dim / 2 for ip, where it divides; at most 64)");
+  v.build->add_option("--shard-vectors", v.shape.shard_vectors,
+                      "build the graph in overlapping shards of at most this many vectors, merged (0: at once on CPU "
+                      "threads; on the GPU, shards where the set does not fit its memory)")
+      ->check(CLI::Range(uint64_t(0), uint64_t(1) << 32));
   v.build->add_option("--json", v.json, "append the build's record to this file");
   type(v.build, "the vectors'");
   v.build->add_option("--layout", v.layout, "records in pages: neighbourhoods (a node and its neighbours a page) or rows")

@@ -34,7 +34,8 @@ _NONE = 2**32 - 1
 
 
 class _BuildOptions(ctypes.Structure):
-    _fields_ = fields((u32, "size degree list passes pq_subspaces page_bytes threads"), (ctypes.c_float, "alpha"))
+    _fields_ = fields((u32, "size degree list passes pq_subspaces page_bytes threads"), (ctypes.c_float, "alpha"),
+                      (u64, "shard_vectors"))
 
 
 class _BuildInfo(ctypes.Structure):
@@ -112,11 +113,14 @@ def _host_rows(data, what: str) -> np.ndarray:
 
 
 def build(data, path, *, metric: str = "l2", degree: int = 0, list_size: int = 0, alpha: float = 0.0,
-          passes: Optional[int] = None, pq_subspaces: int = 0, page_bytes: int = 0, threads: int = 0) -> dict:
+          passes: Optional[int] = None, pq_subspaces: int = 0, page_bytes: int = 0, threads: int = 0,
+          shard_vectors: int = 0) -> dict:
     """Builds the index of ``data`` ((n, dim) float32, float16 or uint8; NumPy or torch) into ``path``
     on CPU threads. ``metric``: "l2" or "ip". ``degree`` (neighbours a node, default 32), ``list_size``
     (the build's search list, default 64), ``alpha`` (default 1.2), ``passes`` (Vamana passes, default 2),
-    ``pq_subspaces`` (default dim / 4, dim / 2 for "ip", where it divides; at most 64). Returns the build's report."""
+    ``pq_subspaces`` (default dim / 4, dim / 2 for "ip", where it divides; at most 64), ``shard_vectors``
+    (out of core: the graph built in overlapping shards of at most this many vectors, merged; 0: at
+    once). Returns the build's report."""
     if metric not in METRICS:
         raise InvalidArgument(f"metric must be one of {sorted(METRICS)}, not {metric!r}")
     a = _host_rows(data, "the vectors")
@@ -129,6 +133,7 @@ def build(data, path, *, metric: str = "l2", degree: int = 0, list_size: int = 0
     o.page_bytes = _count("page_bytes", page_bytes)
     o.threads = _count("threads", threads)
     o.alpha = float(alpha)
+    o.shard_vectors = _count("shard_vectors", shard_vectors)
     info = _BuildInfo()
     check(lib.dw_vectors_build(a.ctypes.data, a.shape[0], a.shape[1], TYPES[a.dtype.name], METRICS[metric],
                                os.fspath(path).encode(), ctypes.byref(o), ctypes.byref(info)))

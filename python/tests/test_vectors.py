@@ -81,6 +81,32 @@ def test_the_page_rules_and_their_counts(data):
             index.search(queries, k=10, list_size=2**32 + 64)
 
 
+def test_a_sharded_build_and_an_older_callers_build_options(data, tmp_path):
+    """shard_vectors builds the graph in overlapping shards, merged: recall within a few points of the
+    build at once; below 1024 it is refused by name. A caller whose options end before the field
+    (the first layout, 32 bytes) builds at once: the default's file, byte for byte."""
+    import ctypes
+    base, queries, path, _, truth = data
+
+    def recall(p):
+        with dv.open(p, device="cpu", cache_size="128KiB") as index:
+            ids, _ = index.search(queries, k=10, list_size=64)
+        return np.mean([len(set(ids[i]) & set(truth[i])) / 10 for i in range(60)])
+
+    sharded = tmp_path / "sharded.dwv"
+    dv.build(base, sharded, degree=20, list_size=40, shard_vectors=1024)
+    assert recall(sharded) >= 0.9 and recall(sharded) >= recall(path) - 0.03, (recall(sharded), recall(path))
+    with pytest.raises(deepwell.InvalidArgument, match="shard_vectors 1000"):
+        dv.build(base, tmp_path / "small.dwv", shard_vectors=1000)
+    o = dv._BuildOptions()
+    dv.lib.dw_vectors_build_options_init(ctypes.byref(o))
+    o.degree, o.list, o.shard_vectors, o.size = 20, 40, 1024, 32
+    older = tmp_path / "older.dwv"
+    a = np.ascontiguousarray(base)
+    dv.check(dv.lib.dw_vectors_build(a.ctypes.data, 3000, 24, 0, 0, os.fspath(older).encode(), ctypes.byref(o), None))
+    assert older.read_bytes() == path.read_bytes()
+
+
 def test_an_entry_sample_and_an_older_callers_options(data):
     """entry_sample starts each query at the nearest (by code) of a spread sample: fewer pages fetched
     at a short list; past its limit it is refused by name. A caller whose options end before the

@@ -50,7 +50,7 @@ void dw_vectors_build_options_init(dw_vectors_build_options* o) {
   const vectors::build_options d;
   *o = dw_vectors_build_options{.size = uint32_t(sizeof(*o)), .degree = d.degree, .list = d.list, .passes = d.passes,
                                 .pq_subspaces = d.pq_subspaces, .page_bytes = d.page_bytes, .threads = d.threads,
-                                .alpha = d.alpha};
+                                .alpha = d.alpha, .shard_vectors = d.shard_vectors};
 }
 
 int dw_vectors_build(const void* data, uint64_t count, uint32_t dim, int32_t type, int32_t metric, const char* path,
@@ -62,7 +62,10 @@ int dw_vectors_build(const void* data, uint64_t count, uint32_t dim, int32_t typ
     need(metric == DW_VECTORS_L2 || metric == DW_VECTORS_IP, "metric must be DW_VECTORS_L2 or IP, not " + std::to_string(metric));
     dw_vectors_build_options o;
     dw_vectors_build_options_init(&o);
-    if (op) o = capi::read_sized(op, dw_vectors_build_options_init, "dw_vectors_build_options");
+    // Its first layout ended before shard_vectors: such a caller builds at once.
+    if (op)
+      o = capi::read_sized(op, dw_vectors_build_options_init, "dw_vectors_build_options",
+                           offsetof(dw_vectors_build_options, shard_vectors));
     vectors::build_options b;
     if (o.degree) b.degree = o.degree;
     if (o.list) b.list = o.list;
@@ -71,6 +74,7 @@ int dw_vectors_build(const void* data, uint64_t count, uint32_t dim, int32_t typ
     b.page_bytes = o.page_bytes;
     b.threads = o.threads;
     if (o.alpha != 0) b.alpha = o.alpha;
+    b.shard_vectors = o.shard_vectors;
     const vectors::vector_set s{static_cast<const uint8_t*>(data), count, dim, vectors::vector_type(type)};
     const vectors::build_report r = vectors::build_index(s, vectors::metric(metric), path, b);
     if (info)

@@ -21,6 +21,9 @@
 #include "deepwell/vectors/search.hpp"
 #include "vectors/build_state.hpp"
 #include "vectors/graph_engine.hpp"
+#include "vectors/graph_steps.hpp"
+#include "vectors/row_source.hpp"
+#include "vectors/shards.hpp"
 
 namespace deepwell::vectors {
 
@@ -29,163 +32,70 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
 
-// Lloyd's k-means of `n` points of `dim` floats (rows `stride` apart) into
-// k centres, started from evenly spaced points; empty clusters keep their
-// centre. The assignments on the engine; the means here, in point order.
-std::vector<float> kmeans(graph_engine& e, const float* pts, uint64_t n, uint32_t dim, uint64_t stride, uint32_t k,
-                          unsigned iters) {
-  std::vector<float> c(uint64_t(k) * dim);
-  for (uint32_t j = 0; j < k; ++j) std::memcpy(&c[uint64_t(j) * dim], pts + (uint64_t(j) * n / k) * stride, 4ull * dim);
-  std::vector<uint32_t> owner(n);
-  for (unsigned it = 0; it < iters; ++it) {
-    e.nearest(pts, n, dim, stride, c.data(), k, 1, owner.data());
-    std::vector<double> sum(uint64_t(k) * dim, 0.0);
-    std::vector<uint64_t> cnt(k, 0);
-    for (uint64_t i = 0; i < n; ++i) {
-      ++cnt[owner[i]];
-      for (uint32_t d = 0; d < dim; ++d) sum[uint64_t(owner[i]) * dim + d] += pts[i * stride + d];
-    }
-    for (uint32_t j = 0; j < k; ++j)
-      if (cnt[j])
-        for (uint32_t d = 0; d < dim; ++d) c[uint64_t(j) * dim + d] = float(sum[uint64_t(j) * dim + d] / double(cnt[j]));
-  }
-  return c;
-}
-
+// The build's state between phases: the quantiser, the graph (in memory on
+// the whole set, or a shard at a time: shards.hpp), the file.
 class builder {
  public:
-  // The graph is built for L2. For the inner product each row gains a
-  // coordinate sqrt(max|x|^2 - |x|^2): L2 between a query (with 0 there)
-  // and rows then orders them as the negated inner product does, so the
-  // graph's neighbours are the ones an inner-product search walks.
-  builder(const vector_set& data, metric m, const build_options& o, const engine_factory& make)
-      : s_(data), o_(o), dim_(data.dim), row_(data.dim + (m == metric::inner_product ? 1 : 0)), n_(data.count) {
-    x_.resize(n_ * row_);
-    detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
-      for (uint64_t i = b; i < e; ++i) row_as_float(s_, i, &x_[i * row_]);
-    });
-    if (row_ > dim_) {
-      std::vector<double> norm(n_);
-      detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
-        for (uint64_t i = b; i < e; ++i) {
-          double t = 0;
-          for (uint32_t d = 0; d < dim_; ++d) t += double(x_[i * row_ + d]) * double(x_[i * row_ + d]);
-          norm[i] = t;
-        }
-      });
-      const double most = *std::max_element(norm.begin(), norm.end());
-      for (uint64_t i = 0; i < n_; ++i) x_[i * row_ + dim_] = float(std::sqrt(std::max(0.0, most - norm[i])));
+  // `shard_vectors` 0: every row held and one graph over them all.
+  builder(const vector_set& data, metric m, const build_options& o, const engine_factory& make, uint64_t shard_vectors)
+      : s_(data), o_(o), make_(make), rows_(data, m, o.threads), dim_(data.dim), row_(rows_.width()), n_(data.count),
+        shard_vectors_(shard_vectors) {
+    if (!shard_vectors_) {
+      rows_.hold_all();
+      engine_ = make(float_rows{rows_.held(), n_, row_}, shape_of(o_));
+    } else {
+      // Sharded: the engine of the quantiser and the shards' assignment
+      // holds the quantiser's sample alone.
+      sample_ = evenly_spaced(rows_, quantiser_sample());
+      engine_ = make(float_rows{sample_.data(), sample_.size() / row_, row_}, shape_of(o_));
     }
-    graph_shape g;
-    g.degree = o_.degree;
-    g.list = o_.list;
-    g.alpha = o_.alpha;
-    g.threads = o_.threads;
-    engine_ = make(float_rows{x_.data(), n_, row_}, g);
   }
-  const float* vec(uint64_t i) const { return &x_[i * row_]; }
-  // `count` rows spread evenly over the set, copied: what k-means trains on.
-  std::vector<float> evenly_spaced(uint64_t count) const {
-    std::vector<float> pts(count * row_);
-    for (uint64_t s = 0; s < count; ++s) std::memcpy(&pts[s * row_], vec(s * n_ / count), 4ull * row_);
-    return pts;
-  }
+  uint64_t quantiser_sample() const { return std::min<uint64_t>(n_, 32768); }  // 128 a centroid
 
   void quantiser(uint32_t m) {
     subspaces_ = m;
     sub_dim_ = dim_ / m;
-    const uint64_t sample = std::min<uint64_t>(n_, 32768);  // 128 a centroid
-    const std::vector<float> pts = evenly_spaced(sample);
+    std::vector<float> own;
+    if (sample_.empty()) own = evenly_spaced(rows_, quantiser_sample());
+    const std::vector<float>& pts = sample_.empty() ? own : sample_;
+    const uint64_t sample = pts.size() / row_;
     codebook_.assign(uint64_t(m) * pq_centroids * sub_dim_, 0.f);
     for (uint32_t sub = 0; sub < m; ++sub) {
       const std::vector<float> c = kmeans(*engine_, &pts[sub * sub_dim_], sample, sub_dim_, row_, pq_centroids, 12);
       std::memcpy(&codebook_[uint64_t(sub) * pq_centroids * sub_dim_], c.data(), c.size() * 4);
     }
     codes_.resize(n_ * m);
-    std::vector<uint32_t> code(n_);
-    for (uint32_t sub = 0; sub < m; ++sub) {
-      engine_->nearest(vec(0) + sub * sub_dim_, n_, sub_dim_, row_, &codebook_[uint64_t(sub) * pq_centroids * sub_dim_],
-                       pq_centroids, 1, code.data());
-      detail::parallel_for(n_, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
-        for (uint64_t i = b; i < e; ++i) codes_[i * m + sub] = uint8_t(code[i]);
-      });
+    // Held rows in one step; otherwise a block of rows at a time.
+    const uint64_t chunk = rows_.held() ? n_ : uint64_t(1) << 18;
+    std::vector<uint32_t> code;
+    std::vector<float> scratch;
+    for (uint64_t first = 0; first < n_; first += chunk) {
+      const uint64_t count = std::min(chunk, n_ - first);
+      const float* x = rows_.rows(first, count, scratch);
+      code.resize(count);
+      for (uint32_t sub = 0; sub < m; ++sub) {
+        engine_->nearest(x + sub * sub_dim_, count, sub_dim_, row_, &codebook_[uint64_t(sub) * pq_centroids * sub_dim_],
+                         pq_centroids, 1, code.data());
+        detail::parallel_for(count, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
+          for (uint64_t i = b; i < e; ++i) codes_[(first + i) * m + sub] = uint8_t(code[i]);
+        });
+      }
     }
   }
 
-  // The first graph: each vector's nearest among the members of its two
-  // nearest coarse clusters, pruned, with reverse edges.
-  void first_graph() {
-    const uint32_t k = uint32_t(std::clamp<double>(std::round(std::sqrt(double(n_))), 1, 4096));
-    auto t = clock_type::now();
-    const std::vector<float> pts = evenly_spaced(std::min<uint64_t>(n_, uint64_t(k) * 64));
-    const uint64_t sample = pts.size() / row_;
-    const std::vector<float> centres = kmeans(*engine_, pts.data(), sample, row_, row_, k, 8);
-    const double centring = since(t);
-    t = clock_type::now();
-    const uint32_t ways = k > 1 ? 2 : 1;
-    std::vector<uint32_t> near(n_ * ways);
-    engine_->nearest(vec(0), n_, row_, row_, centres.data(), k, ways, near.data());
-    std::vector<std::vector<uint32_t>> members(k);
-    for (uint64_t i = 0; i < n_; ++i)
-      for (uint32_t w = 0; w < ways; ++w) members[near[i * ways + w]].push_back(uint32_t(i));
-    const double assigning = since(t);
-    t = clock_type::now();
-    const uint32_t per = std::min<uint32_t>(2 * o_.degree, uint32_t(std::min<uint64_t>(n_ - 1, 1u << 20)));
-    adjacency groups = engine_->group_graph(near, ways, members, per);
-    const double grouping = since(t);
-    t = clock_type::now();
-    adj_ = engine_->reverse(groups);
-    if (o_.progress)
-      std::fprintf(stderr,
-                   "vectors build: first graph: %u centres %.2f s, assigned %.2f s, groups' lists %.2f s, reverse edges "
-                   "%.2f s\n",
-                   k, centring, assigning, grouping, since(t));
-  }
+  void first_graph() { adj_ = vectors::first_graph(*engine_, float_rows{rows_.held(), n_, row_}, o_); }
+  uint64_t medoid() const { return vectors::medoid(rows_, o_.threads); }
+  void pass(uint64_t entry) { adj_ = vamana_pass(*engine_, adj_, entry, o_.progress); }
 
-  // The row nearest the mean (the lowest among equals). Summed in fixed
-  // blocks of rows, the blocks' sums added in order: the same bits whatever
-  // the thread count.
-  uint64_t medoid() const {
-    constexpr uint64_t block = 1024;
-    const uint64_t blocks = (n_ + block - 1) / block;
-    std::vector<double> part(blocks * row_, 0.0);
-    std::vector<std::pair<float, uint64_t>> near(blocks);
-    detail::parallel_for(blocks, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
-      for (uint64_t k = b; k < e; ++k)
-        for (uint64_t i = k * block; i < std::min(n_, (k + 1) * block); ++i)
-          for (uint32_t d = 0; d < row_; ++d) part[k * row_ + d] += x_[i * row_ + d];
-    });
-    std::vector<double> mean(row_, 0.0);
-    for (uint64_t k = 0; k < blocks; ++k)
-      for (uint32_t d = 0; d < row_; ++d) mean[d] += part[k * row_ + d];
-    std::vector<float> m(row_);
-    for (uint32_t d = 0; d < row_; ++d) m[d] = float(mean[d] / double(n_));
-    detail::parallel_for(blocks, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
-      for (uint64_t k = b; k < e; ++k) {
-        near[k] = {std::numeric_limits<float>::infinity(), k * block};
-        for (uint64_t i = k * block; i < std::min(n_, (k + 1) * block); ++i) {
-          const float d = row_l2(vec(i), m.data(), row_);
-          if (d < near[k].first) near[k] = {d, i};
-        }
-      }
-    });
-    uint64_t best = 0;
-    float bd = std::numeric_limits<float>::infinity();
-    for (const auto& [d, i] : near)
-      if (d < bd) bd = d, best = i;
-    return best;
+  // The sharded graph: built once the quantiser is done (its assignment
+  // needs the engine), then a shard a phase.
+  uint32_t shards() {
+    if (!sharded_) sharded_ = std::make_unique<sharded_graph>(rows_, o_, make_, *engine_, shard_vectors_);
+    return sharded_->shards();
   }
-
-  // A Vamana pass: each vector's list from a greedy search for it on the
-  // graph as it was before the pass (so that the order of work does not matter).
-  void pass(uint64_t entry) {
-    auto t = clock_type::now();
-    adjacency searched = engine_->pass(adj_, entry);
-    const double searching = since(t);
-    t = clock_type::now();
-    adj_ = engine_->reverse(searched);
-    if (o_.progress)
-      std::fprintf(stderr, "vectors build: pass: searches %.2f s, reverse edges %.2f s\n", searching, since(t));
+  void merge_shard(uint32_t s) {
+    if (adj_.size() != n_) adj_.resize(n_);
+    sharded_->merge_shard(s, adj_);
   }
 
   // The order records are laid out in: rows[i] is the row stored as node i.
@@ -334,7 +244,7 @@ class builder {
   }
 
   double layout_seconds() const { return layout_seconds_; }
-  uint64_t redone_nodes() const { return engine_->redone_nodes(); }
+  uint64_t redone_nodes() const { return engine_->redone_nodes() + (sharded_ ? sharded_->redone_nodes() : 0); }
 
   uint64_t edges() const {
     uint64_t e = 0;
@@ -345,10 +255,14 @@ class builder {
  private:
   const vector_set& s_;
   build_options o_;
+  engine_factory make_;
+  row_source rows_;
   uint32_t dim_, row_;  // the vectors' dimension; the graph's rows' (one more for the inner product)
   uint64_t n_;
-  std::vector<float> x_;
+  uint64_t shard_vectors_;
+  std::vector<float> sample_;  // sharded: the quantiser's sample rows, the engine's
   std::unique_ptr<graph_engine> engine_;
+  std::unique_ptr<sharded_graph> sharded_;
   uint32_t subspaces_ = 0, sub_dim_ = 0;
   std::vector<float> codebook_;
   std::vector<uint8_t> codes_;
@@ -398,6 +312,12 @@ build_report build_index_with(const vector_set& data, metric m, const std::strin
                 std::to_string(record) + "-byte record)");
   check_finite(data, what);
 
+  if (o.shard_vectors && o.shard_vectors < min_shard_vectors)
+    throw error(what + ": shard_vectors " + std::to_string(o.shard_vectors) + " (0, or at least " +
+                std::to_string(min_shard_vectors) + ")");
+  // Shards only where the set is larger than one.
+  const uint64_t shard_vectors = o.shard_vectors < data.count ? o.shard_vectors : 0;
+
   build_report r;
   r.vectors = data.count;
   r.pq_subspaces = sub;
@@ -405,14 +325,11 @@ build_report build_index_with(const vector_set& data, metric m, const std::strin
     if (o.progress) std::fprintf(stderr, "vectors build: %s\n", s);
   };
   const std::string state_file = path + ".build";
-  const uint64_t fingerprint = build_fingerprint(data, m, o, sub);
+  const uint64_t fingerprint = build_fingerprint(data, m, o, sub, shard_vectors);
   build_state kept;
   if (o.resume) kept = load_build_state(state_file, fingerprint, data.count, o.degree);
-  if (kept.phases > 2 + o.passes) kept = build_state{};  // more passes than this build wants: start over
-  r.resumed_phases = kept.phases;
   auto t = clock_type::now();
-  builder b(data, m, o, make);
-  if (kept.phases) b.restore(sub, kept);
+  builder b(data, m, o, make, shard_vectors);
   auto done = [&](uint32_t phases, const char* name) {
     const auto saving = clock_type::now();
     if (o.resume) b.save(state_file, fingerprint, phases);
@@ -420,6 +337,13 @@ build_report build_index_with(const vector_set& data, metric m, const std::strin
     if (o.keep_going && !o.keep_going())
       throw error(what + ": stopped after " + name + " (kept in " + state_file + "; build again to resume)");
   };
+  // In memory the phases are the quantiser, the first graph and the
+  // passes; sharded, the quantiser and the shards.
+  if (!shard_vectors && kept.phases > 2 + o.passes) kept = build_state{};  // more passes than this build wants
+  if (kept.phases) {
+    r.resumed_phases = kept.phases;
+    b.restore(sub, kept);
+  }
   if (kept.phases < 1) {
     say("quantiser");
     b.quantiser(sub);
@@ -427,20 +351,30 @@ build_report build_index_with(const vector_set& data, metric m, const std::strin
   }
   r.quantiser_seconds = since(t);
   t = clock_type::now();
-  if (kept.phases < 2) {
-    say("first graph");
-    const auto step = clock_type::now();
-    b.first_graph();
-    r.first_graph_seconds = since(step);
-    done(2, "the first graph");
-  }
   const uint64_t entry = b.medoid();
-  for (uint32_t p = kept.phases > 2 ? kept.phases - 2 : 0; p < o.passes; ++p) {
-    say("pass");
-    const auto step = clock_type::now();
-    b.pass(entry);
-    r.passes_seconds += since(step);
-    done(3 + p, "a Vamana pass");
+  if (shard_vectors) {
+    r.shards = b.shards();
+    for (uint32_t s = kept.phases > 1 ? kept.phases - 1 : 0; s < r.shards; ++s) {
+      const auto step = clock_type::now();
+      b.merge_shard(s);
+      r.passes_seconds += since(step);
+      done(2 + s, "a shard");
+    }
+  } else {
+    if (kept.phases < 2) {
+      say("first graph");
+      const auto step = clock_type::now();
+      b.first_graph();
+      r.first_graph_seconds = since(step);
+      done(2, "the first graph");
+    }
+    for (uint32_t p = kept.phases > 2 ? kept.phases - 2 : 0; p < o.passes; ++p) {
+      say("pass");
+      const auto step = clock_type::now();
+      b.pass(entry);
+      r.passes_seconds += since(step);
+      done(3 + p, "a Vamana pass");
+    }
   }
   r.graph_seconds = since(t);
   r.edges = b.edges();

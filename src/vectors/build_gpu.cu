@@ -635,8 +635,25 @@ std::unique_ptr<graph_engine> make_gpu_graph_engine(float_rows rows, const graph
   return std::make_unique<gpu_engine>(rows, shape);
 }
 
+uint64_t gpu_build_capacity(uint32_t width, uint32_t degree) {
+  size_t free_bytes = 0, total_bytes = 0;
+  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  // A vector's share of the engine's largest step: its row as floats, and
+  // in the first graph its 2 x 2 x degree candidates (8 bytes each) sorted
+  // beside their copy, with the graph's slots; a pass's candidates and the
+  // sorts' scratch are bounded apart (a few GiB), kept out of the free memory.
+  const uint64_t per_vector = 4ull * width + 72ull * degree + 64;
+  const uint64_t fixed = uint64_t(6) << 30;
+  return free_bytes > fixed ? (free_bytes - fixed) / 10 * 8 / per_vector : 0;
+}
+
 build_report build_index_on_gpu(const vector_set& data, metric m, const std::string& path, const build_options& o) {
-  return build_index_with(data, m, path, o, make_gpu_graph_engine);
+  build_options g = o;
+  if (!g.shard_vectors) {
+    const uint64_t fits = gpu_build_capacity(data.dim + (m == metric::inner_product ? 1 : 0), o.degree);
+    if (data.count > fits) g.shard_vectors = std::max(fits, min_shard_vectors);
+  }
+  return build_index_with(data, m, path, g, make_gpu_graph_engine);
 }
 
 }  // namespace deepwell::vectors

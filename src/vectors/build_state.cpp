@@ -49,13 +49,16 @@ std::vector<uint8_t> body_of(uint32_t phases, const std::vector<float>& codebook
 
 }  // namespace
 
-uint64_t build_fingerprint(const vector_set& data, metric m, const build_options& o, uint32_t subspaces) {
+uint64_t build_fingerprint(const vector_set& data, metric m, const build_options& o, uint32_t subspaces,
+                           uint64_t shard_vectors) {
   uint32_t alpha_bits;
   std::memcpy(&alpha_bits, &o.alpha, 4);
   uint64_t f = detail::fmix64(crc32c(0, data.data, data.count * data.row_bytes()));
   for (uint64_t v : {data.count, uint64_t(data.dim), uint64_t(data.type), uint64_t(m), uint64_t(o.degree),
                      uint64_t(o.list), uint64_t(alpha_bits), uint64_t(subspaces)})
     f = detail::fmix64(f ^ (v + 0x9E3779B97F4A7C15ull));
+  if (shard_vectors)
+    for (uint64_t v : {shard_vectors, uint64_t(o.passes)}) f = detail::fmix64(f ^ (v + 0x9E3779B97F4A7C15ull));
   return f;
 }
 

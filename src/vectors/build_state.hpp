@@ -12,15 +12,17 @@
 namespace deepwell::vectors {
 
 struct build_state {
-  uint32_t phases = 0;  // done: 1 the quantiser, 2 the first graph, 2 + i Vamana pass i
+  uint32_t phases = 0;  // done: build_report::resumed_phases says what each is
   std::vector<float> codebook;
   std::vector<uint8_t> codes;
-  std::vector<std::vector<uint32_t>> adj;  // from phase 2
+  std::vector<std::vector<uint32_t>> adj;  // from phase 2 (sharded: rows of shards not yet merged have none)
 };
 
 // What a build's result depends on: the vectors' bytes (their CRC-32C),
-// their shape, the metric, and the options that shape the index.
-uint64_t build_fingerprint(const vector_set& data, metric m, const build_options& o, uint32_t subspaces);
+// their shape, the metric, and the options that shape the index (sharded:
+// the shards' size and the passes, which shape each shard's graph).
+uint64_t build_fingerprint(const vector_set& data, metric m, const build_options& o, uint32_t subspaces,
+                           uint64_t shard_vectors);
 
 // The state saved at `file` for this fingerprint; phases 0 where there is
 // none, it is another build's, or it does not match its checksum (then the

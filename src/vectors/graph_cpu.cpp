@@ -101,7 +101,7 @@ class cpu_engine final : public graph_engine {
         }
       }
       for (uint32_t y : adj_[p]) seen_list_.push_back({e_.dist(p, y), y});
-      return e_.prune(e_.sorted_unique(p, std::move(seen_list_)));
+      return e_.prune(sorted_unique(p, std::move(seen_list_)));
     }
 
    private:
@@ -145,25 +145,8 @@ class cpu_engine final : public graph_engine {
  private:
   float dist(uint64_t a, uint64_t b) const { return row_l2(r_.x + a * r_.dim, r_.x + b * r_.dim, r_.dim); }
 
-  // RobustPrune: from candidates sorted nearest first (unique, without p),
-  // keep a candidate unless a kept one is nearer to it, by alpha, than p is.
   std::vector<uint32_t> prune(const std::vector<candidate>& c) const {
-    std::vector<uint32_t> out;
-    std::vector<char> gone(c.size(), 0);
-    for (size_t i = 0; i < c.size() && out.size() < s_.degree; ++i) {
-      if (gone[i]) continue;
-      out.push_back(c[i].id);
-      for (size_t j = i + 1; j < c.size(); ++j)
-        if (!gone[j] && s_.alpha * dist(c[i].id, c[j].id) <= c[j].d) gone[j] = 1;
-    }
-    return out;
-  }
-  std::vector<candidate> sorted_unique(uint64_t p, std::vector<candidate> c) const {
-    c.erase(std::remove_if(c.begin(), c.end(), [&](const candidate& x) { return x.id == p || x.id == no_neighbour; }),
-            c.end());
-    std::sort(c.begin(), c.end());
-    c.erase(std::unique(c.begin(), c.end()), c.end());  // equal ids have equal distances: adjacent
-    return c;
+    return robust_prune(c, s_.degree, s_.alpha, [&](uint32_t a, uint32_t b) { return dist(a, b); });
   }
 
   float_rows r_;

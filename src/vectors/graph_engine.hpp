@@ -4,6 +4,7 @@
 // candidates by (distance, id) and keep the same lists. build.cpp drives
 // them; a GPU build therefore writes the file a CPU build writes.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -32,6 +33,31 @@ struct candidate {
   bool operator<(const candidate& o) const { return d < o.d || (d == o.d && id < o.id); }
   bool operator==(const candidate& o) const { return id == o.id; }
 };
+
+// Candidates for node p nearest first, without p, unused slots or repeats.
+inline std::vector<candidate> sorted_unique(uint64_t p, std::vector<candidate> c) {
+  c.erase(std::remove_if(c.begin(), c.end(), [&](const candidate& x) { return x.id == p || x.id == no_neighbour; }),
+          c.end());
+  std::sort(c.begin(), c.end());
+  c.erase(std::unique(c.begin(), c.end()), c.end());  // equal ids have equal distances: adjacent
+  return c;
+}
+
+// RobustPrune (DiskANN): from candidates sorted nearest first (unique,
+// without p), keep a candidate unless a kept one is nearer to it, by alpha,
+// than p is. dist(a, b): the distance between candidates a and b (ids).
+template <class Dist>
+std::vector<uint32_t> robust_prune(const std::vector<candidate>& c, uint32_t degree, float alpha, Dist&& dist) {
+  std::vector<uint32_t> out;
+  std::vector<char> gone(c.size(), 0);
+  for (size_t i = 0; i < c.size() && out.size() < degree; ++i) {
+    if (gone[i]) continue;
+    out.push_back(c[i].id);
+    for (size_t j = i + 1; j < c.size(); ++j)
+      if (!gone[j] && alpha * dist(c[i].id, c[j].id) <= c[j].d) gone[j] = 1;
+  }
+  return out;
+}
 
 // The parameters every graph step shares.
 struct graph_shape {

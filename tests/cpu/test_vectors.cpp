@@ -291,6 +291,75 @@ TEST(VectorSearch, AnInterruptedBuildResumesToTheSameFile) {
             0u);
 }
 
+// Out of core: a set built in overlapping shards (each held alone, then
+// merged) answers as well as one built at once, for both metrics and the
+// inner product's extra coordinate; the same file whatever the threads; a
+// build stopped after a shard resumes to the same file.
+TEST(VectorSearch, AShardedBuildAnswersAsWellAsOneBuiltAtOnce) {
+  struct shape {
+    vector_type t;
+    metric m;
+    uint32_t dim;
+  };
+  const uint64_t count = test::scale_div > 1 ? 2500 : 4000;
+  for (const shape sh : {shape{vector_type::f32, metric::l2, 32}, shape{vector_type::f16, metric::inner_product, 24}}) {
+    SCOPED_TRACE(std::string(type_name(sh.t)) + " " + metric_name(sh.m));
+    build_options bo;
+    bo.degree = 24;
+    bo.list = 48;
+    const vectors_case c(count, sh.dim, sh.t, sh.m, test::scale_div > 1 ? 60 : 200, bo);
+    EXPECT_EQ(c.report.shards, 0u);
+    scratch_file sharded("sharded.dwv");
+    build_options so = bo;
+    so.shard_vectors = min_shard_vectors;
+    so.threads = 3;
+    const build_report r = build_index(c.base, sh.m, sharded.path(), so);
+    // 2n memberships over shards of at most 1,024 rows.
+    EXPECT_GE(r.shards, 2 * count / min_shard_vectors);
+    EXPECT_GT(r.edges, count * 4);
+    search_options o;
+    o.k = 10;
+    o.list = 16;  // short: the graph's quality shows
+    auto recall = [&](const std::string& path) {
+      auto cache = make_host_page_cache(embedded_link(), small_cache(48));
+      vector_index index(cache, path);
+      std::vector<uint32_t> ids(c.nq * o.k);
+      std::vector<float> d(c.nq * o.k);
+      const search_counts n = index.search(c.queries.data(), c.nq, o, ids.data(), d.data(), 4);
+      EXPECT_EQ(n.bad_ids, 0u);
+      return recall_at(10, ids.data(), 10, c.truth_ids.data(), c.truth_k, c.nq);
+    };
+    const double at_once = recall(c.index.path()), in_shards = recall(sharded.path());
+    std::printf("  %s: recall@10 %.3f at once, %.3f in %u shards\n", metric_name(sh.m), at_once, in_shards, r.shards);
+    EXPECT_GE(in_shards, 0.85) << "recall@10 " << in_shards;
+    EXPECT_GE(in_shards, at_once - 0.03) << "at once " << at_once << ", in shards " << in_shards;
+    if (sh.m != metric::l2) continue;
+    // One thread writes the same bytes.
+    scratch_file again("sharded-again.dwv");
+    so.threads = 1;
+    build_index(c.base, sh.m, again.path(), so);
+    EXPECT_EQ(file_bytes(sharded.path()), file_bytes(again.path()));
+    // Stopped after the quantiser and the first shard: resumed, the same file.
+    scratch_file resumed("sharded-resumed.dwv");
+    uint32_t calls = 0;
+    so.keep_going = [&] { return ++calls < 2; };
+    EXPECT_THROW(build_index(c.base, sh.m, resumed.path(), so), error);
+    so.keep_going = nullptr;
+    EXPECT_EQ(build_index(c.base, sh.m, resumed.path(), so).resumed_phases, 2u);
+    EXPECT_EQ(file_bytes(sharded.path()), file_bytes(resumed.path()));
+    so.threads = 3;
+    // Another shard size does not take that state.
+    EXPECT_THROW(build_index(c.base, sh.m, resumed.path(), [&] {
+                   build_options x = so;
+                   x.keep_going = [] { return false; };
+                   return x;
+                 }()),
+                 error);
+    so.shard_vectors = 2 * min_shard_vectors;
+    EXPECT_EQ(build_index(c.base, sh.m, resumed.path(), so).resumed_phases, 0u);
+  }
+}
+
 TEST(VectorSearch, BadOptionsAreRefusedByName) {
   const vectors_case c(500, 16, vector_type::f32, metric::l2, 3);
   auto expect_error = [&](search_options o, const char* words) {
@@ -338,6 +407,14 @@ TEST(VectorSearch, BadOptionsAreRefusedByName) {
   bo = {};
   bo.pq_subspaces = 5;
   EXPECT_THROW(build_index(c.base, metric::l2, out.path(), bo), error);
+  bo = {};
+  bo.shard_vectors = 100;
+  try {
+    build_index(c.base, metric::l2, out.path(), bo);
+    ADD_FAILURE() << "shards of 100 accepted";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("shard_vectors 100 (0, or at least 1024)"), std::string::npos) << e.what();
+  }
 }
 
 TEST(VectorSearch, DamagedFilesAreRefusedByName) {

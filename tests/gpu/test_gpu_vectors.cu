@@ -172,6 +172,34 @@ TEST(GpuVectorBuild, NodesRedoneOnTheCpuGiveTheSameFile) {
   EXPECT_EQ(bytes_of(c.index.path()), bytes_of(on_gpu.path()));
 }
 
+// Out of core: a sharded GPU build (each shard's graph on the GPU, merged
+// on the host) writes the sharded CPU build's file, byte for byte; and the
+// GPU's own shard size (its free memory over a vector's share) holds this
+// small set at once and millions of vectors on a GPU of tens of GiB.
+TEST(GpuVectorBuild, AShardedBuildWritesTheCpuBuildsFile) {
+  build_options bo;
+  bo.degree = 24;
+  bo.list = 48;
+  bo.resume = false;
+  bo.shard_vectors = 8000;
+  const vectors_case c(30000, 64, vector_type::u8, metric::l2, 10, bo);
+  EXPECT_GE(c.report.shards, 7u);
+  scratch_file on_gpu("gpu-sharded.dwv");
+  const auto t = std::chrono::steady_clock::now();
+  const build_report r = build_index_on_gpu(c.base, metric::l2, on_gpu.path(), bo);
+  std::printf("  30000 x 64 uint8 in %u shards: CPU build %.2f s, GPU build %.2f s\n", r.shards,
+              c.report.quantiser_seconds + c.report.graph_seconds,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+  EXPECT_EQ(r.shards, c.report.shards);
+  EXPECT_EQ(bytes_of(c.index.path()), bytes_of(on_gpu.path()));
+  const uint64_t fits = gpu_build_capacity(129, 32);
+  std::printf("  the GPU build holds %llu vectors of 128 dimensions at once\n", (unsigned long long)fits);
+  EXPECT_GT(fits, 1000000u);
+  bo.shard_vectors = 0;
+  scratch_file whole("gpu-whole.dwv");
+  EXPECT_EQ(build_index_on_gpu(c.base, metric::l2, whole.path(), bo).shards, 0u);
+}
+
 TEST(GpuVectorSearch, ADamagedRecordIsNamed) {
   const vectors_case c(3000, 32, vector_type::f32, metric::l2, 50);
   const index_header h = index_file(c.index.path()).header();

@@ -26,6 +26,8 @@ typedef struct dw_vectors_build_options {
   uint32_t page_bytes;   /* 0: the smallest power of two >= 4096 holding a record */
   uint32_t threads;      /* 0: every core */
   float alpha;           /* RobustPrune's, 1 to 4; 0: 1.2 */
+  uint64_t shard_vectors; /* out of core: the graph built in overlapping shards of at most this many vectors
+                             (>= 1024), merged; 0: the whole set at once */
 } dw_vectors_build_options;
 
 typedef struct dw_vectors_build_info {

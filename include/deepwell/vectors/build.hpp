@@ -4,7 +4,8 @@
 // sharing one of its two nearest coarse clusters, pruned to `degree`
 // diverse neighbours (DiskANN's RobustPrune with `alpha`) with reverse edges
 // added, then `passes` Vamana passes: each vector's list rebuilt from a
-// greedy search for it on the previous pass's graph. Every step depends on
+// greedy search for it on the previous pass's graph; for a set larger than
+// `shard_vectors`, that graph a shard at a time, the shards merged. Every step depends on
 // the data and the options only (never on thread timing): the same input
 // gives the same file. The records are laid out by `layout`; a search
 // answers with the rows' numbers (the index's labels) either way.
@@ -23,6 +24,8 @@ enum class record_layout : uint32_t {
   by_row = 1,          // the rows' order
 };
 
+constexpr uint64_t min_shard_vectors = 1024;
+
 struct build_options {
   uint32_t degree = 32;        // neighbours a node at most (R)
   uint32_t list = 64;          // the passes' search list (L)
@@ -34,6 +37,14 @@ struct build_options {
   uint64_t seed = 1;           // recorded (the build itself is deterministic)
   unsigned threads = 0;        // 0: every core
   bool progress = false;       // phases on stderr
+  // Out of core: the most vectors whose graph is built in memory at once.
+  // A larger set is built in overlapping shards of at most this many,
+  // merged (DiskANN's sharded build): only a shard's rows (as floats) and
+  // its graph's working memory are held at a time, beside the whole graph
+  // (4 x degree bytes a vector) and the codes. 0: the whole set at once on
+  // CPU threads; on the GPU (build_index_on_gpu), shards sized to its free
+  // memory where the set does not fit. At least min_shard_vectors.
+  uint64_t shard_vectors = 0;
   // Each phase's result kept beside the index (INDEX.build, removed once
   // the index is written), and a build that finds one of the same input and
   // options resumes after its last finished phase.
@@ -46,7 +57,10 @@ struct build_options {
 struct build_report {
   uint64_t vectors = 0, edges = 0;
   uint32_t pq_subspaces = 0;
-  uint32_t resumed_phases = 0;  // phases a kept state had done (1: the quantiser, 2: the first graph, 2 + i: pass i)
+  uint32_t shards = 0;          // 0: the graph built in memory at once
+  // Phases a kept state had done: 1 the quantiser; then in memory 2 the
+  // first graph, 2 + i pass i; sharded, 1 + s the first s shards.
+  uint32_t resumed_phases = 0;
   double quantiser_seconds = 0, graph_seconds = 0, write_seconds = 0;
   // Parts of those: the first graph's and the passes' steps (graph), the
   // records' order (write), and saving the states a resume starts from

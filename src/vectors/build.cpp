@@ -68,13 +68,23 @@ class builder {
     // Held rows in one step; otherwise a block of rows at a time.
     const uint64_t chunk = rows_.held() ? n_ : uint64_t(1) << 18;
     std::vector<uint32_t> code;
-    std::vector<float> scratch;
+    std::vector<float> scratch, part;
     for (uint64_t first = 0; first < n_; first += chunk) {
       const uint64_t count = std::min(chunk, n_ - first);
-      const float* x = rows_.rows(first, count, scratch);
+      const float* x = rows_.rows(first, count, scratch, o_.threads);
       code.resize(count);
       for (uint32_t sub = 0; sub < m; ++sub) {
-        engine_->nearest(x + sub * sub_dim_, count, sub_dim_, row_, &codebook_[uint64_t(sub) * pq_centroids * sub_dim_],
+        const float* pts = x + sub * sub_dim_;
+        uint64_t stride = row_;
+        if (!rows_.held()) {  // the subspace's columns alone: what a GPU engine copies
+          part.resize(count * sub_dim_);
+          detail::parallel_for(count, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
+            for (uint64_t i = b; i < e; ++i) std::memcpy(&part[i * sub_dim_], x + i * row_ + sub * sub_dim_, 4ull * sub_dim_);
+          });
+          pts = part.data();
+          stride = sub_dim_;
+        }
+        engine_->nearest(pts, count, sub_dim_, stride, &codebook_[uint64_t(sub) * pq_centroids * sub_dim_],
                          pq_centroids, 1, code.data());
         detail::parallel_for(count, o_.threads, [&](unsigned, uint64_t b, uint64_t e) {
           for (uint64_t i = b; i < e; ++i) codes_[(first + i) * m + sub] = uint8_t(code[i]);

@@ -44,10 +44,12 @@ void row_source::hold_all() {
   });
 }
 
-const float* row_source::rows(uint64_t first, uint64_t n, std::vector<float>& scratch) const {
+const float* row_source::rows(uint64_t first, uint64_t n, std::vector<float>& scratch, unsigned threads) const {
   if (!held_.empty()) return &held_[first * width_];
   scratch.resize(n * width_);
-  for (uint64_t i = 0; i < n; ++i) row(first + i, &scratch[i * width_]);
+  detail::parallel_for(n, threads, [&](unsigned, uint64_t b, uint64_t e) {
+    for (uint64_t i = b; i < e; ++i) row(first + i, &scratch[i * width_]);
+  });
   return scratch.data();
 }
 

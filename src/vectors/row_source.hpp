@@ -25,8 +25,9 @@ class row_source {
   void hold_all();
   const float* held() const { return held_.empty() ? nullptr : held_.data(); }
 
-  // Rows [first, first + n): the held ones in place, or converted into `scratch`.
-  const float* rows(uint64_t first, uint64_t n, std::vector<float>& scratch) const;
+  // Rows [first, first + n): the held ones in place, or converted into
+  // `scratch` on `threads` threads.
+  const float* rows(uint64_t first, uint64_t n, std::vector<float>& scratch, unsigned threads = 1) const;
   // Row ids[i] into out[i * width()], i < n, on `threads` threads.
   void gather(const uint32_t* ids, uint64_t n, float* out, unsigned threads) const;
   void row(uint64_t i, float* out) const;

@@ -38,7 +38,7 @@ sharded_graph::sharded_graph(const row_source& rows, const build_options& o, con
   for (uint64_t first = 0; first < n; first += chunk) {
     const uint64_t c = std::min(chunk, n - first);
     near.resize(2 * c);
-    sample_engine.nearest(rows.rows(first, c, scratch), c, w, w, centres.data(), k, 2, near.data());
+    sample_engine.nearest(rows.rows(first, c, scratch, o.threads), c, w, w, centres.data(), k, 2, near.data());
     for (uint64_t i = 0; i < c; ++i)
       for (uint32_t way = 0; way < 2; ++way) members[near[2 * i + way]].push_back(uint32_t(first + i));
   }

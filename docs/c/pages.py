@@ -160,11 +160,15 @@ PAGES = {
     "dw_vectors_build_options_init": ("Fills `*o` with the build's defaults: `size` = "
                                       "`sizeof(dw_vectors_build_options)`, degree 32, list 64, two Vamana passes, "
                                       "alpha 1.2, 0 (the library's choice) in the quantiser and page fields, every "
-                                      "core.", None, ["dw_vectors_build"]),
+                                      "core, `shard_vectors` 0 (the graph built at once).", None, ["dw_vectors_build"]),
     "dw_vectors_build": ("Builds the vector index of `count` x `dim` vectors of `type` (`DW_VECTORS_F32`, `F16`, "
                          "`U8`; host memory, row after row) for `metric` (`DW_VECTORS_L2`, `DW_VECTORS_IP`) into "
                          "`path`, on CPU threads: written beside it, synced, then renamed. The same input and "
-                         "options give the same file. `o` and `info` may be NULL. A NaN or an infinity in the "
+                         "options give the same file. With `o->shard_vectors` (at least 1024) a larger set's "
+                         "graph is built out of core, in overlapping shards of at most that many vectors merged "
+                         "into one graph: only one shard's rows and its working memory are held at a time. An `o` "
+                         "whose `size` ends before `shard_vectors` (32 bytes, the first layout) builds at once. "
+                         "`o` and `info` may be NULL. A NaN or an infinity in the "
                          "vectors, or an option out of range, is named.", ["DW_EIO"], ["dw_vectors_open"]),
     "dw_vectors_options_init": ("Fills `*o` with the defaults: `size` = `sizeof(dw_vectors_options)`, the cache "
                                 "fields from the environment or the built-in defaults, a host cache, `page_size` 0 "

@@ -340,12 +340,22 @@ build_report build_index_with(const vector_set& data, metric m, const std::strin
   if (o.resume) kept = load_build_state(state_file, fingerprint, data.count, o.degree);
   auto t = clock_type::now();
   builder b(data, m, o, make, shard_vectors);
-  auto done = [&](uint32_t phases, const char* name) {
-    const auto saving = clock_type::now();
-    if (o.resume) b.save(state_file, fingerprint, phases);
-    r.state_seconds += since(saving);
-    if (o.keep_going && !o.keep_going())
-      throw error(what + ": stopped after " + name + " (kept in " + state_file + "; build again to resume)");
+  // A state save writes the whole graph so far. After a shard (there may be
+  // thousands) it is skipped while the work since the last save is under
+  // ten times that save's cost: saves stay under a tenth of the build, and a
+  // crash loses at most ten saves' worth of shards. A stop always saves.
+  auto last_saved = clock_type::now();
+  double last_save_seconds = 0;
+  auto done = [&](uint32_t phases, const char* name, bool may_skip = false) {
+    const bool stop = o.keep_going && !o.keep_going();
+    if (o.resume && (stop || !may_skip || since(last_saved) >= 10 * last_save_seconds)) {
+      const auto saving = clock_type::now();
+      b.save(state_file, fingerprint, phases);
+      last_save_seconds = since(saving);
+      r.state_seconds += last_save_seconds;
+      last_saved = clock_type::now();
+    }
+    if (stop) throw error(what + ": stopped after " + name + " (kept in " + state_file + "; build again to resume)");
   };
   // In memory the phases are the quantiser, the first graph and the
   // passes; sharded, the quantiser and the shards.
@@ -368,7 +378,7 @@ build_report build_index_with(const vector_set& data, metric m, const std::strin
       const auto step = clock_type::now();
       b.merge_shard(s);
       r.passes_seconds += since(step);
-      done(2 + s, "a shard");
+      done(2 + s, "a shard", true);
     }
   } else {
     if (kept.phases < 2) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 
 #include "../common/vectors_case.hpp"
 #include "cache_test_support.hpp"
@@ -347,6 +348,20 @@ TEST(VectorSearch, AShardedBuildAnswersAsWellAsOneBuiltAtOnce) {
     so.keep_going = nullptr;
     EXPECT_EQ(build_index(c.base, sh.m, resumed.path(), so).resumed_phases, 2u);
     EXPECT_EQ(file_bytes(sharded.path()), file_bytes(resumed.path()));
+    // Killed after the third shard, with no stop to save on (a shard's save
+    // may have been skipped): resumed from whatever state was kept, the same file.
+    scratch_file killed("sharded-killed.dwv");
+    calls = 0;
+    so.keep_going = [&]() -> bool {
+      if (++calls == 4) throw std::runtime_error("killed");
+      return true;
+    };
+    EXPECT_THROW(build_index(c.base, sh.m, killed.path(), so), std::runtime_error);
+    so.keep_going = nullptr;
+    const uint32_t kept = build_index(c.base, sh.m, killed.path(), so).resumed_phases;
+    EXPECT_GE(kept, 1u);
+    EXPECT_LE(kept, 4u);
+    EXPECT_EQ(file_bytes(sharded.path()), file_bytes(killed.path()));
     so.threads = 3;
     // Another shard size does not take that state.
     EXPECT_THROW(build_index(c.base, sh.m, resumed.path(), [&] {

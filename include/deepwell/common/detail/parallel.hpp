@@ -7,18 +7,23 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 namespace deepwell::detail {
 
+// `requested` threads (0: every core), at most four a core: the work is
+// CPU-bound, and a caller's huge count (a typo, a hostile option) would
+// otherwise spend its time creating threads or run out of them.
 inline unsigned thread_count(unsigned requested) {
-  if (requested) return requested;
-  return std::max(1u, std::thread::hardware_concurrency());
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return requested ? std::min(requested, 4 * cores) : cores;
 }
 
 // fn(thread_index, begin, end). The first exception thrown by any chunk is
-// rethrown on the caller after all threads finish.
+// rethrown on the caller after all threads finish. Where the system refuses
+// another thread, the caller's thread runs the remaining chunks itself.
 template <class Fn>
 void parallel_for(uint64_t n, unsigned threads, Fn&& fn) {
   threads = unsigned(std::max<uint64_t>(1, std::min<uint64_t>(thread_count(threads), n)));
@@ -30,16 +35,23 @@ void parallel_for(uint64_t n, unsigned threads, Fn&& fn) {
   std::mutex m;
   std::vector<std::thread> pool;
   const uint64_t chunk = (n + threads - 1) / threads;
-  for (unsigned t = 0; t < threads; ++t) {
+  auto run = [&](unsigned t) {
     const uint64_t b = std::min(n, t * chunk), e = std::min(n, b + chunk);
-    pool.emplace_back([&, t, b, e] {
-      try {
-        fn(t, b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> l(m);
-        if (!first) first = std::current_exception();
-      }
-    });
+    try {
+      fn(t, b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> l(m);
+      if (!first) first = std::current_exception();
+    }
+  };
+  pool.reserve(threads);
+  for (unsigned t = 0; t < threads; ++t) {
+    try {
+      pool.emplace_back(run, t);
+    } catch (const std::system_error&) {
+      for (unsigned u = t; u < threads; ++u) run(u);
+      break;
+    }
   }
   for (auto& th : pool) th.join();
   if (first) std::rethrow_exception(first);

@@ -227,10 +227,29 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     return call(std::move(m));
   }
 
+  // A text reply, read from its memfd where it is longer than a message.
   std::string text_call(wire::op o) const {
     wire::message m;
     m.h.op = uint16_t(o);
-    return call(std::move(m)).text;
+    wire::message r = call(std::move(m));
+    if (r.fd < 0) return std::move(r.text);
+    const int fd = r.fd;
+    std::string text;
+    if (r.h.c == wire::long_text && r.h.x <= wire::long_text_max) {
+      text.resize(r.h.x);
+      for (size_t got = 0; got < text.size();) {
+        const ssize_t n = pread(fd, text.data() + got, text.size() - got, off_t(got));
+        if (n <= 0) {
+          close(fd);
+          throw error("deepwell server " + path_ + ": reading a long " + wire::op_name(uint16_t(o)) + " reply failed");
+        }
+        got += size_t(n);
+      }
+    }
+    close(fd);
+    if (r.h.c != wire::long_text || r.h.x > wire::long_text_max)
+      throw error("deepwell server " + path_ + ": a " + wire::op_name(uint16_t(o)) + " reply with an unexpected descriptor");
+    return text;
   }
 
   static namespace_info dataset_reply(const wire::message& r) {

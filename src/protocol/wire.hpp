@@ -20,6 +20,10 @@ namespace deepwell::wire {
 constexpr uint32_t magic = 0x56535744;  // "DWSV"
 constexpr uint16_t version = 1;
 constexpr size_t max_text = 60 * 1024;  // a message stays under the socket's default buffer
+// A text reply (stats, dump, list) longer than max_text comes whole in a
+// sealed memfd: h.c = long_text, h.x its bytes, fd. Never cut short.
+constexpr uint32_t long_text = 0x4C4F4E47;  // "LONG"
+constexpr uint64_t long_text_max = 64ull << 20;
 
 enum class op : uint16_t {
   hello = 1,             // text: the client's name -> a: protocol version, b: client id, text: server

@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -260,6 +261,7 @@ struct section_state {
 // What a uid's sections take, over the server's life (config.hpp says why).
 struct section_usage {
   uint32_t sections = 0;
+  uint32_t refused = 0;  // requests refused after work began (reading sums): they count against the limit too
   uint64_t sums_bytes = 0;
 };
 
@@ -305,6 +307,14 @@ struct server::impl {
   // (file_system), since pages of theirs may still be in its cache.
   std::vector<std::pair<uint32_t, std::shared_ptr<target>>> tree_pool;
   uint32_t tree_namespaces = 0;  // made so far (in sessions or the pool)
+  // Descriptors tree sessions' files and directories may hold, counted as
+  // they open and close: half the server's RLIMIT_NOFILE in all (the rest
+  // is for sockets, queue pairs' memfds, engines) and half of that for one
+  // uid, so that one user's opens cannot take the descriptors the server
+  // needs for everyone else. An open past either is EMFILE for that op.
+  int64_t tree_fd_budget = 512;
+  std::shared_ptr<std::atomic<int64_t>> tree_fds_left = std::make_shared<std::atomic<int64_t>>(512);
+  std::map<uint32_t, std::shared_ptr<std::atomic<int64_t>>> tree_fd_shares;  // by uid, kept while the server runs
   std::map<uint32_t, int> tree_owners;  // a session's nsid -> its owner's socket
   // Tree batches with the workers, by session (nsid); and sessions ended
   // while some were: their namespaces are reset and pooled once the last
@@ -724,6 +734,36 @@ wire::message refuse(wire::status s, std::string text) {
   r.text = std::move(text);
   return r;
 }
+
+// A text reply whole: in the message, or where it is longer than one, in a
+// sealed memfd the client reads (wire::long_text). Past long_text_max, or
+// where no memfd can be made, a refusal that says so: never text cut short.
+wire::message text_reply(std::string text, const char* what) {
+  wire::message r;
+  if (text.size() <= wire::max_text) {
+    r.text = std::move(text);
+    return r;
+  }
+  if (text.size() > wire::long_text_max)
+    return refuse(wire::status::limit, std::string(what) + " is " + std::to_string(text.size()) + " bytes, past " +
+                                           std::to_string(wire::long_text_max));
+  const int fd = memfd_create("deepwell-reply", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return refuse(wire::status::failed, errno_message(std::string("a memfd for ") + what, errno));
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      const int e = errno;
+      close(fd);
+      return refuse(wire::status::failed, errno_message(std::string("writing ") + what + " to a memfd", e));
+    }
+    done += size_t(n);
+  }
+  fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  r.fd = fd;
+  r.h.c = wire::long_text;
+  r.h.x = text.size();
+  return r;
+}
 }  // namespace
 
 const dataset_state* server::impl::visible(const client_state& c, uint32_t nsid) const {
@@ -832,8 +872,12 @@ wire::message server::impl::open_tree(client_state& c, const wire::message& m) {
   q.writable = writable;
   q.max_open = t.files = m.h.c;
   q.max_dirs = t.dirs = m.h.d;
+  auto quota = std::make_shared<detail::descriptor_quota>();
+  auto& share = tree_fd_shares[c.uid];
+  if (!share) share = std::make_shared<std::atomic<int64_t>>(tree_fd_budget / 2);
+  quota->pools = {share, tree_fds_left};
   try {
-    t.session = detail::make_local_tree(q, t.windows, nsid, detail::tree_first_window, /*for_server=*/true);
+    t.session = detail::make_local_tree(q, t.windows, nsid, detail::tree_first_window, /*for_server=*/true, quota);
   } catch (const std::exception& e) {
     tree_pool.emplace_back(nsid, std::move(t.windows));
     return refuse(wire::status::failed, "the tree " + d->name + ": " + e.what());
@@ -1008,9 +1052,10 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
     return section_reply(c, sec);
   }
   section_usage& use = section_use[c.uid];
-  if (use.sections >= cfg.max_sections_per_uid)
+  if (use.sections + use.refused >= cfg.max_sections_per_uid)
     return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " has made " + std::to_string(use.sections) +
-                                           " sections, the limit (max_sections_per_uid)");
+                                           " sections and had " + std::to_string(use.refused) +
+                                           " refused, the limit (max_sections_per_uid)");
   const uint64_t sums = sums_memory(q);
   if (sums > cfg.max_section_sums_per_uid - std::min(use.sums_bytes, cfg.max_section_sums_per_uid))
     return refuse(wire::status::limit, "the section's sums would take " + std::to_string(sums) +
@@ -1020,11 +1065,19 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
   if (ctl->namespace_count() >= controller::max_namespaces)
     return refuse(wire::status::limit, "the server has no namespace left for a section (" +
                                            std::to_string(controller::max_namespaces) + " in all)");
+  try {
+    detail::check_section_request(*d->data, q);
+  } catch (const error& e) {
+    return refuse(wire::status::bad_request, std::string("open_section: ") + e.what());
+  }
   section_state sec;
   try {
     sec.data = detail::make_section_target(d->data, q);
     sec.nsid = ctl->add_namespace({sec.data, q.block_size, !q.writable});
   } catch (const error& e) {
+    // Refused after the checks, it cost the server work (its sums read):
+    // it counts, so that repeating it is bounded.
+    use.refused += 1;
     return refuse(wire::status::bad_request, std::string("open_section: ") + e.what());
   }
   sec.dataset = d;
@@ -1274,12 +1327,9 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       if (!c.operator_view)
         return refuse(wire::status::denied, "dump shows every client's queues: uid " + std::to_string(c.uid) +
                                                 " is not an operator of this server ([[operator]] in its config)");
-      return wire::message{{}, ctl->dump(), -1};
-    case wire::op::stats: {
-      wire::message r;
-      r.text = stats_json(c.operator_view ? nullptr : &c);
-      return r;
-    }
+      return text_reply(ctl->dump(), "the dump");
+    case wire::op::stats:
+      return text_reply(stats_json(c.operator_view ? nullptr : &c), "the stats");
     case wire::op::list: {
       std::string t;
       for (const dataset_state& d : datasets) {
@@ -1288,7 +1338,7 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
         t += std::to_string(d.nsid) + " " + d.cfg->name + " " + ((g & access_grants::write) ? "rw" : "r") + " " +
              std::to_string(d.bytes) + "\n";
       }
-      return wire::message{{}, t, -1};
+      return text_reply(std::move(t), "the list");
     }
   }
   return refuse(wire::status::bad_request, "unknown request " + std::to_string(m.h.op));
@@ -1520,6 +1570,10 @@ server::server(server_config cfg) : impl_(std::make_unique<impl>()) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
+  s.tree_fd_budget = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                         ? std::max<int64_t>(64, int64_t(rl.rlim_cur) / 2)
+                         : int64_t(1) << 20;
+  s.tree_fds_left->store(s.tree_fd_budget);
   s.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   s.open_datasets();
   s.bind_socket();

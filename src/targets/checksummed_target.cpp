@@ -1,6 +1,7 @@
 // Block checksums kept in a second target (include/deepwell/targets/checksummed_target.hpp).
 #include "deepwell/targets/checksummed_target.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -32,6 +33,7 @@ class checksummed_target_impl;
 
 struct sum_request {
   checksummed_target_impl* self = nullptr;
+  io_engine* io = nullptr;  // a read's: where a mismatch is read again
   void* buf = nullptr;
   uint32_t len = 0;
   uint64_t offset = 0;
@@ -109,7 +111,9 @@ class checksummed_target_impl final : public checksummed_target {
 
   void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
     sum_request* r = request(buf, len, offset, done);
-    if (r) data_->read(io, buf, len, offset, {&on_read, r});
+    if (!r) return;
+    r->io = &io;
+    data_->read(io, buf, len, offset, {&on_read, r});
   }
 
   void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) override {
@@ -151,25 +155,62 @@ class checksummed_target_impl final : public checksummed_target {
   }
 
  private:
+  // The block of a read whose bytes do not match their sum, or UINT64_MAX.
+  uint64_t first_mismatch(const uint8_t* buf, uint32_t len, uint64_t offset) const {
+    for (uint32_t i = 0; i < len / block_; ++i) {
+      const uint64_t b = offset / block_ + i;
+      if (b >= blocks_) break;
+      if (block_sum(buf + uint64_t(i) * block_, block_) != sums_[b].load(std::memory_order_relaxed)) return b;
+    }
+    return UINT64_MAX;
+  }
+
+  // The read fails on a mismatch. The buffer it checked may be memory its
+  // client can write (a server's staging), so before the mismatch counts
+  // in the target's checks, which every client of a shared section sees,
+  // the block is read again into memory of this process and checked there:
+  // only storage's own bad bytes are counted, never a client's scribbles.
   static void on_read(void* ctx, int64_t result) {
     auto* r = static_cast<sum_request*>(ctx);
     checksummed_target_impl* self = r->self;
     const io_callback done = r->done;
     if (result == int64_t(r->len) && self->verify_.load(std::memory_order_relaxed)) {
-      for (uint32_t i = 0; i < r->len / self->block_; ++i) {
-        const uint64_t b = r->offset / self->block_ + i;
-        if (b >= self->blocks_) break;
-        const uint32_t want = self->sums_[b].load(std::memory_order_relaxed);
-        if (block_sum(static_cast<const uint8_t*>(r->buf) + uint64_t(i) * self->block_, self->block_) != want) {
-          self->mismatches_.fetch_add(1, std::memory_order_relaxed);
-          self->last_bad_.store(b, std::memory_order_relaxed);
-          result = -EBADMSG;
-          break;
-        }
-      }
+      const uint64_t bad = self->first_mismatch(static_cast<const uint8_t*>(r->buf), r->len, r->offset);
+      if (bad != UINT64_MAX) return self->read_again(r, bad);
     }
     request_pool::give(r);
     done(result);
+  }
+
+  struct recheck {
+    sum_request* r;
+    uint64_t block;
+    uint8_t* copy;
+  };
+  void read_again(sum_request* r, uint64_t block) {
+    const size_t align = std::max<size_t>({data_->memory_alignment(), data_->io_alignment(), 64});
+    auto* c = new recheck{r, block, static_cast<uint8_t*>(std::aligned_alloc(align, (block_ + align - 1) / align * align))};
+    if (!c->copy) {  // not counted: it could not be told from a client's scribble
+      delete c;
+      const io_callback done = r->done;
+      request_pool::give(r);
+      return done(-EBADMSG);
+    }
+    data_->read(*r->io, c->copy, block_, block * block_, {&on_recheck, c});
+  }
+  static void on_recheck(void* ctx, int64_t result) {
+    auto* c = static_cast<recheck*>(ctx);
+    sum_request* r = c->r;
+    checksummed_target_impl* self = r->self;
+    if (result == int64_t(self->block_) && self->first_mismatch(c->copy, self->block_, c->block * self->block_) != UINT64_MAX) {
+      self->mismatches_.fetch_add(1, std::memory_order_relaxed);
+      self->last_bad_.store(c->block, std::memory_order_relaxed);
+    }
+    std::free(c->copy);
+    delete c;
+    const io_callback done = r->done;
+    request_pool::give(r);
+    done(-EBADMSG);  // the requester's bytes did not match, whoever changed them
   }
 
   static void on_write(void* ctx, int64_t result) {

@@ -120,10 +120,18 @@ class checked_section_target final : public checksummed_target {
   uint64_t mismatches() const override { return checked_->mismatches(); }
   uint64_t last_mismatch_block() const override { return checked_->last_mismatch_block(); }
 
+  // The mapping once the data is resident and matches every sum. A section
+  // found bad once is never checked again (a check reads all of it: asked
+  // again and again, it would be a way to keep the caller busy); its reads
+  // still go through the queues, block by checked block.
   std::shared_ptr<host_mapping> map_readonly() const override {
+    if (found_bad_.load(std::memory_order_relaxed)) return nullptr;
     std::shared_ptr<host_mapping> m = data_->map_readonly();
     if (!m || m->resident < defaults::builtin::direct_resident_share) return nullptr;
-    if (first_bad_block(m->data, m->bytes, sums_.data()) != UINT64_MAX) return nullptr;
+    if (first_bad_block(m->data, m->bytes, sums_.data()) != UINT64_MAX) {
+      found_bad_.store(true, std::memory_order_relaxed);
+      return nullptr;
+    }
     return m;
   }
 
@@ -151,6 +159,7 @@ class checked_section_target final : public checksummed_target {
   std::shared_ptr<target> data_;
   std::shared_ptr<checksummed_target> checked_;
   std::vector<uint32_t> sums_;
+  mutable std::atomic<bool> found_bad_{false};
 };
 
 }  // namespace

@@ -188,9 +188,10 @@ file_releaser& shared_releaser() {
 
 class local_tree final : public tree_session {
  public:
-  local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid, uint32_t first, bool for_server)
+  local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid, uint32_t first, bool for_server,
+             std::shared_ptr<descriptor_quota> quota)
       : req_(r), windows_(std::move(windows)), target_(dynamic_cast<window_target&>(*windows_)), nsid_(nsid),
-        first_(first), server_(for_server), files_(r.max_open), dirs_(r.max_dirs) {
+        first_(first), server_(for_server), quota_(std::move(quota)), files_(r.max_open), dirs_(r.max_dirs) {
     if (first < tree_first_window || first >= target_.windows())
       throw error("tree: first window " + std::to_string(first) + " is outside the namespace");
     if (r.name.empty()) throw error("tree: no directory named");
@@ -213,7 +214,7 @@ class local_tree final : public tree_session {
   // (the server, at the session's end).
   ~local_tree() override {
     for (auto& e : dirs_.entries)
-      if (e.used && e.value) ::closedir(e.value);
+      if (e.used && e.value) close_dir(e.value);
     for (int fd : roots_) ::close(fd);
   }
 
@@ -334,7 +335,7 @@ class local_tree final : public tree_session {
       case tree_op_kind::closedir: {
         std::lock_guard<std::mutex> lock(dirs_mutex_);
         if (!dirs_.find(op.file)) return EBADF;
-        ::closedir(dirs_.take(op.file));
+        close_dir(dirs_.take(op.file));
         return 0;
       }
     }
@@ -383,29 +384,30 @@ class local_tree final : public tree_session {
     if (const int e = path_error(c)) return e;
     const bool write = op.flags & tree_open_write, write_once = op.flags & tree_open_write_once;
     if (write_once && !write) return EINVAL;
-    if (write && !req_.writable) return EROFS;
+    // Creating a file writes the tree too, even for a read-only open.
+    if ((write || (op.flags & tree_open_create)) && !req_.writable) return EROFS;
     // O_NONBLOCK: a FIFO must not block the service; it is refused below.
     const int oflags = (write ? O_RDWR : O_RDONLY) | ((op.flags & tree_open_create) || write_once ? O_CREAT : 0) |
                        O_NONBLOCK | O_NOCTTY;
     bool direct = !write && (op.flags & tree_open_direct);
+    if (quota_ && !quota_->take()) return EMFILE;  // the uid's or the server's descriptors are taken
+    auto fail = [&](int fd, int e) {
+      if (fd >= 0) ::close(fd);
+      if (quota_) quota_->give();
+      return e;
+    };
     int fd = open_beneath(root(), c.path, oflags | (direct ? O_DIRECT : 0), 0644);
     if (fd == -EINVAL && direct) {  // a file system without O_DIRECT (tmpfs, some overlays): buffered
       direct = false;
       fd = open_beneath(root(), c.path, oflags, 0644);
     }
-    if (fd < 0) return -fd;
+    if (fd < 0) return fail(-1, -fd);
     struct stat sb {};
-    if (::fstat(fd, &sb) != 0) {
-      const int e = errno;
-      ::close(fd);
-      return e;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-      ::close(fd);
-      return S_ISDIR(sb.st_mode) ? EISDIR : EINVAL;
-    }
+    if (::fstat(fd, &sb) != 0) return fail(fd, errno);
+    if (!S_ISREG(sb.st_mode)) return fail(fd, S_ISDIR(sb.st_mode) ? EISDIR : EINVAL);
     auto f = std::make_shared<window_file>();
     f->fd = fd;
+    f->quota = quota_;  // given back when the descriptor closes
     f->path = c.path;
     f->writable = write;
     f->direct = direct;
@@ -434,18 +436,23 @@ class local_tree final : public tree_session {
 
   int opendir(tree_call& c) {
     if (const int e = path_error(c)) return e;
+    if (quota_ && !quota_->take()) return EMFILE;
     const int fd = open_beneath(root(), c.path, O_RDONLY | O_DIRECTORY, 0);
-    if (fd < 0) return -fd;
+    if (fd < 0) {
+      if (quota_) quota_->give();
+      return -fd;
+    }
     DIR* d = ::fdopendir(fd);
     if (!d) {
       const int e = errno;
       ::close(fd);
+      if (quota_) quota_->give();
       return e;
     }
     std::lock_guard<std::mutex> lock(dirs_mutex_);
     const uint64_t id = dirs_.add(d);
     if (!id) {
-      ::closedir(d);
+      close_dir(d);
       return EMFILE;
     }
     c.op.id = id;
@@ -475,12 +482,19 @@ class local_tree final : public tree_session {
     }
   }
 
+  // A directory's descriptor closed and given back.
+  void close_dir(DIR* d) {
+    ::closedir(d);
+    if (quota_) quota_->give();
+  }
+
   tree_request req_;
   std::shared_ptr<target> windows_;
   window_target& target_;
   uint32_t nsid_;
   uint32_t first_;
   bool server_;  // make_local_tree's for_server
+  std::shared_ptr<descriptor_quota> quota_;  // a server's: its files' and directories' descriptors
   std::vector<int> roots_;
   mutable std::mutex mutex_;  // files_
   std::atomic<uint64_t> attached_{0};  // a server's session: windows with a file of its attached
@@ -506,9 +520,10 @@ void reset_tree_windows(target& windows, const std::string& root) {
 }
 
 std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
-                                              uint32_t first_window, bool for_server) {
+                                              uint32_t first_window, bool for_server,
+                                              std::shared_ptr<descriptor_quota> quota) {
   if (!windows || !dynamic_cast<window_target*>(windows.get())) throw error("tree: no windows' target");
-  return std::make_shared<local_tree>(r, std::move(windows), nsid, first_window, for_server);
+  return std::make_shared<local_tree>(r, std::move(windows), nsid, first_window, for_server, std::move(quota));
 }
 
 

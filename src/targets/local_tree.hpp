@@ -11,6 +11,7 @@
 
 #include "deepwell/protocol/tree.hpp"
 #include "deepwell/targets/target.hpp"
+#include "targets/descriptor_quota.hpp"
 
 namespace deepwell::detail {
 
@@ -36,8 +37,12 @@ void reset_tree_windows(target& windows, const std::string& root);
 // keep the client from growing the server's memory: no more windows
 // attached than files open, 4 M write-once pages merged. A program's own
 // session has none of these (its memory is its own).
+// quota: a server's count of the descriptors this session's files and
+// directories may hold (its uid's share and the server's budget); an open
+// past it is EMFILE. None: no count (a program's own session).
 std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
-                                              uint32_t first_window = tree_first_window, bool for_server = false);
+                                              uint32_t first_window = tree_first_window, bool for_server = false,
+                                              std::shared_ptr<descriptor_quota> quota = nullptr);
 
 
 }  // namespace deepwell::detail

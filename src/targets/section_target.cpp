@@ -1,5 +1,6 @@
 #include "targets/section_target.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -52,10 +53,9 @@ void read_now(target& t, uint64_t offset, uint64_t bytes, void* out_bytes) {
 
 }  // namespace
 
-std::shared_ptr<target> make_section_target(const std::shared_ptr<target>& dataset, const section_request& r) {
-  if (!dataset) throw error("section: no dataset");
-  const uint64_t size = dataset->size();
-  const std::string where = range_text(r.offset, r.bytes) + " of " + dataset->describe();
+void check_section_request(const target& dataset, const section_request& r) {
+  const uint64_t size = dataset.size();
+  const std::string where = range_text(r.offset, r.bytes) + " of " + dataset.describe();
   if (r.bytes == 0) throw error("section " + where + ": a section has at least one byte");
   if (!inside(r.offset, r.bytes, size))
     throw error("section " + where + " is not inside the dataset (" + std::to_string(size) + " bytes)");
@@ -63,9 +63,11 @@ std::shared_ptr<target> make_section_target(const std::shared_ptr<target>& datas
   if (bs < 512 || bs > 65536 || (bs & (bs - 1)) != 0)
     throw error("section " + where + ": block size " + std::to_string(bs) +
                 " is not a power of two from 512 to 65536");
-  if (r.writable && !dataset->writable()) throw error("section " + where + ": the dataset is read-only");
-  std::shared_ptr<target> data = make_slice_target(dataset, r.offset, r.bytes, r.writable);
-  if (r.sums == sums_kind::none) return data;
+  if (r.writable && !dataset.writable()) throw error("section " + where + ": the dataset is read-only");
+  if (dataset.io_alignment() > 1 && bs % dataset.io_alignment() != 0)
+    throw error("section " + where + ": block size " + std::to_string(bs) + " is not a multiple of the dataset's " +
+                "I/O alignment " + std::to_string(dataset.io_alignment()));
+  if (r.sums == sums_kind::none) return;
   if (r.sums != sums_kind::fixed && r.sums != sums_kind::kept)
     throw error("section " + where + ": unknown kind of sums " + std::to_string(int(r.sums)));
   const std::string sums_where = range_text(r.sums_offset, r.sums_bytes);
@@ -82,19 +84,33 @@ std::shared_ptr<target> make_section_target(const std::shared_ptr<target>& datas
     if (r.sums_bytes < count * 4)
       throw error("section " + where + ": " + std::to_string(count) + " blocks need " + std::to_string(count * 4) +
                   " bytes of sums, not " + std::to_string(r.sums_bytes));
-    std::vector<uint32_t> sums(count);
-    read_now(*dataset, r.sums_offset, count * 4, sums.data());
-    return checked_section(std::move(data), sums);
+    return;
   }
   const uint32_t sb = r.sum_block;
   if (sb < 512 || sb > (1u << 20) || (sb & (sb - 1)) != 0)
     throw error("section " + where + ": a sum's block of " + std::to_string(sb) +
                 " bytes is not a power of two from 512 to 1 MiB");
+  // Kept sums' block is the section's I/O unit: the namespace's block holds whole ones.
+  if (bs % sb != 0)
+    throw error("section " + where + ": block size " + std::to_string(bs) + " is not a multiple of the sums' block " +
+                std::to_string(sb));
   if (r.sums_bytes < checksum_region_bytes(r.bytes, sb))
     throw error("section " + where + ": its sums need " + std::to_string(checksum_region_bytes(r.bytes, sb)) +
                 " bytes, more than the " + std::to_string(r.sums_bytes) + " given");
+}
+
+std::shared_ptr<target> make_section_target(const std::shared_ptr<target>& dataset, const section_request& r) {
+  if (!dataset) throw error("section: no dataset");
+  check_section_request(*dataset, r);
+  std::shared_ptr<target> data = make_slice_target(dataset, r.offset, r.bytes, r.writable);
+  if (r.sums == sums_kind::none) return data;
+  if (r.sums == sums_kind::fixed) {
+    std::vector<uint32_t> sums(section_sum_count(r.bytes));
+    read_now(*dataset, r.sums_offset, sums.size() * 4, sums.data());
+    return checked_section(std::move(data), sums);
+  }
   return make_checksummed_target(std::move(data), make_slice_target(dataset, r.sums_offset, r.sums_bytes, r.writable),
-                                 sb);
+                                 r.sum_block);
 }
 
 section_checks section_target_checks(const target& t) {

@@ -9,10 +9,15 @@
 
 namespace deepwell::detail {
 
-// Checks the request against `dataset` (ranges inside it and apart, the
-// sums' size, writable only over writable data) and builds the section's
-// target; fixed sums are read from the dataset now. Throws deepwell::error
-// naming what is wrong.
+// Every check of the request against `dataset` that needs no I/O (ranges
+// inside it and apart, the sizes, the block a whole number of the section's
+// I/O units, the sums' size, writable only over writable data). Throws
+// deepwell::error naming what is wrong. A request that passes costs work
+// (reading sums) before it can still fail on I/O.
+void check_section_request(const target& dataset, const section_request& r);
+
+// check_section_request, then the section's target; fixed sums are read
+// from the dataset now, kept ones when the target is made.
 std::shared_ptr<target> make_section_target(const std::shared_ptr<target>& dataset, const section_request& r);
 
 // Checks of a section target (zeros for one without sums); set_verify on

@@ -14,6 +14,7 @@ namespace deepwell::detail {
 
 window_file::~window_file() {
   if (fd >= 0) ::close(fd);
+  if (fd >= 0 && quota) quota->give();
   if (merge_budget && merges) {  // its offsets go back to the session's budget
     int64_t kept = 0;
     for (unsigned k = 0; k < merge_stripes; ++k) kept += int64_t(merges[k].written.size());

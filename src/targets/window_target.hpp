@@ -17,6 +17,7 @@
 
 #include "deepwell/protocol/gfs_layout.hpp"
 #include "deepwell/targets/target.hpp"
+#include "targets/descriptor_quota.hpp"
 
 namespace deepwell::detail {
 
@@ -46,6 +47,10 @@ struct window_file {
     write_once = true;
     merges.reset(new merge_stripe[merge_stripes]);
   }
+  // A server's session: the descriptor counts this file's descriptor was
+  // taken from (the uid's share, the server's budget), given back when it
+  // closes. None in a program's own session.
+  std::shared_ptr<descriptor_quota> quota;
   std::atomic<bool> written{false};  // writes since the last flush
   std::atomic<int> write_error{0};   // the first failed write's errno (a background close reports it)
   ~window_file();

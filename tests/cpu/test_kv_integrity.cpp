@@ -278,6 +278,77 @@ TEST(ChecksummedTarget, DetectsChangedBytesAndPersistsSumsAtFlush) {
   EXPECT_EQ(back, block);
 }
 
+namespace {
+// Reads of `inner` whose buffer a "client" changes after the bytes land and
+// before the checksummed target checks them (as a server's client can
+// scribble on its staging): the first `scribbles` reads only.
+class scribbling_target final : public target {
+ public:
+  explicit scribbling_target(std::shared_ptr<target> inner) : inner_(std::move(inner)) {}
+  int scribbles = 0;
+  uint64_t size() const override { return inner_->size(); }
+  bool writable() const override { return inner_->writable(); }
+  uint32_t io_alignment() const override { return inner_->io_alignment(); }
+  uint32_t memory_alignment() const override { return inner_->memory_alignment(); }
+  std::string describe() const override { return "scribbled " + inner_->describe(); }
+  void read(io_engine& io, void* buf, uint32_t len, uint64_t offset, io_callback done) override {
+    pending_ = {done, buf, scribbles > 0};
+    if (scribbles > 0) --scribbles;
+    inner_->read(io, buf, len, offset, {&landed, this});
+  }
+  void write(io_engine& io, const void* buf, uint32_t len, uint64_t offset, bool fua, io_callback done) override {
+    inner_->write(io, buf, len, offset, fua, done);
+  }
+  void flush(io_engine& io, io_callback done) override { inner_->flush(io, done); }
+
+ private:
+  static void landed(void* ctx, int64_t r) {
+    auto* self = static_cast<scribbling_target*>(ctx);
+    const auto p = self->pending_;
+    if (p.scribble && r > 0) static_cast<uint8_t*>(p.buf)[5] ^= 0x40;
+    p.done(r);
+  }
+  struct pending {
+    io_callback done;
+    void* buf = nullptr;
+    bool scribble = false;
+  } pending_;
+  std::shared_ptr<target> inner_;
+};
+}  // namespace
+
+// A mismatch counts in the target's checks (which every client of a shared
+// section sees) only where storage's bytes are bad: a buffer changed by its
+// client fails that read alone.
+TEST(ChecksummedTarget, AClientsScribbleFailsItsReadButIsNotCountedAsStoragesDamage) {
+  auto data = make_host_memory_target(64 << 10);
+  auto sums = make_host_memory_target(checksum_region_bytes(64 << 10, 4096));
+  auto scribbled = std::make_shared<scribbling_target>(data);
+  auto t = make_checksummed_target(scribbled, sums, 4096);
+  auto io = make_io_engine(io_backend::threads, 8);
+  auto sync = [&](auto&& start) {
+    int64_t got = INT64_MIN;
+    start(io_callback{[](void* c, int64_t r) { *static_cast<int64_t*>(c) = r; }, &got});
+    while (got == INT64_MIN) {
+      io->wait(100'000'000);
+      io->reap();
+    }
+    return got;
+  };
+  std::vector<uint8_t> block(4096, 0x5A), back(4096);
+  ASSERT_EQ(sync([&](io_callback cb) { t->write(*io, block.data(), 4096, 4096, false, cb); }), 4096);
+  scribbled->scribbles = 1;
+  EXPECT_EQ(sync([&](io_callback cb) { t->read(*io, back.data(), 4096, 4096, cb); }), -EBADMSG);
+  EXPECT_EQ(t->mismatches(), 0u) << "a client's scribble was counted as damage";
+  EXPECT_EQ(sync([&](io_callback cb) { t->read(*io, back.data(), 4096, 4096, cb); }), 4096);
+  EXPECT_EQ(back, block);
+  // Storage's own damage is counted, with its block.
+  static_cast<uint8_t*>(data->host_pointer())[4096 + 9] ^= 1;
+  EXPECT_EQ(sync([&](io_callback cb) { t->read(*io, back.data(), 4096, 4096, cb); }), -EBADMSG);
+  EXPECT_EQ(t->mismatches(), 1u);
+  EXPECT_EQ(t->last_mismatch_block(), 1u);
+}
+
 // Defect: on a full disk set() never returned (write-backs failing with
 // ENOSPC retried forever). Now the batch fails with Capacity Exceeded
 // within the cache's timeout; reopened once there is room, the store holds

@@ -788,3 +788,31 @@ TEST(AttackPaths, ARootServerRefusesAGrantWiderThanTheFilesOwnPermissions) {
 }
 
 }  // namespace
+
+// Many connections with long names make the stats longer than a message:
+// the reply comes whole (in a memfd), never cut into JSON that does not parse.
+TEST_F(Attack, StatsLongerThanAMessageComeWhole) {
+  TearDown();
+  start("max_clients_per_uid = 128\n");
+  std::vector<int> held;
+  const std::string tail(200, 'x');
+  for (int i = 0; i < 120; ++i) {
+    const int s = test::raw_connect(sock);
+    ASSERT_GE(s, 0);
+    ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "long-name-" + std::to_string(i) + "-" + tail).h.status, 0);
+    held.push_back(s);
+  }
+  auto link = server_link::connect(sock, "reader");
+  const std::string text = link->stats();
+  EXPECT_GT(text.size(), wire::max_text) << "the test made no long reply";
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(text)) << text.substr(text.size() - 200);
+  if (j["server"]["view"] == "operator") {
+    size_t named = 0;
+    for (const auto& c : j["clients"]) named += c["name"].get<std::string>().rfind("long-name-", 0) == 0;
+    EXPECT_EQ(named, held.size());
+  }
+  for (int s : held) close(s);
+  // The server goes on: a plain request is answered.
+  EXPECT_EQ(nlohmann::json::parse(link->stats())["server"].is_object(), true);
+}

@@ -342,6 +342,10 @@ TEST_F(Services, SectionsOutsideTheGrantOrTheDatasetAreRefusedWithAReason) {
   refused({.dataset = gn, .flags = 1u << 8, .sum_block = 4096, .offset = 0, .bytes = 8192, .sums_offset = 8192,
            .sums_bytes = 4},
           wire::status::bad_request, "need 8 bytes of sums");
+  // A block smaller than the sums' block: refused before any sums are read.
+  refused({.dataset = kvn, .block = 512, .flags = 1 | 2u << 8, .sum_block = 4096, .offset = 0, .bytes = 1 << 20,
+           .sums_offset = 6 << 20, .sums_bytes = 4096},
+          wire::status::bad_request, "not a multiple of the sums' block");
   // A section of a section is refused: grants are decided on datasets.
   const wire::message ok = open_section_raw(s, {.dataset = kvn, .flags = 1, .offset = 65536, .bytes = 65536});
   ASSERT_EQ(ok.h.status, 0) << ok.text;

@@ -4,11 +4,14 @@
 // checked byte for byte against the files; and the tree ops on the wire,
 // where every field is the client's and a bad one fails that request only.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -361,6 +364,14 @@ TEST_F(Trees, TreeOpsOnTheWireAreCheckedFieldByField) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(r[i].op.err, want[i]) << "op " << i;
   const uint64_t file = r[11].op.id;
   EXPECT_EQ(r[11].op.st.size, 4096u);
+  // Creating a file writes the tree, even opened read-only: refused on a
+  // read-only session, and nothing is made.
+  r = run_ops(a, ns, {op(tree_op_kind::open, 0, 0, "made", tree_open_create),
+                      op(tree_op_kind::open, 0, 0, "sub/made", tree_open_create)});
+  ASSERT_EQ(r.size(), 2u);
+  for (const tree_call& c : r) EXPECT_EQ(c.op.err, EROFS);
+  EXPECT_FALSE(fs::exists(src / "made"));
+  EXPECT_FALSE(fs::exists(src / "sub" / "made"));
   // Its id is this session's only: b's session does not know it.
   std::vector<tree_call> rb = run_ops(b, tb.h.a, {op(tree_op_kind::stat, file), op(tree_op_kind::attach, file, first)});
   ASSERT_EQ(rb.size(), 2u);
@@ -527,3 +538,82 @@ TEST_F(Trees, ConnectionsJoinASessionWithItsKeyOnly) {
   EXPECT_EQ(status(join(b, t2.h.a, t2.h.x, t2.h.y)), wire::status::not_found);
   close(b);
 }
+
+#ifndef DEEPWELL_TSAN_BUILD  // forks a process that starts a server of its own
+namespace {
+
+// In a child whose descriptor limit is 2048 (the server's budget for tree
+// files then 1024, a uid's share 512): one uid opens one file again and
+// again until the server says EMFILE. Exit codes name the step that failed.
+[[noreturn]] void open_files_until_the_share_is_spent() {
+  rlimit rl;
+  rl.rlim_cur = rl.rlim_max = 2048;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0) std::_Exit(10);
+  const fs::path base = fs::temp_directory_path() / ("deepwell-tree-fds-" + std::to_string(getpid()));
+  fs::remove_all(base);
+  put_file(base / "tree" / "f", pattern(4096, 1));
+  put_file(base / "data", pattern(65536, 2));
+  const std::string sock = socket_path();
+  test::server_thread server;
+  server.start("[server]\nsocket = \"" + sock + "\"\npollers = 1\n" + "[[dataset]]\nname = \"src\"\ntree = \"" +
+               (base / "tree").string() + "\"\n" + "[[dataset]]\nname = \"data\"\nfile = \"" + (base / "data").string() +
+               "\"\n" + "[[grant]]\ndataset = \"src\"\neveryone = true\n" +
+               "[[grant]]\ndataset = \"data\"\neveryone = true\n");
+  const int a = hello(sock, "opener");
+  if (a < 0) std::_Exit(11);
+  const wire::message t = call(a, wire::op::open_tree, 0, 0, 4000, 8, "src");
+  if (t.h.status != 0) std::_Exit(12);
+  uint64_t opened = 0, refused = 0;
+  while (refused == 0 && opened < 4000) {
+    std::vector<tree_call> batch(tree_batch_max, op(tree_op_kind::open, 0, 0, "f"));
+    const std::vector<tree_call> r = run_ops(a, t.h.a, batch);
+    if (r.size() != batch.size()) std::_Exit(13);
+    for (const tree_call& c : r) {
+      opened += c.op.err == 0;
+      refused += c.op.err == EMFILE;
+      if (c.op.err != 0 && c.op.err != EMFILE) std::_Exit(14);
+    }
+  }
+  if (opened != 512) {
+    std::fprintf(stderr, "opened %llu files before EMFILE, not 512\n", (unsigned long long)opened);
+    std::_Exit(15);
+  }
+  // The server has descriptors left for everything else: a new connection,
+  // its queue pair (memfds), a dataset read through it.
+  try {
+    auto link = server_link::connect(sock, "after");
+    const uint32_t ns = link->open_dataset({"data", false});
+    host_queue_client io(link->open_queue_pair({8, 8, 65536}));
+    std::vector<uint8_t> buf(65536);
+    if (!io.read(ns, 0, 16, 4096, buf.data()).ok() || buf != pattern(65536, 2)) std::_Exit(16);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "after the opens: %s\n", e.what());
+    std::_Exit(17);
+  }
+  // The opener gone, its descriptors come back to the uid's share.
+  close(a);
+  bool again = false;
+  for (int i = 0; i < 200 && !again; ++i) {
+    const int b = hello(sock, "again");
+    const wire::message u = call(b, wire::op::open_tree, 0, 0, 8, 8, "src");
+    if (u.h.status == 0) {
+      const std::vector<tree_call> r = run_ops(b, u.h.a, std::vector<tree_call>(8, op(tree_op_kind::open, 0, 0, "f")));
+      again = r.size() == 8 && std::all_of(r.begin(), r.end(), [](const tree_call& c) { return c.op.err == 0; });
+    }
+    close(b);
+    if (!again) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  server.stop();
+  fs::remove_all(base);
+  std::_Exit(again ? 0 : 18);
+}
+
+}  // namespace
+
+// One uid's tree opens stop at its share of the server's descriptors (a
+// quarter of RLIMIT_NOFILE): the server goes on serving, and the share
+// comes back when the files close.
+TEST(TreeDescriptors, OneUidsOpensStopAtItsShareOfTheServersDescriptors) {
+  EXPECT_EXIT(open_files_until_the_share_is_spent(), ::testing::ExitedWithCode(0), "");
+}
+#endif

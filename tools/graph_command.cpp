@@ -32,7 +32,7 @@ void print_info(const std::string& path, bool deep, unsigned threads) {
   std::printf("sections    offsets @%llu, neighbours @%llu (%.2f GiB)%s\n", (unsigned long long)h.offsets_at,
               (unsigned long long)h.neighbours_at, double(f.neighbours_bytes()) / (1 << 30),
               h.weights_at ? (", weights @" + std::to_string(h.weights_at)).c_str() : "");
-  const csr_stats s = f.stats(threads);
+  const csr_stats s = f.stats(threads);  // the offsets and neighbours verified first
   std::printf("degree      mean %.2f, max %llu (node %llu), %llu nodes without edges, %llu self loops\n", s.mean_degree,
               (unsigned long long)s.max_degree, (unsigned long long)s.max_degree_node,
               (unsigned long long)s.zero_degree, (unsigned long long)s.self_loops);

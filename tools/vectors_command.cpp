@@ -67,6 +67,15 @@ std::vector<uint32_t> read_truth(const std::string& path, uint64_t nq, uint32_t&
     throw error(path + ": a truth set for " + std::to_string(head[0]) + " queries (of " + std::to_string(nq) +
                 " given), or not a truth set");
   k = head[1];
+  // The layout's size (ids then distances, 4 bytes each) before anything
+  // is allocated: a damaged k would otherwise ask for gigabytes, or read
+  // the distances as ids.
+  in.seekg(0, std::ios::end);
+  const uint64_t bytes = uint64_t(in.tellg()), need = 8 + 8 * nq * uint64_t(k);
+  if (bytes != need)
+    throw error(path + ": a truth set of " + std::to_string(nq) + " queries x " + std::to_string(k) + " neighbours has " +
+                std::to_string(need) + " bytes, this file " + std::to_string(bytes) + " (damaged or not a truth set)");
+  in.seekg(8);
   std::vector<uint32_t> ids(nq * k);
   in.read(reinterpret_cast<char*>(ids.data()), std::streamsize(ids.size() * 4));
   if (!in) throw error(path + ": truncated truth set");

@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._lib import InvalidArgument
+from ._lib import InvalidArgument, IOFailure
 from .array import Array
 
 __all__ = ["ColumnInfo", "Table", "Selection", "open", "read_layout", "write", "verify", "convert", "to_parquet"]
@@ -71,6 +71,9 @@ def read_layout(path) -> tuple[int, list[ColumnInfo]]:
         if version not in VERSIONS:
             raise InvalidArgument(f"{path}: column file version {version}, this library reads versions "
                                   f"{VERSIONS[0]} and {VERSIONS[1]} (a newer deepwell's file, or a corrupt header)")
+        if version == 1 and (_so or _sc or _hc):
+            raise IOFailure(f"{path}: the header says version 1 (no checksums) but holds version 2's checksum "
+                            "fields: a corrupt column file")
         if file_bytes != size:
             raise InvalidArgument(f"{path}: header says the file has {file_bytes} bytes, it has {size} "
                                   "(truncated or appended to?)")

@@ -249,3 +249,36 @@ def test_scripts_named_in_the_docs_exist():
             named |= set(re.findall(r"\bscripts/[A-Za-z0-9_.-]*[A-Za-z0-9_]", t.read_text(errors="replace")))
     assert named, "no scripts named at all?"
     assert sorted(n for n in named if not (REPO / n).exists()) == []
+
+
+# ---- damaged inputs: refused by name, never a crash or a wrong answer ----
+
+def test_a_damaged_graph_offset_fails_info_by_name(deepwell_cli, small):
+    g = small / "g.dwg"
+    info = dw(deepwell_cli, "graph", "info", g)
+    assert info.returncode == 0, info
+    img = bytearray(g.read_bytes())
+    at = int(re.search(r"offsets @(\d+)", info.stdout).group(1)) + 8 * 512 + 4
+    img[at] ^= 0x10  # offsets[512] + 2^36: its walk would leave the file
+    g.write_bytes(bytes(img))
+    for args in (["graph", "info", g], ["graph", "info", g, "--check"]):
+        r = dw(deepwell_cli, *args)
+        assert 0 < r.returncode < 124, r  # an error, not a signal
+        assert "offsets section" in r.stderr, r.stderr
+
+
+def test_a_damaged_truth_sets_k_is_refused_before_anything_is_allocated(deepwell_cli, tmp_path):
+    d = tmp_path
+    assert dw(deepwell_cli, "vectors", "gen", d / "b.u8bin", "--count", 2000, "--dim", 16).returncode == 0
+    assert dw(deepwell_cli, "vectors", "gen", d / "q.u8bin", "--count", 20, "--dim", 16, "--stream", 1).returncode == 0
+    assert dw(deepwell_cli, "vectors", "build", d / "b.u8bin", d / "i.dwv", "--cpu").returncode == 0
+    made = dw(deepwell_cli, "vectors", "truth", d / "b.u8bin", d / "q.u8bin", d / "t.bin", "--k", 5)
+    assert made.returncode == 0, made
+    truth = bytearray((d / "t.bin").read_bytes())
+    for k in (7, 5 + (1 << 27)):
+        truth[4:8] = k.to_bytes(4, "little")
+        (d / "bad.bin").write_bytes(bytes(truth))
+        r = dw(deepwell_cli, "vectors", "search", d / "i.dwv", d / "q.u8bin", "--truth", d / "bad.bin", "--cpu",
+               "--k", 5)
+        assert 0 < r.returncode < 124, r
+        assert "damaged or not a truth set" in r.stderr, r.stderr

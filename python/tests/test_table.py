@@ -136,6 +136,18 @@ def test_version_1_files_still_read(tmp_path):
         assert len(t.where(t.column("trip_distance") >= 30)) == int((cols["trip_distance"] >= 3000).sum())
 
 
+def test_a_version_word_damaged_to_1_is_not_an_unchecked_file(tmp_path):
+    path = tmp_path / "v2.dwcol"
+    write_taxi_like(path, 3000)
+    img = bytearray(path.read_bytes())
+    head = list(dt._HEADER.unpack_from(img))
+    head[1] = 1  # the version word only: the checksum fields stay
+    dt._HEADER.pack_into(img, 0, *head)
+    path.write_bytes(bytes(img))
+    with pytest.raises(deepwell.Error, match="says version 1 .* version 2's checksum fields"):
+        dt.open(path, device="cpu")
+
+
 @pytest.mark.parametrize("engine", ["pyarrow", "duckdb"])
 def test_parquet_round_trip_and_duckdb_agrees(tmp_path, engine):
     if engine == "pyarrow":

@@ -358,6 +358,11 @@ void csr_file::release_pages() const {
 }
 
 csr_stats csr_file::stats(unsigned threads) const {
+  // What it reads checked first: damaged offsets would send the walk
+  // outside the file, damaged ids would be counted as they are.
+  verify(csr_section::offsets, threads);
+  verify(csr_section::neighbours, threads);
+  check_offsets(threads);
   const unsigned t = detail::thread_count(threads);
   std::vector<csr_stats> part(t);
   const uint64_t* off = offsets();
@@ -382,6 +387,8 @@ csr_stats csr_file::stats(unsigned threads) const {
 }
 
 csr_graph csr_file::load() const {
+  verify();
+  check_offsets();
   csr_graph g;
   g.nodes = h_.nodes;
   g.id_bytes = h_.id_bytes;

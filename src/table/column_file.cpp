@@ -140,6 +140,11 @@ column_file column_file::open(const std::string& path) {
     throw error(path + ": column file version " + std::to_string(h.version) + ", this library reads versions " +
                 std::to_string(column_file_version_unchecked) + " and " + std::to_string(column_file_version) +
                 " (a newer deepwell's file, or a corrupt header)");
+  // A version-1 file has zeros where version 2 keeps its sums: a "1" with
+  // them set is a damaged version word, not an unchecked file.
+  if (h.version == column_file_version_unchecked && (h.sums_offset || h.sums_crc || h.header_crc))
+    throw data_error(path + ": the header says version 1 (no checksums) but holds version 2's checksum fields: a "
+                            "corrupt column file");
   if (h.ncols == 0 || h.ncols > 4096) throw error(path + ": header says " + std::to_string(h.ncols) + " columns");
   const uint64_t need_header = round_up(sizeof h + uint64_t(h.ncols) * sizeof(column_desc), column_align);
   if (h.header_bytes != need_header || h.header_bytes > size)

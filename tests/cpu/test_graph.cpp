@@ -699,4 +699,8 @@ TEST(GraphAlgorithms, CorruptOffsetsAreRefusedByGraphArrays) {
   expect_error([&] { bfs(x, arrays, o); }, "bfs: the page cache could not serve a read of the graph");
   // A pending error is reported too (the answer could be the one it spoiled).
   expect_error([&] { connected_components(x, arrays, 0u); }, "connected components: the page cache could not serve");
+  // The file's own readers (deepwell graph info's statistics, a copy in
+  // memory) check what they read: the offsets' block fails its sum.
+  expect_error([&] { (void)file.stats(2); }, "offsets section");
+  expect_error([&] { (void)file.load(); }, "offsets section");
 }

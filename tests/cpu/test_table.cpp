@@ -155,6 +155,14 @@ TEST(ColumnFile, BadFilesAreRefusedWithTheFileAndColumnNamed) {
   e = error_of([&] { column_file::open(f.path()); });
   EXPECT_NE(e.find("unknown type code 99"), std::string::npos) << e;
 
+  // The version word damaged from 2 to 1 (two bits): not taken for an
+  // unchecked file, whose checksum fields are zeros.
+  rewrite();
+  const uint32_t one = column_file_version_unchecked;
+  patch(f.path(), offsetof(column_file_header, version), &one, 4);
+  e = error_of([&] { column_file::open(f.path()); });
+  EXPECT_NE(e.find("says version 1 (no checksums) but holds version 2's checksum fields"), std::string::npos) << e;
+
   // A missing file.
   e = error_of([&] { column_file::open(f.path() + ".absent"); });
   EXPECT_NE(e.find(".absent"), std::string::npos) << e;

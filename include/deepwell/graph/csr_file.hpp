@@ -124,8 +124,11 @@ class csr_file {
   // list never runs past the neighbour array. The graph runners check this
   // much before any algorithm; ids out of range are counted as they are met.
   void check_offsets(unsigned threads = 0) const;
+  // Degrees and self loops, after the offsets' and neighbours' blocks are
+  // verified against their sums and the offsets checked (throws naming the
+  // first bad block or offset).
   csr_stats stats(unsigned threads = 0) const;
-  // A copy in memory (tests, small graphs).
+  // A copy in memory (tests, small graphs), verified and its offsets checked.
   csr_graph load() const;
 
  private:

@@ -41,12 +41,22 @@ def _seconds(name: str, v) -> float:
     return x
 
 
-def _count(name: str, v) -> int:
-    """An integer setting that is a count or a byte offset: negative values are
-    refused here, before they wrap in the C structure's unsigned fields."""
+def _count(name: str, v, bits: int = 64) -> int:
+    """An integer setting that is a count or a byte offset: negative values, and
+    values past the C field's ``bits``, are refused here, before ctypes wraps them."""
     n = int(v)
     if n < 0:
         raise InvalidArgument(f"{name} cannot be negative: {v!r}")
+    if n >> bits:
+        raise InvalidArgument(f"{name} {v!r} is too large (at most 2^{bits} - 1)")
+    return n
+
+
+def _put(struct, field: str, name: str, v) -> int:
+    """``struct.field = _count(name, v)``, within the field's own width."""
+    ctype = dict(type(struct)._fields_)[field]
+    n = _count(name, v, 8 * ctypes.sizeof(ctype))
+    setattr(struct, field, n)
     return n
 
 
@@ -138,17 +148,17 @@ def _set_cache(c, *, device: int, page_size=None, cache_size=None, queue_pairs=N
     environment, else built in; docs/settings.md)."""
     c.device = device
     if page_size is not None:
-        c.page_size = _count("page_size", page_size)
+        _put(c, "page_size", "page_size", page_size)
     if cache_size is not None:
         c.cache_bytes = parse_bytes(cache_size)
     if queue_pairs is not None:
-        c.queue_pairs = _count("queue_pairs", queue_pairs)
+        _put(c, "queue_pairs", "queue_pairs", queue_pairs)
     if queue_entries is not None:
-        c.queue_entries = _count("queue_entries", queue_entries)
+        _put(c, "queue_entries", "queue_entries", queue_entries)
     if pollers is not None:
-        c.pollers = _count("pollers", pollers)
+        _put(c, "pollers", "pollers", pollers)
     if cpu_threads is not None:
-        c.cpu_threads = _count("cpu_threads", cpu_threads)
+        _put(c, "cpu_threads", "cpu_threads", cpu_threads)
     c.odirect = int(bool(odirect))
     if direct is not None:
         if direct not in _DIRECT:
@@ -221,21 +231,21 @@ class Array:
 
         o = _lib.sized(_lib.ArrayOptions, lib.dw_array_options_init)
         o.path = path.encode() if path is not None else None
-        o.host_bytes = 0 if path is not None or members else shape[0] * row_bytes
+        _put(o, "host_bytes", "the rows' bytes (shape)", 0 if path is not None or members else shape[0] * row_bytes)
         member_paths = (ctypes.c_char_p * len(members))(*(m.encode() for m in members))  # alive until the open
         if members:
             o.members = ctypes.cast(member_paths, ctypes.c_void_p).value
             o.member_count = len(members)
             o.layout = _lib.LAYOUTS[layout]
             o.chunk_bytes = parse_bytes(chunk) if chunk is not None else 0
-        o.offset = offset = _count("offset", offset)
-        o.length = shape[0] * row_bytes if shape[0] >= 0 and not create else 0
-        o.row_bytes = row_bytes
+        offset = _put(o, "offset", "offset", offset)
+        _put(o, "length", "the rows' bytes (shape)", shape[0] * row_bytes if shape[0] >= 0 and not create else 0)
+        _put(o, "row_bytes", "a row's bytes (shape)", row_bytes)
         _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size, cache_size=cache_size, odirect=odirect, direct=direct,
                    pollers=pollers, cpu_threads=cpu_threads, queue_pairs=queue_pairs, timeout=timeout)
         o.writable = int(bool(writable or create or (path is None and not members)))
         o.create = int(bool(create))
-        o.create_bytes = shape[0] * row_bytes if create else 0
+        _put(o, "create_bytes", "the rows' bytes (shape)", shape[0] * row_bytes if create else 0)
         o.cache_reads = int(bool(cache_reads))
         if shape[0] >= 0 and path is not None and not create and not served:
             have = os.stat(path).st_size if os.path.isfile(path) else None

@@ -223,7 +223,7 @@ class CheckpointStore(_lib.Handle):
     def __init__(self, path, *, device=None, create: bool = False, specs=None, writable: bool = True,
                  page_size: Optional[int] = None, cache_size=None, odirect: bool = False, unit: Optional[int] = None,
                  cpu_threads: int = 0, timeout: Optional[float] = None, allow_older: bool = False):
-        from .array import _count, _set_cache
+        from .array import _count, _put, _set_cache
         self._h = None
         self.path = os.fspath(path)
         # A file of this process's (a server's dataset is the server's: its name or path, checked there).
@@ -236,7 +236,7 @@ class CheckpointStore(_lib.Handle):
         o.mode = _CREATE if create else _OPEN
         o.writable = 1 if (writable or create) else 0
         if unit:
-            o.unit = _count("unit", unit)
+            _put(o, "unit", "unit", unit)
         _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size, cache_size=cache_size,
                    cpu_threads=cpu_threads, odirect=odirect, timeout=timeout)
         o.allow_older = 1 if allow_older else 0
@@ -274,6 +274,13 @@ class CheckpointStore(_lib.Handle):
         items = _items(state, for_write=True)
         specs = self.manifest()
         by_name = {it.name: it for it in items}
+        # The C call reads each tensor's manifest bytes from its pointer: a
+        # smaller tensor would be read past its end.
+        for name, dtype, shape, nbytes in specs:
+            it = by_name.get(name)
+            if it is not None and it.nbytes != nbytes:
+                raise InvalidArgument(f"'{name}' is {it.dtype} {it.shape} ({it.nbytes} bytes); the checkpoint "
+                                      f"{self.path} holds {dtype} {tuple(shape)} ({nbytes} bytes)")
         ptrs, on_dev = self._pointers(specs, by_name, strict=True, op="save")
         _sync_cuda(_devices(items))
         info = _SaveInfo()

@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _lib
 from ._lib import InvalidArgument, P, check, fields, i32, lib, options_fields, ptr, u32, u64
-from .array import _count, _device_ordinal, _set_cache, cuda_available, parse_bytes
+from .array import _count, _device_ordinal, _put, _set_cache, cuda_available, parse_bytes
 
 __all__ = ["KVStore", "create", "open", "bytes_needed", "OK", "NOT_FOUND", "FULL", "BAD_KEY", "MAX_KEY"]
 
@@ -83,7 +83,9 @@ _open_stores = _lib.closed_at_exit("deepwell.kv")
 def bytes_needed(value_bytes: int, capacity: int = 0, *, bucket_bytes: int = 0, log_rows: int = 0) -> int:
     """Bytes a store of this shape takes on disk (0: the defaults)."""
     out = ctypes.c_uint64()
-    check(lib.dw_kv_bytes_needed(int(value_bytes), int(capacity), int(bucket_bytes), int(log_rows), ctypes.byref(out)))
+    check(lib.dw_kv_bytes_needed(_count("value_bytes", value_bytes, 32), _count("capacity", capacity),
+                                 _count("bucket_bytes", bucket_bytes, 32), _count("log_rows", log_rows, 32),
+                                 ctypes.byref(out)))
     return out.value
 
 
@@ -178,12 +180,12 @@ class KVStore(_lib.Handle):
         self._path_bytes = self.path.encode()
         o.path = self._path_bytes
         o.mode = _CREATE if create else _OPEN
-        o.value_bytes = _count("value_bytes", value_bytes or 0)
-        o.capacity = _count("capacity", capacity)
-        o.bucket_bytes = _count("bucket_bytes", bucket_bytes)
-        o.max_probe = _count("max_probe", max_probe)
-        o.log_rows = _count("log_rows", log_rows)
-        o.max_batch = _count("max_batch", max_batch)
+        _put(o, "value_bytes", "value_bytes", value_bytes or 0)
+        _put(o, "capacity", "capacity", capacity)
+        _put(o, "bucket_bytes", "bucket_bytes", bucket_bytes)
+        _put(o, "max_probe", "max_probe", max_probe)
+        _put(o, "log_rows", "log_rows", log_rows)
+        _put(o, "max_batch", "max_batch", max_batch)
         _set_cache(o.cache, device=_device_ordinal(device), page_size=page_size, cache_size=cache_size, cpu_threads=cpu_threads,
                    pollers=pollers, odirect=odirect, timeout=timeout)
         h = ctypes.c_void_p()

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _lib
 from ._lib import InvalidArgument, P, check, fields, i32, lib, options_fields, ptr, u32, u64, f64
-from .array import _count, _device_ordinal, _set_cache
+from .array import _count, _device_ordinal, _put, _set_cache
 
 __all__ = ["VectorIndex", "build", "open", "TYPES", "METRICS"]
 
@@ -125,15 +125,15 @@ def build(data, path, *, metric: str = "l2", degree: int = 0, list_size: int = 0
         raise InvalidArgument(f"metric must be one of {sorted(METRICS)}, not {metric!r}")
     a = _host_rows(data, "the vectors")
     o = _lib.sized(_BuildOptions, lib.dw_vectors_build_options_init)
-    o.degree = _count("degree", degree)
-    o.list = _count("list_size", list_size)
+    _put(o, "degree", "degree", degree)
+    _put(o, "list", "list_size", list_size)
     if passes is not None:
-        o.passes = _count("passes", passes)
-    o.pq_subspaces = _count("pq_subspaces", pq_subspaces)
-    o.page_bytes = _count("page_bytes", page_bytes)
-    o.threads = _count("threads", threads)
+        _put(o, "passes", "passes", passes)
+    _put(o, "pq_subspaces", "pq_subspaces", pq_subspaces)
+    _put(o, "page_bytes", "page_bytes", page_bytes)
+    _put(o, "threads", "threads", threads)
     o.alpha = float(alpha)
-    o.shard_vectors = _count("shard_vectors", shard_vectors)
+    _put(o, "shard_vectors", "shard_vectors", shard_vectors)
     info = _BuildInfo()
     check(lib.dw_vectors_build(a.ctypes.data, a.shape[0], a.shape[1], TYPES[a.dtype.name], METRICS[metric],
                                os.fspath(path).encode(), ctypes.byref(o), ctypes.byref(info)))

@@ -122,6 +122,16 @@ def test_mismatches_are_named(tmp_path):
         ckpt.save({"x": [1, 2]}, tmp_path / "f.ckpt")
 
 
+def test_a_store_kept_open_refuses_a_tensor_smaller_than_its_manifest(tmp_path):
+    path = tmp_path / "k.ckpt"
+    sd = {"big": np.arange(1 << 18, dtype=np.float32)}
+    ckpt.save(sd, path)
+    with ckpt.CheckpointStore(path) as s:
+        with pytest.raises(deepwell.InvalidArgument, match=r"'big' is float32 \(2,\) \(8 bytes\).*1048576 bytes"):
+            s.save({"big": np.zeros(2, np.float32)})  # the C call would read a MiB from an 8-byte array
+        assert s.generation == 1
+
+
 def test_missing_file_and_not_a_checkpoint(tmp_path):
     with pytest.raises(FileNotFoundError):
         ckpt.load(tmp_path / "nope.ckpt")

@@ -225,6 +225,7 @@ int dw_checkpoint_save(dw_checkpoint* cp, void* const* data, const int32_t* on_d
   return guarded([&] {
     dw_checkpoint& c = handle(cp);
     const checkpoint_buffers b = buffers(c, data, on_dev, n, false);
+    const std::lock_guard<std::mutex> one(c.calls);
     const auto g = on_device(c);
     const save_report r = c.store->save(b);
     if (info)
@@ -239,6 +240,7 @@ int dw_checkpoint_load(dw_checkpoint* cp, void* const* data, const int32_t* on_d
   return guarded([&] {
     dw_checkpoint& c = handle(cp);
     const checkpoint_buffers b = buffers(c, data, on_dev, n, true);
+    const std::lock_guard<std::mutex> one(c.calls);
     const auto g = on_device(c);
     load_options lo;
     lo.verify_first = verify_first != 0;

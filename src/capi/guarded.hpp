@@ -1,6 +1,7 @@
 // How the C ABI's entry points turn exceptions into return codes and the
 // thread's last error message (dw_last_error); shared by every src/capi file.
 #pragma once
+#include <mutex>
 #include <memory>
 #include <new>
 #include <string>
@@ -75,6 +76,7 @@ template <class H, class F>
 int forward_to_store(H* p, const char* kind, F&& f) {
   return guarded([&] {
     H& h = handle_of(p, kind);
+    const std::lock_guard<std::mutex> one(h.calls);
     const device_guard g = on_device(h.device);
     f(*h.store);
   });

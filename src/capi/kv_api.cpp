@@ -65,7 +65,7 @@ kv_memory where(int32_t on_device) { return on_device ? kv_memory::device : kv_m
 // 4096 if the file cannot tell (open then reports why).
 uint32_t file_bucket_bytes(const char* path) {
   kv_format::superblock h{};
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not wait: open names it
   if (fd < 0) return 4096;
   const bool ok = ::pread(fd, &h, sizeof(h), 0) == ssize_t(sizeof(h));
   ::close(fd);
@@ -97,6 +97,7 @@ int batch(dw_kv* kp, int32_t on_dev, dw_kv_result* result, Op&& op) {
   return guarded([&] {
     dw_kv& k = handle(kp);
     need(!on_dev || k.device >= 0, "device memory given to a store on the host (device -1)");
+    const std::lock_guard<std::mutex> one(k.calls);
     const auto g = on_device(k);
     fill(result, op(*k.store, where(on_dev)));
   });

@@ -1,6 +1,7 @@
 // What a C handle to a durable service (a KV store, a checkpoint store) owns.
 #pragma once
 #include <memory>
+#include <mutex>
 
 #include "deepwell/cache/page_cache.hpp"
 #include "cuda_shim.hpp"
@@ -17,6 +18,9 @@ struct store_handle {
   std::shared_ptr<page_cache> cache;
   std::unique_ptr<Store> store;
   int device = -1;
+  // One call at a time on the store: handles may be used from several
+  // threads (base.h), and a store's batch keeps its scratch in the store.
+  std::mutex calls;
 
   ~store_handle() {
     device_guard g;

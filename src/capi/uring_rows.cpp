@@ -5,6 +5,7 @@
 // file (and, with O_DIRECT, the disk) can give.
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,10 +14,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "deepwell/c/deepwell.h"
+#include "deepwell/common/detail/parallel.hpp"
 #include "deepwell/common/error.hpp"
 #include "last_error.hpp"
 
@@ -25,8 +28,14 @@ namespace {
 // Reads rows[b, e) with one ring; returns an empty string or what failed.
 std::string read_share(const char* path, bool odirect, uint64_t offset, uint32_t row_bytes, const int64_t* rows,
                        uint64_t b, uint64_t e, unsigned depth, uint8_t* out) {
-  const int fd = open(path, O_RDONLY | (odirect ? O_DIRECT : 0));
+  const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (odirect ? O_DIRECT : 0));
   if (fd < 0) return deepwell::errno_message(std::string("open ") + path, errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))) {
+    close(fd);
+    return std::string(path) + " is not a regular file or a block device";
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   io_uring ring{};
   if (const int r = io_uring_queue_init(depth, &ring, 0); r < 0) {
     close(fd);
@@ -34,6 +43,11 @@ std::string read_share(const char* path, bool odirect, uint64_t offset, uint32_t
   }
   const size_t slot = (size_t(row_bytes) + 4095) & ~size_t(4095);
   auto* buf = static_cast<uint8_t*>(std::aligned_alloc(4096, slot * depth));
+  if (!buf) {
+    io_uring_queue_exit(&ring);
+    close(fd);
+    return "no memory for " + std::to_string(depth) + " rows of " + std::to_string(row_bytes) + " bytes in flight";
+  }
   std::vector<uint64_t> slot_row(depth);
   std::vector<unsigned> free_slots;
   for (unsigned i = 0; i < depth; ++i) free_slots.push_back(i);
@@ -85,22 +99,40 @@ std::string read_share(const char* path, bool odirect, uint64_t offset, uint32_t
 extern "C" int dw_uring_read_rows(const char* path, int32_t odirect, uint64_t offset, uint32_t row_bytes,
                                   const int64_t* rows, uint64_t n, uint32_t depth, uint32_t threads, void* out,
                                   double* seconds) {
-  if (!path || !rows || !seconds || row_bytes == 0 || depth == 0) {
-    deepwell::capi::last_error() = "dw_uring_read_rows: null path, rows or seconds, or a zero row size or depth";
+  if (!path || !rows || !seconds || row_bytes == 0 || depth == 0 || depth > 4096) {
+    deepwell::capi::last_error() =
+        "dw_uring_read_rows: null path, rows or seconds, a zero row size, or a depth outside 1 to 4096";
     return DW_EINVAL;
   }
+  // Every row's byte offset, checked before any read: a negative or huge
+  // row would wrap to another row's bytes.
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t at = 0;
+    if (rows[i] < 0 || __builtin_mul_overflow(uint64_t(rows[i]), uint64_t(row_bytes), &at) ||
+        __builtin_add_overflow(at, offset, &at) || at > uint64_t(INT64_MAX) - row_bytes) {
+      deepwell::capi::last_error() = "dw_uring_read_rows: row " + std::to_string(rows[i]) + " (index " +
+                                     std::to_string(i) + ") has no byte offset in a file";
+      return DW_ERANGE;
+    }
+  }
   threads = std::max<uint32_t>(1, std::min<uint64_t>(threads ? threads : 1, std::max<uint64_t>(1, n)));
+  threads = deepwell::detail::thread_count(threads);  // at most four a core
   std::vector<std::string> failures(threads);
   std::vector<std::thread> pool;
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t chunk = (n + threads - 1) / threads;
   for (uint32_t t = 0; t < threads; ++t) {
     const uint64_t b = std::min(n, t * chunk), e = std::min(n, b + chunk);
-    pool.emplace_back([&, t, b, e] {
+    auto share = [&, t, b, e] {
       if (b < e)
         failures[t] = read_share(path, odirect != 0, offset, row_bytes, rows, b, e, depth,
                                  static_cast<uint8_t*>(out));
-    });
+    };
+    try {
+      pool.emplace_back(share);
+    } catch (const std::system_error&) {  // no more threads: this one reads the share
+      share();
+    }
   }
   for (auto& th : pool) th.join();
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

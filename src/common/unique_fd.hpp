@@ -44,10 +44,15 @@ struct opened_file {
 };
 
 // `path` opened read-only and stat'ed; an error reads "WHAT: open PATH: reason".
+// Only a regular file or a block device: opened with O_NONBLOCK, so that a
+// FIFO (whose open waits for a writer) is refused instead of hanging.
 inline opened_file open_for_reading(const std::string& path, const std::string& what) {
-  opened_file f{unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)), {}};
+  opened_file f{unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)), {}};
   if (f.fd.get() < 0) throw error(errno_message(what + ": open " + path, errno));
   if (::fstat(f.fd.get(), &f.st) != 0) throw error(errno_message(what + ": stat " + path, errno));
+  if (!S_ISREG(f.st.st_mode) && !S_ISBLK(f.st.st_mode))
+    throw error(what + ": " + path + " is not a regular file or a block device");
+  ::fcntl(f.fd.get(), F_SETFL, ::fcntl(f.fd.get(), F_GETFL) & ~O_NONBLOCK);
   return f;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <system_error>
 
 #include "controller/poller.hpp"
 #include "deepwell/common/error.hpp"
@@ -47,6 +48,7 @@ queue_counters queue_pair::counters() const {
 controller::controller(controller_config cfg)
     : cfg_(cfg), namespaces_(std::make_unique<std::unique_ptr<ns_entry>[]>(max_namespaces)) {
   if (cfg_.pollers == 0) throw error("controller needs at least one poller thread (pollers = 0)");
+  if (cfg_.pollers > 256) throw error("controller pollers " + std::to_string(cfg_.pollers) + ": at most 256");
   if (cfg_.latency_target != 0 && !(cfg_.latency_target >= 1 && cfg_.latency_target <= 1000))
     throw error("latency_target must be 0 (off) or a factor from 1 to 1000, not " + std::to_string(cfg_.latency_target));
   if (cfg_.io_budget_bytes != 0) {
@@ -63,7 +65,13 @@ controller::controller(controller_config cfg)
     pollers_.push_back(std::move(p));
   }
   for (auto& p : pollers_) {
-    p->thread = std::thread([q = p.get()] { q->run(); });
+    try {
+      p->thread = std::thread([q = p.get()] { q->run(); });
+    } catch (const std::system_error& e) {  // the pollers started so far stopped, not left joinable
+      stop();
+      throw error("controller: cannot start poller " + std::to_string(p->index) + " of " +
+                  std::to_string(cfg_.pollers) + ": " + e.what());
+    }
     // Named, so that top, perf and gdb tell pollers from other threads.
     name_thread(p->thread, "dw-poller-" + std::to_string(p->index));
   }

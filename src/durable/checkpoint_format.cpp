@@ -38,6 +38,8 @@ std::string spec_text(const tensor_spec& t) {
 void check_manifest_shape(const checkpoint_manifest& m) {
   if (m.size() > max_buffers) throw error("checkpoint manifest: " + std::to_string(m.size()) + " buffers (at most " + std::to_string(max_buffers) + ")");
   std::map<std::string, size_t> seen;
+  constexpr uint64_t max_store_bytes = uint64_t(1) << 56;  // 64 PiB: room for alignment, tables and both slots
+  uint64_t total = 0;
   for (size_t i = 0; i < m.size(); ++i) {
     const tensor_spec& t = m[i];
     if (t.name.empty()) throw error("checkpoint manifest: buffer " + std::to_string(i) + " has an empty name");
@@ -53,6 +55,14 @@ void check_manifest_shape(const checkpoint_manifest& m) {
     if (!seen.emplace(t.name, i).second)
       throw error("checkpoint manifest: the name '" + t.name + "' appears twice (buffers " +
                   std::to_string(seen[t.name]) + " and " + std::to_string(i) + ")");
+    for (int64_t d : t.shape)
+      if (d < 0) throw error("checkpoint manifest: '" + t.name + "' has a negative dimension (" + std::to_string(d) + ")");
+    // Sizes the layout adds up without wrapping (a store of 2^64 bytes
+    // would otherwise come out small).
+    if (t.bytes > max_store_bytes - total)
+      throw error("checkpoint manifest: '" + t.name + "' (" + std::to_string(t.bytes) + " bytes) takes the buffers past " +
+                  std::to_string(max_store_bytes) + " bytes in all");
+    total += t.bytes;
   }
 }
 

@@ -56,13 +56,21 @@ kf::superblock layout(const kv_config& c) {
   if (h.slots_per_bucket == 0)
     bad("buckets of " + std::to_string(c.bucket_bytes) + " bytes hold no slot of " + std::to_string(8 * h.slot_words) +
         " bytes");
+  // A table of at most 2^50 bytes (1 PiB): the layout's sums never wrap.
+  constexpr uint64_t max_table_bytes = uint64_t(1) << 50;
   if (c.buckets)
     h.buckets = c.buckets;
   else {
     if (c.capacity == 0) bad("capacity 0 and no bucket count");
+    if (c.capacity > max_table_bytes / (8 * h.slot_words))
+      bad("capacity " + std::to_string(c.capacity) + " (its table would pass " + std::to_string(max_table_bytes) +
+          " bytes)");
     const double per_bucket = 0.75 * h.slots_per_bucket;
     h.buckets = std::max<uint64_t>(1, uint64_t(double(c.capacity) / per_bucket + 0.999999));
   }
+  if (h.buckets > max_table_bytes / h.bucket_bytes)
+    bad(std::to_string(h.buckets) + " buckets of " + std::to_string(h.bucket_bytes) + " bytes (a table past " +
+        std::to_string(max_table_bytes) + " bytes)");
   h.max_probe = uint32_t(std::min<uint64_t>(c.max_probe, h.buckets));
   h.log_rows = c.log_rows;
   h.table_offset = kf::header_bytes;
@@ -278,7 +286,11 @@ struct kv_store::impl {
   }
 
   void scratch() {
+    // No larger than a batch the log can hold (batch_limit): the scratch
+    // below is sized by it, and a max_batch the log can never take would
+    // only allocate memory (gigabytes for a huge one).
     max_batch = opts.max_batch;
+    max_batch = batch_limit();
     const uint64_t vw = sb.value_bytes / 8;
     table_mask = next_pow2(2 * max_batch) - 1;
     keys_in = static_cast<uint64_t*>(alloc(max_batch * 8));

@@ -233,7 +233,9 @@ void sync_parent_directory(const std::string& path) {
 std::shared_ptr<target> open_file_target(const std::string& path, const file_options& opts) {
   if (opts.create && !opts.writable)
     throw error("cannot create " + path + " read-only: file_options.create needs writable");
-  int flags = (opts.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC;
+  // O_NONBLOCK until the type is known: a FIFO's open would wait for its
+  // other end.
+  int flags = (opts.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK;
   if (opts.direct) flags |= O_DIRECT;
   fd_guard fd{::open(path.c_str(), flags, 0644)};
   bool created = false;
@@ -253,6 +255,7 @@ std::shared_ptr<target> open_file_target(const std::string& path, const file_opt
   if (fstat(fd.fd, &st) != 0) throw error(errno_message("fstat " + path, errno));
   const bool block_device = S_ISBLK(st.st_mode);
   if (!block_device && !S_ISREG(st.st_mode)) throw error(path + " is neither a regular file nor a block device");
+  ::fcntl(fd.fd, F_SETFL, ::fcntl(fd.fd, F_GETFL) & ~O_NONBLOCK);
 
   uint64_t file_size = file_bytes(fd.fd, st, path);
   if (opts.create && !block_device) {

@@ -317,9 +317,14 @@ build_report build_index_with(const vector_set& data, metric m, const std::strin
     page = 4096;
     while (page < record) page *= 2;
   }
-  if (page < 4096 || (page & (page - 1)) || page < record)
-    throw error(what + ": page size " + std::to_string(page) + " (a power of two >= 4096 holding a " +
+  // 64 KiB at most: the largest record fits, and an index opens only with
+  // pages up to that.
+  if (page < 4096 || page > 65536 || (page & (page - 1)) || page < record)
+    throw error(what + ": page size " + std::to_string(page) + " (a power of two from 4096 to 65536 holding a " +
                 std::to_string(record) + "-byte record)");
+  if (o.passes > max_build_passes)
+    throw error(what + ": " + std::to_string(o.passes) + " Vamana passes (at most " + std::to_string(max_build_passes) +
+                ")");
   check_finite(data, what);
 
   if (o.shard_vectors && o.shard_vectors < min_shard_vectors)

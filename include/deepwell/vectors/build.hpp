@@ -25,6 +25,7 @@ enum class record_layout : uint32_t {
 };
 
 constexpr uint64_t min_shard_vectors = 1024;
+constexpr uint32_t max_build_passes = 64;  // build_options::passes: more only repeats the work
 
 struct build_options {
   uint32_t degree = 32;        // neighbours a node at most (R)

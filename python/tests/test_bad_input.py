@@ -1,0 +1,88 @@
+"""Bad input found by a sweep of the C ABI and the Python package: each is
+refused by name (or, for threads sharing a handle, answered right), never a
+crash, a hang, a huge allocation or a value wrapped by ctypes."""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import deepwell
+import deepwell.kv as kv
+from deepwell import baselines
+from deepwell import checkpoint as ckpt
+from deepwell import vectors as dv
+
+
+def test_threads_sharing_a_kv_handle_lose_nothing(tmp_path):
+    store = kv.create(tmp_path / "s.kv", device="cpu", cache_size="4MiB", cpu_threads=2, value_bytes=8,
+                      capacity=200000)
+    wrong = []
+
+    def worker(t):
+        for b in range(25):
+            keys = np.arange(1000, dtype=np.uint64) + np.uint64(t * 1_000_000 + b * 1000)
+            values = (keys * np.uint64(3) + np.uint64(t)).reshape(-1, 1)
+            store.set(keys, values)
+            got, found = store.get(keys)
+            if not found.all() or got.tobytes() != values.tobytes():
+                wrong.append((t, b))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert wrong == []
+    store.close()
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: deepwell.Array(None, shape=(2**61 + 1,), dtype="float64", device="cpu"),
+    lambda d: deepwell.Array(None, shape=(16, 2**32 + 1), dtype="uint8", device="cpu"),
+    lambda d: kv.create(d / "a.kv", device="cpu", value_bytes=2**32 + 8, capacity=100),
+    lambda d: kv.create(d / "b.kv", device="cpu", value_bytes=8, capacity=2**64 + 100),
+    lambda d: kv.bytes_needed(8, 2**62),
+])
+def test_values_past_their_fields_are_refused_not_wrapped(tmp_path, make):
+    with pytest.raises(deepwell.Error, match="too large|capacity|pass"):
+        make(tmp_path)
+
+
+def _in_child(code, timeout=20):
+    env = dict(os.environ)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    r = _in_child(f"import deepwell\ntry:\n    deepwell.open({str(fifo)!r}, dtype='uint8', device='cpu')\n"
+                  f"except deepwell.Error as e:\n    print('refused:', e)\n")
+    assert r.returncode == 0, r
+    assert "refused:" in r.stdout and "regular file" in r.stdout, r.stdout
+
+
+def test_plain_uring_rows_refuse_a_row_with_no_offset(tmp_path):
+    f = tmp_path / "rows"
+    f.write_bytes(bytes(range(256)) * 64)
+    with pytest.raises(deepwell.Error, match="no byte offset"):
+        baselines.uring_read_rows(f, [-(2**62)], 64)
+    out = np.zeros((2, 64), np.uint8)
+    baselines.uring_read_rows(f, [1, 3], 64, out=out)
+    assert out[1].tobytes() == (bytes(range(256)) * 64)[192:256]
+
+
+def test_a_checkpoint_manifest_with_a_negative_dimension_is_refused(tmp_path):
+    with pytest.raises(deepwell.Error, match="negative dimension"):
+        ckpt.CheckpointStore(tmp_path / "c.ckpt", create=True, device="cpu", specs=[("w", "float32", (-4,), 16)])
+
+
+def test_a_vector_build_refuses_pages_no_index_opens(tmp_path):
+    data = np.random.default_rng(1).integers(0, 255, (300, 16), dtype=np.uint8)
+    with pytest.raises(deepwell.Error, match="page size"):
+        dv.build(data, tmp_path / "i.dwv", page_bytes=1 << 20, threads=1)
+    with pytest.raises(deepwell.Error, match="Vamana passes"):
+        dv.build(data, tmp_path / "i.dwv", passes=1000, threads=1)

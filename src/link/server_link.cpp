@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -57,7 +58,23 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     wire::message m;
     m.h.op = uint16_t(wire::op::hello);
     m.text = name;
-    wire::message r = call(std::move(m));
+    // A socket whose listener never answers (not a deepwell server, or one
+    // that hangs) must not hold the caller forever: the greeting has a
+    // deadline. Later calls wait as long as the server works on them.
+    constexpr int hello_seconds = 30;
+    timeval limit{hello_seconds, 0};
+    setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    wire::message r;
+    const auto asked = std::chrono::steady_clock::now();
+    try {
+      r = call(std::move(m));
+    } catch (const error&) {
+      if (std::chrono::steady_clock::now() - asked < std::chrono::seconds(hello_seconds)) throw;
+      throw error("deepwell server " + path_ + ": no answer to hello within " + std::to_string(hello_seconds) +
+                  " s (is a deepwell server listening there?)");
+    }
+    limit = timeval{0, 0};
+    setsockopt(sock_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
     client_id_ = r.h.b;
     name_ = name;
     if (watch) watcher_ = std::thread([this] { this->watch(); });

@@ -14,8 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "deepwell/c/deepwell.h"
@@ -31,6 +29,7 @@ std::string read_share(const char* path, bool odirect, uint64_t offset, uint32_t
   const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (odirect ? O_DIRECT : 0));
   if (fd < 0) return deepwell::errno_message(std::string("open ") + path, errno);
   struct stat st {};
+  // (O_NONBLOCK: a FIFO's open would wait for its other end.)
   if (fstat(fd, &st) != 0 || (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))) {
     close(fd);
     return std::string(path) + " is not a regular file or a block device";
@@ -115,26 +114,13 @@ extern "C" int dw_uring_read_rows(const char* path, int32_t odirect, uint64_t of
       return DW_ERANGE;
     }
   }
-  threads = std::max<uint32_t>(1, std::min<uint64_t>(threads ? threads : 1, std::max<uint64_t>(1, n)));
-  threads = deepwell::detail::thread_count(threads);  // at most four a core
+  // A ring a thread, each its contiguous share of the rows (0: one thread).
+  threads = deepwell::detail::thread_count(threads ? threads : 1);
   std::vector<std::string> failures(threads);
-  std::vector<std::thread> pool;
   const auto t0 = std::chrono::steady_clock::now();
-  const uint64_t chunk = (n + threads - 1) / threads;
-  for (uint32_t t = 0; t < threads; ++t) {
-    const uint64_t b = std::min(n, t * chunk), e = std::min(n, b + chunk);
-    auto share = [&, t, b, e] {
-      if (b < e)
-        failures[t] = read_share(path, odirect != 0, offset, row_bytes, rows, b, e, depth,
-                                 static_cast<uint8_t*>(out));
-    };
-    try {
-      pool.emplace_back(share);
-    } catch (const std::system_error&) {  // no more threads: this one reads the share
-      share();
-    }
-  }
-  for (auto& th : pool) th.join();
+  deepwell::detail::parallel_for(n, threads, [&](unsigned t, uint64_t b, uint64_t e) {
+    if (b < e) failures[t] = read_share(path, odirect != 0, offset, row_bytes, rows, b, e, depth, static_cast<uint8_t*>(out));
+  });
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const auto& f : failures)
     if (!f.empty()) {

@@ -43,16 +43,21 @@ struct opened_file {
   struct stat st {};
 };
 
-// `path` opened read-only and stat'ed; an error reads "WHAT: open PATH: reason".
-// Only a regular file or a block device: opened with O_NONBLOCK, so that a
-// FIFO (whose open waits for a writer) is refused instead of hanging.
+// Storage is opened with O_NONBLOCK (a FIFO's open would wait for its other
+// end), then kept only if it is a regular file or a block device: true, with
+// `st` filled and O_NONBLOCK cleared; false for anything else.
+inline bool keep_if_storage(int fd, struct stat& st) {
+  if (::fstat(fd, &st) != 0 || (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))) return false;
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return true;
+}
+
+// `path` opened read-only and stat'ed, a regular file or a block device; an
+// error reads "WHAT: open PATH: reason".
 inline opened_file open_for_reading(const std::string& path, const std::string& what) {
   opened_file f{unique_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)), {}};
   if (f.fd.get() < 0) throw error(errno_message(what + ": open " + path, errno));
-  if (::fstat(f.fd.get(), &f.st) != 0) throw error(errno_message(what + ": stat " + path, errno));
-  if (!S_ISREG(f.st.st_mode) && !S_ISBLK(f.st.st_mode))
-    throw error(what + ": " + path + " is not a regular file or a block device");
-  ::fcntl(f.fd.get(), F_SETFL, ::fcntl(f.fd.get(), F_GETFL) & ~O_NONBLOCK);
+  if (!keep_if_storage(f.fd.get(), f.st)) throw error(what + ": " + path + " is not a regular file or a block device");
   return f;
 }
 

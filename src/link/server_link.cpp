@@ -1,6 +1,7 @@
 // A client's link to `deepwell serve`: requests and replies on the
 // server's socket (wire.hpp), queue pairs as memfds this process maps, and
 // a watcher that turns the server's going away into stopped queues.
+#include "common/unique_fd.hpp"
 #include "deepwell/link/server_link.hpp"
 
 #include <fcntl.h>
@@ -250,22 +251,15 @@ class socket_link final : public server_link, public std::enable_shared_from_thi
     m.h.op = uint16_t(o);
     wire::message r = call(std::move(m));
     if (r.fd < 0) return std::move(r.text);
-    const int fd = r.fd;
-    std::string text;
-    if (r.h.c == wire::long_text && r.h.x <= wire::long_text_max) {
-      text.resize(r.h.x);
-      for (size_t got = 0; got < text.size();) {
-        const ssize_t n = pread(fd, text.data() + got, text.size() - got, off_t(got));
-        if (n <= 0) {
-          close(fd);
-          throw error("deepwell server " + path_ + ": reading a long " + wire::op_name(uint16_t(o)) + " reply failed");
-        }
-        got += size_t(n);
-      }
+    const detail::unique_fd fd(r.fd);
+    const std::string what = "deepwell server " + path_ + ": a long " + wire::op_name(uint16_t(o)) + " reply";
+    if (r.h.c != wire::long_text || r.h.x > wire::long_text_max) throw error(what + " with an unexpected descriptor");
+    std::string text(r.h.x, '\0');
+    for (size_t got = 0; got < text.size();) {
+      const ssize_t n = pread(fd.get(), text.data() + got, text.size() - got, off_t(got));
+      if (n <= 0) throw error(what + " could not be read");
+      got += size_t(n);
     }
-    close(fd);
-    if (r.h.c != wire::long_text || r.h.x > wire::long_text_max)
-      throw error("deepwell server " + path_ + ": a " + wire::op_name(uint16_t(o)) + " reply with an unexpected descriptor");
     return text;
   }
 

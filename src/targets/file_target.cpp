@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "common/unique_fd.hpp"
 #include "deepwell/common/detail/staging_copy.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/targets/target.hpp"
@@ -252,10 +253,8 @@ std::shared_ptr<target> open_file_target(const std::string& path, const file_opt
   }
 
   struct stat st {};
-  if (fstat(fd.fd, &st) != 0) throw error(errno_message("fstat " + path, errno));
+  if (!detail::keep_if_storage(fd.fd, st)) throw error(path + " is neither a regular file nor a block device");
   const bool block_device = S_ISBLK(st.st_mode);
-  if (!block_device && !S_ISREG(st.st_mode)) throw error(path + " is neither a regular file nor a block device");
-  ::fcntl(fd.fd, F_SETFL, ::fcntl(fd.fd, F_GETFL) & ~O_NONBLOCK);
 
   uint64_t file_size = file_bytes(fd.fd, st, path);
   if (opts.create && !block_device) {

@@ -235,6 +235,20 @@ TEST(KvIntegrity, DamageInEveryRegionIsAnErrorOrTheRightAnswer) {
   }
 }
 
+namespace {
+// Starts one target call on `io` and waits for its result.
+template <class Start>
+int64_t run_to_completion(io_engine& io, Start&& start) {
+  int64_t got = INT64_MIN;
+  start(io_callback{[](void* c, int64_t r) { *static_cast<int64_t*>(c) = r; }, &got});
+  while (got == INT64_MIN) {
+    io.wait(100'000'000);
+    io.reap();
+  }
+  return got;
+}
+}  // namespace
+
 // The sums themselves: a table written block by block through a
 // checksummed target verifies; a changed byte fails the read with EBADMSG;
 // recovery-style unchecked reads pass; sums reach their region at flush.
@@ -243,15 +257,7 @@ TEST(ChecksummedTarget, DetectsChangedBytesAndPersistsSumsAtFlush) {
   auto sums = make_host_memory_target(checksum_region_bytes(64 << 10, 4096));
   auto t = make_checksummed_target(data, sums, 4096);
   auto io = make_io_engine(io_backend::threads, 8);
-  auto sync = [&](auto&& start) {
-    int64_t got = INT64_MIN;
-    start(io_callback{[](void* c, int64_t r) { *static_cast<int64_t*>(c) = r; }, &got});
-    while (got == INT64_MIN) {
-      io->wait(100'000'000);
-      io->reap();
-    }
-    return got;
-  };
+  auto sync = [&](auto&& start) { return run_to_completion(*io, start); };
   std::vector<uint8_t> block(4096), back(4096);
   for (size_t i = 0; i < block.size(); ++i) block[i] = uint8_t(i * 7);
   ASSERT_EQ(sync([&](io_callback cb) { t->write(*io, block.data(), 4096, 8192, false, cb); }), 4096);
@@ -326,15 +332,7 @@ TEST(ChecksummedTarget, AClientsScribbleFailsItsReadButIsNotCountedAsStoragesDam
   auto scribbled = std::make_shared<scribbling_target>(data);
   auto t = make_checksummed_target(scribbled, sums, 4096);
   auto io = make_io_engine(io_backend::threads, 8);
-  auto sync = [&](auto&& start) {
-    int64_t got = INT64_MIN;
-    start(io_callback{[](void* c, int64_t r) { *static_cast<int64_t*>(c) = r; }, &got});
-    while (got == INT64_MIN) {
-      io->wait(100'000'000);
-      io->reap();
-    }
-    return got;
-  };
+  auto sync = [&](auto&& start) { return run_to_completion(*io, start); };
   std::vector<uint8_t> block(4096, 0x5A), back(4096);
   ASSERT_EQ(sync([&](io_callback cb) { t->write(*io, block.data(), 4096, 4096, false, cb); }), 4096);
   scribbled->scribbles = 1;

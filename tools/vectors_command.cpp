@@ -44,6 +44,7 @@ std::vector<float> read_queries(const std::string& path, const std::string& type
   nq = f.set().count;
   std::vector<float> q(nq * dim);
   for (uint64_t i = 0; i < nq; ++i) row_as_float(f.set(), i, &q[i * dim]);
+  f.check_whole();
   return q;
 }
 
@@ -122,6 +123,7 @@ int build(const vectors_command& v) {
     gpu = false;
     r = build_index(f.set(), parse_metric(v.metric), v.index, o);
   }
+  f.check_whole();  // vectors cut from the file under the build read as zeros: the index is not of the data
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   const std::string sharded = r.shards ? " in " + std::to_string(r.shards) + " shards" : "";
   std::printf("%s: %llu vectors, %llu edges, %u subspaces; on the %s%s, %.2f s (quantiser %.2f, graph %.2f, write %.2f)%s\n",
@@ -147,6 +149,7 @@ int truth(const vectors_command& v) {
   std::vector<uint32_t> ids(nq * v.k);
   std::vector<float> d(nq * v.k);
   exact_neighbours(f.set(), q.data(), nq, v.k, parse_metric(v.metric), ids.data(), d.data(), v.threads);
+  f.check_whole();
   write_truth(v.out, nq, v.k, ids, d);
   std::printf("%s: the %u nearest of %llu queries\n", v.out.c_str(), v.k, (unsigned long long)nq);
   return 0;

@@ -86,3 +86,27 @@ def test_a_vector_build_refuses_pages_no_index_opens(tmp_path):
         dv.build(data, tmp_path / "i.dwv", page_bytes=1 << 20, threads=1)
     with pytest.raises(deepwell.Error, match="Vamana passes"):
         dv.build(data, tmp_path / "i.dwv", passes=1000, threads=1)
+
+
+@pytest.mark.parametrize("direct", ["resident", "never"])
+def test_a_file_truncated_under_an_array_is_named_in_the_error(tmp_path, direct):
+    # "resident": the direct tier maps the file (the fault past its new end
+    # is taken, not a SIGBUS); "never": the controller's read comes up short.
+    path = tmp_path / "rows.bin"
+    np.arange(1 << 18, dtype=np.uint64).tofile(path)  # 2 MiB, 4096 rows of 512 bytes
+    a = deepwell.open(str(path), shape=(4096, 64), dtype="uint64", device="cpu", cache_size="1MiB", direct=direct)
+    assert a.direct_tier == (direct == "resident")
+    assert a.gather(np.array([0, 4095]))[1, 0] == 4095 * 64
+    os.truncate(path, 1 << 20)
+    a.clear()  # nothing cached: the next read of the lost half goes to the file
+    with pytest.raises(deepwell.Error, match=r"rows\.bin.*now holds 1048576 bytes.*truncated"):
+        a.gather(np.array([4095]))
+    if direct == "never":
+        assert a.gather(np.array([1]))[0, 0] == 64  # the half still there reads on
+    else:  # zeros were read where the file was: nothing from this mapping is trusted again
+        with pytest.raises(deepwell.Error, match="cut short while mapped"):
+            a.gather(np.array([1]))
+    a.close()
+    b = deepwell.open(str(path), shape=(2048, 64), dtype="uint64", device="cpu", cache_size="1MiB", direct=direct)
+    assert b.gather(np.array([2047]))[0, 0] == 2047 * 64
+    b.close()

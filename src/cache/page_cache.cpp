@@ -259,6 +259,12 @@ tier_ref page_cache::tier_of(uint32_t nsid, const dataset_desc& d) {
   return t;
 }
 
+bool page_cache::mapped_file_cut() const {
+  for (const auto& m : mappings_)
+    if (m->cut()) return true;
+  return false;
+}
+
 const dataset_desc& page_cache::dataset(uint32_t id) const {
   if (id >= datasets_.size()) throw error("page cache: no dataset " + std::to_string(id));
   return datasets_[id];

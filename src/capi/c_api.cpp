@@ -52,6 +52,9 @@ struct shared_dataset {
   bool writable = false;
   std::shared_ptr<const target> drives;   // an array of drives (its layout and members, for the route)
   std::unique_ptr<array<uint8_t>> bytes;  // holds the cache
+  std::string where;                      // what it is, for messages: the file or the server's dataset
+  std::string path;                       // a local file's path, and where its bytes end at open:
+  uint64_t end_at_open = 0;               // a failed read then says whether the file shrank since
 };
 
 }  // namespace deepwell::capi
@@ -95,6 +98,32 @@ int code_of(request_status s) {
     default:
       return DW_ERUNTIME;
   }
+}
+
+// A failed read or write, told with what it was on, and, where a local
+// file now ends before its bytes did at open, that it was cut short under
+// the array (its reads then fail: the controller sees a short transfer).
+std::string shrunk_text(const capi::shared_dataset& d) {
+  struct stat st{};
+  if (d.path.empty() || ::stat(d.path.c_str(), &st) != 0 || uint64_t(st.st_size) >= d.end_at_open) return {};
+  return "the file now holds " + std::to_string(st.st_size) + " bytes; its data ended at byte " +
+         std::to_string(d.end_at_open) + " when the array was opened: it was truncated";
+}
+
+std::string failure_text(const capi::shared_dataset& d, request_status s, const std::string& op) {
+  const std::string shrunk = shrunk_text(d);
+  return op + " " + d.where + ": " + describe(s) + (shrunk.empty() ? "" : " (" + shrunk + ")");
+}
+
+// A file the direct tier maps, cut short under it: its lost pages read as
+// zeros (a guard took the fault that would have ended the process), so
+// every result since is suspect, and the array must be opened again.
+void check_mapping(const dw_array& a) {
+  if (!a.cache().mapped_file_cut()) return;
+  const std::string shrunk = shrunk_text(*a.data);
+  throw api_error(DW_EIO, a.data->where + " was cut short while mapped (" +
+                              (shrunk.empty() ? std::string("truncated") : shrunk) +
+                              "): reads past its new end found no data; close the array and open it again");
 }
 
 constexpr uint32_t dataset_block = 4096;  // rounding of new writable datasets (any block size up to 4 KiB)
@@ -177,6 +206,7 @@ int rows_call(dw_array* ap, bool scatter, const void* idx, int32_t bits, int32_t
         cpu_rows(a, scatter, static_cast<const int32_t*>(idx), n, m);
       else
         cpu_rows(a, scatter, static_cast<const int64_t*>(idx), n, m);
+      check_mapping(a);
       return;
     }
     const capi::device_guard g = capi::on_device(a.device);
@@ -342,6 +372,11 @@ int dw_array_open(const dw_array_options* op, dw_array** out) {
 
       const std::shared_ptr<page_cache> cache = capi::cache_on(a->device, d->link, cfg);
       d->bytes = std::make_unique<array<uint8_t>>(cache, d->nsid);
+      d->where = where;
+      if (!link && o.path && o.layout == DW_LAYOUT_SINGLE) {
+        d->path = o.path;
+        d->end_at_open = o.offset + t->size();
+      }
       a->data = d;
       if (!key.empty()) datasets[key] = d;
     }
@@ -444,13 +479,14 @@ int dw_array_check(dw_array* ap, uintptr_t stream) {
     const unsigned long long example = r.example;
     const request_status s = request_status::unpack(__atomic_exchange_n(&r.failure, 0u, __ATOMIC_RELAXED));
     if (!s.ok()) a.cache().clear_error();
+    check_mapping(a);
     if (bad) {
       const int64_t as_signed = int64_t(example);
       throw api_error(DW_ERANGE, "index " + std::to_string(as_signed) + " is out of range for " +
                                       std::to_string(a.rows.rows) + " rows" +
                                       (bad > 1 ? " (" + std::to_string(bad) + " indices were)" : ""));
     }
-    if (!s.ok()) throw api_error(code_of(s), describe(s));
+    if (!s.ok()) throw api_error(code_of(s), failure_text(*a.data, s, "rows of"));
   });
 }
 
@@ -460,7 +496,7 @@ int dw_array_flush(dw_array* ap) {
     need(a.writable, "the array was opened read-only: nothing to flush");
     const auto g = on_idle_device(a);
     const request_status s = a.cache().flush();
-    if (!s.ok()) throw api_error(code_of(s), "flush: " + describe(s));
+    if (!s.ok()) throw api_error(code_of(s), failure_text(*a.data, s, "flush of"));
   });
 }
 
@@ -469,7 +505,7 @@ int dw_array_clear(dw_array* ap) {
     dw_array& a = handle(ap);
     const auto g = on_idle_device(a);
     const request_status s = a.cache().clear();
-    if (!s.ok()) throw api_error(code_of(s), "clear: " + describe(s));
+    if (!s.ok()) throw api_error(code_of(s), failure_text(*a.data, s, "clear of"));
   });
 }
 

@@ -4,12 +4,16 @@
 #include <vector>
 
 #include "deepwell/common/host_mapping.hpp"
+#include "mapping_guard.hpp"
 
 namespace deepwell {
 
 host_mapping::~host_mapping() {
+  detail::unguard_mapping(guard);
   if (base && !owner) ::munmap(base, base_bytes);
 }
+
+bool host_mapping::cut() const { return detail::mapping_cut(guard); }
 
 std::shared_ptr<host_mapping> map_file_readonly(int fd, uint64_t offset, uint64_t size) {
   if (size == 0) return nullptr;
@@ -25,6 +29,7 @@ std::shared_ptr<host_mapping> map_file_readonly(int fd, uint64_t offset, uint64_
   m->data = static_cast<const uint8_t*>(p) + (offset - start);
   m->bytes = size;
   m->resident = resident_share(p, len);
+  m->guard = detail::guard_mapping(p, m->base_bytes);
   return m;
 }
 

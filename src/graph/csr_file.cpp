@@ -20,6 +20,7 @@
 #include "deepwell/targets/file_sums.hpp"
 #include "common/disk_header.hpp"
 #include "common/file_io.hpp"
+#include "common/mapping_guard.hpp"
 
 namespace deepwell::graph {
 
@@ -223,10 +224,12 @@ csr_file::csr_file(const std::string& path) : path_(path) {
   if (m == MAP_FAILED) throw error(errno_message("mmap " + path, errno));
   base_ = static_cast<const uint8_t*>(m);
   mapped_ = h_.file_bytes;
+  guard_ = ::deepwell::detail::guard_mapping(m, mapped_);
   if (checksummed()) {
     sums_.resize(h_.sums_bytes / 4);
     std::memcpy(sums_.data(), base_ + h_.sums_at, h_.sums_bytes);
     if (crc32c(0, sums_.data(), h_.sums_bytes) != h_.sums_crc) {
+      ::deepwell::detail::unguard_mapping(guard_);
       ::munmap(m, mapped_);
       throw data_error(path + ": the sums section (bytes [" + std::to_string(h_.sums_at) + ", " +
                   std::to_string(h_.sums_at + h_.sums_bytes) + ")) does not match its checksum: a corrupt graph file");
@@ -236,12 +239,18 @@ csr_file::csr_file(const std::string& path) : path_(path) {
   if (off[0] != 0 || off[h_.nodes] != h_.edges) {
     const std::string msg = path + ": offsets run from " + std::to_string(off[0]) + " to " +
                             std::to_string(off[h_.nodes]) + ", the header says 0 to " + std::to_string(h_.edges);
+    ::deepwell::detail::unguard_mapping(guard_);
     ::munmap(m, mapped_);
     throw error(msg);
   }
 }
 
+void csr_file::check_whole() const {
+  if (::deepwell::detail::mapping_cut(guard_)) throw error(path_ + ": the file was truncated while it was being read");
+}
+
 csr_file::~csr_file() {
+  ::deepwell::detail::unguard_mapping(guard_);
   if (base_) ::munmap(const_cast<uint8_t*>(base_), mapped_);
 }
 
@@ -288,9 +297,13 @@ std::vector<uint32_t> csr_file::section_sums(csr_section s) const {
 
 bool csr_file::verify(csr_section s, unsigned threads) const {
   if (!checksummed()) return false;
-  if (section_bytes(s))
-    verify_section(path_, std::string(section_name(s)) + " section", section_at(s), base_ + section_at(s),
-                   section_bytes(s), sums_.data() + first_sum(s), threads);
+  if (section_bytes(s)) try {
+      verify_section(path_, std::string(section_name(s)) + " section", section_at(s), base_ + section_at(s),
+                     section_bytes(s), sums_.data() + first_sum(s), threads);
+    } catch (const error&) {
+      check_whole();  // zeros where the file was: say so, not "corrupt"
+      throw;
+    }
   return true;
 }
 
@@ -303,10 +316,15 @@ bool csr_file::verify(unsigned threads, progress* p) const {
   const std::function<void(uint64_t)> advance = [p](uint64_t n) {
     if (p) p->advance(n);
   };
-  for (csr_section s : all)
-    if (section_bytes(s))
-      verify_section(path_, std::string(section_name(s)) + " section", section_at(s), base_ + section_at(s),
-                     section_bytes(s), sums_.data() + first_sum(s), threads, advance);
+  try {
+    for (csr_section s : all)
+      if (section_bytes(s))
+        verify_section(path_, std::string(section_name(s)) + " section", section_at(s), base_ + section_at(s),
+                       section_bytes(s), sums_.data() + first_sum(s), threads, advance);
+  } catch (const error&) {
+    check_whole();
+    throw;
+  }
   if (p) p->done();
   return true;
 }
@@ -383,6 +401,7 @@ csr_stats csr_file::stats(unsigned threads) const {
     r.self_loops += s.self_loops;
   }
   r.mean_degree = h_.nodes ? double(h_.edges) / double(h_.nodes) : 0;
+  check_whole();
   return r;
 }
 
@@ -402,6 +421,7 @@ csr_graph csr_file::load() const {
   else
     g.nbr64.assign(static_cast<const uint64_t*>(neighbours()), static_cast<const uint64_t*>(neighbours()) + h_.edges);
   if (const uint32_t* w = weights()) g.wts.assign(w, w + h_.edges);
+  check_whole();
   return g;
 }
 

@@ -1,6 +1,7 @@
 // The column store's layout: reading and checking a file's header, and
 // writing one (column_file.hpp).
 #include "common/file_io.hpp"
+#include "common/mapping_guard.hpp"
 #include "deepwell/table/column_file.hpp"
 
 #include <fcntl.h>
@@ -59,10 +60,17 @@ struct file_mapping {
     ::close(fd);
     if (m == MAP_FAILED) throw error(errno_message("mmap " + path, e));
     p = static_cast<const uint8_t*>(m);
+    guard = detail::guarded_range(p, size);
   }
   ~file_mapping() {
+    guard = detail::guarded_range();
     if (p) ::munmap(const_cast<uint8_t*>(p), bytes);
   }
+  // Throws where the file was cut short while mapped (its lost pages read as zeros).
+  void check_whole(const std::string& path) const {
+    if (guard.cut()) throw error(path + ": the file was truncated while it was being read");
+  }
+  detail::guarded_range guard;
   file_mapping(const file_mapping&) = delete;
   file_mapping& operator=(const file_mapping&) = delete;
 };
@@ -250,8 +258,14 @@ bool column_file::verify(const std::string& name, unsigned threads) const {
   const file_mapping m(path_, end);
   for (const column_info& c : cols_)
     if (name.empty() || c.name == name)
-      verify_section(path_, "column '" + c.name + "'", c.offset, m.p + c.offset, c.bytes, sums_.data() + c.first_sum,
-                     threads);
+      try {
+        verify_section(path_, "column '" + c.name + "'", c.offset, m.p + c.offset, c.bytes,
+                       sums_.data() + c.first_sum, threads);
+      } catch (const error&) {
+        m.check_whole(path_);  // zeros where the file was: say so, not "corrupt"
+        throw;
+      }
+  m.check_whole(path_);
   return true;
 }
 
@@ -408,6 +422,7 @@ void column_file_writer::finish() {
   {
     const file_mapping m(path_, sums_offset_);
     for (const column_info& c : cols_) section_sums(m.p + c.offset, c.bytes, sums.data() + c.first_sum);
+    m.check_whole(path_);
   }
   pwrite_all(fd_, sums.data(), sums.size() * 4, sums_offset_, path_);
   h.sums_crc = crc32c(0, sums.data(), sums.size() * 4);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/mapping_guard.hpp"
 #include "common/unique_fd.hpp"
 #include "deepwell/common/detail/hash.hpp"
 #include "deepwell/common/detail/parallel.hpp"
@@ -70,10 +71,16 @@ vector_file::vector_file(const std::string& path, vector_type type) : path_(path
     throw error(path + ": cannot map the file");
   }
   s_.data = static_cast<const uint8_t*>(map_) + 8;
+  guard_ = detail::guard_mapping(map_, bytes_);
 }
 
 vector_file::~vector_file() {
+  detail::unguard_mapping(guard_);
   if (map_) ::munmap(map_, bytes_);
+}
+
+void vector_file::check_whole() const {
+  if (detail::mapping_cut(guard_)) throw error(path_ + ": the file was truncated while it was being read");
 }
 
 void write_vector_file(const std::string& path, const vector_set& s) {

@@ -132,6 +132,10 @@ class page_cache {
   // The first error any access met since the last clear_error().
   virtual request_status last_error() const = 0;
   virtual void clear_error() = 0;
+  // Whether a file the direct tier maps was cut short under it (truncated):
+  // reads past its new end found zeros, so results since may be wrong.
+  // Sticky until the cache goes.
+  bool mapped_file_cut() const;
   // Counters, slot states and queue state, for watchdogs and bug reports.
   virtual std::string dump() const;
 

@@ -18,6 +18,10 @@ struct host_mapping {
   bool file = false;              // a read-only mapping of a file (else: the memory of a host-memory dataset)
   bool writable = false;          // the memory of a writable dataset (a file mapping never is)
   std::shared_ptr<const void> owner;  // set: the memory belongs to it (not unmapped here)
+  int guard = -1;                     // a file mapping's guard against the file being cut short
+  // Whether a read found the file cut short under the mapping (truncated):
+  // the pages past its new end read as zeros from then on.
+  bool cut() const;
   host_mapping() = default;
   host_mapping(const host_mapping&) = delete;
   host_mapping& operator=(const host_mapping&) = delete;

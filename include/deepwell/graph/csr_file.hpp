@@ -130,12 +130,16 @@ class csr_file {
   csr_stats stats(unsigned threads = 0) const;
   // A copy in memory (tests, small graphs), verified and its offsets checked.
   csr_graph load() const;
+  // Throws where the file was cut short (truncated) while mapped: what
+  // was past its new end read as zeros since.
+  void check_whole() const;
 
  private:
   std::string path_;
   csr_header h_{};
   const uint8_t* base_ = nullptr;
   uint64_t mapped_ = 0;
+  int guard_ = -1;              // against the file being cut short under the mapping
   std::vector<uint32_t> sums_;  // version 2: the sums section, checked against its CRC at open
   uint64_t first_sum(csr_section s) const;
 };

@@ -36,11 +36,15 @@ class vector_file {
   vector_file(const vector_file&) = delete;
   vector_file& operator=(const vector_file&) = delete;
   const vector_set& set() const { return s_; }
+  // Throws where the file was cut short (truncated) while mapped: the
+  // vectors past its new end read as zeros since.
+  void check_whole() const;
 
  private:
   std::string path_;
   void* map_ = nullptr;
   uint64_t bytes_ = 0;
+  int guard_ = -1;  // against the file being cut short under the mapping
   vector_set s_;
 };
 // .fbin -> f32, .hbin -> f16, .u8bin / .bbin -> u8; throws for another name.

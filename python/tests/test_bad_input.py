@@ -110,3 +110,37 @@ def test_a_file_truncated_under_an_array_is_named_in_the_error(tmp_path, direct)
     b = deepwell.open(str(path), shape=(2048, 64), dtype="uint64", device="cpu", cache_size="1MiB", direct=direct)
     assert b.gather(np.array([2047]))[0, 0] == 2047 * 64
     b.close()
+
+
+def test_clear_beside_running_gathers_waits_its_turn(tmp_path):
+    # A clear emptied slots a running gather waited on: the gather failed
+    # ("cache exhausted") and the clear waited out the cache's timeout.
+    import time
+    path = tmp_path / "rows.bin"
+    np.arange(1 << 20, dtype=np.uint64).tofile(path)
+    a = deepwell.open(str(path), shape=(16384, 64), dtype="uint64", device="cpu", cache_size="1MiB",
+                      direct="never", timeout=3)
+    stop = threading.Event()
+    errors = []
+
+    def gathers():
+        rng = np.random.default_rng(1)
+        while not stop.is_set():
+            i = rng.integers(0, 16384, 4096)
+            try:
+                if not (a.gather(i)[:, 0] == i * 64).all():
+                    errors.append("wrong rows")
+            except deepwell.Error as e:
+                errors.append(str(e))
+
+    t = threading.Thread(target=gathers)
+    t.start()
+    t0 = time.monotonic()
+    clears = 0
+    while time.monotonic() - t0 < 1.5:
+        a.clear()
+        clears += 1
+    stop.set()
+    t.join()
+    assert errors == [] and time.monotonic() - t0 < 20 and clears > 10
+    a.close()

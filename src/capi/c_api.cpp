@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -55,6 +56,11 @@ struct shared_dataset {
   std::string where;                      // what it is, for messages: the file or the server's dataset
   std::string path;                       // a local file's path, and where its bytes end at open:
   uint64_t end_at_open = 0;               // a failed read then says whether the file shrank since
+  // Row calls share the cache; flush, clear and close take it alone. A
+  // clear beside a running gather emptied slots the gather waited on: the
+  // gather ran out of pages and the clear waited out the cache's timeout.
+  // (A GPU call holds it while it launches: the taker syncs the device.)
+  mutable std::shared_mutex turns;
 };
 
 }  // namespace deepwell::capi
@@ -200,6 +206,7 @@ int rows_call(dw_array* ap, bool scatter, const void* idx, int32_t bits, int32_t
     if (n == 0) return;
     need(idx != nullptr, "the index array is a null pointer");
     need(mem != nullptr, scatter ? "the source rows are a null pointer" : "the output is a null pointer");
+    const std::shared_lock<std::shared_mutex> turn(a.data->turns);
     if (a.device < 0) {
       auto* m = static_cast<uint8_t*>(mem);
       if (bits == 32)
@@ -417,6 +424,7 @@ int dw_array_close(dw_array* a) {
   if (!a) return DW_OK;
   std::unique_ptr<dw_array> owned(a);
   int rc = guarded([&] {
+    const std::unique_lock<std::shared_mutex> turn(a->data->turns);
     const auto g = on_idle_device(*a);
     if (a->writable) {
       const request_status s = a->cache().flush();
@@ -494,6 +502,7 @@ int dw_array_flush(dw_array* ap) {
   return guarded([&] {
     dw_array& a = handle(ap);
     need(a.writable, "the array was opened read-only: nothing to flush");
+    const std::unique_lock<std::shared_mutex> turn(a.data->turns);
     const auto g = on_idle_device(a);
     const request_status s = a.cache().flush();
     if (!s.ok()) throw api_error(code_of(s), failure_text(*a.data, s, "flush of"));
@@ -503,6 +512,7 @@ int dw_array_flush(dw_array* ap) {
 int dw_array_clear(dw_array* ap) {
   return guarded([&] {
     dw_array& a = handle(ap);
+    const std::unique_lock<std::shared_mutex> turn(a.data->turns);
     const auto g = on_idle_device(a);
     const request_status s = a.cache().clear();
     if (!s.ok()) throw api_error(code_of(s), failure_text(*a.data, s, "clear of"));

@@ -46,6 +46,7 @@
 #include "deepwell/targets/drive_array.hpp"
 #include "deepwell/targets/nvme_passthrough.hpp"
 #include "common/fork_join.hpp"
+#include "common/unique_fd.hpp"
 #include "targets/local_tree.hpp"
 #include "targets/section_target.hpp"
 #include "deepwell/common/error.hpp"
@@ -302,6 +303,13 @@ struct server::impl {
   // Tree datasets (no namespace of their own), and the namespaces of
   // ended tree sessions, reset and kept for the next.
   std::vector<const dataset_config*> trees;
+  // Each tree's directory, opened once at start: sessions open beneath
+  // these, never the path again (whoever may write a parent could swap
+  // the tree for a link to `/` after the config was read).
+  std::map<const dataset_config*, detail::unique_fd> tree_roots;
+  // Whether sessions open files with their client's rights (a server with
+  // CAP_SETUID and CAP_SETGID: root); without, with the server's own.
+  bool trees_as_clients = false;
   // Every session has all of its namespace's windows: a client whose cache
   // saw the namespace before starts above the windows it used then
   // (file_system), since pages of theirs may still be in its cache.
@@ -401,11 +409,14 @@ void server::impl::open_datasets() {
   for (const dataset_config& d : cfg.datasets) {
     if (d.kind == dataset_config::kind_t::tree) {
       // A directory now; its files as clients open them (open_tree).
-      const int fd = open(d.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-      if (fd < 0) throw error(where(d) + errno_message("tree " + d.path + " cannot be opened as a directory", errno));
-      close(fd);
+      detail::unique_fd fd(open(d.path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (fd.get() < 0) throw error(where(d) + errno_message("tree " + d.path + " cannot be opened as a directory", errno));
+      tree_roots[&d] = std::move(fd);
       trees.push_back(&d);
-      log_line("dataset " + d.name + ": the tree " + d.path + ", " + (d.writable ? "read-write" : "read-only"));
+      trees_as_clients = detail::can_act_as_others();
+      log_line("dataset " + d.name + ": the tree " + d.path + ", " + (d.writable ? "read-write" : "read-only") +
+               (trees_as_clients ? ", opened with each client's rights"
+                                 : ", opened with the server's rights (it cannot take on its clients')"));
       continue;
     }
     dataset_state s;
@@ -877,7 +888,15 @@ wire::message server::impl::open_tree(client_state& c, const wire::message& m) {
   if (!share) share = std::make_shared<std::atomic<int64_t>>(tree_fd_budget / 2);
   quota->pools = {share, tree_fds_left};
   try {
-    t.session = detail::make_local_tree(q, t.windows, nsid, detail::tree_first_window, /*for_server=*/true, quota);
+    std::shared_ptr<detail::fs_identity> as;
+    if (trees_as_clients) {
+      as = std::make_shared<detail::fs_identity>();
+      as->uid = c.uid;
+      as->gid = c.gid;
+      as->groups.assign(c.gids.begin(), c.gids.end());
+    }
+    t.session = detail::make_local_tree(q, t.windows, nsid, detail::tree_first_window, /*for_server=*/true, quota,
+                                        tree_roots.at(d).get(), std::move(as));
   } catch (const std::exception& e) {
     tree_pool.emplace_back(nsid, std::move(t.windows));
     return refuse(wire::status::failed, "the tree " + d->name + ": " + e.what());

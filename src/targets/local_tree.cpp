@@ -189,9 +189,10 @@ file_releaser& shared_releaser() {
 class local_tree final : public tree_session {
  public:
   local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid, uint32_t first, bool for_server,
-             std::shared_ptr<descriptor_quota> quota)
+             std::shared_ptr<descriptor_quota> quota, int root, std::shared_ptr<const fs_identity> as)
       : req_(r), windows_(std::move(windows)), target_(dynamic_cast<window_target&>(*windows_)), nsid_(nsid),
-        first_(first), server_(for_server), quota_(std::move(quota)), files_(r.max_open), dirs_(r.max_dirs) {
+        first_(first), server_(for_server), quota_(std::move(quota)), as_(std::move(as)), files_(r.max_open),
+        dirs_(r.max_dirs) {
     if (first < tree_first_window || first >= target_.windows())
       throw error("tree: first window " + std::to_string(first) + " is outside the namespace");
     if (r.name.empty()) throw error("tree: no directory named");
@@ -199,7 +200,9 @@ class local_tree final : public tree_session {
     // relative to one descriptor shared by threads bumps that file's
     // reference count on every call, one cache line for them all.
     for (uint32_t k = 0; k < root_copies; ++k) {
-      const int fd = ::open(r.name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+      // A copy of a root opened before ("."): its own file, the same directory.
+      const int fd = root >= 0 ? ::openat(root, ".", O_PATH | O_DIRECTORY | O_CLOEXEC)
+                               : ::open(r.name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
       if (fd < 0) {
         const int e = errno;
         for (int f : roots_) ::close(f);
@@ -238,7 +241,8 @@ class local_tree final : public tree_session {
       op.id = 0;
       op.st = {};
       calls[i].name.clear();
-      op.err = one(calls[i]);
+      const acting_as who(as_.get());  // on whichever thread runs it
+      op.err = who.ok() ? one(calls[i]) : EACCES;
     };
     // In order, but a run of opens (they do not depend on one another) in
     // parallel in a server's session.
@@ -495,6 +499,7 @@ class local_tree final : public tree_session {
   uint32_t first_;
   bool server_;  // make_local_tree's for_server
   std::shared_ptr<descriptor_quota> quota_;  // a server's: its files' and directories' descriptors
+  std::shared_ptr<const fs_identity> as_;    // a server's client: whose rights its path operations use
   std::vector<int> roots_;
   mutable std::mutex mutex_;  // files_
   std::atomic<uint64_t> attached_{0};  // a server's session: windows with a file of its attached
@@ -521,9 +526,11 @@ void reset_tree_windows(target& windows, const std::string& root) {
 
 std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
                                               uint32_t first_window, bool for_server,
-                                              std::shared_ptr<descriptor_quota> quota) {
+                                              std::shared_ptr<descriptor_quota> quota, int root,
+                                              std::shared_ptr<const fs_identity> as) {
   if (!windows || !dynamic_cast<window_target*>(windows.get())) throw error("tree: no windows' target");
-  return std::make_shared<local_tree>(r, std::move(windows), nsid, first_window, for_server, std::move(quota));
+  return std::make_shared<local_tree>(r, std::move(windows), nsid, first_window, for_server, std::move(quota), root,
+                                      std::move(as));
 }
 
 

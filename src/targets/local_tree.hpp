@@ -11,6 +11,7 @@
 
 #include "deepwell/protocol/tree.hpp"
 #include "deepwell/targets/target.hpp"
+#include "common/fs_identity.hpp"
 #include "targets/descriptor_quota.hpp"
 
 namespace deepwell::detail {
@@ -40,9 +41,14 @@ void reset_tree_windows(target& windows, const std::string& root);
 // quota: a server's count of the descriptors this session's files and
 // directories may hold (its uid's share and the server's budget); an open
 // past it is EMFILE. None: no count (a program's own session).
+// root: the tree's directory opened once (a server's, at start: a path
+// looked up again could have been swapped for a link to `/` by whoever may
+// write its parent); -1: r.name opened now. as: whose rights the session's
+// path operations use (a server's client; none: this process's own).
 std::shared_ptr<tree_session> make_local_tree(const tree_request& r, std::shared_ptr<target> windows, uint32_t nsid,
                                               uint32_t first_window = tree_first_window, bool for_server = false,
-                                              std::shared_ptr<descriptor_quota> quota = nullptr);
+                                              std::shared_ptr<descriptor_quota> quota = nullptr, int root = -1,
+                                              std::shared_ptr<const fs_identity> as = nullptr);
 
 
 }  // namespace deepwell::detail

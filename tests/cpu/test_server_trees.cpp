@@ -5,6 +5,7 @@
 // where every field is the client's and a bad one fails that request only.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -617,3 +618,56 @@ TEST(TreeDescriptors, OneUidsOpensStopAtItsShareOfTheServersDescriptors) {
   EXPECT_EXIT(open_files_until_the_share_is_spent(), ::testing::ExitedWithCode(0), "");
 }
 #endif
+
+// A root server opens a tree's paths with the client's rights, not its
+// own: a 0600 file and a 0700 directory under a tree granted to everyone
+// stay closed to another uid. And the tree is the directory opened at
+// start: swapped afterwards for a link to `/`, sessions still open beneath
+// the directory (no /etc/shadow through a renamed tree).
+TEST_F(Trees, ATreeIsTheFilesItsClientMayOpenNotTheServers) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root: a server that can take on its clients' identities";
+  put_file(src / "rootonly", pattern(100, 3));
+  ASSERT_EQ(chmod((src / "rootonly").c_str(), 0600), 0);
+  put_file(src / "private" / "key", pattern(100, 4));
+  ASSERT_EQ(chmod((src / "private").c_str(), 0700), 0);
+  fs::rename(src, base / "src-moved");
+  fs::create_directory_symlink("/", src);
+  auto errors = [&](int s, std::vector<tree_call> calls, std::vector<int>& out) {
+    const wire::message t = call(s, wire::op::open_tree, 0, 0, 8, 2, "src");
+    if (t.h.status != 0) return false;
+    const std::vector<tree_call> r = run_ops(s, t.h.a, std::move(calls));
+    for (const tree_call& c : r) out.push_back(c.op.err);
+    return !r.empty();
+  };
+  const std::vector<tree_call> ops = {op(tree_op_kind::open, 0, 0, "f4096"), op(tree_op_kind::open, 0, 0, "rootonly"),
+                                      op(tree_op_kind::open, 0, 0, "private/key"),
+                                      op(tree_op_kind::opendir, 0, 0, "private"),
+                                      op(tree_op_kind::open, 0, 0, "etc/passwd")};
+  const pid_t child = fork();
+  if (child == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(100);
+    const int c = hello(sock, "nobody");
+    std::vector<int> e;
+    if (c < 0 || !errors(c, ops, e)) _exit(101);
+    // Each op's errno in a bit: 0 for f4096, EACCES for the three closed ones, ENOENT for the swap.
+    int code = 0;
+    if (e[0] != 0) code |= 1;
+    if (e[1] != EACCES) code |= 2;
+    if (e[2] != EACCES) code |= 4;
+    if (e[3] != EACCES) code |= 8;
+    if (e[4] != ENOENT) code |= 16;
+    _exit(code);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "bits: 1 f4096 refused, 2 a 0600 file opened, 4 a file in a 0700 directory "
+                                   "opened, 8 a 0700 directory read, 16 the link to / followed; 100+ setup";
+  // Root itself (this process) opens all but the swapped-in path.
+  const int a = hello(sock, "root");
+  ASSERT_GE(a, 0);
+  std::vector<int> e;
+  ASSERT_TRUE(errors(a, ops, e));
+  EXPECT_EQ(e, (std::vector<int>{0, 0, 0, 0, ENOENT}));
+  close(a);
+}

@@ -231,7 +231,7 @@ server_config parse_config(std::string_view text, const std::string& source) {
     const toml::table* t = n->as_table();
     if (!t) fail(source, *n, "server", "must be a [server] section");
     check_keys(source, *t, "server", {"socket", "metrics", "metrics_remote", "metrics_detail", "pollers", "io_budget", "max_queue_pairs", "max_staging",
-                "max_clients_per_uid", "max_queue_pairs_per_uid", "max_staging_per_uid", "max_sections_per_uid", "max_trees_per_uid", "max_tree_files_per_uid", "max_tree_dirs_per_uid",
+                "max_clients_per_uid", "max_queue_pairs_per_uid", "max_staging_per_uid", "max_staging_total", "max_sections_per_uid", "max_trees_per_uid", "max_tree_files_per_uid", "max_tree_dirs_per_uid",
                 "max_section_sums_per_uid", "host_cache", "host_cache_page",
                 "latency_target", "poller_spin_us"});
     const reader r{source, *t, "server"};
@@ -258,6 +258,10 @@ server_config parse_config(std::string_view text, const std::string& source) {
     if (auto v = r.bytes("max_staging_per_uid")) {
       if (*v < (1u << 20)) fail(source, *t->get("max_staging_per_uid"), "server.max_staging_per_uid", "must be at least 1 MiB");
       cfg.max_staging_per_uid = *v;
+    }
+    if (auto v = r.bytes("max_staging_total")) {
+      if (*v < (1u << 20)) fail(source, *t->get("max_staging_total"), "server.max_staging_total", "must be at least 1 MiB");
+      cfg.max_staging_total = *v;
     }
     if (auto v = r.integer("max_sections_per_uid", 0, 1024)) cfg.max_sections_per_uid = uint32_t(*v);
     if (auto v = r.integer("max_trees_per_uid", 0, 256)) cfg.max_trees_per_uid = uint32_t(*v);

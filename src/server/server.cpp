@@ -36,6 +36,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <tuple>
 #include <vector>
 
@@ -128,6 +129,42 @@ struct log_limiter {
     last = now;
     quiet = 0;
   }
+};
+
+// Lines a uid's connections cause by coming and going, at most a burst of
+// 64 and 8 a second after it per uid: a program's lanes connecting
+// together are all logged, a connect-and-close loop is counted, not
+// written (it wrote 64 MB of log in 5 s). Kept for uids seen lately only.
+class uid_log_limiter {
+ public:
+  void line(uint32_t uid, const std::string& text) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    if (buckets_.size() > 4096) buckets_.clear();  // many uids at once: start afresh rather than grow
+    bucket& b = buckets_[uid];
+    if (b.last == std::chrono::steady_clock::time_point{}) b.tokens = burst;
+    b.tokens = std::min(burst, b.tokens + std::chrono::duration<double>(now - b.last).count() * per_second);
+    b.last = now;
+    if (b.tokens < 1) {
+      ++b.quiet;
+      return;
+    }
+    b.tokens -= 1;
+    log_line(text + (b.quiet ? " (" + std::to_string(b.quiet) + " lines of uid " + std::to_string(uid) +
+                                   "'s connections not logged before it: too many at once)"
+                             : std::string()));
+    b.quiet = 0;
+  }
+
+ private:
+  static constexpr double burst = 64, per_second = 8;
+  struct bucket {
+    std::chrono::steady_clock::time_point last{};
+    double tokens = 0;
+    uint64_t quiet = 0;
+  };
+  std::mutex mutex_;
+  std::unordered_map<uint32_t, bucket> buckets_;
 };
 
 // What all of one uid's connections hold, against the per-uid limits.
@@ -340,6 +377,7 @@ struct server::impl {
   std::map<uint32_t, uid_usage> usage;                   // by uid, while it has connections
   int reserve_fd = -1;  // spent to accept and close a connection when descriptors run out
   log_limiter refusals;
+  uid_log_limiter comings;  // connects and disconnects (loop thread)
   fd_closer closer;
   // Clients that left: how many, and the last few with their counters (a
   // run's totals after its client is gone; bounded, a server runs for months).
@@ -353,6 +391,7 @@ struct server::impl {
   std::deque<departed_client> departed;
   uint32_t next_client = 1;
   uint64_t total_clients = 0;
+  uint64_t staging_total = 0;  // queue pair memory of every client (max_staging_total)
   std::unique_ptr<metrics_http> metrics;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
@@ -381,6 +420,7 @@ struct server::impl {
   void leave_tree(client_state& c, uint32_t nsid);
   void reply(client_state& c, const wire::header& request, wire::message r);
   uint8_t rights_of(const client_state& c, const dataset_config& d) const;
+  bool has_a_grant(const client_state& c) const;
   void grant(client_state& c);
   bool is_operator(const client_state& c) const;
   void refuse_connection(int fd, uint32_t uid, const std::string& why);
@@ -398,7 +438,14 @@ void server::impl::open_datasets() {
   cc.latency_target = cfg.latency_target;
   if (!cfg.poller_spin_us) cfg.poller_spin_us = std::getenv("DEEPWELL_POLLER_SPIN_US") ? cc.spin_us : 1000;
   cc.spin_us = *cfg.poller_spin_us;
+  // No io_uring fixed buffers over clients' staging: registering a queue
+  // pins all of its memory at once, so a client that made queue pairs it
+  // never used had the server allocate and pin gigabytes (and each queue
+  // made or dropped registered every queue again, on the pollers).
+  cc.register_buffers = false;
   ctl = std::make_unique<controller>(cc);
+  if (!cfg.max_staging_total)
+    cfg.max_staging_total = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE)) / 2;
   auto where = [this](const dataset_config& d) {
     return cfg.source + ":" + std::to_string(d.line) + ": dataset " + d.name + ": ";
   };
@@ -626,6 +673,14 @@ void server::impl::accept_clients() {
     ++u.clients;
     auto c = std::make_unique<client_state>();
     c->fd = fd;
+    // Ids name share accounts and tree replies: after 2^32 connections
+    // they wrap, past 0 and past any still in use.
+    for (bool used = true; used;) {
+      if (next_client == 0) ++next_client;
+      used = false;
+      for (const auto& [_, other] : clients) used |= other->id == next_client;
+      if (used) ++next_client;
+    }
     c->id = next_client++;
     c->uid = cred.uid;
     c->gid = cred.gid;
@@ -665,13 +720,15 @@ void server::impl::drop(int fd, const char* why) {
       u->second.staging_bytes -= c->staging_bytes;
       if (--u->second.clients == 0) usage.erase(u);
     }
+    staging_total -= c->staging_bytes;
     ++departed_count;
     departed.push_back({c->id, c->said_hello ? c->name : "", ctl->client_stats(c->id)});
     if (departed.size() > departed_kept) departed.pop_front();
   }
   ctl->forget_client(c->id);
-  log_line("client " + std::to_string(c->id) + " (" + (c->said_hello ? c->name : "no hello") + ", uid " + std::to_string(c->uid) + ", pid " +
-           std::to_string(c->pid) + ") " + why + ": " + std::to_string(c->queues.size()) + " queue pair(s) reclaimed");
+  comings.line(c->uid, "client " + std::to_string(c->id) + " (" + (c->said_hello ? c->name : "no hello") + ", uid " +
+                          std::to_string(c->uid) + ", pid " + std::to_string(c->pid) + ") " + why + ": " +
+                          std::to_string(c->queues.size()) + " queue pair(s) reclaimed");
   close(fd);
 }
 
@@ -827,6 +884,16 @@ uint8_t server::impl::rights_of(const client_state& c, const dataset_config& d) 
     if (g.write && d.writable) r |= access_grants::write;
   }
   return r;
+}
+
+// Queue pairs are for reading what a client was granted: one with no
+// grant at all gets none (its queues' memory would be the server's to hold).
+bool server::impl::has_a_grant(const client_state& c) const {
+  for (const dataset_state& d : datasets)
+    if (c.grants->of(d.nsid) != access_grants::none) return true;
+  for (const dataset_config* t : trees)
+    if (rights_of(c, *t) != access_grants::none) return true;
+  return false;
 }
 
 // Every field is the client's: the tree's name and rights are checked
@@ -1142,9 +1209,9 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       }
       uint32_t n = 0;
       for (const dataset_state& d : datasets) n += c.grants->of(d.nsid) != access_grants::none;
-      log_line("client " + std::to_string(c.id) + " (" + c.name + ", uid " + std::to_string(c.uid) + ", pid " +
-               std::to_string(c.pid) + ") connected: " + std::to_string(n) + " dataset(s) granted, weight " +
-               std::to_string(c.share.weight));
+      comings.line(c.uid, "client " + std::to_string(c.id) + " (" + c.name + ", uid " + std::to_string(c.uid) +
+                              ", pid " + std::to_string(c.pid) + ") connected: " + std::to_string(n) +
+                              " dataset(s) granted, weight " + std::to_string(c.share.weight));
       wire::message r;
       r.h.a = wire::version;
       r.h.b = c.id;
@@ -1194,6 +1261,13 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       if (c.staging_bytes + bytes > cfg.max_staging_bytes)
         return refuse(wire::status::limit, "queue pair memory would exceed this client's limit of " +
                                                std::to_string(cfg.max_staging_bytes) + " bytes (max_staging)");
+      if (staging_total + bytes > cfg.max_staging_total)
+        return refuse(wire::status::limit, "queue pair memory would exceed the server's limit of " +
+                                               std::to_string(cfg.max_staging_total) +
+                                               " bytes over every client (max_staging_total)");
+      if (!has_a_grant(c))
+        return refuse(wire::status::denied, "uid " + std::to_string(c.uid) +
+                                                " has no grant on any dataset or tree of this server: no queue pair");
       uid_usage& u = usage[c.uid];
       if (u.queue_pairs >= cfg.max_queue_pairs_per_uid)
         return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " has " + std::to_string(u.queue_pairs) +
@@ -1205,6 +1279,7 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       std::shared_ptr<queue_pair> qp = ctl->create_queue_pair(g, queue_options{c.grants, c.id});
       std::lock_guard<std::mutex> lock(mutex);  // stats read the client's queues
       c.staging_bytes += bytes;
+      staging_total += bytes;
       u.queue_pairs += 1;
       u.staging_bytes += bytes;
       c.queues[qp->id()] = qp;
@@ -1223,6 +1298,7 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       std::lock_guard<std::mutex> lock(mutex);
       const uint64_t bytes = compute_layout(it->second->geometry()).total_bytes;
       c.staging_bytes -= bytes;
+      staging_total -= bytes;
       uid_usage& u = usage[c.uid];
       u.queue_pairs -= 1;
       u.staging_bytes -= bytes;

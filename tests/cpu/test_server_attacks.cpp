@@ -816,3 +816,87 @@ TEST_F(Attack, StatsLongerThanAMessageComeWhole) {
   // The server goes on: a plain request is answered.
   EXPECT_EQ(nlohmann::json::parse(link->stats())["server"].is_object(), true);
 }
+
+// Queue pairs are the server's memory: a client with no grant gets none,
+// and every client together stops at max_staging_total (a uid that made
+// queue pairs within its own limits, never used, had the server pin
+// gigabytes: their staging was registered as io_uring fixed buffers).
+TEST(AttackPaths, QueuePairsNeedAGrantAndStopAtTheServersTotal) {
+  const std::string sock = attack_socket();
+  const std::string others = std::to_string(getuid() + 4242);
+  server::server srv(server::parse_config(
+      "[server]\nsocket = \"" + sock + "\"\nmax_staging_total = \"1MiB\"\n[[dataset]]\nname = \"theirs\"\nmemory = "
+      "\"1MiB\"\n[[dataset]]\nname = \"mine\"\nmemory = \"1MiB\"\n[[grant]]\ndataset = \"theirs\"\nuid = " + others + "\n",
+      "qp.toml"));
+  std::thread loop([&] { srv.run(); });
+  int s = test::raw_connect(sock);
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "ungranted").h.status, 0);
+  wire::message q = test::raw_call(s, wire::op::open_queue_pair, 16, 16, 4096);
+  EXPECT_EQ(wire::status(q.h.status), wire::status::denied) << q.text;
+  EXPECT_NE(q.text.find("no grant"), std::string::npos) << q.text;
+  close(s);
+  srv.stop();
+  loop.join();
+
+  server::server granted(server::parse_config(
+      "[server]\nsocket = \"" + sock + "\"\nmax_staging_total = \"1MiB\"\n[[dataset]]\nname = \"mine\"\nmemory = "
+      "\"1MiB\"\n[[grant]]\ndataset = \"mine\"\neveryone = true\n",
+      "qp.toml"));
+  std::thread loop2([&] { granted.run(); });
+  s = test::raw_connect(sock);
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "granted").h.status, 0);
+  int made = 0;
+  wire::message last;
+  for (int i = 0; i < 64; ++i) {
+    last = test::raw_call(s, wire::op::open_queue_pair, 16, 16, 4096);
+    if (last.fd >= 0) close(last.fd);
+    if (last.h.status != 0) break;
+    ++made;
+  }
+  EXPECT_GT(made, 2);
+  EXPECT_LT(made, 64);  // 16 slots of 4 KiB each and the rings: about 70 KiB a pair
+  EXPECT_EQ(wire::status(last.h.status), wire::status::limit);
+  EXPECT_NE(last.text.find("max_staging_total"), std::string::npos) << last.text;
+  close(s);
+  // Their memory given back with the connection: a new one gets pairs again.
+  s = test::raw_connect(sock);
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "again").h.status, 0);
+  bool again = false;
+  for (int i = 0; i < 100 && !again; ++i) {  // the drop of the last connection may still be under way
+    q = test::raw_call(s, wire::op::open_queue_pair, 16, 16, 4096);
+    if (q.fd >= 0) close(q.fd);
+    again = q.h.status == 0;
+    if (!again) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(again) << q.text;
+  close(s);
+  granted.stop();
+  loop2.join();
+}
+
+// A connect-and-close loop is counted in the log, not written line by line
+// (128 K cycles wrote 64 MB in 5 s); the burst of a program's lanes is.
+TEST_F(Attack, AConnectionLoopDoesNotFloodTheLog) {
+  ::testing::internal::CaptureStderr();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) {
+    const int s = test::raw_connect(sock);
+    ASSERT_GE(s, 0);
+    ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "looper").h.status, 0);
+    close(s);
+  }
+  std::this_thread::sleep_for(300ms);  // a line's worth of quiet: the next is logged, with the count before it
+  const int s = test::raw_connect(sock);
+  ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "last").h.status, 0);
+  close(s);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  size_t lines = 0;
+  for (size_t at = 0; (at = log.find("(looper, uid", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_GE(lines, 32u);  // the burst is logged
+  EXPECT_LE(double(lines), 64 + 8 * seconds + 2) << seconds << " s";
+  EXPECT_NE(log.find("not logged before it"), std::string::npos);
+}

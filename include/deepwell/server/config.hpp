@@ -15,6 +15,7 @@
 //   max_clients_per_uid = 64                  # connections one uid may hold at once
 //   max_queue_pairs_per_uid = 512             # queue pairs of all of one uid's connections
 //   max_staging_per_uid = "8GiB"              # queue pair memory of all of one uid's connections
+//   max_staging_total = "64GiB"               # queue pair memory of every client (default: half of RAM)
 //   max_sections_per_uid = 64                 # sections (of datasets, as namespaces) one uid may have made
 //   max_trees_per_uid = 16                    # tree sessions (the file API) one uid may have open
 //   max_tree_files_per_uid = 32768            # files one uid's tree sessions may hold open together
@@ -146,6 +147,9 @@ struct server_config {
   uint32_t max_clients_per_uid = 64;
   uint32_t max_queue_pairs_per_uid = 512;
   uint64_t max_staging_per_uid = 8ull << 30;
+  // Queue pair memory of every client together: the server's memory (its
+  // memfds), which a client's reads fill. 0: half the machine's memory.
+  uint64_t max_staging_total = 0;
   // Sections a uid's clients made (controller_link::open_section). A
   // section stays while the server runs, so that clients that open the
   // same one again (a store reopened, a graph run again) share it: the

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_checks.hpp"
+#include "deepwell/common/output_path.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/controller/embedded.hpp"
 #include "deepwell/link/server_link.hpp"
@@ -51,6 +52,7 @@ std::vector<float> read_queries(const std::string& path, const std::string& type
 // DiskANN's truth-set layout: uint32 queries, uint32 k, ids, then distances.
 void write_truth(const std::string& path, uint64_t nq, uint32_t k, const std::vector<uint32_t>& ids,
                  const std::vector<float>& d) {
+  check_output_path(path);  // not a device or FIFO (a FIFO with no reader would hang)
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw error(path + ": cannot create the file");
   const uint32_t head[2] = {uint32_t(nq), k};
@@ -87,6 +89,7 @@ int gen(const vectors_command& v) {
   mixture_options o = v.mix;
   o.type = parse_type(v.type, v.out);
   if (o.count == 0 || o.count >= 0xFFFFFFFFull) throw error("--count: 1 to 2^32 - 2 vectors");
+  check_output_path(v.out);  // not a device or FIFO (a FIFO with no reader would hang)
   std::ofstream out(v.out, std::ios::binary | std::ios::trunc);
   if (!out) throw error(v.out + ": cannot create the file");
   const uint32_t head[2] = {uint32_t(o.count), o.dim};

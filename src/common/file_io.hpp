@@ -3,6 +3,7 @@
 // target only once whole and synced. Errors name the file.
 #pragma once
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "common/unique_fd.hpp"
+#include "deepwell/common/output_path.hpp"
 #include "deepwell/common/error.hpp"
 
 namespace deepwell::detail {
@@ -46,6 +48,8 @@ inline void pwrite_all(int fd, const void* from, uint64_t n, uint64_t off, const
   }
 }
 
+using ::deepwell::check_output_path;
+
 // A file written as path + suffix, renamed over `path` by commit() once
 // synced: no half-written file is ever seen under the name. Dropped without
 // a commit (an error on the way), the temporary file goes.
@@ -53,6 +57,8 @@ class replacing_file {
  public:
   explicit replacing_file(std::string path, const char* suffix = ".part")
       : path_(std::move(path)), tmp_(path_ + suffix) {
+    check_output_path(path_);
+    check_output_path(tmp_);
     fd_.reset(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd_.get() < 0) throw error(errno_message("create " + tmp_, errno));
   }

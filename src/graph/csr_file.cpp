@@ -184,8 +184,18 @@ void write_csr(const std::string& path, const csr_graph& g, progress* p) {
   // Write to a temporary name and rename: an interrupted run never leaves a
   // file that looks complete.
   const std::string tmp = path + ".partial";
-  ::deepwell::detail::unique_fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+  ::deepwell::detail::check_output_path(path);
+  ::deepwell::detail::check_output_path(tmp);
+  ::deepwell::detail::unique_fd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (f.get() < 0) throw error(errno_message("create " + tmp, errno));
+  // Whatever stops the write (a full disk) leaves no .partial behind.
+  struct partial_guard {
+    const std::string& name;
+    bool keep = false;
+    ~partial_guard() {
+      if (!keep) ::unlink(name.c_str());
+    }
+  } partial{tmp};
   if (::ftruncate(f.get(), off_t(l.file_bytes)) != 0) throw error(errno_message("size " + tmp, errno));
   if (p) p->phase("write " + std::to_string(l.file_bytes >> 20) + " MiB", l.file_bytes);
   std::vector<uint8_t> head(csr_header_bytes, 0);
@@ -198,10 +208,12 @@ void write_csr(const std::string& path, const csr_graph& g, progress* p) {
     pwrite_all(f.get(), g.nbr64.data(), m * 8, l.neighbours_at, tmp, p);
   if (g.weights != weight_type::none) pwrite_all(f.get(), g.wts.data(), m * 4, l.weights_at, tmp, p);
   pwrite_all(f.get(), sums.data(), l.sums_bytes, l.sums_at, tmp, p);
+  if (::fdatasync(f.get()) != 0) throw error(errno_message("sync " + tmp, errno));
   if (::close(f.release()) != 0) {
     throw error(errno_message("close " + tmp, errno));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) throw error(errno_message("rename " + tmp + " to " + path, errno));
+  partial.keep = true;
   if (p) p->done();
 }
 

@@ -343,12 +343,21 @@ column_file_writer::column_file_writer(const std::string& path, uint64_t rows, s
   sums_offset_ = round_up(at, column_align);
   if (total_sums(cols_) > (UINT64_MAX - column_align - sums_offset_) / 4) throw too_big();
   file_bytes_ = round_up(sums_offset_ + total_sums(cols_) * 4, column_align);
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  detail::check_output_path(path);
+  struct stat before {};
+  const bool existed = ::lstat(path.c_str(), &before) == 0;
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
   if (fd_ < 0) throw error(errno_message("create column file " + path, errno));
+  struct stat opened {};
+  if (::fstat(fd_, &opened) != 0 || !S_ISREG(opened.st_mode)) {  // a link to a device or FIFO
+    ::close(fd_);
+    fd_ = -1;
+    throw error(path + ": not a regular file (a link to a device or FIFO?): not written");
+  }
   if (ftruncate(fd_, off_t(file_bytes_)) != 0) {
     const int e = errno;
     ::close(fd_);
-    ::unlink(path.c_str());  // this call made it (O_TRUNC): leave no empty file behind
+    if (!existed) ::unlink(path.c_str());  // this call made it: leave no empty file behind
     throw error(errno_message("size column file " + path, e));
   }
   stats_ = std::make_unique<stats_state>();

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/file_io.hpp"
 #include "common/mapping_guard.hpp"
 #include "common/unique_fd.hpp"
 #include "deepwell/common/detail/hash.hpp"
@@ -85,6 +86,7 @@ void vector_file::check_whole() const {
 
 void write_vector_file(const std::string& path, const vector_set& s) {
   if (s.count > 0xFFFFFFFFull) throw error(path + ": a .bin file holds at most 2^32 - 1 vectors");
+  detail::check_output_path(path);  // not a device or FIFO (a FIFO with no reader would hang)
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw error(path + ": cannot create the file");
   const uint32_t head[2] = {uint32_t(s.count), s.dim};

@@ -123,5 +123,19 @@ expect "--degree" vectors build "$dir/v.fbin" "$dir/x.dwv" --degree 999
 cp "$dir/v.dwv" "$dir/bad.dwv"
 printf '\x55' | dd of="$dir/bad.dwv" bs=1 seek=40 conv=notrunc status=none
 expect "header does not match its checksum" vectors search "$dir/bad.dwv" "$dir/q.fbin" --cpu
+# Outputs that are not files: a FIFO (a write with no reader would hang,
+# a rename would replace it) and, as root, a device node (it was deleted
+# or replaced: `table gen /dev/null` removed /dev/null).
+mkfifo "$dir/fifo"
+expect "a FIFO" graph generate --scale 4 -o "$dir/fifo"
+expect "a FIFO" table gen "$dir/fifo" --rows 10
+expect "a FIFO" vectors gen "$dir/fifo" --type f32 --count 10 --dim 4
+expect "a FIFO" vectors build "$dir/v.fbin" "$dir/fifo" --degree 8 --list 16
+[ -p "$dir/fifo" ] || { echo "FAIL: the FIFO was replaced"; failed=1; }
+if [ "$(id -u)" = 0 ] && mknod "$dir/null" c 1 3 2>/dev/null; then
+  expect "a character device" table gen "$dir/null" --rows 10
+  expect "a character device" graph generate --scale 4 -o "$dir/null"
+  [ -c "$dir/null" ] || { echo "FAIL: the device node was replaced or deleted"; failed=1; }
+fi
 [ $failed -eq 0 ] && echo "all refused clearly"
 exit $failed

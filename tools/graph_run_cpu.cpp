@@ -79,6 +79,8 @@ int run_graph_cpu(const graph_run_options& o) {
         cached_graph g = arrays.view(o.offsets_in_cache ? nullptr : f.offsets(), stream);
         g.pin_free_strides = o.pin_free_strides;
         r = run_algorithm(x, g, o, source, f.header().flags);
+        if (cache->mapped_file_cut())  // its lost pages read as zeros: the result is not the graph's
+          throw error(f.path() + ": the file was truncated while it was being read");
         const cache_outcome c = cache_outcome_of(*cache, f, r, stream);
         char buf[160];
         std::snprintf(buf, sizeof buf, "hit rate %.3f, amplification %.2f (cache %.1f MiB)", c.stats.hit_rate(),
@@ -88,6 +90,7 @@ int run_graph_cpu(const graph_run_options& o) {
                   {"bytes_read", c.bytes_read()}, {"amplification", c.amplification}});
       }
       tick.stop();
+      f.check_whole();  // the offsets (and in memory mode all of it) read from the file's mapping
       j.update(run_json(mode, r));
       if (have_first) {
         const std::string d = compare(first, r);

@@ -154,6 +154,7 @@ int run_graph_gpu(const graph_run_options& o) {
         if (!d.empty()) agreement = mode + " differs from " + modes.front() + ": " + d;
       }
       if (r.stats.bad_ids) agreement = "corrupt graph: " + std::to_string(r.stats.bad_ids) + " neighbour ids out of range";
+      f.check_whole();  // what was read from the file's mapping was the file's
       append_json(o.json, j);
       print_run(mode, r, text);
       best = best == 0 ? r.stats.seconds : std::min(best, r.stats.seconds);

@@ -144,3 +144,19 @@ def test_clear_beside_running_gathers_waits_its_turn(tmp_path):
     t.join()
     assert errors == [] and time.monotonic() - t0 < 20 and clears > 10
     a.close()
+
+
+def test_a_vector_index_truncated_under_a_search_is_named(tmp_path):
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((2000, 16)).astype(np.float32)
+    path = tmp_path / "v.dwv"
+    dv.build(data, path, degree=8, list_size=16)
+    index = dv.open(path, device="cpu", cache_size="256KiB")
+    ids, _ = index.search(data[:20], k=5)
+    assert (np.asarray(ids)[:, 0] == np.arange(20)).mean() > 0.9
+    size = os.path.getsize(path)
+    os.truncate(path, size // 4)  # the records' pages past it are gone
+    with pytest.raises(deepwell.Error, match=r"v\.dwv.*(truncated|could not be read)"):
+        for _ in range(20):  # until a search needs a lost page the cache does not hold
+            index.search(rng.standard_normal((200, 16)).astype(np.float32), k=5)
+    index.close()

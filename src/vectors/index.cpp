@@ -80,7 +80,15 @@ index_view vector_index::host_view() const {
 
 search_counts vector_index::search(const float* queries, uint64_t nq, const search_options& o, uint32_t* ids,
                                    float* distances, unsigned threads) const {
-  return search_cpu(host_view(), queries, nq, o, ids, distances, threads);
+  const search_counts c = search_cpu(host_view(), queries, nq, o, ids, distances, threads);
+  check_whole();
+  return c;
+}
+
+void vector_index::check_whole() const {
+  if (cache_->mapped_file_cut())
+    throw data_error(file_.path() + ": the file was truncated while it was being read (records past its new end "
+                                    "read as zeros): close the index and open it again");
 }
 
 }  // namespace deepwell::vectors

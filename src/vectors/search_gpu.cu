@@ -297,6 +297,7 @@ search_counts gpu_search::search(const float* queries, uint64_t nq, const search
   const search_counts c = search_device(q.p, nq, o, r.p, d.p);
   check_cuda(cudaMemcpy(ids, r.p, nq * o.k * 4, cudaMemcpyDeviceToHost), "cudaMemcpy (ids)");
   check_cuda(cudaMemcpy(distances, d.p, nq * o.k * 4, cudaMemcpyDeviceToHost), "cudaMemcpy (distances)");
+  s_->index->check_whole();
   return c;
 }
 

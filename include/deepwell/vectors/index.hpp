@@ -50,6 +50,9 @@ class vector_index {
   // A record the cache could not read throws deepwell::data_error naming it.
   search_counts search(const float* queries, uint64_t nq, const search_options& o, uint32_t* ids, float* distances,
                        unsigned threads = 0) const;
+  // Throws deepwell::data_error naming the file where it was cut short
+  // (truncated) under the cache's mapping of it: results since are suspect.
+  void check_whole() const;
 
  private:
   std::shared_ptr<page_cache> cache_;

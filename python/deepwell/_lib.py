@@ -10,10 +10,12 @@ through ctypes costs about a microsecond, far below a kernel launch.
 from __future__ import annotations
 
 import atexit
+import functools
 import ctypes
 import os
 import pathlib
 import sys
+import threading
 import weakref
 
 ABI_VERSION = 7
@@ -183,19 +185,66 @@ def closed_at_exit(who: str) -> weakref.WeakSet:
     return live
 
 
-class Handle:
-    """What every C ABI handle's owner shares: close() (once; later calls do nothing), use as a context
-    manager, and a close when it is collected. A subclass sets ``_h`` (None once closed), names its
-    ``dw_*_close`` in ``_close_name``, and says what it is in ``_what()`` for the closed-handle error."""
+class CallGuard:
+    """Calls on a handle from several threads, and a close() among them: a method marked @holding counts
+    itself in while it runs, and close() refuses new calls, then waits for those running before the C
+    close frees the handle (a close beside a running gather, set, save or search freed what the call
+    was using: a segfault). The owner sets ``_h`` (None once closed)."""
     _h = None
-    _close_name = ""
+    _calls = 0
+
+    def _cond(self) -> threading.Condition:
+        return self.__dict__.setdefault("_cv", threading.Condition())  # setdefault: one even if two race
 
     def _what(self) -> str:
         return "the handle"
 
-    def close(self) -> None:
-        if self._h is not None:
+    def _enter_call(self) -> None:
+        cv = self._cond()
+        with cv:
+            if self._h is None:
+                raise InvalidArgument(f"{self._what()} is closed")
+            self._calls += 1
+
+    def _leave_call(self) -> None:
+        cv = self._cond()
+        with cv:
+            self._calls -= 1
+            if not self._calls:
+                cv.notify_all()
+
+    def _take_for_close(self):
+        """The handle, once no call runs on it (None if already closed); new calls are refused from now."""
+        cv = self._cond()
+        with cv:
             h, self._h = self._h, None
+            while h is not None and self._calls:
+                cv.wait()
+            return h
+
+
+def holding(method):
+    """Marks a method that uses the C handle: close() waits for it (CallGuard)."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        self._enter_call()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._leave_call()
+    return call
+
+
+class Handle(CallGuard):
+    """What every C ABI handle's owner shares: close() (once; later calls do nothing; it waits for the
+    calls running on other threads), use as a context manager, and a close when it is collected. A
+    subclass sets ``_h`` (None once closed), names its ``dw_*_close`` in ``_close_name``, says what it is
+    in ``_what()`` for the closed-handle error, and marks the methods that use the handle @holding."""
+    _close_name = ""
+
+    def close(self) -> None:
+        h = self._take_for_close()
+        if h is not None:
             check(getattr(lib, self._close_name)(h))
 
     def __enter__(self):

@@ -74,8 +74,14 @@ class _DType:
                 name = np.dtype(dtype).name
             except TypeError as e:
                 raise InvalidArgument(f"unknown dtype {dtype!r}") from e
+            if np.dtype(dtype).hasobject:  # pointers to Python objects, not data a file can hold
+                raise InvalidArgument(f"dtype {np.dtype(dtype)} holds Python objects: an array holds plain data")
         self.name = name
         self.itemsize = 2 if name == "bfloat16" else np.dtype(name).itemsize
+
+    def kind(self) -> str:
+        """NumPy's kind letter, as _interop.View gives it ('V' for bfloat16)."""
+        return "V" if self.name == "bfloat16" else np.dtype(self.name).kind
 
     def numpy(self) -> np.dtype:
         if self.name == "bfloat16":
@@ -168,7 +174,7 @@ def _set_cache(c, *, device: int, page_size=None, cache_size=None, queue_pairs=N
         c.timeout_s = _seconds("timeout", timeout)
 
 
-class Array:
+class Array(_lib.CallGuard):
     """A dataset of ``shape[0]`` rows of ``shape[1:]`` elements of ``dtype``.
 
     Arguments: ``path`` (a file or block device; None with ``shape`` and
@@ -279,8 +285,9 @@ class Array:
 
     # ---- lifetime ----
     def close(self) -> None:
-        """Waits for the GPU, writes dirty pages back (writable arrays) and frees everything."""
-        h, self._h = self._h, None
+        """Waits for the GPU, writes dirty pages back (writable arrays) and frees everything (after the
+        calls running on other threads)."""
+        h = self._take_for_close()
         if h is not None:
             check(lib.dw_array_close(h))
 
@@ -296,6 +303,9 @@ class Array:
                 lib.dw_array_close(self._h)
         except Exception:
             pass
+
+    def _what(self) -> str:
+        return "the deepwell array"
 
     def _handle(self):
         if self._h is None:
@@ -356,6 +366,18 @@ class Array:
             raise InvalidArgument(f"{what} must be a contiguous array of {n} rows of {self.row_bytes} bytes "
                                   f"(shape {(n,) + self.row_shape} of {self.dtype}), not shape {v.shape} of "
                                   f"{v.itemsize}-byte elements{'' if v.contiguous else ' (not contiguous)'}")
+        # Rows of another element type would be read as this one's bits (or written so).
+        # ('V': a type the view could not name, torch's uint16 say: its size alone is checked.)
+        if (v.kind != "V" and v.kind != self.dtype.kind()) or v.itemsize != self.dtype.itemsize:
+            raise InvalidArgument(f"{what} holds {v.itemsize}-byte elements of kind '{v.kind}'; this array's are "
+                                  f"{self.dtype} (view the memory as {self.dtype} to mean its bits)")
+        owner = v.owner
+        if what == "out" and isinstance(owner, np.ndarray) and (not owner.flags.writeable or
+                                                                owner.dtype.byteorder == ">"):
+            raise InvalidArgument("out is read-only" if not owner.flags.writeable
+                                  else "out is big-endian: the rows are written in this machine's order")
+        if isinstance(owner, np.ndarray) and owner.dtype.byteorder == ">":
+            raise InvalidArgument(f"{what} is big-endian: the rows are read in this machine's order")
         if self.on_gpu and not v.cuda:
             raise InvalidArgument(f"{what} is in host memory; this array's clients are GPU {self.device}: "
                                   "pass a CUDA tensor")
@@ -380,6 +402,7 @@ class Array:
         """Writes rows of ``src`` to rows ``idx`` (dirty in the cache until ``flush()``)."""
         self._rows_call(lib.dw_array_scatter, self._index(idx), src, "src", stream, check)
 
+    @_lib.holding
     def _rows_call(self, fn, v: _interop.View, rows, what: str, stream, check: bool) -> None:
         h = self._handle()
         n = v.shape[0]
@@ -421,18 +444,22 @@ class Array:
         self.scatter(idx, value)
 
     # ---- state ----
+    @_lib.holding
     def check(self, stream=None) -> None:
         """Waits for ``stream`` (default 0) and raises the first error of earlier unchecked calls."""
         _lib.check(lib.dw_array_check(self._handle(), _interop.stream_handle(stream) if stream is not None else 0))
 
+    @_lib.holding
     def flush(self) -> None:
         """Waits for the GPU, writes dirty pages back, and makes them durable (fdatasync)."""
         _lib.check(lib.dw_array_flush(self._handle()))
 
+    @_lib.holding
     def clear(self) -> None:
         """Flushes (writable arrays) and empties the cache: the next reads are misses."""
         _lib.check(lib.dw_array_clear(self._handle()))
 
+    @_lib.holding
     def stats(self) -> dict[str, Any]:
         """Cache counters since the last reset_stats(); controller counters since open."""
         st = _lib.Stats()
@@ -442,6 +469,7 @@ class Array:
         d["hit_rate"] = d["hits"] / probes if probes else 0.0
         return d
 
+    @_lib.holding
     def reset_stats(self) -> None:
         _lib.check(lib.dw_array_stats_reset(self._handle()))
 

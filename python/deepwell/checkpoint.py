@@ -93,6 +93,11 @@ class _Item:
             self.holder = t
         elif isinstance(value, np.ndarray) or (for_write and np.isscalar(value)):
             a = np.asarray(value)
+            if a.dtype.hasobject:
+                raise InvalidArgument(f"'{name}' holds Python objects (dtype {a.dtype}): a checkpoint holds plain data")
+            if a.dtype.byteorder == ">":
+                raise InvalidArgument(f"'{name}' is big-endian ({a.dtype.str}): its manifest could not say so; "
+                                      "save it in this machine's order")
             self.kind = "numpy"
             self.dtype = a.dtype.name if a.dtype.names is None else a.dtype.str
             self.shape = tuple(int(s) for s in a.shape)
@@ -250,11 +255,13 @@ class CheckpointStore(_lib.Handle):
 
     # ---- what it holds ----
     @property
+    @_lib.holding
     def generation(self) -> int:
         g = ctypes.c_uint64()
         check(lib.dw_checkpoint_generation(self._handle(), ctypes.byref(g)))
         return g.value
 
+    @_lib.holding
     def manifest(self) -> list:
         """(name, dtype, shape, bytes) of every tensor, in the store's order."""
         n = ctypes.c_uint32()
@@ -268,6 +275,7 @@ class CheckpointStore(_lib.Handle):
         return out
 
     # ---- save, load, verify ----
+    @_lib.holding
     def save(self, state: Dict[str, Any]) -> dict:
         """Saves the tensors (the store's manifest, in any order) as the next generation;
         returns once durable, with what was written."""
@@ -287,6 +295,7 @@ class CheckpointStore(_lib.Handle):
         check(lib.dw_checkpoint_save(self._handle(), ptrs, on_dev, len(specs), ctypes.byref(info)))
         return {f: getattr(info, f) for f, _ in _SaveInfo._fields_} | {"incremental": bool(info.incremental)}
 
+    @_lib.holding
     def load(self, into: Optional[Dict[str, Any]] = None, *, device="cpu", strict: bool = True,
              verify_first: bool = False, numpy: bool = False) -> Dict[str, Any]:
         """The newest checkpoint into ``into`` (in place; its tensors must match the store's dtypes
@@ -317,6 +326,7 @@ class CheckpointStore(_lib.Handle):
                     np.copyto(it.value, it.scratch)
         return into
 
+    @_lib.holding
     def verify(self) -> None:
         """Reads the newest checkpoint and checks every page, copying nothing (raises as load does)."""
         check(lib.dw_checkpoint_verify(self._handle()))

@@ -212,6 +212,7 @@ class KVStore(_lib.Handle):
     def on_gpu(self) -> bool:
         return self.device >= 0
 
+    @_lib.holding
     def info(self) -> dict:
         """Shape (value_bytes, buckets, slots, ...), max_batch, and what open recovered."""
         i = _Info()
@@ -253,6 +254,7 @@ class KVStore(_lib.Handle):
             total[name] = total.get(name, 0) + getattr(r, name)
         total["checkpointed"] = total.get("checkpointed", 0) + r.checkpointed
 
+    @_lib.holding
     def set(self, keys, values, *, return_status: bool = False, split: bool = False):
         """Stores values[i] under keys[i], as one atomic batch (``split``:
         more keys than ``max_batch`` as several, each atomic). Returns the
@@ -271,6 +273,7 @@ class KVStore(_lib.Handle):
             self._add(total, r)
         return (total, st) if return_status else total
 
+    @_lib.holding
     def get(self, keys, out=None):
         """The values of keys: (n, value_bytes) uint8 (NumPy, or a CUDA tensor
         for CUDA keys), zeros where a key is absent; and a bool mask of the
@@ -303,6 +306,7 @@ class KVStore(_lib.Handle):
             raise InvalidArgument("keys above 2**64 - 3 (deepwell.kv.MAX_KEY)")
         return out, found
 
+    @_lib.holding
     def delete(self, keys, *, split: bool = False):
         """Deletes keys, as one atomic batch (``split``: as for set); returns
         a bool mask of those that were there (a key repeated in a batch counts
@@ -316,6 +320,7 @@ class KVStore(_lib.Handle):
             check(lib.dw_kv_delete(self._handle(), k.ptr + at * 8, c, on_dev, self._ptr(st) + at, ctypes.byref(r)))
         return st == OK
 
+    @_lib.holding
     def checkpoint(self) -> None:
         """Writes the table's dirty pages back and truncates the log (batches
         are durable without it; it bounds the work of the next recovery)."""

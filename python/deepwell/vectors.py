@@ -176,6 +176,7 @@ class VectorIndex(_lib.Handle):
     def __len__(self) -> int:
         return self.count
 
+    @_lib.holding
     def info(self) -> dict:
         """count, dim, type, metric, degree, page_bytes, pq_subspaces, device, records_bytes, cache_bytes."""
         i = _Info()
@@ -185,6 +186,7 @@ class VectorIndex(_lib.Handle):
         d["metric"] = {v: k for k, v in METRICS.items()}[d["metric"]]
         return d
 
+    @_lib.holding
     def search(self, queries, k: int = 10, *, list_size: int = 64, width: int = 4, pages: str = "nearer",
                max_expansions: int = 0, entry_sample: int = 1024, return_counts: bool = False):
         """The ``k`` nearest of each query ((nq, dim), any float or uint8 type; NumPy or torch): ``(ids,

@@ -160,3 +160,63 @@ def test_a_vector_index_truncated_under_a_search_is_named(tmp_path):
         for _ in range(20):  # until a search needs a lost page the cache does not hold
             index.search(rng.standard_normal((200, 16)).astype(np.float32), k=5)
     index.close()
+
+
+def test_close_waits_for_calls_running_on_other_threads(tmp_path):
+    # close() beside a running gather or set freed the handle under it: a segfault.
+    path = tmp_path / "rows.bin"
+    np.arange(1 << 20, dtype=np.uint64).tofile(path)
+    store = kv.create(tmp_path / "s.kv", device="cpu", cache_size="4MiB", value_bytes=8, capacity=100000)
+    for _ in range(5):
+        a = deepwell.open(str(path), shape=(16384, 64), dtype="uint64", device="cpu", cache_size="1MiB")
+        outcomes = []
+
+        def gathers():
+            try:
+                while True:
+                    i = np.arange(0, 16384, 7)
+                    if not (a.gather(i)[:, 0] == i * 64).all():
+                        outcomes.append("wrong")
+            except deepwell.InvalidArgument as e:
+                outcomes.append(str(e))
+
+        t = threading.Thread(target=gathers)
+        t.start()
+        threading.Event().wait(0.05)
+        a.close()
+        t.join(30)
+        assert not t.is_alive() and outcomes == ["the deepwell array is closed"]
+    keys = np.arange(5000, dtype=np.uint64)
+
+    def sets():
+        try:
+            for _ in range(200):
+                store.set(keys, keys.reshape(-1, 1))
+        except deepwell.InvalidArgument:
+            pass
+
+    t = threading.Thread(target=sets)
+    t.start()
+    threading.Event().wait(0.05)
+    store.close()
+    t.join(30)
+    assert not t.is_alive()
+
+
+def test_outputs_that_cannot_take_the_rows_are_refused(tmp_path):
+    path = tmp_path / "f.bin"
+    np.arange(64, dtype=np.float32).tofile(path)
+    a = deepwell.open(str(path), shape=(-1, 4), dtype="float32", device="cpu")
+    ro = np.memmap(path, dtype=np.float32, mode="r", shape=(2, 4))
+    with pytest.raises(deepwell.InvalidArgument, match="read-only"):
+        a.gather(np.array([1, 2]), out=ro)
+    with pytest.raises(deepwell.InvalidArgument, match="float32"):
+        a.gather(np.array([1, 2]), out=np.empty((2, 4), np.int32))
+    with pytest.raises(deepwell.InvalidArgument, match="big-endian"):
+        a.gather(np.array([1, 2]), out=np.empty((2, 4), ">f4"))
+    assert a.gather(np.array([1, 2]))[1, 0] == 8.0
+    a.close()
+    with pytest.raises(deepwell.InvalidArgument, match="Python objects"):
+        deepwell.open(str(path), shape=(-1, 2), dtype=object, device="cpu")
+    with pytest.raises(deepwell.InvalidArgument, match="Python objects"):
+        ckpt.save({"o": np.array([object(), object()])}, tmp_path / "c.ckpt")

@@ -220,3 +220,24 @@ def test_outputs_that_cannot_take_the_rows_are_refused(tmp_path):
         deepwell.open(str(path), shape=(-1, 2), dtype=object, device="cpu")
     with pytest.raises(deepwell.InvalidArgument, match="Python objects"):
         ckpt.save({"o": np.array([object(), object()])}, tmp_path / "c.ckpt")
+
+
+def test_a_kv_store_has_one_opener_at_a_time(tmp_path):
+    # A second opener (the CLI, or another handle) wrote the same table and
+    # log: acknowledged SETs of the first were lost, and `kv check` passed.
+    path = tmp_path / "two.kv"
+    store = kv.create(path, device="cpu", cache_size="4MiB", value_bytes=8, capacity=1000)
+    store.set(np.arange(10, dtype=np.uint64), np.arange(10, dtype=np.uint64).reshape(-1, 1))
+    with pytest.raises(deepwell.Error, match=r"two\.kv.*open elsewhere"):
+        kv.open(path, device="cpu", cache_size="4MiB")
+    with pytest.raises(deepwell.Error, match=r"two\.kv.*open elsewhere"):
+        kv.create(path, device="cpu", cache_size="4MiB", value_bytes=8, capacity=1000)
+    cli = os.environ.get("DEEPWELL_CLI")
+    if cli:
+        r = subprocess.run([cli, "kv", "set", str(path), "100", "cli"], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "open elsewhere" in r.stderr
+    store.close()
+    again = kv.open(path, device="cpu", cache_size="4MiB")
+    got, found = again.get(np.arange(10, dtype=np.uint64))
+    assert found.all() and (got[:, 0] == np.arange(10)).all()
+    again.close()

@@ -5,6 +5,7 @@
 #include "deepwell/durable/kv_store.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 #include "deepwell/link/host_client.hpp"
 #include "deepwell/targets/checksummed_target.hpp"
 #include "common/disk_header.hpp"
+#include "common/file_io.hpp"
+#include "common/unique_fd.hpp"
 
 namespace deepwell::durable {
 
@@ -103,6 +106,7 @@ struct cpu_lane : one_lane {
 }  // namespace
 
 struct kv_store::impl {
+  detail::unique_fd owner;  // a store file's: its exclusive flock, held while the store is open
   std::shared_ptr<page_cache> cache;
   uint32_t dataset = 0;  // the storage: a namespace of the cache's link
   namespace_info storage;
@@ -642,9 +646,31 @@ kv_store kv_store::open(std::shared_ptr<page_cache> cache, uint32_t dataset, con
   return kv_store(std::move(p));
 }
 
+namespace {
+
+// One opener of a store file at a time (any process, any handle): a
+// second writer's batches went to the same table and log, and acknowledged
+// SETs of one were lost. An exclusive flock held while the store is open;
+// taken before a create truncates anything.
+detail::unique_fd own_store_file(const std::string& path, bool create) {
+  detail::unique_fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | (create ? O_CREAT : 0), 0644));
+  if (fd.get() < 0) return fd;  // the open that follows names the problem
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      throw kv_io_error("kv store file " + path +
+                        ": it is open elsewhere (another process or handle holds it): one opener at a time");
+    return detail::unique_fd();  // a file system without flock: as before
+  }
+  return fd;
+}
+
+}  // namespace
+
 kv_store kv_store::create_file(std::shared_ptr<page_cache> cache, const std::string& path, const kv_config& cfg,
                                const kv_options& opts) {
   if (!cache) throw error("kv store: no cache");
+  detail::check_output_path(path);
+  detail::unique_fd owner = own_store_file(path, true);
   const uint64_t bytes = bytes_needed(cfg);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw kv_io_error("kv store file " + path + ": cannot create it: " + std::strerror(errno));
@@ -662,19 +688,24 @@ kv_store kv_store::create_file(std::shared_ptr<page_cache> cache, const std::str
     }
   }
   const uint32_t ds = cache->link().open_dataset({path, true, opts.direct, opts.direct ? 4096u : 512u});
-  return create(std::move(cache), ds, cfg, opts, true);
+  kv_store store = create(std::move(cache), ds, cfg, opts, true);
+  store.p_->owner = std::move(owner);
+  return store;
 }
 
 kv_store kv_store::open_file(std::shared_ptr<page_cache> cache, const std::string& path, const kv_expect& expect,
                              const kv_options& opts) {
   if (!cache) throw error("kv store: no cache");
+  detail::unique_fd owner = own_store_file(path, false);
   uint32_t ds = 0;
   try {
     ds = cache->link().open_dataset({path, true, opts.direct, opts.direct ? 4096u : 512u});
   } catch (const error& e) {
     throw kv_io_error("kv store file " + path + ": " + e.what());
   }
-  return open(std::move(cache), ds, expect, opts);
+  kv_store store = open(std::move(cache), ds, expect, opts);
+  store.p_->owner = std::move(owner);
+  return store;
 }
 
 kv_batch_result kv_store::set(const uint64_t* keys, const void* values, uint64_t n, kv_memory where, uint8_t* status) {

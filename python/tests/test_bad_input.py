@@ -241,3 +241,13 @@ def test_a_kv_store_has_one_opener_at_a_time(tmp_path):
     got, found = again.get(np.arange(10, dtype=np.uint64))
     assert found.all() and (got[:, 0] == np.arange(10)).all()
     again.close()
+
+
+def test_an_array_of_one_file_twice_is_refused(tmp_path):
+    # A stripe over one file twice wrote half its chunks over the other half.
+    a = tmp_path / "s1"
+    np.zeros(1 << 16, dtype=np.int64).tofile(a)
+    os.link(a, tmp_path / "s1-link")
+    for layout, members in (("stripe", [a, a]), ("mirror", [a, tmp_path / "s1-link"])):
+        with pytest.raises(deepwell.Error, match=r"same file"):
+            deepwell.open(**{layout: [str(m) for m in members]}, dtype="int64", shape=(-1,), writable=True, device="cpu")

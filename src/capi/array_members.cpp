@@ -72,6 +72,15 @@ std::shared_ptr<target> open_array_target(const dw_array_options& given, bool& c
   fo.create_size = o.create ? member_bytes(o, o.create_bytes) : 0;
   created = o.create != 0;
   std::vector<std::shared_ptr<target>> members;
+  {
+    std::vector<std::string> paths;
+    for (uint32_t i = 0; i < o.member_count; ++i) paths.push_back(o.members[i]);
+    try {
+      check_distinct_members(paths, kind);
+    } catch (const error& e) {
+      throw api_error(DW_EINVAL, e.what());
+    }
+  }
   for (uint32_t i = 0; i < o.member_count; ++i) {
     const std::string path = o.members[i];
     created = created && access(path.c_str(), F_OK) != 0;

@@ -6,6 +6,7 @@
 
 #include <grp.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -476,6 +477,8 @@ std::vector<std::string> widening_grants(const server_config& cfg) {
       const bool write = g.write && d.writable;
       const std::vector<std::string> paths = d.members.empty() ? std::vector<std::string>{d.path} : d.members;
       for (const std::string& path : paths) {
+        struct stat st {};
+        if (::stat(path.c_str(), &st) != 0) continue;  // missing: the open at start names that, not a grant
         if (may_open_as(uid, gids, path, write)) continue;
         out.push_back(cfg.source + ":" + std::to_string(g.line) + ": grant[" + std::to_string(i) + "]: gives " +
                       g.who.describe() + (write ? " read-write" : " read") + " access to " + path + " (dataset " +

@@ -489,6 +489,7 @@ void server::impl::open_datasets() {
         fo.direct = d.direct;
         fo.writable = d.writable;
         std::vector<std::shared_ptr<target>> members;
+        check_distinct_members(d.members, d.kind == dataset_config::kind_t::stripe ? "stripe" : "mirror");
         for (const std::string& m : d.members) members.push_back(open_file_target(m, fo));
         if (d.kind == dataset_config::kind_t::stripe)
           s.data = make_striped_target(std::move(members), d.chunk);

@@ -35,6 +35,12 @@ constexpr uint64_t max_stripe_chunk = defaults::builtin::max_stripe_chunk;
 // a multiple of a member's I/O alignment, a member smaller than one chunk.
 std::shared_ptr<target> make_striped_target(std::vector<std::shared_ptr<target>> members, uint64_t chunk_bytes);
 
+// Throws, naming both, where two of an array's member paths are the same
+// file or device (same device and inode, links included): a stripe over
+// one file twice writes half its chunks over the other half, a mirror of
+// one file is no copy. `kind` ("stripe", "mirror") names the array.
+void check_distinct_members(const std::vector<std::string>& paths, const std::string& kind);
+
 // A mirror's view of its members, for reports.
 struct mirror_member_state {
   std::string describe;  // the member's own description

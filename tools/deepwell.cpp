@@ -9,6 +9,7 @@
 //   deepwell grep TREE [--cpu]          (grep_command.hpp)
 //   deepwell vectors gen|build|truth|search|info ...   (vectors_command.hpp)
 //   deepwell --version
+#include <csignal>
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <optional>
@@ -49,6 +50,10 @@ std::string version_text() {
 
 int main(int argc, char** argv) {
   tools::remember_command_line(argc, argv);
+  // Past a file-size limit (ulimit -f) a write fails with EFBIG, which the
+  // commands report by the file's name; SIGXFSZ's default killed them
+  // without a word (exit 153).
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"deepwell: GPU access to data far larger than GPU memory", "deepwell"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text(), "the version, the commit it was built from, and whether CUDA is built in");

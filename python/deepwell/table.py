@@ -341,7 +341,7 @@ class Selection:
         if c.dtype.kind == "f":
             s = float(v.sum()) if isinstance(v, np.ndarray) else float(v.double().sum().item())
             return s
-        s = int(v.astype(np.int64).sum()) if isinstance(v, np.ndarray) else int(v.long().sum().item())
+        s = _exact_sum(v)
         if raw or not c.type.startswith("decimal"):
             return s
         return decimal.Decimal(s).scaleb(-c.scale)
@@ -352,6 +352,19 @@ class Selection:
             raise InvalidArgument("mean of no rows")
         s = self.sum(name)
         return s / n if isinstance(s, float) else s / decimal.Decimal(n)
+
+
+def _exact_sum(v) -> int:
+    """The sum of integers as a Python int: each value's high and low 32 bits summed apart (neither
+    partial sum can wrap below 2^31 rows), where one 64-bit sum wrapped ([2^62, 2^62] gave -2^63)."""
+    if isinstance(v, np.ndarray):
+        if v.dtype == np.uint64:
+            hi, lo = v >> np.uint64(32), v & np.uint64(0xFFFFFFFF)
+            return int(hi.sum(dtype=np.uint64)) * 2**32 + int(lo.sum(dtype=np.uint64))
+        w = v.astype(np.int64)
+        return int((w >> 32).sum()) * 2**32 + int((w & 0xFFFFFFFF).sum())
+    w = v.long()
+    return int((w >> 32).sum().item()) * 2**32 + int((w & 0xFFFFFFFF).sum().item())
 
 
 def open(path, **kwargs) -> Table:  # noqa: A001

@@ -232,3 +232,16 @@ def test_taxi_bench_with_cpu_clients_agrees_with_duckdb(tmp_path, deepwell_cli):
     assert all(r["agrees"] for r in cold)
     if not any("cannot drop the page cache" in n for n in res["notes"]):
         assert len(cold) == 12, res["notes"]
+
+
+def test_integer_sums_are_exact_past_64_bits(tmp_path):
+    # One 64-bit sum wrapped: [2^63+5, 2^63+7] summed to 12, [2^62, 2^62] to -2^63.
+    path = tmp_path / "big.dwcol"
+    dt.write(path, {"u": np.array([2**63 + 5, 2**63 + 7], dtype=np.uint64),
+                    "i": np.array([2**62, 2**62], dtype=np.int64),
+                    "n": np.array([-2**63, -1], dtype=np.int64)})
+    t = dt.open(path, device="cpu")
+    assert t.column("u").sum() == 2**64 + 12
+    assert t.column("i").sum() == 2**63
+    assert t.column("n").sum() == -2**63 - 1
+    assert t.where(t.column("u") >= 0).sum("u") == 2**64 + 12

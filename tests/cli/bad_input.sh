@@ -137,5 +137,13 @@ if [ "$(id -u)" = 0 ] && mknod "$dir/null" c 1 3 2>/dev/null; then
   expect "a character device" graph generate --scale 4 -o "$dir/null"
   [ -c "$dir/null" ] || { echo "FAIL: the device node was replaced or deleted"; failed=1; }
 fi
+# Past a file-size limit: an error naming the file, not death by SIGXFSZ.
+out=$( (ulimit -f 64; timeout -k 5 60 "$cli" graph generate --scale 12 -o "$dir/big.dwg" -q) 2>&1); rc=$?
+if [ $rc -eq 0 ] || [ $rc -ge 124 ] || [[ "$out" != *"too large"* ]]; then
+  echo "FAIL (exit $rc): graph generate past ulimit -f"; echo "$out" | tail -2; failed=1
+else
+  echo "ok: graph generate past ulimit -f -> $(echo "$out" | tail -1)"
+fi
+[ -e "$dir/big.dwg.partial" ] && { echo "FAIL: a .partial left behind"; failed=1; }
 [ $failed -eq 0 ] && echo "all refused clearly"
 exit $failed

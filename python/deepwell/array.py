@@ -210,6 +210,8 @@ class Array(_lib.CallGuard):
         self._h = None
         self.dtype = _DType(dtype)
         shape = (-1,) if shape is None else ((shape,) if isinstance(shape, int) else tuple(int(s) for s in shape))
+        if shape and shape[0] == 0:
+            raise InvalidArgument("shape has 0 rows: give the number of rows, or -1 for all the file holds")
         if not shape or any(s < 0 for s in shape[1:]) or (shape[0] < 0 and shape[0] != -1):
             raise InvalidArgument(f"bad shape {shape}: rows first (or -1 for 'from the file size'), then the row's shape")
         self.row_shape = shape[1:]
@@ -222,7 +224,7 @@ class Array(_lib.CallGuard):
         layout, members = _layout(path, stripe, mirror, chunk)
         served = path is not None and _server.current() is not None  # the server has it (deepwell.connect)
         if path is not None:
-            path = os.fspath(path)
+            path = os.fsdecode(path)  # str, bytes or a PathLike
             if served and (create or offset):
                 raise InvalidArgument("a server's datasets are made by its config: no create or offset with a server")
             if not served and not create and not os.path.exists(path):
@@ -416,6 +418,11 @@ class Array(_lib.CallGuard):
 
     def _key_indices(self, key):
         """Row indices of an int, a slice, or an index array."""
+        if isinstance(key, (bool, np.bool_)):
+            raise IndexError("a boolean is not a row index (a[True] would be row 1)")
+        if isinstance(key, tuple):
+            raise IndexError(f"a[{', '.join(map(repr, key))}]: an array is indexed by rows only "
+                             "(a[i][j] for an element of row i; a[[i, j]] for rows i and j)")
         if isinstance(key, (int, np.integer)):
             i = int(key)
             if i < 0:
@@ -439,7 +446,11 @@ class Array(_lib.CallGuard):
 
     def __setitem__(self, key, value) -> None:
         idx, single = self._key_indices(key)
-        if single:
+        if not hasattr(value, "shape"):  # a number or a list: broadcast to the rows, as NumPy would
+            n = 1 if single else len(idx)
+            value = np.ascontiguousarray(np.broadcast_to(np.asarray(value, dtype=self.dtype.numpy()),
+                                                         (n,) + self.row_shape))
+        elif single:
             value = value.reshape((1,) + tuple(value.shape))
         self.scatter(idx, value)
 

@@ -251,3 +251,19 @@ def test_an_array_of_one_file_twice_is_refused(tmp_path):
     for layout, members in (("stripe", [a, a]), ("mirror", [a, tmp_path / "s1-link"])):
         with pytest.raises(deepwell.Error, match=r"same file"):
             deepwell.open(**{layout: [str(m) for m in members]}, dtype="int64", shape=(-1,), writable=True, device="cpu")
+
+
+def test_indexing_an_array_as_numpy_users_expect(tmp_path):
+    path = tmp_path / "f.bin"
+    np.arange(1024, dtype=np.float32).tofile(path)  # 4 KiB: a writable file is whole blocks
+    with pytest.raises(deepwell.InvalidArgument, match="0 rows"):
+        deepwell.open(str(path), shape=(0, 4), dtype="float32", device="cpu")
+    a = deepwell.open(os.fsencode(str(path)), shape=(-1, 4), dtype="float32", device="cpu", writable=True)
+    with pytest.raises(IndexError, match="boolean"):
+        a[True]
+    with pytest.raises(IndexError, match="rows only"):
+        a[1, 2]
+    a[4] = 5.0
+    a[[5, 6]] = [1, 2, 3, 4]
+    assert a[4].tolist() == [5.0] * 4 and a[6].tolist() == [1, 2, 3, 4]
+    a.close()

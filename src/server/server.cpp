@@ -352,6 +352,7 @@ struct server::impl {
   // (file_system), since pages of theirs may still be in its cache.
   std::vector<std::pair<uint32_t, std::shared_ptr<target>>> tree_pool;
   uint32_t tree_namespaces = 0;  // made so far (in sessions or the pool)
+  static constexpr uint32_t tree_namespace_reserve = 128;  // namespaces sections leave to tree sessions
   // Descriptors tree sessions' files and directories may hold, counted as
   // they open and close: half the server's RLIMIT_NOFILE in all (the rest
   // is for sockets, queue pairs' memfds, engines) and half of that for one
@@ -1149,9 +1150,14 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
                                            " bytes of the server's memory, past uid " + std::to_string(c.uid) +
                                            "'s limit of " + std::to_string(cfg.max_section_sums_per_uid) +
                                            " (max_section_sums_per_uid)");
-  if (ctl->namespace_count() >= controller::max_namespaces)
+  // Sections stay while the server runs (they are not freed yet): they may
+  // take the namespaces but those kept for tree sessions, so that sections
+  // many uids made over time leave the file API working.
+  const uint32_t tree_made = tree_namespaces, tree_kept = std::max(tree_made, tree_namespace_reserve);
+  if (ctl->namespace_count() + (tree_kept - tree_made) >= controller::max_namespaces)
     return refuse(wire::status::limit, "the server has no namespace left for a section (" +
-                                           std::to_string(controller::max_namespaces) + " in all)");
+                                           std::to_string(controller::max_namespaces) + " in all, " +
+                                           std::to_string(tree_namespace_reserve) + " of them kept for tree sessions)");
   try {
     detail::check_section_request(*d->data, q);
   } catch (const error& e) {

@@ -900,3 +900,54 @@ TEST_F(Attack, AConnectionLoopDoesNotFloodTheLog) {
   EXPECT_LE(double(lines), 64 + 8 * seconds + 2) << seconds << " s";
   EXPECT_NE(log.find("not logged before it"), std::string::npos);
 }
+
+// Sections stay while the server runs: made by many uids over time they
+// took every namespace, and the file API's tree sessions were refused.
+// They now stop short of the namespaces kept for tree sessions.
+TEST(AttackPaths, SectionsLeaveTreeSessionsTheirNamespaces) {
+  test::scratch_file data(1 << 20, 45);
+  const std::string tree = data.path() + ".tree";
+  ASSERT_EQ(mkdir(tree.c_str(), 0755), 0);
+  const std::string sock = attack_socket();
+  server::server srv(server::parse_config(
+      "[server]\nsocket = \"" + sock + "\"\nmax_sections_per_uid = 1024\n[[dataset]]\nname = \"d\"\nfile = \"" +
+          data.path() + "\"\n[[dataset]]\nname = \"t\"\ntree = \"" + tree +
+          "\"\n[[grant]]\ndataset = \"*\"\neveryone = true\n",
+      "sections.toml"));
+  std::thread loop([&] { srv.run(); });
+  const int s = test::raw_connect(sock);
+  ASSERT_GE(s, 0);
+  ASSERT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "sections").h.status, 0);
+  const uint32_t d = test::raw_call(s, wire::op::lookup, 0, 0, 0, "d").h.a;
+  int made = 0;
+  wire::message r;
+  for (uint64_t i = 0; i < 2048; ++i) {
+    wire::message m;
+    m.h.op = uint16_t(wire::op::open_section);
+    m.h.a = d;
+    m.h.b = 512;
+    m.h.x = i * 512;
+    m.h.y = 512;
+    m.text.assign(16, '\0');
+    if (!wire::send_message(s, std::move(m)) || !wire::receive_message(s, r)) FAIL() << "the server went away";
+    if (r.h.status != 0) break;
+    ++made;
+  }
+  EXPECT_EQ(wire::status(r.h.status), wire::status::limit) << r.text;
+  EXPECT_NE(r.text.find("kept for tree sessions"), std::string::npos) << r.text;
+  EXPECT_GT(made, 800);
+  // Tree sessions still open (several at once, from the namespaces kept).
+  for (int k = 0; k < 4; ++k) {
+    wire::message m, t;
+    m.h.op = uint16_t(wire::op::open_tree);
+    m.h.c = 8;  // files
+    m.h.d = 2;  // directories
+    m.text = "t";
+    ASSERT_TRUE(wire::send_message(s, std::move(m)) && wire::receive_message(s, t));
+    EXPECT_EQ(t.h.status, 0) << t.text;
+  }
+  close(s);
+  srv.stop();
+  loop.join();
+  rmdir(tree.c_str());
+}

@@ -267,3 +267,18 @@ def test_indexing_an_array_as_numpy_users_expect(tmp_path):
     a[[5, 6]] = [1, 2, 3, 4]
     assert a[4].tolist() == [5.0] * 4 and a[6].tolist() == [1, 2, 3, 4]
     a.close()
+
+
+def test_an_unchecked_failed_scatter_is_reported_by_flush_and_close(tmp_path):
+    # scatter(check=False) with a bad index, then flush() and close() both
+    # succeeded: the write was lost without a word.
+    path = tmp_path / "w.bin"
+    np.zeros(4096, dtype=np.float32).tofile(path)
+    a = deepwell.open(str(path), shape=(-1, 4), dtype="float32", device="cpu", writable=True)
+    a.scatter(np.array([1, 5000]), np.ones((2, 4), np.float32), check=False)
+    with pytest.raises(deepwell.IndexOutOfRange, match="5000"):
+        a.flush()
+    a.flush()  # said once
+    a.scatter(np.array([7000]), np.ones((1, 4), np.float32), check=False)
+    with pytest.raises(deepwell.IndexOutOfRange, match="7000"):
+        a.close()

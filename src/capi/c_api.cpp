@@ -226,6 +226,27 @@ int rows_call(dw_array* ap, bool scatter, const void* idx, int32_t bits, int32_t
 // For calls that must not overlap kernels using the cache (flush, clear,
 // stats, close): waits for the array's device and keeps it current until
 // the returned guard ends. Nothing to do for CPU clients.
+// Throws what the row calls since the last look reported (a bad index, a
+// failed read or write), and forgets it. The row kernels report to
+// host-visible memory: no device round trip unless something failed. The
+// caller has waited for them. `mapping`: a file cut short under the direct
+// tier too (sticky: not at close, where every call since has said it).
+void raise_reported(dw_array& a, bool mapping = true) {
+  row_report& r = *a.rows.report;
+  const unsigned long long bad = __atomic_exchange_n(&r.bad, 0ull, __ATOMIC_RELAXED);
+  const unsigned long long example = r.example;
+  const request_status s = request_status::unpack(__atomic_exchange_n(&r.failure, 0u, __ATOMIC_RELAXED));
+  if (!s.ok()) a.cache().clear_error();
+  if (mapping) check_mapping(a);
+  if (bad) {
+    const int64_t as_signed = int64_t(example);
+    throw api_error(DW_ERANGE, "index " + std::to_string(as_signed) + " is out of range for " +
+                                    std::to_string(a.rows.rows) + " rows" +
+                                    (bad > 1 ? " (" + std::to_string(bad) + " indices were)" : ""));
+  }
+  if (!s.ok()) throw api_error(code_of(s), failure_text(*a.data, s, "rows of"));
+}
+
 capi::device_guard on_idle_device(const dw_array& a) {
   if (a.device < 0) return nullptr;
   capi::device_guard g = capi::on_device(a.device);
@@ -428,8 +449,9 @@ int dw_array_close(dw_array* a) {
     const auto g = on_idle_device(*a);
     if (a->writable) {
       const request_status s = a->cache().flush();
-      if (!s.ok()) throw api_error(code_of(s), "flush at close: " + describe(s));
+      if (!s.ok()) throw api_error(code_of(s), failure_text(*a->data, s, "flush at close of"));
     }
+    raise_reported(*a, false);  // what unchecked calls left unsaid
   });
   const int freed = guarded([&] {
     const capi::device_guard g = capi::on_device(a->device);
@@ -480,21 +502,7 @@ int dw_array_check(dw_array* ap, uintptr_t stream) {
         throw api_error(DW_ERUNTIME, e.what());
       }
     }
-    // The row kernels report to host-visible memory: no device round trip
-    // unless something failed.
-    row_report& r = *a.rows.report;
-    const unsigned long long bad = __atomic_exchange_n(&r.bad, 0ull, __ATOMIC_RELAXED);
-    const unsigned long long example = r.example;
-    const request_status s = request_status::unpack(__atomic_exchange_n(&r.failure, 0u, __ATOMIC_RELAXED));
-    if (!s.ok()) a.cache().clear_error();
-    check_mapping(a);
-    if (bad) {
-      const int64_t as_signed = int64_t(example);
-      throw api_error(DW_ERANGE, "index " + std::to_string(as_signed) + " is out of range for " +
-                                      std::to_string(a.rows.rows) + " rows" +
-                                      (bad > 1 ? " (" + std::to_string(bad) + " indices were)" : ""));
-    }
-    if (!s.ok()) throw api_error(code_of(s), failure_text(*a.data, s, "rows of"));
+    raise_reported(a);
   });
 }
 
@@ -506,6 +514,9 @@ int dw_array_flush(dw_array* ap) {
     const auto g = on_idle_device(a);
     const request_status s = a.cache().flush();
     if (!s.ok()) throw api_error(code_of(s), failure_text(*a.data, s, "flush of"));
+    // An unchecked scatter that failed (check=False) made rows this flush
+    // does not hold: said here, not lost.
+    raise_reported(a);
   });
 }
 

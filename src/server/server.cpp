@@ -198,6 +198,7 @@ constexpr size_t tree_lanes_max = 16;
 // the request, the session it runs in.
 struct tree_job {
   uint32_t client = 0;
+  uint32_t uid = 0;  // whose turn it takes (tree_workers: round robin over uids)
   int fd = -1;
   wire::header h{};
   std::shared_ptr<tree_session> session;
@@ -209,7 +210,9 @@ struct tree_job {
 // that may wait on the disk) off the loop thread, several at once, as a
 // program's own file API runs them on its service threads. A job done goes
 // back to the loop (finished(), after a byte on `wake`), which replies:
-// only the loop thread writes to clients' sockets.
+// only the loop thread writes to clients' sockets. Jobs wait in a queue
+// per uid, taken in turn: a uid with 64 connections' batches queued holds
+// another uid's batch behind one of its own, not behind all 64.
 class tree_workers {
  public:
   tree_workers(unsigned n, int wake) : wake_(wake) {
@@ -226,7 +229,9 @@ class tree_workers {
   void submit(tree_job j) {
     {
       std::lock_guard<std::mutex> l(m_);
-      queued_.push_back(std::move(j));
+      std::deque<tree_job>& q = queued_[j.uid];
+      if (q.empty()) turns_.push_back(j.uid);
+      q.push_back(std::move(j));
     }
     cv_.notify_one();
   }
@@ -239,10 +244,17 @@ class tree_workers {
   void work() {
     std::unique_lock<std::mutex> l(m_);
     for (;;) {
-      cv_.wait(l, [&] { return stop_ || !queued_.empty(); });
-      if (queued_.empty()) return;  // stopping, nothing left
-      tree_job j = std::move(queued_.front());
-      queued_.pop_front();
+      cv_.wait(l, [&] { return stop_ || !turns_.empty(); });
+      if (turns_.empty()) return;  // stopping, nothing left
+      const uint32_t uid = turns_.front();
+      turns_.pop_front();
+      const auto q = queued_.find(uid);
+      tree_job j = std::move(q->second.front());
+      q->second.pop_front();
+      if (q->second.empty())
+        queued_.erase(q);
+      else
+        turns_.push_back(uid);  // its next batch after every other uid's
       l.unlock();
       try {
         j.session->run(j.calls.data(), uint32_t(j.calls.size()));
@@ -258,7 +270,8 @@ class tree_workers {
   int wake_;
   std::mutex m_;
   std::condition_variable cv_;
-  std::deque<tree_job> queued_;
+  std::map<uint32_t, std::deque<tree_job>> queued_;  // by uid, none empty
+  std::deque<uint32_t> turns_;                        // uids with a batch queued, in turn
   std::vector<tree_job> done_;
   bool stop_ = false;
   std::vector<std::thread> threads_;
@@ -1000,7 +1013,7 @@ std::shared_ptr<tree_session> server::impl::session_of(const client_state& c, ui
 std::optional<wire::message> server::impl::queue_tree_ops(client_state& c, const wire::message& m) {
   std::shared_ptr<tree_session> session = session_of(c, m.h.a);
   if (!session) return refuse(wire::status::not_found, "no tree session " + std::to_string(m.h.a) + " of this client");
-  tree_job j{c.id, c.fd, m.h, std::move(session), std::vector<tree_call>(tree_batch_max), {}};
+  tree_job j{c.id, c.uid, c.fd, m.h, std::move(session), std::vector<tree_call>(tree_batch_max), {}};
   std::string why;
   if (!wire::unpack_tree_request(m.text, m.h.b, j.calls.data(), why)) return refuse(wire::status::bad_request, "tree_ops: " + why);
   j.calls.resize(m.h.b);

@@ -314,7 +314,17 @@ struct section_usage {
   uint32_t sections = 0;
   uint32_t refused = 0;  // requests refused after work began (reading sums): they count against the limit too
   uint64_t sums_bytes = 0;
+  // Bytes of sections whose mapping was checked against their sums (on
+  // the loop thread, 0.25 s a GiB) in the current window: at most
+  // map_check_budget a window, or one section whatever its size. Past it
+  // a mapping waits for the next window, and the client reads through its
+  // queues meanwhile (20 requests for the mappings of 900 MiB sections
+  // held every other client's requests 280 ms each).
+  uint64_t map_checked = 0;
+  std::chrono::steady_clock::time_point map_window{};
 };
+constexpr uint64_t map_check_budget = 2ull << 30;
+constexpr auto map_check_window = std::chrono::seconds(10);
 
 struct client_state {
   int fd = -1;
@@ -1341,6 +1351,10 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
           if (sec->mapping_refused != std::chrono::steady_clock::time_point{} &&
               now - sec->mapping_refused < std::chrono::seconds(10))
             return false;
+          section_usage& use = section_use[c.uid];
+          if (now - use.map_window >= map_check_window) use.map_window = now, use.map_checked = 0;
+          if (use.map_checked && use.map_checked + sec->req.bytes > map_check_budget) return false;
+          use.map_checked += sec->req.bytes;
           sec->mapping_checked = sec->data->map_readonly() != nullptr;
           if (!sec->mapping_checked) sec->mapping_refused = now;
           return sec->mapping_checked;

@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _lib
+from . import _lib, _server
 from ._lib import InvalidArgument, P, check, fields, i32, lib, options_fields, ptr, u32, u64
 from .array import _count, _device_ordinal, _put, _set_cache, cuda_available, parse_bytes
 
@@ -173,9 +173,11 @@ class KVStore(_lib.Handle):
                  log_rows: int = 0, max_batch: int = 0, cpu_threads: int = 0, pollers: int = 0,
                  odirect: bool = False, timeout: Optional[float] = None):
         self._h = None
-        self.path = os.fspath(path)
+        self.path = os.fsdecode(path)
         if create and not value_bytes:
             raise InvalidArgument("creating a store needs value_bytes (8 to 128, a multiple of 8)")
+        if not create and _server.current() is None and not os.path.exists(self.path):
+            raise FileNotFoundError(2, "No such file (deepwell.kv)", self.path)  # as deepwell.open
         o = _lib.sized(_Options, lib.dw_kv_options_init)
         self._path_bytes = self.path.encode()
         o.path = self._path_bytes

@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from . import _lib
+from . import _lib, _server
 from ._lib import InvalidArgument, P, check, fields, i32, lib, options_fields, ptr, u32, u64, f64
 from .array import _count, _device_ordinal, _put, _set_cache
 
@@ -151,7 +151,9 @@ class VectorIndex(_lib.Handle):
     def __init__(self, path, *, device=None, cache_size=None, page_size: int = 0, cpu_threads: int = 0,
                  pollers: int = 0, odirect: bool = False, timeout: Optional[float] = None):
         self._h = None
-        self.path = os.fspath(path)
+        self.path = os.fsdecode(path)
+        if _server.current() is None and not os.path.exists(self.path):
+            raise FileNotFoundError(2, "No such file (deepwell.vectors)", self.path)  # as deepwell.open
         o = _lib.sized(_Options, lib.dw_vectors_options_init)
         self._path_bytes = self.path.encode()
         o.path = self._path_bytes

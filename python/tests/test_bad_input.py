@@ -282,3 +282,10 @@ def test_an_unchecked_failed_scatter_is_reported_by_flush_and_close(tmp_path):
     a.scatter(np.array([7000]), np.ones((1, 4), np.float32), check=False)
     with pytest.raises(deepwell.IndexOutOfRange, match="7000"):
         a.close()
+
+
+def test_missing_files_raise_file_not_found_as_deepwell_open_does(tmp_path):
+    for opener in (lambda p: kv.open(p, device="cpu"), lambda p: dv.open(p, device="cpu"),
+                   lambda p: deepwell.open(p, dtype="uint8", device="cpu")):
+        with pytest.raises(FileNotFoundError, match="absent"):
+            opener(str(tmp_path / "absent"))

@@ -176,7 +176,7 @@ def test_bad_input_is_refused(tmp_path):
         f.write(bytes(1 << 17))
     with pytest.raises(deepwell.IOFailure, match="not a deepwell kv store"):
         kv.open(other, device="cpu")
-    with pytest.raises(deepwell.IOFailure, match="missing.kv"):
+    with pytest.raises(FileNotFoundError, match="missing.kv"):  # as deepwell.open
         kv.open(os.path.join(tmp_path, "missing.kv"), device="cpu")
 
 

@@ -1,12 +1,28 @@
 // Command-line checks shared by the deepwell subcommands.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "deepwell/common/error.hpp"
+#include "deepwell/common/output_path.hpp"
+
 namespace deepwell::tools {
+
+// An output checked before the work that makes it: a place a file may go
+// (check_output_path), and not the input itself (`graph convert e.txt -o
+// e.txt` replaced the edge list it had read with the graph).
+inline void check_output_of(const std::string& input, const std::string& output) {
+  check_output_path(output);
+  struct stat a {}, b {};
+  if (::stat(input.c_str(), &a) == 0 && ::stat(output.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+      a.st_ino == b.st_ino)
+    throw error(output + " is the input file too: name another output");
+}
 
 // A subcommand's body, its errors reported as "WHO: what went wrong" on
 // stderr with exit status 2 (the CLI's status for a run that failed).

@@ -139,6 +139,7 @@ void add_command(CLI::App& app, graph_command& c) {
 int graph_command::run() {
   try {
     progress p(!quiet);
+    if (gen->parsed() || conv->parsed()) check_output_of(gen->parsed() ? "" : input, out);  // before the work
     if (gen->parsed()) {
       go.kind = uniform ? generator_options::kind_t::uniform : generator_options::kind_t::kron;
       go.symmetric = !directed;

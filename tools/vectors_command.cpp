@@ -106,6 +106,7 @@ int gen(const vectors_command& v) {
 }
 
 int build(const vectors_command& v) {
+  check_output_of(v.data, v.index);
   vector_file f(v.data, parse_type(v.type, v.data));
   build_options o = v.shape;
   o.threads = v.threads;

@@ -137,6 +137,11 @@ if [ "$(id -u)" = 0 ] && mknod "$dir/null" c 1 3 2>/dev/null; then
   expect "a character device" graph generate --scale 4 -o "$dir/null"
   [ -c "$dir/null" ] || { echo "FAIL: the device node was replaced or deleted"; failed=1; }
 fi
+# The input named as the output: refused before it is replaced.
+printf '0 1\n1 2\n' > "$dir/e.txt"
+expect "is the input file too" graph convert "$dir/e.txt" -o "$dir/e.txt"
+expect "is the input file too" vectors build "$dir/v.fbin" "$dir/v.fbin"
+grep -q "^0 1" "$dir/e.txt" || { echo "FAIL: the input was replaced"; failed=1; }
 # Past a file-size limit: an error naming the file, not death by SIGXFSZ.
 out=$( (ulimit -f 64; timeout -k 5 60 "$cli" graph generate --scale 12 -o "$dir/big.dwg" -q) 2>&1); rc=$?
 if [ $rc -eq 0 ] || [ $rc -ge 124 ] || [[ "$out" != *"too large"* ]]; then

@@ -414,6 +414,7 @@ struct server::impl {
   uint64_t departed_count = 0;
   std::deque<departed_client> departed;
   uint32_t next_client = 1;
+  bool ids_wrapped = false;  // next_client has passed 2^32: ids in use are skipped
   uint64_t total_clients = 0;
   uint64_t staging_total = 0;  // queue pair memory of every client (max_staging_total)
   std::unique_ptr<metrics_http> metrics;
@@ -468,6 +469,7 @@ void server::impl::open_datasets() {
   // made or dropped registered every queue again, on the pollers).
   cc.register_buffers = false;
   ctl = std::make_unique<controller>(cc);
+  trees_as_clients = detail::can_act_as_others();
   if (!cfg.max_staging_total)
     cfg.max_staging_total = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE)) / 2;
   auto where = [this](const dataset_config& d) {
@@ -484,7 +486,6 @@ void server::impl::open_datasets() {
       if (fd.get() < 0) throw error(where(d) + errno_message("tree " + d.path + " cannot be opened as a directory", errno));
       tree_roots[&d] = std::move(fd);
       trees.push_back(&d);
-      trees_as_clients = detail::can_act_as_others();
       log_line("dataset " + d.name + ": the tree " + d.path + ", " + (d.writable ? "read-write" : "read-only") +
                (trees_as_clients ? ", opened with each client's rights"
                                  : ", opened with the server's rights (it cannot take on its clients')"));
@@ -700,7 +701,9 @@ void server::impl::accept_clients() {
     c->fd = fd;
     // Ids name share accounts and tree replies: after 2^32 connections
     // they wrap, past 0 and past any still in use.
-    for (bool used = true; used;) {
+    // (Before the first wrap every id is new: no scan.)
+    if (next_client == 0) ids_wrapped = true;
+    for (bool used = ids_wrapped; used;) {
       if (next_client == 0) ++next_client;
       used = false;
       for (const auto& [_, other] : clients) used |= other->id == next_client;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 #include <system_error>
+#include <thread>
 
 #include "controller/poller.hpp"
 #include "deepwell/common/error.hpp"
@@ -46,7 +47,9 @@ queue_counters queue_pair::counters() const {
 // controller
 
 controller::controller(controller_config cfg)
-    : cfg_(cfg), namespaces_(std::make_unique<std::unique_ptr<ns_entry>[]>(max_namespaces)) {
+    : cfg_(cfg),
+      slots_(std::make_unique<std::atomic<ns_entry*>[]>(max_namespaces)),
+      owned_(std::make_unique<std::unique_ptr<ns_entry>[]>(max_namespaces)) {
   if (cfg_.pollers == 0) throw error("controller needs at least one poller thread (pollers = 0)");
   if (cfg_.pollers > 256) throw error("controller pollers " + std::to_string(cfg_.pollers) + ": at most 256");
   if (cfg_.latency_target != 0 && !(cfg_.latency_target >= 1 && cfg_.latency_target <= 1000))
@@ -62,6 +65,7 @@ controller::controller(controller_config cfg)
     p->owner = this;
     p->index = i;
     p->io = make_io_engine(backend, cfg_.io_depth);
+    p->ns_in_flight = std::make_unique<std::atomic<uint32_t>[]>(max_namespaces);
     pollers_.push_back(std::move(p));
   }
   for (auto& p : pollers_) {
@@ -107,28 +111,86 @@ uint32_t controller::add_namespace(const namespace_config& cfg) {
                 " bytes, not a whole number of " + std::to_string(bs) +
                 "-byte blocks (only read-only datasets may end in a partial block)");
   std::lock_guard<std::mutex> lock(mutex_);
-  const uint32_t n = ns_count_.load();
-  if (n == max_namespaces) throw error("too many namespaces (at most " + std::to_string(max_namespaces) + ")");
+  collect_retired();
+  // A server full of retired sections: they go free within a poller's turn
+  // or its longest sleep (max_sleep_us), or once their I/O is done.
+  for (int waited_ms = 0; free_ids_.empty() && ns_count_.load() == max_namespaces && !retired_.empty() && waited_ms < 200;
+       ++waited_ms) {
+    mutex_.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    mutex_.lock();
+    collect_retired();
+  }
+  uint32_t nsid = 0;
+  if (!free_ids_.empty()) {
+    const auto lowest = std::min_element(free_ids_.begin(), free_ids_.end());
+    nsid = *lowest;
+    free_ids_.erase(lowest);
+  } else if (ns_count_.load() < max_namespaces) {
+    nsid = ns_count_.load() + 1;
+  } else {
+    throw error("too many namespaces (at most " + std::to_string(max_namespaces) + ")");
+  }
   auto e = std::make_unique<ns_entry>();
   e->data = cfg.data;
   e->limits.block_size = bs;
   e->limits.blocks = (bytes + bs - 1) / bs;
   e->limits.read_only = read_only;
   e->limits.memory_alignment = std::max<uint32_t>(1, cfg.data->memory_alignment());
-  e->info = namespace_info{n + 1, bs, e->limits.blocks, bytes, read_only, cfg.data->describe(),
+  e->info = namespace_info{nsid, bs, e->limits.blocks, bytes, read_only, cfg.data->describe(),
                            "the controller in this process (" + backend_name() + ")"};
-  namespaces_[n] = std::move(e);
-  ns_count_.store(n + 1, std::memory_order_release);
-  return n + 1;
+  slots_[nsid - 1].store(e.get());
+  owned_[nsid - 1] = std::move(e);
+  if (nsid > ns_count_.load()) ns_count_.store(nsid);
+  ns_live_.fetch_add(1);
+  return nsid;
+}
+
+void controller::retire_namespace(uint32_t nsid) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (nsid == 0 || nsid > ns_count_.load() || !owned_[nsid - 1]) return;
+  // The empty slot first, then the pollers' turns (both sequentially
+  // consistent): a poller whose turn began after that load sees the
+  // empty slot; one whose turn had begun may hold the entry until the
+  // turn ends, and its commands in flight until they are done.
+  slots_[nsid - 1].store(nullptr);
+  retired_ns r{nsid, std::move(owned_[nsid - 1]), {}};
+  for (const auto& p : pollers_) r.turns.push_back(p->parked.load() ? UINT64_MAX : p->turns.load());
+  retired_.push_back(std::move(r));
+  ns_live_.fetch_sub(1);
+  collect_retired();
+}
+
+void controller::collect_retired() {
+  for (size_t i = 0; i < retired_.size();) {
+    retired_ns& r = retired_[i];
+    bool held = false;
+    for (size_t k = 0; k < pollers_.size() && !held; ++k) {
+      const poller& p = *pollers_[k];
+      const bool moved_on = r.turns[k] == UINT64_MAX || p.parked.load() || p.turns.load() != r.turns[k];
+      held = !moved_on || p.ns_in_flight[r.nsid - 1].load(std::memory_order_acquire) != 0;
+    }
+    // A stopped controller's pollers are gone, and their I/O with them.
+    if (held && !stopping_.load()) {
+      ++i;
+      continue;
+    }
+    free_ids_.push_back(r.nsid);
+    retired_[i] = std::move(retired_.back());
+    retired_.pop_back();
+  }
 }
 
 const controller::ns_entry* controller::find_ns(uint32_t nsid) const {
   const uint32_t n = ns_count_.load(std::memory_order_acquire);
   if (nsid == 0 || nsid > n) return nullptr;
-  return namespaces_[nsid - 1].get();
+  return slots_[nsid - 1].load();
 }
 
+// Other threads than the pollers look entries up under mutex_: an entry is
+// freed under it (collect_retired).
 namespace_info controller::info(uint32_t nsid) const {
+  std::lock_guard<std::mutex> lock(mutex_);
   const ns_entry* e = find_ns(nsid);
   if (!e)
     throw error("no namespace " + std::to_string(nsid) + " (this controller has " + std::to_string(namespace_count()) +
@@ -136,24 +198,25 @@ namespace_info controller::info(uint32_t nsid) const {
   return e->info;
 }
 
-uint32_t controller::namespace_count() const { return ns_count_.load(std::memory_order_acquire); }
+uint32_t controller::namespace_count() const { return ns_live_.load(std::memory_order_acquire); }
 
 void* controller::host_pointer(uint32_t nsid) const {
-  const ns_entry* e = find_ns(nsid);
-  return e ? e->data->host_pointer() : nullptr;
+  const auto t = target_of(nsid);
+  return t ? t->host_pointer() : nullptr;
 }
 
 std::shared_ptr<host_mapping> controller::map_readonly(uint32_t nsid) const {
-  const ns_entry* e = find_ns(nsid);
-  return e ? e->data->map_readonly() : nullptr;
+  const auto t = target_of(nsid);
+  return t ? t->map_readonly() : nullptr;
 }
 
 std::shared_ptr<host_mapping> controller::map_tier(uint32_t nsid) const {
-  const ns_entry* e = find_ns(nsid);
-  return e ? e->data->map_tier() : nullptr;
+  const auto t = target_of(nsid);
+  return t ? t->map_tier() : nullptr;
 }
 
 std::shared_ptr<target> controller::target_of(uint32_t nsid) const {
+  std::lock_guard<std::mutex> lock(mutex_);
   const ns_entry* e = find_ns(nsid);
   return e ? e->data : nullptr;
 }
@@ -283,7 +346,7 @@ std::string controller::dump() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::ostringstream o;
   o << "controller: " << pollers_.size() << " poller(s), backend " << backend_name() << ", "
-    << ns_count_.load() << " namespace(s)" << (stopping_.load() ? ", stopped" : "") << "\n";
+    << ns_live_.load() << " namespace(s)" << (stopping_.load() ? ", stopped" : "") << "\n";
   if (!failure_.empty()) o << "  failed: " << failure_ << "\n";
   for (auto& q : queues_) {
     const qp_header* h = q->header();

@@ -281,6 +281,7 @@ void controller::poller::on_io_done(void* ctx, int64_t result) {
   if (q.account)
     p->settle(q, c->opcode, c->cost, c->fetched_ns, s.ok() ? c->bytes : 0, s.ok(), c->admitted_ns, c->ns->info.nsid);
   p->complete(q, c->cid, s, true);
+  p->ns_done(c->ns->info.nsid);
   p->free_context(c);
 }
 
@@ -343,18 +344,21 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, ui
     return;
   }
   // A namespace the queue's client has no grant for does not exist for it.
+  // The entry is looked up once: a namespace retired meanwhile
+  // (controller::retire_namespace) stays whole until this turn is over.
   struct lookup_ctx {
     const poller* p;
     const access_grants* grants;
-  } lc{this, q.grants.get()};
+    mutable const ns_entry* found;
+  } lc{this, q.grants.get(), nullptr};
   detail::checked_command cc;
   nvme::status s = detail::check_command(
       c, q.limits,
       [](const void* self, uint32_t nsid) -> const detail::ns_limits* {
         const auto* x = static_cast<const lookup_ctx*>(self);
         if (x->grants && x->grants->of(nsid) == access_grants::none) return nullptr;
-        const ns_entry* e = x->p->ns(nsid);
-        return e ? &e->limits : nullptr;
+        x->found = x->p->ns(nsid);
+        return x->found ? &x->found->limits : nullptr;
       },
       &lc, cc);
   // A flush makes writes durable at the storage's cost (an fsync of the
@@ -366,7 +370,7 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, ui
     done_now(s, true);
     return;
   }
-  const ns_entry& n = *ns(cc.nsid);
+  const ns_entry& n = *lc.found;
   switch (cc.opcode) {
     case nvme::op_identify: {
       nvme::identify_namespace id{};
@@ -394,6 +398,7 @@ void controller::poller::execute(queue_pair::impl& q, const nvme::command& c, ui
       const uint32_t bytes = cc.opcode == nvme::op_flush ? 0 : cc.bytes;
       *ctx = context{this, &q, c.cid, cc.opcode, bytes, nullptr, &n, q.staging + cc.buffer_offset,
                      cc.byte_offset, cc.fua, 0, cost, fetched_ns, admitted_ns};
+      ns_started(n.info.nsid);
       issue(ctx);
       return;
     }
@@ -738,6 +743,7 @@ void controller::poller::serve_until_stopped() {
   uint64_t idle_since = 0;
   uint64_t sleep_ns = 1000;
   while (!owner->stopping_.load(std::memory_order_acquire)) {
+    turns.fetch_add(1);  // sequentially consistent: see retire_namespace
     if (has_incoming.load(std::memory_order_relaxed)) adopt_incoming();
     if (has_deleted.load(std::memory_order_relaxed)) drop_deleted();
     const unsigned work = serve_pass();
@@ -764,9 +770,11 @@ void controller::poller::serve_until_stopped() {
     // 9% of a core that way).
     if (queues.empty() && waiting_queues == 0 && !published_waiter) {
       std::unique_lock<std::mutex> lock(incoming_mutex);
+      parked.store(true);  // holds no namespace entry while it waits
       incoming_cv.wait(lock, [&] {
         return has_incoming.load(std::memory_order_relaxed) || owner->stopping_.load(std::memory_order_acquire);
       });
+      parked.store(false);
       idle_since = 0;
       sleep_ns = 1000;
       continue;

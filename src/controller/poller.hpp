@@ -177,6 +177,23 @@ struct controller::poller {
   void list_settle(queue_pair::impl& q);
   void serve_group(client_queues& g, unsigned& work);
   std::atomic<uint64_t> passes{0};  // pass_no for other threads (poller_passes)
+  // A retired namespace's entry is freed only once no poller can still
+  // hold it (controller::retire_namespace): every poller has begun a turn
+  // of its loop since (or waits with no queue at all), and the commands
+  // each poller has in flight on that namespace id are done. `turns` and
+  // `parked` are stored sequentially consistent (the retirer stores the
+  // empty slot, then loads them); the counts are this poller's alone.
+  std::atomic<uint64_t> turns{0};
+  std::atomic<bool> parked{false};
+  std::unique_ptr<std::atomic<uint32_t>[]> ns_in_flight;  // by nsid - 1
+  void ns_started(uint32_t nsid) {
+    auto& n = ns_in_flight[nsid - 1];
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  void ns_done(uint32_t nsid) {
+    auto& n = ns_in_flight[nsid - 1];
+    n.store(n.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+  }
   uint32_t pass_quota(detail::client_account& a) const;
   // Server mode's clock for client accounts (latency, shares): read once a
   // fetch and once before each reap, not once a command (a clock read costs

@@ -293,14 +293,23 @@ struct dataset_state {
   bool writable = false;
 };
 
+// A section's identity: its request, and for a writable one its uid.
+using section_key = std::tuple<uint32_t, uint64_t, uint64_t, uint32_t, bool, int, uint64_t, uint64_t, uint32_t, int64_t>;
+
 // A section a client made (controller_link::open_section): a namespace of
-// its own over a range of a dataset, kept while the server runs.
+// its own over a range of a dataset. It stays after the connections that
+// hold it have gone (the same request later gets it again, sums already
+// read), until its namespace, its maker's count or its maker's sums
+// memory is wanted for another (reclaim_idle_section).
 struct section_state {
   uint32_t nsid = 0;
   const dataset_state* dataset = nullptr;
   section_request req;
+  section_key key;
   std::shared_ptr<target> data;
   uint32_t maker_uid = 0;
+  uint32_t holders = 0;  // connections that opened it and are still there
+  std::chrono::steady_clock::time_point idle_since{};
   // Handing out a checked section's mapping checks all of it: once it
   // passed, it is not checked again; after it did not, not again for a
   // while (a client asking over and over must not keep the server's thread
@@ -309,10 +318,14 @@ struct section_state {
   std::chrono::steady_clock::time_point mapping_refused{};
 };
 
-// What a uid's sections take, over the server's life (config.hpp says why).
+// What a uid's sections take (config.hpp says why).
 struct section_usage {
-  uint32_t sections = 0;
-  uint32_t refused = 0;  // requests refused after work began (reading sums): they count against the limit too
+  uint32_t sections = 0;  // kept now (held or idle)
+  // Requests refused after work began (reading sums) in the last
+  // refusal_window: they count against the limit too, so that repeating
+  // one is bounded, yet a uid is not shut out for good by old failures.
+  uint32_t refused = 0;
+  std::chrono::steady_clock::time_point refused_since{};
   uint64_t sums_bytes = 0;
   // Bytes of sections whose mapping was checked against their sums (on
   // the loop thread, 0.25 s a GiB) in the current window: at most
@@ -324,6 +337,7 @@ struct section_usage {
   std::chrono::steady_clock::time_point map_window{};
 };
 constexpr uint64_t map_check_budget = 2ull << 30;
+constexpr auto refusal_window = std::chrono::seconds(60);
 constexpr auto map_check_window = std::chrono::seconds(10);
 
 struct client_state {
@@ -339,6 +353,7 @@ struct client_state {
   std::map<uint32_t, tree_hold> trees;  // by nsid
   // Sessions of another connection of this uid that this one joined (by nsid).
   std::map<uint32_t, std::shared_ptr<tree_session>> joined;
+  std::vector<uint32_t> sections;  // nsids of the sections it holds (opened)
   uint64_t staging_bytes = 0;
   bool said_hello = false;
   // It sent a request while its last reply was unread: not read from again
@@ -356,10 +371,9 @@ struct server::impl {
   server_config cfg;
   std::vector<dataset_state> datasets;
   std::map<uint32_t, section_state> sections;  // by nsid
-  // A section's identity: its request, and for a writable one its uid.
-  using section_key = std::tuple<uint32_t, uint64_t, uint64_t, uint32_t, bool, int, uint64_t, uint64_t, uint32_t, int64_t>;
   std::map<section_key, uint32_t> section_index;
   std::map<uint32_t, section_usage> section_use;  // by uid
+  std::atomic<uint64_t> sections_reclaimed{0};
   // Tree datasets (no namespace of their own), and the namespaces of
   // ended tree sessions, reset and kept for the next.
   std::vector<const dataset_config*> trees;
@@ -435,6 +449,9 @@ struct server::impl {
     return "deepwell serve at " + cfg.socket_path + " (" + ctl->backend_name() + (tier ? ", a host-memory tier" : "") + ")";
   }
   wire::message open_section(client_state& c, const wire::message& m);
+  void hold_section(client_state& c, section_state& sec);
+  void release_sections(client_state& c);
+  bool reclaim_idle_section(std::optional<uint32_t> maker);
   wire::message open_tree(client_state& c, const wire::message& m);
   std::optional<wire::message> queue_tree_ops(client_state& c, const wire::message& m);
   void reply_to_tree_batches();
@@ -737,6 +754,7 @@ void server::impl::drop(int fd, const char* why) {
     c = std::move(it->second);
     clients.erase(it);
   }
+  release_sections(*c);
   for (auto& [qid, qp] : c->queues) ctl->delete_queue_pair(qid);
   while (!c->joined.empty()) leave_tree(*c, c->joined.begin()->first);
   while (!c->trees.empty()) end_tree(*c, c->trees.begin()->first);
@@ -1162,28 +1180,43 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
                         int(q.sums), q.sums_offset, q.sums_bytes,    q.sum_block,  q.writable ? int64_t(c.uid) : -1};
   if (auto it = section_index.find(key); it != section_index.end()) {
     section_state& sec = sections.at(it->second);
+    hold_section(c, sec);
     c.grants->set(sec.nsid, q.writable ? uint8_t(access_grants::read | access_grants::write) : access_grants::read);
     return section_reply(c, sec);
   }
   section_usage& use = section_use[c.uid];
+  const auto now = std::chrono::steady_clock::now();
+  if (now - use.refused_since >= refusal_window) use.refused = 0;
+  // Past a limit, the uid's own sections that no connection holds make
+  // room (the oldest first); then any uid's, for the server's namespaces.
+  while (use.sections + use.refused >= cfg.max_sections_per_uid && reclaim_idle_section(c.uid)) {
+  }
   if (use.sections + use.refused >= cfg.max_sections_per_uid)
-    return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " has made " + std::to_string(use.sections) +
+    return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " holds " + std::to_string(use.sections) +
                                            " sections and had " + std::to_string(use.refused) +
-                                           " refused, the limit (max_sections_per_uid)");
+                                           " refused in the last minute, the limit (max_sections_per_uid)");
   const uint64_t sums = sums_memory(q);
-  if (sums > cfg.max_section_sums_per_uid - std::min(use.sums_bytes, cfg.max_section_sums_per_uid))
+  const auto sums_left = [&] { return cfg.max_section_sums_per_uid - std::min(use.sums_bytes, cfg.max_section_sums_per_uid); };
+  while (sums > sums_left() && reclaim_idle_section(c.uid)) {
+  }
+  if (sums > sums_left())
     return refuse(wire::status::limit, "the section's sums would take " + std::to_string(sums) +
                                            " bytes of the server's memory, past uid " + std::to_string(c.uid) +
                                            "'s limit of " + std::to_string(cfg.max_section_sums_per_uid) +
                                            " (max_section_sums_per_uid)");
-  // Sections stay while the server runs (they are not freed yet): they may
-  // take the namespaces but those kept for tree sessions, so that sections
-  // many uids made over time leave the file API working.
-  const uint32_t tree_made = tree_namespaces, tree_kept = std::max(tree_made, tree_namespace_reserve);
-  if (ctl->namespace_count() + (tree_kept - tree_made) >= controller::max_namespaces)
+  // Sections may take the namespaces but those kept for tree sessions, so
+  // that sections many uids made leave the file API working.
+  const auto full = [&] {
+    const uint32_t tree_made = tree_namespaces, tree_kept = std::max(tree_made, tree_namespace_reserve);
+    return ctl->namespace_count() + (tree_kept - tree_made) >= controller::max_namespaces;
+  };
+  while (full() && reclaim_idle_section(std::nullopt)) {
+  }
+  if (full())
     return refuse(wire::status::limit, "the server has no namespace left for a section (" +
                                            std::to_string(controller::max_namespaces) + " in all, " +
-                                           std::to_string(tree_namespace_reserve) + " of them kept for tree sessions)");
+                                           std::to_string(tree_namespace_reserve) +
+                                           " of them kept for tree sessions; every section is held by a connection)");
   try {
     detail::check_section_request(*d->data, q);
   } catch (const error& e) {
@@ -1196,11 +1229,12 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
   } catch (const error& e) {
     // Refused after the checks, it cost the server work (its sums read):
     // it counts, so that repeating it is bounded.
-    use.refused += 1;
+    if (use.refused++ == 0) use.refused_since = now;
     return refuse(wire::status::bad_request, std::string("open_section: ") + e.what());
   }
   sec.dataset = d;
   sec.req = q;
+  sec.key = key;
   sec.maker_uid = c.uid;
   use.sections += 1;
   use.sums_bytes += sums;
@@ -1210,8 +1244,54 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
     std::lock_guard<std::mutex> lock(mutex);  // stats read the sections
     sections[nsid] = std::move(sec);
   }
+  hold_section(c, sections.at(nsid));
   c.grants->set(nsid, q.writable ? uint8_t(access_grants::read | access_grants::write) : access_grants::read);
   return section_reply(c, sections.at(nsid));
+}
+
+void server::impl::hold_section(client_state& c, section_state& sec) {
+  if (std::find(c.sections.begin(), c.sections.end(), sec.nsid) != c.sections.end()) return;
+  c.sections.push_back(sec.nsid);
+  ++sec.holders;
+}
+
+// A connection that ends lets go of its sections: its grants on them go
+// first (its queues, deleted but perhaps still fetching, may name them no
+// more), and a section no connection holds is idle from now on.
+void server::impl::release_sections(client_state& c) {
+  const auto now = std::chrono::steady_clock::now();
+  for (uint32_t nsid : c.sections) {
+    c.grants->set(nsid, access_grants::none);
+    if (auto it = sections.find(nsid); it != sections.end() && --it->second.holders == 0) it->second.idle_since = now;
+  }
+  c.sections.clear();
+}
+
+// The section idle longest (of `maker`, or of anyone) goes: its namespace
+// retired in the controller (its id taken again once no poller can hold
+// it), its sums' memory and its count given back to its maker. A client
+// that asks for it again makes it anew.
+bool server::impl::reclaim_idle_section(std::optional<uint32_t> maker) {
+  auto oldest = sections.end();
+  for (auto it = sections.begin(); it != sections.end(); ++it) {
+    const section_state& sec = it->second;
+    if (sec.holders != 0 || (maker && sec.maker_uid != *maker)) continue;
+    if (oldest == sections.end() || sec.idle_since < oldest->second.idle_since) oldest = it;
+  }
+  if (oldest == sections.end()) return false;
+  const section_state& sec = oldest->second;
+  const uint32_t nsid = sec.nsid;
+  section_usage& use = section_use[sec.maker_uid];
+  use.sections -= 1;
+  use.sums_bytes -= std::min(use.sums_bytes, sums_memory(sec.req));
+  section_index.erase(sec.key);
+  ctl->retire_namespace(nsid);
+  {
+    std::lock_guard<std::mutex> lock(mutex);  // stats read the sections
+    sections.erase(oldest);
+  }
+  sections_reclaimed.fetch_add(1);
+  return true;
 }
 
 wire::message server::impl::dataset_reply(const client_state& c, const dataset_state& d, uint16_t) const {
@@ -1570,6 +1650,7 @@ std::string server::impl::stats_json(const client_state* viewer) const {
                          std::lock_guard<std::mutex> lock(mutex);
                          return sections.size();
                        }()},
+                      {"sections_reclaimed", sections_reclaimed.load()},
                       {"clients_total", clients_total},
                       {"client_accounts", ctl->client_account_count()},
                       {"commands", t.commands},

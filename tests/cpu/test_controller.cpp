@@ -440,6 +440,63 @@ TEST_P(ControllerTest, SmallFetchBatchesServeDeepQueuesCompletely) {
   }
 }
 
+// A server takes idle sections' namespaces away (retire_namespace) and
+// gives their ids to new ones. Readers of the id meanwhile see either
+// dataset whole, or an unknown namespace: never a freed entry (the
+// sanitizers' builds run this too), never a block of one and the other.
+TEST_P(ControllerTest, RetiredNamespacesFailAtOnceAndTheirIdsServeTheNextDatasetWhole) {
+  controller ctl(config());
+  const uint64_t bytes = 1 << 20;
+  test::scratch_file a(bytes, 11), b(bytes, 12);
+  uint32_t ns = ctl.add_namespace({open_file_target(a.path()), 4096, true});
+  // Every other id taken: a new namespace can only have a retired one's.
+  while (ctl.namespace_count() < controller::max_namespaces) ctl.add_namespace({pattern_memory(4096), 4096, true});
+  EXPECT_THROW(ctl.add_namespace({pattern_memory(4096), 4096, true}), error);
+
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> ok{0}, gone{0}, wrong{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t)
+    readers.emplace_back([&, t] {
+      host_queue_client c(ctl.create_queue_pair({16, 16, 4096}));
+      std::mt19937_64 rng(t);
+      std::vector<uint8_t> buf(4096);
+      while (!done.load()) {
+        const uint64_t lba = rng() % (bytes / 4096);
+        const request_status s = c.read(ns, lba, 1, 4096, buf.data());
+        if (s.ok() && (test::check_pattern(buf.data(), 4096, lba * 4096, 11) == -1 ||
+                       test::check_pattern(buf.data(), 4096, lba * 4096, 12) == -1))
+          ++ok;
+        else if (!s.ok() && s.nvme == sc::invalid_namespace)
+          ++gone;
+        else
+          ++wrong;
+      }
+    });
+  for (int round = 0; round < 40; ++round) {
+    const uint32_t before = ns;
+    ctl.retire_namespace(ns);
+    EXPECT_THROW(ctl.info(before), error);
+    const uint32_t again = ctl.add_namespace({open_file_target(round % 2 ? a.path() : b.path()), 4096, true});
+    EXPECT_EQ(again, before) << "the retired id is the only one free";
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  done = true;
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_GT(ok.load(), 0u);
+
+  // The last dataset (a) is what the id reads now; retired, nothing.
+  host_queue_client c(ctl.create_queue_pair({16, 16, 4096}));
+  std::vector<uint8_t> buf(4096);
+  ASSERT_TRUE(c.read(ns, 7, 1, 4096, buf.data()).ok());
+  EXPECT_EQ(test::check_pattern(buf.data(), 4096, 7 * 4096, 11), -1);
+  ctl.retire_namespace(ns);
+  ctl.retire_namespace(ns);  // again: ignored
+  EXPECT_EQ(c.read(ns, 7, 1, 4096, buf.data()).nvme, sc::invalid_namespace);
+  EXPECT_EQ(ctl.namespace_count(), controller::max_namespaces - 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ControllerTest, ::testing::Values(io_backend::uring, io_backend::threads),
                          backend_label);
 

@@ -901,9 +901,9 @@ TEST_F(Attack, AConnectionLoopDoesNotFloodTheLog) {
   EXPECT_NE(log.find("not logged before it"), std::string::npos);
 }
 
-// Sections stay while the server runs: made by many uids over time they
-// took every namespace, and the file API's tree sessions were refused.
-// They now stop short of the namespaces kept for tree sessions.
+// Sections made by many uids over time took every namespace, and the file
+// API's tree sessions were refused: they stop short of the namespaces kept
+// for tree sessions, and those no connection holds are reclaimed.
 TEST(AttackPaths, SectionsLeaveTreeSessionsTheirNamespaces) {
   test::scratch_file data(1 << 20, 45);
   const std::string tree = data.path() + ".tree";
@@ -947,6 +947,29 @@ TEST(AttackPaths, SectionsLeaveTreeSessionsTheirNamespaces) {
     EXPECT_EQ(t.h.status, 0) << t.text;
   }
   close(s);
+  // Once no connection holds them, they are reclaimed for others'
+  // sections, and a reused id reads its new section's bytes.
+  for (int i = 0; i < 500 && srv.client_count() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto next = server_link::connect(sock, "after");
+  host_queue_client io(next->open_queue_pair({8, 8, 4096}));
+  int remade = 0;
+  std::vector<uint8_t> buf(512);
+  for (uint64_t i = 1024; i < 1024 + uint64_t(made); ++i) {
+    section_request q;
+    q.dataset = d;
+    q.block_size = 512;
+    q.offset = i * 512;
+    q.bytes = 512;
+    uint32_t sec = 0;
+    ASSERT_NO_THROW(sec = next->open_section(q)) << "section " << i;
+    ++remade;
+    if (i % 97 == 0) {
+      ASSERT_TRUE(io.read(sec, 0, 1, 512, buf.data()).ok()) << "section " << i;
+      EXPECT_EQ(test::check_pattern(buf.data(), 512, i * 512, 45), -1) << "section " << i << " at id " << sec;
+    }
+  }
+  EXPECT_EQ(remade, made);
+  next.reset();
   srv.stop();
   loop.join();
   rmdir(tree.c_str());

@@ -5,6 +5,7 @@
 // built from, refused with a reason wherever a client asks for more than
 // its grant, the dataset or its limits allow.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -458,13 +459,34 @@ TEST_F(Services, SectionsCountAgainstTheirUidsLimitsAndAreSharedWhenAlike) {
   ask(4096);
   ask(8192);
   test::expect_error([&] { ask(12288); }, "max_sections_per_uid");
-  // A reconnection does not reset the count (a section stays while the server runs).
+  // Another connection of the uid meets the same limit while the first holds them.
   auto again = server_link::connect(sock);
   section_request q;
   q.dataset = gn;
   q.offset = 4096 * 7;
   q.bytes = 4096;
   test::expect_error([&] { again->open_section(q); }, "max_sections_per_uid");
+  // Once no connection holds them, they make room: the oldest idle goes,
+  // and its id serves the new section's bytes, not the old one's.
+  link.reset();
+  for (int i = 0; i < 500 && server_.get()->client_count() != 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const std::vector<uint8_t> file_bytes = test::read_all(graph_file.path());
+  host_queue_client io(again->open_queue_pair({8, 8, 4096}));
+  std::vector<uint8_t> buf(4096);
+  for (uint64_t k = 7; k < 10; ++k) {
+    q.offset = 4096 * k;
+    uint32_t sec = 0;
+    ASSERT_NO_THROW(sec = again->open_section(q)) << "section " << k;
+    ASSERT_TRUE(io.read(sec, 0, 1, 4096, buf.data()).ok()) << "section " << k;
+    EXPECT_TRUE(std::equal(buf.begin(), buf.end(), file_bytes.begin() + long(q.offset))) << "section " << k;
+  }
+  // Those three are held now: the limit is on sections kept at once.
+  q.offset = 4096 * 10;
+  test::expect_error([&] { again->open_section(q); }, "max_sections_per_uid");
+  const auto stats = nlohmann::json::parse(again->stats())["server"];
+  EXPECT_EQ(stats["sections"].get<uint64_t>(), 3u);
+  EXPECT_EQ(stats["sections_reclaimed"].get<uint64_t>(), 3u);
   // The sums' memory: the neighbours' fixed sums take more than 4 KiB of it.
   stop();
   start("max_section_sums_per_uid = \"4KiB\"\n");

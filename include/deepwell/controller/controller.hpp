@@ -132,8 +132,18 @@ class controller {
   // Adds a dataset; returns its namespace id (1-based). Throws deepwell::error
   // for an unsupported block size, a block size below the target's direct-I/O
   // alignment, or a writable dataset that does not end on a block boundary.
+  // Takes the id of a namespace retired before once nothing can still use
+  // it (below), else the next; throws when all max_namespaces are taken.
   uint32_t add_namespace(const namespace_config& ns);
+  // Takes namespace `nsid` away (a server's section no client holds):
+  // commands naming it fail as for an unknown namespace from now on. The
+  // caller must have taken every queue's grant on it first (or deleted the
+  // queues), so that no new command may name it; the entry and its target
+  // are freed, and the id taken again, once every poller has begun a new
+  // turn and the commands in flight on it are done. Unknown ids are ignored.
+  void retire_namespace(uint32_t nsid);
   namespace_info info(uint32_t nsid) const;
+  // Namespaces served now (added, not retired).
   uint32_t namespace_count() const;
   // Host memory holding the namespace's data, if its target has it (the
   // direct tier: readers may bypass the controller). nullptr otherwise.
@@ -206,8 +216,21 @@ class controller {
   controller_config cfg_;
   std::atomic<bool> stopping_{false};
   mutable std::mutex mutex_;  // set-up only: namespaces, queue creation
-  std::unique_ptr<std::unique_ptr<ns_entry>[]> namespaces_;
+  // Pollers look a namespace up in `slots_` without a lock; `owned_` keeps
+  // the entries (guarded by mutex_), a retired one in `retired_` until no
+  // poller can hold it. Ids 1..ns_count_ have been used.
+  std::unique_ptr<std::atomic<ns_entry*>[]> slots_;
+  std::unique_ptr<std::unique_ptr<ns_entry>[]> owned_;
   std::atomic<uint32_t> ns_count_{0};
+  std::atomic<uint32_t> ns_live_{0};
+  struct retired_ns {
+    uint32_t nsid;
+    std::unique_ptr<ns_entry> entry;
+    std::vector<uint64_t> turns;  // each poller's when it was retired
+  };
+  std::vector<retired_ns> retired_;
+  std::vector<uint32_t> free_ids_;  // retired ids nothing can use any more
+  void collect_retired();           // mutex_ held
   // Namespace nsid, or nullptr when there is none.
   const ns_entry* find_ns(uint32_t nsid) const;
   std::vector<std::unique_ptr<poller>> pollers_;

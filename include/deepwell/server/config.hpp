@@ -150,14 +150,15 @@ struct server_config {
   // Queue pair memory of every client together: the server's memory (its
   // memfds), which a client's reads fill. 0: half the machine's memory.
   uint64_t max_staging_total = 0;
-  // Sections a uid's clients made (controller_link::open_section). A
-  // section stays while the server runs, so that clients that open the
-  // same one again (a store reopened, a graph run again) share it: the
-  // count is over the server's life, not per connection. A read-only
-  // section is shared by every client that asks for it and counts for the
-  // uid that made it; a writable one is the uid's own. The sums of checked
-  // sections are held in the server's memory: bytes / sum block x 4 (x 2
-  // for fixed sums).
+  // Sections a uid's clients made (controller_link::open_section), kept at
+  // once. A section stays after its connections have gone, so that clients
+  // that open the same one again (a store reopened, a graph run again)
+  // share it; past this limit (or the sums' below, or the server's
+  // namespaces) the ones no connection holds are reclaimed, the longest
+  // idle first. A read-only section is shared by every client that asks
+  // for it and counts for the uid that made it; a writable one is the
+  // uid's own. The sums of checked sections are held in the server's
+  // memory: bytes / sum block x 4 (x 2 for fixed sums).
   uint32_t max_sections_per_uid = 64;
   // Tree sessions (the file API, controller_link::open_tree) open at once
   // over all of a uid's connections, and the files and directories its

@@ -198,27 +198,55 @@ constexpr size_t tree_lanes_max = 16;
 // the request, the session it runs in.
 struct tree_job {
   uint32_t client = 0;
-  uint32_t uid = 0;  // whose turn it takes (tree_workers: round robin over uids)
+  uint32_t uid = 0;  // whose turn it takes (uid_workers: round robin over uids)
   int fd = -1;
   wire::header h{};
   std::shared_ptr<tree_session> session;
   std::vector<tree_call> calls;
   std::string failure;  // the session failed (its ops are not answered)
+  void run() {
+    try {
+      session->run(calls.data(), uint32_t(calls.size()));
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
 };
 
-// Threads that run tree batches (their opens, stats, closes: system calls
-// that may wait on the disk) off the loop thread, several at once, as a
-// program's own file API runs them on its service threads. A job done goes
-// back to the loop (finished(), after a byte on `wake`), which replies:
-// only the loop thread writes to clients' sockets. Jobs wait in a queue
-// per uid, taken in turn: a uid with 64 connections' batches queued holds
-// another uid's batch behind one of its own, not behind all 64.
-class tree_workers {
+// A section's mapping checked against its sums before it is handed out
+// (map_dataset): all of the section read, 0.25 s a GiB.
+struct mapping_check {
+  uint32_t client = 0;
+  uint32_t uid = 0;
+  int fd = -1;
+  wire::header h{};
+  uint32_t nsid = 0;
+  std::shared_ptr<target> data;  // the section's target (the section may be reclaimed meanwhile)
+  bool passed = false;
+  void run() {
+    try {
+      passed = data->map_readonly() != nullptr;
+    } catch (const std::exception&) {
+      passed = false;
+    }
+  }
+};
+
+// Threads that run a client's slow requests off the loop thread: tree
+// batches (their opens, stats, closes: system calls that may wait on the
+// disk), several at once, as a program's own file API runs them on its
+// service threads; mapping checks. A job done goes back to the loop
+// (finished(), after a byte on `wake`), which replies: only the loop
+// thread writes to clients' sockets. Jobs wait in a queue per uid, taken
+// in turn: a uid with 64 connections' jobs queued holds another uid's job
+// behind one of its own, not behind all 64.
+template <class Job>
+class uid_workers {
  public:
-  tree_workers(unsigned n, int wake) : wake_(wake) {
+  uid_workers(unsigned n, int wake) : wake_(wake) {
     for (unsigned k = 0; k < n; ++k) threads_.emplace_back([this] { work(); });
   }
-  ~tree_workers() {
+  ~uid_workers() {
     {
       std::lock_guard<std::mutex> l(m_);
       stop_ = true;
@@ -226,16 +254,16 @@ class tree_workers {
     cv_.notify_all();
     for (std::thread& t : threads_) t.join();
   }
-  void submit(tree_job j) {
+  void submit(Job j) {
     {
       std::lock_guard<std::mutex> l(m_);
-      std::deque<tree_job>& q = queued_[j.uid];
+      std::deque<Job>& q = queued_[j.uid];
       if (q.empty()) turns_.push_back(j.uid);
       q.push_back(std::move(j));
     }
     cv_.notify_one();
   }
-  std::vector<tree_job> finished() {
+  std::vector<Job> finished() {
     std::lock_guard<std::mutex> l(m_);
     return std::exchange(done_, {});
   }
@@ -249,18 +277,14 @@ class tree_workers {
       const uint32_t uid = turns_.front();
       turns_.pop_front();
       const auto q = queued_.find(uid);
-      tree_job j = std::move(q->second.front());
+      Job j = std::move(q->second.front());
       q->second.pop_front();
       if (q->second.empty())
         queued_.erase(q);
       else
         turns_.push_back(uid);  // its next batch after every other uid's
       l.unlock();
-      try {
-        j.session->run(j.calls.data(), uint32_t(j.calls.size()));
-      } catch (const std::exception& e) {
-        j.failure = e.what();
-      }
+      j.run();
       l.lock();
       const bool first = done_.empty();
       done_.push_back(std::move(j));
@@ -270,9 +294,9 @@ class tree_workers {
   int wake_;
   std::mutex m_;
   std::condition_variable cv_;
-  std::map<uint32_t, std::deque<tree_job>> queued_;  // by uid, none empty
-  std::deque<uint32_t> turns_;                        // uids with a batch queued, in turn
-  std::vector<tree_job> done_;
+  std::map<uint32_t, std::deque<Job>> queued_;  // by uid, none empty
+  std::deque<uint32_t> turns_;                   // uids with a job queued, in turn
+  std::vector<Job> done_;
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
@@ -315,6 +339,7 @@ struct section_state {
   // while (a client asking over and over must not keep the server's thread
   // checking).
   bool mapping_checked = false;
+  bool mapping_checking = false;  // a check is with the workers
   std::chrono::steady_clock::time_point mapping_refused{};
 };
 
@@ -404,7 +429,8 @@ struct server::impl {
   // is done (a batch still running may attach a file to a window).
   std::map<uint32_t, uint32_t> tree_batches;
   std::map<uint32_t, std::shared_ptr<target>> trees_ending;
-  std::unique_ptr<tree_workers> workers;  // made with the wake pipe
+  std::unique_ptr<uid_workers<tree_job>> workers;  // made with the wake pipe
+  std::unique_ptr<uid_workers<mapping_check>> checkers;
   std::unique_ptr<controller> ctl;
   std::shared_ptr<host_tier> tier;  // the shared host-memory tier (host_cache), if any
   int listen_fd = -1;
@@ -455,6 +481,9 @@ struct server::impl {
   wire::message open_tree(client_state& c, const wire::message& m);
   std::optional<wire::message> queue_tree_ops(client_state& c, const wire::message& m);
   void reply_to_tree_batches();
+  bool queue_mapping_check(client_state& c, const wire::message& m);
+  void reply_to_mapping_checks();
+  wire::message section_mapping(const section_state& sec) const;
   void pool_tree_namespace(uint32_t nsid, std::shared_ptr<target> windows);
   wire::message join_tree(client_state& c, const wire::message& m);
   std::shared_ptr<tree_session> session_of(const client_state& c, uint32_t nsid) const;
@@ -810,6 +839,8 @@ void server::impl::serve(client_state& c) {
     if (std::optional<wire::message> refused = queue_tree_ops(c, m)) reply(c, m.h, std::move(*refused));
     return;
   }
+  // Answered when a worker has checked the section (reply_to_mapping_checks).
+  if (c.said_hello && wire::op(m.h.op) == wire::op::map_dataset && queue_mapping_check(c, m)) return;
   wire::message r;
   try {
     r = handle(c, m);
@@ -1080,6 +1111,72 @@ void server::impl::reply_to_tree_batches() {
     else
       r.text = wire::pack_tree_reply(j.calls.data(), uint32_t(j.calls.size()));
     reply(c, j.h, std::move(r));
+  }
+}
+
+// A read-only section of a whole-file dataset read without O_DIRECT: the
+// file's descriptor and the section's range, once its own target has
+// handed out its mapping (a checked section: once all of it is in memory
+// and matched its sums); else no mapping, and the client reads through
+// its queues.
+wire::message server::impl::section_mapping(const section_state& sec) const {
+  wire::message r;
+  const dataset_state* d = sec.dataset;
+  struct stat st{};
+  if (!sec.mapping_checked || sec.req.writable || d->mappable_fd < 0 || fstat(d->mappable_fd, &st) != 0 ||
+      uint64_t(st.st_size) != d->bytes)
+    return r;
+  const std::string self = "/proc/self/fd/" + std::to_string(d->mappable_fd);
+  r.fd = open(self.c_str(), O_RDONLY | O_CLOEXEC);
+  if (r.fd >= 0) {
+    r.h.a = uint32_t(wire::map_kind::file);
+    r.h.x = sec.req.bytes;
+    r.h.y = sec.req.offset;
+  }
+  return r;
+}
+
+// A mapping asked of a section not yet checked goes to a worker (reading
+// all of it, 0.25 s a GiB, held every other client's requests when the
+// loop thread did it), within the uid's budget: map_check_budget bytes a
+// window, or one section whatever its size. One check a section at a
+// time; after one that did not pass, none for a while (a client asking
+// over and over must not keep a worker reading). Otherwise the request is
+// answered at once (handle), without a mapping if there is none yet.
+bool server::impl::queue_mapping_check(client_state& c, const wire::message& m) {
+  if (!m.h.b || c.trees.count(m.h.a)) return false;
+  section_state* sec = visible_section(c, m.h.a);
+  if (!sec || sec->mapping_checked || sec->mapping_checking || sec->req.writable || sec->dataset->mappable_fd < 0)
+    return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (sec->mapping_refused != std::chrono::steady_clock::time_point{} && now - sec->mapping_refused < std::chrono::seconds(10))
+    return false;
+  section_usage& use = section_use[c.uid];
+  if (now - use.map_window >= map_check_window) use.map_window = now, use.map_checked = 0;
+  if (use.map_checked && use.map_checked + sec->req.bytes > map_check_budget) return false;
+  use.map_checked += sec->req.bytes;
+  sec->mapping_checking = true;
+  c.busy = true;
+  checkers->submit(mapping_check{c.id, c.uid, c.fd, m.h, sec->nsid, sec->data, false});
+  return true;
+}
+
+void server::impl::reply_to_mapping_checks() {
+  for (mapping_check& j : checkers->finished()) {
+    // The section may have been reclaimed meanwhile (its id another's).
+    const section_state* sec = nullptr;
+    if (auto it = sections.find(j.nsid); it != sections.end() && it->second.data == j.data) {
+      section_state& s = it->second;
+      s.mapping_checking = false;
+      s.mapping_checked = j.passed;
+      if (!j.passed) s.mapping_refused = std::chrono::steady_clock::now();
+      sec = &s;
+    }
+    const auto it = clients.find(j.fd);
+    if (it == clients.end() || it->second->id != j.client) continue;  // it left
+    client_state& c = *it->second;
+    c.busy = false;
+    reply(c, j.h, sec && visible_section(c, j.nsid) == sec ? section_mapping(*sec) : wire::message{});
   }
 }
 
@@ -1420,40 +1517,7 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
     }
     case wire::op::map_dataset: {
       if (c.trees.count(m.h.a)) return {};  // a tree's files are read through the queues (map_kind none)
-      if (section_state* sec = visible_section(c, m.h.a)) {
-        // A read-only section of a whole-file dataset read without
-        // O_DIRECT: the file's descriptor and the section's range, when the
-        // section's own target would hand out its mapping (a checked
-        // section only once all of it is in memory and matches its sums).
-        wire::message r;
-        const dataset_state* d = sec->dataset;
-        struct stat st{};
-        const auto now = std::chrono::steady_clock::now();
-        auto may_map = [&] {
-          if (sec->mapping_checked) return true;
-          if (sec->mapping_refused != std::chrono::steady_clock::time_point{} &&
-              now - sec->mapping_refused < std::chrono::seconds(10))
-            return false;
-          section_usage& use = section_use[c.uid];
-          if (now - use.map_window >= map_check_window) use.map_window = now, use.map_checked = 0;
-          if (use.map_checked && use.map_checked + sec->req.bytes > map_check_budget) return false;
-          use.map_checked += sec->req.bytes;
-          sec->mapping_checked = sec->data->map_readonly() != nullptr;
-          if (!sec->mapping_checked) sec->mapping_refused = now;
-          return sec->mapping_checked;
-        };
-        if (m.h.b && !sec->req.writable && d->mappable_fd >= 0 && fstat(d->mappable_fd, &st) == 0 &&
-            uint64_t(st.st_size) == d->bytes && may_map()) {
-          const std::string self = "/proc/self/fd/" + std::to_string(d->mappable_fd);
-          r.fd = open(self.c_str(), O_RDONLY | O_CLOEXEC);
-          if (r.fd >= 0) {
-            r.h.a = uint32_t(wire::map_kind::file);
-            r.h.x = sec->req.bytes;
-            r.h.y = sec->req.offset;
-          }
-        }
-        return r;
-      }
+      if (const section_state* sec = visible_section(c, m.h.a)) return m.h.b ? section_mapping(*sec) : wire::message{};
       const dataset_state* d = visible(c, m.h.a);
       if (!d) return refuse(wire::status::not_found, "no namespace " + std::to_string(m.h.a) + " for this client");
       wire::message r;
@@ -1775,7 +1839,8 @@ server::server(server_config cfg) : impl_(std::make_unique<impl>()) {
     throw config_error(all);
   }
   if (pipe2(s.wake, O_CLOEXEC | O_NONBLOCK) != 0) throw error(errno_message("pipe", errno));
-  s.workers = std::make_unique<tree_workers>(detail::fork_join::default_helpers() + 1, s.wake[1]);
+  s.workers = std::make_unique<uid_workers<tree_job>>(detail::fork_join::default_helpers() + 1, s.wake[1]);
+  s.checkers = std::make_unique<uid_workers<mapping_check>>(1, s.wake[1]);
   // Each client holds a socket and, while it reads a reply, a queue pair's
   // or dataset's descriptor: take the descriptors the hard limit allows.
   rlimit rl{};
@@ -1804,6 +1869,7 @@ server::~server() {
   for (auto& [fd, c] : s.clients) fds.push_back(fd);
   for (int fd : fds) s.drop(fd, "closed by the server");
   s.workers.reset();
+  s.checkers.reset();
   if (s.ctl) s.ctl->stop();
   if (s.listen_fd >= 0) {
     close(s.listen_fd);
@@ -1892,6 +1958,7 @@ void server::run() {
       }
     }
     s.reply_to_tree_batches();
+    s.reply_to_mapping_checks();
     if (fds[0].revents) s.accept_clients();
   }
   log_line("stopping: outstanding commands complete with an abort status");
@@ -1900,6 +1967,7 @@ void server::run() {
   for (auto& [fd, c] : s.clients) clients.push_back(fd);
   for (int fd : clients) s.drop(fd, "closed by the server (stopping)");
   s.workers.reset();  // the batches they have run (no one to answer now)
+  s.checkers.reset();
   close(s.listen_fd);
   s.listen_fd = -1;
   unlink(s.cfg.socket_path.c_str());

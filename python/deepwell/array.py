@@ -185,7 +185,8 @@ class Array(_lib.CallGuard):
     ``pollers``, ``timeout`` default to the library's settings: DEEPWELL_*
     in the environment, else the built-in values, docs/settings.md), ``device`` ("cuda",
     "cuda:N", "cpu"; default: the first GPU, else the CPU), ``writable``,
-    ``create`` (make the file, ``shape`` rows long, if missing),
+    ``create`` (make the file, ``shape`` rows long, if missing; one
+    that is there is opened, never grown),
     ``odirect`` (bypass the page cache), ``direct`` ("resident": GPU warps
     read a file that is fully in the page cache straight from it;
     "never"; "always": pins the whole file), ``pollers`` (controller

@@ -93,6 +93,27 @@ def test_setitem_and_create(tmp_path):
     assert (got[3] == 2.5).all() and (got[10:12] == 1).all() and (got[0] == 0).all()
 
 
+def test_create_opens_a_file_that_is_there_and_never_grows_it(tmp_path):
+    path = str(tmp_path / "again.f32")
+    with deepwell.open(path, dtype="float32", shape=(200,), create=True, device="cpu") as a:
+        a[0:200] = np.arange(200, dtype=np.float32)
+    # create again: the same file, its rows kept; and writable without create
+    with deepwell.open(path, dtype="float32", shape=(200,), create=True, device="cpu") as a:
+        assert a.shape == (200,)
+        np.testing.assert_array_equal(a[0:200], np.arange(200, dtype=np.float32))
+    with deepwell.open(path, dtype="float32", shape=(200,), writable=True, device="cpu") as a:
+        a[199] = 7.0
+    assert np.fromfile(path, np.float32)[199] == 7.0
+    assert os.path.getsize(path) == 4096
+    # a file too short for the rows asked for is named, not grown
+    short = str(tmp_path / "short.f32")
+    np.arange(100, dtype=np.float32).tofile(short)
+    with pytest.raises(deepwell.InvalidArgument, match="does not grow"):
+        deepwell.open(short, dtype="float32", shape=(200,), create=True, device="cpu")
+    assert os.path.getsize(short) == 400
+    np.testing.assert_array_equal(np.fromfile(short, np.float32), np.arange(100, dtype=np.float32))
+
+
 def test_host_memory_array():
     with deepwell.Array(None, dtype="int64", shape=(500, 4), device="cpu") as a:
         src = np.arange(2000, dtype=np.int64).reshape(500, 4)

@@ -149,6 +149,15 @@ std::shared_ptr<target> open_target(const dw_array_options& o) {
   fo.create_size = round_up(o.create_bytes, dataset_block);
   fo.offset = o.offset;
   fo.length = o.length;
+  // A writable dataset of rows that end mid-block (a file create made for
+  // them holds the rest of the block): the dataset runs to the block's end
+  // where the file has those bytes, the rows stay as asked.
+  struct stat st{};
+  if (o.writable && o.length % dataset_block != 0 && o.offset <= UINT64_MAX - dataset_block &&
+      o.length <= UINT64_MAX - dataset_block - o.offset &&
+      stat(o.path, &st) == 0 && S_ISREG(st.st_mode) &&
+      uint64_t(st.st_size) >= o.offset + round_up(o.length, dataset_block))
+    fo.length = round_up(o.length, dataset_block);
   try {
     return open_file_target(o.path, fo);
   } catch (const error& e) {
@@ -360,10 +369,20 @@ int dw_array_open(const dw_array_options* op, dw_array** out) {
       bytes = created ? o.create_bytes : o.length ? o.length : t->size();
     } else {
       const bool created = o.path && o.create && access(o.path, F_OK) != 0;
-      t = open_target(o);
+      // create makes a missing file; one that is there is opened as it is
+      // (never grown), and must hold the rows asked for.
+      // (never grown), and must hold the rows asked for; its dataset is the
+      // whole file, as for the file create made (rounded up to a block).
+      dw_array_options as = o;
+      as.create = o.path && o.create && !created ? 0 : o.create;
+      t = open_target(as);
       where = t->describe();
-      // The rows asked for (memory, a new file), else what the file holds.
-      bytes = !o.path ? o.host_bytes : created ? o.create_bytes : t->size();
+      const uint64_t rows_bytes = o.create ? o.create_bytes : 0;
+      need(rows_bytes <= t->size(), where + " holds " + std::to_string(t->size()) + " bytes, fewer than the " +
+                                        std::to_string(rows_bytes) + " of the rows asked for (shape); create " +
+                                        "makes a missing file and does not grow one that is there");
+      // The rows asked for (memory, a file made or opened by create), else what the file holds.
+      bytes = !o.path ? o.host_bytes : rows_bytes ? rows_bytes : o.length ? o.length : t->size();
     }
     need(bytes > 0, where + " is empty");
     need(bytes % o.row_bytes == 0, where + " holds " + std::to_string(bytes) + " bytes, not a whole number of rows of " +

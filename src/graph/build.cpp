@@ -10,6 +10,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+
+#include <unistd.h>
 
 #include "deepwell/common/detail/hash.hpp"
 #include "deepwell/common/error.hpp"
@@ -218,8 +221,30 @@ csr_graph generate(const generator_options& o, progress* p) {
   return g;
 }
 
+namespace {
+
+// Ids are dense (0 to nodes - 1): the offsets and the degree counts beside
+// them take 16 bytes a node, so one stray huge id asks for far more memory
+// than the machine has. Named here, not left to end in std::bad_alloc.
+void check_node_memory(const edge_list& e) {
+  const long double need = ((long double)e.nodes + 1) * 16 + (long double)e.src.size() * 16;
+  const long page = sysconf(_SC_PAGESIZE), pages = sysconf(_SC_PHYS_PAGES);
+  if (page <= 0 || pages <= 0) return;
+  const long double have = (long double)page * pages;
+  if (need <= have) return;
+  char text[160];
+  std::snprintf(text, sizeof text, "%.1Lf GiB of memory, more than this machine's %.1Lf GiB", need / (1ull << 30),
+                have / (1ull << 30));
+  throw error((e.origin.empty() ? std::string("the edge list") : e.origin) + ": its largest node id makes " +
+              std::to_string(e.nodes) + " nodes (ids are 0 to nodes - 1, and every id up to the largest is a node), " +
+              "whose offsets take " + text + "; renumber the ids densely");
+}
+
+}  // namespace
+
 csr_graph build_csr(const edge_list& e, const build_options& o, progress* p) {
   const uint64_t count = e.src.size();
+  check_node_memory(e);
   if (e.dst.size() != count || (e.weights != weight_type::none && e.w.size() != count))
     throw error("build_csr: edge list arrays differ in length");
   for (uint64_t i = 0; i < count; ++i)

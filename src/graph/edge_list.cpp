@@ -68,7 +68,8 @@ class parse_error_at {
     char* end = nullptr;
     const unsigned long long v = std::strtoull(s, &end, 10);
     if (end == s || *end != '\0') fail("node id '" + shown(s) + "' is not a non-negative integer");
-    if (errno == ERANGE) fail("node id '" + shown(s) + "' is too large");
+    // 2^64 - 1 would make 2^64 nodes (ids 0 to the largest): no count holds it.
+    if (errno == ERANGE || v == UINT64_MAX) fail("node id '" + shown(s) + "' is too large");
     return v;
   }
   double weight(const char* s) const {

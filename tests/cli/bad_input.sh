@@ -137,6 +137,11 @@ if [ "$(id -u)" = 0 ] && mknod "$dir/null" c 1 3 2>/dev/null; then
   expect "a character device" graph generate --scale 4 -o "$dir/null"
   [ -c "$dir/null" ] || { echo "FAIL: the device node was replaced or deleted"; failed=1; }
 fi
+# A stray huge node id: the memory it would take, named (not bad_alloc).
+printf '0 1\n1 1000000000000000\n' > "$dir/huge.txt"
+expect "renumber the ids densely" graph convert "$dir/huge.txt" -o "$dir/huge.dwg" -q
+printf '0 1\n1 18446744073709551615\n' > "$dir/huge.txt"
+expect "is too large" graph convert "$dir/huge.txt" -o "$dir/huge.dwg" -q
 # The input named as the output: refused before it is replaced.
 printf '0 1\n1 2\n' > "$dir/e.txt"
 expect "is the input file too" graph convert "$dir/e.txt" -o "$dir/e.txt"

@@ -80,6 +80,21 @@ EOF
 flip "$t" $((col + 5000))
 for m in "${tmodes[@]}"; do expect_corrupt "table query Q0 ${m:-gpu} (a value byte flipped)" "$bin" table query "$t" -q 0 $m; done
 
+# A KV store: a byte of its table (from 64 KiB, docs/kv.md) flipped is
+# damage `kv check` finds and reports with exit 1 (2: it cannot open).
+kvf="$dir/s.kv"
+"$bin" kv create "$kvf" --capacity 1000 >/dev/null 2>&1 || { echo "FAIL: kv create"; failures=$((failures + 1)); }
+seq 1 50 | sed 's/.*/& v&/' | "$bin" kv set "$kvf" --from - >/dev/null 2>&1 || { echo "FAIL: kv set"; failures=$((failures + 1)); }
+expect_ok "kv check (intact)" "$bin" kv check "$kvf"
+flip "$kvf" $((65536 + 4096 + 40))
+expect_corrupt "kv check (a table byte flipped)" "$bin" kv check "$kvf"
+"$bin" kv check "$kvf" >/dev/null 2>&1
+rc=$?
+[ $rc -eq 1 ] || { echo "FAIL kv check: exit $rc on a damaged table, its help says 1"; failures=$((failures + 1)); }
+"$bin" kv check "$dir/absent.kv" >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] || { echo "FAIL kv check: exit $rc on a missing file, its help says 2"; failures=$((failures + 1)); }
+
 if [ $failures -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1

@@ -3,7 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -39,10 +42,19 @@ int errors_reported(const char* who, F&& body) {
 // Refuses a negative number for an unsigned option: CLI11 reads "-5" into a
 // uint64_t as 2^64 - 5 (strtoull), so `--rows -5` became 18 quintillion rows.
 // (CLI::NonNegativeNumber says so too, but prints the range up to DBL_MAX.)
+// A whole number past 2^63 - 1 is refused too: CLI11 clamps it into a
+// signed option (--source 99999999999999999999 was node 2^63 - 1).
 inline const CLI::Validator not_negative(
     [](std::string& v) -> std::string {
       const auto first = v.find_first_not_of(" \t");
-      return first != std::string::npos && v[first] == '-' ? v + " is negative (0 or more, please)" : "";
+      if (first != std::string::npos && v[first] == '-') return v + " is negative (0 or more, please)";
+      const auto last = v.find_last_not_of(" \t");
+      if (first != std::string::npos && v.find_first_not_of("0123456789", first) > last) {
+        errno = 0;
+        const unsigned long long n = std::strtoull(v.c_str() + first, nullptr, 10);
+        if (errno == ERANGE || n > uint64_t(INT64_MAX)) return v + " is too large (at most 2^63 - 1)";
+      }
+      return "";
     },
     "NONNEGATIVE");
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli_checks.hpp"
+#include "json_lines.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/graph/csr_file.hpp"
 #include "gpu_probe.hpp"
@@ -100,7 +101,7 @@ void add_command(CLI::App& app, graph_command& c) {
         ->capture_default_str();
     a->add_flag("--baselines", c.ro.baselines, "run deepwell, zerocopy and memory in one process, with the H2D ceiling");
     a->add_option("--cache", c.cache_size, "deepwell cache size (e.g. 1G); default an eighth of the edge bytes");
-    a->add_option("--page", c.ro.page_size, "cache page size in bytes")->capture_default_str();
+    a->add_option("--page", c.ro.page_size, "cache page size (bytes, or 16K, 64KiB)")->capture_default_str()->transform(page_bytes);
     a->add_option("--location", c.ro.location, "pagecache (buffered file) or odirect")->capture_default_str();
     a->add_option("--tier", c.ro.tier, "direct (read resident files through their mapping) or controller")
         ->capture_default_str();
@@ -130,7 +131,7 @@ void add_command(CLI::App& app, graph_command& c) {
     a->add_flag("--cold", c.ro.cold, "drop the file from the page cache first");
     a->add_flag("--cpu", c.ro.cpu, "CPU threads as clients (no GPU needed)");
     a->add_option("--threads", c.ro.threads, "CPU client threads with --cpu (0: all cores)");
-    a->add_option("--json", c.ro.json, "append JSON lines here");
+    a->add_option("--json", c.ro.json, "append JSON lines here")->check(appendable);
     a->add_option("--commit", c.ro.commit, "commit recorded in the JSON");
     c.algos.push_back(a);
   }

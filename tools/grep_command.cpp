@@ -1,5 +1,6 @@
 // `deepwell grep` (grep_command.hpp).
 #include "cli_checks.hpp"
+#include "size_arg.hpp"
 #include "grep_command.hpp"
 
 #include <chrono>
@@ -29,7 +30,8 @@ void add_command(CLI::App& app, grep_command& g) {
   g.app->add_flag("--cpu", g.cpu, "CPU threads as the file API's clients (no GPU needed)");
   g.app->add_option("--workers", g.workers, "CPU threads with --cpu, warps on the GPU (0: the machine's)");
   g.app->add_option("--page-size", g.page_size,
-                    "cache page bytes, 512 to 65536, a power of two (0: 16384, or DEEPWELL_PAGE_SIZE where set)");
+                    "cache page bytes, 512 to 65536, a power of two (0: 16384, or DEEPWELL_PAGE_SIZE where set)")
+      ->transform(page_bytes);
   g.app->add_option("--service-threads", g.service_threads, "host threads answering the kernels' opens and closes (0: the default)");
   g.app->add_option("--service-slots", g.service_slots, "request slots of the tree's file service (0: 256 on the GPU)");
   g.app->add_option("--blocks-per-sm", g.blocks_per_sm, "GPU: 128-thread blocks of workers an SM, 4 or 8 (0: 4)");
@@ -46,7 +48,7 @@ void add_command(CLI::App& app, grep_command& g) {
                     "GPU: the longest sleep of a warp between polls for the file service's reply (0: 200 ns)");
   g.app->add_flag("--fsync", g.fsync, "make the output durable once closed (fdatasync, timed), as the vanilla program's --fsync");
   g.app->add_flag("--check", g.check, "compare every count with a plain scan of the files on the host");
-  g.app->add_option("--json", g.json, "append a JSON line with the run's figures here");
+  g.app->add_option("--json", g.json, "append a JSON line with the run's figures here")->check(appendable);
 }
 
 int grep_command::run() {

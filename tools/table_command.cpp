@@ -67,7 +67,7 @@ void add_command(CLI::App& app, table_command& t) {
   t.query->add_flag("--check", t.check, "compare each answer with a plain scan of the file");
   t.query->add_flag("--odirect", t.odirect, "read the file with O_DIRECT (past the page cache)");
   t.query->add_option("--cache", t.cache, "cache size (e.g. 1GiB; default the library's)");
-  t.query->add_option("--page", t.page, "page size (e.g. 4096)");
+  t.query->add_option("--page", t.page, "page size (e.g. 4096 or 16K)")->transform(page_bytes);
   t.query->add_flag("--no-direct-tier", t.no_direct, "GPU: every miss through the controller, even for columns in the page cache");
   t.query->add_option("--pollers", t.pollers, "controller poller threads (0: the library's default)");
   t.query->add_option("--server", t.server,
@@ -83,12 +83,12 @@ void add_command(CLI::App& app, table_command& t) {
   t.query->add_option("--device-profile", t.device_profile,
                       "what the storage can do, e.g. iops=70000,bandwidth=1.5GiB (default: DEEPWELL_DEVICE_PROFILE, "
                       "else measured once a device and cached under $XDG_CACHE_HOME/deepwell)");
-  t.query->add_option("--json", t.json, "append a JSON line per query here");
+  t.query->add_option("--json", t.json, "append a JSON line per query here")->check(appendable);
   t.profile = t.app->add_subcommand("profile", "the profile of the storage under a file: random reads/s, sequential bandwidth");
   t.profile->add_option("path", t.path, "a file on that storage (at least 64 MiB to measure it)")->required();
   t.profile->add_flag("--remeasure", t.remeasure, "probe again (and replace the cached profile)");
   t.profile->add_option("--device-profile", t.device_profile, "a given profile, checked and shown");
-  t.profile->add_option("--json", t.json, "write the profile as JSON here");
+  t.profile->add_option("--json", t.json, "write the profile as JSON here")->check(appendable);
 }
 
 int table_command::run() {

@@ -286,7 +286,7 @@ void add_command(CLI::App& app, vectors_command& v) {
                       "build the graph in overlapping shards of at most this many vectors, merged (0: at once on CPU "
                       "threads; on the GPU, shards where the set does not fit its memory)")
       ->check(CLI::Range(uint64_t(0), uint64_t(1) << 32));
-  v.build->add_option("--json", v.json, "append the build's record to this file");
+  v.build->add_option("--json", v.json, "append the build's record to this file")->check(appendable);
   type(v.build, "the vectors'");
   v.build->add_option("--layout", v.layout, "records in pages: neighbourhoods (a node and its neighbours a page) or rows")
       ->check(CLI::IsMember({"neighbourhoods", "rows"}));
@@ -325,7 +325,7 @@ void add_command(CLI::App& app, vectors_command& v) {
   v.search->add_flag("--odirect", v.odirect, "read the index with O_DIRECT (past the page cache)");
   v.search->add_option("--repeat", v.repeat, "runs of each list (the best is reported)")->check(CLI::Range(1u, 100u));
   v.search->add_option("--server", v.server, "serve the misses from a `deepwell serve` at this socket");
-  v.search->add_option("--json", v.json, "append a record a list size to this file");
+  v.search->add_option("--json", v.json, "append a record a list size to this file")->check(appendable);
   type(v.search, "the queries'");
   threads(v.search, "CPU threads with --cpu");
 

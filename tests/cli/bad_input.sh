@@ -137,6 +137,12 @@ if [ "$(id -u)" = 0 ] && mknod "$dir/null" c 1 3 2>/dev/null; then
   expect "a character device" graph generate --scale 4 -o "$dir/null"
   [ -c "$dir/null" ] || { echo "FAIL: the device node was replaced or deleted"; failed=1; }
 fi
+# Numbers and sizes read whole, files for --json checked before the run.
+expect "is too large" graph bfs "$dir/g.dwg" --cpu --source 99999999999999999999
+expect "not a power of two" graph bfs "$dir/g.dwg" --cpu --page 1MiB
+expect "far past any page size" table query "$dir/t.dwcol" --cpu --page 4294971392
+expect "cannot make it in" graph bfs "$dir/g.dwg" --cpu --json "$dir/absent/x.json"
+expect "is a directory" table query "$dir/t.dwcol" --cpu --json "$dir"
 # A stray huge node id: the memory it would take, named (not bad_alloc).
 printf '0 1\n1 1000000000000000\n' > "$dir/huge.txt"
 expect "renumber the ids densely" graph convert "$dir/huge.txt" -o "$dir/huge.dwg" -q

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _interop, _lib, _server
-from ._lib import InvalidArgument, check, lib
+from ._lib import IndexOutOfRange, InvalidArgument, check, lib
 
 _DIRECT = {"never": 0, "resident": 1, "always": 2}
 def parse_bytes(v) -> int:
@@ -174,6 +174,19 @@ def _set_cache(c, *, device: int, page_size=None, cache_size=None, queue_pairs=N
         c.timeout_s = _seconds("timeout", timeout)
 
 
+
+def _native_indices(idx: np.ndarray) -> np.ndarray:
+    """NumPy indices as the library reads them: int32 or int64 in this machine's byte order. Any integer
+    type numpy indexes with is taken (uint8 to int64); big-endian ones are swapped, not read as the bytes
+    they are (2**56 big-endian was row 1); uint64 past int64 is out of range by its own value."""
+    if idx.dtype.kind == "u" and idx.dtype.itemsize == 8 and idx.size and int(idx.max()) > np.iinfo(np.int64).max:
+        raise IndexOutOfRange(f"index {int(idx.max())} is out of range (past int64)")
+    if idx.dtype.kind == "u" or idx.dtype.itemsize < 4:
+        return idx.astype(np.int64)
+    if not idx.dtype.isnative:
+        return idx.astype(idx.dtype.newbyteorder("="))
+    return idx
+
 class Array(_lib.CallGuard):
     """A dataset of ``shape[0]`` rows of ``shape[1:]`` elements of ``dtype``.
 
@@ -333,9 +346,12 @@ class Array(_lib.CallGuard):
     def _index(self, idx) -> _interop.View:
         if isinstance(idx, (list, tuple, range)):
             idx = np.asarray(idx, dtype=np.int64)
+        if isinstance(idx, np.ndarray) and idx.dtype.kind in "iu":
+            idx = _native_indices(idx)
         v = _interop.view(idx)
         if v.kind not in "iu" or v.itemsize not in (4, 8):
-            raise InvalidArgument(f"indices must be int32 or int64, not a {v.kind}{v.itemsize * 8} array")
+            raise InvalidArgument(
+                f"indices must be integers (int32 or int64 on a GPU), not a {v.kind}{v.itemsize * 8} array")
         if len(v.shape) != 1:
             raise InvalidArgument(f"indices must be one-dimensional, not of shape {v.shape}")
         if not v.contiguous:

@@ -266,6 +266,16 @@ def test_indexing_an_array_as_numpy_users_expect(tmp_path):
     a[4] = 5.0
     a[[5, 6]] = [1, 2, 3, 4]
     assert a[4].tolist() == [5.0] * 4 and a[6].tolist() == [1, 2, 3, 4]
+    # any integer index type numpy takes, big-endian ones by their value
+    for idx in (np.array([5, 6], ">i8"), np.array([5, 6], np.uint8), np.array([5, 6], np.uint64),
+                np.array([5, 6], ">u4"), np.array([5, 6], np.int16)):
+        assert a[idx].tolist() == a[[5, 6]].tolist(), idx.dtype
+    with pytest.raises(IndexError, match="out of range"):
+        a[np.array([2 ** 56], ">i8")]
+    with pytest.raises(IndexError, match="9223372036854775813"):
+        a[np.array([2 ** 63 + 5], np.uint64)]
+    with pytest.raises(deepwell.InvalidArgument, match="integers"):
+        a[np.array([1.0])]
     a.close()
 
 

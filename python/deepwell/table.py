@@ -149,10 +149,17 @@ def write(path, columns: dict, types: Optional[dict] = None, scales: Optional[di
     types, scales = types or {}, scales or {}
     if not columns:
         raise InvalidArgument(f"{path}: a column file needs at least one column")
+    _check_write_args(path, columns, types, scales)
+    columns = {name: np.asarray(v) for name, v in columns.items()}
+    for name, v in columns.items():
+        if v.ndim != 1:
+            raise InvalidArgument(f"{path}: column '{name}' has shape {v.shape}: columns are 1-D arrays")
     rows = {len(v) for v in columns.values()}
     if len(rows) != 1:
         raise InvalidArgument(f"{path}: columns of different lengths {sorted(rows)}")
     rows = rows.pop()
+    if rows == 0:
+        raise InvalidArgument(f"{path}: the columns have no rows (a column file holds at least one)")
     descs, at = [], -(-(_HEADER.size + len(columns) * _DESC.size) // ALIGN) * ALIGN
     header_bytes = at
     # Version 2: the sums section after the columns, its CRC and the
@@ -166,6 +173,7 @@ def write(path, columns: dict, types: Optional[dict] = None, scales: Optional[di
         want = np.dtype(TYPES[_CODE[tname]][1])
         if len(name.encode()) >= NAME_BYTES or not name:
             raise InvalidArgument(f"{path}: column name '{name}' must be 1 to {NAME_BYTES - 1} bytes")
+        _check_values_fit(path, name, tname, arr, want)
         descs.append((name, tname, arr.astype(want, copy=False), at))
         at = -(-(at + rows * want.itemsize) // ALIGN) * ALIGN
     sums_offset = at
@@ -187,6 +195,48 @@ def write(path, columns: dict, types: Optional[dict] = None, scales: Optional[di
         f.write(_HEADER.pack(MAGIC, VERSION, len(descs), rows, 0, header_bytes, file_bytes, sums_offset, sums_crc,
                              header_crc))
         f.write(desc_bytes)
+
+
+_DECIMAL_DIGITS = {"decimal32": 9, "decimal64": 18}  # digits after the point the integer can hold
+
+
+def _check_write_args(path, columns, types, scales) -> None:
+    for name in columns:
+        if not isinstance(name, str):
+            raise InvalidArgument(f"{path}: column names are strings, not {name!r}")
+    for name, t in types.items():
+        if name not in columns:
+            raise InvalidArgument(f"{path}: types names column '{name}', which is not among the columns")
+        if t not in _CODE:
+            raise InvalidArgument(f"{path}: column '{name}': type {t!r} is not one of {', '.join(_CODE)}")
+    for name, scale in scales.items():
+        if name not in columns:
+            raise InvalidArgument(f"{path}: scales names column '{name}', which is not among the columns")
+        t = types.get(name)
+        if t not in _DECIMAL_DIGITS:
+            raise InvalidArgument(f"{path}: column '{name}' has a scale but is not a decimal "
+                                  f"(types={{'{name}': 'decimal32' or 'decimal64'}})")
+        if not isinstance(scale, (int, np.integer)) or isinstance(scale, bool) or \
+                not 0 <= scale <= _DECIMAL_DIGITS[t]:
+            raise InvalidArgument(f"{path}: column '{name}': scale {scale!r} is not a whole number of digits "
+                                  f"from 0 to {_DECIMAL_DIGITS[t]} ({t})")
+
+
+def _check_values_fit(path, name, tname, arr: np.ndarray, want: np.dtype) -> None:
+    """Values are stored as they are or refused: never cut (1.5 as 1) or wrapped (2**40 in 32 bits)."""
+    if arr.dtype == want or arr.size == 0:
+        return
+    if want.kind in "iu" and arr.dtype.kind not in "iub":
+        hint = " (decimals take the scaled integers: cents for scale 2)" if tname.startswith("decimal") else ""
+        raise InvalidArgument(f"{path}: column '{name}': {arr.dtype} values for a {tname} column would be cut; "
+                              f"convert them first{hint}")
+    if want.kind in "iu" and arr.dtype.kind in "iu":
+        lo, hi = np.iinfo(want).min, np.iinfo(want).max
+        amin, amax = int(arr.min()), int(arr.max())
+        if amin < lo or amax > hi:
+            bad = amin if amin < lo else amax
+            raise InvalidArgument(f"{path}: column '{name}': value {bad} does not fit a {tname} column "
+                                  f"({lo} to {hi})")
 
 
 class Table:

@@ -245,3 +245,22 @@ def test_integer_sums_are_exact_past_64_bits(tmp_path):
     assert t.column("i").sum() == 2**63
     assert t.column("n").sum() == -2**63 - 1
     assert t.where(t.column("u") >= 0).sum("u") == 2**64 + 12
+
+
+@pytest.mark.parametrize("columns,types,scales,match", [
+    ({"a": np.zeros((10, 2), np.int32)}, None, None, "1-D"),
+    ({"a": np.zeros(0, np.int32)}, None, None, "no rows"),
+    ({"a": np.zeros(5, np.int32)}, {"a": "decimal32"}, {"a": -3}, "from 0 to 9"),
+    ({"a": np.zeros(5, np.int64)}, {"a": "decimal64"}, {"a": 300}, "from 0 to 18"),
+    ({"a": np.zeros(5, np.int32)}, {"a": "decimal32"}, {"a": "x"}, "whole number of digits"),
+    ({"a": np.zeros(5, np.int32)}, None, {"a": 2}, "not a decimal"),
+    ({"a": np.array([1.5, 2.5])}, {"a": "int32"}, None, "would be cut"),
+    ({"a": np.array([2**40])}, {"a": "decimal32"}, {"a": 2}, "does not fit"),
+    ({"a": np.zeros(3, np.int32)}, {"a": "varchar"}, None, "'varchar' is not one of"),
+    ({1: np.zeros(3, np.int32)}, None, None, "column names are strings"),
+])
+def test_write_refuses_what_it_would_store_wrong(tmp_path, columns, types, scales, match):
+    path = tmp_path / "bad.dwcol"
+    with pytest.raises(deepwell.InvalidArgument, match=match):
+        dt.write(path, columns, types=types, scales=scales)
+    assert not path.exists()

@@ -170,8 +170,7 @@ void controller::collect_retired() {
       const bool moved_on = r.turns[k] == UINT64_MAX || p.parked.load() || p.turns.load() != r.turns[k];
       held = !moved_on || p.ns_in_flight[r.nsid - 1].load(std::memory_order_acquire) != 0;
     }
-    // A stopped controller's pollers are gone, and their I/O with them.
-    if (held && !stopping_.load()) {
+    if (held) {
       ++i;
       continue;
     }

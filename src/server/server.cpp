@@ -332,7 +332,13 @@ struct section_state {
   section_key key;
   std::shared_ptr<target> data;
   uint32_t maker_uid = 0;
-  uint32_t holders = 0;  // connections that opened it and are still there
+  // Whom it counts against (section_usage): each uid whose connections
+  // hold it (opened it and are still there), by how many; when none do,
+  // the uid that held it last, until it is held again or reclaimed. So a
+  // uid that holds another's shared section carries it, and cannot pin
+  // the maker's count by holding the maker's sections.
+  std::map<uint32_t, uint32_t> holding;  // uid -> its connections holding it
+  uint32_t idle_uid = 0;
   std::chrono::steady_clock::time_point idle_since{};
   // Handing out a checked section's mapping checks all of it: once it
   // passed, it is not checked again; after it did not, not again for a
@@ -477,7 +483,8 @@ struct server::impl {
   wire::message open_section(client_state& c, const wire::message& m);
   void hold_section(client_state& c, section_state& sec);
   void release_sections(client_state& c);
-  bool reclaim_idle_section(std::optional<uint32_t> maker);
+  bool reclaim_idle_section(std::optional<uint32_t> uid, uint32_t keep);
+  void charge(uint32_t uid, const section_request& q, int sign);
   wire::message open_tree(client_state& c, const wire::message& m);
   std::optional<wire::message> queue_tree_ops(client_state& c, const wire::message& m);
   void reply_to_tree_batches();
@@ -1275,39 +1282,49 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
     return refuse(wire::status::denied, "dataset " + d->cfg->name + " is not writable by uid " + std::to_string(c.uid));
   const section_key key{q.dataset,   q.offset,      q.bytes,         q.block_size, q.writable,
                         int(q.sums), q.sums_offset, q.sums_bytes,    q.sum_block,  q.writable ? int64_t(c.uid) : -1};
-  if (auto it = section_index.find(key); it != section_index.end()) {
-    section_state& sec = sections.at(it->second);
-    hold_section(c, sec);
-    c.grants->set(sec.nsid, q.writable ? uint8_t(access_grants::read | access_grants::write) : access_grants::read);
-    return section_reply(c, sec);
-  }
   section_usage& use = section_use[c.uid];
   const auto now = std::chrono::steady_clock::now();
   if (now - use.refused_since >= refusal_window) use.refused = 0;
-  // Past a limit, the uid's own sections that no connection holds make
-  // room (the oldest first); then any uid's, for the server's namespaces.
-  while (use.sections + use.refused >= cfg.max_sections_per_uid && reclaim_idle_section(c.uid)) {
+  const auto existing = section_index.find(key);
+  section_state* found = existing == section_index.end() ? nullptr : &sections.at(existing->second);
+  // What holding it adds to the uid's count and sums: nothing when it
+  // counts against the uid already (held by another of its connections,
+  // or idle and last held by it).
+  const bool counted = found && (found->holding.count(c.uid) || (found->holding.empty() && found->idle_uid == c.uid));
+  if (!counted) {
+    // Past a limit, the uid's own sections that no connection holds make
+    // room, the longest idle first (never the one asked for).
+    const uint32_t keep = found ? found->nsid : 0;
+    while (use.sections + use.refused >= cfg.max_sections_per_uid && reclaim_idle_section(c.uid, keep)) {
+    }
+    if (use.sections + use.refused >= cfg.max_sections_per_uid)
+      return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " holds " + std::to_string(use.sections) +
+                                             " sections and had " + std::to_string(use.refused) +
+                                             " refused in the last minute, the limit (max_sections_per_uid)");
+    const uint64_t sums = sums_memory(q);
+    const auto sums_left = [&] {
+      return cfg.max_section_sums_per_uid - std::min(use.sums_bytes, cfg.max_section_sums_per_uid);
+    };
+    while (sums > sums_left() && reclaim_idle_section(c.uid, keep)) {
+    }
+    if (sums > sums_left())
+      return refuse(wire::status::limit, "the section's sums would take " + std::to_string(sums) +
+                                             " bytes of the server's memory, past uid " + std::to_string(c.uid) +
+                                             "'s limit of " + std::to_string(cfg.max_section_sums_per_uid) +
+                                             " (max_section_sums_per_uid)");
   }
-  if (use.sections + use.refused >= cfg.max_sections_per_uid)
-    return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " holds " + std::to_string(use.sections) +
-                                           " sections and had " + std::to_string(use.refused) +
-                                           " refused in the last minute, the limit (max_sections_per_uid)");
-  const uint64_t sums = sums_memory(q);
-  const auto sums_left = [&] { return cfg.max_section_sums_per_uid - std::min(use.sums_bytes, cfg.max_section_sums_per_uid); };
-  while (sums > sums_left() && reclaim_idle_section(c.uid)) {
+  if (found) {
+    hold_section(c, *found);
+    c.grants->set(found->nsid, q.writable ? uint8_t(access_grants::read | access_grants::write) : access_grants::read);
+    return section_reply(c, *found);
   }
-  if (sums > sums_left())
-    return refuse(wire::status::limit, "the section's sums would take " + std::to_string(sums) +
-                                           " bytes of the server's memory, past uid " + std::to_string(c.uid) +
-                                           "'s limit of " + std::to_string(cfg.max_section_sums_per_uid) +
-                                           " (max_section_sums_per_uid)");
   // Sections may take the namespaces but those kept for tree sessions, so
   // that sections many uids made leave the file API working.
   const auto full = [&] {
     const uint32_t tree_made = tree_namespaces, tree_kept = std::max(tree_made, tree_namespace_reserve);
     return ctl->namespace_count() + (tree_kept - tree_made) >= controller::max_namespaces;
   };
-  while (full() && reclaim_idle_section(std::nullopt)) {
+  while (full() && reclaim_idle_section(std::nullopt, 0)) {
   }
   if (full())
     return refuse(wire::status::limit, "the server has no namespace left for a section (" +
@@ -1333,8 +1350,8 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
   sec.req = q;
   sec.key = key;
   sec.maker_uid = c.uid;
-  use.sections += 1;
-  use.sums_bytes += sums;
+  sec.idle_uid = c.uid;
+  charge(c.uid, sec.req, +1);  // hold_section moves it from idle to held
   section_index[key] = sec.nsid;
   const uint32_t nsid = sec.nsid;
   {
@@ -1346,41 +1363,64 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
   return section_reply(c, sections.at(nsid));
 }
 
+void server::impl::charge(uint32_t uid, const section_request& q, int sign) {
+  section_usage& use = section_use[uid];
+  const uint64_t sums = sums_memory(q);
+  if (sign > 0) {
+    use.sections += 1;
+    use.sums_bytes += sums;
+  } else {
+    use.sections -= std::min<uint32_t>(use.sections, 1);
+    use.sums_bytes -= std::min(use.sums_bytes, sums);
+  }
+}
+
 void server::impl::hold_section(client_state& c, section_state& sec) {
   if (std::find(c.sections.begin(), c.sections.end(), sec.nsid) != c.sections.end()) return;
   c.sections.push_back(sec.nsid);
-  ++sec.holders;
+  if (sec.holding.empty()) charge(sec.idle_uid, sec.req, -1);  // idle no more
+  if (sec.holding[c.uid]++ == 0) charge(c.uid, sec.req, +1);
 }
 
 // A connection that ends lets go of its sections: its grants on them go
 // first (its queues, deleted but perhaps still fetching, may name them no
-// more), and a section no connection holds is idle from now on.
+// more). A section no connection holds is idle from now on, and counts
+// against the uid that held it last.
 void server::impl::release_sections(client_state& c) {
   const auto now = std::chrono::steady_clock::now();
   for (uint32_t nsid : c.sections) {
     c.grants->set(nsid, access_grants::none);
-    if (auto it = sections.find(nsid); it != sections.end() && --it->second.holders == 0) it->second.idle_since = now;
+    const auto it = sections.find(nsid);
+    if (it == sections.end()) continue;
+    section_state& sec = it->second;
+    const auto h = sec.holding.find(c.uid);
+    if (h == sec.holding.end() || --h->second != 0) continue;
+    sec.holding.erase(h);
+    if (sec.holding.empty()) {
+      sec.idle_uid = c.uid;  // still counted against it
+      sec.idle_since = now;
+    } else {
+      charge(c.uid, sec.req, -1);
+    }
   }
   c.sections.clear();
 }
 
-// The section idle longest (of `maker`, or of anyone) goes: its namespace
-// retired in the controller (its id taken again once no poller can hold
-// it), its sums' memory and its count given back to its maker. A client
-// that asks for it again makes it anew.
-bool server::impl::reclaim_idle_section(std::optional<uint32_t> maker) {
+// The section idle longest (last held by `uid`, or by anyone; never
+// `keep`) goes: its namespace retired in the controller (its id taken
+// again once no poller can hold it), its count and sums' memory given
+// back. A client that asks for it again makes it anew.
+bool server::impl::reclaim_idle_section(std::optional<uint32_t> uid, uint32_t keep) {
   auto oldest = sections.end();
   for (auto it = sections.begin(); it != sections.end(); ++it) {
     const section_state& sec = it->second;
-    if (sec.holders != 0 || (maker && sec.maker_uid != *maker)) continue;
+    if (!sec.holding.empty() || sec.nsid == keep || (uid && sec.idle_uid != *uid)) continue;
     if (oldest == sections.end() || sec.idle_since < oldest->second.idle_since) oldest = it;
   }
   if (oldest == sections.end()) return false;
   const section_state& sec = oldest->second;
   const uint32_t nsid = sec.nsid;
-  section_usage& use = section_use[sec.maker_uid];
-  use.sections -= 1;
-  use.sums_bytes -= std::min(use.sums_bytes, sums_memory(sec.req));
+  charge(sec.idle_uid, sec.req, -1);
   section_index.erase(sec.key);
   ctl->retire_namespace(nsid);
   {

@@ -901,6 +901,82 @@ TEST_F(Attack, AConnectionLoopDoesNotFloodTheLog) {
   EXPECT_NE(log.find("not logged before it"), std::string::npos);
 }
 
+// A section counts against the uids whose connections hold it: another
+// uid that opens the same read-only sections and keeps them cannot pin
+// their maker's count (it was counted against the maker while anyone held
+// it, so the maker was refused new sections for as long as the holder
+// stayed), and the holder carries them against its own limit.
+TEST(AttackPaths, HoldingAnothersSectionsDoesNotPinItsCount) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to hold sections as another uid";
+  test::scratch_file data(1 << 20, 46);
+  const std::string sock = attack_socket();
+  server::server srv(server::parse_config("[server]\nsocket = \"" + sock +
+                                              "\"\nmax_sections_per_uid = 4\n[[dataset]]\nname = \"d\"\nfile = \"" +
+                                              data.path() + "\"\n[[grant]]\ndataset = \"d\"\neveryone = true\n",
+                                          "pin.toml"));
+  std::thread loop([&] { srv.run(); });
+  auto open_at = [](int s, uint32_t d, uint64_t block) {
+    wire::message m, r;
+    m.h.op = uint16_t(wire::op::open_section);
+    m.h.a = d;
+    m.h.b = 512;
+    m.h.x = block * 512;
+    m.h.y = 512;
+    m.text.assign(16, '\0');
+    if (!wire::send_message(s, std::move(m)) || !wire::receive_message(s, r)) return wire::message{};
+    return r;
+  };
+  auto victim = [&](uint64_t first) {
+    const int s = test::raw_connect(sock);
+    EXPECT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "victim").h.status, 0);
+    const uint32_t d = test::raw_call(s, wire::op::lookup, 0, 0, 0, "d").h.a;
+    int made = 0;
+    for (uint64_t b = first; b < first + 4; ++b) {
+      const wire::message r = open_at(s, d, b);
+      made += r.h.status == 0;
+      if (r.h.status != 0) ADD_FAILURE() << "section " << b << ": " << r.text;
+    }
+    return std::make_pair(s, made);
+  };
+  auto [v, made] = victim(0);
+  EXPECT_EQ(made, 4);
+  int held[2], go[2];
+  ASSERT_EQ(pipe(held), 0);
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(v);  // the victim's connection is the parent's alone
+    become_nobody(parent);
+    const int s = test::raw_connect(sock);
+    if (s < 0 || test::raw_call(s, wire::op::hello, 0, 0, 0, "holder").h.status != 0) _exit(10);
+    const uint32_t d = test::raw_call(s, wire::op::lookup, 0, 0, 0, "d").h.a;
+    for (uint64_t b = 0; b < 4; ++b)
+      if (open_at(s, d, b).h.status != 0) _exit(11);
+    char x = 'h';
+    if (write(held[1], &x, 1) != 1 || read(go[0], &x, 1) != 1) _exit(12);
+    // At its own limit now: a fifth is its problem, refused by name.
+    const wire::message r = open_at(s, d, 10);
+    _exit(wire::status(r.h.status) == wire::status::limit && r.text.find("max_sections_per_uid") != std::string::npos
+              ? 0
+              : 13);
+  }
+  char x = 0;
+  ASSERT_EQ(read(held[0], &x, 1), 1);
+  close(v);  // the victim's run ends; the holder keeps its sections
+  for (int i = 0; i < 500 && srv.client_count() != 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto [v2, made_again] = victim(10);
+  EXPECT_EQ(made_again, 4) << "the victim's count was pinned by another uid holding its sections";
+  ASSERT_EQ(write(go[1], &x, 1), 1);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "holder status " << st;
+  close(v2);
+  for (int fd : {held[0], held[1], go[0], go[1]}) close(fd);
+  srv.stop();
+  loop.join();
+}
+
 // Sections made by many uids over time took every namespace, and the file
 // API's tree sessions were refused: they stop short of the namespaces kept
 // for tree sessions, and those no connection holds are reclaimed.

@@ -156,8 +156,8 @@ struct server_config {
   // share it; past this limit (or the sums' below, or the server's
   // namespaces) the ones no connection holds are reclaimed, the longest
   // idle first. A read-only section is shared by every client that asks
-  // for it and counts for the uid that made it; a writable one is the
-  // uid's own. The sums of checked sections are held in the server's
+  // for it and counts for each uid whose connections hold it (once none
+  // do, for the last); a writable one is the uid's own. The sums of checked sections are held in the server's
   // memory: bytes / sum block x 4 (x 2 for fixed sums).
   uint32_t max_sections_per_uid = 64;
   // Tree sessions (the file API, controller_link::open_tree) open at once

@@ -735,7 +735,7 @@ void server::impl::accept_clients() {
     ucred cred{};
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      log_line(errno_message("SO_PEERCRED", errno) + ": connection refused");
+      refusals.line(errno_message("SO_PEERCRED", errno) + ": connection refused");
       close(fd);
       continue;
     }
@@ -824,7 +824,9 @@ void server::impl::serve(client_state& c) {
     got = wire::receive_message(c.fd, m, &sent_fds);
   } catch (const error& e) {
     for (int fd : sent_fds) closer.close_later(fd);
-    log_line("client " + std::to_string(c.id) + ": " + e.what());
+    // Client-caused lines go through the uid's limiter: a loop of malformed
+    // messages wrote 3.4 MB of log a second.
+    comings.line(c.uid, "client " + std::to_string(c.id) + ": " + e.what());
     drop(c.fd, "broke the protocol");
     return;
   }
@@ -873,7 +875,7 @@ void server::impl::reply(client_state& c, const wire::header& request, wire::mes
   try {
     sent = wire::send_message(c.fd, std::move(r));
   } catch (const error& e) {  // ETOOMANYREFS, ENOBUFS...: this client's trouble, not the server's
-    log_line("client " + std::to_string(c.id) + ": " + e.what());
+    comings.line(c.uid, "client " + std::to_string(c.id) + ": " + e.what());
   }
   if (fd >= 0) close(fd);  // the client has its own now
   if (!sent) drop(c.fd, "stopped reading its replies");
@@ -952,7 +954,9 @@ uint64_t sums_memory(const section_request& q) {
   if (q.sum_block == 0) return UINT64_MAX;
   const uint64_t bytes = checksum_region_bytes(q.bytes, q.sum_block);
   if (q.sums == sums_kind::kept) return bytes;
-  return bytes > UINT64_MAX / 2 ? UINT64_MAX : 2 * bytes;  // fixed: the file's copy and the checked one
+  // Fixed: the file's copy (the mapping's check), the store the checked
+  // target reads them from, and the checked target's own.
+  return bytes > UINT64_MAX / 3 ? UINT64_MAX : 3 * bytes;
 }
 
 }  // namespace
@@ -1990,7 +1994,7 @@ void server::run() {
         try {
           s.serve(*it->second);
         } catch (const std::exception& e) {  // whatever a client caused ends that client only
-          log_line("client " + std::to_string(it->second->id) + ": " + e.what());
+          s.comings.line(it->second->uid, "client " + std::to_string(it->second->id) + ": " + e.what());
           s.drop(fds[i].fd, "failed");
         }
       } else {

@@ -901,6 +901,28 @@ TEST_F(Attack, AConnectionLoopDoesNotFloodTheLog) {
   EXPECT_NE(log.find("not logged before it"), std::string::npos);
 }
 
+// So is a loop of malformed messages (each wrote its own line: 3.4 MB of
+// log a second from one process).
+TEST_F(Attack, MalformedMessagesDoNotFloodTheLog) {
+  ::testing::internal::CaptureStderr();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string junk(56, '\0');  // a header's size, bad magic
+  for (int i = 0; i < 1000; ++i) {
+    const int s = test::raw_connect(sock);
+    ASSERT_GE(s, 0);
+    ASSERT_EQ(send(s, junk.data(), junk.size(), MSG_NOSIGNAL), ssize_t(junk.size()));
+    char b;
+    (void)!recv(s, &b, 1, 0);  // the server closes it
+    close(s);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  size_t lines = 0;
+  for (size_t at = 0; (at = log.find('\n', at)) != std::string::npos; ++at) ++lines;
+  EXPECT_LE(double(lines), 64 + 8 * seconds + 4) << seconds << " s:\n" << log.substr(0, 2000);
+  EXPECT_TRUE(srv->client_count() <= 1);
+}
+
 // A section counts against the uids whose connections hold it: another
 // uid that opens the same read-only sections and keeps them cannot pin
 // their maker's count (it was counted against the maker while anyone held

@@ -158,7 +158,7 @@ struct server_config {
   // idle first. A read-only section is shared by every client that asks
   // for it and counts for each uid whose connections hold it (once none
   // do, for the last); a writable one is the uid's own. The sums of checked sections are held in the server's
-  // memory: bytes / sum block x 4 (x 2 for fixed sums).
+  // memory: bytes / sum block x 4 (x 3 for fixed sums: three copies are held).
   uint32_t max_sections_per_uid = 64;
   // Tree sessions (the file API, controller_link::open_tree) open at once
   // over all of a uid's connections, and the files and directories its

@@ -352,6 +352,8 @@ struct section_state {
 // What a uid's sections take (config.hpp says why).
 struct section_usage {
   uint32_t sections = 0;  // kept now (held or idle)
+  uint32_t building = 0;  // being made on a worker (section_build), with their sums
+  uint64_t building_sums = 0;
   // Requests refused after work began (reading sums) in the last
   // refusal_window: they count against the limit too, so that repeating
   // one is bounded, yet a uid is not shut out for good by old failures.
@@ -367,6 +369,31 @@ struct section_usage {
   uint64_t map_checked = 0;
   std::chrono::steady_clock::time_point map_window{};
 };
+// A section whose sums are read (fixed sums: all of them at once, up to
+// 128 MiB) is made on a worker, not the loop thread: one such open held
+// every other client's requests 175 ms. The loop made its checks and
+// reserved the uid's count and sums for it; it adds the namespace when
+// the worker is done (reply_to_section_builds).
+struct section_build {
+  uint32_t client = 0;
+  uint32_t uid = 0;
+  int fd = -1;
+  wire::header h{};
+  section_request req;
+  section_key key;
+  const struct dataset_state* dataset = nullptr;
+  std::shared_ptr<target> over;   // the dataset's target
+  std::shared_ptr<target> built;  // the section's, once made
+  std::string failure;
+  void run() {
+    try {
+      built = detail::make_section_target(over, req);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+};
+
 constexpr uint64_t map_check_budget = 2ull << 30;
 constexpr auto refusal_window = std::chrono::seconds(60);
 constexpr auto map_check_window = std::chrono::seconds(10);
@@ -437,6 +464,8 @@ struct server::impl {
   std::map<uint32_t, std::shared_ptr<target>> trees_ending;
   std::unique_ptr<uid_workers<tree_job>> workers;  // made with the wake pipe
   std::unique_ptr<uid_workers<mapping_check>> checkers;
+  std::unique_ptr<uid_workers<section_build>> builders;
+  uint32_t sections_building = 0;  // their namespaces are spoken for
   std::unique_ptr<controller> ctl;
   std::shared_ptr<host_tier> tier;  // the shared host-memory tier (host_cache), if any
   int listen_fd = -1;
@@ -480,7 +509,10 @@ struct server::impl {
   std::string served_by() const {
     return "deepwell serve at " + cfg.socket_path + " (" + ctl->backend_name() + (tier ? ", a host-memory tier" : "") + ")";
   }
-  wire::message open_section(client_state& c, const wire::message& m);
+  std::optional<wire::message> open_section(client_state& c, const wire::message& m);
+  wire::message finish_section(client_state& c, const section_request& q, const section_key& key,
+                               const dataset_state* d, std::shared_ptr<target> built);
+  void reply_to_section_builds();
   void hold_section(client_state& c, section_state& sec);
   void release_sections(client_state& c);
   bool reclaim_idle_section(std::optional<uint32_t> uid, uint32_t keep);
@@ -850,6 +882,19 @@ void server::impl::serve(client_state& c) {
   }
   // Answered when a worker has checked the section (reply_to_mapping_checks).
   if (c.said_hello && wire::op(m.h.op) == wire::op::map_dataset && queue_mapping_check(c, m)) return;
+  // Answered now, or when a worker has read its sums (reply_to_section_builds).
+  if (c.said_hello && wire::op(m.h.op) == wire::op::open_section) {
+    std::optional<wire::message> r;
+    try {
+      r = open_section(c, m);
+    } catch (const std::exception& e) {  // as handle()'s: the controller refused
+      r = wire::message{};
+      r->h.status = int32_t(wire::status::failed);
+      r->text = e.what();
+    }
+    if (r) reply(c, m.h, std::move(*r));
+    return;
+  }
   wire::message r;
   try {
     r = handle(c, m);
@@ -1262,7 +1307,7 @@ void server::impl::end_tree(client_state& c, uint32_t nsid) {
 
 // Every field is the client's: checked here (grants, limits) and by
 // make_section_target (ranges, sizes) before anything is made.
-wire::message server::impl::open_section(client_state& c, const wire::message& m) {
+std::optional<wire::message> server::impl::open_section(client_state& c, const wire::message& m) {
   section_request q;
   q.dataset = m.h.a;
   q.block_size = m.h.b;
@@ -1296,18 +1341,23 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
   // or idle and last held by it).
   const bool counted = found && (found->holding.count(c.uid) || (found->holding.empty() && found->idle_uid == c.uid));
   if (!counted) {
+    const uint32_t kept = use.sections + use.building + use.refused;
     // Past a limit, the uid's own sections that no connection holds make
     // room, the longest idle first (never the one asked for).
     const uint32_t keep = found ? found->nsid : 0;
-    while (use.sections + use.refused >= cfg.max_sections_per_uid && reclaim_idle_section(c.uid, keep)) {
+    (void)kept;
+    const auto counted_now = [&] { return use.sections + use.building + use.refused; };
+    while (counted_now() >= cfg.max_sections_per_uid && reclaim_idle_section(c.uid, keep)) {
     }
-    if (use.sections + use.refused >= cfg.max_sections_per_uid)
-      return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " holds " + std::to_string(use.sections) +
-                                             " sections and had " + std::to_string(use.refused) +
+    if (counted_now() >= cfg.max_sections_per_uid)
+      return refuse(wire::status::limit, "uid " + std::to_string(c.uid) + " holds " +
+                                             std::to_string(use.sections + use.building) + " sections and had " +
+                                             std::to_string(use.refused) +
                                              " refused in the last minute, the limit (max_sections_per_uid)");
     const uint64_t sums = sums_memory(q);
     const auto sums_left = [&] {
-      return cfg.max_section_sums_per_uid - std::min(use.sums_bytes, cfg.max_section_sums_per_uid);
+      const uint64_t held = use.sums_bytes + use.building_sums;
+      return cfg.max_section_sums_per_uid - std::min(held, cfg.max_section_sums_per_uid);
     };
     while (sums > sums_left() && reclaim_idle_section(c.uid, keep)) {
     }
@@ -1326,7 +1376,7 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
   // that sections many uids made leave the file API working.
   const auto full = [&] {
     const uint32_t tree_made = tree_namespaces, tree_kept = std::max(tree_made, tree_namespace_reserve);
-    return ctl->namespace_count() + (tree_kept - tree_made) >= controller::max_namespaces;
+    return ctl->namespace_count() + sections_building + (tree_kept - tree_made) >= controller::max_namespaces;
   };
   while (full() && reclaim_idle_section(std::nullopt, 0)) {
   }
@@ -1340,15 +1390,66 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
   } catch (const error& e) {
     return refuse(wire::status::bad_request, std::string("open_section: ") + e.what());
   }
-  section_state sec;
+  if (q.sums != sums_kind::none) {
+    // Its sums are read: on a worker, with the uid's count, sums and a
+    // namespace reserved meanwhile.
+    use.building += 1;
+    use.building_sums += sums_memory(q);
+    ++sections_building;
+    c.busy = true;
+    builders->submit(section_build{c.id, c.uid, c.fd, m.h, q, key, d, d->data, nullptr, {}});
+    return std::nullopt;
+  }
+  std::shared_ptr<target> built;
   try {
-    sec.data = detail::make_section_target(d->data, q);
+    built = detail::make_section_target(d->data, q);
+  } catch (const error& e) {
+    return refuse(wire::status::bad_request, std::string("open_section: ") + e.what());
+  }
+  return finish_section(c, q, key, d, std::move(built));
+}
+
+// Sections made on a worker: the reservation given back, and the section
+// added (or the failure counted) if its client is still there.
+void server::impl::reply_to_section_builds() {
+  for (section_build& j : builders->finished()) {
+    section_usage& use = section_use[j.uid];
+    use.building -= std::min<uint32_t>(use.building, 1);
+    use.building_sums -= std::min(use.building_sums, sums_memory(j.req));
+    --sections_building;
+    const auto it = clients.find(j.fd);
+    if (it == clients.end() || it->second->id != j.client) continue;  // it left: the target goes
+    client_state& c = *it->second;
+    c.busy = false;
+    if (!j.failure.empty()) {
+      // Refused after its sums were read: it counts, so that repeating it is bounded.
+      if (use.refused++ == 0) use.refused_since = std::chrono::steady_clock::now();
+      reply(c, j.h, refuse(wire::status::bad_request, "open_section: " + j.failure));
+      continue;
+    }
+    wire::message r = finish_section(c, j.req, j.key, j.dataset, std::move(j.built));
+    reply(c, j.h, std::move(r));
+  }
+}
+
+// A section made: its namespace added, counted against the client's uid
+// and held by the client. One made meanwhile by another connection (the
+// same request) is taken instead.
+wire::message server::impl::finish_section(client_state& c, const section_request& q, const section_key& key,
+                                           const dataset_state* d, std::shared_ptr<target> built) {
+  const uint8_t rights = q.writable ? uint8_t(access_grants::read | access_grants::write) : access_grants::read;
+  if (auto it = section_index.find(key); it != section_index.end()) {
+    section_state& sec = sections.at(it->second);
+    hold_section(c, sec);
+    c.grants->set(sec.nsid, rights);
+    return section_reply(c, sec);
+  }
+  section_state sec;
+  sec.data = std::move(built);
+  try {
     sec.nsid = ctl->add_namespace({sec.data, q.block_size, !q.writable});
   } catch (const error& e) {
-    // Refused after the checks, it cost the server work (its sums read):
-    // it counts, so that repeating it is bounded.
-    if (use.refused++ == 0) use.refused_since = now;
-    return refuse(wire::status::bad_request, std::string("open_section: ") + e.what());
+    return refuse(wire::status::limit, std::string("open_section: ") + e.what());
   }
   sec.dataset = d;
   sec.req = q;
@@ -1363,7 +1464,7 @@ wire::message server::impl::open_section(client_state& c, const wire::message& m
     sections[nsid] = std::move(sec);
   }
   hold_section(c, sections.at(nsid));
-  c.grants->set(nsid, q.writable ? uint8_t(access_grants::read | access_grants::write) : access_grants::read);
+  c.grants->set(nsid, rights);
   return section_reply(c, sections.at(nsid));
 }
 
@@ -1610,8 +1711,8 @@ wire::message server::impl::handle(client_state& c, const wire::message& m) {
       r.h.x = uint64_t(st.st_size);
       return r;
     }
-    case wire::op::open_section:
-      return open_section(c, m);
+    case wire::op::open_section:  // serve() answers it (a worker may make it)
+      return refuse(wire::status::bad_request, "open_section: say hello first");
     case wire::op::section_checks: {
       const section_state* sec = visible_section(c, m.h.a);
       if (!sec) return refuse(wire::status::not_found, "no section " + std::to_string(m.h.a) + " for this client");
@@ -1885,6 +1986,7 @@ server::server(server_config cfg) : impl_(std::make_unique<impl>()) {
   if (pipe2(s.wake, O_CLOEXEC | O_NONBLOCK) != 0) throw error(errno_message("pipe", errno));
   s.workers = std::make_unique<uid_workers<tree_job>>(detail::fork_join::default_helpers() + 1, s.wake[1]);
   s.checkers = std::make_unique<uid_workers<mapping_check>>(1, s.wake[1]);
+  s.builders = std::make_unique<uid_workers<section_build>>(2, s.wake[1]);
   // Each client holds a socket and, while it reads a reply, a queue pair's
   // or dataset's descriptor: take the descriptors the hard limit allows.
   rlimit rl{};
@@ -1914,6 +2016,7 @@ server::~server() {
   for (int fd : fds) s.drop(fd, "closed by the server");
   s.workers.reset();
   s.checkers.reset();
+  s.builders.reset();
   if (s.ctl) s.ctl->stop();
   if (s.listen_fd >= 0) {
     close(s.listen_fd);
@@ -2003,6 +2106,7 @@ void server::run() {
     }
     s.reply_to_tree_batches();
     s.reply_to_mapping_checks();
+    s.reply_to_section_builds();
     if (fds[0].revents) s.accept_clients();
   }
   log_line("stopping: outstanding commands complete with an abort status");
@@ -2012,6 +2116,7 @@ void server::run() {
   for (int fd : clients) s.drop(fd, "closed by the server (stopping)");
   s.workers.reset();  // the batches they have run (no one to answer now)
   s.checkers.reset();
+  s.builders.reset();
   close(s.listen_fd);
   s.listen_fd = -1;
   unlink(s.cfg.socket_path.c_str());

@@ -42,6 +42,7 @@
 #include "deepwell/protocol/shared_atomic.hpp"
 #include "deepwell/server/config.hpp"
 #include "deepwell/server/server.hpp"
+#include "deepwell/targets/file_sums.hpp"
 #include "deepwell/views/array.hpp"
 #include "protocol/wire.hpp"
 #include "cache_test_support.hpp"
@@ -921,6 +922,63 @@ TEST_F(Attack, MalformedMessagesDoNotFloodTheLog) {
   for (size_t at = 0; (at = log.find('\n', at)) != std::string::npos; ++at) ++lines;
   EXPECT_LE(double(lines), 64 + 8 * seconds + 4) << seconds << " s:\n" << log.substr(0, 2000);
   EXPECT_TRUE(srv->client_count() <= 1);
+}
+
+// A section with fixed sums has all of them read when it is made (64 MiB
+// here, 128 MiB at most): on the loop thread that held every other
+// client's requests (175 ms an open of 60 MiB of sums). They are read on a
+// worker: another client's requests are answered meanwhile.
+TEST(AttackPaths, SectionsWhoseSumsAreReadDoNotHoldOtherClients) {
+  test::scratch_file big;
+  const uint64_t gib = 1ull << 30;
+  ASSERT_EQ(truncate(big.path().c_str(), off_t(160 * gib)), 0);  // sparse: its sums read as zeros, as the zeros' sums are
+  const std::string sock = attack_socket();
+  server::server srv(server::parse_config("[server]\nsocket = \"" + sock + "\"\n[[dataset]]\nname = \"big\"\nfile = \"" +
+                                              big.path() + "\"\n[[grant]]\ndataset = \"big\"\neveryone = true\n",
+                                          "sums.toml"));
+  std::thread loop([&] { srv.run(); });
+  std::atomic<bool> done{false};
+  std::atomic<int> opened{0};
+  std::thread opener([&] {
+    for (uint64_t k = 1; !done.load() && k < 64; ++k) {
+      auto link = server_link::connect(sock, "opener");
+      section_request q;
+      q.dataset = link->lookup("big");
+      q.offset = k * 4096;
+      q.bytes = 64 * gib;
+      q.sums = sums_kind::fixed;
+      q.sum_block = file_sum_block;
+      q.sums_offset = 128 * gib;
+      q.sums_bytes = 4 * section_sum_count(q.bytes);
+      try {
+        link->open_section(q);
+        ++opened;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        return;
+      }
+    }
+  });
+  auto link = server_link::connect(sock, "honest");
+  double slow_ms = 0, slowest = 0;  // time in requests that waited over 20 ms
+  uint64_t n = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(2000);
+  while (std::chrono::steady_clock::now() < end) {
+    const auto t = std::chrono::steady_clock::now();
+    (void)link->list();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    if (ms > 20) slow_ms += ms;
+    slowest = std::max(slowest, ms);
+    ++n;
+  }
+  done = true;
+  opener.join();
+  EXPECT_GE(opened.load(), 2) << "the opens ran meanwhile";
+  // Behind the opens' reads, most of the 2 s went in waiting.
+  EXPECT_LT(slow_ms, 500.0) << n << " requests, the slowest " << slowest << " ms, " << opened.load() << " opens";
+  link.reset();
+  srv.stop();
+  loop.join();
 }
 
 // A section counts against the uids whose connections hold it: another

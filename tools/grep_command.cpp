@@ -1,4 +1,8 @@
 // `deepwell grep` (grep_command.hpp).
+#include <sys/stat.h>
+
+#include <cstdlib>
+
 #include "cli_checks.hpp"
 #include "size_arg.hpp"
 #include "grep_command.hpp"
@@ -51,6 +55,33 @@ void add_command(CLI::App& app, grep_command& g) {
   g.app->add_option("--json", g.json, "append a JSON line with the run's figures here")->check(appendable);
 }
 
+namespace {
+
+// The output, checked before the run: a file name in a directory that is
+// there, outside the tree searched (inside it, the run emptied a file it
+// was counting, and later runs counted the output), and not the dictionary.
+void check_grep_output(const std::string& root, const std::string& dict, const std::string& out_dir,
+                       const std::string& out_name) {
+  if (out_name.empty() || out_name.find('/') != std::string::npos || out_name == "." || out_name == "..")
+    throw error("--out '" + out_name + "' is not a file name (the file goes in --out-dir)");
+  struct stat st {};
+  if (::stat(out_dir.c_str(), &st) != 0) throw error(errno_message("--out-dir " + out_dir, errno));
+  if (!S_ISDIR(st.st_mode)) throw error("--out-dir " + out_dir + " is not a directory");
+  const std::string out = out_dir + "/" + out_name;
+  check_output_of(dict, out);
+  char* dir_real = ::realpath(out_dir.c_str(), nullptr);
+  char* root_real = ::realpath(root.c_str(), nullptr);
+  const std::string d = dir_real ? dir_real : "", r = root_real ? root_real : "";
+  std::free(dir_real);
+  std::free(root_real);
+  if (!d.empty() && !r.empty() && (d == r || (d.size() > r.size() && d.compare(0, r.size(), r) == 0 &&
+                                               (r == "/" || d[r.size()] == '/'))))
+    throw error("the output " + out + " would be inside the tree " + root +
+                " that grep searches (it would count, or empty, its own output): name an --out-dir outside it");
+}
+
+}  // namespace
+
 int grep_command::run() {
   return errors_reported("deepwell grep", [&]() -> int {
     using clock = std::chrono::steady_clock;
@@ -59,6 +90,7 @@ int grep_command::run() {
     if (check && !server.empty())
       throw error("grep: --check scans the tree on this host, which --server does not (compare with an in-process "
                   "run's output instead)");
+    if (server.empty()) check_grep_output(root, dict, out_dir, out_name);
     grep_options o;
     o.server = server;
     o.root = root;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "deepwell/common/defaults.hpp"
@@ -24,6 +25,10 @@
 #include "deepwell/link/server_link.hpp"
 
 namespace deepwell {
+
+// CPU workers are threads: past this, a typo (--workers 100000) would only
+// find the machine's thread limit.
+constexpr unsigned max_cpu_workers = 4096;
 
 grep_dictionary make_grep_dictionary(const std::vector<std::string>& lines) {
   grep_dictionary d;
@@ -263,6 +268,9 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   const cache_config cc = grep_cache_config(o);
   auto cache = make_host_page_cache(grep_link(o), cc);
   const unsigned workers = o.workers ? o.workers : std::max(1u, std::thread::hardware_concurrency());
+  if (workers > max_cpu_workers)
+    throw error("grep: " + std::to_string(workers) + " CPU workers: at most " + std::to_string(max_cpu_workers) +
+                " threads");
   const file_system_options in_opts = grep_input_options(o, file_system_options{}.slots, workers);
   auto in = make_host_file_system(cache, in_opts);
   auto out = make_host_file_system(cache, grep_output_options(o));
@@ -278,7 +286,13 @@ grep_report run_grep_cpu(const grep_options& o, const grep_dictionary& d, const 
   rep.open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   grep_host_watch host(o);
   std::vector<std::thread> threads;
-  for (unsigned k = 0; k < workers; ++k) threads.emplace_back([&j, k] { grep_worker(one_lane{}, j, k); });
+  try {
+    for (unsigned k = 0; k < workers; ++k) threads.emplace_back([&j, k] { grep_worker(one_lane{}, j, k); });
+  } catch (const std::system_error& e) {  // the machine's thread limit: the ones started finish, then the error
+    for (auto& t : threads) t.join();
+    throw error("grep: cannot start CPU worker " + std::to_string(threads.size() + 1) + " of " +
+                std::to_string(workers) + ": " + e.what());
+  }
   for (auto& t : threads) t.join();
   const auto t1 = std::chrono::steady_clock::now();
   host.report(rep);  // the workers have ended: only the service's and controller's threads

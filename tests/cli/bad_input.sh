@@ -143,6 +143,14 @@ expect "not a power of two" graph bfs "$dir/g.dwg" --cpu --page 1MiB
 expect "far past any page size" table query "$dir/t.dwcol" --cpu --page 4294971392
 expect "cannot make it in" graph bfs "$dir/g.dwg" --cpu --json "$dir/absent/x.json"
 expect "is a directory" table query "$dir/t.dwcol" --cpu --json "$dir"
+# grep's output: never a file it searches or its dictionary, refused before the run.
+mkdir -p "$dir/tree/sub" && echo "hello world" > "$dir/tree/a.txt" && printf 'hello\nworld\n' > "$dir/words"
+expect "inside the tree" grep "$dir/tree" --cpu --dict "$dir/words" --out-dir "$dir/tree" --out a.txt
+expect "inside the tree" grep "$dir/tree" --cpu --dict "$dir/words" --out-dir "$dir/tree/sub"
+expect "is the input file too" grep "$dir/tree" --cpu --dict "$dir/words" --out-dir "$dir" --out words
+expect "is not a file name" grep "$dir/tree" --cpu --dict "$dir/words" --out ../x/y.out
+expect "at most 4096 threads" grep "$dir/tree" --cpu --dict "$dir/words" --out-dir "$dir" --workers 100000
+grep -q hello "$dir/tree/a.txt" && grep -q world "$dir/words" || { echo "FAIL: grep emptied an input"; failed=1; }
 # A stray huge node id: the memory it would take, named (not bad_alloc).
 printf '0 1\n1 1000000000000000\n' > "$dir/huge.txt"
 expect "renumber the ids densely" graph convert "$dir/huge.txt" -o "$dir/huge.dwg" -q

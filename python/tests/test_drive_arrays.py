@@ -70,3 +70,19 @@ def test_bad_arrays_are_refused_naming_the_problem(tmp_path):
         deepwell.open(stripe=[a, b], chunk=3000, **kw)
     with pytest.raises(deepwell.InvalidArgument, match="differ in size"):
         deepwell.open(mirror=[a, b], **kw)
+
+
+@pytest.mark.parametrize("layout", ["stripe", "mirror"])
+def test_create_never_grows_members_that_are_there(tmp_path, layout):
+    there = tmp_path / "m0"
+    np.arange(1 << 14, dtype=np.int64).tofile(there)  # 128 KiB
+    missing = tmp_path / "m1"
+    with pytest.raises(deepwell.InvalidArgument, match="does not grow"):
+        deepwell.open(dtype="int64", shape=(10 ** 6,), create=True, device="cpu", **{layout: [there, missing]})
+    assert there.stat().st_size == 128 << 10
+    np.testing.assert_array_equal(np.fromfile(there, np.int64), np.arange(1 << 14, dtype=np.int64))
+    # the other way round: the member made for the failed open is gone again
+    with pytest.raises(deepwell.InvalidArgument, match="does not grow"):
+        deepwell.open(dtype="int64", shape=(10 ** 6,), create=True, device="cpu", **{layout: [missing, there]})
+    assert not missing.exists()
+    assert there.stat().st_size == 128 << 10

@@ -81,19 +81,37 @@ std::shared_ptr<target> open_array_target(const dw_array_options& given, bool& c
       throw api_error(DW_EINVAL, e.what());
     }
   }
-  for (uint32_t i = 0; i < o.member_count; ++i) {
-    const std::string path = o.members[i];
-    created = created && access(path.c_str(), F_OK) != 0;
-    try {
-      members.push_back(open_file_target(path, fo));
-    } catch (const error& e) {
-      throw api_error(DW_EIO, "member " + std::to_string(i) + " of the " + kind + ": " + e.what());
+  // create makes the members that are missing; one that is there is opened
+  // as it is, never grown. The ones made here go again if the open fails.
+  std::vector<std::string> made;
+  try {
+    for (uint32_t i = 0; i < o.member_count; ++i) {
+      const std::string path = o.members[i];
+      const bool missing = access(path.c_str(), F_OK) != 0;
+      created = created && missing;
+      file_options mo = fo;
+      mo.create = fo.create && missing;
+      try {
+        members.push_back(open_file_target(path, mo));
+      } catch (const error& e) {
+        throw api_error(DW_EIO, "member " + std::to_string(i) + " of the " + kind + ": " + e.what());
+      }
+      if (mo.create) made.push_back(path);
+      need(!fo.create || members[i]->size() >= fo.create_size,
+           "member " + std::to_string(i) + " of the " + kind + ", " + members[i]->describe() + ", holds " +
+               std::to_string(members[i]->size()) + " bytes, fewer than the " + std::to_string(fo.create_size) +
+               " its share of the rows asked for (shape) needs; create makes a missing file and does not grow one "
+               "that is there");
+      // Members alike: a larger one's extra bytes would be silently unused.
+      need(members[i]->size() == members[0]->size(),
+           "the " + kind + "'s members differ in size: " + members[0]->describe() + " has " +
+               std::to_string(members[0]->size()) + " bytes, " + members[i]->describe() + " " +
+               std::to_string(members[i]->size()) + " (an array's members must be alike)");
     }
-    // Members alike: a larger one's extra bytes would be silently unused.
-    need(members[i]->size() == members[0]->size(),
-         "the " + kind + "'s members differ in size: " + members[0]->describe() + " has " +
-             std::to_string(members[0]->size()) + " bytes, " + members[i]->describe() + " " +
-             std::to_string(members[i]->size()) + " (an array's members must be alike)");
+  } catch (...) {
+    members.clear();
+    for (const std::string& p : made) ::unlink(p.c_str());
+    throw;
   }
   if (o.layout == DW_LAYOUT_MIRROR) return make_mirrored_target(std::move(members));
   return make_striped_target(std::move(members), o.chunk_bytes);  // throws naming a chunk a member cannot take

@@ -366,7 +366,11 @@ int dw_array_open(const dw_array_options* op, dw_array** out) {
       where = t->describe();
       need(o.length <= t->size(), where + " holds " + std::to_string(t->size()) + " bytes, fewer than the length " +
                                       std::to_string(o.length) + " asked for");
-      bytes = created ? o.create_bytes : o.length ? o.length : t->size();
+      need(!o.create || o.create_bytes <= t->size(), where + " holds " + std::to_string(t->size()) +
+                                                        " bytes, fewer than the " + std::to_string(o.create_bytes) +
+                                                        " of the rows asked for (shape)");
+      (void)created;
+      bytes = o.create ? o.create_bytes : o.length ? o.length : t->size();
     } else {
       const bool created = o.path && o.create && access(o.path, F_OK) != 0;
       // create makes a missing file; one that is there is opened as it is

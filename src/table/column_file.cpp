@@ -344,21 +344,22 @@ column_file_writer::column_file_writer(const std::string& path, uint64_t rows, s
   if (total_sums(cols_) > (UINT64_MAX - column_align - sums_offset_) / 4) throw too_big();
   file_bytes_ = round_up(sums_offset_ + total_sums(cols_) * 4, column_align);
   detail::check_output_path(path);
-  struct stat before {};
-  const bool existed = ::lstat(path.c_str(), &before) == 0;
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
-  if (fd_ < 0) throw error(errno_message("create column file " + path, errno));
+  tmp_ = path + ".partial";
+  detail::check_output_path(tmp_);
+  fd_ = ::open(tmp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd_ < 0) throw error(errno_message("create column file " + tmp_, errno));
   struct stat opened {};
   if (::fstat(fd_, &opened) != 0 || !S_ISREG(opened.st_mode)) {  // a link to a device or FIFO
     ::close(fd_);
     fd_ = -1;
-    throw error(path + ": not a regular file (a link to a device or FIFO?): not written");
+    throw error(tmp_ + ": not a regular file (a link to a device or FIFO?): not written");
   }
   if (ftruncate(fd_, off_t(file_bytes_)) != 0) {
     const int e = errno;
     ::close(fd_);
-    if (!existed) ::unlink(path.c_str());  // this call made it: leave no empty file behind
-    throw error(errno_message("size column file " + path, e));
+    fd_ = -1;
+    ::unlink(tmp_.c_str());
+    throw error(errno_message("size column file " + tmp_, e));
   }
   stats_ = std::make_unique<stats_state>();
   auto* s = stats_.get();
@@ -373,6 +374,7 @@ column_file_writer::column_file_writer(const std::string& path, uint64_t rows, s
 
 column_file_writer::~column_file_writer() {
   if (fd_ >= 0) ::close(fd_);
+  if (!finished_ && !tmp_.empty()) ::unlink(tmp_.c_str());  // a failed write leaves what was under path_
 }
 
 void column_file_writer::write(uint32_t col, uint64_t first_row, uint64_t n, const void* values) {
@@ -429,9 +431,9 @@ void column_file_writer::finish() {
   // through a mapping: the columns came in blocks, in any order).
   std::vector<uint32_t> sums(total_sums(cols_));
   {
-    const file_mapping m(path_, sums_offset_);
+    const file_mapping m(tmp_, sums_offset_);
     for (const column_info& c : cols_) section_sums(m.p + c.offset, c.bytes, sums.data() + c.first_sum);
-    m.check_whole(path_);
+    m.check_whole(tmp_);
   }
   pwrite_all(fd_, sums.data(), sums.size() * 4, sums_offset_, path_);
   h.sums_crc = crc32c(0, sums.data(), sums.size() * 4);
@@ -444,6 +446,8 @@ void column_file_writer::finish() {
   if (fsync(fd_) != 0) throw error(errno_message("fsync " + path_, errno));
   pwrite_all(fd_, head.data(), head.size(), 0, path_);
   if (fsync(fd_) != 0) throw error(errno_message("fsync " + path_, errno));
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) throw error(errno_message("rename " + tmp_ + " to " + path_, errno));
+  finished_ = true;
 }
 
 }  // namespace deepwell::table

@@ -161,6 +161,16 @@ printf '0 1\n1 2\n' > "$dir/e.txt"
 expect "is the input file too" graph convert "$dir/e.txt" -o "$dir/e.txt"
 expect "is the input file too" vectors build "$dir/v.fbin" "$dir/v.fbin"
 grep -q "^0 1" "$dir/e.txt" || { echo "FAIL: the input was replaced"; failed=1; }
+# A write that fails leaves the file that was there as it was (table gen
+# and vectors gen had truncated a good file in place, then failed).
+"$cli" table gen "$dir/keep.dwcol" --rows 1000 >/dev/null 2>&1 && "$cli" vectors gen "$dir/keep.fbin" --type f32 --count 1000 --dim 16 >/dev/null 2>&1
+sums_before=$(md5sum "$dir/keep.dwcol" "$dir/keep.fbin")
+out=$( (ulimit -f 256; "$cli" table gen "$dir/keep.dwcol" --rows 100000; "$cli" vectors gen "$dir/keep.fbin" --type f32 --count 100000 --dim 16) 2>&1)
+if [ "$(md5sum "$dir/keep.dwcol" "$dir/keep.fbin")" != "$sums_before" ] || ls "$dir"/keep.*.partial >/dev/null 2>&1; then
+  echo "FAIL: a failed table gen or vectors gen damaged the file that was there (or left a .partial)"; echo "$out" | tail -2; failed=1
+else
+  echo "ok: table gen, vectors gen past ulimit -f leave the file that was there -> $(echo "$out" | tail -1)"
+fi
 # Past a file-size limit: an error naming the file, not death by SIGXFSZ.
 out=$( (ulimit -f 64; timeout -k 5 60 "$cli" graph generate --scale 12 -o "$dir/big.dwg" -q) 2>&1); rc=$?
 if [ $rc -eq 0 ] || [ $rc -ge 124 ] || [[ "$out" != *"too large"* ]]; then

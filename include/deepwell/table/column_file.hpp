@@ -137,7 +137,9 @@ class column_file {
 // declares the columns, then writes each column's bytes for rows
 // [r, r + n) in any order (pwrite at the section's place; thread-safe for
 // disjoint ranges), then finish() writes statistics (computed from the
-// data written, when row_group_rows > 0) and syncs.
+// data written, when row_group_rows > 0) and syncs. The file is written as
+// path + ".partial" and renamed over `path` by finish(): a write that fails
+// (a full disk) leaves a file that was there as it was.
 class column_file_writer {
  public:
   struct column_spec {
@@ -157,8 +159,9 @@ class column_file_writer {
   void finish();
 
  private:
-  std::string path_;
+  std::string path_, tmp_;
   int fd_ = -1;
+  bool finished_ = false;
   uint64_t rows_, row_group_rows_, header_bytes_, sums_offset_ = 0, file_bytes_;
   std::vector<column_info> cols_;
   struct stats_state;  // per column, per row group: (min, max) of what was written

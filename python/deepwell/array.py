@@ -71,11 +71,21 @@ class _DType:
             name = "bfloat16"
         else:
             try:
-                name = np.dtype(dtype).name
-            except TypeError as e:
+                dt = np.dtype(dtype)
+            except (TypeError, ValueError) as e:
                 raise InvalidArgument(f"unknown dtype {dtype!r}") from e
-            if np.dtype(dtype).hasobject:  # pointers to Python objects, not data a file can hold
-                raise InvalidArgument(f"dtype {np.dtype(dtype)} holds Python objects: an array holds plain data")
+            if dt.hasobject:  # pointers to Python objects, not data a file can hold
+                raise InvalidArgument(f"dtype {dt} holds Python objects: an array holds plain data")
+            # Rows are read as this machine's numbers of one type: a big-endian file's bytes would be
+            # read as the wrong numbers (>f4 3.0 came back as 2.3e-41), a record or string type as
+            # something else.
+            if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
+                raise InvalidArgument(f"dtype {dt}: rows are of one number type (bool, int, uint, float or "
+                                      "complex); read records or strings as bytes (uint8) and view them")
+            if not dt.isnative and dt.itemsize > 1:
+                raise InvalidArgument(f"dtype {dt} is big-endian: rows are read in this machine's byte order "
+                                      f"({dt.newbyteorder('=')}); read them so and byteswap()")
+            name = dt.name
         self.name = name
         self.itemsize = 2 if name == "bfloat16" else np.dtype(name).itemsize
 
@@ -345,7 +355,10 @@ class Array(_lib.CallGuard):
     # ---- gathers ----
     def _index(self, idx) -> _interop.View:
         if isinstance(idx, (list, tuple, range)):
-            idx = np.asarray(idx, dtype=np.int64)
+            arr = np.asarray(idx)
+            if arr.size and arr.dtype.kind not in "iu":  # [True, False] as rows 1, 0; [1.7] as row 1
+                raise IndexError(f"row indices must be ints, not {arr.dtype} values")
+            idx = arr.astype(np.int64) if arr.size else np.zeros(0, np.int64)
         if isinstance(idx, np.ndarray) and idx.dtype.kind in "iu":
             idx = _native_indices(idx)
         v = _interop.view(idx)
@@ -454,6 +467,14 @@ class Array(_lib.CallGuard):
             if self.on_gpu and torch is not None:
                 r = torch.arange(start, stop, step, dtype=torch.int64, device=f"cuda:{self.device}")
             return r, False
+        if key is None or key is Ellipsis or isinstance(key, (float, complex, str, bytes)):
+            raise IndexError(f"a[{key!r}]: rows are indexed by an int, a slice or an array of ints")
+        if isinstance(key, (list, tuple, range)):
+            arr = np.asarray(key)
+            if arr.size and arr.dtype.kind not in "iu":
+                what = "booleans (masks are not taken: a[np.flatnonzero(mask)])" if arr.dtype.kind == "b" else \
+                    f"{arr.dtype} values"
+                raise IndexError(f"row indices must be ints, not {what}")
         return key, False
 
     def __getitem__(self, key):

@@ -98,6 +98,12 @@ class _Item:
             if a.dtype.byteorder == ">":
                 raise InvalidArgument(f"'{name}' is big-endian ({a.dtype.str}): its manifest could not say so; "
                                       "save it in this machine's order")
+            # What load can make again from the manifest: numbers of one type. Records, strings and
+            # raw bytes saved but could not be loaded (or loaded into another record of their size).
+            if a.dtype.kind not in "biufc" or a.dtype.fields is not None or a.dtype.subdtype is not None:
+                raise InvalidArgument(f"'{name}' has dtype {a.dtype}: a checkpoint holds arrays of one number "
+                                      "type (bool, int, uint, float, complex); save records or strings as uint8 "
+                                      "bytes (a.view(np.uint8))")
             self.kind = "numpy"
             self.dtype = a.dtype.name if a.dtype.names is None else a.dtype.str
             self.shape = tuple(int(s) for s in a.shape)

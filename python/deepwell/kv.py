@@ -100,7 +100,7 @@ class _Mem:
         self.ptr, self.nbytes, self.cuda, self.holder = ptr, nbytes, cuda, holder
 
 
-def _keys(keys) -> _Mem:
+def _keys(keys, refuse_above_max: bool = True) -> _Mem:
     torch = _torch()
     if torch is not None and isinstance(keys, torch.Tensor):
         t = keys.detach().reshape(-1)
@@ -124,6 +124,8 @@ def _keys(keys) -> _Mem:
     if a.dtype.kind == "i" and a.size and a.min() < 0:
         raise InvalidArgument("keys must not be negative (0 to 2**64 - 3)")
     a = np.ascontiguousarray(a.reshape(-1).astype(np.uint64, copy=False))
+    if refuse_above_max and a.size and int(a.max()) > MAX_KEY:  # before the batch: none of it is done
+        raise InvalidArgument(f"key {int(a.max())} is above 2**64 - 3 (deepwell.kv.MAX_KEY)")
     return _Mem(a.ctypes.data, a.nbytes, None, a)
 
 
@@ -262,7 +264,9 @@ class KVStore(_lib.Handle):
         more keys than ``max_batch`` as several, each atomic). Returns the
         counts (inserted, updated, full, bad_key, superseded, ...), and with
         return_status the per-key statuses too (OK, FULL, BAD_KEY)."""
-        k = _keys(keys)
+        # Keys past MAX_KEY: refused before the batch, unless the caller takes
+        # per-key statuses (then each is BAD_KEY and the others are stored).
+        k = _keys(keys, refuse_above_max=not return_status)
         n = k.nbytes // 8
         v = _values(values, n, self.value_bytes, k)
         on_dev = self._where(k)
@@ -296,6 +300,8 @@ class KVStore(_lib.Handle):
             contiguous = out.is_contiguous() if is_t else out.flags.c_contiguous
             if nbytes != n * self.value_bytes or not contiguous:
                 raise InvalidArgument(f"out must be a contiguous array of {n * self.value_bytes} bytes")
+            if not is_t and not out.flags.writeable:  # a view of bytes, say: filling it would change what is immutable
+                raise InvalidArgument("out is read-only")
             if (k.cuda is not None) != (is_t and out.is_cuda):
                 raise InvalidArgument("out must be on the keys' device")
         st = self._status(n, k)
@@ -328,21 +334,30 @@ class KVStore(_lib.Handle):
         are durable without it; it bounds the work of the next recovery)."""
         check(lib.dw_kv_checkpoint(self._handle()))
 
+    @staticmethod
+    def _one(key) -> np.ndarray:
+        """One key as a batch of one: an int from 0 to MAX_KEY (1.9 was key 1, "1" key 1)."""
+        if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
+            raise InvalidArgument(f"a key is an int from 0 to 2**64 - 3, not {key!r}")
+        if not 0 <= int(key) <= MAX_KEY:
+            raise InvalidArgument(f"key {int(key)} is not from 0 to 2**64 - 3 (deepwell.kv.MAX_KEY)")
+        return np.array([int(key)], np.uint64)
+
     def __contains__(self, key) -> bool:
-        _, found = self.get(np.array([key], np.uint64))
+        _, found = self.get(self._one(key))
         return bool(found[0])
 
     def __getitem__(self, key) -> np.ndarray:
-        v, found = self.get(np.array([key], np.uint64))
+        v, found = self.get(self._one(key))
         if not found[0]:
             raise KeyError(key)
         return v[0]
 
     def __setitem__(self, key, value) -> None:
-        self.set(np.array([key], np.uint64), np.asarray(value).reshape(1, -1))
+        self.set(self._one(key), np.asarray(value).reshape(1, -1))
 
     def __delitem__(self, key) -> None:
-        if not self.delete(np.array([key], np.uint64))[0]:
+        if not self.delete(self._one(key))[0]:
             raise KeyError(key)
 
 

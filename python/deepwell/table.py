@@ -184,17 +184,29 @@ def write(path, columns: dict, types: Optional[dict] = None, scales: Optional[di
     sums_crc = _crc32c(sums.tobytes())
     head = _HEADER.pack(MAGIC, VERSION, len(descs), rows, 0, header_bytes, file_bytes, sums_offset, sums_crc, 0)
     header_crc = _crc32c(desc_bytes, _crc32c(head))
-    with builtins_open(path, "wb") as f:
-        f.truncate(file_bytes)
-        for name, tname, arr, off in descs:
-            f.seek(off)
-            arr.tofile(f)
-        f.seek(sums_offset)
-        sums.tofile(f)
-        f.seek(0)
-        f.write(_HEADER.pack(MAGIC, VERSION, len(descs), rows, 0, header_bytes, file_bytes, sums_offset, sums_crc,
-                             header_crc))
-        f.write(desc_bytes)
+    # Written whole or not at all: a .partial file renamed over the path once synced.
+    tmp = os.fspath(path) + ".partial"
+    try:
+        with builtins_open(tmp, "wb") as f:
+            f.truncate(file_bytes)
+            for name, tname, arr, off in descs:
+                f.seek(off)
+                arr.tofile(f)
+            f.seek(sums_offset)
+            sums.tofile(f)
+            f.seek(0)
+            f.write(_HEADER.pack(MAGIC, VERSION, len(descs), rows, 0, header_bytes, file_bytes, sums_offset,
+                                 sums_crc, header_crc))
+            f.write(desc_bytes)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 _DECIMAL_DIGITS = {"decimal32": 9, "decimal64": 18}  # digits after the point the integer can hold

@@ -212,6 +212,11 @@ class VectorIndex(_lib.Handle):
         o.max_expansions, o.pages = _u32("max_expansions", max_expansions), PAGES[pages]
         o.entry_sample = _u32("entry_sample", entry_sample)
         k = o.k
+        # Before the results are allocated (k = 2**31 asked Python for 7.8 TiB).
+        if k > self.count:
+            raise InvalidArgument(f"vector search: k = {k} is larger than the index's {self.count} vectors")
+        if not k <= o.list <= 1024:
+            raise InvalidArgument(f"vector search: the list ({o.list}) must be >= k ({k}) and at most 1024")
         torch = _torch()
         on_device = torch is not None and isinstance(queries, torch.Tensor) and queries.is_cuda
         if on_device:

@@ -299,3 +299,48 @@ def test_missing_files_raise_file_not_found_as_deepwell_open_does(tmp_path):
                    lambda p: deepwell.open(p, dtype="uint8", device="cpu")):
         with pytest.raises(FileNotFoundError, match="absent"):
             opener(str(tmp_path / "absent"))
+
+
+def test_types_an_array_or_checkpoint_would_read_wrong_are_refused(tmp_path):
+    path = tmp_path / "f.f32"
+    np.arange(64, dtype=np.float32).tofile(path)
+    with pytest.raises(deepwell.InvalidArgument, match="big-endian"):
+        deepwell.open(str(path), dtype=">f4", device="cpu")  # read as this machine's floats: 3.0 was 2.3e-41
+    for dt in ("U4", "S4", "V8", "datetime64[s]", [("a", "<i4"), ("b", "<f4")]):
+        with pytest.raises(deepwell.InvalidArgument, match="one number type"):
+            deepwell.open(str(path), dtype=dt, device="cpu")
+    with deepwell.open(str(path), dtype="float32", device="cpu") as a:
+        for key in ([True, False, True], [1.7, 2.9]):  # rows 1, 0, 1 and rows 1, 2 before
+            with pytest.raises(IndexError, match="must be ints"):
+                a[key]
+        for key in (2.0, None, Ellipsis, "3"):
+            with pytest.raises(IndexError, match="rows are indexed by"):
+                a[key]
+        assert a[[1, 2]].tolist() == [1.0, 2.0]
+    # a checkpoint of what load could not make again
+    for arr in (np.zeros(3, "U4"), np.zeros(3, [("a", "<i4"), ("b", "<f8")]), np.zeros(3, "V12")):
+        with pytest.raises(deepwell.InvalidArgument, match="one number"):
+            deepwell.checkpoint.save({"x": arr}, str(tmp_path / "c.dwckpt"))
+
+
+def test_kv_keys_and_outputs_are_taken_as_given_or_refused(tmp_path):
+    with deepwell.kv.create(str(tmp_path / "k.kv"), value_bytes=8, capacity=100, device="cpu",
+                            cache_size="4MiB") as s:
+        s.set([1], np.arange(8, dtype=np.uint8).reshape(1, 8))
+        ro = np.frombuffer(bytes(8), dtype=np.uint8)
+        with pytest.raises(deepwell.InvalidArgument, match="read-only"):
+            s.get([1], out=ro)  # it had filled an immutable bytes object
+        for key in (1.9, "1", True):  # 1.9 and "1" were key 1
+            with pytest.raises(deepwell.InvalidArgument, match="a key is an int"):
+                s[key]
+        with pytest.raises(deepwell.InvalidArgument, match="above 2\\*\\*64 - 3"):
+            s.set(np.array([2 ** 64 - 1], np.uint64), np.zeros((1, 8), np.uint8))  # counted, not refused, before
+        assert s[1].tolist() == list(range(8)) and 1 in s
+
+
+def test_a_vector_search_checks_k_before_it_allocates(tmp_path):
+    rows = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
+    deepwell.vectors.build(rows, str(tmp_path / "v.dwv"))
+    with deepwell.vectors.open(str(tmp_path / "v.dwv"), device="cpu") as ix:
+        with pytest.raises(deepwell.InvalidArgument, match="larger than the index"):
+            ix.search(rows[:2], k=2 ** 31)  # a MemoryError of 7.8 TiB before

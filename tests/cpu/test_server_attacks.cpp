@@ -356,8 +356,16 @@ TEST_F(Attack, ConnectAndAbandonCyclesLeaveNothingBehind) {
       << mapped_memfd_bytes() << " (started at " << mapped0 << ")";
   EXPECT_EQ(srv->ctl().client_account_count(), 0u) << "the accounts of clients that left are forgotten";
 #if !defined(__SANITIZE_THREAD__)  // its allocator keeps what was freed, and its shadow grows
-  EXPECT_LE(double(rss_bytes()), double(rss0) * 1.01 + (1 << 20))
-      << "RSS " << rss_bytes() << " against " << rss0 << " before " << cycles << " cycles";
+  // A leak grows with the cycles: as much again over a second round. The
+  // allocator's own settling (an arena or a page table grown once, seen
+  // as 1.3 MB on a loaded CI machine) does not come back.
+  const uint64_t rss1 = rss_bytes();
+  EXPECT_LE(double(rss1), double(rss0) * 1.01 + (4 << 20)) << "RSS " << rss1 << " against " << rss0 << " before "
+                                                             << cycles << " cycles";
+  for (int i = 0; i < cycles; ++i) one_cycle(i);
+  EXPECT_TRUE(eventually([&] { return srv->client_count() == 0; }));
+  EXPECT_LE(double(rss_bytes()), double(rss1) * 1.01 + (1 << 20))
+      << "RSS " << rss_bytes() << " against " << rss1 << " before a second round of " << cycles << " cycles";
 #endif
   // And the server still serves.
   auto link = server_link::connect(sock, "after");

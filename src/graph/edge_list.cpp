@@ -157,8 +157,11 @@ edge_list read_edge_list(const std::string& path, text_format f, progress* p) {
       break;
     }
     e.nodes = std::max(rows, cols);
-    e.src.reserve(nnz);
-    e.dst.reserve(nnz);
+    // Room for the entries the file can hold (4 bytes a line at least),
+    // not for what its size line claims (99999999999999 was bad_alloc).
+    const uint64_t fits = size ? size / 4 + 1 : nnz;
+    e.src.reserve(std::min(nnz, fits));
+    e.dst.reserve(std::min(nnz, fits));
     while (next()) {
       if (buf[0] == '%') continue;
       const parse_error_at el(path, lineno);

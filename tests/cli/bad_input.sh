@@ -151,6 +151,9 @@ expect "is the input file too" grep "$dir/tree" --cpu --dict "$dir/words" --out-
 expect "is not a file name" grep "$dir/tree" --cpu --dict "$dir/words" --out ../x/y.out
 expect "at most 4096 threads" grep "$dir/tree" --cpu --dict "$dir/words" --out-dir "$dir" --workers 100000
 grep -q hello "$dir/tree/a.txt" && grep -q world "$dir/words" || { echo "FAIL: grep emptied an input"; failed=1; }
+# A Matrix Market size line claiming far more entries than the file holds.
+printf '%%%%MatrixMarket matrix coordinate pattern general\n3 3 99999999999999\n1 2\n2 3\n' > "$dir/m.mtx"
+expect "the size line says 99999999999999" graph convert "$dir/m.mtx" -o "$dir/m.dwg" -q
 # A stray huge node id: the memory it would take, named (not bad_alloc).
 printf '0 1\n1 1000000000000000\n' > "$dir/huge.txt"
 expect "renumber the ids densely" graph convert "$dir/huge.txt" -o "$dir/huge.dwg" -q

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "controller/poller.hpp"
+#include "deepwell/common/detail/staging_copy.hpp"
 #include "deepwell/common/error.hpp"
 #include "deepwell/common/thread_times.hpp"
 #include "deepwell/protocol/shared_atomic.hpp"
@@ -51,6 +52,9 @@ controller::controller(controller_config cfg)
       slots_(std::make_unique<std::atomic<ns_entry*>[]>(max_namespaces)),
       owned_(std::make_unique<std::unique_ptr<ns_entry>[]>(max_namespaces)) {
   if (cfg_.pollers == 0) throw error("controller needs at least one poller thread (pollers = 0)");
+  // Settings the pollers read: a bad one named here, in the caller's
+  // thread, not thrown on a poller (which fails every queue: "controller lost").
+  (void)detail::default_staging_stores();
   if (cfg_.pollers > 256) throw error("controller pollers " + std::to_string(cfg_.pollers) + ": at most 256");
   if (cfg_.latency_target != 0 && !(cfg_.latency_target >= 1 && cfg_.latency_target <= 1000))
     throw error("latency_target must be 0 (off) or a factor from 1 to 1000, not " + std::to_string(cfg_.latency_target));

@@ -154,6 +154,9 @@ grep -q hello "$dir/tree/a.txt" && grep -q world "$dir/words" || { echo "FAIL: g
 # A Matrix Market size line claiming far more entries than the file holds.
 printf '%%%%MatrixMarket matrix coordinate pattern general\n3 3 99999999999999\n1 2\n2 3\n' > "$dir/m.mtx"
 expect "the size line says 99999999999999" graph convert "$dir/m.mtx" -o "$dir/m.dwg" -q
+# A setting the pollers read, named (it was "controller lost").
+"$cli" kv create "$dir/e.kv" --capacity 100 >/dev/null 2>&1
+with_env=DEEPWELL_STAGING_STORES=x expect "DEEPWELL_STAGING_STORES=x is not one of" kv get "$dir/e.kv" 1
 # A stray huge node id: the memory it would take, named (not bad_alloc).
 printf '0 1\n1 1000000000000000\n' > "$dir/huge.txt"
 expect "renumber the ids densely" graph convert "$dir/huge.txt" -o "$dir/huge.dwg" -q

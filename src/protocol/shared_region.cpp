@@ -31,7 +31,13 @@ shared_region shared_region::create(size_t bytes, const std::string& name, bool 
   // A memfd's inode is created 0777: anyone given a descriptor could
   // reopen it read-write through /proc. Only its owner may.
   if (fchmod(r.fd_, 0600) != 0) throw error(errno_message("fchmod memfd " + name, errno));
-  if (ftruncate(r.fd_, off_t(r.size_)) != 0) throw error(errno_message("ftruncate memfd " + name, errno));
+  if (ftruncate(r.fd_, off_t(r.size_)) != 0) {
+    const int e = errno;
+    // The file-size limit applies to memory files too: say so, not only
+    // an internal name's "File too large".
+    throw error(errno_message("shared memory of " + std::to_string(r.size_) + " bytes (" + name + ")", e) +
+                (e == EFBIG ? ": past this process's file-size limit (ulimit -f), which memory files obey too" : ""));
+  }
   // Sealed: nobody can shrink (SIGBUS for the others) or regrow it.
   if (fcntl(r.fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)
     throw error(errno_message("sealing memfd " + name, errno));

@@ -133,9 +133,11 @@ int grep_command::run() {
                 too_long ? (", " + std::to_string(too_long) + " paths too long, skipped").c_str() : "");
     int rc = 0;
     if (r.counters.failed) {
-      std::fprintf(stderr, "grep: %llu file operations failed (the last: %s, errno %d: %s)\n",
-                   (unsigned long long)r.counters.failed, grep_call_name(r.counters.last_call), r.counters.last_err,
-                   std::strerror(r.counters.last_err));
+      const unsigned long long at = r.counters.last_path;
+      const std::string which = at == 0 ? out_dir + "/" + out_name : at <= files.size() ? root + "/" + files[at - 1] : "?";
+      std::fprintf(stderr, "grep: %llu file operations failed (the last: %s of %s, errno %d: %s)\n",
+                   (unsigned long long)r.counters.failed, grep_call_name(r.counters.last_call), which.c_str(),
+                   r.counters.last_err, std::strerror(r.counters.last_err));
       rc = 1;
     }
     bool same = true;

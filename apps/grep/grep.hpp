@@ -116,6 +116,7 @@ struct grep_counters {
   unsigned long long files, bytes, matches, lines, failed;
   int last_err;   // the errno of the last failure
   int last_call;  // and its call (grep_call)
+  unsigned long long last_path;  // and its file: index in the file list + 1 (0: the output)
   // Where the workers' time went, summed over workers (nanoseconds), by
   // grep_phase: gopen, gread, counting words, gclose, writing lines out,
   // gprefetch, and making a file's lines.
@@ -154,11 +155,13 @@ struct grep_job {
 namespace detail {
 
 template <class Warp>
-DW_HD void grep_fail(const Warp& w, unsigned mask, const grep_job& j, int err, grep_call call) {
+DW_HD void grep_fail(const Warp& w, unsigned mask, const grep_job& j, int err, grep_call call,
+                     unsigned long long path = ~0ull) {
   if (w.lane() == lowest_lane(mask)) {
     client_atomic<unsigned long long>(j.counters->failed).fetch_add(1, memory_order_relaxed);
     client_atomic<int>(j.counters->last_err).store(err, memory_order_relaxed);
     client_atomic<int>(j.counters->last_call).store(int(call), memory_order_relaxed);
+    client_atomic<unsigned long long>(j.counters->last_path).store(path + 1, memory_order_relaxed);
   }
 }
 
@@ -344,7 +347,7 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
     const gfile f = j.in.gopen(w, path, g_rdonly);
     lap(grep_in_open);
     if (!f.ok()) {
-      detail::grep_fail(w, mask, j, f.err, grep_call::open);
+      detail::grep_fail(w, mask, j, f.err, grep_call::open, p);
       continue;
     }
     uint64_t size = 0;
@@ -401,7 +404,7 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
       const int64_t n = j.in.gread(w, f, from, s.chunk, (off - from) + grep_chunk + tail);
       lap(grep_in_read);
       if (n < 0) {
-        detail::grep_fail(w, mask, j, int(-n), grep_call::read);
+        detail::grep_fail(w, mask, j, int(-n), grep_call::read, p);
         break;
       }
       w.sync(mask);  // every lane reads bytes other lanes copied
@@ -427,7 +430,7 @@ DW_HD void grep_worker(const Warp& w, const grep_job& j, uint32_t worker) {
     lap(grep_in_write);
     const int c = j.in.gclose(w, f);
     lap(grep_in_close);
-    if (c) detail::grep_fail(w, mask, j, -c, grep_call::close);
+    if (c) detail::grep_fail(w, mask, j, -c, grep_call::close, p);
     if (leader) {
       if (kind == 1) {  // a file is counted once, by its opener
         client_atomic<unsigned long long>(j.counters->files).fetch_add(1, memory_order_relaxed);

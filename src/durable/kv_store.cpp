@@ -674,10 +674,23 @@ kv_store kv_store::create_file(std::shared_ptr<page_cache> cache, const std::str
   const uint64_t bytes = bytes_needed(cfg);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw kv_io_error("kv store file " + path + ": cannot create it: " + std::strerror(errno));
-  const bool sized = ::ftruncate(fd, off_t(bytes)) == 0 && ::fsync(fd) == 0;
-  const int err = errno;
+  // Its blocks reserved now (they read as zeros, as a sparse file's): a
+  // disk without room for the store says so here, not at a later batch or
+  // checkpoint. File systems that cannot reserve keep the sparse file.
+  int err = 0;
+  if (::ftruncate(fd, off_t(bytes)) != 0)
+    err = errno;
+  else if (::fallocate(fd, 0, 0, off_t(bytes)) != 0 && errno != EOPNOTSUPP && errno != ENOSYS)
+    err = errno;
+  else if (::fsync(fd) != 0)
+    err = errno;
+  const bool sized = err == 0;
   ::close(fd);
-  if (!sized) throw kv_io_error("kv store file " + path + ": cannot size it to " + std::to_string(bytes) + " bytes: " + std::strerror(err));
+  if (!sized) {
+    ::unlink(path.c_str());  // this call made it (or replaced it: --force)
+    throw kv_io_error("kv store file " + path + ": cannot reserve its " + std::to_string(bytes) + " bytes: " +
+                      std::strerror(err) + (err == ENOSPC ? " (the disk has no room for the store)" : ""));
+  }
   {  // the new directory entry, durable
     const size_t slash = path.rfind('/');
     const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);

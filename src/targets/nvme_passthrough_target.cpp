@@ -189,7 +189,7 @@ class nvme_target final : public target {
     st.fixed_ok = false;
     if (st.ring->in_flight() != 0) return;
     st.generation = reg.generation;
-    st.fixed_ok = reg.n != 0 && st.ring->register_buffers(reg.iov, reg.n);
+    st.fixed_ok = reg.n != 0 && st.ring->register_buffers(reg.iov, reg.n, ns_.max_transfer);
     if (!st.fixed_ok) st.ring->unregister_buffers();
   }
 

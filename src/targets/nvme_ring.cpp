@@ -4,6 +4,7 @@
 #include <linux/nvme_ioctl.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -65,18 +66,48 @@ nvme_ring::~nvme_ring() {
 
 int nvme_ring::registered_index(const void* buf, uint32_t len) const {
   const auto* p = static_cast<const uint8_t*>(buf);
-  for (size_t i = 0; i < buffers_.size(); ++i) {
-    const auto* b = static_cast<const uint8_t*>(buffers_[i].iov_base);
-    if (p >= b && p + len <= b + buffers_[i].iov_len) return int(i);
+  for (const region& r : regions_) {
+    if (p < r.base || p + len > r.base + r.bytes) continue;
+    // The piece starting at or before buf, else the one before it (they
+    // overlap by half).
+    const uint64_t k = std::min<uint64_t>(uint64_t(p - r.base) / stride_, r.pieces - 1);
+    for (const uint64_t j : {k, k ? k - 1 : k}) {
+      const iovec& v = buffers_[r.first + j];
+      const auto* b = static_cast<const uint8_t*>(v.iov_base);
+      if (p >= b && p + len <= b + v.iov_len) return int(r.first + j);
+    }
+    return -1;
   }
   return -1;
 }
 
-bool nvme_ring::register_buffers(const iovec* iov, unsigned n) {
+bool nvme_ring::register_buffers(const iovec* iov, unsigned n, uint64_t piece) {
   unregister_buffers();
   if (n == 0 || in_kernel_ != 0) return false;
-  if (io_uring_register_buffers(&ring_, iov, n) < 0) return false;  // ENOMEM (RLIMIT_MEMLOCK), ...
-  buffers_.assign(iov, iov + n);
+  constexpr uint64_t page = 4096, max_buffers = 1u << 14;  // IORING_MAX_REG_BUFFERS
+  piece = std::max<uint64_t>(piece / page * page, 2 * page);
+  for (;; piece *= 2) {  // pieces past the kernel's count: longer ones (then refused, as before)
+    uint64_t count = 0;
+    for (unsigned i = 0; i < n; ++i) count += iov[i].iov_len <= piece ? 1 : (iov[i].iov_len - piece + piece / 2 - 1) / (piece / 2) + 1;
+    if (count <= max_buffers) break;
+  }
+  piece_ = piece;
+  stride_ = piece / 2;
+  std::vector<iovec> pieces;
+  std::vector<region> regions;
+  for (unsigned i = 0; i < n; ++i) {
+    region r{static_cast<const uint8_t*>(iov[i].iov_base), iov[i].iov_len, uint32_t(pieces.size()), 0};
+    for (uint64_t off = 0;; off += stride_) {
+      const uint64_t len = std::min<uint64_t>(piece, r.bytes - off);
+      pieces.push_back({static_cast<uint8_t*>(iov[i].iov_base) + off, size_t(len)});
+      ++r.pieces;
+      if (off + len >= r.bytes) break;
+    }
+    regions.push_back(r);
+  }
+  if (io_uring_register_buffers(&ring_, pieces.data(), unsigned(pieces.size())) < 0) return false;  // ENOMEM, ...
+  buffers_ = std::move(pieces);
+  regions_ = std::move(regions);
   return true;
 }
 
@@ -84,6 +115,7 @@ void nvme_ring::unregister_buffers() {
   if (buffers_.empty()) return;
   io_uring_unregister_buffers(&ring_);
   buffers_.clear();
+  regions_.clear();
 }
 
 bool nvme_ring::try_prepare(record* r) {

@@ -63,11 +63,16 @@ class nvme_ring {
   bool iopoll() const { return iopoll_; }
 
   // Registers `iov` as fixed buffers (only with nothing in flight: a
-  // command in the kernel may be using the old ones). False when the kernel
-  // refuses (RLIMIT_MEMLOCK); commands then go with plain buffers.
-  bool register_buffers(const iovec* iov, unsigned n);
+  // command in the kernel may be using the old ones), in pieces of at most
+  // `piece` bytes that overlap by half (a command of up to piece / 2 bytes
+  // lies whole in one): Linux 6.1 counts every page from a command's
+  // buffer to the end of its registration as a segment of the command and
+  // refuses (EINVAL) past the device's max_segments, so a registration must
+  // be no longer than a command may be. False when the kernel refuses
+  // (RLIMIT_MEMLOCK); commands then go with plain buffers.
+  bool register_buffers(const iovec* iov, unsigned n, uint64_t piece);
   void unregister_buffers();
-  // The registered buffer holding [buf, buf + len), or -1.
+  // The registered piece holding [buf, buf + len), or -1.
   int registered_index(const void* buf, uint32_t len) const;
 
   // Sends one command and waits for it (reaping) up to timeout_ns; the
@@ -91,7 +96,15 @@ class nvme_ring {
   unsigned cq_capacity_ = 0;
   unsigned in_kernel_ = 0;  // prepared, CQE not reaped
   unsigned in_flight_ = 0;  // sent and not reaped, in the kernel or waiting for room
-  std::vector<iovec> buffers_;
+  struct region {
+    const uint8_t* base;
+    uint64_t bytes;
+    uint32_t first;  // its first piece's index
+    uint32_t pieces;
+  };
+  std::vector<region> regions_;  // what was asked, for lookups
+  std::vector<iovec> buffers_;   // the pieces registered
+  uint64_t piece_ = 0, stride_ = 0;
   uint64_t fixed_sent_ = 0, plain_sent_ = 0;
   op_pool<record> pool_;
   op_fifo<record> waiting_;  // no room in the SQ or CQ yet

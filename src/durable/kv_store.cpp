@@ -654,6 +654,9 @@ namespace {
 // taken before a create truncates anything.
 detail::unique_fd own_store_file(const std::string& path, bool create) {
   detail::unique_fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | (create ? O_CREAT : 0), 0644));
+  if (fd.get() < 0 && (errno == EACCES || errno == EROFS) && ::access(path.c_str(), F_OK) == 0)
+    throw kv_io_error("kv store file " + path + ": " + std::strerror(errno) +
+                      ": a store is opened for writing, even to read it (opening recovers it from its log)");
   if (fd.get() < 0) return fd;  // the open that follows names the problem
   if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK)

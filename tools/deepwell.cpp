@@ -72,6 +72,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   CLI11_PARSE(app, argc, argv);
+  // Every DEEPWELL_* setting checked before a command runs: a bad one is
+  // named here, whichever command would have read it (DEEPWELL_LOG=loud was
+  // ignored, and a kv command never read DEEPWELL_PAGE_SIZE=1000).
+  if (!settings->parsed()) {
+    try {
+      (void)defaults::knobs();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "deepwell: %s\n", e.what());
+      return 2;
+    }
+  }
   std::optional<int> rc;
   std::apply([&](auto&... c) { ((!rc && c.parsed() ? void(rc = c.run()) : void()), ...); }, commands);
   if (rc) return *rc;

@@ -86,7 +86,11 @@ uint32_t poller_max_sleep_us() {
 }
 uint32_t poller_batch() { return uint32_t(env_number("DEEPWELL_POLLER_BATCH", builtin::poller_batch, 0, 65536)); }
 uint32_t pass_commands() { return uint32_t(env_number("DEEPWELL_PASS_COMMANDS", builtin::pass_commands, 0, 65536)); }
-uint32_t page_size() { return uint32_t(env_number("DEEPWELL_PAGE_SIZE", builtin::page_size, 512, 65536, true)); }
+uint32_t page_size() {
+  const uint64_t p = env_number("DEEPWELL_PAGE_SIZE", builtin::page_size, 512, 65536, true);
+  if ((p & (p - 1)) != 0) refuse("DEEPWELL_PAGE_SIZE", env("DEEPWELL_PAGE_SIZE"), "a power of two from 512 to 65536 bytes");
+  return uint32_t(p);
+}
 uint64_t cache_bytes() { return env_number("DEEPWELL_CACHE_BYTES", builtin::cache_bytes, 512, 1ull << 50, true); }
 uint32_t gpu_queue_pairs() {
   return uint32_t(env_number("DEEPWELL_GPU_QUEUE_PAIRS", builtin::gpu_queue_pairs, 1, 65535));

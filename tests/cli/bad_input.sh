@@ -154,6 +154,10 @@ grep -q hello "$dir/tree/a.txt" && grep -q world "$dir/words" || { echo "FAIL: g
 # A Matrix Market size line claiming far more entries than the file holds.
 printf '%%%%MatrixMarket matrix coordinate pattern general\n3 3 99999999999999\n1 2\n2 3\n' > "$dir/m.mtx"
 expect "the size line says 99999999999999" graph convert "$dir/m.mtx" -o "$dir/m.dwg" -q
+# Every DEEPWELL_* setting checked before any command runs (a kv command
+# never read DEEPWELL_PAGE_SIZE, and DEEPWELL_LOG=loud was ignored).
+with_env=DEEPWELL_LOG=loud expect "DEEPWELL_LOG=loud is not one of" graph info "$dir/g.dwg"
+with_env=DEEPWELL_PAGE_SIZE=1000 expect "DEEPWELL_PAGE_SIZE=1000 is not a power of two" graph info "$dir/g.dwg"
 # A setting the pollers read, named (it was "controller lost").
 "$cli" kv create "$dir/e.kv" --capacity 100 >/dev/null 2>&1
 with_env=DEEPWELL_STAGING_STORES=x expect "DEEPWELL_STAGING_STORES=x is not one of" kv get "$dir/e.kv" 1

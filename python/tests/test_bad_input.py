@@ -344,3 +344,7 @@ def test_a_vector_search_checks_k_before_it_allocates(tmp_path):
     with deepwell.vectors.open(str(tmp_path / "v.dwv"), device="cpu") as ix:
         with pytest.raises(deepwell.InvalidArgument, match="larger than the index"):
             ix.search(rows[:2], k=2 ** 31)  # a MemoryError of 7.8 TiB before
+        with pytest.raises(deepwell.InvalidArgument, match="overflow float32"):
+            ix.search(rows[:2] * np.float32(1e30), k=5)  # every distance inf: the same ids for every query
+    with pytest.raises(deepwell.InvalidArgument, match="overflow float32"):
+        deepwell.vectors.build(np.full((50, 8), 1e38, np.float32), str(tmp_path / "big.dwv"))

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -27,16 +28,37 @@ void row_as_float(const vector_set& s, uint64_t i, float* out) {
   for (uint32_t d = 0; d < s.dim; ++d) out[d] = element(r, d, s.type);
 }
 
+namespace {
+
+void check_row(const float* row, uint32_t dim, uint64_t i, const std::string& what, const char* noun) {
+  double length = 0;
+  for (uint32_t d = 0; d < dim; ++d) {
+    if (!std::isfinite(row[d]))
+      throw error(what + ": " + noun + " " + std::to_string(i) + " holds a NaN or an infinity (dimension " +
+                  std::to_string(d) + ")");
+    length += double(row[d]) * double(row[d]);
+  }
+  if (length > max_squared_length) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.3g", length);
+    throw error(what + ": " + noun + " " + std::to_string(i) + " has a squared length of " + text +
+                ": distances between vectors this long overflow float32 (at most 8.5e37); scale the vectors down");
+  }
+}
+
+}  // namespace
+
 void check_finite(const vector_set& s, const std::string& what) {
-  if (s.type == vector_type::u8) return;
+  if (s.type == vector_type::u8) return;  // 255^2 x dim: far below the bound
   std::vector<float> row(s.dim);
   for (uint64_t i = 0; i < s.count; ++i) {
     row_as_float(s, i, row.data());
-    for (uint32_t d = 0; d < s.dim; ++d)
-      if (!std::isfinite(row[d]))
-        throw error(what + ": row " + std::to_string(i) + " holds a NaN or an infinity (dimension " +
-                    std::to_string(d) + ")");
+    check_row(row.data(), s.dim, i, what, "row");
   }
+}
+
+void check_finite_rows(const float* rows, uint64_t n, uint32_t dim, const std::string& what) {
+  for (uint64_t i = 0; i < n; ++i) check_row(rows + i * dim, dim, i, what, "query");
 }
 
 vector_type type_from_name(const std::string& path) {

@@ -11,6 +11,7 @@
 
 #include "deepwell/common/detail/parallel.hpp"
 #include "deepwell/common/error.hpp"
+#include "deepwell/vectors/data.hpp"
 #include "deepwell/vectors/distance.hpp"
 #include "deepwell/vectors/search.hpp"
 
@@ -48,9 +49,7 @@ search_counts search_cpu(const index_view& v, const float* queries, uint64_t nq,
   const index_header& h = v.h;
   check_search_options(h, o);
   if (nq && !queries) throw error("vector search: the queries are a null pointer");
-  for (uint64_t i = 0; i < nq * h.dim; ++i)
-    if (!std::isfinite(queries[i]))
-      throw error("vector search: query " + std::to_string(i / h.dim) + " holds a NaN or an infinity");
+  check_finite_rows(queries, nq, h.dim, "vector search");
   const uint32_t cap = search_cap(o);
   std::vector<uint32_t> sample(entry_sample_size(h, o));  // the same nodes for every query
   for (uint32_t j = 0; j < sample.size(); ++j) sample[j] = entry_sample_node(h, uint32_t(sample.size()), j);

@@ -8,6 +8,7 @@
 
 #include "deepwell/cache/gpu_launch.hpp"
 #include "deepwell/common/error.hpp"
+#include "deepwell/vectors/data.hpp"
 #include "deepwell/vectors/distance.hpp"
 #include "deepwell/vectors/gpu_search.hpp"
 #include "vectors/warp_lists.cuh"
@@ -285,9 +286,7 @@ search_counts gpu_search::search(const float* queries, uint64_t nq, const search
   check_search_options(h, o);
   if (nq == 0) return {};
   if (!queries || !ids || !distances) throw error("vector search: a null pointer among the queries and results");
-  for (uint64_t i = 0; i < nq * h.dim; ++i)
-    if (!std::isfinite(queries[i]))
-      throw error("vector search: query " + std::to_string(i / h.dim) + " holds a NaN or an infinity");
+  check_finite_rows(queries, nq, h.dim, "vector search");
   device_buffer<float> q, d;
   device_buffer<uint32_t> r;
   q.reset(nq * h.dim);

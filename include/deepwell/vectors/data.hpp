@@ -23,8 +23,14 @@ struct vector_set {
 
 // Row i as float32 (dim values to `out`).
 void row_as_float(const vector_set& s, uint64_t i, float* out);
-// Throws naming the first row with a NaN or an infinity (float types).
+// Throws naming the first row with a NaN or an infinity (float types), or
+// so long that distances between such rows overflow float32 (a squared
+// length past max_squared_length: every distance came out infinite, every
+// query the same answer).
 void check_finite(const vector_set& s, const std::string& what);
+// The same for `n` float32 rows of `dim` values (queries).
+void check_finite_rows(const float* rows, uint64_t n, uint32_t dim, const std::string& what);
+inline constexpr double max_squared_length = 3.4e38 / 4;  // (|a| + |b|)^2 <= 4 max |x|^2 within FLT_MAX
 
 // A .bin file (uint32 count, uint32 dim, then the rows), mapped read-only.
 // The element type is not in the file: the caller says it (or the name's

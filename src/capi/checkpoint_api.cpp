@@ -162,6 +162,20 @@ int dw_checkpoint_open(const dw_checkpoint_options* op, const dw_checkpoint_tens
         }
         if (S_ISREG(st.st_mode) && uint64_t(st.st_size) < bytes && ::truncate(o.path, off_t(bytes)) != 0)
           throw api_error(DW_EIO, errno_message(std::string("growing ") + o.path, errno));
+        // Its blocks reserved now, as a kv store's: a disk without room for
+        // the store says so here, not in the middle of a save. File systems
+        // that cannot reserve keep the sparse file.
+        if (S_ISREG(st.st_mode)) {
+          const int fd = ::open(o.path, O_WRONLY | O_CLOEXEC);
+          const int r = fd >= 0 ? ::fallocate(fd, 0, 0, off_t(bytes)) : -1;
+          const int err = fd < 0 || r == 0 ? 0 : errno;
+          if (fd >= 0) ::close(fd);
+          if (err && err != EOPNOTSUPP && err != ENOSYS)
+            throw api_error(DW_EIO, errno_message(std::string("reserving the ") + std::to_string(bytes) +
+                                                      " bytes of checkpoint store " + o.path,
+                                                  err) +
+                                        (err == ENOSPC ? " (the disk has no room for the store)" : ""));
+        }
       } else {
         refuse_empty_file(o.path);
       }

@@ -32,6 +32,9 @@ PAGES = {
     "dw_parse_size": ("Parses a size written as text (`4096`, `512K`, `64MiB`, `1.5GiB`, `1TiB`: powers of 1024, "
                       "any case) into `*bytes`, by the one rule the command line, the environment and the "
                       "server's TOML use (docs/settings.md).", [], ["dw_array_options_init"]),
+    "dw_check_settings": ("Checks every `DEEPWELL_*` setting in the environment (docs/settings.md), whichever call "
+                          "would read it: the first bad one is named (`DEEPWELL_LOG=loud is not one of quiet, warn "
+                          "or info`). The Python package calls it when it is imported.", [], ["dw_parse_size"]),
     "dw_last_error": ("The message of the last failed call on this thread, naming the problem (the file, the "
                       "field, the index). Valid until the thread's next call into the library.", None, []),
     "dw_cuda_device_count": ("Stores the number of CUDA devices in `*count`.", ["DW_ENOCUDA"], ["dw_array_open"]),

@@ -141,6 +141,7 @@ def _load() -> ctypes.CDLL:
         "dw_last_error": ([], c_str),
         "dw_array_options_init": ([ptr(ArrayOptions)], None),
         "dw_parse_size": [c_str, ptr(u64)],
+        "dw_check_settings": [],
         "dw_cuda_device_count": [ptr(i32)],
         "dw_array_open": [ptr(ArrayOptions), ptr(P)],
         "dw_array_info_get": [P, ptr(Info)],
@@ -165,6 +166,11 @@ def check(rc: int) -> None:
     if rc != OK:
         message = lib.dw_last_error().decode(errors="replace")
         raise _ERRORS.get(rc, Error)(message)
+
+
+# Every DEEPWELL_* setting checked once, at import: a bad one is named now, not ignored by the calls that
+# never read it (DEEPWELL_LOG=loud was), as the command line checks them before a command runs.
+check(lib.dw_check_settings())
 
 
 def closed_at_exit(who: str) -> weakref.WeakSet:

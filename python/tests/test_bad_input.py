@@ -348,3 +348,10 @@ def test_a_vector_search_checks_k_before_it_allocates(tmp_path):
             ix.search(rows[:2] * np.float32(1e30), k=5)  # every distance inf: the same ids for every query
     with pytest.raises(deepwell.InvalidArgument, match="overflow float32"):
         deepwell.vectors.build(np.full((50, 8), 1e38, np.float32), str(tmp_path / "big.dwv"))
+
+
+def test_a_bad_setting_is_named_at_import():
+    # DEEPWELL_LOG=loud was ignored; the command line and the package check every setting up front.
+    env = dict(os.environ, DEEPWELL_LOG="loud")
+    r = subprocess.run([sys.executable, "-c", "import deepwell"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "DEEPWELL_LOG=loud is not one of" in r.stderr, r.stderr[-500:]

@@ -283,6 +283,16 @@ int dw_parse_size(const char* text, uint64_t* bytes) {
   });
 }
 
+int dw_check_settings(void) {
+  return guarded([&] {
+    try {
+      (void)defaults::knobs();  // throws naming a bad variable
+    } catch (const error& e) {
+      throw api_error(DW_EINVAL, e.what());
+    }
+  });
+}
+
 int dw_set_server(const char* socket) {
   return guarded([&] {
     capi::set_server(socket);

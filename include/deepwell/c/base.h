@@ -74,6 +74,9 @@ DW_API int dw_abi_version(void);
  * the environment and the server's TOML (include/deepwell/common/size_text.hpp).
  * DW_EINVAL naming the text when it is not a size. */
 DW_API int dw_parse_size(const char* text, uint64_t* bytes);
+/* Checks every DEEPWELL_* setting of the environment (docs/settings.md):
+ * DW_EINVAL naming the first bad one, whichever call would have read it. */
+DW_API int dw_check_settings(void);
 DW_API const char* dw_last_error(void);
 /* Number of CUDA devices; DW_ENOCUDA (with the reason) when there is no driver. */
 DW_API int dw_cuda_device_count(int32_t* count);

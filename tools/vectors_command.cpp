@@ -15,7 +15,6 @@
 #include "deepwell/vectors.hpp"
 #include "gpu_probe.hpp"
 #include "json_lines.hpp"
-#include "replaced_output.hpp"
 #include "size_arg.hpp"
 #include "vectors_gpu.hpp"
 
@@ -53,11 +52,11 @@ std::vector<float> read_queries(const std::string& path, const std::string& type
 // DiskANN's truth-set layout: uint32 queries, uint32 k, ids, then distances.
 void write_truth(const std::string& path, uint64_t nq, uint32_t k, const std::vector<uint32_t>& ids,
                  const std::vector<float>& d) {
-  replaced_output out(path);  // not a device or FIFO; a failed write leaves what was there
+  replacing_file out(path, ".partial");  // not a device or FIFO; a failed write leaves what was there
   const uint32_t head[2] = {uint32_t(nq), k};
-  out.write(head, 8);
-  out.write(ids.data(), ids.size() * 4);
-  out.write(d.data(), d.size() * 4);
+  out.write(head, 8, 0);
+  out.write(ids.data(), ids.size() * 4, 8);
+  out.write(d.data(), d.size() * 4, 8 + ids.size() * 4);
   out.commit();
 }
 std::vector<uint32_t> read_truth(const std::string& path, uint64_t nq, uint32_t& k) {
@@ -88,13 +87,15 @@ int gen(const vectors_command& v) {
   mixture_options o = v.mix;
   o.type = parse_type(v.type, v.out);
   if (o.count == 0 || o.count >= 0xFFFFFFFFull) throw error("--count: 1 to 2^32 - 2 vectors");
-  replaced_output out(v.out);  // not a device or FIFO; a failed write leaves what was there
+  replacing_file out(v.out, ".partial");  // not a device or FIFO; a failed write leaves what was there
   const uint32_t head[2] = {uint32_t(o.count), o.dim};
-  out.write(head, 8);
+  out.write(head, 8, 0);
+  uint64_t at = 8;
   for (uint64_t first = 0; first < o.count; first += 1 << 20) {
     const uint64_t n = std::min<uint64_t>(1 << 20, o.count - first);
     const std::vector<uint8_t> rows = generate_mixture(o, first, n);
-    out.write(rows.data(), rows.size());
+    out.write(rows.data(), rows.size(), at);
+    at += rows.size();
   }
   out.commit();
   std::printf("%s: %llu x %u %s vectors, %u clusters, seed %llu, stream %u\n", v.out.c_str(),

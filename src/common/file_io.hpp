@@ -50,36 +50,6 @@ inline void pwrite_all(int fd, const void* from, uint64_t n, uint64_t off, const
 
 using ::deepwell::check_output_path;
 
-// A file written as path + suffix, renamed over `path` by commit() once
-// synced: no half-written file is ever seen under the name. Dropped without
-// a commit (an error on the way), the temporary file goes.
-class replacing_file {
- public:
-  explicit replacing_file(std::string path, const char* suffix = ".part")
-      : path_(std::move(path)), tmp_(path_ + suffix) {
-    check_output_path(path_);
-    check_output_path(tmp_);
-    fd_.reset(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd_.get() < 0) throw error(errno_message("create " + tmp_, errno));
-  }
-  ~replacing_file() {
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  replacing_file(const replacing_file&) = delete;
-  replacing_file& operator=(const replacing_file&) = delete;
-
-  void write(const void* from, uint64_t n, uint64_t off) { pwrite_all(fd_.get(), from, n, off, tmp_); }
-  void commit() {
-    if (::fdatasync(fd_.get()) != 0) throw error(errno_message("sync " + tmp_, errno));
-    fd_.reset();
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) throw error(errno_message("rename " + tmp_ + " to " + path_, errno));
-    committed_ = true;
-  }
-
- private:
-  std::string path_, tmp_;
-  unique_fd fd_;
-  bool committed_ = false;
-};
+using ::deepwell::replacing_file;
 
 }  // namespace deepwell::detail

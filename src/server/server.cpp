@@ -1341,11 +1341,9 @@ std::optional<wire::message> server::impl::open_section(client_state& c, const w
   // or idle and last held by it).
   const bool counted = found && (found->holding.count(c.uid) || (found->holding.empty() && found->idle_uid == c.uid));
   if (!counted) {
-    const uint32_t kept = use.sections + use.building + use.refused;
     // Past a limit, the uid's own sections that no connection holds make
     // room, the longest idle first (never the one asked for).
     const uint32_t keep = found ? found->nsid : 0;
-    (void)kept;
     const auto counted_now = [&] { return use.sections + use.building + use.refused; };
     while (counted_now() >= cfg.max_sections_per_uid && reclaim_idle_section(c.uid, keep)) {
     }

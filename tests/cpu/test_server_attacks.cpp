@@ -79,6 +79,20 @@ void become_nobody(pid_t parent) {
   die_with_parent(parent);
 }
 
+// Section `block` (512 bytes, no sums) of dataset `d` over a raw
+// connection; the reply, or an empty message (op 0) if the server went.
+wire::message raw_open_section(int s, uint32_t d, uint64_t block) {
+  wire::message m, r;
+  m.h.op = uint16_t(wire::op::open_section);
+  m.h.a = d;
+  m.h.b = 512;
+  m.h.x = block * 512;
+  m.h.y = 512;
+  m.text.assign(16, '\0');
+  if (!wire::send_message(s, std::move(m)) || !wire::receive_message(s, r)) return wire::message{};
+  return r;
+}
+
 int as_nobody(const std::function<int()>& attack) {
   const pid_t parent = getpid();
   const pid_t pid = fork();
@@ -1007,17 +1021,7 @@ TEST(AttackPaths, HoldingAnothersSectionsDoesNotPinItsCount) {
                                               data.path() + "\"\n[[grant]]\ndataset = \"d\"\neveryone = true\n",
                                           "pin.toml"));
   std::thread loop([&] { srv.run(); });
-  auto open_at = [](int s, uint32_t d, uint64_t block) {
-    wire::message m, r;
-    m.h.op = uint16_t(wire::op::open_section);
-    m.h.a = d;
-    m.h.b = 512;
-    m.h.x = block * 512;
-    m.h.y = 512;
-    m.text.assign(16, '\0');
-    if (!wire::send_message(s, std::move(m)) || !wire::receive_message(s, r)) return wire::message{};
-    return r;
-  };
+  const auto open_at = raw_open_section;
   auto victim = [&](uint64_t first) {
     const int s = test::raw_connect(sock);
     EXPECT_EQ(test::raw_call(s, wire::op::hello, 0, 0, 0, "victim").h.status, 0);
@@ -1090,14 +1094,8 @@ TEST(AttackPaths, SectionsLeaveTreeSessionsTheirNamespaces) {
   int made = 0;
   wire::message r;
   for (uint64_t i = 0; i < 2048; ++i) {
-    wire::message m;
-    m.h.op = uint16_t(wire::op::open_section);
-    m.h.a = d;
-    m.h.b = 512;
-    m.h.x = i * 512;
-    m.h.y = 512;
-    m.text.assign(16, '\0');
-    if (!wire::send_message(s, std::move(m)) || !wire::receive_message(s, r)) FAIL() << "the server went away";
+    r = raw_open_section(s, d, i);
+    if (r.h.op == 0) FAIL() << "the server went away";
     if (r.h.status != 0) break;
     ++made;
   }
